@@ -1,0 +1,115 @@
+"""Per-token extra inputs (next to `input_ids`/`labels`): what they are, how they pad, how they are checked.
+
+Every model family in this package takes one or more integer tensors aligned token-by-token with the
+source (`input_ids`) or the target (`labels`). This module is the single place that knows, for each of them,
+
+* which side it is aligned with ("source" → same length as `input_ids`, "target" → as `labels`);
+* how it is padded by the collator: with a constant, or with "identity" (a padded slot i gets value i, so a
+  padded row of `reorder_positions` is still a permutation of 0..T-1);
+* how it is validated inside `forward` (shape, dtype, range) with a ValueError that names the argument and
+  says what was expected and what was given. No IndexError from an embedding lookup, no device assert.
+
+To add a new per-token input: add an `ExtraInput` to `EXTRA_INPUTS`; the collator, the pipeline and the
+validation pick it up (see CONTRIBUTING.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+IGNORE_INDEX = -100  # "no supervision" marker, as in `labels`
+
+
+@dataclass(frozen=True)
+class ExtraInput:
+    name: str
+    side: str  # "source" (aligned with input_ids) or "target" (aligned with labels)
+    pad: int | str  # constant pad value, or "identity" (pad slot i gets value i)
+    doc: str
+
+
+EXTRA_INPUTS: dict[str, ExtraInput] = {
+    spec.name: spec
+    for spec in (
+        ExtraInput("reorder_positions", "source", "identity", "XL position of each source token (XL PE Fig. 1b)"),
+        ExtraInput("target_positions", "source", IGNORE_INDEX, "target rank of each source token (DPE Eq. 1)"),
+        ExtraInput("pos_tag_ids", "source", 0, "POS tag id of each source token (mvPE+POS Eq. 11)"),
+        ExtraInput("decoder_pos_tag_ids", "target", 0, "POS tag id of each target token (mvPE+POS Eq. 11)"),
+    )
+}
+
+
+def pad_value_row(spec: ExtraInput, length: int, start: int) -> list[int]:
+    """Values for padding slots start..length-1 of one row."""
+    if spec.pad == "identity":
+        return list(range(start, length))
+    return [int(spec.pad)] * (length - start)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validation helpers (called from the models' forward; vectorised, one host sync per check)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def check_integer_tensor(name: str, value: torch.Tensor, expected_shape: tuple[int, ...]) -> None:
+    """Raise ValueError unless `value` is an integer tensor of `expected_shape`."""
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"`{name}` must be a torch.LongTensor of shape {tuple(expected_shape)}, got {type(value).__name__}")
+    if value.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise ValueError(f"`{name}` must be an integer tensor (torch.long), got dtype {value.dtype}")
+    if tuple(value.shape) != tuple(expected_shape):
+        raise ValueError(
+            f"`{name}` must have shape {tuple(expected_shape)} (batch, sequence length of the tokens it annotates), "
+            f"got {tuple(value.shape)}"
+        )
+
+
+def token_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int], device) -> torch.Tensor:
+    """Boolean [batch, len] mask of real (non-pad) tokens; all True when no attention mask is given."""
+    if attention_mask is None:
+        return torch.ones(shape, dtype=torch.bool, device=device)
+    return attention_mask.to(torch.bool)
+
+
+def check_permutation(name: str, positions: torch.Tensor, mask: torch.Tensor) -> None:
+    """Each row's values on real tokens must be a permutation of that row's real-token indices.
+
+    With right padding (Marian's) that is a permutation of 0..n-1; pad slots may hold anything.
+    """
+    batch, length = positions.shape
+    real = mask & (positions >= 0) & (positions < length)
+    out_of_range = mask & ~real
+    if bool(out_of_range.any()):
+        row, col = (int(i) for i in out_of_range.nonzero()[0])
+        raise ValueError(
+            f"`{name}` values must lie in [0, {length}) on non-pad tokens; row {row}, token {col} has "
+            f"{int(positions[row, col])}"
+        )
+    index = torch.arange(length, device=positions.device).expand(batch, length)
+    expected = index.masked_fill(~mask, length).sort(dim=1).values
+    actual = positions.masked_fill(~mask, length).sort(dim=1).values
+    bad_rows = (expected != actual).any(dim=1)
+    if bool(bad_rows.any()):
+        row = int(bad_rows.nonzero()[0, 0])
+        n = int(mask[row].sum())
+        raise ValueError(
+            f"`{name}` row {row} is not a permutation of its {n} non-pad positions: expected each of "
+            f"{index[row][mask[row]].tolist()[:20]}{'...' if n > 20 else ''} exactly once, got "
+            f"{positions[row][mask[row]].tolist()[:20]}{'...' if n > 20 else ''}"
+        )
+
+
+def check_range(name: str, values: torch.Tensor, mask: torch.Tensor, low: int, high: int, allowed: int | None = None) -> None:
+    """Values on real tokens must lie in [low, high) (or equal `allowed`, e.g. -100)."""
+    ok = (values >= low) & (values < high)
+    if allowed is not None:
+        ok |= values == allowed
+    bad = mask & ~ok
+    if bool(bad.any()):
+        row, col = (int(i) for i in bad.nonzero()[0])
+        extra = f" or {allowed}" if allowed is not None else ""
+        raise ValueError(
+            f"`{name}` values must lie in [{low}, {high}){extra}; row {row}, token {col} has {int(values[row, col])}"
+        )

@@ -1,0 +1,57 @@
+"""Hub plumbing shared by every model family of this package.
+
+* `save_pretrained` writes what `pipeline("translation", model=dir, trust_remote_code=True)` needs: the
+  `custom_pipelines` entry in config.json, and (through the relative import below, which
+  `custom_object_save` follows) the file `pipeline_translation.py` next to the modeling files.
+* `from_pretrained` on a directory (or Hub id) of a *stock* checkpoint of the family's base architecture
+  (`stock_model_types`, e.g. "marian") builds this family's config from it, applies `upgrade_overrides`
+  (e.g. the XL gate at 0, which makes the new model compute exactly the stock function) and loads every stock
+  weight; the new parameters are initialised by `_init_weights`. Any other directory loads as usual.
+
+Flat file, single-dot imports only, so it travels as Hub custom code.
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedConfig
+from transformers import initialization as hf_init  # noqa: F401  (re-exported for the modeling files)
+from transformers.utils import logging
+
+from .pipeline_translation import TRANSLATION_PIPELINE_ENTRY
+
+logger = logging.get_logger(__name__)
+
+HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
+
+
+class XLPEHubMixin:
+    """Mixed into every `PreTrainedModel` of this package (first in the bases)."""
+
+    stock_model_types: tuple[str, ...] = ()  # model_type values that `from_pretrained` upgrades
+    upgrade_overrides: dict = {}  # config fields set when upgrading a stock checkpoint
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        self.config.custom_pipelines = {"translation": dict(TRANSLATION_PIPELINE_ENTRY)}
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
+        if config is None and cls.stock_model_types:
+            hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+            config_dict, _ = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
+            stock_type = config_dict.get("model_type")
+            if stock_type in cls.stock_model_types:
+                config_kwargs = {key: value for key, value in kwargs.items() if key not in HUB_KWARGS}
+                overrides = {key: value for key, value in cls.upgrade_overrides.items() if key not in config_kwargs}
+                stock_dict = {key: value for key, value in config_dict.items() if key not in ("model_type", "architectures", "auto_map")}
+                config, model_kwargs = cls.config_class.from_dict(
+                    {**stock_dict, **overrides}, return_unused_kwargs=True, **config_kwargs
+                )
+                logger.info(
+                    f"Upgrading a stock '{stock_type}' checkpoint to {cls.__name__} with {overrides}: "
+                    "all stock weights are loaded; new parameters are initialised function-preservingly."
+                )
+                return super().from_pretrained(
+                    pretrained_model_name_or_path, *model_args, config=config, **hub_kwargs, **model_kwargs
+                )
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)

@@ -1,0 +1,434 @@
+"""XL PE: MarianMT with cross-lingual position representations (Ding et al., 2020, Sec. 3).
+
+Reading order: `CrossLingualPositionEncoding` (Eq. 6-8), `XLHeadAttention` (Eq. 9-11), the encoder that
+wires them in, then the base model and the generation head. The decoder is Marian's, unchanged (Sec. 4).
+
+Strategies (config.xl_strategy), with X = scaled token embeddings, PE_abs/PE_XL rows of one sinusoid table:
+
+* "in"          Z = X + PE_In-XL,  PE_In-XL = tanh(PE_abs U + PE_XL V)                       (Eq. 7-8)
+* "head"        layer 1 self-attention: heads 1..tau get Q/K/V from X + PE_XL, the others from X + PE_abs
+                (Eq. 9-11). The residual path of layer 1 carries Z_abs = X + PE_abs, so tau = 0 is vanilla.
+* "combination" as "head" with PE_In-XL in place of PE_XL in Eq. 9 (footnote 2); residual carries Z_abs.
+* "none"        vanilla Marian (a baseline with the same code path).
+
+Gate (not in the paper; config.xl_gate_init): the XL side is PE_abs + g * (PE_target - PE_abs) with one
+scalar g. g = 1 is exactly the paper; training from scratch starts there ("the XL signal from the first step").
+`from_pretrained` on a stock MarianMT checkpoint starts at g = 0, which makes the new model compute exactly
+the stock function until fine-tuning moves g (the upgrade path; tanh cannot reproduce PE_abs, so Eq. 7 alone
+could not be function-preserving).
+
+HeadXL is computed without a second pass: Q/K/V are linear, so (Z_abs + D) W = Z_abs W + D W and only the
+tau heads' columns get D W added, D = PE_xl_side - PE_abs (same dropout mask as Z_abs). Attention itself goes
+through `ALL_ATTENTION_FUNCTIONS`, so eager, sdpa and flash paths all work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.marian.modeling_marian import (
+    MarianAttention,
+    MarianDecoder,
+    MarianEncoderLayer,
+    MarianModel,
+    MarianMTModel,
+    MarianPreTrainedModel,
+    MarianSinusoidalPositionalEmbedding,
+    eager_attention_forward,
+    shift_tokens_right,
+)
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_xlpe import XLPEMarianConfig
+from .extra_inputs import check_integer_tensor, check_permutation, token_mask
+from .hub_support import XLPEHubMixin, hf_init
+from .reorder_predictor import ReorderPredictor, positions_from_scores, reorder_loss
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Position modules
+# ---------------------------------------------------------------------------------------------------------
+
+
+class CrossLingualPositionEncoding(nn.Module):
+    """PE of the XL side: PE_XL (Eq. 6) for "head", PE_In-XL = tanh(PE_abs U + PE_XL V) (Eq. 7) otherwise.
+
+    `xl_fusion="diagonal"`: U and V are d-vectors (element-wise products), 2d parameters: +0.002M for
+    Transformer-big, the order of the paper's "+0.01M". `"full"`: d x d matrices, 2d^2 parameters (+2.1M for
+    Transformer-big), which the paper's count rules out but which is the literal reading of Eq. 7.
+    """
+
+    def __init__(self, config: XLPEMarianConfig):
+        super().__init__()
+        self.strategy, self.fusion, self.init_scale = config.xl_strategy, config.xl_fusion, config.xl_fusion_init_scale
+        self.gate_init = config.xl_gate_init
+        d = config.d_model
+        if self.strategy in ("in", "combination"):
+            shape = (d,) if self.fusion == "diagonal" else (d, d)
+            self.fusion_abs = nn.Parameter(torch.empty(shape))  # U of Eq. 7
+            self.fusion_xl = nn.Parameter(torch.empty(shape))  # V of Eq. 7
+        self.gate = nn.Parameter(torch.empty(1))
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        if self.strategy in ("in", "combination"):
+            for weight in (self.fusion_abs, self.fusion_xl):
+                if self.fusion == "diagonal":
+                    hf_init.constant_(weight, self.init_scale)
+                else:
+                    hf_init.copy_(weight, self.init_scale * torch.eye(weight.shape[0], device=weight.device))
+        hf_init.constant_(self.gate, self.gate_init)
+
+    def forward(self, pe_abs: torch.Tensor, pe_xl: torch.Tensor) -> torch.Tensor:
+        if self.strategy == "head":
+            target = pe_xl
+        elif self.fusion == "diagonal":
+            target = torch.tanh(pe_abs * self.fusion_abs + pe_xl * self.fusion_xl)
+        else:
+            target = torch.tanh(pe_abs @ self.fusion_abs + pe_xl @ self.fusion_xl)
+        return pe_abs + self.gate * (target - pe_abs)
+
+
+class XLHeadAttention(MarianAttention):
+    """Encoder self-attention whose first `xl_heads` heads see X + PE_xl_side (Eq. 9-11).
+
+    Same parameters (names and shapes) as `MarianAttention`, so stock weights load into it.
+    """
+
+    def __init__(self, config: XLPEMarianConfig):
+        super().__init__(config.d_model, config.encoder_attention_heads, dropout=config.attention_dropout, config=config)
+        self.xl_heads = config.xl_heads
+
+    def forward(self, hidden_states, attention_mask=None, xl_position_delta=None, **kwargs):
+        if xl_position_delta is None or self.xl_heads == 0:
+            return super().forward(hidden_states, attention_mask=attention_mask, **kwargs)
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        cols = self.xl_heads * self.head_dim
+        xl_weight = torch.cat([self.q_proj.weight[:cols], self.k_proj.weight[:cols], self.v_proj.weight[:cols]])
+        delta_q, delta_k, delta_v = F.linear(xl_position_delta.to(hidden_states.dtype), xl_weight).split(cols, dim=-1)
+
+        def project(linear: nn.Linear, delta: torch.Tensor) -> torch.Tensor:
+            states = linear(hidden_states)
+            states = torch.cat([states[..., :cols] + delta, states[..., cols:]], dim=-1)
+            return states.view(hidden_shape).transpose(1, 2)
+
+        query, key, value = project(self.q_proj, delta_q), project(self.k_proj, delta_k), project(self.v_proj, delta_v)
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self, query, key, value, attention_mask,
+            dropout=0.0 if not self.training else self.dropout, scaling=self.scaling, **kwargs,
+        )
+        attn_output = self.out_proj(attn_output.reshape(*input_shape, -1).contiguous())
+        return attn_output, attn_weights
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class XLPEEncoderOutput(BaseModelOutput):
+    """`reorder_positions`: the XL positions the encoder used (given or predicted); `reorder_loss`: the
+    predictor's imitation loss, only when asked for (training)."""
+
+    reorder_positions: torch.LongTensor | None = None
+    reorder_loss: torch.FloatTensor | None = None
+
+
+@dataclass
+class XLPESeq2SeqModelOutput(Seq2SeqModelOutput):
+    reorder_positions: torch.LongTensor | None = None
+    reorder_loss: torch.FloatTensor | None = None
+
+
+@dataclass
+class XLPESeq2SeqLMOutput(Seq2SeqLMOutput):
+    """`loss` = `translation_loss` + reorder_loss_weight * `reorder_loss`; both parts reported."""
+
+    translation_loss: torch.FloatTensor | None = None
+    reorder_loss: torch.FloatTensor | None = None
+    reorder_positions: torch.LongTensor | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------------------
+
+
+class XLPEMarianPreTrainedModel(MarianPreTrainedModel):
+    config_class = XLPEMarianConfig
+    config: XLPEMarianConfig
+    _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, CrossLingualPositionEncoding):
+            module.reset_parameters()
+
+
+class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
+    """Marian's encoder (same submodule names, so stock weights load) with XL positions at its input."""
+
+    _can_record_outputs = {"hidden_states": MarianEncoderLayer, "attentions": MarianAttention}
+
+    def __init__(self, config: XLPEMarianConfig):
+        super().__init__(config)
+        self.dropout, self.layerdrop = config.dropout, config.encoder_layerdrop
+        self.padding_idx = config.pad_token_id
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, self.padding_idx)
+        self.embed_positions = MarianSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
+        self.layers = nn.ModuleList([MarianEncoderLayer(config) for _ in range(config.encoder_layers)])
+        self.uses_xl = config.xl_strategy == "in" or (
+            config.xl_strategy in ("head", "combination") and config.xl_heads > 0
+        )
+        if config.xl_strategy in ("head", "combination") and config.xl_heads > 0:
+            self.layers[0].self_attn = XLHeadAttention(config)
+        if self.uses_xl:
+            self.xl_position = CrossLingualPositionEncoding(config)
+            self.reorder_predictor = ReorderPredictor(
+                config.d_model, config.reorder_predictor_hidden_size, config.reorder_predictor_layers,
+                config.reorder_predictor_heads, config.reorder_predictor_dropout,
+            )
+        fixed = {config.eos_token_id, config.pad_token_id, *(config.reorder_fixed_token_ids or [])}
+        self.fixed_token_ids = sorted(i for i in fixed if isinstance(i, int))
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def movable_tokens(self, input_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+        """Real tokens that take part in reordering (special tokens keep their place)."""
+        if input_ids is None:
+            return mask
+        fixed = torch.tensor(self.fixed_token_ids, device=input_ids.device, dtype=input_ids.dtype)
+        return mask & ~torch.isin(input_ids, fixed)
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        reorder_positions: torch.LongTensor | None = None,
+        compute_reorder_loss: bool = False,
+        **kwargs,
+    ) -> XLPEEncoderOutput:
+        r"""
+        reorder_positions (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            XL position of each source token (paper Fig. 1b): on non-pad tokens, a permutation of their indices.
+            When omitted, the reorder predictor supplies them.
+        compute_reorder_loss (`bool`): return the predictor's imitation loss against `reorder_positions`.
+        """
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        batch, length = inputs_embeds.shape[:2]
+        if length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"input length {length} exceeds max_position_embeddings={self.config.max_position_embeddings}"
+            )
+        pe_abs = self.embed_positions(inputs_embeds.shape[:-1])
+        hidden_states = inputs_embeds + pe_abs
+        xl_delta = used_positions = loss = None
+        if self.uses_xl:
+            mask = token_mask(attention_mask, (batch, length), inputs_embeds.device)
+            if reorder_positions is not None and self.config.check_inputs:
+                check_integer_tensor("reorder_positions", reorder_positions, (batch, length))
+                check_permutation("reorder_positions", reorder_positions, mask)
+            movable = self.movable_tokens(input_ids, mask)
+            predict = reorder_positions is None or (self.training and self.config.xl_train_positions == "predicted")
+            scores = None
+            if predict or compute_reorder_loss:
+                predictor_input = hidden_states.detach() if self.config.reorder_predictor_detach_input else hidden_states
+                scores = self.reorder_predictor(predictor_input, mask)
+            if compute_reorder_loss and reorder_positions is not None:
+                loss = reorder_loss(scores, reorder_positions, movable, self.config.reorder_loss)
+            used_positions = positions_from_scores(scores, movable) if predict else reorder_positions.long()
+            index = torch.arange(length, device=inputs_embeds.device)
+            used_positions = torch.where(mask, used_positions, index)  # pad slots: any value was allowed
+            pe_xl = F.embedding(used_positions, self.embed_positions.weight)
+            pe_xl_side = self.xl_position(pe_abs, pe_xl).to(inputs_embeds.dtype)
+            if self.config.xl_strategy == "in":
+                hidden_states = inputs_embeds + pe_xl_side
+            else:
+                xl_delta = pe_xl_side - pe_abs
+        if self.training and self.dropout > 0:  # one dropout mask for Z_abs and for the XL heads' Z_XL
+            keep = torch.empty_like(hidden_states).bernoulli_(1 - self.dropout) / (1 - self.dropout)
+            hidden_states = hidden_states * keep
+            xl_delta = xl_delta * keep if xl_delta is not None else None
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
+        for index, layer in enumerate(self.layers):
+            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
+                continue
+            extra = {"xl_position_delta": xl_delta} if index == 0 and xl_delta is not None else {}
+            hidden_states = layer(hidden_states, attention_mask, **extra, **kwargs)
+        return XLPEEncoderOutput(last_hidden_state=hidden_states, reorder_positions=used_positions, reorder_loss=loss)
+
+
+class XLPEMarianModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianModel):
+    """Marian encoder-decoder whose encoder carries XL positions; `forward` takes `reorder_positions`."""
+
+    def __init__(self, config: XLPEMarianConfig):
+        XLPEMarianPreTrainedModel.__init__(self, config)
+        if config.share_encoder_decoder_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            self._tied_weights_keys = {
+                "decoder.embed_tokens.weight": "shared.weight",
+                "encoder.embed_tokens.weight": "shared.weight",
+            }
+        else:
+            self._tied_weights_keys = None
+        self.encoder = XLPEMarianEncoder(config)
+        self.decoder = MarianDecoder(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        past_key_values=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        use_cache=None,
+        reorder_positions: torch.LongTensor | None = None,
+        compute_reorder_loss: bool = False,
+        **kwargs,
+    ) -> XLPESeq2SeqModelOutput:
+        r"""
+        reorder_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            XL position of each source token; predicted from the source when omitted.
+        """
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                reorder_positions=reorder_positions, compute_reorder_loss=compute_reorder_loss, **kwargs,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = XLPEEncoderOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs[0],
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return XLPESeq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+            reorder_positions=getattr(encoder_outputs, "reorder_positions", None),
+            reorder_loss=getattr(encoder_outputs, "reorder_loss", None),
+        )
+
+
+class XLPEMarianMTModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel):
+    """XL PE translation model. `generate(**batch)` predicts reorderings; `generate(..., reorder_positions=p)`
+    uses the given ones. `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
+
+    stock_model_types = ("marian",)
+    upgrade_overrides = {"xl_gate_init": 0.0}
+
+    def __init__(self, config: XLPEMarianConfig):
+        XLPEMarianPreTrainedModel.__init__(self, config)
+        self.model = XLPEMarianModel(config)
+        if config.share_encoder_decoder_embeddings:
+            self._tied_weights_keys = {
+                "lm_head.weight": "model.shared.weight",
+                "model.decoder.embed_tokens.weight": "model.shared.weight",
+                "model.encoder.embed_tokens.weight": "model.shared.weight",
+            }
+        target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
+        self.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
+        self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        past_key_values=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        reorder_positions: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> XLPESeq2SeqLMOutput:
+        r"""
+        reorder_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            XL position of each source token (oracle BTG order in training, see `xlpe.reordering`). Omitted:
+            predicted from the source. Given together with `labels`: also trains the reorder predictor.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            encoder_outputs=encoder_outputs,
+            decoder_attention_mask=decoder_attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            reorder_positions=reorder_positions,
+            compute_reorder_loss=labels is not None and reorder_positions is not None,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs[0]) + self.final_logits_bias
+        loss = translation_loss = None
+        if labels is not None:
+            translation_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
+            loss = translation_loss
+            if outputs.reorder_loss is not None:
+                loss = loss + self.config.reorder_loss_weight * outputs.reorder_loss
+        return XLPESeq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+            translation_loss=translation_loss,
+            reorder_loss=outputs.reorder_loss,
+            reorder_positions=outputs.reorder_positions,
+        )
+
+
+__all__ = ["XLPEMarianModel", "XLPEMarianMTModel", "XLPEMarianPreTrainedModel"]

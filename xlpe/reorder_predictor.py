@@ -1,0 +1,89 @@
+"""Predicting XL positions from the source alone (XL PE paper, Sec. 4: "at decoding phase, we only provide
+source sentences as input and the model can output reordering indices").
+
+The paper obtains test-time reorderings from an external BTG preordering parser (lader, Neubig et al. 2012)
+trained on the oracle orders. A checkpoint of this package carries its own small predictor instead, so it
+translates raw text with no external tool:
+
+    scores = Linear(TransformerEncoder(Linear(detach(X + PE_abs))))        # one real number per token
+    XL position of token i = rank of scores_i among the movable tokens    # always a valid permutation
+
+It is trained by imitation of the oracle BTG order whenever `reorder_positions` are given with `labels`:
+
+* "pairwise" (default): logistic ranking loss over all ordered pairs of movable tokens,
+  mean over pairs of softplus(s_i - s_j) for every pair with xl_i < xl_j (a smooth surrogate of Kendall's tau);
+* "mse": regression of s_i onto the normalised oracle rank xl_i / (n - 1).
+
+Special tokens (EOS, pad, `reorder_fixed_token_ids`) are not movable: they keep their own index, as in the
+oracle (see `xlpe.reordering`). Ranking is vectorised (one argsort per batch); the pairwise loss costs
+O(batch x length^2) memory, which is small next to attention. Departure from the paper (documented in
+docs/xl_pe.md): a ranking network rather than a BTG parser, so the predicted order is a permutation but not
+necessarily BTG-reachable.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class ReorderPredictor(nn.Module):
+    """Scores each source token; ranks of the scores are the predicted XL positions."""
+
+    def __init__(self, d_model: int, hidden_size: int, num_layers: int, num_heads: int, dropout: float):
+        super().__init__()
+        if hidden_size % num_heads != 0:
+            raise ValueError(
+                f"reorder_predictor_hidden_size ({hidden_size}) must be divisible by "
+                f"reorder_predictor_heads ({num_heads})"
+            )
+        self.input_proj = nn.Linear(d_model, hidden_size)
+        layer = nn.TransformerEncoderLayer(
+            hidden_size, num_heads, 4 * hidden_size, dropout, activation="gelu", batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+        self.final_norm = nn.LayerNorm(hidden_size)
+        self.score = nn.Linear(hidden_size, 1)
+
+    def forward(self, position_aware_embeddings: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
+        """[batch, len, d_model] embeddings (+ absolute PE), [batch, len] bool mask → [batch, len] scores."""
+        hidden = self.input_proj(position_aware_embeddings)
+        hidden = self.encoder(hidden, src_key_padding_mask=~token_mask)
+        return self.score(self.final_norm(hidden)).squeeze(-1).float()
+
+
+def positions_from_scores(scores: torch.Tensor, movable: torch.Tensor) -> torch.Tensor:
+    """Turn scores into XL positions: movable tokens are ranked by score and take the movable slots in order.
+
+    Non-movable tokens (special, pad) keep their own index. For every row the result is a permutation of
+    0..T-1, and its restriction to real tokens is a permutation of their indices. Ties are broken by the
+    original index (stable sort), so equal scores give the monotone order.
+    """
+    batch, length = scores.shape
+    index = torch.arange(length, device=scores.device).expand(batch, length)
+    big = torch.finfo(scores.dtype).max
+    # movable tokens first, in score order; the rest after, in index order
+    order = torch.sort(scores.masked_fill(~movable, big), dim=1, stable=True).indices
+    slots = torch.sort(index.masked_fill(~movable, length), dim=1).values  # movable indices ascending, then `length`
+    positions = torch.empty_like(index)
+    positions.scatter_(1, order, slots)
+    return torch.where(movable, positions, index)
+
+
+def reorder_loss(scores: torch.Tensor, oracle_positions: torch.Tensor, movable: torch.Tensor, kind: str) -> torch.Tensor:
+    """Imitation loss of the predictor against the oracle XL positions (mean over pairs or tokens)."""
+    oracle = oracle_positions.to(scores.dtype)
+    if kind == "pairwise":
+        # pair (i, j) counts when both are movable and the oracle puts i before j: want s_i < s_j
+        before = (oracle[:, :, None] < oracle[:, None, :]) & movable[:, :, None] & movable[:, None, :]
+        margins = scores[:, :, None] - scores[:, None, :]
+        pair_count = before.sum().clamp(min=1)
+        return (F.softplus(margins) * before).sum() / pair_count
+    if kind == "mse":
+        # normalise the oracle rank among movable tokens to [0, 1]
+        ranks = torch.argsort(torch.argsort(oracle.masked_fill(~movable, float("inf")), dim=1), dim=1).to(scores.dtype)
+        count = movable.sum(dim=1, keepdim=True).clamp(min=2).to(scores.dtype)
+        target = ranks / (count - 1)
+        return ((scores - target) ** 2 * movable).sum() / movable.sum().clamp(min=1)
+    raise ValueError(f"reorder_loss kind must be 'pairwise' or 'mse', got {kind!r}")
