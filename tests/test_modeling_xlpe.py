@@ -54,14 +54,16 @@ class TestXLPEFamily(FamilyTests):
 @pytest.mark.parametrize("strategy", ["in", "head", "combination"])
 def test_each_strategy_uses_reorder_positions(toy_tokenizer, strategy):
     torch.manual_seed(0)
-    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), xl_strategy=strategy, xl_heads=0 if strategy == "in" else 2)).eval()
+    # init_std 0.3: with near-uniform attention (tiny weights) a permuted PE set averages out to the same output
+    config = XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), xl_strategy=strategy, xl_heads=0 if strategy == "in" else 2, init_std=0.3)
+    model = XLPEMarianMTModel(config).eval()
     batch = dict(toy_tokenizer(["the cat sees the dog"], return_tensors="pt"))
     n = batch["input_ids"].shape[1]
     monotone = torch.arange(n)[None]
     with torch.no_grad():
         a = model.model.encoder(**batch, reorder_positions=monotone).last_hidden_state
         b = model.model.encoder(**batch, reorder_positions=reversed_positions(batch)).last_hidden_state
-    assert (a - b).abs().max() > 1e-5  # float noise is ~1e-7; tiny random weights make the effect small
+    assert (a - b).abs().max() > 1e-2
 
 
 def test_head_strategy_with_tau_zero_is_exactly_vanilla_marian(toy_tokenizer):
