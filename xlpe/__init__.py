@@ -17,7 +17,9 @@ from .registry import MODEL_FAMILIES, ModelFamily, get_family, register_family
 
 __version__ = "0.1.0"
 
+# --- families (one line each; see CONTRIBUTING.md) ---
 register_family(ModelFamily("xlpe", XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel))
+# --- end of families ---
 
 for _family in MODEL_FAMILIES.values():
     AutoConfig.register(_family.config_class.model_type, _family.config_class, exist_ok=True)
