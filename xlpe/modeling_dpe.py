@@ -1,0 +1,379 @@
+"""DPE: MarianMT with dynamic position encoding (Zheng et al., "Dynamic Position Encoding for Transformers").
+
+Reading order: `DynamicPositionEncoding` (the DPE block of Sec. 3.2, Fig. 4), `order_loss` (Eq. 1), the
+encoder that wires them in, then the base model and the generation head (Eq. 2). The decoder is Marian's.
+
+With X = scaled token embeddings and PE = rows of Marian's sinusoid table (`xlpe/sinusoid.py` layout):
+
+* enriched embeddings    Z = dropout(X + PE)                   (Sec. 3.2, "w_i + p_i")
+* DPE block              r = DPE(Z): `dpe_layers` post-LN Marian encoder layers of the encoder's width
+* encoder input          dropout(X + PE + g * (r - PE))         (g = 1: X + r, r replaces PE as in the reference code)
+* order loss (Eq. 1)     mean over supervised tokens i and dims of (r_i - PE[t_i])^2, t_i = `target_positions`[i]
+                         (target rank of source token i; -100 = unaligned/special/pad: no loss, as the reference)
+* total loss (Eq. 2)     lambda * L_translation + (1 - lambda) * L_order  (`order_loss_lambda_side` flips it to
+                         the reference code's (1 - lambda) * L_tr + lambda * L_order; `order_loss_normalization=
+                         "reference"` divides L_order by the target token count, the reference's effective weight)
+
+Gate (not in the paper; config.dpe_gate_init): one scalar g. From scratch g = 1, which is exactly the paper's
+model at step one (`dpe_learn_gate=False` keeps it there). `from_pretrained` on a stock MarianMT checkpoint sets
+g = 0: the encoder input is then bit-for-bit the stock X + PE, so the upgraded model computes exactly the stock
+function (tested with `torch.equal`), while the order loss already trains the new block (it reads r, not the
+gated mix) and the translation loss moves g off 0. The order loss always supervises the block output r.
+
+The DPE block's layers are `MarianEncoderLayer`s under `encoder.dynamic_position.block`; the encoder's
+`hidden_states`/`attentions` outputs cover the `encoder.layers` only (same counts as stock Marian).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.models.marian.modeling_marian import (
+    MarianAttention,
+    MarianDecoder,
+    MarianEncoderLayer,
+    MarianModel,
+    MarianMTModel,
+    MarianPreTrainedModel,
+    MarianSinusoidalPositionalEmbedding,
+    shift_tokens_right,
+)
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_dpe import DPEMarianConfig
+from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
+from .hub_support import XLPEHubMixin, hf_init
+
+# ---------------------------------------------------------------------------------------------------------
+# The DPE block and the order loss
+# ---------------------------------------------------------------------------------------------------------
+
+
+class DynamicPositionEncoding(nn.Module):
+    """r = DPE(X + PE) (Sec. 3.2): `dpe_layers` Marian encoder layers; returns r and the gated position signal
+    PE + g * (r - PE) that the encoder adds to X in place of PE."""
+
+    def __init__(self, config: DPEMarianConfig):
+        super().__init__()
+        self.block = nn.ModuleList([MarianEncoderLayer(config) for _ in range(config.dpe_layers)])
+        self.gate = nn.Parameter(torch.empty(1), requires_grad=config.dpe_learn_gate)
+        self.gate_init = config.dpe_gate_init
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        hf_init.constant_(self.gate, self.gate_init)
+
+    def forward(self, enriched: torch.Tensor, pe_abs: torch.Tensor, attention_mask, **kwargs):
+        r = enriched
+        for layer in self.block:
+            r = layer(r, attention_mask, **kwargs)
+        return r, pe_abs + self.gate * (r - pe_abs)
+
+
+def order_loss(
+    dynamic_positions: torch.Tensor, target_positions: torch.Tensor, table: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Eq. 1: L_order = (1/|S|) sum_i MSE(PE[t_i], r_i) over the supervised source tokens of the batch.
+
+    dynamic_positions: r, [batch, len, d]; target_positions: t, [batch, len] (-100 = no supervision);
+    table: the sinusoid table PE (the encoder's input PE table); mask: real (non-pad) tokens.
+    MSE is a mean over the d dimensions, so the loss is the mean over (supervised tokens x d), as the reference
+    code. A batch without any supervised token gives 0 (with a graph), not NaN.
+    """
+    supervised = mask & (target_positions != IGNORE_INDEX)
+    targets = F.embedding(target_positions.masked_fill(~supervised, 0), table).to(torch.float32)
+    squared = (dynamic_positions.to(torch.float32) - targets).pow(2).sum(-1)
+    count = supervised.sum() * dynamic_positions.shape[-1]
+    return (squared * supervised).sum() / count.clamp(min=1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DPEEncoderOutput(BaseModelOutput):
+    """`dynamic_positions`: r, the DPE block's output; `order_loss`: Eq. 1, only when asked for (training)."""
+
+    dynamic_positions: torch.FloatTensor | None = None
+    order_loss: torch.FloatTensor | None = None
+
+
+@dataclass
+class DPESeq2SeqModelOutput(Seq2SeqModelOutput):
+    dynamic_positions: torch.FloatTensor | None = None
+    order_loss: torch.FloatTensor | None = None
+
+
+@dataclass
+class DPESeq2SeqLMOutput(Seq2SeqLMOutput):
+    """`loss` = Eq. 2 (weights per config) when `target_positions` are given, else `translation_loss`."""
+
+    translation_loss: torch.FloatTensor | None = None
+    order_loss: torch.FloatTensor | None = None
+    dynamic_positions: torch.FloatTensor | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------------------
+
+
+class DPEMarianPreTrainedModel(MarianPreTrainedModel):
+    config_class = DPEMarianConfig
+    config: DPEMarianConfig
+    _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, DynamicPositionEncoding):
+            module.reset_parameters()
+
+
+class DPEMarianEncoder(DPEMarianPreTrainedModel):
+    """Marian's encoder (same submodule names, so stock weights load) with the DPE block before its layers."""
+
+    # only the translation encoder's layers (`.layers.`), not the DPE block's (`.dynamic_position.block.`)
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(MarianEncoderLayer, index=0, layer_name="layers"),
+        "attentions": OutputRecorder(MarianAttention, index=1, layer_name="layers"),
+    }
+
+    def __init__(self, config: DPEMarianConfig):
+        super().__init__(config)
+        self.dropout, self.layerdrop = config.dropout, config.encoder_layerdrop
+        self.padding_idx = config.pad_token_id
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, self.padding_idx)
+        self.embed_positions = MarianSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
+        self.dynamic_position = DynamicPositionEncoding(config)
+        self.layers = nn.ModuleList([MarianEncoderLayer(config) for _ in range(config.encoder_layers)])
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        target_positions: torch.LongTensor | None = None,
+        compute_order_loss: bool = False,
+        **kwargs,
+    ) -> DPEEncoderOutput:
+        r"""
+        target_positions (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Target rank of each source token (Eq. 1 supervision; -100 = none), as prepared by
+            `xlpe.reordering.dpe_target_positions`.
+            Only read for the order loss; DPE itself runs from the source alone.
+        compute_order_loss (`bool`): return the order loss (Eq. 1) against `target_positions`.
+        """
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        batch, length = inputs_embeds.shape[:2]
+        if length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"input length {length} exceeds max_position_embeddings={self.config.max_position_embeddings}"
+            )
+        mask = token_mask(attention_mask, (batch, length), inputs_embeds.device)
+        if target_positions is not None and self.config.check_inputs:
+            check_integer_tensor("target_positions", target_positions, (batch, length))
+            check_range("target_positions", target_positions, mask, 0, length, allowed=IGNORE_INDEX)
+        pe_abs = self.embed_positions(inputs_embeds.shape[:-1])
+        enriched = F.dropout(inputs_embeds + pe_abs, p=self.dropout, training=self.training)
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
+        r, position_signal = self.dynamic_position(enriched, pe_abs, attention_mask, **kwargs)
+        loss = None
+        if compute_order_loss and target_positions is not None:
+            loss = order_loss(r, target_positions.long(), self.embed_positions.weight, mask)
+        hidden_states = inputs_embeds + position_signal.to(inputs_embeds.dtype)  # g = 1: X + r (Fig. 4)
+        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        for layer in self.layers:
+            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
+                continue
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        return DPEEncoderOutput(last_hidden_state=hidden_states, dynamic_positions=r, order_loss=loss)
+
+
+class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
+    """Marian encoder-decoder whose encoder runs the DPE block; `forward` takes `target_positions`."""
+
+    stock_model_types = ("marian",)
+    upgrade_overrides = {"dpe_gate_init": 0.0}
+
+    def __init__(self, config: DPEMarianConfig):
+        DPEMarianPreTrainedModel.__init__(self, config)
+        if config.share_encoder_decoder_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            self._tied_weights_keys = {
+                "decoder.embed_tokens.weight": "shared.weight",
+                "encoder.embed_tokens.weight": "shared.weight",
+            }
+        else:
+            self._tied_weights_keys = None
+        self.encoder = DPEMarianEncoder(config)
+        self.decoder = MarianDecoder(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        past_key_values=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        use_cache=None,
+        target_positions: torch.LongTensor | None = None,
+        compute_order_loss: bool | None = None,
+        **kwargs,
+    ) -> DPESeq2SeqModelOutput:
+        r"""
+        target_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            Target rank of each source token (-100 = none); when given, the order loss (Eq. 1) is returned.
+        compute_order_loss (`bool`, *optional*): defaults to `target_positions is not None`.
+        """
+        if compute_order_loss is None:
+            compute_order_loss = target_positions is not None
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                target_positions=target_positions, compute_order_loss=compute_order_loss, **kwargs,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = DPEEncoderOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs[0],
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return DPESeq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+            dynamic_positions=getattr(encoder_outputs, "dynamic_positions", None),
+            order_loss=getattr(encoder_outputs, "order_loss", None),
+        )
+
+
+class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
+    """DPE translation model. Training: `model(**batch)` with `labels` and `target_positions` returns Eq. 2.
+    Inference: `generate(**batch)` (DPE needs the source only). `from_pretrained(stock_marian_dir)` upgrades a
+    MarianMT checkpoint function-preservingly (gate g = 0, see module doc)."""
+
+    stock_model_types = ("marian",)
+    upgrade_overrides = {"dpe_gate_init": 0.0}
+
+    def __init__(self, config: DPEMarianConfig):
+        DPEMarianPreTrainedModel.__init__(self, config)
+        self.model = DPEMarianModel(config)
+        if config.share_encoder_decoder_embeddings:
+            self._tied_weights_keys = {
+                "lm_head.weight": "model.shared.weight",
+                "model.decoder.embed_tokens.weight": "model.shared.weight",
+                "model.encoder.embed_tokens.weight": "model.shared.weight",
+            }
+        target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
+        self.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
+        self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+        self.post_init()
+
+    def combine_losses(self, translation_loss: torch.Tensor, order_loss: torch.Tensor, labels: torch.Tensor):
+        """Eq. 2 with the configured lambda side; `order_loss_normalization="reference"` divides L_order by the
+        number of target tokens (the reference's summed CE / mean MSE, both divided by that count)."""
+        translation_weight, order_weight = self.config.loss_weights()
+        if self.config.order_loss_normalization == "reference":
+            order_loss = order_loss / (labels != IGNORE_INDEX).sum().clamp(min=1)
+        return translation_weight * translation_loss + order_weight * order_loss
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        past_key_values=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        target_positions: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> DPESeq2SeqLMOutput:
+        r"""
+        target_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            Target rank of each source token (-100 = none; `xlpe.reordering.dpe_target_positions`). Given together
+            with `labels`: the order loss (Eq. 1) is computed and `loss` is Eq. 2. Without: `loss` is the
+            translation loss alone. Never needed at inference.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = shift_tokens_right(
+                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
+                )
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            encoder_outputs=encoder_outputs,
+            decoder_attention_mask=decoder_attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            target_positions=target_positions,
+            compute_order_loss=labels is not None and target_positions is not None,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs[0]) + self.final_logits_bias
+        loss = translation_loss = None
+        if labels is not None:
+            translation_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
+            loss = translation_loss
+            if outputs.order_loss is not None:
+                loss = self.combine_losses(translation_loss, outputs.order_loss, labels)
+        return DPESeq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+            translation_loss=translation_loss,
+            order_loss=outputs.order_loss,
+            dynamic_positions=outputs.dynamic_positions,
+        )
+
+
+__all__ = ["DPEMarianMTModel", "DPEMarianModel", "DPEMarianPreTrainedModel", "DynamicPositionEncoding", "order_loss"]
