@@ -36,13 +36,11 @@ from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.models.marian.modeling_marian import (
     MarianAttention,
-    MarianDecoder,
     MarianEncoderLayer,
     MarianModel,
     MarianMTModel,
     MarianPreTrainedModel,
     MarianSinusoidalPositionalEmbedding,
-    shift_tokens_right,
 )
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -50,6 +48,14 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .configuration_dpe import DPEMarianConfig
 from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
 from .hub_support import XLPEHubMixin, hf_init
+from .seq2seq_scaffold import (
+    decoder_inputs_from_labels,
+    encode_decode,
+    init_marian_body,
+    init_marian_head,
+    lm_output,
+    translation_loss,
+)
 
 # ---------------------------------------------------------------------------------------------------------
 # The DPE block and the order loss
@@ -217,16 +223,7 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
 
     def __init__(self, config: DPEMarianConfig):
         DPEMarianPreTrainedModel.__init__(self, config)
-        if config.share_encoder_decoder_embeddings:
-            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-            self._tied_weights_keys = {
-                "decoder.embed_tokens.weight": "shared.weight",
-                "encoder.embed_tokens.weight": "shared.weight",
-            }
-        else:
-            self._tied_weights_keys = None
-        self.encoder = DPEMarianEncoder(config)
-        self.decoder = MarianDecoder(config)
+        init_marian_body(self, config, DPEMarianEncoder(config))
         self.post_init()
 
     def forward(
@@ -251,34 +248,14 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
         """
         if compute_order_loss is None:
             compute_order_loss = target_positions is not None
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                target_positions=target_positions, compute_order_loss=compute_order_loss, **kwargs,
-            )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = DPEEncoderOutput(*encoder_outputs)
-        decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs[0],
-            encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=decoder_inputs_embeds,
+        return encode_decode(
+            self, DPESeq2SeqModelOutput, DPEEncoderOutput,
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            encoder_kwargs={"target_positions": target_positions, "compute_order_loss": compute_order_loss},
             **kwargs,
-        )
-        return DPESeq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-            dynamic_positions=getattr(encoder_outputs, "dynamic_positions", None),
-            order_loss=getattr(encoder_outputs, "order_loss", None),
         )
 
 
@@ -292,16 +269,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
 
     def __init__(self, config: DPEMarianConfig):
         DPEMarianPreTrainedModel.__init__(self, config)
-        self.model = DPEMarianModel(config)
-        if config.share_encoder_decoder_embeddings:
-            self._tied_weights_keys = {
-                "lm_head.weight": "model.shared.weight",
-                "model.decoder.embed_tokens.weight": "model.shared.weight",
-                "model.encoder.embed_tokens.weight": "model.shared.weight",
-            }
-        target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
-        self.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
-        self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+        init_marian_head(self, config, DPEMarianModel(config))
         self.post_init()
 
     def combine_losses(self, translation_loss: torch.Tensor, order_loss: torch.Tensor, labels: torch.Tensor):
@@ -333,12 +301,9 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
             with `labels`: the order loss (Eq. 1) is computed and `loss` is Eq. 2. Without: `loss` is the
             translation loss alone. Never needed at inference.
         """
-        if labels is not None:
-            use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = shift_tokens_right(
-                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
-                )
+        decoder_input_ids, use_cache = decoder_inputs_from_labels(
+            self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
+        )
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -354,26 +319,10 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
             **kwargs,
         )
         logits = self.lm_head(outputs[0]) + self.final_logits_bias
-        loss = translation_loss = None
-        if labels is not None:
-            translation_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
-            loss = translation_loss
-            if outputs.order_loss is not None:
-                loss = self.combine_losses(translation_loss, outputs.order_loss, labels)
-        return DPESeq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-            translation_loss=translation_loss,
-            order_loss=outputs.order_loss,
-            dynamic_positions=outputs.dynamic_positions,
-        )
+        loss = token_loss = translation_loss(logits, labels)
+        if token_loss is not None and outputs.order_loss is not None:
+            loss = self.combine_losses(token_loss, outputs.order_loss, labels)
+        return lm_output(DPESeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
 
 __all__ = ["DPEMarianMTModel", "DPEMarianModel", "DPEMarianPreTrainedModel", "DynamicPositionEncoding", "order_loss"]

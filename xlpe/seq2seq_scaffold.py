@@ -1,0 +1,157 @@
+"""Encoder-decoder scaffolding shared by every model family (written once, imported by each modeling file).
+
+A family differs from stock MarianMT/BART only in its encoder (and, for mvPE+POS, its embeddings); the body
+(`shared` embeddings + encoder + decoder), the generation head (`lm_head` + `final_logits_bias`), the
+encoder → decoder plumbing and the output assembly are the same. These helpers build and run them so that each
+`modeling_<family>.py` keeps only what is specific to its paper:
+
+* `init_marian_body(model, config, encoder)` / `init_marian_head(model, config, base_model)`: the stock
+  submodule names (so stock checkpoints load) and the tied-weight maps of transformers 5.
+* `encode_decode(model, output_class, ...)`: run the encoder (unless `encoder_outputs` are given, as in
+  generation) with the family's extra encoder inputs, then the decoder; every extra field of `output_class`
+  (e.g. `reorder_positions`, `order_loss`) is copied from the encoder output of the same name.
+* `decoder_inputs_from_labels`, `translation_loss`, `lm_output`: the generation head's forward.
+
+Flat file, imports only torch/transformers: it travels as Hub custom code with the modeling files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.models.marian.modeling_marian import MarianDecoder, shift_tokens_right
+
+_MODEL_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqModelOutput)}
+_LM_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqLMOutput)}
+
+
+def extra_fields(output_class, standard: set[str]) -> list[str]:
+    return [f.name for f in fields(output_class) if f.name not in standard]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Construction
+# ---------------------------------------------------------------------------------------------------------
+
+
+def init_marian_body(model: nn.Module, config, encoder: nn.Module, decoder: nn.Module | None = None) -> None:
+    """`shared` (when encoder and decoder share embeddings), `encoder`, `decoder`, as in `MarianModel`."""
+    if config.share_encoder_decoder_embeddings:
+        model.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        model._tied_weights_keys = {
+            "decoder.embed_tokens.weight": "shared.weight",
+            "encoder.embed_tokens.weight": "shared.weight",
+        }
+    else:
+        model._tied_weights_keys = None
+    model.encoder = encoder
+    model.decoder = decoder if decoder is not None else MarianDecoder(config)
+
+
+def init_marian_head(model: nn.Module, config, base_model: nn.Module) -> None:
+    """`model`, `final_logits_bias`, `lm_head`, as in `MarianMTModel`."""
+    model.model = base_model
+    if config.share_encoder_decoder_embeddings:
+        model._tied_weights_keys = {
+            "lm_head.weight": "model.shared.weight",
+            "model.decoder.embed_tokens.weight": "model.shared.weight",
+            "model.encoder.embed_tokens.weight": "model.shared.weight",
+        }
+    target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
+    model.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
+    model.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Forward plumbing
+# ---------------------------------------------------------------------------------------------------------
+
+
+def encode_decode(
+    model: nn.Module,
+    output_class,
+    encoder_output_class,
+    *,
+    input_ids=None,
+    attention_mask=None,
+    decoder_input_ids=None,
+    decoder_attention_mask=None,
+    encoder_outputs=None,
+    past_key_values=None,
+    inputs_embeds=None,
+    decoder_inputs_embeds=None,
+    use_cache=None,
+    encoder_kwargs: dict | None = None,
+    decoder_kwargs: dict | None = None,
+    **kwargs,
+):
+    """Encoder (skipped when `encoder_outputs` are given) then decoder; returns `output_class`."""
+    if encoder_outputs is None:
+        encoder_outputs = model.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+            **(encoder_kwargs or {}), **kwargs,
+        )
+    elif not isinstance(encoder_outputs, BaseModelOutput):
+        encoder_outputs = encoder_output_class(*encoder_outputs)
+    decoder_outputs = model.decoder(
+        input_ids=decoder_input_ids,
+        attention_mask=decoder_attention_mask,
+        encoder_hidden_states=encoder_outputs[0],
+        encoder_attention_mask=attention_mask,
+        past_key_values=past_key_values,
+        inputs_embeds=decoder_inputs_embeds,
+        use_cache=use_cache,
+        **(decoder_kwargs or {}),
+        **kwargs,
+    )
+    extras = {name: getattr(encoder_outputs, name, None) for name in extra_fields(output_class, _MODEL_OUTPUT_FIELDS)}
+    return output_class(
+        last_hidden_state=decoder_outputs.last_hidden_state,
+        past_key_values=decoder_outputs.past_key_values,
+        decoder_hidden_states=decoder_outputs.hidden_states,
+        decoder_attentions=decoder_outputs.attentions,
+        cross_attentions=decoder_outputs.cross_attentions,
+        encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+        encoder_hidden_states=encoder_outputs.hidden_states,
+        encoder_attentions=encoder_outputs.attentions,
+        **extras,
+    )
+
+
+def decoder_inputs_from_labels(config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache):
+    """With labels: no cache, and teacher-forcing inputs = labels shifted right (as MarianMTModel does)."""
+    if labels is None:
+        return decoder_input_ids, use_cache
+    if decoder_input_ids is None and decoder_inputs_embeds is None:
+        decoder_input_ids = shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
+    return decoder_input_ids, False
+
+
+def translation_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+    """Token-level cross-entropy (mean over non -100 labels), in float32 whatever the logits' dtype."""
+    if labels is None:
+        return None
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
+
+
+def lm_output(output_class, outputs, logits, loss, **losses):
+    """`output_class` with the standard fields copied from the base model's `outputs`, `loss`, the named
+    auxiliary `losses`, and every other extra field copied from `outputs` by name."""
+    extras = {name: getattr(outputs, name, None) for name in extra_fields(output_class, _LM_OUTPUT_FIELDS)}
+    extras.update(losses)
+    return output_class(
+        loss=loss,
+        logits=logits,
+        past_key_values=outputs.past_key_values,
+        decoder_hidden_states=outputs.decoder_hidden_states,
+        decoder_attentions=outputs.decoder_attentions,
+        cross_attentions=outputs.cross_attentions,
+        encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+        encoder_hidden_states=outputs.encoder_hidden_states,
+        encoder_attentions=outputs.encoder_attentions,
+        **extras,
+    )
