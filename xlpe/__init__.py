@@ -10,15 +10,22 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .collator import XLPEDataCollator
+from .configuration_dpe import DPEMarianConfig, table5_preset
+from .configuration_mvpe_pos import MvPEPosConfig, choose_pe_step, mvpe_objective
 from .configuration_xlpe import XLPEMarianConfig
+from .modeling_dpe import DPEMarianModel, DPEMarianMTModel
+from .modeling_mvpe_pos import MvPEPosForConditionalGeneration, MvPEPosModel
 from .modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel
 from .pipeline_translation import XLPETranslationPipeline
 from .registry import MODEL_FAMILIES, ModelFamily, get_family, register_family
+from .two_pass import OracleReorderTranslator, TwoPassTranslator
 
 __version__ = "0.1.0"
 
 # --- families (one line each; see CONTRIBUTING.md) ---
 register_family(ModelFamily("xlpe", XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel))
+register_family(ModelFamily("dpe", DPEMarianConfig, DPEMarianModel, DPEMarianMTModel))
+register_family(ModelFamily("mvpe_pos", MvPEPosConfig, MvPEPosModel, MvPEPosForConditionalGeneration))
 # --- end of families ---
 
 for _family in MODEL_FAMILIES.values():
@@ -34,12 +41,23 @@ PIPELINE_REGISTRY.register_pipeline(
 )
 
 __all__ = [
+    "DPEMarianConfig",
+    "DPEMarianModel",
+    "DPEMarianMTModel",
     "MODEL_FAMILIES",
+    "MvPEPosConfig",
+    "MvPEPosForConditionalGeneration",
+    "MvPEPosModel",
+    "OracleReorderTranslator",
+    "TwoPassTranslator",
     "XLPEDataCollator",
     "XLPEMarianConfig",
     "XLPEMarianModel",
     "XLPEMarianMTModel",
     "XLPETranslationPipeline",
+    "choose_pe_step",
     "get_family",
+    "mvpe_objective",
     "register_family",
+    "table5_preset",
 ]
