@@ -25,25 +25,9 @@ import math
 import torch
 from transformers import BartConfig
 
-# The tag vocabulary convention shared with xlpe/tagging.py (TagVocabulary) and pos_tagging_hub.py:
-# id 0 pads, id 1 is any tag outside the vocabulary, id 2 marks special tokens (</s>, <s>, decoder start).
-SPECIAL_TAG_NAMES = ("<pad>", "<unk>", "<special>")
-PAD_TAG_ID, UNK_TAG_ID, SPECIAL_TAG_ID = 0, 1, 2
+from .tag_sets import JIEBA_TAGS, PAD_TAG_ID, PTB_TAGS, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
 
-# The built-in tag sets of xlpe/tagging.py (copied: this file cannot import it; a test checks they agree).
-# Penn Treebank tags as NLTK's averaged-perceptron English tagger emits them (its 45 classes, in its order).
-PTB_TAGS = (
-    "#", "$", "''", "(", ")", ",", ".", ":", "CC", "CD", "DT", "EX", "FW", "IN", "JJ", "JJR", "JJS", "LS", "MD",
-    "NN", "NNP", "NNPS", "NNS", "PDT", "POS", "PRP", "PRP$", "RB", "RBR", "RBS", "RP", "SYM", "TO", "UH", "VB",
-    "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP", "WP$", "WRB", "``",
-)  # fmt: skip
-# jieba's tags (its dictionary's, its HMM's for unknown words, and "eng", "m", "x" from jieba.posseg).
-JIEBA_TAGS = (
-    "a", "ad", "ag", "an", "b", "bg", "c", "d", "df", "dg", "e", "en", "eng", "f", "g", "h", "i", "in", "j", "jn",
-    "k", "l", "ln", "m", "mg", "mq", "n", "ng", "nr", "nrfg", "nrt", "ns", "nt", "nz", "o", "p", "q", "qe", "qg",
-    "r", "rg", "rr", "rz", "s", "t", "tg", "u", "ud", "ug", "uj", "ul", "uv", "uz", "v", "vd", "vg", "vi", "vn",
-    "vq", "w", "x", "y", "yg", "z", "zg",
-)  # fmt: skip
+# Tag ids and the built-in tag sets are defined once in tag_sets.py (shared with xlpe/tagging.py).
 DEFAULT_TAGS = {"nltk-en": PTB_TAGS, "jieba-zh": JIEBA_TAGS}  # pos_tags=None -> the set of config.pos_tagger
 
 POS_TAG_SIDES = ("both", "encoder", "decoder", "none")

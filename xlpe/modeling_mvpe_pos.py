@@ -75,6 +75,7 @@ from .configuration_mvpe_pos import (
 from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
 from .hub_support import XLPEHubMixin
 from .pos_tagging_hub import RawTextTagger
+from .seq2seq_scaffold import decoder_inputs_from_labels, encode_decode, lm_output, translation_loss
 from .sinusoid import SinusoidalPositions
 
 logger = logging.get_logger(__name__)
@@ -444,37 +445,15 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             if input_ids is None:
                 raise ValueError("pass `decoder_input_ids`, `decoder_inputs_embeds` or `input_ids`")
             decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                pos_tag_ids=pos_tag_ids, **kwargs,
-            )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
         tags, tag_logits, tag_loss = self.decoder_input_tags(decoder_input_ids, decoder_pos_tag_ids, decoder_input_pos_tag_ids)
-        decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs[0],
-            encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            pos_tag_ids=tags,
+        return encode_decode(
+            self, MvPEPosSeq2SeqModelOutput, BaseModelOutput,
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache, encoder_kwargs={"pos_tag_ids": pos_tag_ids}, decoder_kwargs={"pos_tag_ids": tags},
+            extras={"decoder_input_pos_tag_ids": tags, "tag_logits": tag_logits, "tag_loss": tag_loss},
             **kwargs,
-        )
-        return MvPEPosSeq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-            decoder_input_pos_tag_ids=tags,
-            tag_logits=tag_logits,
-            tag_loss=tag_loss,
         )
 
 
@@ -526,12 +505,11 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
         decoder_input_pos_tag_ids (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
             tags of `decoder_input_ids` themselves (set by `prepare_inputs_for_generation`).
         """
-        if labels is not None:
-            use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-            if decoder_pos_tag_ids is not None and self.config.check_inputs:
-                check_integer_tensor("decoder_pos_tag_ids", decoder_pos_tag_ids, tuple(labels.shape))
+        decoder_input_ids, use_cache = decoder_inputs_from_labels(
+            self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
+        )
+        if labels is not None and decoder_pos_tag_ids is not None and self.config.check_inputs:
+            check_integer_tensor("decoder_pos_tag_ids", decoder_pos_tag_ids, tuple(labels.shape))
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -549,27 +527,10 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
         )
         hidden = outputs[0] if self.output_projection is None else self.output_projection(outputs[0])
         logits = self.lm_head(hidden) + self.final_logits_bias.to(hidden.device)
-        loss = translation_loss = None
-        if labels is not None:
-            translation_loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().to(logits.device))
-            loss = translation_loss
-            if outputs.tag_loss is not None:
-                loss = loss + self.config.tag_loss_weight * outputs.tag_loss
-        return MvPEPosSeq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-            translation_loss=translation_loss,
-            tag_loss=outputs.tag_loss,
-            tag_logits=outputs.tag_logits,
-            decoder_input_pos_tag_ids=outputs.decoder_input_pos_tag_ids,
-        )
+        loss = token_loss = translation_loss(logits, labels)
+        if token_loss is not None and outputs.tag_loss is not None:
+            loss = token_loss + self.config.tag_loss_weight * outputs.tag_loss
+        return lm_output(MvPEPosSeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
     # --- generation: tags of the running hypothesis -------------------------------------------------------
     def prepare_inputs_for_generation(self, input_ids, past_key_values=None, **kwargs):

@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import torch
 
-SPECIAL_TAG_NAMES = ("<pad>", "<unk>", "<special>")  # ids 0, 1, 2 (configuration_mvpe_pos.SPECIAL_TAG_NAMES)
-PAD_TAG_ID, UNK_TAG_ID, SPECIAL_TAG_ID = 0, 1, 2
+from .tag_sets import PAD_TAG_ID, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
+
 NLTK_DATA_ENV = ("XLPE_NLTK_DATA", "NLTK_DATA")  # extra nltk data directories, besides config.nltk_data
 
 Span = tuple[int, int, str]  # (start char, end char, tag) of one tagged word
@@ -36,7 +36,7 @@ Span = tuple[int, int, str]  # (start char, end char, tag) of one tagged word
 
 def tag_to_id_map(tags: list[str]) -> dict[str, int]:
     """{"<pad>": 0, "<unk>": 1, "<special>": 2, tags[0]: 3, ...}."""
-    return {**{name: index for index, name in enumerate(SPECIAL_TAG_NAMES)}, **{tag: 3 + i for i, tag in enumerate(tags)}}
+    return {**{name: index for index, name in enumerate(SPECIAL_TAG_NAMES)}, **{tag: len(SPECIAL_TAG_NAMES) + i for i, tag in enumerate(tags)}}
 
 
 # ---------------------------------------------------------------------------------------------------------

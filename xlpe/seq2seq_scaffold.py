@@ -87,9 +87,11 @@ def encode_decode(
     use_cache=None,
     encoder_kwargs: dict | None = None,
     decoder_kwargs: dict | None = None,
+    extras: dict | None = None,
     **kwargs,
 ):
-    """Encoder (skipped when `encoder_outputs` are given) then decoder; returns `output_class`."""
+    """Encoder (skipped when `encoder_outputs` are given) then decoder; returns `output_class`. Its extra fields
+    come from `extras` when given there, else from the encoder output's field of the same name."""
     if encoder_outputs is None:
         encoder_outputs = model.encoder(
             input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
@@ -108,7 +110,10 @@ def encode_decode(
         **(decoder_kwargs or {}),
         **kwargs,
     )
-    extras = {name: getattr(encoder_outputs, name, None) for name in extra_fields(output_class, _MODEL_OUTPUT_FIELDS)}
+    extras = {
+        name: (extras or {}).get(name, getattr(encoder_outputs, name, None))
+        for name in extra_fields(output_class, _MODEL_OUTPUT_FIELDS)
+    }
     return output_class(
         last_hidden_state=decoder_outputs.last_hidden_state,
         past_key_values=decoder_outputs.past_key_values,
@@ -135,7 +140,7 @@ def translation_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch
     """Token-level cross-entropy (mean over non -100 labels), in float32 whatever the logits' dtype."""
     if labels is None:
         return None
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device))
 
 
 def lm_output(output_class, outputs, logits, loss, **losses):

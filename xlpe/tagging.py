@@ -19,25 +19,19 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 
-PAD_TAG, UNK_TAG, SPECIAL_TAG = "<pad>", "<unk>", "<special>"
-RESERVED_TAGS = (PAD_TAG, UNK_TAG, SPECIAL_TAG)
-PAD_TAG_ID, UNK_TAG_ID, SPECIAL_TAG_ID = 0, 1, 2
+from .tag_sets import (  # noqa: F401  (re-exported)
+    JIEBA_TAGS,
+    PAD_TAG,
+    PAD_TAG_ID,
+    PTB_TAGS,
+    SPECIAL_TAG,
+    SPECIAL_TAG_ID,
+    SPECIAL_TAG_NAMES,
+    UNK_TAG,
+    UNK_TAG_ID,
+)
 
-# The 45 classes of NLTK's English averaged-perceptron tagger (Penn Treebank tags incl. punctuation tags).
-PTB_TAGS = (
-    "#", "$", "''", "(", ")", ",", ".", ":", "CC", "CD", "DT", "EX", "FW", "IN", "JJ", "JJR", "JJS", "LS", "MD",
-    "NN", "NNP", "NNPS", "NNS", "PDT", "POS", "PRP", "PRP$", "RB", "RBR", "RBS", "RP", "SYM", "TO", "UH", "VB",
-    "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP", "WP$", "WRB", "``",
-)  # fmt: skip
-
-# jieba's part-of-speech tags (ICTCLAS-style): those of its dictionary, of its HMM for unknown words, and
-# "eng" (Latin-letter runs), "m" (numbers) and "x" (anything else) that jieba.posseg emits itself.
-JIEBA_TAGS = (
-    "a", "ad", "ag", "an", "b", "bg", "c", "d", "df", "dg", "e", "en", "eng", "f", "g", "h", "i", "in", "j", "jn",
-    "k", "l", "ln", "m", "mg", "mq", "n", "ng", "nr", "nrfg", "nrt", "ns", "nt", "nz", "o", "p", "q", "qe", "qg",
-    "r", "rg", "rr", "rz", "s", "t", "tg", "u", "ud", "ug", "uj", "ul", "uv", "uz", "v", "vd", "vg", "vi", "vn",
-    "vq", "w", "x", "y", "yg", "z", "zg",
-)  # fmt: skip
+RESERVED_TAGS = SPECIAL_TAG_NAMES
 
 NLTK_DATA_ENV = "XLPE_NLTK_DATA"  # extra nltk_data directory searched first (NLTK's own NLTK_DATA works too)
 
