@@ -20,6 +20,20 @@ import torch
 
 from xlpe import XLPEDataCollator, XLPETranslationPipeline
 
+# A tiny Marian-shaped configuration (HF ModelTester style): fast on a CPU, big enough to exercise every path.
+TINY_MARIAN = dict(
+    d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+    encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
+)
+
+
+def tiny_kwargs(tokenizer) -> dict:
+    """TINY_MARIAN plus the vocabulary and special-token ids of `tokenizer` (Marian conventions)."""
+    return dict(TINY_MARIAN, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id,
+                forced_eos_token_id=tokenizer.eos_token_id)
+
+
 SOURCES = ["the cat sees the dog", "a dog chases the small cat in the garden"]
 TARGETS = ["die katze sieht den hund", "ein hund jagt die kleine katze im garten"]
 

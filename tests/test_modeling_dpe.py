@@ -7,22 +7,11 @@ import torch
 from torch.nn import functional as F
 from transformers import MarianConfig, MarianMTModel
 
-from family_tester import FamilyTests
+from family_tester import FamilyTests, tiny_kwargs
 from xlpe import DPEMarianConfig, DPEMarianModel, DPEMarianMTModel, get_family
 from xlpe.configuration_dpe import TABLE5_PRESETS, table5_preset
 from xlpe.modeling_dpe import DynamicPositionEncoding, order_loss
 from xlpe.sinusoid import sinusoid_table
-
-TINY = dict(
-    d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-    encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
-)
-
-
-def tiny_kwargs(tokenizer):
-    return dict(TINY, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id)
-
 
 def reversed_ranks(batch):
     """Target rank of each source token: the words in reverse order; EOS and padding unsupervised (-100)."""

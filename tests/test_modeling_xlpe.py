@@ -8,22 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import MarianConfig, MarianMTModel
 
-from family_tester import FamilyTests
+from family_tester import FamilyTests, tiny_kwargs
 from xlpe import XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel
 from xlpe.modeling_xlpe import CrossLingualPositionEncoding
 from xlpe.reorder_predictor import positions_from_scores, reorder_loss
 from xlpe.sinusoid import sinusoid_table
-
-TINY = dict(
-    d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-    encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
-)
-
-
-def tiny_kwargs(tokenizer):
-    return dict(TINY, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id)
-
 
 def reversed_positions(batch):
     """Reverse the movable (non-special) tokens of each row: a valid, clearly non-monotone XL order."""

@@ -81,16 +81,18 @@ def check_permutation(name: str, positions: torch.Tensor, mask: torch.Tensor) ->
     batch, length = positions.shape
     real = mask & (positions >= 0) & (positions < length)
     out_of_range = mask & ~real
+    index = torch.arange(length, device=positions.device).expand(batch, length)
+    expected = index.masked_fill(~mask, length).sort(dim=1).values
+    actual = positions.masked_fill(~mask, length).sort(dim=1).values
+    bad_rows = (expected != actual).any(dim=1)
+    if not bool(out_of_range.any() | bad_rows.any()):  # the one host sync of the valid (common) case
+        return
     if bool(out_of_range.any()):
         row, col = (int(i) for i in out_of_range.nonzero()[0])
         raise ValueError(
             f"`{name}` values must lie in [0, {length}) on non-pad tokens; row {row}, token {col} has "
             f"{int(positions[row, col])}"
         )
-    index = torch.arange(length, device=positions.device).expand(batch, length)
-    expected = index.masked_fill(~mask, length).sort(dim=1).values
-    actual = positions.masked_fill(~mask, length).sort(dim=1).values
-    bad_rows = (expected != actual).any(dim=1)
     if bool(bad_rows.any()):
         row = int(bad_rows.nonzero()[0, 0])
         n = int(mask[row].sum())

@@ -264,6 +264,8 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
     Inference: `generate(**batch)` (DPE needs the source only). `from_pretrained(stock_marian_dir)` upgrades a
     MarianMT checkpoint function-preservingly (gate g = 0, see module doc)."""
 
+    accepts_loss_kwargs = False  # forward takes **kwargs but computes a mean loss itself (Trainer must scale)
+
     stock_model_types = ("marian",)
     upgrade_overrides = {"dpe_gate_init": 0.0}
 

@@ -461,6 +461,8 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
     """The augmented Transformer for translation. `generate(**batch)` tags generated tokens itself;
     the translation pipeline tags raw source text with `config.pos_tagger` (`prepare_pipeline_inputs`)."""
 
+    accepts_loss_kwargs = False  # forward takes **kwargs but computes a mean loss itself (Trainer must scale)
+
     stock_model_types = ()  # BART's learned positions have no function-preserving mvPE counterpart
 
     def __init__(self, config: MvPEPosConfig):

@@ -36,14 +36,12 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.marian.modeling_marian import (
     MarianAttention,
-    MarianDecoder,
     MarianEncoderLayer,
     MarianModel,
     MarianMTModel,
     MarianPreTrainedModel,
     MarianSinusoidalPositionalEmbedding,
     eager_attention_forward,
-    shift_tokens_right,
 )
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
@@ -52,6 +50,14 @@ from .configuration_xlpe import XLPEMarianConfig
 from .extra_inputs import check_integer_tensor, check_permutation, token_mask
 from .hub_support import XLPEHubMixin, hf_init
 from .reorder_predictor import ReorderPredictor, positions_from_scores, reorder_loss
+from .seq2seq_scaffold import (
+    decoder_inputs_from_labels,
+    encode_decode,
+    init_marian_body,
+    init_marian_head,
+    lm_output,
+    translation_loss,
+)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -119,7 +125,7 @@ class XLHeadAttention(MarianAttention):
 
         def project(linear: nn.Linear, delta: torch.Tensor) -> torch.Tensor:
             states = linear(hidden_states)
-            states = torch.cat([states[..., :cols] + delta, states[..., cols:]], dim=-1)
+            states[..., :cols] += delta  # in place on the fresh projection: no copy of the other heads' columns
             return states.view(hidden_shape).transpose(1, 2)
 
         query, key, value = project(self.q_proj, delta_q), project(self.k_proj, delta_k), project(self.v_proj, delta_v)
@@ -206,6 +212,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             )
         fixed = {config.eos_token_id, config.pad_token_id, *(config.reorder_fixed_token_ids or [])}
         self.fixed_token_ids = sorted(i for i in fixed if isinstance(i, int))
+        self._fixed_ids_cache: dict = {}  # (device, dtype) -> tensor of fixed_token_ids, built once per device
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -213,7 +220,11 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         """Real tokens that take part in reordering (special tokens keep their place)."""
         if input_ids is None:
             return mask
-        fixed = torch.tensor(self.fixed_token_ids, device=input_ids.device, dtype=input_ids.dtype)
+        # cached: building it per call is a blocking host-to-device copy (a host sync) on accelerators
+        key = (input_ids.device, input_ids.dtype)
+        fixed = self._fixed_ids_cache.get(key)
+        if fixed is None:
+            fixed = self._fixed_ids_cache[key] = torch.tensor(self.fixed_token_ids, device=input_ids.device, dtype=input_ids.dtype)
         return mask & ~torch.isin(input_ids, fixed)
 
     @merge_with_config_defaults
@@ -285,18 +296,12 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
 class XLPEMarianModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianModel):
     """Marian encoder-decoder whose encoder carries XL positions; `forward` takes `reorder_positions`."""
 
+    stock_model_types = ("marian",)
+    upgrade_overrides = {"xl_gate_init": 0.0}
+
     def __init__(self, config: XLPEMarianConfig):
         XLPEMarianPreTrainedModel.__init__(self, config)
-        if config.share_encoder_decoder_embeddings:
-            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-            self._tied_weights_keys = {
-                "decoder.embed_tokens.weight": "shared.weight",
-                "encoder.embed_tokens.weight": "shared.weight",
-            }
-        else:
-            self._tied_weights_keys = None
-        self.encoder = XLPEMarianEncoder(config)
-        self.decoder = MarianDecoder(config)
+        init_marian_body(self, config, XLPEMarianEncoder(config))
         self.post_init()
 
     def forward(
@@ -317,35 +322,16 @@ class XLPEMarianModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianModel):
         r"""
         reorder_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
             XL position of each source token; predicted from the source when omitted.
+        compute_reorder_loss (`bool`): also return the reorder predictor's loss against `reorder_positions`.
         """
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                reorder_positions=reorder_positions, compute_reorder_loss=compute_reorder_loss, **kwargs,
-            )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = XLPEEncoderOutput(*encoder_outputs)
-        decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs[0],
-            encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=decoder_inputs_embeds,
+        return encode_decode(
+            self, XLPESeq2SeqModelOutput, XLPEEncoderOutput,
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            encoder_kwargs={"reorder_positions": reorder_positions, "compute_reorder_loss": compute_reorder_loss},
             **kwargs,
-        )
-        return XLPESeq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-            reorder_positions=getattr(encoder_outputs, "reorder_positions", None),
-            reorder_loss=getattr(encoder_outputs, "reorder_loss", None),
         )
 
 
@@ -353,21 +339,13 @@ class XLPEMarianMTModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel):
     """XL PE translation model. `generate(**batch)` predicts reorderings; `generate(..., reorder_positions=p)`
     uses the given ones. `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
 
+    accepts_loss_kwargs = False  # forward takes **kwargs but computes a mean loss itself (Trainer must scale)
     stock_model_types = ("marian",)
     upgrade_overrides = {"xl_gate_init": 0.0}
 
     def __init__(self, config: XLPEMarianConfig):
         XLPEMarianPreTrainedModel.__init__(self, config)
-        self.model = XLPEMarianModel(config)
-        if config.share_encoder_decoder_embeddings:
-            self._tied_weights_keys = {
-                "lm_head.weight": "model.shared.weight",
-                "model.decoder.embed_tokens.weight": "model.shared.weight",
-                "model.encoder.embed_tokens.weight": "model.shared.weight",
-            }
-        target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
-        self.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
-        self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+        init_marian_head(self, config, XLPEMarianModel(config))
         self.post_init()
 
     def forward(
@@ -390,10 +368,9 @@ class XLPEMarianMTModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel):
             XL position of each source token (oracle BTG order in training, see `xlpe.reordering`). Omitted:
             predicted from the source. Given together with `labels`: also trains the reorder predictor.
         """
-        if labels is not None:
-            use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+        decoder_input_ids, use_cache = decoder_inputs_from_labels(
+            self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
+        )
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -409,26 +386,10 @@ class XLPEMarianMTModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel):
             **kwargs,
         )
         logits = self.lm_head(outputs[0]) + self.final_logits_bias
-        loss = translation_loss = None
-        if labels is not None:
-            translation_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
-            loss = translation_loss
-            if outputs.reorder_loss is not None:
-                loss = loss + self.config.reorder_loss_weight * outputs.reorder_loss
-        return XLPESeq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-            translation_loss=translation_loss,
-            reorder_loss=outputs.reorder_loss,
-            reorder_positions=outputs.reorder_positions,
-        )
+        loss = token_loss = translation_loss(logits, labels)
+        if token_loss is not None and outputs.reorder_loss is not None:
+            loss = token_loss + self.config.reorder_loss_weight * outputs.reorder_loss
+        return lm_output(XLPESeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
 
 __all__ = ["XLPEMarianModel", "XLPEMarianMTModel", "XLPEMarianPreTrainedModel"]

@@ -399,6 +399,12 @@ def _word_alignments(splits: dict[str, ParallelSplit], kept: dict[str, list[int]
     return links
 
 
+def prepare_splits(splits: dict[str, ParallelSplit], tokenizer, **options):
+    """Prepare several splits with one alignment run over all of them (eflomal learns from every split's text);
+    options as `prepare_dataset`. Returns ({split: Dataset}, {split: report})."""
+    return _prepare_splits(splits, tokenizer, PrepareOptions(**options))
+
+
 def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: PrepareOptions):
     """Shared engine of `prepare_dataset` and `prepare_hf_dataset`; returns ({split: Dataset}, {split: report})."""
     import datasets

@@ -49,7 +49,8 @@ class ReorderPredictor(nn.Module):
     def forward(self, position_aware_embeddings: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
         """[batch, len, d_model] embeddings (+ absolute PE), [batch, len] bool mask → [batch, len] scores."""
         hidden = self.input_proj(position_aware_embeddings)
-        hidden = self.encoder(hidden, src_key_padding_mask=~token_mask)
+        if len(self.encoder.layers) > 0:  # reorder_predictor_layers=0: linear scorer (TransformerEncoder needs >= 1)
+            hidden = self.encoder(hidden, src_key_padding_mask=~token_mask)
         return self.score(self.final_norm(hidden)).squeeze(-1).float()
 
 

@@ -8,6 +8,7 @@ so that `word_ids()` is available for projecting word-level features (reordering
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -63,6 +64,13 @@ def train_joint_tokenizer(
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
     tokenizer.train_from_iterator(_batched(texts), trainer=trainer)
+    if tokenizer.get_vocab_size() < 0.9 * vocab_size:
+        warnings.warn(
+            f"the {model} tokenizer learned only {tokenizer.get_vocab_size()} of the {vocab_size} pieces asked for "
+            "(a corpus too small for this vocabulary); words may be split into characters. "
+            "For tiny corpora model='bpe' keeps whole words.",
+            stacklevel=2,
+        )
     eos_id = tokenizer.token_to_id(EOS)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS}", pair=f"$A $B {EOS}", special_tokens=[(EOS, eos_id)]

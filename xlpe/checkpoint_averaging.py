@@ -1,0 +1,118 @@
+"""Average the parameters of the last N `checkpoint-*` directories of a training run.
+
+Both papers report the average of the last 5 checkpoints (Vaswani et al.'s recipe). The average is taken in
+float64 over every floating-point tensor of the checkpoints' safetensors files; integer tensors (step
+counters, index buffers) are taken from the newest checkpoint. The result is a model directory that
+`from_pretrained` loads: config, generation config, tokenizer and custom-code files are copied from the
+newest checkpoint; optimizer/scheduler/RNG states are not.
+
+    xlpe-train ... --save_steps 500 --save_total_limit 5 --average_last_checkpoints 5
+    python -m xlpe.checkpoint_averaging runs/demo --last 5 --output runs/demo/averaged
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "scaler.pt"}
+WEIGHT_SUFFIX = ".safetensors"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """`checkpoint-<step>` directories of `run_dir`, oldest first (by step, not by name)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist")
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if p.is_dir() and (m := CHECKPOINT_PATTERN.match(p.name))]
+    return [path for _, path in sorted(found)]
+
+
+def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:
+    """The newest `count` checkpoints of `run_dir` (ValueError when there are fewer)."""
+    if count < 1:
+        raise ValueError(f"the number of checkpoints to average must be >= 1, got {count}")
+    checkpoints = list_checkpoints(run_dir)
+    if len(checkpoints) < count:
+        raise ValueError(
+            f"asked to average the last {count} checkpoints but {run_dir} has {len(checkpoints)}: "
+            f"{[p.name for p in checkpoints]} (check --save_steps / --save_total_limit)"
+        )
+    return checkpoints[-count:]
+
+
+def _weight_files(checkpoint: Path) -> list[Path]:
+    files = sorted(p for p in checkpoint.iterdir() if p.name.endswith(WEIGHT_SUFFIX))
+    if not files:
+        raise FileNotFoundError(f"{checkpoint} has no *.safetensors weights (was it saved with safetensors?)")
+    return files
+
+
+def average_checkpoints(checkpoints: list[str | Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the checkpoints' tensors; every checkpoint must have the same names and shapes."""
+    if not checkpoints:
+        raise ValueError("no checkpoints to average")
+    checkpoints = [Path(c) for c in checkpoints]
+    sums: dict[str, torch.Tensor] = {}
+    newest: dict[str, torch.Tensor] = {}
+    for index, checkpoint in enumerate(checkpoints):
+        state: dict[str, torch.Tensor] = {}
+        for file in _weight_files(checkpoint):
+            state.update(load_file(str(file)))
+        if index == 0:
+            names = set(state)
+        elif set(state) != names:
+            raise ValueError(
+                f"{checkpoint} has different tensors from {checkpoints[0]}: "
+                f"missing {sorted(names - set(state))[:5]}, extra {sorted(set(state) - names)[:5]}"
+            )
+        for name, tensor in state.items():
+            if name in sums and sums[name].shape != tensor.shape:
+                raise ValueError(f"{name}: shape {tuple(tensor.shape)} in {checkpoint}, {tuple(sums[name].shape)} before")
+            if tensor.is_floating_point():
+                sums[name] = sums[name] + tensor.double() if name in sums else tensor.double()
+            newest[name] = tensor
+    return {
+        name: (sums[name] / len(checkpoints)).to(tensor.dtype) if tensor.is_floating_point() else tensor
+        for name, tensor in newest.items()
+    }
+
+
+def save_averaged_model(checkpoints: list[str | Path], output_dir: str | Path) -> dict[str, torch.Tensor]:
+    """Average `checkpoints` and write a loadable model directory to `output_dir`; returns the state dict."""
+    checkpoints = [Path(c) for c in checkpoints]
+    averaged = average_checkpoints(checkpoints)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    newest = checkpoints[-1]
+    for file in newest.iterdir():  # config, tokenizer, custom code: everything but weights and training state
+        if file.is_file() and not file.name.endswith(WEIGHT_SUFFIX) and file.name not in TRAINING_STATE_FILES \
+                and not file.name.startswith("rng_state") and not file.name.endswith(".safetensors.index.json"):
+            shutil.copy2(file, output_dir / file.name)
+    for stale in output_dir.glob("*.safetensors*"):
+        stale.unlink()
+    save_file({k: v.contiguous() for k, v in averaged.items()}, str(output_dir / "model.safetensors"), metadata={"format": "pt"})
+    (output_dir / "averaged_checkpoints.json").write_text(json.dumps({"checkpoints": [c.name for c in checkpoints]}, indent=2))
+    return averaged
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Average the last N checkpoints of a training run.")
+    parser.add_argument("run_dir", help="training output directory holding checkpoint-* subdirectories")
+    parser.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
+    parser.add_argument("--output", required=True, help="directory for the averaged model")
+    args = parser.parse_args(argv)
+    checkpoints = last_checkpoints(args.run_dir, args.last)
+    save_averaged_model(checkpoints, args.output)
+    print(f"averaged {[c.name for c in checkpoints]} -> {args.output}")
+
+
+if __name__ == "__main__":
+    main()
