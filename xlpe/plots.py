@@ -73,9 +73,10 @@ def plot_noise_curve(bleu_by_ratio: Series | Mapping[str, Series], path, metric:
                       metric, x_scale=100.0, reference=baseline)
 
 
-def plot_perplexity_per_epoch(perplexity_by_epoch: Series | Mapping[str, Series], path) -> Path:
-    """mvPE+POS Fig. 4: test perplexity after each epoch, one line per model."""
-    return _line_plot(perplexity_by_epoch, path, "Test perplexity per epoch", "epoch", "perplexity", best="min")
+def plot_perplexity_per_epoch(perplexity_by_epoch: Series | Mapping[str, Series], path, split: str = "test") -> Path:
+    """mvPE+POS Fig. 4: perplexity on `split` after each epoch, one line per model."""
+    title = f"{split.capitalize()} perplexity per epoch"
+    return _line_plot(perplexity_by_epoch, path, title, "epoch", "perplexity", best="min")
 
 
 def perplexity_history(trainer_state: str | Path, loss_key: str = "eval_loss") -> dict[float, float]:
