@@ -26,7 +26,6 @@ The DPE block's layers are `MarianEncoderLayer`s under `encoder.dynamic_position
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -40,7 +39,6 @@ from transformers.models.marian.modeling_marian import (
     MarianModel,
     MarianMTModel,
     MarianPreTrainedModel,
-    MarianSinusoidalPositionalEmbedding,
 )
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -49,6 +47,9 @@ from .configuration_dpe import DPEMarianConfig
 from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
 from .hub_support import XLPEHubMixin, hf_init
 from .seq2seq_scaffold import (
+    embed_source,
+    init_marian_encoder_parts,
+    run_encoder_layers,
     decoder_inputs_from_labels,
     encode_decode,
     init_marian_body,
@@ -156,14 +157,8 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
 
     def __init__(self, config: DPEMarianConfig):
         super().__init__(config)
-        self.dropout, self.layerdrop = config.dropout, config.encoder_layerdrop
-        self.padding_idx = config.pad_token_id
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, self.padding_idx)
-        self.embed_positions = MarianSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
+        init_marian_encoder_parts(self, config)
         self.dynamic_position = DynamicPositionEncoding(config)
-        self.layers = nn.ModuleList([MarianEncoderLayer(config) for _ in range(config.encoder_layers)])
-        self.gradient_checkpointing = False
         self.post_init()
 
     @merge_with_config_defaults
@@ -184,15 +179,8 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
             Only read for the order loss; DPE itself runs from the source alone.
         compute_order_loss (`bool`): return the order loss (Eq. 1) against `target_positions`.
         """
-        if (input_ids is None) ^ (inputs_embeds is not None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        inputs_embeds = embed_source(self, input_ids, inputs_embeds)
         batch, length = inputs_embeds.shape[:2]
-        if length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"input length {length} exceeds max_position_embeddings={self.config.max_position_embeddings}"
-            )
         mask = token_mask(attention_mask, (batch, length), inputs_embeds.device)
         if target_positions is not None and self.config.check_inputs:
             check_integer_tensor("target_positions", target_positions, (batch, length))
@@ -208,10 +196,7 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
             loss = order_loss(r, target_positions.long(), self.embed_positions.weight, mask)
         hidden_states = inputs_embeds + position_signal.to(inputs_embeds.dtype)  # g = 1: X + r (Fig. 4)
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
-        for layer in self.layers:
-            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
-                continue
-            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        hidden_states = run_encoder_layers(self, hidden_states, attention_mask, **kwargs)
         return DPEEncoderOutput(last_hidden_state=hidden_states, dynamic_positions=r, order_loss=loss)
 
 

@@ -24,7 +24,6 @@ through `ALL_ATTENTION_FUNCTIONS`, so eager, sdpa and flash paths all work.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +39,6 @@ from transformers.models.marian.modeling_marian import (
     MarianModel,
     MarianMTModel,
     MarianPreTrainedModel,
-    MarianSinusoidalPositionalEmbedding,
     eager_attention_forward,
 )
 from transformers.utils.generic import merge_with_config_defaults
@@ -51,6 +49,9 @@ from .extra_inputs import check_integer_tensor, check_permutation, token_mask
 from .hub_support import XLPEHubMixin, hf_init
 from .reorder_predictor import ReorderPredictor, positions_from_scores, reorder_loss
 from .seq2seq_scaffold import (
+    embed_source,
+    init_marian_encoder_parts,
+    run_encoder_layers,
     decoder_inputs_from_labels,
     encode_decode,
     init_marian_body,
@@ -193,12 +194,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
 
     def __init__(self, config: XLPEMarianConfig):
         super().__init__(config)
-        self.dropout, self.layerdrop = config.dropout, config.encoder_layerdrop
-        self.padding_idx = config.pad_token_id
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, self.padding_idx)
-        self.embed_positions = MarianSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
-        self.layers = nn.ModuleList([MarianEncoderLayer(config) for _ in range(config.encoder_layers)])
+        init_marian_encoder_parts(self, config)
         self.uses_xl = config.xl_strategy == "in" or (
             config.xl_strategy in ("head", "combination") and config.xl_heads > 0
         )
@@ -213,7 +209,6 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         fixed = {config.eos_token_id, config.pad_token_id, *(config.reorder_fixed_token_ids or [])}
         self.fixed_token_ids = sorted(i for i in fixed if isinstance(i, int))
         self._fixed_ids_cache: dict = {}  # (device, dtype) -> tensor of fixed_token_ids, built once per device
-        self.gradient_checkpointing = False
         self.post_init()
 
     def movable_tokens(self, input_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
@@ -244,15 +239,8 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             When omitted, the reorder predictor supplies them.
         compute_reorder_loss (`bool`): return the predictor's imitation loss against `reorder_positions`.
         """
-        if (input_ids is None) ^ (inputs_embeds is not None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        inputs_embeds = embed_source(self, input_ids, inputs_embeds)
         batch, length = inputs_embeds.shape[:2]
-        if length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"input length {length} exceeds max_position_embeddings={self.config.max_position_embeddings}"
-            )
         pe_abs = self.embed_positions(inputs_embeds.shape[:-1])
         hidden_states = inputs_embeds + pe_abs
         xl_delta = used_positions = loss = None
@@ -285,11 +273,8 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
-        for index, layer in enumerate(self.layers):
-            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
-                continue
-            extra = {"xl_position_delta": xl_delta} if index == 0 and xl_delta is not None else {}
-            hidden_states = layer(hidden_states, attention_mask, **extra, **kwargs)
+        first_layer = {"xl_position_delta": xl_delta} if xl_delta is not None else None
+        hidden_states = run_encoder_layers(self, hidden_states, attention_mask, first_layer, **kwargs)
         return XLPEEncoderOutput(last_hidden_state=hidden_states, reorder_positions=used_positions, reorder_loss=loss)
 
 

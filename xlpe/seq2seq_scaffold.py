@@ -5,6 +5,8 @@ A family differs from stock MarianMT/BART only in its encoder (and, for mvPE+POS
 encoder → decoder plumbing and the output assembly are the same. These helpers build and run them so that each
 `modeling_<family>.py` keeps only what is specific to its paper:
 
+* `init_marian_encoder_parts`, `embed_source`, `run_encoder_layers`: the parts of `MarianEncoder` a family's
+  encoder keeps (same submodule names), its embedding prologue and its LayerDrop loop.
 * `init_marian_body(model, config, encoder)` / `init_marian_head(model, config, base_model)`: the stock
   submodule names (so stock checkpoints load) and the tied-weight maps of transformers 5.
 * `encode_decode(model, output_class, ...)`: run the encoder (unless `encoder_outputs` are given, as in
@@ -17,13 +19,19 @@ Flat file, imports only torch/transformers: it travels as Hub custom code with t
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
-from transformers.models.marian.modeling_marian import MarianDecoder, shift_tokens_right
+from transformers.models.marian.modeling_marian import (
+    MarianDecoder,
+    MarianEncoderLayer,
+    MarianSinusoidalPositionalEmbedding,
+    shift_tokens_right,
+)
 
 _MODEL_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqModelOutput)}
 _LM_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqLMOutput)}
@@ -36,6 +44,39 @@ def extra_fields(output_class, standard: set[str]) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------
 # Construction
 # ---------------------------------------------------------------------------------------------------------
+
+
+def init_marian_encoder_parts(encoder: nn.Module, config) -> None:
+    """`MarianEncoder`'s attributes and submodules: embed_tokens, embed_positions (sinusoid), layers, ..."""
+    encoder.dropout, encoder.layerdrop = config.dropout, config.encoder_layerdrop
+    encoder.padding_idx = config.pad_token_id
+    encoder.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+    encoder.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, encoder.padding_idx)
+    encoder.embed_positions = MarianSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
+    encoder.layers = nn.ModuleList([MarianEncoderLayer(config) for _ in range(config.encoder_layers)])
+    encoder.gradient_checkpointing = False
+
+
+def embed_source(encoder: nn.Module, input_ids, inputs_embeds) -> torch.Tensor:
+    """Scaled token embeddings X (or the given `inputs_embeds`), after checking the input length."""
+    if (input_ids is None) ^ (inputs_embeds is not None):
+        raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+    if inputs_embeds is None:
+        inputs_embeds = encoder.embed_tokens(input_ids) * encoder.embed_scale
+    length, limit = inputs_embeds.shape[1], encoder.config.max_position_embeddings
+    if length > limit:
+        raise ValueError(f"input length {length} exceeds max_position_embeddings={limit}")
+    return inputs_embeds
+
+
+def run_encoder_layers(encoder: nn.Module, hidden_states, attention_mask, first_layer_kwargs=None, **kwargs):
+    """The encoder layers with LayerDrop in training; `first_layer_kwargs` go to layer 0 only."""
+    for index, layer in enumerate(encoder.layers):
+        if encoder.training and encoder.layerdrop > 0.0 and torch.rand([]) < encoder.layerdrop:
+            continue
+        extra = first_layer_kwargs if index == 0 and first_layer_kwargs else {}
+        hidden_states = layer(hidden_states, attention_mask, **extra, **kwargs)
+    return hidden_states
 
 
 def init_marian_body(model: nn.Module, config, encoder: nn.Module, decoder: nn.Module | None = None) -> None:
