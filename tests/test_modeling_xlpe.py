@@ -100,7 +100,7 @@ def test_in_xl_fusion_is_equation_7(toy_tokenizer):
     for fusion in ("diagonal", "full"):
         config = XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), xl_strategy="in", xl_heads=0, xl_fusion=fusion)
         module = CrossLingualPositionEncoding(config)
-        module.reset_parameters()
+        module.init_own_parameters()
         with torch.no_grad():
             module.fusion_abs.normal_()
             module.fusion_xl.normal_()

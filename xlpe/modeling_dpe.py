@@ -47,6 +47,7 @@ from .configuration_dpe import DPEMarianConfig
 from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
 from .hub_support import XLPEHubMixin, hf_init
 from .seq2seq_scaffold import (
+    SelfInitialisingModulesMixin,
     embed_source,
     init_marian_encoder_parts,
     run_encoder_layers,
@@ -74,7 +75,7 @@ class DynamicPositionEncoding(nn.Module):
         self.gate_init = config.dpe_gate_init
 
     @torch.no_grad()
-    def reset_parameters(self) -> None:
+    def init_own_parameters(self) -> None:
         hf_init.constant_(self.gate, self.gate_init)
 
     def forward(self, enriched: torch.Tensor, pe_abs: torch.Tensor, attention_mask, **kwargs):
@@ -134,16 +135,10 @@ class DPESeq2SeqLMOutput(Seq2SeqLMOutput):
 # ---------------------------------------------------------------------------------------------------------
 
 
-class DPEMarianPreTrainedModel(MarianPreTrainedModel):
+class DPEMarianPreTrainedModel(SelfInitialisingModulesMixin, MarianPreTrainedModel):
     config_class = DPEMarianConfig
     config: DPEMarianConfig
     _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, DynamicPositionEncoding):
-            module.reset_parameters()
 
 
 class DPEMarianEncoder(DPEMarianPreTrainedModel):

@@ -75,7 +75,7 @@ from .configuration_mvpe_pos import (
 from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
 from .hub_support import XLPEHubMixin
 from .pos_tagging_hub import RawTextTagger
-from .seq2seq_scaffold import decoder_inputs_from_labels, encode_decode, lm_output, translation_loss
+from .seq2seq_scaffold import SelfInitialisingModulesMixin, decoder_inputs_from_labels, encode_decode, lm_output, translation_loss
 from .sinusoid import SinusoidalPositions
 
 logger = logging.get_logger(__name__)
@@ -167,15 +167,9 @@ class MvPEPosSeq2SeqLMOutput(Seq2SeqLMOutput):
 # ---------------------------------------------------------------------------------------------------------
 
 
-class MvPEPosPreTrainedModel(BartPreTrainedModel):
+class MvPEPosPreTrainedModel(SelfInitialisingModulesMixin, BartPreTrainedModel):
     config_class = MvPEPosConfig
     config: MvPEPosConfig
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, SinusoidalPositions):
-            module.reset_table()
 
 
 class AugmentedInput(nn.Module):

@@ -49,6 +49,7 @@ from .extra_inputs import check_integer_tensor, check_permutation, token_mask
 from .hub_support import XLPEHubMixin, hf_init
 from .reorder_predictor import ReorderPredictor, positions_from_scores, reorder_loss
 from .seq2seq_scaffold import (
+    SelfInitialisingModulesMixin,
     embed_source,
     init_marian_encoder_parts,
     run_encoder_layers,
@@ -86,7 +87,7 @@ class CrossLingualPositionEncoding(nn.Module):
         self.gate = nn.Parameter(torch.empty(1))
 
     @torch.no_grad()
-    def reset_parameters(self) -> None:
+    def init_own_parameters(self) -> None:
         if self.strategy in ("in", "combination"):
             for weight in (self.fusion_abs, self.fusion_xl):
                 if self.fusion == "diagonal":
@@ -175,16 +176,10 @@ class XLPESeq2SeqLMOutput(Seq2SeqLMOutput):
 # ---------------------------------------------------------------------------------------------------------
 
 
-class XLPEMarianPreTrainedModel(MarianPreTrainedModel):
+class XLPEMarianPreTrainedModel(SelfInitialisingModulesMixin, MarianPreTrainedModel):
     config_class = XLPEMarianConfig
     config: XLPEMarianConfig
     _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, CrossLingualPositionEncoding):
-            module.reset_parameters()
 
 
 class XLPEMarianEncoder(XLPEMarianPreTrainedModel):

@@ -5,6 +5,8 @@ A family differs from stock MarianMT/BART only in its encoder (and, for mvPE+POS
 encoder → decoder plumbing and the output assembly are the same. These helpers build and run them so that each
 `modeling_<family>.py` keeps only what is specific to its paper:
 
+* `SelfInitialisingModulesMixin`: one `_init_weights` rule for every family: after the stock initialisation, a
+  module that defines `init_own_parameters()` (XL fusion and gate, DPE gate, sinusoid tables) initialises itself.
 * `init_marian_encoder_parts`, `embed_source`, `run_encoder_layers`: the parts of `MarianEncoder` a family's
   encoder keeps (same submodule names), its embedding prologue and its LayerDrop loop.
 * `init_marian_body(model, config, encoder)` / `init_marian_head(model, config, base_model)`: the stock
@@ -35,6 +37,19 @@ from transformers.models.marian.modeling_marian import (
 
 _MODEL_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqModelOutput)}
 _LM_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqLMOutput)}
+
+
+class SelfInitialisingModulesMixin:
+    """Put before the stock `*PreTrainedModel` in a family's bases. `_init_weights` runs for every module at
+    `post_init` and for the modules a checkpoint does not cover at `from_pretrained` (meta-device loading), so
+    state filled here (e.g. non-persistent sinusoid tables) survives both."""
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        init_own_parameters = getattr(module, "init_own_parameters", None)
+        if callable(init_own_parameters):
+            init_own_parameters()
 
 
 def extra_fields(output_class, standard: set[str]) -> list[str]:

@@ -51,8 +51,8 @@ def sinusoid_table(
 class SinusoidalPositions(nn.Module):
     """A frozen sinusoid table with gather by arbitrary position ids.
 
-    The table is a non-persistent buffer (never saved, rebuilt by `reset_table`, which the model's
-    `_init_weights` calls, so it survives `post_init` and `from_pretrained` on the meta device).
+    The table is a non-persistent buffer (never saved, rebuilt by `init_own_parameters`, which the
+    models' shared `_init_weights` calls, so it survives `post_init` and `from_pretrained` on the meta device).
     `forward(position_ids)` accepts any integer tensor shape and returns shape + [dim].
     """
 
@@ -62,7 +62,7 @@ class SinusoidalPositions(nn.Module):
         self.register_buffer("table", sinusoid_table(num_positions, dim, base, step), persistent=False)
 
     @torch.no_grad()
-    def reset_table(self) -> None:
+    def init_own_parameters(self) -> None:
         fresh = sinusoid_table(self.num_positions, self.dim, self.base, self.step)
         if hf_init is not None:
             hf_init.copy_(self.table, fresh.to(self.table.device, self.table.dtype))
