@@ -36,7 +36,6 @@ NLTK_DATA = DATA / "nltk_data"
 HANSARDS = DATA / "word_alignment_gold" / "enfr_hansards"
 NOISE_RATIOS = (0.0, 0.05, 0.1, 0.15, 0.2)
 DPE_LAMBDAS = (0.1, 0.3, 0.5, 0.7)
-REPORT_DATE = "2026-11-20"
 
 # ---------------------------------------------------------------------------------------------------------
 # Modes: data size and training budget (the same for every run of a mode)
@@ -52,9 +51,10 @@ MODES = {
 }  # fmt: skip
 
 
-def run(name, model_type, pair="de-en", data="clean", kind="train", **fields):
-    """One run of a group: a name unique within its language pair, the family, its config fields."""
-    return dict(name=name, model_type=model_type, pair=pair, data=data, kind=kind, fields=fields)
+def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None, **fields):
+    """One run of a group: a name unique within its language pair, the family, its config fields. `same_as`:
+    the name of another run (same pair) that trains exactly this model; its result is reused, not recomputed."""
+    return dict(name=name, model_type=model_type, pair=pair, data=data, kind=kind, fields=fields, same_as=same_as)
 
 
 def group_runs(group: str, mode: dict) -> list[dict]:
@@ -64,19 +64,22 @@ def group_runs(group: str, mode: dict) -> list[dict]:
     if group == "xl-combination":  # the smallest comparison: the CI test, and the CPU-mode headline run
         return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination")]
     if group == "tau":
-        return [run("vanilla", "vanilla")] + [run(f"head-tau{t}", "xlpe", xl_strategy="head", xl_heads=t) for t in range(heads + 1)]
+        default_tau = max(1, heads // 4)  # the "head" run of group xl (XLPEMarianConfig's default tau)
+        return [run("vanilla", "vanilla")] + [run(f"head-tau{t}", "xlpe", xl_strategy="head", xl_heads=t,
+                                                  same_as="head" if t == default_tau else None) for t in range(heads + 1)]  # fmt: skip
     if group == "dpe":
         return [run("vanilla", "vanilla")] + [run(f"dpe-lambda{lam}", "dpe", order_loss_weight=lam) for lam in DPE_LAMBDAS]
     if group == "table5":
-        return [run("vanilla", "vanilla")] + [run(f"table5-{p}", "table5", preset=p) for p in ("base", "8E", "10E", "DPE")]
+        aliases = {"base": "vanilla", "DPE": "dpe-lambda0.5"}  # the same model as those runs (L layers; DPE, lambda 0.5)
+        return [run("vanilla", "vanilla")] + [run(f"table5-{p}", "table5", preset=p, same_as=aliases.get(p)) for p in ("base", "8E", "10E", "DPE")]
     if group == "2pt":
         return [run("vanilla", "vanilla"), run("2pt", "vanilla", kind="two_pass")]
     if group == "mvpe":
         return [run("vanilla", "vanilla", pair="en-de", kind="mvpe"), run("mvpe_pos", "mvpe_pos", pair="en-de", kind="mvpe",
                                                                     config_overrides=f"pos_dim={mode['d_model'] // 4}")]
     if group == "noise":
-        return [run("vanilla", "vanilla")] + [run(f"combination-noise{r}", "xlpe", data=f"noise{r}", xl_strategy="combination")
-                                              for r in NOISE_RATIOS]  # fmt: skip
+        return [run("vanilla", "vanilla")] + [run(f"combination-noise{r}", "xlpe", data=f"noise{r}", xl_strategy="combination",
+                                                  same_as="combination" if r == 0 else None) for r in NOISE_RATIOS]  # fmt: skip
     if group == "alignment":
         return [run("vanilla", "vanilla", pair="en-fr")] + [run(s, "xlpe", pair="en-fr", xl_strategy=s)
                                                              for s in ("in", "head", "combination")]  # fmt: skip
@@ -155,8 +158,10 @@ def write_text_split(work: Path, pair: str, mode: dict, pairs_by_split: dict[str
     folder.mkdir(parents=True, exist_ok=True)
     for split, pairs in pairs_by_split.items():
         for side, index in (("source", 0), ("target", 1)):
-            (folder / f"{split}.{side}").write_text("\n".join(p[index] for p in pairs) + "\n", encoding="utf-8")
-            flags += [f"--{split}_{side}_file", str(folder / f"{split}.{side}")]
+            path, staging = folder / f"{split}.{side}", folder / f".{split}.{side}.{os.getpid()}"
+            staging.write_text("\n".join(p[index] for p in pairs) + "\n", encoding="utf-8")
+            os.replace(staging, path)  # atomic: parallel workers (--workers) write the same text
+            flags += [f"--{split}_{side}_file", str(path)]
     return flags
 
 
@@ -193,20 +198,23 @@ def train(mode, work, spec, seed, extra: list[str], model_type=None, fields=None
 
 
 def table5_config(work: Path, spec: dict, mode: dict) -> list[str]:
-    """A Table 5 preset at this mode's width: base = L encoder layers, 8E = L+2, 10E = L+4, DPE = L + 2 DPE layers."""
-    from transformers import AutoTokenizer
+    """A Table 5 preset at this mode's width: base = L encoder layers, 8E = L+2, 10E = L+4, DPE = L + 2 DPE layers.
+
+    Everything but the depth is what every other run of the mode gets from xlpe-train, the activation included
+    (MarianConfig's gelu, not the presets' Transformer-base relu): the rows differ by encoder depth only."""
+    from transformers import AutoTokenizer, MarianConfig
 
     from xlpe.configuration_dpe import table5_preset
 
     preset, layers = spec["fields"]["preset"], mode["layers"]
     tok = AutoTokenizer.from_pretrained(tokenizer_dir(work, spec["pair"], mode))
     extra_layers = {"base": 0, "8E": 2, "10E": 4, "DPE": 0}[preset]
-    config = table5_preset(preset, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+    config = table5_preset(preset, activation_function=MarianConfig().activation_function, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                            decoder_start_token_id=tok.pad_token_id, forced_eos_token_id=tok.eos_token_id,
                            d_model=mode["d_model"], encoder_attention_heads=mode["heads"], decoder_attention_heads=mode["heads"],
                            encoder_ffn_dim=mode["ffn"], decoder_ffn_dim=mode["ffn"], encoder_layers=layers + extra_layers,
                            decoder_layers=layers, init_std=mode["d_model"] ** -0.5, max_position_embeddings=2 * mode["max_length"] + 16)  # fmt: skip
-    path = work / "data" / spec["pair"] / f"table5-{preset}"
+    path = work / "data" / spec["pair"] / f"table5-{preset}-pid{os.getpid()}"  # one per process: --workers
     config.save_pretrained(path)
     return ["--config_name", str(path)]
 
@@ -333,6 +341,58 @@ def read_results(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
+def same_run_record(results: Path, mode_name: str, spec: dict, seed: int) -> dict | None:
+    """The finished record of the run `spec` is the same model as (read now: another driver may have written it)."""
+    key = run_key(mode_name, {"pair": spec["pair"], "name": spec["same_as"]}, seed)
+    return next((r for r in read_results(results) if r["key"] == key), None)
+
+
+def run_in_workers(args, planned: list, done: set, work: Path, deadline: float | None) -> list[str]:
+    """Run the planned trainings (not the reused ones) `args.workers` at a time, each in its own single-threaded
+    process (`--only KEY`, log in <work_dir>/logs/). Data are prepared here first, so the workers only read them;
+    two seeds of the same run never overlap (they share text files and configs). Returns the keys not started
+    because --max_minutes passed."""
+    import subprocess
+
+    todo = [item for item in planned if not item[1]["same_as"] and item[3] not in done]
+    mode = MODES[args.mode]
+    for _, spec, _, _ in todo:  # prepare every (pair, data) once, before any worker starts
+        tokenizer_dir(work, spec["pair"], mode)
+        prepared_dir(work, spec["pair"], "clean", mode)
+        prepared_dir(work, spec["pair"], spec["data"], mode)
+    (work / "logs").mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    running: dict[str, tuple] = {}  # key -> (process, log handle, run identity)
+    not_started, failed = [], []
+    while todo or running:
+        for key, (process, log, _) in list(running.items()):
+            if process.poll() is not None:
+                log.close()
+                del running[key]
+                if process.returncode != 0:
+                    failed.append(key)
+                print(f"[reproduce] worker finished {key} (exit {process.returncode}; log {log.name})", flush=True)
+        busy = {identity for _, _, identity in running.values()}
+        while todo and len(running) < args.workers:
+            start = next((i for i, (_, spec, _, _) in enumerate(todo) if (spec["pair"], spec["name"]) not in busy), None)
+            if start is None:
+                break
+            group, spec, seed, key = todo.pop(start)
+            if deadline and time.time() > deadline:
+                not_started.append(key)
+                continue
+            log = (work / "logs" / (key.replace("|", "_") + ".log")).open("w")
+            command = [sys.executable, str(Path(__file__).resolve()), "--mode", args.mode, "--groups", group, "--seeds",
+                       str(seed), "--work_dir", str(work), "--only", key]  # fmt: skip
+            print(f"[reproduce] worker starts {key}", flush=True)
+            running[key] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log, (spec["pair"], spec["name"]))
+            busy.add((spec["pair"], spec["name"]))
+        time.sleep(2)
+    if failed:
+        raise SystemExit(f"[reproduce] runs failed (see {work / 'logs'}): {failed}")
+    return not_started
+
+
 def run_all(args) -> int:
     mode, work = MODES[args.mode], Path(args.work_dir)
     results = work / "results.jsonl"
@@ -351,7 +411,13 @@ def run_all(args) -> int:
                 if key not in seen:
                     seen.add(key)
                     planned.append((group, spec, seed, key))
+    planned.sort(key=lambda item: (args.seeds.index(item[2]), item[1]["same_as"] is not None))  # reused after their source
+    if args.only:
+        planned = [item for item in planned if item[3] == args.only]
     skipped_for_time = []
+    if args.workers > 1:
+        skipped_for_time = run_in_workers(args, planned, done, work, deadline)
+        planned = [item for item in planned if item[1]["same_as"]]  # reused results: read here, after the workers
     for group, spec, seed, key in planned:
         if key in done:
             print(f"[reproduce] skip (already in {results.name}): {key}")
@@ -359,9 +425,17 @@ def run_all(args) -> int:
         if deadline and time.time() > deadline:
             skipped_for_time.append(key)
             continue
-        print(f"[reproduce] run {key}", flush=True)
         record = {"key": key, "group": group, "mode": args.mode, "seed": seed, **{k: spec[k] for k in ("name", "model_type", "pair", "data", "kind", "fields")}}
-        record.update(execute(spec, seed, mode, work))
+        if spec["same_as"]:
+            source = same_run_record(results, args.mode, spec, seed)
+            if source is None:
+                print(f"[reproduce] not yet run: {key} reuses {spec['same_as']!r} of seed {seed}; add its group (rerun to resume)")
+                continue
+            record.update({k: v for k, v in source.items() if k not in record}, same_as=source["key"])
+            print(f"[reproduce] {key}: the same model as {source['key']}, result reused", flush=True)
+        else:
+            print(f"[reproduce] run {key}", flush=True)
+            record.update(execute(spec, seed, mode, work), date=time.strftime("%Y-%m-%d"))
         with results.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
         print(f"[reproduce] {key}: BLEU {record['bleu']:.2f} chrF {record['chrf']:.2f} ({record['seconds']} s)", flush=True)
@@ -395,7 +469,8 @@ def significance(record: dict, baseline: dict | None, references: list[str], tar
 
 def group_table(group: str, records: list[dict], work: Path, modes: set[str]) -> list[str]:
     """Markdown rows for one group: BLEU/chrF mean ± std over seeds, delta and paired bootstrap per seed."""
-    names = list(dict.fromkeys(r["name"] for r in records))
+    in_group_order = [spec["name"] for mode in sorted(modes) for spec in group_runs(group, MODES[mode])]
+    names = sorted(dict.fromkeys(r["name"] for r in records), key=lambda n: in_group_order.index(n) if n in in_group_order else len(in_group_order))
     lines = [f"### {group} ({', '.join(sorted(modes))} mode)", "",
              "| run | pair | seeds | BLEU | chrF | ΔBLEU / ΔchrF vs vanilla | bootstrap p BLEU / chrF, per seed | verdict (BLEU) |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -418,9 +493,12 @@ def group_table(group: str, records: list[dict], work: Path, modes: set[str]) ->
             pcol = ", ".join(f"{p:.3f} / {q:.3f}" for p, q in zip(pvalues, chrf_pvalues)) or "-"
             same_sign = all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
             direction = "better" if deltas and statistics.mean(deltas) > 0 else "worse"
-            verdict = (f"{direction} (significant in every seed, p<0.05)" if pvalues and significant == len(pvalues) and same_sign
+            verdict = (f"{direction} (significant in {significant}/{len(pvalues)} seeds, p<0.05)" if pvalues and significant == len(pvalues) and same_sign
                        else f"within noise (significant in {significant}/{len(pvalues)} seeds)")  # fmt: skip
-        lines.append(f"| {name} | {rows[0]['pair']} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
+            verdict += "; one seed: indicative only" if len(pvalues) == 1 else ""
+        reused = sorted({r["same_as"].split("|")[2] for r in rows if r.get("same_as")})
+        label = f"{name} (= {', '.join(reused)})" if reused else name  # the same model: its result, not a new run
+        lines.append(f"| {label} | {rows[0]['pair']} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
                      f"{mean_std([r['chrf'] for r in rows])} | {delta} | {pcol} | {verdict} |")  # fmt: skip
     extra = extra_tables(group, records)
     signatures = sorted({r["bleu_signature"] for r in records} | {r["chrf_signature"] for r in records})
@@ -515,7 +593,7 @@ def report(args) -> int:
     table = "\n".join(lines)
     print(table)
     if args.benchmarks:
-        write_section(Path(args.benchmarks), args, modes, table)
+        write_section(Path(args.benchmarks), args, modes, table, run_dates(records))
     return 0
 
 
@@ -525,13 +603,19 @@ def describe_budget(m: dict) -> str:
             f"{m['layers']}+{m['layers']} layers, {m['heads']} heads, FFN {m['ffn']}, joint BPE {m['vocab']}, beam {m['beams']}")
 
 
-def write_section(path: Path, args, modes: list[str], body: str) -> None:
+def run_dates(records: list[dict]) -> str:
+    """First and last day the runs finished (records written before dates were kept: their hypotheses file's)."""
+    days = sorted({r.get("date") or time.strftime("%Y-%m-%d", time.localtime(os.path.getmtime(r["hypotheses"]))) for r in records})
+    return days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+
+
+def write_section(path: Path, args, modes: list[str], body: str, dates: str) -> None:
     """Replace (or append at the end) the `## Reproduction` section of BENCHMARKS.md; nothing else changes."""
     text = path.read_text(encoding="utf-8")  # re-read just before editing
     command = args.command or "python bench/reproduce.py " + " ".join(sys.argv[1:])
     header = (f"## Reproduction\n\nGenerated by `bench/reproduce.py` (issue 7 §3). Mode(s): **{', '.join(modes)}**"
               f" (budget per run: {'; '.join(f'{m}: {describe_budget(MODES[m])}' for m in modes)}). Machine: {args.machine or platform.platform()}, "
-              f"`OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}`. Date: {REPORT_DATE}.\n\n"
+              f"`OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}`. Date: {dates}.\n\n"
               f"Command:\n\n```bash\n{command}\n```\n\nΔBLEU is the mean over seeds of (run − vanilla of the same seed); "
               "p: sacrebleu paired bootstrap (1000 resamples) against that vanilla run. A gain is called real "
               "only when it is significant in every seed; otherwise it is within noise. Groups not shown here were not "
@@ -554,6 +638,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="1", help="comma-separated seeds, e.g. 1,2,3")
     parser.add_argument("--work_dir", default="runs/reproduce")
     parser.add_argument("--max_minutes", type=float, default=None, help="start no new run after this many minutes")
+    parser.add_argument("--workers", type=int, default=1, help="trainings at a time, one process and one thread each")
+    parser.add_argument("--only", default=None, help=argparse.SUPPRESS)  # one run key: what a worker process runs
     parser.add_argument("--report", action="store_true", help="aggregate results.jsonl (after running, if --run too)")
     parser.add_argument("--run", action="store_true", help="with --report: run the groups first")
     parser.add_argument("--benchmarks", default=None, help="write the tables into this BENCHMARKS.md's ## Reproduction")
@@ -565,6 +651,8 @@ def main(argv=None) -> int:
     for g in args.groups:
         group_runs(g, MODES[args.mode])  # unknown names fail before any work
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.workers < 1:
+        raise SystemExit(f"--workers must be at least 1, got {args.workers}")
     if not args.report or args.run:
         run_all(args)
     return report(args) if args.report else 0

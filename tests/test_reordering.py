@@ -251,6 +251,18 @@ def test_noise_swaps_the_requested_fraction():
         add_reordering_noise(positions, 1.5, np.random.default_rng(0))
 
 
+@pytest.mark.parametrize("ratio", [0.05, 0.1, 0.15, 0.2])
+@pytest.mark.parametrize("length", [7, 12, 30])
+def test_noise_fraction_is_unbiased_on_short_sentences(ratio, length):
+    """Over a corpus the touched fraction is the ratio, also where ratio * length < 2 (a rounded-down count
+    would leave every 12-word sentence untouched at 5%)."""
+    rng = np.random.default_rng([7, length])
+    positions = list(range(length))
+    touched = [sum(a != b for a, b in zip(add_reordering_noise(positions, ratio, rng), positions)) for _ in range(4000)]
+    assert all(t % 2 == 0 for t in touched)  # swaps of distinct indices
+    assert abs(np.mean(touched) / length - ratio) < 0.01
+
+
 # ---------------------------------------------------------------- scores
 
 

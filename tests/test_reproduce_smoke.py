@@ -1,12 +1,15 @@
 """bench/reproduce.py end to end in smoke mode: vanilla + Combination on a few hundred Multi30k pairs, one seed,
-a few steps; the JSON lines file has both runs with BLEU/chrF and their sacrebleu signatures, a second call
-skips them (resumable), and the report writes a table into the `## Reproduction` section of a BENCHMARKS.md."""
+a few steps. `--workers 2` trains them side by side in two processes; the JSON lines file has both runs with
+BLEU/chrF and their sacrebleu signatures; a second call skips them (resumable); a run that trains the same model
+as a finished one reuses its result (and says so when that run is missing); the report writes a table into the
+`## Reproduction` section of a BENCHMARKS.md."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import time
 
 from conftest import REPO_ROOT
 
@@ -27,14 +30,18 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     benchmarks.write_text("# Benchmarks\n\n## Speed\n\nkept as it is\n")
     common = ["--mode", "smoke", "--groups", "xl-combination", "--seeds", "1", "--work_dir", str(work)]
 
-    assert driver.main(common) == 0
-    records = [json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()]
+    assert driver.main(common + ["--workers", "2"]) == 0  # two worker processes, one run each
+    assert "worker starts smoke|de-en|combination|1" in capsys.readouterr().out
+    records = sorted((json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()), key=lambda r: r["name"] != "vanilla")
+    (work / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))  # vanilla first, as one process writes them
     assert [r["name"] for r in records] == ["vanilla", "combination"]
+    assert sorted(p.name for p in (work / "logs").iterdir()) == ["smoke_de-en_combination_1.log", "smoke_de-en_vanilla_1.log"]
     for record in records:
         assert 0.0 <= record["bleu"] <= 100.0 and 0.0 <= record["chrf"] <= 100.0
         assert record["bleu_signature"].startswith("nrefs:1|") and "tok:13a" in record["bleu_signature"]
         assert record["chrf_signature"].startswith("nrefs:1|")
         assert record["mode"] == "smoke" and record["seed"] == 1 and os.path.isfile(record["hypotheses"])
+        assert record["date"] == time.strftime("%Y-%m-%d")
 
     capsys.readouterr()
     assert driver.main(common + ["--report", "--run", "--benchmarks", str(benchmarks), "--plot_dir", str(tmp_path)]) == 0
@@ -44,4 +51,27 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert text.startswith("# Benchmarks\n\n## Speed\n\nkept as it is\n")  # only the new section is touched
     section = text[text.index("## Reproduction"):]
     assert "### xl-combination (smoke mode)" in section and "| combination | de-en | 1 |" in section
-    assert "Mode(s): **smoke**" in section and "2026-11-20" in section
+    assert "Mode(s): **smoke**" in section and f"Date: {records[0]['date']}." in section
+
+    # noise ratio 0 is the clean Combination model: its result is reused, nothing is trained
+    monkeypatch.setattr(driver, "NOISE_RATIOS", (0.0,))
+    runs_before = sorted(p.name for p in (work / "runs").iterdir())
+    assert driver.main(["--mode", "smoke", "--groups", "noise", "--seeds", "1", "--work_dir", str(work)]) == 0
+    records = [json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()]
+    reused = records[-1]
+    assert len(records) == 3 and reused["name"] == "combination-noise0.0" and reused["group"] == "noise"
+    assert reused["same_as"] == "smoke|de-en|combination|1" and reused["data"] == "noise0.0"
+    assert (reused["bleu"], reused["hypotheses"]) == (records[1]["bleu"], records[1]["hypotheses"])
+    assert sorted(p.name for p in (work / "runs").iterdir()) == runs_before
+    capsys.readouterr()
+    assert driver.main(["--report", "--work_dir", str(work), "--plot_dir", str(tmp_path)]) == 0
+    assert "| combination-noise0.0 (= combination) | de-en | 1 |" in capsys.readouterr().out
+
+    # ... and when the run it reuses has not been made, it is reported as not run, not silently dropped
+    fresh = tmp_path / "fresh"
+    (fresh).mkdir()
+    (fresh / "results.jsonl").write_text(json.dumps(records[0]) + "\n")  # vanilla only
+    capsys.readouterr()
+    assert driver.main(["--mode", "smoke", "--groups", "noise", "--seeds", "1", "--work_dir", str(fresh)]) == 0
+    assert "not yet run: smoke|de-en|combination-noise0.0|1 reuses 'combination'" in capsys.readouterr().out
+    assert len((fresh / "results.jsonl").read_text().splitlines()) == 1

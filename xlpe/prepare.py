@@ -68,7 +68,7 @@ logger = logging.getLogger(__name__)
 
 FEATURES = ("reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids")
 SKIP_REASONS = ("empty_source", "empty_target", "source_too_long", "target_too_long")
-PREPARATION_VERSION = 1  # bump when the produced features change meaning (invalidates caches)
+PREPARATION_VERSION = 2  # bump when the produced features change meaning (invalidates caches)
 _TAGGERS: dict[tuple, Tagger] = {}  # per process; built before `map` so forked workers inherit them
 
 
