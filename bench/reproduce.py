@@ -639,7 +639,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work_dir", default="runs/reproduce")
     parser.add_argument("--max_minutes", type=float, default=None, help="start no new run after this many minutes")
     parser.add_argument("--workers", type=int, default=1, help="trainings at a time, one process and one thread each")
-    parser.add_argument("--only", default=None, help=argparse.SUPPRESS)  # one run key: what a worker process runs
+    parser.add_argument("--only", default=None, help="run just this key, e.g. 'cpu|de-en|dpe-lambda0.5|2' (what a worker runs)")
     parser.add_argument("--report", action="store_true", help="aggregate results.jsonl (after running, if --run too)")
     parser.add_argument("--run", action="store_true", help="with --report: run the groups first")
     parser.add_argument("--benchmarks", default=None, help="write the tables into this BENCHMARKS.md's ## Reproduction")
