@@ -356,10 +356,8 @@ def run_in_workers(args, planned: list, done: set, work: Path, deadline: float |
 
     todo = [item for item in planned if not item[1]["same_as"] and item[3] not in done]
     mode = MODES[args.mode]
-    for _, spec, _, _ in todo:  # prepare every (pair, data) once, before any worker starts
-        tokenizer_dir(work, spec["pair"], mode)
-        prepared_dir(work, spec["pair"], "clean", mode)
-        prepared_dir(work, spec["pair"], spec["data"], mode)
+    for pair, data in dict.fromkeys((spec["pair"], spec["data"]) for _, spec, _, _ in todo):
+        prepared_dir(work, pair, data, mode)  # before any worker starts (a noisy set prepares its clean one)
     (work / "logs").mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     running: dict[str, tuple] = {}  # key -> (process, log handle, run identity)
