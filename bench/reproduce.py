@@ -412,6 +412,9 @@ def run_all(args) -> int:
     planned.sort(key=lambda item: (args.seeds.index(item[2]), item[1]["same_as"] is not None))  # reused after their source
     if args.only:
         planned = [item for item in planned if item[3] == args.only]
+        if not planned:
+            raise SystemExit(f"--only {args.only!r} is not a run of --mode {args.mode} --groups {','.join(args.groups)} "
+                             f"--seeds {','.join(map(str, args.seeds))} (keys look like 'cpu|de-en|combination|1')")
     skipped_for_time = []
     if args.workers > 1:
         skipped_for_time = run_in_workers(args, planned, done, work, deadline)

@@ -11,6 +11,8 @@ import json
 import os
 import time
 
+import pytest
+
 from conftest import REPO_ROOT
 
 
@@ -75,3 +77,6 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert driver.main(["--mode", "smoke", "--groups", "noise", "--seeds", "1", "--work_dir", str(fresh)]) == 0
     assert "not yet run: smoke|de-en|combination-noise0.0|1 reuses 'combination'" in capsys.readouterr().out
     assert len((fresh / "results.jsonl").read_text().splitlines()) == 1
+
+    with pytest.raises(SystemExit, match="--only 'smoke|de-en|nonexistent|1' is not a run"):
+        driver.main(["--mode", "smoke", "--groups", "xl", "--seeds", "1", "--work_dir", str(fresh), "--only", "smoke|de-en|nonexistent|1"])

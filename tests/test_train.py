@@ -304,6 +304,18 @@ def test_resume_after_sigkill(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 
 
+def test_command_exits_zero_on_success(tmp_path):
+    """`xlpe-train` as a shell command: exit status 0, so `pip install ... && xlpe-train ...` chains (the
+    Python API `main` returns the metrics dict, which `sys.exit` would turn into status 1)."""
+    console_script = ("import sys; from importlib.metadata import entry_points; "  # what pip's `xlpe-train` wrapper does
+                      "(command,) = entry_points(group='console_scripts', name='xlpe-train'); sys.argv[0] = 'xlpe-train'; "
+                      "sys.exit(command.load()())")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", console_script, *tiny(tmp_path, "--max_steps", "2", "--max_predict_samples", "4")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert (tmp_path / "run" / "config.json").is_file()
+
+
 def test_accelerate_launch_with_two_cpu_processes(tmp_path):
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",

@@ -403,5 +403,11 @@ def write_card(output_dir, model_args, data_args, training_args, metrics) -> Non
                      training=training, base_model=base_model)  # fmt: skip
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The `xlpe-train` command: `main` returns its metrics (for Python callers); a command exits 0 on success."""
     main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
