@@ -19,7 +19,7 @@ from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel, Tra
 from xlpe import MODEL_FAMILIES
 from xlpe.checkpoint_averaging import average_checkpoints, last_checkpoints, list_checkpoints, save_averaged_model
 from xlpe.synthetic import generate_pairs
-from xlpe.train import main, parse_arguments
+from xlpe.train import finish_distributed, main, parse_arguments
 from xlpe.train_args import BUILTIN_DATASET
 from xlpe.trainer import generation_inputs
 
@@ -331,3 +331,19 @@ def test_accelerate_launch_with_two_cpu_processes(tmp_path):
     predict = json.loads((tmp_path / "run" / "predict_results.json").read_text())
     assert predict["predict_samples"] == 7  # the sampler's padding duplicates are not scored
     assert len((tmp_path / "run" / "generated_predictions.txt").read_text().splitlines()) == 7
+
+
+def test_command_destroys_the_process_group_before_exit(tmp_path):
+    """A rank that leaves its gloo group to static destructors can abort after a successful run (SIGABRT,
+    "terminate called without an active exception"): `cli` joins the ranks and destroys the group."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        assert dist.is_initialized()
+        finish_distributed()
+        assert not dist.is_initialized()
+        finish_distributed()  # no group: nothing to do
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -406,7 +406,19 @@ def write_card(output_dir, model_args, data_args, training_args, metrics) -> Non
 def cli() -> int:
     """The `xlpe-train` command: `main` returns its metrics (for Python callers); a command exits 0 on success."""
     main()
+    finish_distributed()
     return 0
+
+
+def finish_distributed() -> None:
+    """Join the ranks and destroy the process group before the interpreter exits. Left to static destructors,
+    gloo's worker threads can abort a rank *after* a successful run ("terminate called without an active
+    exception", SIGABRT), and `accelerate launch` then reports the whole job as failed."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
