@@ -11,6 +11,8 @@ Groups (each a list of runs; every group also runs vanilla Marian on its languag
   noise     Combination trained on 0-20% swapped XL indices              BLEU-1..4, ROUGE, length ratio)
   alignment AER on the en-fr Hansards gold set of models trained on Multi30k en->fr, eflomal as a reference row
   xl-combination  vanilla and Combination only (the CI smoke test; the CPU-mode headline comparison)
+  init      vanilla, 8E, 10E, Combination again with embeddings N(0, d^-1/2) and every linear layer N(0, 0.02)
+            (xlpe-train --init_std 0.02 --embedding_init_std d^-1/2), next to the default init (all d^-1/2)
 
 Each language pair is prepared ONCE (xlpe.prepare.prepare_splits, cached under --work_dir) with one joint
 tokenizer per language set; every run goes through `xlpe.train.main` (the `xlpe-train` API). Results are
@@ -80,13 +82,19 @@ def group_runs(group: str, mode: dict) -> list[dict]:
     if group == "noise":
         return [run("vanilla", "vanilla")] + [run(f"combination-noise{r}", "xlpe", data=f"noise{r}", xl_strategy="combination",
                                                   same_as="combination" if r == 0 else None) for r in NOISE_RATIOS]  # fmt: skip
+    if group == "init":  # Table 5's collapse: the same models with embeddings N(0, d^-1/2) and linears N(0, 0.02)
+        small = dict(init_std=0.02, embedding_init_std=round(mode["d_model"] ** -0.5, 6))
+        return [run("vanilla", "vanilla"), run("init-vanilla", "vanilla", **small), run("table5-8E", "table5", preset="8E"),
+                run("init-8E", "table5", preset="8E", **small), run("table5-10E", "table5", preset="10E"),
+                run("init-10E", "table5", preset="10E", **small), run("combination", "xlpe", xl_strategy="combination"),
+                run("init-combination", "xlpe", xl_strategy="combination", **small)]  # fmt: skip
     if group == "alignment":
         return [run("vanilla", "vanilla", pair="en-fr")] + [run(s, "xlpe", pair="en-fr", xl_strategy=s)
                                                              for s in ("in", "head", "combination")]  # fmt: skip
     raise ValueError(f"unknown group {group!r}; known: {', '.join(GROUPS)}")
 
 
-GROUPS = ("xl", "xl-combination", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment")
+GROUPS = ("xl", "xl-combination", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)
@@ -236,7 +244,7 @@ def execute(spec: dict, seed: int, mode: dict, work: Path) -> dict:
     if spec["kind"] == "train" and spec["model_type"] == "table5":
         preset = spec["fields"]["preset"]
         out, _ = train(mode, work, spec, seed, prepared + table5_config(work, spec, mode),
-                       model_type="dpe" if preset == "DPE" else "vanilla", fields={})
+                       model_type="dpe" if preset == "DPE" else "vanilla", fields={k: v for k, v in spec["fields"].items() if k != "preset"})
         hypotheses = (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
     elif spec["kind"] == "train":
         out, _ = train(mode, work, spec, seed, prepared)
@@ -396,9 +404,14 @@ def run_all(args) -> int:
     results = work / "results.jsonl"
     work.mkdir(parents=True, exist_ok=True)
     marker = work / "mode.txt"  # data and budgets differ per mode: one work_dir holds one mode
-    if marker.is_file() and marker.read_text().strip() != args.mode:
-        raise SystemExit(f"{work} holds {marker.read_text().strip()}-mode runs; use another --work_dir for --mode {args.mode}")
-    marker.write_text(args.mode)
+    if marker.is_file():  # written once, atomically: drivers and their workers read it side by side
+        held = marker.read_text().strip()
+        if held != args.mode:
+            raise SystemExit(f"{work} holds {held}-mode runs; use another --work_dir for --mode {args.mode}")
+    else:
+        staging = work / f".mode.txt.{os.getpid()}"
+        staging.write_text(args.mode)
+        os.replace(staging, marker)
     done = {r["key"] for r in read_results(results)}
     deadline = time.time() + 60 * args.max_minutes if args.max_minutes else None
     planned, seen = [], set()
@@ -579,9 +592,11 @@ def report(args) -> int:
     lines = []
     for group in groups:
         rows = [r for r in records if r["group"] == group]
-        # vanilla is run once per pair and seed; it belongs to every group of that pair
-        pairs = {r["pair"] for r in rows}
-        rows = [r for r in records if r["name"] == "vanilla" and r["pair"] in pairs and r not in rows] + rows
+        # a run is recorded once (under the group that ran it) and belongs to every group that lists it: vanilla
+        # to all groups of its pair, table5-8E to init, ...
+        pairs, modes = {r["pair"] for r in rows}, {r["mode"] for r in rows}
+        listed = {spec["name"] for mode in modes for spec in group_runs(group, MODES[mode])}
+        rows = [r for r in records if r["name"] in listed and r["pair"] in pairs and r["mode"] in modes and r not in rows] + rows
         lines += group_table(group, rows, work, {r["mode"] for r in rows})
     eflomal = work / "eflomal_aer.json"
     if eflomal.is_file():

@@ -71,7 +71,7 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
 
     # ... and when the run it reuses has not been made, it is reported as not run, not silently dropped
     fresh = tmp_path / "fresh"
-    (fresh).mkdir()
+    fresh.mkdir()
     (fresh / "results.jsonl").write_text(json.dumps(records[0]) + "\n")  # vanilla only
     capsys.readouterr()
     assert driver.main(["--mode", "smoke", "--groups", "noise", "--seeds", "1", "--work_dir", str(fresh)]) == 0
@@ -80,3 +80,35 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
 
     with pytest.raises(SystemExit, match="--only 'smoke|de-en|nonexistent|1' is not a run"):
         driver.main(["--mode", "smoke", "--groups", "xl", "--seeds", "1", "--work_dir", str(fresh), "--only", "smoke|de-en|nonexistent|1"])
+
+    with pytest.raises(SystemExit, match="holds smoke-mode runs; use another --work_dir for --mode cpu"):
+        driver.main(["--mode", "cpu", "--groups", "xl", "--seeds", "1", "--work_dir", str(fresh)])
+
+    # init group: Table 5's deeper encoders and the baselines again with a small init of the linear layers; the
+    # runs it shares with other groups (vanilla, combination) are reused by key and shown in its table
+    capsys.readouterr()
+    assert driver.main(["--mode", "smoke", "--groups", "init", "--seeds", "1", "--work_dir", str(work), "--report", "--run", "--plot_dir", str(tmp_path)]) == 0
+    records = {r["name"]: r for r in map(json.loads, (work / "results.jsonl").read_text().splitlines())}
+    assert {"init-vanilla", "table5-8E", "init-8E", "table5-10E", "init-10E", "init-combination"} <= set(records)
+    layers = driver.MODES["smoke"]["layers"]
+    for name, depth, init_std in (("init-8E", layers + 2, 0.02), ("table5-10E", layers + 4, driver.MODES["smoke"]["d_model"] ** -0.5)):
+        config = json.loads((work / "runs" / f"de-en-{name}-seed1" / "config.json").read_text())
+        assert (config["encoder_layers"], config["decoder_layers"]) == (depth, layers)
+        assert config["init_std"] == pytest.approx(init_std)
+    table = capsys.readouterr().out.split("### init (smoke mode)")[1].split("###")[0]
+    assert "| combination | de-en | 1 |" in table and "| init-combination | de-en | 1 |" in table  # combination: from xl-combination
+
+
+def test_init_probe_table(capsys):
+    """bench/init_probe.py: one row per (width, init), cosines in [-1, 1]; at init, the small linear init keeps
+    the tokens of a 3-layer encoder more distinct than gain-1 linears (the Table 5 explanation)."""
+    spec = importlib.util.spec_from_file_location("init_probe", REPO_ROOT / "bench" / "init_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert probe.main(["--d_model", "64", "--layers", "1,3"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 64 |")]
+    cells = {row.split(" | ")[1]: [tuple(map(float, c.split(" / "))) for c in row.strip(" |").split(" | ")[2:]] for row in rows}
+    assert set(cells) == set(probe.INITS)
+    assert all(-1.0 <= v <= 1.0 for pairs in cells.values() for pair in pairs for v in pair)
+    (_, gain_one_deep), (_, small_deep) = cells["all d^-1/2"][1], cells["emb d^-1/2, linear 0.02"][1]
+    assert small_deep > gain_one_deep  # own-token cosine after 3 layers

@@ -90,9 +90,13 @@ def write_jsonl(path, rows):
         (lambda d: ["--prepared_dataset", str(d)], r"--prepared_dataset needs --tokenizer_name"),
         (lambda d: ["--average_last_checkpoints", "5", "--save_total_limit", "2"],
          r"--average_last_checkpoints 5 needs at least 5 saved checkpoints.*--save_total_limit is 2"),
+        (lambda d: ["--embedding_init_std", "0"], r"--embedding_init_std must be a positive standard deviation, got 0.0"),
+        (lambda d: ["--init_std", "0.02", "--model_name_or_path", str(d / "trained")],
+         r"--init_std initialises a model built here; .*trained brings trained weights"),
     ],
     ids=["builtin-language", "jsonl-language", "missing-column", "empty-train", "unknown-family", "foreign-field",
-         "missing-validation", "prepared-without-tokenizer", "averaging-without-checkpoints"],
+         "missing-validation", "prepared-without-tokenizer", "averaging-without-checkpoints", "init-std-not-positive",
+         "init-std-with-trained-weights"],
 )  # fmt: skip
 def test_bad_input_fails_before_training(tmp_path, make_args, message):
     with pytest.raises(ValueError, match=message):
@@ -116,6 +120,22 @@ def test_tokenizer_larger_than_model_vocabulary_is_named(tmp_path, toy_tokenizer
     toy_tokenizer.save_pretrained(tmp_path / "tok")
     with pytest.raises(ValueError, match=rf"tokenizer \({tmp_path / 'tok'}\) has {len(toy_tokenizer)} tokens but the model's vocab_size is 10"):
         main(tiny(tmp_path, "--model_name_or_path", str(tmp_path / "small"), "--tokenizer_name", str(tmp_path / "tok")))
+
+
+def test_init_options_set_the_linear_and_embedding_std_of_a_model_built_here(tmp_path):
+    """--init_std is HF's init_std (every linear layer); --embedding_init_std redraws the (tied) token embeddings
+    alone, padding row zero. Defaults: both d_model^-1/2."""
+    main(tiny(tmp_path, "--do_train", "--max_steps", "1", "--learning_rate", "1e-9", "--model_type", "vanilla",
+              "--init_std", "0.05", "--embedding_init_std", "0.4"))  # fmt: skip
+    model = MarianMTModel.from_pretrained(tmp_path / "run")
+    embeddings = model.get_input_embeddings()
+    assert model.config.init_std == 0.05 and embeddings.weight.std().item() == pytest.approx(0.4, rel=0.05)
+    assert embeddings.weight[model.config.pad_token_id].abs().max() < 1e-6 and model.lm_head.weight is embeddings.weight  # drawn 0
+    assert model.model.encoder.layers[0].fc1.weight.std().item() == pytest.approx(0.05, rel=0.15)
+    main(tiny(tmp_path, "--do_train", "--max_steps", "1", "--learning_rate", "1e-9", "--model_type", "vanilla", name="default"))
+    default = MarianMTModel.from_pretrained(tmp_path / "default")
+    assert default.config.init_std == pytest.approx(16**-0.5)
+    assert default.get_input_embeddings().weight.std().item() == pytest.approx(16**-0.5, rel=0.05)
 
 
 def test_output_dir_with_checkpoints_needs_resume_or_overwrite(tmp_path):

@@ -210,21 +210,56 @@ def build_model(model_args, data_args, tokenizer, checkpoint, taggers):
     overrides.update(tag_vocabulary_fields(config_class, taggers))
     if model_args.model_name_or_path:  # e.g. a stock MarianMT checkpoint upgraded to this family
         return model_class.from_pretrained(model_args.model_name_or_path, **overrides, **hub)
+    if model_args.init_std is not None:
+        overrides["init_std"] = model_args.init_std
     if model_args.config_name:
-        return model_class(config_class.from_pretrained(model_args.config_name, **overrides, **hub))
-    size = {k: getattr(model_args, k) if getattr(model_args, k) is not None else v for k, v in TRANSFORMER_BASE.items()}
-    lengths = [data_args.max_source_length, data_args.max_target_length, data_args.val_max_target_length or 0]
-    config_kwargs = dict(
-        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id,
-        max_position_embeddings=2 * max(lengths) + 16,  # room for pipeline generation beyond max_target_length
-        # Transformer-style embeddings (Vaswani et al.): N(0, d^-1/2) scaled by sqrt(d). With Marian's defaults
-        # (no scaling, std 0.02) the sinusoids swamp the token embeddings and lexical learning crawls.
-        scale_embedding=True, init_std=size["d_model"] ** -0.5,
-        **{field: size[arg] for arg, fields in SIZE_FIELDS.items() for field in fields},
-    )  # fmt: skip
-    config_kwargs.update(overrides)
-    return model_class(config_class(**config_kwargs))
+        model = model_class(config_class.from_pretrained(model_args.config_name, **overrides, **hub))
+    else:
+        size = {k: getattr(model_args, k) if getattr(model_args, k) is not None else v for k, v in TRANSFORMER_BASE.items()}
+        lengths = [data_args.max_source_length, data_args.max_target_length, data_args.val_max_target_length or 0]
+        config_kwargs = dict(
+            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id,
+            max_position_embeddings=2 * max(lengths) + 16,  # room for pipeline generation beyond max_target_length
+            # Transformer-style embeddings (Vaswani et al.): N(0, d^-1/2) scaled by sqrt(d). With Marian's defaults
+            # (no scaling, std 0.02) the sinusoids swamp the token embeddings and lexical learning crawls. HF's
+            # init_std also sets every linear layer's std: see --embedding_init_std (docs/training.md).
+            scale_embedding=True, init_std=size["d_model"] ** -0.5,
+            **{field: size[arg] for arg, fields in SIZE_FIELDS.items() for field in fields},
+        )  # fmt: skip
+        config_kwargs.update(overrides)
+        model = model_class(config_class(**config_kwargs))
+    if model_args.embedding_init_std is not None:
+        initialise_token_embeddings(model, model_args.embedding_init_std)
+    return model
+
+
+def check_init_options(model_args, checkpoint) -> None:
+    """--init_std / --embedding_init_std initialise a model built here: positive, and not with trained weights."""
+    for name in ("init_std", "embedding_init_std"):
+        value = getattr(model_args, name)
+        if value is None:
+            continue
+        if not value > 0:
+            raise ValueError(f"--{name} must be a positive standard deviation, got {value}")
+        if checkpoint or model_args.model_name_or_path:
+            source = checkpoint or model_args.model_name_or_path
+            raise ValueError(f"--{name} initialises a model built here; {source} brings trained weights "
+                             "(drop --model_name_or_path, or use --config_name for its architecture)")  # fmt: skip
+
+
+def initialise_token_embeddings(model, std: float) -> None:
+    """Token embeddings ~ N(0, std), padding rows zero, leaving every other weight at HF's `init_std`. Tied
+    embeddings (encoder, decoder, output projection) are one tensor and are drawn once."""
+    tables = {}
+    for module in (model.get_input_embeddings(), getattr(model.get_decoder(), "embed_tokens", None)):
+        if isinstance(module, torch.nn.Embedding):
+            tables[id(module.weight)] = module
+    with torch.no_grad():
+        for module in tables.values():
+            module.weight.normal_(0.0, std)
+            if module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
 
 
 def tag_vocabulary_fields(config_class, taggers) -> dict:
@@ -287,6 +322,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     logger.info("model: %s | data: %s", model_args, data_args)
     set_seed(training_args.seed)
     checkpoint = resolve_checkpoint(training_args)
+    check_init_options(model_args, checkpoint)
     Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
 
     splits = load_raw_splits(data_args, model_args)

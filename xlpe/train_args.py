@@ -49,6 +49,12 @@ class ModelArguments:
     attention_heads: int | None = _help("attention heads (encoder and decoder)", default=None)
     ffn_dim: int | None = _help("feed-forward width (encoder and decoder)", default=None)
     dropout: float | None = _help("dropout", default=None)
+    # --- initialisation of a model built here (from scratch or --config_name) ---
+    init_std: float | None = _help("std of the weights HF initialises (every linear layer, and the embeddings unless "
+                                   "--embedding_init_std); default d_model^-1/2 from scratch, the config's with "
+                                   "--config_name", default=None)  # fmt: skip
+    embedding_init_std: float | None = _help("std of the token embeddings alone (scaled by sqrt(d_model) in use); "
+                                             "default --init_std. See docs/training.md, 'Initialisation'", default=None)  # fmt: skip
     # --- a tokenizer trained here ---
     tokenizer_vocab_size: int = _help("sub-word vocabulary of a tokenizer trained here", default=8000)
     tokenizer_model: str = _help("unigram | bpe, for a tokenizer trained here", default="unigram")
