@@ -1,5 +1,6 @@
 """How distinct the encoder's token states are at initialisation, by encoder depth and init (BENCHMARKS.md,
-"Initialisation and encoder depth"; the explanation of the Table 5 rows).
+"Encoder depth and initialisation"). This was a hypothesis for the weak Table 5 rows: the init that keeps
+the states distinct trains worse, so it is not their explanation (docs/training.md, "Initialisation").
 
     python bench/init_probe.py                       # d=128 (CPU mode) and d=512 (Transformer-base)
     python bench/init_probe.py --d_model 256 --layers 2,8

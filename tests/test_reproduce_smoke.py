@@ -58,7 +58,8 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     # noise ratio 0 is the clean Combination model: its result is reused, nothing is trained
     monkeypatch.setattr(driver, "NOISE_RATIOS", (0.0,))
     runs_before = sorted(p.name for p in (work / "runs").iterdir())
-    assert driver.main(["--mode", "smoke", "--groups", "noise", "--seeds", "1", "--work_dir", str(work)]) == 0
+    # (--max_minutes already past: a reused result costs no time, so it is still recorded)
+    assert driver.main(["--mode", "smoke", "--groups", "noise", "--seeds", "1", "--work_dir", str(work), "--max_minutes", "1e-6"]) == 0
     records = [json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()]
     reused = records[-1]
     assert len(records) == 3 and reused["name"] == "combination-noise0.0" and reused["group"] == "noise"
@@ -101,7 +102,7 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
 
 def test_init_probe_table(capsys):
     """bench/init_probe.py: one row per (width, init), cosines in [-1, 1]; at init, the small linear init keeps
-    the tokens of a 3-layer encoder more distinct than gain-1 linears (the Table 5 explanation)."""
+    the tokens of a 3-layer encoder more distinct than gain-1 linears."""
     spec = importlib.util.spec_from_file_location("init_probe", REPO_ROOT / "bench" / "init_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
@@ -112,3 +113,17 @@ def test_init_probe_table(capsys):
     assert all(-1.0 <= v <= 1.0 for pairs in cells.values() for pair in pairs for v in pair)
     (_, gain_one_deep), (_, small_deep) = cells["all d^-1/2"][1], cells["emb d^-1/2, linear 0.02"][1]
     assert small_deep > gain_one_deep  # own-token cosine after 3 layers
+
+
+def test_depth_check_trains_both_backends_on_the_same_batches(capsys):
+    """bench/depth_check.py: a row per (depth, backend) with a finite loss; pre-LN is the torch backend's alone."""
+    spec = importlib.util.spec_from_file_location("depth_check", REPO_ROOT / "bench" / "depth_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.main(["--steps", "3", "--warmup_steps", "1", "--train_pairs", "64", "--depths", "1+1", "--d_model", "16"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| 1+1 |")]
+    assert [row[1] for row in rows] == ["marian", "torch"]
+    assert all(0.0 < float(row[2]) < 20.0 for row in rows)  # validation loss in nats, not NaN
+    with pytest.raises(SystemExit):
+        check.main(["--norm_first", "--backends", "marian,torch"])
+    assert "--norm_first applies to the torch backend only" in capsys.readouterr().err
