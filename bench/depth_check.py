@@ -121,6 +121,9 @@ def main(argv=None) -> int:
     parser.add_argument("--train_pairs", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
+    for depth in args.depths.split(","):
+        if not all(part.isdigit() and int(part) > 0 for part in depth.split("+")) or depth.count("+") != 1:
+            parser.error(f"--depths: {depth!r} is not ENCODER+DECODER layers, e.g. 6+2")
     if args.norm_first and "marian" in args.backends.split(","):
         parser.error("--norm_first applies to the torch backend only (MarianMTModel is post-LN): add --backends torch")
     pairs = generate_pairs(args.train_pairs + 500, seed=args.seed)

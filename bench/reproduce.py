@@ -6,7 +6,8 @@
 
 Groups (each a list of runs; every group also runs vanilla Marian on its language pair, the baseline):
   xl        vanilla, InXL, HeadXL, Combination (XL PE)           tau    HeadXL with tau = 0..H (XL PE Fig. 3)
-  dpe       DPE, lambda in {0.1, 0.3, 0.5, 0.7} (DPE Table 4)    table5 base / 8E / 10E / DPE presets (DPE Table 5)
+  dpe       DPE, lambda in {0.1, 0.3, 0.5, 0.7} (DPE Table 4)    table5 base / 8E / 10E / DPE: L, L+2, L+4 encoder
+                                                                        layers, L + 2 DPE layers (DPE Table 5)
   2pt       two-pass Transformer and its oracle (DPE Table 2)    mvpe   mvPE+POS on en->de (perplexity per epoch,
   noise     Combination trained on 0-20% swapped XL indices              BLEU-1..4, ROUGE, length ratio)
   alignment AER on the en-fr Hansards gold set of models trained on Multi30k en->fr, eflomal as a reference row
@@ -59,6 +60,11 @@ def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None
     return dict(name=name, model_type=model_type, pair=pair, data=data, kind=kind, fields=fields, same_as=same_as)
 
 
+def deeper_encoder(name: str, extra_layers: int, mode: dict, **fields) -> dict:
+    """Table 5's 8E / 10E at this mode's width: vanilla with `extra_layers` more encoder layers, nothing else changed."""
+    return run(name, "vanilla", encoder_layers=mode["layers"] + extra_layers, **fields)
+
+
 def group_runs(group: str, mode: dict) -> list[dict]:
     heads = mode["heads"]
     if group == "xl":
@@ -72,8 +78,8 @@ def group_runs(group: str, mode: dict) -> list[dict]:
     if group == "dpe":
         return [run("vanilla", "vanilla")] + [run(f"dpe-lambda{lam}", "dpe", order_loss_weight=lam) for lam in DPE_LAMBDAS]
     if group == "table5":
-        aliases = {"base": "vanilla", "DPE": "dpe-lambda0.5"}  # the same model as those runs (L layers; DPE, lambda 0.5)
-        return [run("vanilla", "vanilla")] + [run(f"table5-{p}", "table5", preset=p, same_as=aliases.get(p)) for p in ("base", "8E", "10E", "DPE")]
+        return [run("vanilla", "vanilla"), run("table5-base", "vanilla", same_as="vanilla"), deeper_encoder("table5-8E", 2, mode),
+                deeper_encoder("table5-10E", 4, mode), run("table5-DPE", "dpe", order_loss_weight=0.5, same_as="dpe-lambda0.5")]  # fmt: skip
     if group == "2pt":
         return [run("vanilla", "vanilla"), run("2pt", "vanilla", kind="two_pass")]
     if group == "mvpe":
@@ -84,9 +90,9 @@ def group_runs(group: str, mode: dict) -> list[dict]:
                                                   same_as="combination" if r == 0 else None) for r in NOISE_RATIOS]  # fmt: skip
     if group == "init":  # Table 5's collapse: the same models with embeddings N(0, d^-1/2) and linears N(0, 0.02)
         small = dict(init_std=0.02, embedding_init_std=round(mode["d_model"] ** -0.5, 6))
-        return [run("vanilla", "vanilla"), run("init-vanilla", "vanilla", **small), run("table5-8E", "table5", preset="8E"),
-                run("init-8E", "table5", preset="8E", **small), run("table5-10E", "table5", preset="10E"),
-                run("init-10E", "table5", preset="10E", **small), run("combination", "xlpe", xl_strategy="combination"),
+        return [run("vanilla", "vanilla"), run("init-vanilla", "vanilla", **small), deeper_encoder("table5-8E", 2, mode),
+                deeper_encoder("init-8E", 2, mode, **small), deeper_encoder("table5-10E", 4, mode),
+                deeper_encoder("init-10E", 4, mode, **small), run("combination", "xlpe", xl_strategy="combination"),
                 run("init-combination", "xlpe", xl_strategy="combination", **small)]  # fmt: skip
     if group == "alignment":
         return [run("vanilla", "vanilla", pair="en-fr")] + [run(s, "xlpe", pair="en-fr", xl_strategy=s)
@@ -180,9 +186,11 @@ def write_text_split(work: Path, pair: str, mode: dict, pairs_by_split: dict[str
 
 def train_args(mode: dict, out: Path, seed: int, pair: str, tokenizer: Path, model_type: str, fields: dict) -> list[str]:
     src, tgt = pair.split("-")
+    fields = dict(fields)
+    encoder_layers = fields.pop("encoder_layers", mode["layers"])  # deeper_encoder runs (Table 5)
     args = ["--output_dir", str(out), "--overwrite_output_dir", "--seed", str(seed), "--source_lang", src,
             "--target_lang", tgt, "--tokenizer_name", str(tokenizer), "--model_type", model_type,
-            "--d_model", str(mode["d_model"]), "--encoder_layers", str(mode["layers"]), "--decoder_layers", str(mode["layers"]),
+            "--d_model", str(mode["d_model"]), "--encoder_layers", str(encoder_layers), "--decoder_layers", str(mode["layers"]),
             "--attention_heads", str(mode["heads"]), "--ffn_dim", str(mode["ffn"]), "--dropout", "0.1",
             "--max_steps", str(mode["steps"]), "--per_device_train_batch_size", str(mode["batch"]),
             "--per_device_eval_batch_size", "100", "--learning_rate", str(mode["lr"]), "--warmup_steps", str(mode["warmup"]),
@@ -205,28 +213,6 @@ def train(mode, work, spec, seed, extra: list[str], model_type=None, fields=None
     return out, metrics
 
 
-def table5_config(work: Path, spec: dict, mode: dict) -> list[str]:
-    """A Table 5 preset at this mode's width: base = L encoder layers, 8E = L+2, 10E = L+4, DPE = L + 2 DPE layers.
-
-    Everything but the depth is what every other run of the mode gets from xlpe-train, the activation included
-    (MarianConfig's gelu, not the presets' Transformer-base relu): the rows differ by encoder depth only."""
-    from transformers import AutoTokenizer, MarianConfig
-
-    from xlpe.configuration_dpe import table5_preset
-
-    preset, layers = spec["fields"]["preset"], mode["layers"]
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir(work, spec["pair"], mode))
-    extra_layers = {"base": 0, "8E": 2, "10E": 4, "DPE": 0}[preset]
-    config = table5_preset(preset, activation_function=MarianConfig().activation_function, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                           decoder_start_token_id=tok.pad_token_id, forced_eos_token_id=tok.eos_token_id,
-                           d_model=mode["d_model"], encoder_attention_heads=mode["heads"], decoder_attention_heads=mode["heads"],
-                           encoder_ffn_dim=mode["ffn"], decoder_ffn_dim=mode["ffn"], encoder_layers=layers + extra_layers,
-                           decoder_layers=layers, init_std=mode["d_model"] ** -0.5, max_position_embeddings=2 * mode["max_length"] + 16)  # fmt: skip
-    path = work / "data" / spec["pair"] / f"table5-{preset}-pid{os.getpid()}"  # one per process: --workers
-    config.save_pretrained(path)
-    return ["--config_name", str(path)]
-
-
 def test_split_texts(work: Path, spec: dict, mode: dict):
     import datasets
 
@@ -241,12 +227,7 @@ def execute(spec: dict, seed: int, mode: dict, work: Path) -> dict:
     started, record = time.time(), {}
     target_lang = spec["pair"].split("-")[1]
     prepared = ["--prepared_dataset", str(prepared_dir(work, spec["pair"], spec["data"], mode))]
-    if spec["kind"] == "train" and spec["model_type"] == "table5":
-        preset = spec["fields"]["preset"]
-        out, _ = train(mode, work, spec, seed, prepared + table5_config(work, spec, mode),
-                       model_type="dpe" if preset == "DPE" else "vanilla", fields={k: v for k, v in spec["fields"].items() if k != "preset"})
-        hypotheses = (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
-    elif spec["kind"] == "train":
+    if spec["kind"] == "train":
         out, _ = train(mode, work, spec, seed, prepared)
         hypotheses = (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
     elif spec["kind"] == "two_pass":
@@ -597,7 +578,7 @@ def report(args) -> int:
         pairs, modes = {r["pair"] for r in rows}, {r["mode"] for r in rows}
         listed = {spec["name"] for mode in modes for spec in group_runs(group, MODES[mode])}
         rows = [r for r in records if r["name"] in listed and r["pair"] in pairs and r["mode"] in modes and r not in rows] + rows
-        lines += group_table(group, rows, work, {r["mode"] for r in rows})
+        lines += group_table(group, rows, work, modes)
     eflomal = work / "eflomal_aer.json"
     if eflomal.is_file():
         a = json.loads(eflomal.read_text())

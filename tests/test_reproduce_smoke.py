@@ -127,3 +127,6 @@ def test_depth_check_trains_both_backends_on_the_same_batches(capsys):
     with pytest.raises(SystemExit):
         check.main(["--norm_first", "--backends", "marian,torch"])
     assert "--norm_first applies to the torch backend only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        check.main(["--depths", "6x2"])
+    assert "--depths: '6x2' is not ENCODER+DECODER layers" in capsys.readouterr().err

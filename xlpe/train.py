@@ -242,8 +242,8 @@ def check_init_options(model_args, checkpoint) -> None:
             continue
         if not value > 0:
             raise ValueError(f"--{name} must be a positive standard deviation, got {value}")
-        if checkpoint or model_args.model_name_or_path:
-            source = checkpoint or model_args.model_name_or_path
+        source = checkpoint or model_args.model_name_or_path
+        if source:
             raise ValueError(f"--{name} initialises a model built here; {source} brings trained weights "
                              "(drop --model_name_or_path, or use --config_name for its architecture)")  # fmt: skip
 
