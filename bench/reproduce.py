@@ -239,6 +239,13 @@ def execute(spec: dict, seed: int, mode: dict, work: Path) -> dict:
     (out / "hypotheses.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     record.update(bleu=scores["bleu"]["score"], chrf=scores["chrf"]["score"], bleu_signature=scores["bleu"]["signature"],
                   chrf_signature=scores["chrf"]["signature"], hypotheses=str(out / "hypotheses.txt"), seconds=round(time.time() - started, 1))  # fmt: skip
+    oracle_file = out / "generated_predictions_oracle.txt"  # XL PE runs: the test split decoded with oracle positions
+    if spec["kind"] == "train" and oracle_file.is_file():
+        oracle = oracle_file.read_text(encoding="utf-8").splitlines()
+        oracle_scores = corpus_bleu_chrf(oracle, references, target_language=target_lang)
+        (out / "hypotheses_oracle.txt").write_text("\n".join(oracle) + "\n", encoding="utf-8")
+        record.update(oracle_bleu=oracle_scores["bleu"]["score"], oracle_chrf=oracle_scores["chrf"]["score"],
+                      oracle_hypotheses=str(out / "hypotheses_oracle.txt"))  # fmt: skip
     if spec["pair"] == "en-fr":
         record["alignment"] = alignment_scores(out)
     return record
@@ -495,13 +502,34 @@ def group_table(group: str, records: list[dict], work: Path, modes: set[str]) ->
         label = f"{name} (= {', '.join(reused)})" if reused else name  # the same model: its result, not a new run
         lines.append(f"| {label} | {rows[0]['pair']} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
                      f"{mean_std([r['chrf'] for r in rows])} | {delta} | {pcol} | {verdict} |")  # fmt: skip
-    extra = extra_tables(group, records)
+    extra = extra_tables(group, records, work)
     signatures = sorted({r["bleu_signature"] for r in records} | {r["chrf_signature"] for r in records})
     return lines + [""] + extra + ["Signatures: " + "; ".join(f"`{s}`" for s in signatures), ""]
 
 
-def extra_tables(group: str, records: list[dict]) -> list[str]:
-    lines = []
+def oracle_table(records: list[dict], work: Path) -> list[str]:
+    """XL PE runs decoded with oracle positions next to their predicted-position scores: the gap is what the
+    test-time reorderer costs (paired bootstrap oracle vs predicted, per seed)."""
+    names = list(dict.fromkeys(r["name"] for r in records if "oracle_bleu" in r))
+    if not names:
+        return []
+    lines = ["| XL PE run | seeds | BLEU, predicted positions | BLEU, oracle positions | oracle − predicted | "
+             "bootstrap p per seed |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        rows = [r for r in records if r["name"] == name and "oracle_bleu" in r]
+        pvalues = []
+        for r in rows:
+            oracle = {"hypotheses": r["oracle_hypotheses"]}
+            sig = significance(oracle, r, reference_texts(work, r["pair"], r["mode"]), r["pair"].split("-")[1])
+            pvalues.append(f"{sig['BLEU']['p_value']:.3f}" if sig else "-")
+        gap = statistics.mean(r["oracle_bleu"] - r["bleu"] for r in rows)
+        lines.append(f"| {name} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
+                     f"{mean_std([r['oracle_bleu'] for r in rows])} | {gap:+.2f} | {', '.join(pvalues)} |")  # fmt: skip
+    return lines + [""]
+
+
+def extra_tables(group: str, records: list[dict], work: Path | None = None) -> list[str]:
+    lines = oracle_table(records, work) if work is not None else []
     if group == "2pt":
         rows = [r for r in records if r["kind"] == "two_pass"]
         lines += ["| 2PT row | BLEU | chrF |", "|---|---|---|",

@@ -53,6 +53,10 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert text.startswith("# Benchmarks\n\n## Speed\n\nkept as it is\n")  # only the new section is touched
     section = text[text.index("## Reproduction"):]
     assert "### xl-combination (smoke mode)" in section and "| combination | de-en | 1 |" in section
+    # the XL PE run is also decoded with oracle positions in the same xlpe-train run: its row beside the predicted
+    assert "oracle_bleu" in records[1] and "oracle_bleu" not in records[0]
+    assert "| XL PE run | seeds | BLEU, predicted positions | BLEU, oracle positions |" in section
+    assert "| combination | 1 | " in section
     assert "Mode(s): **smoke**" in section and f"Date: {records[0]['date']}." in section
 
     # noise ratio 0 is the clean Combination model: its result is reused, nothing is trained

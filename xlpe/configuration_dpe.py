@@ -33,6 +33,7 @@ class DPEMarianConfig(MarianConfig):
     order_loss_normalization: str = "mean"  # "mean": L_order of Eq. 1 as is (both losses per-token means);
     #   "reference": L_order / #target tokens, the effective weight of the reference code (summed CE, mean MSE,
     #   gradients divided by the target token count)
+    label_smoothing: float = 0.0  # epsilon of the label-smoothed translation loss (papers: 0.1); set by the trainer
     # --- input checking ---
     check_inputs: bool = True  # validate target_positions (shape, range) in forward
 
@@ -41,6 +42,8 @@ class DPEMarianConfig(MarianConfig):
             raise ValueError(f"dpe_layers must be an integer >= 1, got {self.dpe_layers!r}")
         if not 0.0 <= self.dpe_gate_init <= 1.0:
             raise ValueError(f"dpe_gate_init must be in [0, 1], got {self.dpe_gate_init}")
+        if not (isinstance(self.label_smoothing, (int, float)) and 0.0 <= self.label_smoothing < 1.0):
+            raise ValueError(f"label_smoothing must be a number in [0, 1), got {self.label_smoothing!r}")
         if not 0.0 <= self.order_loss_weight <= 1.0:
             raise ValueError(f"order_loss_weight (lambda of Eq. 2) must be in [0, 1], got {self.order_loss_weight}")
         if self.order_loss_lambda_side not in LAMBDA_SIDES:

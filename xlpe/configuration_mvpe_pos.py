@@ -125,10 +125,13 @@ class MvPEPosConfig(BartConfig):
     decoder_tags_in_training: str = "predicted"  # decoder input tags under teacher forcing: "predicted" (what
     #   generation sees) or "gold" (the real tagger's, shifted right; generation still uses the predicted ones)
     tag_loss_weight: float = 1.0  # loss = translation_loss + weight * tag_loss (the tagger's; reported separately)
+    label_smoothing: float = 0.0  # epsilon of the label-smoothed translation loss (papers: 0.1); set by the trainer
     # --- input checking ---
     check_inputs: bool = True  # validate pos_tag_ids / decoder_pos_tag_ids (shape, id range) in forward
 
     def __post_init__(self, **kwargs):
+        if not (isinstance(self.label_smoothing, (int, float)) and 0.0 <= self.label_smoothing < 1.0):
+            raise ValueError(f"label_smoothing must be a number in [0, 1), got {self.label_smoothing!r}")
         if self.pos_tag_sides not in POS_TAG_SIDES:
             raise ValueError(f"pos_tag_sides must be one of {POS_TAG_SIDES}, got {self.pos_tag_sides!r}")
         if self.pos_tag_encoding not in POS_TAG_ENCODINGS:

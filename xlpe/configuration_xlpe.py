@@ -40,6 +40,7 @@ class XLPEMarianConfig(MarianConfig):
     reorder_predictor_dropout: float = 0.1  # dropout inside the predictor
     reorder_predictor_detach_input: bool = True  # predictor loss does not update the translation embeddings
     reorder_loss: str = "pairwise"  # "pairwise" ranking loss or "mse" on normalised ranks
+    label_smoothing: float = 0.0  # epsilon of the label-smoothed translation loss (papers: 0.1); set by the trainer
     reorder_loss_weight: float = 1.0  # loss = translation_loss + weight * reorder_loss (reported separately)
     reorder_fixed_token_ids: list[int] | None = None  # extra token ids that keep their place (EOS/pad always do)
     # --- input checking ---
@@ -76,6 +77,8 @@ class XLPEMarianConfig(MarianConfig):
                 f"reorder_predictor_hidden_size ({self.reorder_predictor_hidden_size}) must be divisible by "
                 f"reorder_predictor_heads ({self.reorder_predictor_heads})"
             )
+        if not (isinstance(self.label_smoothing, (int, float)) and 0.0 <= self.label_smoothing < 1.0):
+            raise ValueError(f"label_smoothing must be a number in [0, 1), got {self.label_smoothing!r}")
         if self.reorder_loss_weight < 0:
             raise ValueError(f"reorder_loss_weight must be >= 0, got {self.reorder_loss_weight}")
         if not 0.0 <= self.xl_gate_init <= 1.0:

@@ -66,7 +66,7 @@ def run_bleu(args) -> dict:
 def run_significance(args) -> dict:
     system, baseline, refs = ev.read_lines(args.hyp), ev.read_lines(args.baseline), _references(args.ref)
     tests = ["bs", "ar"] if args.test == "both" else [args.test]
-    return {test: ev.paired_significance(system, baseline, refs, test, args.n_samples, args.alpha, args.lang)
+    return {test: ev.paired_significance(system, baseline, refs, test, args.n_samples, args.alpha, args.lang, args.tokenize)
             for test in tests}
 
 
@@ -176,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = command("bleu", run_bleu, "BLEU and chrF with signatures")
     text_args(sub)
-    sub.add_argument("--tokenize", help="sacrebleu tokenizer (13a, intl, zh, char, ...)")
+    sub.add_argument("--bleu_tokenize", "--tokenize", dest="tokenize",
+                     help="sacrebleu's BLEU tokenizer (13a, intl, zh, ja-mecab, ko-mecab, char, none, ...); default: "
+                          "sacrebleu's choice for --lang")  # fmt: skip
     sub.add_argument("--lowercase", action="store_true")
     for name in ("dataset_name", "dataset_type", "dataset_config"):
         sub.add_argument(f"--{name}")
@@ -185,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("significance", run_significance, "paired significance test against a baseline")
     text_args(sub)
     sub.add_argument("--baseline", required=True, help="the baseline system's output")
+    sub.add_argument("--bleu_tokenize", "--tokenize", dest="tokenize", help="sacrebleu's BLEU tokenizer (as for bleu)")
     sub.add_argument("--test", choices=["bs", "ar", "both"], default="bs")
     sub.add_argument("--n_samples", type=int, default=0, help="0: sacrebleu's default (bs 1000, ar 10000)")
     sub.add_argument("--alpha", type=float, default=0.05)
@@ -234,7 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command in ("bleu", "significance", "mvpe-metrics"):  # the BLEU tokenizer must run: say so first
+        try:
+            ev.check_bleu_tokenizer(args.lang, getattr(args, "tokenize", None))
+        except ValueError as error:
+            parser.exit(2, f"xlpe-evaluate: error: {error}\n")
     result = args.function(args)
     text = json.dumps(result, indent=2, ensure_ascii=False)
     if args.output and args.command != "plot":

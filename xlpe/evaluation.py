@@ -15,6 +15,7 @@ plots in `plots.py`; the command line in `evaluate_cli.py` (`xlpe-evaluate`). Ev
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import math
@@ -48,12 +49,46 @@ def _reference_streams(references: Sequence[str] | Sequence[Sequence[str]], num_
 # ---------------------------------------------------------------------------------------------------------
 
 
+# sacrebleu tokenizers that need packages sacrebleu does not depend on, and the xlpe extra that installs them
+TOKENIZER_EXTRAS = {"ja-mecab": "ja", "ko-mecab": "ko"}
+
+
+def bleu_tokenizer_name(target_language: str | None = None, tokenize: str | None = None) -> str:
+    """The sacrebleu tokenizer BLEU uses: `tokenize` when given, else sacrebleu's own choice for the target
+    language (zh -> "zh", ja -> "ja-mecab", ko -> "ko-mecab", anything else -> "13a")."""
+    from sacrebleu.metrics import BLEU
+
+    if tokenize is not None:
+        if tokenize not in BLEU.TOKENIZERS:
+            raise ValueError(f"unknown BLEU tokenizer {tokenize!r}; sacrebleu has {sorted(BLEU.TOKENIZERS)}")
+        return tokenize
+    return BLEU._TOKENIZER_MAP.get(target_language or "", BLEU.TOKENIZER_DEFAULT)
+
+
+@functools.cache
+def check_bleu_tokenizer(target_language: str | None = None, tokenize: str | None = None) -> str:
+    """`bleu_tokenizer_name`, after making sure it runs here (its packages and data are installed); call it
+    before any long work. Raises ValueError naming the tokenizer, why it was chosen, and the fix."""
+    from sacrebleu.metrics import BLEU
+
+    name = bleu_tokenizer_name(target_language, tokenize)
+    try:
+        BLEU(tokenize=name).corpus_score(["a b ."], [["a b ."]])  # imports the tokenizer and loads its data
+    except Exception as error:  # ImportError (mecab), OSError (spm models: downloads), ...: all mean "unusable"
+        why = "given" if tokenize is not None else f"sacrebleu's choice for target language {target_language!r}"
+        extra = TOKENIZER_EXTRAS.get(name)
+        fix = f'pip install "xlpe[{extra}]", or choose' if extra else "choose"
+        raise ValueError(f"BLEU tokenizer {name!r} ({why}) cannot run here ({type(error).__name__}: {error}); "
+                         f"{fix} another tokenizer, e.g. 'char' or 'intl' (--bleu_tokenize)") from error  # fmt: skip
+    return name
+
+
 def _bleu_metric(target_language: str | None = None, tokenize: str | None = None, lowercase: bool = False,
                  max_ngram_order: int = 4):
     from sacrebleu.metrics import BLEU
 
-    return BLEU(lowercase=lowercase, tokenize=tokenize, trg_lang=target_language or "",
-                max_ngram_order=max_ngram_order)
+    return BLEU(lowercase=lowercase, tokenize=check_bleu_tokenizer(target_language, tokenize),
+                trg_lang=target_language or "", max_ngram_order=max_ngram_order)  # fmt: skip
 
 
 def _chrf_metric(lowercase: bool = False):

@@ -301,7 +301,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
             **kwargs,
         )
         logits = self.lm_head(outputs[0]) + self.final_logits_bias
-        loss = token_loss = translation_loss(logits, labels)
+        loss = token_loss = translation_loss(logits, labels, self.config.label_smoothing)
         if token_loss is not None and outputs.order_loss is not None:
             loss = self.combine_losses(token_loss, outputs.order_loss, labels)
         return lm_output(DPESeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)

@@ -523,7 +523,7 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
         )
         hidden = outputs[0] if self.output_projection is None else self.output_projection(outputs[0])
         logits = self.lm_head(hidden) + self.final_logits_bias.to(hidden.device)
-        loss = token_loss = translation_loss(logits, labels)
+        loss = token_loss = translation_loss(logits, labels, self.config.label_smoothing)
         if token_loss is not None and outputs.tag_loss is not None:
             loss = token_loss + self.config.tag_loss_weight * outputs.tag_loss
         return lm_output(MvPEPosSeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)

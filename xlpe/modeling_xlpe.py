@@ -366,7 +366,7 @@ class XLPEMarianMTModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel):
             **kwargs,
         )
         logits = self.lm_head(outputs[0]) + self.final_logits_bias
-        loss = token_loss = translation_loss(logits, labels)
+        loss = token_loss = translation_loss(logits, labels, self.config.label_smoothing)
         if token_loss is not None and outputs.reorder_loss is not None:
             loss = token_loss + self.config.reorder_loss_weight * outputs.reorder_loss
         return lm_output(XLPESeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)

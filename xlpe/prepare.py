@@ -238,7 +238,8 @@ class PrepareOptions:
     noise_ratio: float = 0.0
     seed: int = 0
     eflomal_options: dict | None = None
-    keep_text: bool = False
+    keep_text: bool | str | Sequence[str] = "eval"  # text columns for: True (every split), False (none), "eval"
+    #   (every split but train: what scoring needs, small), or a list of split names
 
     def __post_init__(self):
         if self.features is None:
@@ -264,6 +265,18 @@ class PrepareOptions:
         if not (self.aligner == "eflomal" or callable(self.aligner)):
             raise ValueError(f"aligner must be 'eflomal' or a callable, got {self.aligner!r}")
         self.nltk_data = None if self.nltk_data is None else str(self.nltk_data)
+        if isinstance(self.keep_text, str) and self.keep_text not in ("eval", "all", "none"):
+            raise ValueError(f"keep_text must be True, False, 'eval', 'all', 'none' or a list of split names, got {self.keep_text!r}")
+        if not isinstance(self.keep_text, (bool, str)):
+            self.keep_text = tuple(self.keep_text)
+
+    def keeps_text(self, split: str) -> bool:
+        """Does the prepared `split` keep `line`, `source_text`, `target_text` and `word_alignment`?"""
+        if isinstance(self.keep_text, bool):
+            return self.keep_text
+        if isinstance(self.keep_text, str):
+            return self.keep_text == "all" or (self.keep_text == "eval" and split != "train")
+        return split in self.keep_text
 
     @property
     def needs_links(self) -> bool:
@@ -280,7 +293,8 @@ class PrepareOptions:
                     symmetrization=self.symmetrization, unaligned=self.unaligned, dpe_unaligned=self.dpe_unaligned,
                     source_tagger=name(self.source_tagger), target_tagger=name(self.target_tagger),
                     max_length=self.max_length, noise_ratio=self.noise_ratio, seed=self.seed,
-                    eflomal_options=self.eflomal_options or {}, keep_text=self.keep_text)  # fmt: skip
+                    eflomal_options=self.eflomal_options or {},
+                    keep_text=list(self.keep_text) if isinstance(self.keep_text, tuple) else self.keep_text)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -298,7 +312,7 @@ def _tagger(spec: str | Tagger, nltk_data: str | None) -> Tagger:
     return _TAGGERS[key]
 
 
-def _compute_features(batch: dict, tokenizer, options: PrepareOptions) -> dict:
+def _compute_features(batch: dict, tokenizer, options: PrepareOptions, keep_text: bool = False) -> dict:
     """Tokenise a batch of pairs and compute the requested features plus `_`-prefixed statistics columns."""
     sources, targets, lines, links = batch["_source"], batch["_target"], batch["_line"], batch["_links"]
     source_words = [s.split() for s in sources]
@@ -351,7 +365,7 @@ def _compute_features(batch: dict, tokenizer, options: PrepareOptions) -> dict:
             out[f"_unknown_{feature}"] = [
                 [t for t, i in zip(ts, ids) if i == UNK_TAG_ID] for ts, ids in zip(tags, word_tag_ids)
             ]
-    if options.keep_text:
+    if keep_text:
         out.update(line=lines, source_text=sources, target_text=targets,
                    word_alignment=list(map(format_pharaoh, links)))  # fmt: skip
     return out
@@ -441,12 +455,12 @@ def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: Prepar
                                         "_links": datasets.List(datasets.Value("int32"))}),
         )  # fmt: skip
         if len(table) == 0:  # nothing kept: no batch to run
-            table = datasets.Dataset.from_dict({column: [] for column in _output_columns(options)})
+            table = datasets.Dataset.from_dict({column: [] for column in _output_columns(options, name)})
         else:
             table = table.map(
                 _compute_features, batched=True, batch_size=options.batch_size, remove_columns=table.column_names,
                 num_proc=options.num_proc if len(table) > 1 else None, new_fingerprint=f"{fingerprint}-{name}",
-                fn_kwargs=dict(tokenizer=tokenizer, options=options), desc=f"xlpe-prepare {name}",
+                fn_kwargs=dict(tokenizer=tokenizer, options=options, keep_text=options.keeps_text(name)), desc=f"xlpe-prepare {name}",
             )  # fmt: skip
         reports[name], prepared[name] = _report_and_strip(table, split, skipped[name], options, taggers, fingerprint)
     timings["tokenize_reorder_tag"] = time.perf_counter() - features_started
@@ -457,9 +471,9 @@ def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: Prepar
     return prepared, reports
 
 
-def _output_columns(options: PrepareOptions) -> list[str]:
+def _output_columns(options: PrepareOptions, split: str) -> list[str]:
     columns = ["input_ids", "attention_mask", "labels", *options.features, "_too_long", "_words"]
-    columns += ["line", "source_text", "target_text", "word_alignment"] if options.keep_text else []
+    columns += ["line", "source_text", "target_text", "word_alignment"] if options.keeps_text(split) else []
     columns += [f"_unknown_{f}" for f in ("pos_tag_ids", "decoder_pos_tag_ids") if f in options.features]
     return columns
 
@@ -583,7 +597,9 @@ def prepare_dataset(sources: str | os.PathLike | Sequence[str], targets: str | o
         max_length: longest kept sequence in tokens (incl. </s>), per side; longer pairs are skipped, counted.
         num_proc, batch_size: `Dataset.map` parallelism. cache_dir: reuse an identical earlier run.
         noise_ratio, seed: XL PE Sec. 4.5 noise attack on reorder_positions (fraction of words swapped).
-        keep_text: also keep `line` (1-based input line), `source_text`, `target_text`, `word_alignment`.
+        keep_text: which splits also keep `line` (1-based input line), `source_text`, `target_text` and
+            `word_alignment`: True (all), False (none), "eval" (default: all but train, the ones scoring needs)
+            or a list of split names.
     """
     options = PrepareOptions(**options)
     is_path = lambda x: isinstance(x, (str, os.PathLike))  # noqa: E731
@@ -667,7 +683,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", help="reuse identical earlier runs from here")
     p.add_argument("--noise-ratio", type=float, default=0.0, help="XL PE Sec. 4.5 noise attack ratio")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--keep-text", action="store_true", help="keep text, line number and alignment columns")
+    p.add_argument("--keep-text", nargs="?", const="all", default="eval", choices=("all", "eval", "none"),
+                   help="splits that keep text, line number and alignment columns: eval (default: every split but "
+                        "train, what scoring needs), all (also --keep-text alone) or none")  # fmt: skip
     return p
 
 

@@ -192,11 +192,17 @@ def decoder_inputs_from_labels(config, labels, decoder_input_ids, decoder_inputs
     return decoder_input_ids, False
 
 
-def translation_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
-    """Token-level cross-entropy (mean over non -100 labels), in float32 whatever the logits' dtype."""
+def translation_loss(logits: torch.Tensor, labels: torch.Tensor | None, label_smoothing: float = 0.0) -> torch.Tensor | None:
+    """Token-level cross-entropy (mean over non -100 labels), in float32 whatever the logits' dtype.
+
+    `label_smoothing` = epsilon (Szegedy et al. 2016; 0.1 in both papers' recipes): (1 - eps) * NLL + eps * mean
+    over the vocabulary of -log p, the same formula as transformers' `LabelSmoother` and fairseq's
+    `label_smoothed_cross_entropy`. It lives in the model (config field `label_smoothing`) so that the auxiliary
+    losses, which need `labels` in `forward`, survive it: the Trainer's own smoother takes `labels` away."""
     if labels is None:
         return None
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device),
+                           label_smoothing=label_smoothing)  # fmt: skip
 
 
 def lm_output(output_class, outputs, logits, loss, **losses):

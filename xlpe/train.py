@@ -37,7 +37,8 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArg
 
 from . import MODEL_FAMILIES, XLPEDataCollator, get_family
 from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_averaged_model
-from .train_args import BUILTIN_DATASET, DataTrainingArguments, ModelArguments, XLPETrainingArguments, builtin_recipe
+from .evaluation import check_bleu_tokenizer
+from .train_args import BUILTIN_DATASET, DataTrainingArguments, ModelArguments, UsageError, XLPETrainingArguments, builtin_recipe
 from .train_data import check_splits, load_raw_splits, prepare_features, resolve_taggers
 from .trainer import XLPESeq2SeqTrainer, decode_ids, make_compute_metrics
 
@@ -56,7 +57,16 @@ TRANSFORMER_BASE = dict(d_model=512, encoder_layers=6, decoder_layers=6, attenti
 
 def parse_arguments(argv: list[str] | None = None):
     """(model_args, data_args, training_args) from the command line or one JSON file, with the built-in
-    corpus' recipe filling what was not given explicitly."""
+    corpus' recipe filling what was not given explicitly. Every inconsistency is a `UsageError`."""
+    try:
+        return _parse_arguments(argv)
+    except UsageError:
+        raise
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
+def _parse_arguments(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, XLPETrainingArguments))
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
@@ -92,6 +102,9 @@ def parse_arguments(argv: list[str] | None = None):
             raise ValueError(f"--average_last_checkpoints {count} needs at least {count} saved checkpoints: "
                              f"--save_strategy is {getattr(training_args.save_strategy, 'value', training_args.save_strategy)}, --save_total_limit is {keep}, "
                              f"--max_steps {steps} / --save_steps {training_args.save_steps} saves {saved}")  # fmt: skip
+    if training_args.predict_with_generate and (training_args.do_eval or training_args.do_predict):
+        # the tokenizer BLEU will need, resolved and tried now, not after hours of training (ja-mecab needs mecab)
+        data_args.bleu_tokenize = check_bleu_tokenizer(data_args.target_lang, data_args.bleu_tokenize)
     if "tensorboard" in (training_args.report_to or []) and importlib.util.find_spec("tensorboard") is None:
         raise ValueError("--report_to tensorboard needs the tensorboard package: pip install tensorboard (or xlpe[eval])")
     if "dataloader_pin_memory" not in explicit and not torch.cuda.is_available():
@@ -347,7 +360,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         eval_dataset=prepared.get("validation") if training_args.do_eval else None,
         data_collator=XLPEDataCollator(tokenizer, model=model, label_pad_token_id=-100,
                                        pad_to_multiple_of=8 if training_args.fp16 or training_args.bf16 else None),
-        compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang) if training_args.predict_with_generate else None,
+        compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize) if training_args.predict_with_generate else None,
         eval_with_oracle_positions=training_args.eval_with_oracle_positions, callbacks=callbacks,
     )  # fmt: skip
     trainer_ref.append(trainer)
@@ -393,27 +406,47 @@ def average_into(trainer, training_args) -> None:
 
 
 def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) -> dict:
-    """Translate the test split with beam search (predicted reorderings), score against the raw references,
-    write generated_predictions.txt and print a few examples."""
+    """Translate the test split with beam search and score it: with predicted reorderings (what raw text gets)
+    into generated_predictions.txt, and, for a model that takes XL positions when the split has the oracle
+    ones, once more with the oracle positions (generated_predictions_oracle.txt, `predict_oracle_*` metrics:
+    the upper bound a better reorderer could reach). Scores use the raw reference text when the split kept it."""
     if data_args.max_predict_samples is not None:
         test_dataset = test_dataset.select(range(min(len(test_dataset), data_args.max_predict_samples)))
-    results = trainer.predict(test_dataset, metric_key_prefix="predict", **generation)
-    metrics = {**results.metrics, "predict_samples": len(test_dataset)}
-    if trainer.is_world_process_zero():
+    passes = [("predict", False)]
+    if "reorder_positions" in test_dataset.column_names and getattr(trainer.model.config, "xl_strategy", "none") != "none":
+        passes.append(("predict_oracle", True))
+    metrics, all_scores, output_dir = {"predict_samples": len(test_dataset)}, {}, Path(trainer.args.output_dir)
+    for prefix, oracle in passes:
+        trainer.eval_with_oracle_positions, saved = oracle, trainer.eval_with_oracle_positions
+        try:
+            results = trainer.predict(test_dataset, metric_key_prefix=prefix, **generation)
+        finally:
+            trainer.eval_with_oracle_positions = saved
+        metrics.update(results.metrics)
+        if not trainer.is_world_process_zero():
+            continue
         hypotheses = decode_ids(tokenizer, results.predictions)
-        output_dir = Path(trainer.args.output_dir)
-        (output_dir / "generated_predictions.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        name = "generated_predictions" + ("_oracle" if oracle else "")
+        (output_dir / f"{name}.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
         if "target_text" in test_dataset.column_names:  # score against the text, not the decoded label ids
             from .evaluation import corpus_bleu_chrf
 
-            scores = corpus_bleu_chrf(hypotheses, test_dataset["target_text"], target_language=data_args.target_lang)
-            metrics.update(predict_bleu=round(scores["bleu"]["score"], 2), predict_chrf=round(scores["chrf"]["score"], 2))
-            (output_dir / "test_scores.json").write_text(json.dumps(scores, indent=2))
-            sources, references = test_dataset["source_text"], test_dataset["target_text"]
-            for k in range(min(data_args.num_translation_examples, len(hypotheses))):
-                print(f"\nsource:     {sources[k]}\nreference:  {references[k]}\ntranslation: {hypotheses[k]}")
-            print(f"\ntest BLEU {scores['bleu']['score']:.2f}  ({scores['bleu']['signature']})")
-            print(f"test chrF {scores['chrf']['score']:.2f}  ({scores['chrf']['signature']})\n")
+            scores = corpus_bleu_chrf(hypotheses, test_dataset["target_text"], target_language=data_args.target_lang,
+                                      tokenize=data_args.bleu_tokenize)  # fmt: skip
+            metrics.update({f"{prefix}_bleu": round(scores["bleu"]["score"], 2), f"{prefix}_chrf": round(scores["chrf"]["score"], 2)})
+            all_scores[prefix] = scores
+            if not oracle:
+                sources, references = test_dataset["source_text"], test_dataset["target_text"]
+                for k in range(min(data_args.num_translation_examples, len(hypotheses))):
+                    print(f"\nsource:     {sources[k]}\nreference:  {references[k]}\ntranslation: {hypotheses[k]}")
+            label = "test" + (" (oracle positions)" if oracle else "")
+            print(f"\n{label} BLEU {scores['bleu']['score']:.2f}  ({scores['bleu']['signature']})")
+            print(f"{label} chrF {scores['chrf']['score']:.2f}  ({scores['chrf']['signature']})\n")
+    if "predict" in all_scores:  # test_scores.json: the predicted-position scores, the oracle's beside them
+        scores = dict(all_scores["predict"])
+        if "predict_oracle" in all_scores:
+            scores["oracle_positions"] = all_scores["predict_oracle"]
+        (output_dir / "test_scores.json").write_text(json.dumps(scores, indent=2))
     trainer.log_metrics("predict", metrics), trainer.save_metrics("predict", metrics)
     return metrics
 
@@ -431,7 +464,7 @@ def write_card(output_dir, model_args, data_args, training_args, metrics) -> Non
     dataset = data_args.dataset_name or data_args.train_file or data_args.train_source_file or data_args.prepared_dataset
     entries = [evaluation_entry(json.loads(scores_file.read_text()), str(dataset), str(dataset), "test")] if scores_file.is_file() else []
     training = {k: getattr(training_args, k) for k in ("learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
-                                                       "warmup_steps", "seed", "average_last_checkpoints")}  # fmt: skip
+                                                       "warmup_steps", "label_smoothing_factor", "seed", "average_last_checkpoints")}  # fmt: skip
     base_model = model_args.model_name_or_path
     base_model = None if base_model is None or Path(base_model).exists() else base_model  # Hub ids only
     languages = [lang for lang in (data_args.source_lang, data_args.target_lang) if lang]
@@ -441,7 +474,11 @@ def write_card(output_dir, model_args, data_args, training_args, metrics) -> Non
 
 def cli() -> int:
     """The `xlpe-train` command: `main` returns its metrics (for Python callers); a command exits 0 on success."""
-    main()
+    try:
+        main()
+    except UsageError as error:  # a user error found before any work: one line, no traceback
+        print(f"xlpe-train: error: {error}", file=sys.stderr)
+        return 2
     finish_distributed()
     return 0
 

@@ -15,6 +15,10 @@ from transformers import Seq2SeqTrainingArguments
 BUILTIN_DATASET = "builtin:synthetic"
 
 
+class UsageError(ValueError):
+    """A bad argument or argument combination found before any work: `xlpe-train` prints one line, exits 2."""
+
+
 def _help(text: str, **kwargs):
     return field(metadata={"help": text}, **kwargs)
 
@@ -93,6 +97,9 @@ class DataTrainingArguments:
     target_tagger: str | None = _help("POS tagger of the target (families with tags)", default=None)
     nltk_data: str | None = _help("extra nltk_data directory for the nltk-en tagger", default=None)
     num_translation_examples: int = _help("test translations printed at the end", default=5)
+    bleu_tokenize: str | None = _help("sacrebleu's BLEU tokenizer: 13a, intl, zh, ja-mecab, ko-mecab, char, none, ... "
+                                      "Default: sacrebleu's choice for --target_lang (zh -> zh, ja -> ja-mecab, "
+                                      "ko -> ko-mecab, else 13a); checked before training", default=None)  # fmt: skip
 
     def uses_builtin_corpus(self) -> bool:
         files = [v for k, v in vars(self).items() if k.endswith("_file") and v]
@@ -106,7 +113,8 @@ class XLPETrainingArguments(Seq2SeqTrainingArguments):
     predict_with_generate: bool = _help("evaluate with generate() (BLEU, chrF)", default=True)
     overwrite_output_dir: bool = _help("start over in an output_dir that holds checkpoints (they are deleted)", default=False)
     average_last_checkpoints: int = _help("average the last N checkpoints into the final model (papers: 5)", default=0)
-    eval_with_oracle_positions: bool = _help("give generate() the gold reorderings (upper bound; default: predicted)", default=False)
+    eval_with_oracle_positions: bool = _help("validation: give generate() the gold reorderings (an upper bound; default: "
+                                             "predicted). The test split of an XL PE model is scored both ways anyway", default=False)  # fmt: skip
 
 
 def builtin_recipe(model_args: ModelArguments) -> dict:
