@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from transformers import MarianConfig, MarianMTModel
 
-from xlpe.sinusoid import sinusoid_table  # the one sinusoid table of the package
-from xlpe.synthetic import generate_pairs
+from xlpe.models.sinusoid import sinusoid_table  # the one sinusoid table of the package
+from xlpe.features.synthetic import generate_pairs
 
 PAD, BOS, EOS = 0, 1, 2
 warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")  # nn.Transformer's eval fast path

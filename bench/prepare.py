@@ -27,15 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]  # checkout; benchlib
 
-from xlpe.alignment import eflomal_directional, read_text_lines, symmetrize  # noqa: E402
-from xlpe.prepare import prepare_dataset, tokenize_with_word_ids  # noqa: E402
-from xlpe.reordering import oracle_xl_positions_batch, oracle_xl_positions_flat  # noqa: E402
-from xlpe.tagging import get_tagger  # noqa: E402
-from xlpe.tokenization import train_joint_tokenizer  # noqa: E402
+from xlpe.features.alignment import eflomal_directional, read_text_lines, symmetrize  # noqa: E402
+from xlpe.features.prepare import prepare_dataset, tokenize_with_word_ids  # noqa: E402
+from xlpe.features.reordering import oracle_xl_positions_batch, oracle_xl_positions_flat  # noqa: E402
+from xlpe.features.tagging import get_tagger  # noqa: E402
+from xlpe.features.tokenization import train_joint_tokenizer  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from benchlib.data import DATA  # noqa: E402
 
 
 def cpu_seconds() -> float:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: benchlib
+from benchlib.tables import mean_std  # noqa: E402
 
 SWITCHES = {
     "demo": [],
@@ -24,7 +26,7 @@ SWITCHES = {
 
 
 def run_one(work: Path, name: str, flags: list[str], seed: int) -> dict:
-    from xlpe.train import main as xlpe_train
+    from xlpe.training.run import main as xlpe_train
 
     out = work / f"{'switched' if flags else 'plain'}-seed{seed}"
     if not (out / "test_scores.json").is_file():
@@ -40,10 +42,6 @@ def run_one(work: Path, name: str, flags: list[str], seed: int) -> dict:
             "references": None}  # fmt: skip
 
 
-def mean_std(values: list[float]) -> str:
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.2f}"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="1,2,3")
@@ -54,8 +52,8 @@ def main(argv=None) -> int:
     rows = {name: [run_one(work, name, flags, seed) for seed in seeds] for name, flags in SWITCHES.items()}
 
     from xlpe.evaluation import paired_significance
-    from xlpe.train import parse_arguments
-    from xlpe.train_data import load_raw_splits
+    from xlpe.training.run import parse_arguments
+    from xlpe.training.data import load_raw_splits
 
     model_args, data_args, _ = parse_arguments(["--output_dir", str(work / "_args")])
     references = load_raw_splits(data_args, model_args)["test"].targets

@@ -16,7 +16,7 @@ from pathlib import Path
 if importlib.util.find_spec("xlpe") is None:  # a source checkout that is not pip-installed: the package next to us
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xlpe.train import cli
+from xlpe.cli.train import cli
 
 if __name__ == "__main__":
     sys.exit(cli())

@@ -34,6 +34,6 @@ def shared_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def toy_tokenizer():
-    from xlpe.tokenization import train_joint_tokenizer
+    from xlpe.features.tokenization import train_joint_tokenizer
 
     return train_joint_tokenizer(TOY_SENTENCES * 4, vocab_size=120)

@@ -20,14 +20,14 @@ from huggingface_hub import ModelCard
 from local_hub import local_hub_endpoint
 
 from xlpe import XLPETranslationPipeline
-from xlpe.evaluate_cli import main as evaluate_main
-from xlpe.model_card import write_model_card
-from xlpe.prepare import main as prepare_main
-from xlpe.push import push_model
-from xlpe.tokenization import train_joint_tokenizer
-from xlpe.train import main as train_main
-from xlpe.translate import load_pipeline
-from xlpe.translate import main as translate_main
+from xlpe.cli.evaluate import main as evaluate_main
+from xlpe.training.model_card import write_model_card
+from xlpe.cli.prepare import main as prepare_main
+from xlpe.training.push import push_model
+from xlpe.features.tokenization import train_joint_tokenizer
+from xlpe.training.run import main as train_main
+from xlpe.cli.translate import load_pipeline
+from xlpe.cli.translate import main as translate_main
 
 SLICE = {"train": ("train", 400), "validation": ("val", 30), "test": ("test_2016_flickr", 30)}
 REPO_ID = "xlpe-tests/xlpe-multi30k-slice"

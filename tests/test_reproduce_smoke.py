@@ -60,7 +60,7 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert "Mode(s): **smoke**" in section and f"Date: {records[0]['date']}." in section
 
     # noise ratio 0 is the clean Combination model: its result is reused, nothing is trained
-    monkeypatch.setattr(driver, "NOISE_RATIOS", (0.0,))
+    monkeypatch.setattr(driver.reproduction, "NOISE_RATIOS", (0.0,))
     runs_before = sorted(p.name for p in (work / "runs").iterdir())
     # (--max_minutes already past: a reused result costs no time, so it is still recorded)
     assert driver.main(["--mode", "smoke", "--groups", "noise", "--seeds", "1", "--work_dir", str(work), "--max_minutes", "1e-6"]) == 0
@@ -134,3 +134,13 @@ def test_depth_check_trains_both_backends_on_the_same_batches(capsys):
     with pytest.raises(SystemExit):
         check.main(["--depths", "6x2"])
     assert "--depths: '6x2' is not ENCODER+DECODER layers" in capsys.readouterr().err
+
+
+def test_speed_driver_counts_flops_of_every_family_beside_its_baseline(capsys):
+    """bench/speed.py (driver + benchlib) end to end in its cheapest mode: one row per model, ratios vs stock."""
+    spec = importlib.util.spec_from_file_location("speed", REPO_ROOT / "bench" / "speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    speed.main(["--flops-only", "--families", "xlpe"])
+    out = capsys.readouterr().out
+    assert "| Marian | — |" in out and "| XL PE combination | Marian |" in out and "(×1.0" in out

@@ -1,6 +1,9 @@
 """xlpe: machine-translation models for HuggingFace Transformers whose position encodings carry cross-lingual
 word order.
 
+The package follows the data flow (ARCHITECTURE.md): `features` (text -> model inputs), `models` (the
+families; what travels to the Hub as remote code), `training`, `evaluation`, and `cli` (the console scripts).
+
 Importing the package registers every model family with the Auto classes (`AutoConfig`, `AutoModel`,
 `AutoModelForSeq2SeqLM`), marks the classes for Hub custom code (so `save_pretrained` writes `auto_map`
 and the code files), and registers the in-memory pipeline task "xlpe-translation".
@@ -9,24 +12,30 @@ and the code files), and registers the in-memory pipeline task "xlpe-translation
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from .collator import XLPEDataCollator
-from .configuration_dpe import DPEMarianConfig, table5_preset
-from .configuration_mvpe_pos import MvPEPosConfig, choose_pe_step, mvpe_objective
-from .configuration_xlpe import XLPEMarianConfig
-from .modeling_dpe import DPEMarianModel, DPEMarianMTModel
-from .modeling_mvpe_pos import MvPEPosForConditionalGeneration, MvPEPosModel
-from .modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel
-from .pipeline_translation import XLPETranslationPipeline
-from .registry import MODEL_FAMILIES, ModelFamily, get_family, register_family
-from .two_pass import OracleReorderTranslator, TwoPassTranslator
+from . import _deprecated
+from .evaluation.two_pass import OracleReorderTranslator, TwoPassTranslator
+from .models import (
+    MODEL_FAMILIES,
+    DPEMarianConfig,
+    DPEMarianModel,
+    DPEMarianMTModel,
+    ModelFamily,
+    MvPEPosConfig,
+    MvPEPosForConditionalGeneration,
+    MvPEPosModel,
+    XLPEMarianConfig,
+    XLPEMarianModel,
+    XLPEMarianMTModel,
+    XLPETranslationPipeline,
+    choose_pe_step,
+    get_family,
+    mvpe_objective,
+    register_family,
+    table5_preset,
+)
+from .training.collator import XLPEDataCollator
 
-__version__ = "0.1.0"
-
-# --- families (one line each; see CONTRIBUTING.md) ---
-register_family(ModelFamily("xlpe", XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel))
-register_family(ModelFamily("dpe", DPEMarianConfig, DPEMarianModel, DPEMarianMTModel))
-register_family(ModelFamily("mvpe_pos", MvPEPosConfig, MvPEPosModel, MvPEPosForConditionalGeneration))
-# --- end of families ---
+__version__ = "0.2.0"
 
 for _family in MODEL_FAMILIES.values():
     AutoConfig.register(_family.config_class.model_type, _family.config_class, exist_ok=True)
@@ -39,12 +48,14 @@ for _family in MODEL_FAMILIES.values():
 PIPELINE_REGISTRY.register_pipeline(
     "xlpe-translation", pipeline_class=XLPETranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
 )
+_deprecated.install()
 
 __all__ = [
     "DPEMarianConfig",
     "DPEMarianModel",
     "DPEMarianMTModel",
     "MODEL_FAMILIES",
+    "ModelFamily",
     "MvPEPosConfig",
     "MvPEPosForConditionalGeneration",
     "MvPEPosModel",

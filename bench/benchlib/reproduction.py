@@ -1,0 +1,311 @@
+"""The papers' comparisons as data: the modes (data size and budget), the groups (which runs each table
+needs), preparing each language pair once, training a run through `xlpe-train`'s API and scoring it, and
+the resumable results file. `bench/reproduce.py` drives it; `reproduction_report.py` makes the tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from .data import HANSARDS, NLTK_DATA, multi30k_split
+
+NOISE_RATIOS = (0.0, 0.05, 0.1, 0.15, 0.2)
+DPE_LAMBDAS = (0.1, 0.3, 0.5, 0.7)
+
+# ---------------------------------------------------------------------------------------------------------
+# Modes: data size and training budget (the same for every run of a mode)
+# ---------------------------------------------------------------------------------------------------------
+
+MODES = {
+    "smoke": dict(train=300, val=30, test=30, steps=6, batch=16, d_model=32, layers=1, heads=4, ffn=64, vocab=400,
+                  beams=1, lr=1e-3, warmup=2, epochs_mvpe=2, max_length=64),
+    "cpu": dict(train=29000, val=300, test=1000, steps=1200, batch=64, d_model=128, layers=2, heads=4, ffn=256,
+                vocab=4000, beams=4, lr=2e-3, warmup=100, epochs_mvpe=3, max_length=64),
+    "gpu": dict(train=29000, val=1014, test=1000, steps=20000, batch=128, d_model=256, layers=2, heads=4, ffn=1024,
+                vocab=8000, beams=5, lr=7e-4, warmup=1000, epochs_mvpe=20, max_length=100),
+}  # fmt: skip
+
+
+def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None, **fields):
+    """One run of a group: a name unique within its language pair, the family, its config fields. `same_as`:
+    the name of another run (same pair) that trains exactly this model; its result is reused, not recomputed."""
+    return dict(name=name, model_type=model_type, pair=pair, data=data, kind=kind, fields=fields, same_as=same_as)
+
+
+def deeper_encoder(name: str, extra_layers: int, mode: dict, **fields) -> dict:
+    """Table 5's 8E / 10E at this mode's width: vanilla with `extra_layers` more encoder layers, nothing else changed."""
+    return run(name, "vanilla", encoder_layers=mode["layers"] + extra_layers, **fields)
+
+
+def group_runs(group: str, mode: dict) -> list[dict]:
+    heads = mode["heads"]
+    if group == "xl":
+        return [run("vanilla", "vanilla")] + [run(s, "xlpe", xl_strategy=s) for s in ("in", "head", "combination")]
+    if group == "xl-combination":  # the smallest comparison: the CI test, and the CPU-mode headline run
+        return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination")]
+    if group == "tau":
+        default_tau = max(1, heads // 4)  # the "head" run of group xl (XLPEMarianConfig's default tau)
+        return [run("vanilla", "vanilla")] + [run(f"head-tau{t}", "xlpe", xl_strategy="head", xl_heads=t,
+                                                  same_as="head" if t == default_tau else None) for t in range(heads + 1)]  # fmt: skip
+    if group == "dpe":
+        return [run("vanilla", "vanilla")] + [run(f"dpe-lambda{lam}", "dpe", order_loss_weight=lam) for lam in DPE_LAMBDAS]
+    if group == "table5":
+        return [run("vanilla", "vanilla"), run("table5-base", "vanilla", same_as="vanilla"), deeper_encoder("table5-8E", 2, mode),
+                deeper_encoder("table5-10E", 4, mode), run("table5-DPE", "dpe", order_loss_weight=0.5, same_as="dpe-lambda0.5")]  # fmt: skip
+    if group == "2pt":
+        return [run("vanilla", "vanilla"), run("2pt", "vanilla", kind="two_pass")]
+    if group == "mvpe":
+        return [run("vanilla", "vanilla", pair="en-de", kind="mvpe"), run("mvpe_pos", "mvpe_pos", pair="en-de", kind="mvpe",
+                                                                    config_overrides=f"pos_dim={mode['d_model'] // 4}")]
+    if group == "noise":
+        return [run("vanilla", "vanilla")] + [run(f"combination-noise{r}", "xlpe", data=f"noise{r}", xl_strategy="combination",
+                                                  same_as="combination" if r == 0 else None) for r in NOISE_RATIOS]  # fmt: skip
+    if group == "init":  # Table 5's collapse: the same models with embeddings N(0, d^-1/2) and linears N(0, 0.02)
+        small = dict(init_std=0.02, embedding_init_std=round(mode["d_model"] ** -0.5, 6))
+        return [run("vanilla", "vanilla"), run("init-vanilla", "vanilla", **small), deeper_encoder("table5-8E", 2, mode),
+                deeper_encoder("init-8E", 2, mode, **small), deeper_encoder("table5-10E", 4, mode),
+                deeper_encoder("init-10E", 4, mode, **small), run("combination", "xlpe", xl_strategy="combination"),
+                run("init-combination", "xlpe", xl_strategy="combination", **small)]  # fmt: skip
+    if group == "alignment":
+        return [run("vanilla", "vanilla", pair="en-fr")] + [run(s, "xlpe", pair="en-fr", xl_strategy=s)
+                                                             for s in ("in", "head", "combination")]  # fmt: skip
+    raise ValueError(f"unknown group {group!r}; known: {', '.join(GROUPS)}")
+
+
+GROUPS = ("xl", "xl-combination", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
+
+# ---------------------------------------------------------------------------------------------------------
+# Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def raw_splits(pair: str, mode: dict):
+    """{train, validation, test} ParallelSplits; en-fr uses the lowercased tokenized text (as the Hansards gold)."""
+    from xlpe.features.prepare import ParallelSplit
+
+    src, tgt = pair.split("-")
+    tokenized = pair == "en-fr"
+    names = {"train": ("train", mode["train"]), "validation": ("val", mode["val"]), "test": ("test_2016_flickr", mode["test"])}
+    return {split: ParallelSplit(multi30k_split(f, src, n, tokenized), multi30k_split(f, tgt, n, tokenized),
+                                 f"multi30k/{f}.{src}", f"multi30k/{f}.{tgt}") for split, (f, n) in names.items()}  # fmt: skip
+
+
+def tokenizer_dir(work: Path, pair: str, mode: dict) -> Path:
+    """One joint tokenizer per language set (de-en and en-de share one), trained once on the training text."""
+    from xlpe.features.tokenization import train_joint_tokenizer
+
+    path = work / "data" / ("-".join(sorted(pair.split("-"))) + ("-tok" if pair == "en-fr" else "")) / "tokenizer"
+    if not (path / "tokenizer_config.json").is_file():
+        train = raw_splits(pair, mode)["train"]
+        tokenizer = train_joint_tokenizer(train.sources + train.targets, vocab_size=mode["vocab"], model="bpe",
+                                          model_max_length=mode["max_length"])  # fmt: skip
+        tokenizer.save_pretrained(path)
+    return path
+
+
+def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
+    """The prepared DatasetDict of a pair ("clean"; "noise<r>": the training split's XL indices swapped at
+    ratio r, validation/test clean, alignments reused from the clean preparation)."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    from xlpe.features.prepare import ParallelSplit, prepare_splits
+
+    path = work / "data" / pair / data
+    if (path / "dataset_dict.json").is_file():
+        return path
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(work, pair, mode))
+    options = dict(features=("reorder_positions", "target_positions"), max_length=mode["max_length"], keep_text=True,
+                   cache_dir=str(work / "cache"), seed=0)  # fmt: skip
+    if data == "clean":
+        prepared, reports = prepare_splits(raw_splits(pair, mode), tokenizer, **options)
+    else:
+        clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
+        train = clean["train"]
+        links = [[int(x) for link in a.split() for x in link.split("-")] for a in train["word_alignment"]]
+        split = ParallelSplit(train["source_text"], train["target_text"], f"{pair}:train", f"{pair}:train", links, "clean run")
+        noisy, reports = prepare_splits({"train": split}, tokenizer, **options, noise_ratio=float(data.removeprefix("noise")))
+        prepared = {"train": noisy["train"], "validation": clean["validation"], "test": clean["test"]}
+    datasets.DatasetDict(prepared).save_to_disk(str(path))
+    (path / "report.json").write_text(json.dumps(reports, indent=2, default=str))
+    return path
+
+
+def write_text_split(work: Path, pair: str, mode: dict, pairs_by_split: dict[str, list[tuple[str, str]]], name: str) -> list[str]:
+    """Plain-text files for runs that prepare their own features (2PT's two models, mvPE+POS); returns flags."""
+    folder, flags = work / "data" / pair / name, []
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, pairs in pairs_by_split.items():
+        for side, index in (("source", 0), ("target", 1)):
+            path, staging = folder / f"{split}.{side}", folder / f".{split}.{side}.{os.getpid()}"
+            staging.write_text("\n".join(p[index] for p in pairs) + "\n", encoding="utf-8")
+            os.replace(staging, path)  # atomic: parallel workers (--workers) write the same text
+            flags += [f"--{split}_{side}_file", str(path)]
+    return flags
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training runs (xlpe.training.run.main) and their scores
+# ---------------------------------------------------------------------------------------------------------
+
+
+def train_args(mode: dict, out: Path, seed: int, pair: str, tokenizer: Path, model_type: str, fields: dict) -> list[str]:
+    src, tgt = pair.split("-")
+    fields = dict(fields)
+    encoder_layers = fields.pop("encoder_layers", mode["layers"])  # deeper_encoder runs (Table 5)
+    args = ["--output_dir", str(out), "--overwrite_output_dir", "--seed", str(seed), "--source_lang", src,
+            "--target_lang", tgt, "--tokenizer_name", str(tokenizer), "--model_type", model_type,
+            "--d_model", str(mode["d_model"]), "--encoder_layers", str(encoder_layers), "--decoder_layers", str(mode["layers"]),
+            "--attention_heads", str(mode["heads"]), "--ffn_dim", str(mode["ffn"]), "--dropout", "0.1",
+            "--max_steps", str(mode["steps"]), "--per_device_train_batch_size", str(mode["batch"]),
+            "--per_device_eval_batch_size", "100", "--learning_rate", str(mode["lr"]), "--warmup_steps", str(mode["warmup"]),
+            "--num_beams", str(mode["beams"]), "--max_source_length", str(mode["max_length"]),
+            "--max_target_length", str(mode["max_length"]), "--save_strategy", "no", "--logging_steps", "50",
+            "--report_to", "none", "--disable_tqdm", "true", "--num_translation_examples", "0",
+            "--cache_dir", str(out.parent.parent / "cache")]  # fmt: skip
+    for key, value in fields.items():
+        args += [f"--{key}", str(value)]
+    return args
+
+
+def train(mode, work, spec, seed, extra: list[str], model_type=None, fields=None, suffix="") -> tuple[Path, dict]:
+    from xlpe.training.run import main as xlpe_train
+
+    out = work / "runs" / f"{spec['pair']}-{spec['name']}{suffix}-seed{seed}"
+    tokenizer = tokenizer_dir(work, spec["pair"], mode)
+    fields = spec["fields"] if fields is None else fields
+    metrics = xlpe_train(train_args(mode, out, seed, spec["pair"], tokenizer, model_type or spec["model_type"], fields) + extra)
+    return out, metrics
+
+
+def test_split_texts(work: Path, spec: dict, mode: dict):
+    import datasets
+
+    test = datasets.load_from_disk(str(prepared_dir(work, spec["pair"], "clean", mode)))["test"]
+    return test["source_text"], test["target_text"], test["word_alignment"]
+
+
+def execute(spec: dict, seed: int, mode: dict, work: Path) -> dict:
+    """Train (and score) one run; returns its JSONL record."""
+    from xlpe.evaluation import corpus_bleu_chrf
+
+    started, record = time.time(), {}
+    target_lang = spec["pair"].split("-")[1]
+    prepared = ["--prepared_dataset", str(prepared_dir(work, spec["pair"], spec["data"], mode))]
+    if spec["kind"] == "train":
+        out, _ = train(mode, work, spec, seed, prepared)
+        hypotheses = (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
+    elif spec["kind"] == "two_pass":
+        out, hypotheses, record = two_pass(spec, seed, mode, work)
+    elif spec["kind"] == "mvpe":
+        out, hypotheses, record = mvpe(spec, seed, mode, work)
+    _, references, _ = test_split_texts(work, spec, mode)
+    scores = corpus_bleu_chrf(hypotheses, references, target_language=target_lang)
+    (out / "hypotheses.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    record.update(bleu=scores["bleu"]["score"], chrf=scores["chrf"]["score"], bleu_signature=scores["bleu"]["signature"],
+                  chrf_signature=scores["chrf"]["signature"], hypotheses=str(out / "hypotheses.txt"), seconds=round(time.time() - started, 1))  # fmt: skip
+    oracle_file = out / "generated_predictions_oracle.txt"  # XL PE runs: the test split decoded with oracle positions
+    if spec["kind"] == "train" and oracle_file.is_file():
+        oracle = oracle_file.read_text(encoding="utf-8").splitlines()
+        oracle_scores = corpus_bleu_chrf(oracle, references, target_language=target_lang)
+        (out / "hypotheses_oracle.txt").write_text("\n".join(oracle) + "\n", encoding="utf-8")
+        record.update(oracle_bleu=oracle_scores["bleu"]["score"], oracle_chrf=oracle_scores["chrf"]["score"],
+                      oracle_hypotheses=str(out / "hypotheses_oracle.txt"))  # fmt: skip
+    if spec["pair"] == "en-fr":
+        record["alignment"] = alignment_scores(out)
+    return record
+
+
+def two_pass(spec, seed, mode, work):
+    """DPE Table 2: a reorderer (source -> oracle-reordered source) and a translator (reordered -> target),
+    both vanilla Marian on the BTG oracle of the clean preparation's alignments; the oracle row feeds the
+    translator the test sources reordered by their own alignments."""
+    import datasets
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from xlpe.evaluation import corpus_bleu_chrf
+    from xlpe.evaluation.two_pass import TwoPassTranslator, two_pass_training_pairs
+
+    clean = datasets.load_from_disk(str(prepared_dir(work, spec["pair"], "clean", mode)))
+    data = {s: two_pass_training_pairs(t["source_text"], t["target_text"], t["word_alignment"]) for s, t in clean.items()}
+    models = {}
+    for stage in ("reorderer", "translator"):
+        flags = write_text_split(work, spec["pair"], mode, {s: d[stage] for s, d in data.items()}, f"2pt-{stage}")
+        out, _ = train(mode, work, spec, seed, flags, fields={}, suffix=f"-{stage}")
+        models[stage] = (AutoModelForSeq2SeqLM.from_pretrained(out), AutoTokenizer.from_pretrained(out))
+    translator = TwoPassTranslator(*models["reorderer"], *models["translator"], rule="btg")
+    sources, references, alignments = test_split_texts(work, spec, mode)
+    generate = dict(num_beams=mode["beams"], max_new_tokens=mode["max_length"], batch_size=50)
+    hypotheses = translator(list(sources), **generate)
+    oracle = translator.oracle_variant()(list(sources), list(alignments), **generate)
+    oracle_scores = corpus_bleu_chrf(oracle, references, target_language=spec["pair"].split("-")[1])
+    return out.parent, hypotheses, {"oracle_bleu": oracle_scores["bleu"]["score"], "oracle_chrf": oracle_scores["chrf"]["score"]}
+
+
+def mvpe(spec, seed, mode, work):
+    """mvPE+POS (source tagged with NLTK's English tagger) or its vanilla baseline on en->de, trained for
+    `epochs_mvpe` epochs (both, the same budget) and evaluated every epoch: perplexity per epoch (Fig. 4)."""
+    import datasets
+
+    from xlpe.evaluation import mvpe_metrics
+    from xlpe.evaluation.plots import perplexity_history
+
+    clean = datasets.load_from_disk(str(prepared_dir(work, spec["pair"], "clean", mode)))
+    pairs = {s: list(zip(t["source_text"], t["target_text"])) for s, t in clean.items()}
+    flags = write_text_split(work, spec["pair"], mode, pairs, "text")
+    epochs = mode["epochs_mvpe"]
+    flags += ["--eval_strategy", "epoch", "--num_train_epochs", str(epochs), "--max_steps", "-1"]
+    if spec["model_type"] == "mvpe_pos":
+        flags += ["--source_tagger", "nltk-en", "--nltk_data", str(NLTK_DATA)]
+    out, _ = train(mode, work, spec, seed, flags)
+    hypotheses = (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
+    loss_key = "eval_loss" if spec["model_type"] == "vanilla" else "eval_translation_loss"  # tag loss left out
+    history = perplexity_history(out / "trainer_state.json", loss_key=loss_key)
+    return out, hypotheses, {"perplexity_by_epoch": history, **mvpe_metrics(hypotheses, clean["test"]["target_text"], "de")}
+
+
+def alignment_scores(out: Path) -> dict:
+    """AER of the model's cross-attention alignments on the en-fr Hansards gold set (XL PE Table 3)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from xlpe.evaluation.alignment_quality import (
+        alignment_error_rate,
+        attention_alignments,
+        load_alignment_test_set,
+    )
+
+    gold = load_alignment_test_set(HANSARDS)
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    predicted = attention_alignments(model, tokenizer, gold.sources, gold.targets)
+    return alignment_error_rate(predicted, gold.gold)
+
+
+def eflomal_reference_aer() -> dict:
+    from xlpe.features.alignment import align_with_eflomal
+    from xlpe.evaluation.alignment_quality import alignment_error_rate, load_alignment_test_set
+
+    gold = load_alignment_test_set(HANSARDS)
+    flat = align_with_eflomal([" ".join(s) for s in gold.sources], [" ".join(t) for t in gold.targets], "grow-diag-final-and")
+    return alignment_error_rate([set(zip(f[::2], f[1::2])) for f in flat], gold.gold)
+
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The results file: one JSON line per finished run
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run_key(mode_name: str, spec: dict, seed: int) -> str:
+    return f"{mode_name}|{spec['pair']}|{spec['name']}|{seed}"
+
+
+def read_results(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def same_run_record(results: Path, mode_name: str, spec: dict, seed: int) -> dict | None:
+    """The finished record of the run `spec` is the same model as (read now: another driver may have written it)."""
+    key = run_key(mode_name, {"pair": spec["pair"], "name": spec["same_as"]}, seed)
+    return next((r for r in read_results(results) if r["key"] == key), None)

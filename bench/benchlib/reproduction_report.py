@@ -1,0 +1,200 @@
+"""The reproduction report: for each group, BLEU/chrF mean ± std over seeds, the delta against vanilla of
+the same seed with a paired bootstrap per seed and a verdict, the XL PE oracle-position rows, the extra
+tables of some groups (2PT, mvPE+POS metrics, AER), plots, and the `## Reproduction` section of
+BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+from .data import REPO
+from .reproduction import GROUPS, MODES, group_runs, read_results
+from .tables import mean_std, replace_section, run_dates
+
+
+def significance(record: dict, baseline: dict | None, references: list[str], target_lang: str) -> dict | None:
+    from xlpe.evaluation import paired_significance
+
+    if baseline is None or record is baseline:
+        return None
+    read = lambda r: Path(r["hypotheses"]).read_text(encoding="utf-8").splitlines()
+    return paired_significance(read(record), read(baseline), references, target_language=target_lang)["metrics"]
+
+
+def group_table(group: str, records: list[dict], work: Path, modes: set[str]) -> list[str]:
+    """Markdown rows for one group: BLEU/chrF mean ± std over seeds, delta and paired bootstrap per seed."""
+    in_group_order = [spec["name"] for mode in sorted(modes) for spec in group_runs(group, MODES[mode])]
+    names = sorted(dict.fromkeys(r["name"] for r in records), key=lambda n: in_group_order.index(n) if n in in_group_order else len(in_group_order))
+    lines = [f"### {group} ({', '.join(sorted(modes))} mode)", "",
+             "| run | pair | seeds | BLEU | chrF | ΔBLEU / ΔchrF vs vanilla | bootstrap p BLEU / chrF, per seed | verdict (BLEU) |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        rows = [r for r in records if r["name"] == name]
+        pvalues, deltas, chrf_pvalues, chrf_deltas = [], [], [], []
+        for r in rows:
+            base = next((b for b in records if b["name"] == "vanilla" and b["seed"] == r["seed"] and b["pair"] == r["pair"]), None)
+            refs = reference_texts(work, r["pair"], r["mode"])
+            sig = significance(r, base, refs, r["pair"].split("-")[1])
+            if sig:
+                pvalues.append(sig["BLEU"]["p_value"]), deltas.append(sig["BLEU"]["delta"])
+                chrf = next(v for k, v in sig.items() if k.startswith("chrF"))  # sacrebleu names it chrF2
+                chrf_pvalues.append(chrf["p_value"]), chrf_deltas.append(chrf["delta"])
+        if name == "vanilla":
+            verdict, delta, pcol = "baseline", "-", "-"
+        else:
+            significant = sum(p < 0.05 for p in pvalues)
+            delta = f"{statistics.mean(deltas):+.2f} / {statistics.mean(chrf_deltas):+.2f}" if deltas else "-"
+            pcol = ", ".join(f"{p:.3f} / {q:.3f}" for p, q in zip(pvalues, chrf_pvalues)) or "-"
+            same_sign = all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
+            direction = "better" if deltas and statistics.mean(deltas) > 0 else "worse"
+            verdict = (f"{direction} (significant in {significant}/{len(pvalues)} seeds, p<0.05)" if pvalues and significant == len(pvalues) and same_sign
+                       else f"within noise (significant in {significant}/{len(pvalues)} seeds)")  # fmt: skip
+            verdict += "; one seed: indicative only" if len(pvalues) == 1 else ""
+        reused = sorted({r["same_as"].split("|")[2] for r in rows if r.get("same_as")})
+        label = f"{name} (= {', '.join(reused)})" if reused else name  # the same model: its result, not a new run
+        lines.append(f"| {label} | {rows[0]['pair']} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
+                     f"{mean_std([r['chrf'] for r in rows])} | {delta} | {pcol} | {verdict} |")  # fmt: skip
+    extra = extra_tables(group, records, work)
+    signatures = sorted({r["bleu_signature"] for r in records} | {r["chrf_signature"] for r in records})
+    return lines + [""] + extra + ["Signatures: " + "; ".join(f"`{s}`" for s in signatures), ""]
+
+
+def oracle_table(records: list[dict], work: Path) -> list[str]:
+    """XL PE runs decoded with oracle positions next to their predicted-position scores: the gap is what the
+    test-time reorderer costs (paired bootstrap oracle vs predicted, per seed)."""
+    names = list(dict.fromkeys(r["name"] for r in records if "oracle_bleu" in r))
+    if not names:
+        return []
+    lines = ["| XL PE run | seeds | BLEU, predicted positions | BLEU, oracle positions | oracle − predicted | "
+             "bootstrap p per seed |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        rows = [r for r in records if r["name"] == name and "oracle_bleu" in r]
+        pvalues = []
+        for r in rows:
+            oracle = {"hypotheses": r["oracle_hypotheses"]}
+            sig = significance(oracle, r, reference_texts(work, r["pair"], r["mode"]), r["pair"].split("-")[1])
+            pvalues.append(f"{sig['BLEU']['p_value']:.3f}" if sig else "-")
+        gap = statistics.mean(r["oracle_bleu"] - r["bleu"] for r in rows)
+        lines.append(f"| {name} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
+                     f"{mean_std([r['oracle_bleu'] for r in rows])} | {gap:+.2f} | {', '.join(pvalues)} |")  # fmt: skip
+    return lines + [""]
+
+
+def extra_tables(group: str, records: list[dict], work: Path | None = None) -> list[str]:
+    lines = oracle_table(records, work) if work is not None else []
+    if group == "2pt":
+        rows = [r for r in records if r["kind"] == "two_pass"]
+        lines += ["| 2PT row | BLEU | chrF |", "|---|---|---|",
+                  f"| 2PT (reorderer + translator) | {mean_std([r['bleu'] for r in rows])} | {mean_std([r['chrf'] for r in rows])} |",
+                  (f"| 2PT oracle (alignment-reordered source) | {mean_std([r['oracle_bleu'] for r in rows])} | "
+                   f"{mean_std([r['oracle_chrf'] for r in rows])} |"), ""]  # fmt: skip
+    if group == "mvpe":  # mvPE+POS Tables III-V: BLEU-1..4 (0-1), ROUGE F1 (0-1), length ratio; one column per run
+        names = list(dict.fromkeys(r["name"] for r in records if r["kind"] == "mvpe"))
+        by_name = {n: [r for r in records if r["name"] == n and r["kind"] == "mvpe"] for n in names}
+        metrics = {f"BLEU-{n}": (lambda r, n=n: r[f"bleu-{n}"]["score"]) for n in range(1, 5)}
+        metrics.update({f"ROUGE {k} F1": (lambda r, k=k: r["rouge"][k]["f"] if isinstance(r["rouge"][k], dict) else r["rouge"][k])
+                        for k in ("rouge1", "rouge2", "rougeL")})  # fmt: skip
+        metrics["length ratio"] = lambda r: r["length_ratio"]["ratio"]
+        metrics["final perplexity (val)"] = lambda r: list(r["perplexity_by_epoch"].values())[-1]
+        lines += ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for label, get in metrics.items():
+            lines.append(f"| {label} | " + " | ".join(mean_std([float(get(r)) for r in by_name[n]]) for n in names) + " |")
+        lines.append("")
+    if group == "alignment":
+        lines += ["| model (en→fr, Hansards gold) | AER | precision | recall |", "|---|---|---|---|"]
+        for name in dict.fromkeys(r["name"] for r in records):
+            rows = [r["alignment"] for r in records if r["name"] == name and "alignment" in r]
+            if rows:
+                lines.append(f"| {name} | " + " | ".join(mean_std([100 * a[k] for a in rows]) for k in ("aer", "precision", "recall")) + " |")
+        lines.append("")
+    return lines
+
+
+@functools.cache
+def reference_texts(work: Path, pair: str, mode_name: str) -> list[str]:
+    import datasets
+
+    return datasets.load_from_disk(str(work / "data" / pair / "clean"))["test"]["target_text"]
+
+
+def plots(records: list[dict], out_dir: Path, prefix: str) -> list[str]:
+    from xlpe.evaluation.plots import plot_noise_curve, plot_perplexity_per_epoch, plot_tau_sweep
+
+    made = []
+    mean_by = lambda rows, key: {k: statistics.mean(v) for k, v in _collect(rows, key).items()}
+    tau = [r for r in records if r["group"] == "tau" and r["name"].startswith("head-tau")]
+    if tau:
+        made.append(plot_tau_sweep(mean_by(tau, lambda r: float(r["fields"]["xl_heads"])), out_dir / f"{prefix}_tau.png"))
+    noise = [r for r in records if r["group"] == "noise" and r["data"].startswith("noise")]
+    if noise:
+        vanilla = [r["bleu"] for r in records if r["name"] == "vanilla" and r["pair"] == noise[0]["pair"]]
+        made.append(plot_noise_curve(mean_by(noise, lambda r: float(r["data"].removeprefix("noise"))), out_dir / f"{prefix}_noise.png",
+                                     baseline=statistics.mean(vanilla) if vanilla else None))  # fmt: skip
+    mvpe_rows = [r for r in records if r["kind"] == "mvpe"]
+    if mvpe_rows:
+        curves = {f"{r['name']} seed {r['seed']}": {float(k): v for k, v in r["perplexity_by_epoch"].items()} for r in mvpe_rows}
+        made.append(plot_perplexity_per_epoch(curves, out_dir / f"{prefix}_perplexity.png", split="validation"))
+    return [str(Path(p).resolve().relative_to(REPO)) if Path(p).resolve().is_relative_to(REPO) else str(p) for p in made]
+
+
+def _collect(rows, key):
+    collected: dict[float, list[float]] = {}
+    for r in rows:
+        collected.setdefault(key(r), []).append(r["bleu"])
+    return collected
+
+
+def report(args) -> int:
+    work = Path(args.work_dir)
+    records = read_results(work / "results.jsonl")
+    if not records:
+        raise SystemExit(f"no results in {work / 'results.jsonl'}: run the groups first")
+    groups = list(dict.fromkeys(r["group"] for r in records))
+    lines = []
+    for group in groups:
+        rows = [r for r in records if r["group"] == group]
+        # a run is recorded once (under the group that ran it) and belongs to every group that lists it: vanilla
+        # to all groups of its pair, table5-8E to init, ...
+        pairs, modes = {r["pair"] for r in rows}, {r["mode"] for r in rows}
+        listed = {spec["name"] for mode in modes for spec in group_runs(group, MODES[mode])}
+        rows = [r for r in records if r["name"] in listed and r["pair"] in pairs and r["mode"] in modes and r not in rows] + rows
+        lines += group_table(group, rows, work, modes)
+    eflomal = work / "eflomal_aer.json"
+    if eflomal.is_file():
+        a = json.loads(eflomal.read_text())
+        lines += [(f"eflomal's own alignment of the Hansards test text (reference row): AER {100 * a['aer']:.2f}, "
+                   f"precision {100 * a['precision']:.2f}, recall {100 * a['recall']:.2f}."), ""]  # fmt: skip
+    modes = sorted({r["mode"] for r in records})
+    images = plots(records, Path(args.plot_dir), f"reproduce_{'_'.join(modes)}")
+    lines += [f"![{Path(p).stem}]({p})" for p in images]  # repo-relative: BENCHMARKS.md sits at the root
+    table = "\n".join(lines)
+    print(table)
+    if args.benchmarks:
+        write_section(Path(args.benchmarks), args, modes, table, run_dates(records))
+    return 0
+
+
+def describe_budget(m: dict) -> str:
+    return (f"Multi30k {m['train']} train / {m['val']} val / {m['test']} test_2016_flickr pairs, {m['steps']} steps x "
+            f"batch {m['batch']} (mvpe group: {m['epochs_mvpe']} epochs), lr {m['lr']}, d={m['d_model']}, "
+            f"{m['layers']}+{m['layers']} layers, {m['heads']} heads, FFN {m['ffn']}, joint BPE {m['vocab']}, beam {m['beams']}")
+
+
+def write_section(path: Path, args, modes: list[str], body: str, dates: str) -> None:
+    """Replace (or append at the end) the `## Reproduction` section of BENCHMARKS.md; nothing else changes."""
+    command = args.command or "python bench/reproduce.py " + " ".join(sys.argv[1:])
+    header = (f"## Reproduction\n\nGenerated by `bench/reproduce.py` (issue 7 §3). Mode(s): **{', '.join(modes)}**"
+              f" (budget per run: {'; '.join(f'{m}: {describe_budget(MODES[m])}' for m in modes)}). Machine: {args.machine or platform.platform()}, "
+              f"`OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}`. Date: {dates}.\n\n"
+              f"Command:\n\n```bash\n{command}\n```\n\nΔBLEU is the mean over seeds of (run − vanilla of the same seed); "
+              "p: sacrebleu paired bootstrap (1000 resamples) against that vanilla run. A gain is called real "
+              "only when it is significant in every seed; otherwise it is within noise. Groups not shown here were not "
+              f"run in this mode; all groups: `--groups {','.join(GROUPS)}`; modes: `--mode smoke|cpu|gpu` "
+              "(gpu: the papers' IWSLT-like d=256, FFN 1024, 2+2 layers).\n\n")  # fmt: skip
+    replace_section(path, "Reproduction", header + body.rstrip() + "\n")

@@ -1,0 +1,211 @@
+"""What `bench/speed.py` times: model sizes, synthetic token batches (the same for every model), and each
+xlpe family beside the stock model it is compared with (`Spec`: how to build it, what it is fed)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
+
+import xlpe
+
+# ---------------------------------------------------------------------------------------------------------
+# Sizes and data
+# ---------------------------------------------------------------------------------------------------------
+
+SIZES = {
+    # the CPU default: small enough for ~10 min on 2 cores with every family
+    "small": {"d_model": 256, "ffn": 1024, "heads": 4, "encoder_layers": 3, "decoder_layers": 3, "vocab_size": 8000,
+              "batch_size": 32},
+    # Transformer-base (Vaswani et al. 2017) for the GPU run
+    "base": {"d_model": 512, "ffn": 2048, "heads": 8, "encoder_layers": 6, "decoder_layers": 6, "vocab_size": 32000,
+             "batch_size": 128},
+}
+
+PAD, EOS, BART_BOS, BART_PAD, BART_EOS = 0, 1, 0, 1, 2
+FIRST_WORD_ID = 3  # token ids below this are special in both the Marian and the BART layout
+FIRST_TAG_ID, NUM_POS_TAG_IDS = 3, 48  # mvPE+POS's default (nltk-en, Penn) tag ids: 3 specials, then 45 tags
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # [B, S], right padded with PAD, EOS closes each row
+    attention_mask: torch.Tensor
+    labels: torch.Tensor  # [B, T], -100 on padding, EOS closes each row
+    reorder_positions: torch.Tensor  # oracle-style XL order: a permutation of the movable tokens, EOS fixed
+    target_positions: torch.Tensor  # DPE supervision: target rank of each source token, -100 where unaligned
+    pos_tag_ids: torch.Tensor
+    decoder_pos_tag_ids: torch.Tensor
+    new_tokens: int  # generation length (min == max) for this batch
+
+    @property
+    def target_tokens(self) -> int:
+        return int((self.labels != -100).sum())
+
+    def to(self, device) -> Batch:
+        moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
+        return Batch(**moved)
+
+
+def make_batches(count: int, batch_size: int, vocab_size: int, mean_len: float, seed: int) -> list[Batch]:
+    """Synthetic batches with realistic lengths: a length-bucketed batcher's batch of sentences whose source
+    lengths are N(mean_len, (mean_len/5)^2) clipped to [8, 2 mean_len], target length = source x U(0.9, 1.3).
+    Generation length (forced, min == max): ceil(1.2 x the batch's mean source length)."""
+    gen = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(count):
+        src_len = (torch.randn(batch_size, generator=gen) * mean_len / 5 + mean_len).round().clamp(8, 2 * mean_len).long()
+        tgt_len = (src_len.float() * (0.9 + 0.4 * torch.rand(batch_size, generator=gen))).round().clamp(min=4).long()
+        S, T = int(src_len.max()), int(tgt_len.max())
+        input_ids = torch.full((batch_size, S), PAD)
+        labels = torch.full((batch_size, T), -100)
+        reorder = torch.arange(S).repeat(batch_size, 1)
+        target_positions = torch.full((batch_size, S), -100)
+        pos = torch.zeros(batch_size, S, dtype=torch.long)
+        dpos = torch.zeros(batch_size, T, dtype=torch.long)
+        for b in range(batch_size):
+            n, m = int(src_len[b]), int(tgt_len[b])
+            input_ids[b, : n - 1] = torch.randint(FIRST_WORD_ID, vocab_size, (n - 1,), generator=gen)
+            input_ids[b, n - 1] = EOS
+            labels[b, : m - 1] = torch.randint(FIRST_WORD_ID, vocab_size, (m - 1,), generator=gen)
+            labels[b, m - 1] = EOS
+            reorder[b, : n - 1] = torch.randperm(n - 1, generator=gen)  # EOS (index n-1) keeps its place
+            ranks = torch.randperm(n - 1, generator=gen)
+            aligned = torch.rand(n - 1, generator=gen) < 0.85  # some source words unaligned, as with real alignments
+            target_positions[b, : n - 1] = torch.where(aligned, ranks, torch.full_like(ranks, -100))
+            pos[b, :n] = torch.randint(FIRST_TAG_ID, NUM_POS_TAG_IDS, (n,), generator=gen)
+            dpos[b, :m] = torch.randint(FIRST_TAG_ID, NUM_POS_TAG_IDS, (m,), generator=gen)
+        attention_mask = (torch.arange(S)[None] < src_len[:, None]).long()
+        batches.append(Batch(input_ids, attention_mask, labels, reorder, target_positions, pos, dpos, math.ceil(1.2 * float(src_len.float().mean()))))
+    return batches
+
+
+def bart_view(batch: Batch) -> Batch:
+    """The same sentences in BART's special-token layout (pad 1, eos 2)."""
+    input_ids = batch.input_ids.clone()
+    input_ids[batch.input_ids == PAD] = BART_PAD
+    input_ids[batch.input_ids == EOS] = BART_EOS
+    labels = batch.labels.clone()
+    labels[batch.labels == EOS] = BART_EOS
+    return Batch(**{**batch.__dict__, "input_ids": input_ids, "labels": labels})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------------------
+
+
+def shared_kwargs(dims: dict) -> dict:
+    """The dims every config of one run shares (Marian and BART spell them the same)."""
+    return {
+        "vocab_size": dims["vocab_size"], "d_model": dims["d_model"], "encoder_layers": dims["encoder_layers"],
+        "decoder_layers": dims["decoder_layers"], "encoder_attention_heads": dims["heads"],
+        "decoder_attention_heads": dims["heads"], "encoder_ffn_dim": dims["ffn"], "decoder_ffn_dim": dims["ffn"],
+        "max_position_embeddings": 512,
+    }
+
+
+def marian_kwargs(dims: dict, **overrides) -> dict:
+    special = {"pad_token_id": PAD, "eos_token_id": EOS, "decoder_start_token_id": PAD, "forced_eos_token_id": None}
+    return {**shared_kwargs(dims), **special, **overrides}
+
+
+def bart_kwargs(dims: dict, **overrides) -> dict:
+    special = {"pad_token_id": BART_PAD, "bos_token_id": BART_BOS, "eos_token_id": BART_EOS,
+               "decoder_start_token_id": BART_EOS, "forced_bos_token_id": None, "forced_eos_token_id": None}
+    return {**shared_kwargs(dims), **special, **overrides}
+
+
+@dataclass
+class Spec:
+    name: str
+    build: Callable[[dict], torch.nn.Module]
+    baseline: str | None = None  # name of the spec this one is divided by (None: it is a baseline)
+    train_inputs: Callable[[Batch], dict] = lambda batch: {}
+    gen_inputs: Callable[[Batch], dict] = lambda batch: {}
+    generation: bool = True  # False: not timed in generation (e.g. a training-only variant of another row)
+    train_forward: Callable | None = None  # (model, batch) -> output with .loss; default model(**inputs)
+    bart_layout: bool = False
+    train_target: float | None = None
+    gen_target: float | None = None
+    note: str = ""
+
+
+def xl_spec(strategy: str, train_positions: str = "oracle", label: str = "", **config) -> Spec:
+    def build(dims):
+        xl_heads = 0 if strategy == "in" else max(1, dims["heads"] // 4)
+        cfg = xlpe.XLPEMarianConfig(**marian_kwargs(dims, xl_strategy=strategy, xl_heads=xl_heads,
+                                                    xl_train_positions=train_positions, **config))
+        return xlpe.XLPEMarianMTModel(cfg)
+
+    suffix = "" if train_positions == "oracle" else ", train on predicted positions"
+    return Spec(
+        f"XL PE {strategy}{suffix}{label}", build, baseline="Marian",
+        train_inputs=lambda b: {"reorder_positions": b.reorder_positions},
+        train_target=1.03, gen_target=1.05,
+        note="tau = H/4" if strategy != "in" else "",
+    )
+
+
+def external_positions_forward(model, batch: Batch):
+    """The paper's setting: XL positions come from an external reorderer (lader), so the translation model's
+    training step has no predictor. The encoder is called without `compute_reorder_loss` (the MT model's forward
+    always asks for the predictor's loss when positions and labels are given), then the model on its output."""
+    encoder_outputs = model.model.encoder(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, reorder_positions=batch.reorder_positions
+    )
+    return model(attention_mask=batch.attention_mask, encoder_outputs=encoder_outputs, labels=batch.labels)
+
+
+def all_specs(families: list[str], dims: dict) -> list[Spec]:
+    specs = [Spec("Marian", lambda d: MarianMTModel(MarianConfig(**marian_kwargs(d))), note="stock")]
+    if "xlpe" in families:
+        specs += [xl_spec("in"), xl_spec("head"), xl_spec("combination"), xl_spec("combination", "predicted")]
+        specs[-1].generation = False  # at inference it is the "combination" model: nothing else to time
+        specs[-1].note = "xl_train_positions='predicted': the translation loss sees the predictor's order"
+        # the predictor's width is the one knob that matters for the training overhead (see BENCHMARKS.md):
+        # also measure a predictor a quarter of the model's width when the package default differs from it
+        default_hidden = xlpe.XLPEMarianConfig(**marian_kwargs(dims)).reorder_predictor_hidden_size
+        heads = xlpe.XLPEMarianConfig().reorder_predictor_heads
+        quarter = max(8 * heads, dims["d_model"] // (4 * heads) * heads)
+        if quarter != default_hidden:
+            specs.append(xl_spec("combination", label=f", predictor h={quarter}", reorder_predictor_hidden_size=quarter))
+            specs[-1].note = f"predictor hidden {quarter} = d_model/4 instead of the default {default_hidden}"
+        external = xl_spec("combination", label=", external positions (no predictor)")
+        external.train_forward = external_positions_forward
+        external.gen_inputs = lambda b: {"reorder_positions": b.reorder_positions}
+        external.note = ("the paper's setting: reorderings from an external tool (its cost not counted), "
+                         "the predictor never runs")
+        specs.append(external)
+    if "dpe" in families:
+        from xlpe.models.configuration_dpe import (
+            DPEMarianConfig,  # registered by `import xlpe` when present
+        )
+
+        dpe_layers = DPEMarianConfig().dpe_layers
+        deep = f"Marian {dims['encoder_layers'] + dpe_layers}E"
+        specs.append(Spec(
+            deep, lambda d: MarianMTModel(MarianConfig(**marian_kwargs(d, encoder_layers=d["encoder_layers"] + dpe_layers))),
+            note=f"stock, +{dpe_layers} encoder layers (= DPE's parameters; the paper's 8E at base size)",
+        ))
+        specs.append(Spec(
+            "DPE", lambda d: xlpe.get_family("dpe").generation_model_class(DPEMarianConfig(**marian_kwargs(d))),
+            baseline=deep, train_inputs=lambda b: {"target_positions": b.target_positions},
+            train_target=1.03, gen_target=1.03, note=f"{dpe_layers} DPE layers",
+        ))
+    if "mvpe_pos" in families:
+        family = xlpe.get_family("mvpe_pos")
+        specs.append(Spec("BART", lambda d: BartForConditionalGeneration(BartConfig(**bart_kwargs(d))),
+                          bart_layout=True, note="stock"))
+        pos_inputs = lambda b: {"pos_tag_ids": b.pos_tag_ids, "decoder_pos_tag_ids": b.decoder_pos_tag_ids}
+        specs.append(Spec(
+            "mvPE+POS", lambda d: family.generation_model_class(family.config_class(**bart_kwargs(d))),
+            baseline="BART", train_inputs=pos_inputs, gen_inputs=lambda b: {"pos_tag_ids": b.pos_tag_ids},
+            bart_layout=True, train_target=1.05, gen_target=1.05,
+        ))
+    return specs
+
+

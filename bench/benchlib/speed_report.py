@@ -1,0 +1,111 @@
+"""The speed report: per-repeat ratio summaries against the targets, the Markdown table, the bar chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------------
+
+
+def fmt_ratio(s: dict, target: float | None) -> str:
+    text = f"**{s['median']:.3f}** ({s['min']:.3f}–{s['max']:.3f})"
+    if target is not None:
+        text += " ✅" if s["median"] <= target else " ❌"
+    return text
+
+
+def fmt_target(target: float | None) -> str:
+    return f"≤ {target:.2f}" if target else "—"
+
+
+def markdown(report: dict) -> str:
+    """Two tables: the ratios (what the targets are about), then the absolute figures."""
+    rows, clock = report["models"], report["clock"]
+    other = "wall" if clock == "cpu" else "CPU"
+    clock_name = "CPU-time" if clock == "cpu" else "wall-clock"
+    by_name = {r["name"]: r for r in rows}
+    out = [
+        (f"| model | vs | train step ratio ({clock_name}), median (min–max) | {other} median | target | "
+         f"beam-5 generation ratio ({clock_name}), median (min–max) | {other} median | target |"),
+        "|---|---|---|---:|---:|---|---:|---:|",
+    ]
+    for r in rows:
+        if not r["baseline"]:
+            continue
+        if r["gen_ratio"] is not None:
+            gen = (f"{fmt_ratio(r['gen_ratio'], r['gen_target'])} | {r['gen_ratio_other_clock']['median']:.3f} | "
+                   f"{fmt_target(r['gen_target'])}")
+        else:
+            gen = "not timed | — | —"
+        out.append(
+            f"| {r['name']} | {r['baseline']} | {fmt_ratio(r['train_ratio'], r['train_target'])} | "
+            f"{r['train_ratio_other_clock']['median']:.3f} | {fmt_target(r['train_target'])} | "
+            f"{gen} |"
+        )
+    mfu = bool(report["peak_tflops"])
+    out += [
+        "",
+        f"| model | params | train tokens/s ({clock_name}) | generation sentences/s ({clock_name}) | "
+        "train GFLOP/step | train peak MiB | generation peak MiB |" + (" train MFU | generation MFU |" if mfu else ""),
+        "|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if mfu else ""),
+    ]
+    for r in rows:
+        b = by_name.get(r["baseline"]) if r["baseline"] else None
+
+        def rel(key, fmt, scale=1.0, unit="", r=r, b=b):
+            if key not in r:
+                return "—"
+            text = format(r[key] / scale, fmt) + unit
+            return text + (f" (×{r[key] / b[key]:.3f})" if b is not None and key in b else "")
+
+        line = (
+            f"| {r['name']} | {rel('parameters', '.2f', 1e6, 'M')} | {r['train_tokens_per_s']:.0f} | "
+            f"{format(r['gen_sentences_per_s'], '.2f') if r['gen_sentences_per_s'] else '—'} | {rel('train_flops', '.1f', 1e9)} | "
+            f"{rel('train_peak_bytes', '.0f', 2**20)} | {rel('gen_peak_bytes', '.0f', 2**20)} |"
+        )
+        if mfu:
+            gen_mfu = f"{100 * r['gen_mfu']:.1f}%" if r.get("gen_mfu") is not None else "—"
+            line += f" {100 * r['train_mfu']:.1f}% | {gen_mfu} |"
+        out.append(line)
+    return "\n".join(out)
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report["models"] if r["baseline"]]
+    kinds = [("train", "train step (fwd+bwd+AdamW)")]
+    if any(r["gen_ratio"] is not None for r in rows):
+        kinds.append(("gen", "beam-5 generation"))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(6 * len(kinds), 0.6 * len(rows) + 2), sharey=True, squeeze=False)
+    y = list(range(len(rows)))[::-1]
+    for ax, (kind, title) in zip(axes[0], kinds):
+        for yi, r in zip(y, rows):
+            s, target = r[f"{kind}_ratio"], r[f"{kind}_target"]
+            if s is None:
+                ax.text(1.0, yi, "  not timed", va="center", fontsize=8, color="gray")
+                continue
+            color = "tab:gray" if target is None else ("tab:green" if s["median"] <= target else "tab:red")
+            ax.barh(yi, s["median"] - 1, left=1, color=color,
+                    xerr=[[s["median"] - s["min"]], [s["max"] - s["median"]]], capsize=3)
+            if target:
+                ax.plot([target, target], [yi - 0.4, yi + 0.4], color="black", linestyle="--", linewidth=1)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_yticks(y, [f"{r['name']}\nvs {r['baseline']}" for r in rows])
+        ax.set_xlabel(f"{'CPU-time' if report['clock'] == 'cpu' else 'wall-clock'} ratio vs baseline")
+        ax.set_title(title)
+    fig.suptitle(f"xlpe speed overhead — {report['machine']['device']}, {report['dtype']}, size {report['size']}, "
+                 f"{report['date']}\nbars: median of {report['repeats']} interleaved repeats, whiskers: min–max, "
+                 "dashed: target (green = met, red = missed, grey = no target)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+

@@ -1,0 +1,319 @@
+"""XL PE model family: shared family checks plus the paper-specific properties (Ding et al., Sec. 3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import MarianConfig, MarianMTModel
+
+from family_tester import FamilyTests, tiny_kwargs
+from xlpe import XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel
+from xlpe.models.modeling_xlpe import CrossLingualPositionEncoding
+from xlpe.models.reorder_predictor import positions_from_scores, reorder_loss
+from xlpe.models.sinusoid import sinusoid_table
+
+def reversed_positions(batch):
+    """Reverse the movable (non-special) tokens of each row: a valid, clearly non-monotone XL order."""
+    ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+    rows = []
+    for row_ids, row_mask in zip(ids, mask):
+        n = int(row_mask.sum())
+        rows.append(list(range(n - 2, -1, -1)) + [n - 1] + list(range(n, ids.shape[1])))  # EOS keeps its place
+    return torch.tensor(rows)
+
+
+class TestXLPEFamily(FamilyTests):
+    model_class = XLPEMarianMTModel
+    base_model_class = XLPEMarianModel
+
+    def make_config(self, tokenizer, **overrides):
+        return XLPEMarianConfig(**{**tiny_kwargs(tokenizer), **overrides})
+
+    def extra_inputs(self, batch):
+        return {"reorder_positions": reversed_positions(batch)}
+
+
+# --------------------------------------------------------------------------------------------------------
+# The XL signal is really used, and where it should not be, nothing changes
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["in", "head", "combination"])
+def test_each_strategy_uses_reorder_positions(toy_tokenizer, strategy):
+    torch.manual_seed(0)
+    # init_std 0.3: with near-uniform attention (tiny weights) a permuted PE set averages out to the same output
+    config = XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), xl_strategy=strategy, xl_heads=0 if strategy == "in" else 2, init_std=0.3)
+    model = XLPEMarianMTModel(config).eval()
+    batch = dict(toy_tokenizer(["the cat sees the dog"], return_tensors="pt"))
+    n = batch["input_ids"].shape[1]
+    monotone = torch.arange(n)[None]
+    with torch.no_grad():
+        a = model.model.encoder(**batch, reorder_positions=monotone).last_hidden_state
+        b = model.model.encoder(**batch, reorder_positions=reversed_positions(batch)).last_hidden_state
+    assert (a - b).abs().max() > 1e-2
+
+
+def test_head_strategy_with_tau_zero_is_exactly_vanilla_marian(toy_tokenizer):
+    torch.manual_seed(0)
+    xl = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), xl_strategy="head", xl_heads=0)).eval()
+    vanilla = MarianMTModel(MarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
+    missing, unexpected = vanilla.load_state_dict(xl.state_dict(), strict=False)
+    assert not unexpected and all("embed_positions" in key for key in missing)
+    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog"], return_tensors="pt", padding=True))
+    positions = reversed_positions(batch)
+    with torch.no_grad():
+        expected = vanilla(**batch, decoder_input_ids=batch["input_ids"]).logits
+        got = xl(**batch, decoder_input_ids=batch["input_ids"], reorder_positions=positions).logits
+    assert torch.equal(expected, got)
+    assert not hasattr(xl.model.encoder, "reorder_predictor")  # nothing to predict when no head uses XL
+
+
+def test_head_xl_matches_explicit_two_input_attention(toy_tokenizer):
+    """Eq. 9-11 computed literally (Q/K/V of tau heads from X + PE_XL, others from X + PE_abs)."""
+    torch.manual_seed(0)
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), xl_strategy="head", xl_heads=2)).eval()
+    encoder, attention = model.model.encoder, model.model.encoder.layers[0].self_attn
+    batch = dict(toy_tokenizer(["a dog chases the small cat"], return_tensors="pt"))
+    positions = reversed_positions(batch)
+    x = encoder.embed_tokens(batch["input_ids"]) * encoder.embed_scale
+    table = sinusoid_table(64, 32)
+    n = x.shape[1]
+    z_abs, z_xl = x + table[:n], x + table[positions[0]]
+    heads, head_dim, tau = 4, 8, 2
+
+    def split(states):
+        return states.view(1, n, heads, head_dim).transpose(1, 2)
+
+    qkv = []
+    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
+        from_abs, from_xl = split(proj(z_abs)), split(proj(z_xl))
+        qkv.append(torch.cat([from_xl[:, :tau], from_abs[:, tau:]], dim=1))
+    weights = torch.softmax(qkv[0] @ qkv[1].transpose(-1, -2) * head_dim**-0.5, dim=-1)
+    expected = attention.out_proj((weights @ qkv[2]).transpose(1, 2).reshape(1, n, 32))
+    got, _ = attention(z_abs, attention_mask=None, xl_position_delta=z_xl - z_abs)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_in_xl_fusion_is_equation_7(toy_tokenizer):
+    for fusion in ("diagonal", "full"):
+        config = XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), xl_strategy="in", xl_heads=0, xl_fusion=fusion)
+        module = CrossLingualPositionEncoding(config)
+        module.init_own_parameters()
+        with torch.no_grad():
+            module.fusion_abs.normal_()
+            module.fusion_xl.normal_()
+        pe_abs, pe_xl = torch.randn(5, 32), torch.randn(5, 32)
+        if fusion == "diagonal":
+            expected = torch.tanh(pe_abs * module.fusion_abs + pe_xl * module.fusion_xl)
+        else:
+            expected = torch.tanh(pe_abs @ module.fusion_abs + pe_xl @ module.fusion_xl)
+        torch.testing.assert_close(module(pe_abs, pe_xl), expected)
+
+
+def test_fusion_parameter_counts_for_transformer_big():
+    """Paper Table 1: InXL adds +0.01M to Transformer-big (d=1024). Diagonal U, V: 2d (+1 gate)."""
+    big = dict(d_model=1024, encoder_attention_heads=16, decoder_attention_heads=16)
+    counts = {}
+    for fusion in ("diagonal", "full"):
+        module = CrossLingualPositionEncoding(XLPEMarianConfig(**big, xl_strategy="in", xl_heads=0, xl_fusion=fusion))
+        counts[fusion] = sum(p.numel() for p in module.parameters())
+    assert counts["diagonal"] == 2 * 1024 + 1 and counts["diagonal"] / 1e6 < 0.01
+    assert counts["full"] == 2 * 1024**2 + 1  # +2.1M: not the paper's count
+
+
+# --------------------------------------------------------------------------------------------------------
+# Upgrade path from a stock MarianMT checkpoint
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["in", "head", "combination"])
+def test_upgrade_from_stock_marian_preserves_outputs(toy_tokenizer, tmp_path, strategy):
+    torch.manual_seed(0)
+    stock = MarianMTModel(MarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
+    stock.save_pretrained(tmp_path)
+    upgraded = XLPEMarianMTModel.from_pretrained(tmp_path, xl_strategy=strategy, xl_heads=0 if strategy == "in" else 2).eval()
+    assert upgraded.config.model_type == "xlpe_marian" and upgraded.config.xl_strategy == strategy
+    assert upgraded.model.encoder.xl_position.gate.item() == 0.0
+    assert all(torch.isfinite(p).all() for p in upgraded.parameters())
+    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog"], return_tensors="pt", padding=True))
+    with torch.no_grad():
+        assert torch.equal(stock(**batch, decoder_input_ids=batch["input_ids"]).logits,
+                           upgraded(**batch, decoder_input_ids=batch["input_ids"]).logits)
+        assert torch.equal(upgraded(**batch, decoder_input_ids=batch["input_ids"]).logits,
+                           upgraded(**batch, decoder_input_ids=batch["input_ids"], reorder_positions=reversed_positions(batch)).logits)
+    kwargs = dict(num_beams=3, max_new_tokens=8)
+    assert torch.equal(stock.generate(**batch, **kwargs), upgraded.generate(**batch, **kwargs))
+    # the upgraded model trains its gate: one step moves it off zero, so XL starts to matter
+    upgraded.train()
+    labels = toy_tokenizer(["die katze sieht den hund", "ein hund"], return_tensors="pt", padding=True)["input_ids"]
+    out = upgraded(**batch, labels=labels, reorder_positions=reversed_positions(batch))
+    out.loss.backward()
+    assert upgraded.model.encoder.xl_position.gate.grad.abs().item() > 0
+
+
+def test_model_from_config_uses_xl_signal_from_step_one(toy_tokenizer):
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer)))
+    assert model.model.encoder.xl_position.gate.item() == 1.0
+
+
+# --------------------------------------------------------------------------------------------------------
+# Predicted reorderings and the predictor's loss
+# --------------------------------------------------------------------------------------------------------
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.data())
+def test_positions_from_scores_is_always_a_valid_permutation(data):
+    length = data.draw(st.integers(1, 12))
+    rows = data.draw(st.integers(1, 4))
+    lengths = [data.draw(st.integers(1, length)) for _ in range(rows)]
+    mask = torch.tensor([[i < n for i in range(length)] for n in lengths])
+    movable = mask.clone()
+    for row, n in enumerate(lengths):
+        movable[row, n - 1] = False  # EOS
+    scores = torch.tensor(data.draw(st.lists(st.lists(st.floats(-5, 5), min_size=length, max_size=length), min_size=rows, max_size=rows)))
+    positions = positions_from_scores(scores, movable)
+    for row, n in enumerate(lengths):
+        assert sorted(positions[row].tolist()) == list(range(length))
+        assert positions[row, n - 1] == n - 1  # the fixed token keeps its place
+        order = positions[row, : n - 1].argsort()
+        assert all(scores[row, order[i]] <= scores[row, order[i + 1]] for i in range(n - 2))
+
+
+def test_predicted_positions_follow_scores():
+    scores = torch.tensor([[0.3, 0.1, 0.2, 9.0]])
+    movable = torch.tensor([[True, True, True, False]])
+    assert positions_from_scores(scores, movable).tolist() == [[2, 0, 1, 3]]
+
+
+@pytest.mark.parametrize("kind", ["pairwise", "mse"])
+def test_predictor_learns_oracle_order(toy_tokenizer, kind):
+    torch.manual_seed(0)
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_loss=kind, reorder_predictor_dropout=0.0))
+    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog chases the small cat"], text_target=["x", "y"], return_tensors="pt", padding=True))
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == 0, -100)
+    positions = reversed_positions(batch)
+    optimizer = torch.optim.Adam(model.model.encoder.reorder_predictor.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(40):
+        out = model(**batch, reorder_positions=positions)
+        losses.append(out.reorder_loss.item())
+        optimizer.zero_grad()
+        out.reorder_loss.backward()
+        optimizer.step()
+    assert losses[-1] < 0.5 * losses[0]
+    model.eval()
+    with torch.no_grad():
+        predicted = model.model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).reorder_positions
+    mask = batch["attention_mask"].bool()
+    assert torch.equal(predicted[mask], positions[mask])
+
+
+def test_loss_is_translation_plus_weighted_reorder_loss(toy_tokenizer):
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_loss_weight=0.25)).eval()
+    batch = TestXLPEFamily().make_batch(toy_tokenizer)
+    out = model(**batch)
+    torch.testing.assert_close(out.loss, out.translation_loss + 0.25 * out.reorder_loss)
+    no_positions = {k: v for k, v in batch.items() if k != "reorder_positions"}
+    out = model(**no_positions)
+    assert out.reorder_loss is None and torch.equal(out.loss, out.translation_loss)
+
+
+def test_reorder_loss_zero_for_perfect_mse_scores():
+    oracle = torch.tensor([[2, 0, 1, 3]])
+    movable = torch.tensor([[True, True, True, False]])
+    scores = torch.tensor([[1.0, 0.0, 0.5, 123.0]])
+    assert reorder_loss(scores, oracle, movable, "mse").item() == 0.0
+
+
+def test_training_with_predicted_positions(toy_tokenizer):
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), xl_train_positions="predicted")).train()
+    batch = TestXLPEFamily().make_batch(toy_tokenizer)
+    out = model(**batch)
+    assert not torch.equal(out.reorder_positions, batch["reorder_positions"])  # the untrained predictor's order
+    model.eval()
+    assert torch.equal(model(**batch).reorder_positions, batch["reorder_positions"])  # given ones at inference
+
+
+def test_generate_uses_given_positions(toy_tokenizer):
+    torch.manual_seed(0)
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
+    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog"], return_tensors="pt", padding=True))
+    positions = reversed_positions(batch)
+    encoder_out = model.get_encoder()(**batch, reorder_positions=positions)
+    assert torch.equal(encoder_out.reorder_positions, positions)
+    with_positions = model.generate(**batch, reorder_positions=positions, num_beams=3, max_new_tokens=6, output_scores=True, return_dict_in_generate=True)
+    manual = model.generate(**batch, encoder_outputs=encoder_out, num_beams=3, max_new_tokens=6, output_scores=True, return_dict_in_generate=True)
+    assert torch.equal(with_positions.sequences, manual.sequences)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Configuration and bad input
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(xl_strategy="diagonal"), "xl_strategy"),
+        (dict(xl_heads=-1), "xl_heads"),
+        (dict(xl_heads=5, encoder_attention_heads=4, d_model=32), "xl_heads"),
+        (dict(xl_strategy="in", xl_heads=2), "xl_heads"),
+        (dict(xl_fusion="low-rank"), "xl_fusion"),
+        (dict(reorder_loss="hinge"), "reorder_loss"),
+        (dict(xl_train_positions="gold"), "xl_train_positions"),
+        (dict(reorder_predictor_hidden_size=30, reorder_predictor_heads=4), "divisible"),
+        (dict(xl_gate_init=2.0), "xl_gate_init"),
+    ],
+)
+def test_invalid_config_values_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        XLPEMarianConfig(**kwargs)
+
+
+def test_default_tau_is_a_quarter_of_the_heads():
+    assert XLPEMarianConfig(encoder_attention_heads=16).xl_heads == 4
+    assert XLPEMarianConfig(encoder_attention_heads=8, d_model=64).xl_heads == 2
+    assert XLPEMarianConfig(xl_strategy="in").xl_heads == 0
+
+
+@pytest.mark.parametrize(
+    "make_positions, message",
+    [
+        (lambda b: reversed_positions(b)[:, :-1], r"shape \(2, \d+\)"),
+        (lambda b: reversed_positions(b).float(), "integer tensor"),
+        (lambda b: reversed_positions(b).tolist(), "torch.LongTensor"),
+        (lambda b: reversed_positions(b) + 100, r"\[0, \d+\)"),
+        (lambda b: torch.zeros_like(b["input_ids"]), "not a permutation"),
+        (lambda b: reversed_positions(b) - 1, r"\[0, \d+\)"),
+    ],
+)
+def test_bad_reorder_positions_raise_value_error(toy_tokenizer, make_positions, message):
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
+    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog"], text_target=["x", "y"], return_tensors="pt", padding=True))
+    with pytest.raises(ValueError, match=message) as info:
+        model(**batch, reorder_positions=make_positions(batch))
+    assert "reorder_positions" in str(info.value)
+    with pytest.raises(ValueError, match="reorder_positions"):
+        model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       reorder_positions=make_positions(batch), max_new_tokens=3)
+
+
+def test_pad_slots_of_reorder_positions_are_ignored(toy_tokenizer):
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
+    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog"], return_tensors="pt", padding=True))
+    positions = reversed_positions(batch)
+    garbage = positions.clone()
+    garbage[1, batch["attention_mask"][1] == 0] = 999
+    with torch.no_grad():
+        a = model.model.encoder(**batch, reorder_positions=positions).last_hidden_state
+        b = model.model.encoder(**batch, reorder_positions=garbage).last_hidden_state
+    assert torch.equal(a, b)
+
+
+def test_over_long_input_is_a_clear_error(toy_tokenizer):
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model(input_ids=torch.full((1, 70), 5), decoder_input_ids=torch.zeros(1, 1, dtype=torch.long))

@@ -1,0 +1,256 @@
+"""`xlpe-evaluate`: the evaluation command line. Every subcommand prints one JSON object (and writes it to
+`--output` when given); see docs/evaluation.md for examples.
+
+    bleu           BLEU + chrF with sacrebleu signatures (add --dataset_name/--dataset_type for a model card)
+    significance   paired bootstrap / approximate randomization against a baseline's output
+    mvpe-metrics   BLEU-1..4, ROUGE-1/2/L, length ratio (+ perplexity with --model and --source)
+    perplexity     exp(mean token NLL) of a model on source/reference files
+    compare-mt     compare-mt HTML + text report (word F1 by frequency, sentence BLEU by length)
+    alignment      AER / precision / recall of attention alignments (or of a links file) against talp gold
+    reordering     Kendall's tau / fuzzy reordering score of predicted vs oracle reorderings
+    plot           PNG of a tau sweep, a noise curve or perplexity per epoch from JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..evaluation import alignment_quality as aq
+from ..evaluation import metrics as ev
+from ..evaluation import plots
+
+# ---------------------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _load_model(model_dir: str, device: str = "cpu"):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).to(device).eval()  # xlpe families are registered
+    return model, AutoTokenizer.from_pretrained(model_dir)
+
+
+def _references(paths: list[str]):
+    streams = [ev.read_lines(path) for path in paths]
+    return streams[0] if len(streams) == 1 else streams
+
+
+def _named_files(items: list[str]) -> dict[str, str]:
+    """["name=path", "path2"] -> {"name": "path", "path2-stem": "path2"}."""
+    named = {}
+    for item in items:
+        name, _, path = item.rpartition("=")
+        named[name or Path(path).stem] = path
+    return named
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Subcommands (each returns the JSON-able result)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run_bleu(args) -> dict:
+    result = ev.corpus_bleu_chrf(ev.read_lines(args.hyp), _references(args.ref), args.lang, args.tokenize,
+                                 args.lowercase)
+    if args.dataset_name:
+        result.update(dataset_name=args.dataset_name, dataset_type=args.dataset_type or args.dataset_name,
+                      dataset_split=args.split, dataset_config=args.dataset_config)
+    return result
+
+
+def run_significance(args) -> dict:
+    system, baseline, refs = ev.read_lines(args.hyp), ev.read_lines(args.baseline), _references(args.ref)
+    tests = ["bs", "ar"] if args.test == "both" else [args.test]
+    return {test: ev.paired_significance(system, baseline, refs, test, args.n_samples, args.alpha, args.lang, args.tokenize)
+            for test in tests}
+
+
+def run_perplexity(args) -> dict:
+    model, tokenizer = _load_model(args.model, args.device)
+    sources, references = ev.read_lines(args.source), ev.read_lines(args.ref[0])
+    batches = ev.text_batches(tokenizer, sources, references, args.batch_size, model)
+    return ev.perplexity(model, batches)
+
+
+def run_mvpe_metrics(args) -> dict:
+    result = ev.mvpe_metrics(ev.read_lines(args.hyp), ev.read_lines(args.ref[0]), args.lang)
+    if args.model:
+        if not args.source:
+            raise SystemExit("--model needs --source for the perplexity")
+        result["perplexity"] = run_perplexity(args)
+    return result
+
+
+def run_compare_mt(args) -> dict:
+    systems = {name: ev.read_lines(path) for name, path in _named_files(args.hyp).items()}
+    return ev.compare_mt_report(ev.read_lines(args.ref[0]), systems, args.output_dir,
+                                sources=ev.read_lines(args.source) if args.source else None,
+                                frequency_corpus=args.frequency_corpus)
+
+
+def run_alignment(args) -> dict:
+    test_set = aq.load_alignment_test_set(args.gold_dir)
+    test_set = test_set.reversed() if args.reverse else test_set
+    if args.limit:
+        n = args.limit
+        test_set = aq.AlignmentTestSet(test_set.name, test_set.sources[:n], test_set.targets[:n], test_set.gold[:n])
+    diagonal = [aq.diagonal_alignment(len(s), len(t)) for s, t in zip(test_set.sources, test_set.targets)]
+    if args.links:
+        predicted = aq.read_links(args.links, one_based=args.one_based)[: len(test_set.gold)]
+        method = f"links from {args.links}"
+    elif args.model:
+        model, tokenizer = _load_model(args.model, args.device)
+        predicted = aq.attention_alignments(model, tokenizer, test_set.sources, test_set.targets, args.batch_size,
+                                            args.layer, args.projection)
+        layer = "penultimate" if args.layer is None else args.layer
+        method = f"cross-attention of decoder layer {layer}, heads averaged, {args.projection}"
+    else:
+        raise SystemExit("give --model or --links")
+    if args.write_links:
+        lines = "".join(aq.format_links(links) + "\n" for links in predicted)
+        Path(args.write_links).write_text(lines, encoding="utf-8")
+    return {"test_set": test_set.name, "sentences": len(test_set.gold), "method": method,
+            **aq.alignment_error_rate(predicted, test_set.gold),
+            "diagonal_baseline": aq.alignment_error_rate(diagonal, test_set.gold)}
+
+
+def _read_positions(path: str) -> list[list[int]]:
+    return [[int(v) for v in line.split()] for line in ev.read_lines(path)]
+
+
+def run_reordering(args) -> dict:
+    if args.pred and args.oracle:
+        return aq.reordering_quality(_read_positions(args.pred), _read_positions(args.oracle))
+    if not (args.model and args.source and args.links):
+        raise SystemExit("give --pred and --oracle, or --model, --source and --links")
+    model, tokenizer = _load_model(args.model, args.device)
+    sources = [line.strip(" ").split(" ") for line in ev.read_lines(args.source)]
+    links = aq.read_links(args.links, one_based=args.one_based)
+    predicted, oracle = aq.predicted_and_oracle_reorderings(model, tokenizer, sources, links, args.batch_size)
+    return {"level": "sub-word tokens (special tokens excluded)", **aq.reordering_quality(predicted, oracle)}
+
+
+def run_plot(args) -> dict:
+    if args.kind == "perplexity" and args.trainer_state:
+        data = {name: plots.perplexity_history(path) for name, path in _named_files(args.trainer_state).items()}
+    else:
+        data = json.loads(Path(args.input).read_text(encoding="utf-8"))
+    draw = {"tau": plots.plot_tau_sweep, "noise": plots.plot_noise_curve,
+            "perplexity": plots.plot_perplexity_per_epoch}
+    return {"png": str(draw[args.kind](data, args.output))}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Argument parsing
+# ---------------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    description, commands_table = __doc__.split("\n\n")[:2]
+    parser = argparse.ArgumentParser(prog="xlpe-evaluate", description=description, epilog=commands_table,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name, function, help_text, output_help="also write the JSON here"):
+        sub = commands.add_parser(name, help=help_text)
+        sub.set_defaults(function=function)
+        sub.add_argument("--output", required=name == "plot", help=output_help)
+        return sub
+
+    def text_args(sub, hyp=True, lang=True):
+        if hyp:
+            sub.add_argument("--hyp", required=True, help="system output, one sentence per line (detokenized)")
+        sub.add_argument("--ref", required=True, nargs="+", help="reference file(s)")
+        if lang:
+            sub.add_argument("--lang", help="target language code (lets sacrebleu pick zh/ja tokenizers)")
+
+    def model_args(sub, required=False):
+        sub.add_argument("--model", required=required, help="saved model directory (with tokenizer)")
+        sub.add_argument("--batch_size", type=int, default=16)
+        sub.add_argument("--device", default="cpu")
+
+    sub = command("bleu", run_bleu, "BLEU and chrF with signatures")
+    text_args(sub)
+    sub.add_argument("--bleu_tokenize", "--tokenize", dest="tokenize",
+                     help="sacrebleu's BLEU tokenizer (13a, intl, zh, ja-mecab, ko-mecab, char, none, ...); default: "
+                          "sacrebleu's choice for --lang")  # fmt: skip
+    sub.add_argument("--lowercase", action="store_true")
+    for name in ("dataset_name", "dataset_type", "dataset_config"):
+        sub.add_argument(f"--{name}")
+    sub.add_argument("--split", default="test")
+
+    sub = command("significance", run_significance, "paired significance test against a baseline")
+    text_args(sub)
+    sub.add_argument("--baseline", required=True, help="the baseline system's output")
+    sub.add_argument("--bleu_tokenize", "--tokenize", dest="tokenize", help="sacrebleu's BLEU tokenizer (as for bleu)")
+    sub.add_argument("--test", choices=["bs", "ar", "both"], default="bs")
+    sub.add_argument("--n_samples", type=int, default=0, help="0: sacrebleu's default (bs 1000, ar 10000)")
+    sub.add_argument("--alpha", type=float, default=0.05)
+
+    sub = command("mvpe-metrics", run_mvpe_metrics, "BLEU-1..4, ROUGE, length ratio (+ perplexity)")
+    text_args(sub)
+    model_args(sub)
+    sub.add_argument("--source", help="source file (for the perplexity)")
+
+    sub = command("perplexity", run_perplexity, "perplexity of a model on source/reference files")
+    text_args(sub, hyp=False, lang=False)
+    model_args(sub, required=True)
+    sub.add_argument("--source", required=True)
+
+    sub = command("compare-mt", run_compare_mt, "compare-mt report")
+    sub.add_argument("--ref", required=True, nargs=1)
+    sub.add_argument("--hyp", required=True, nargs="+", help="system outputs as name=path (or path)")
+    sub.add_argument("--source")
+    sub.add_argument("--frequency_corpus", help="text whose word counts define the frequency buckets (e.g. the "
+                                                "training targets; default: the references)")
+    sub.add_argument("--output_dir", required=True)
+
+    sub = command("alignment", run_alignment, "AER of attention alignments against talp gold")
+    sub.add_argument("--gold_dir", required=True, help="a word_alignment_gold/<pair> folder")
+    model_args(sub)
+    sub.add_argument("--links", help="score this alignment file (i-j per line) instead of a model")
+    sub.add_argument("--one_based", action="store_true", help="--links are 1-based (talp) instead of 0-based")
+    sub.add_argument("--reverse", action="store_true", help="the model translates gold target -> gold source")
+    sub.add_argument("--layer", type=int, help="decoder layer (default: the penultimate)")
+    sub.add_argument("--projection", choices=aq.PROJECTIONS, default="any_subword")
+    sub.add_argument("--limit", type=int, help="only the first N sentence pairs")
+    sub.add_argument("--write_links", help="write the predicted links (0-based Pharaoh) here")
+
+    sub = command("reordering", run_reordering, "Kendall's tau / FRS of predicted vs oracle reorderings")
+    sub.add_argument("--pred", help="predicted positions, one sentence per line")
+    sub.add_argument("--oracle", help="oracle positions, one sentence per line")
+    model_args(sub)
+    sub.add_argument("--source", help="pre-tokenized source sentences (ASCII-space separated)")
+    sub.add_argument("--links", help="word alignments to the target (i-j), from which the oracle is built")
+    sub.add_argument("--one_based", action="store_true")
+
+    sub = command("plot", run_plot, "PNG plots", output_help="PNG path")
+    sub.add_argument("kind", choices=["tau", "noise", "perplexity"])
+    sub.add_argument("--input", help="JSON {x: y} or {label: {x: y}}")
+    sub.add_argument("--trainer_state", nargs="+", help="perplexity: name=trainer_state.json ...")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command in ("bleu", "significance", "mvpe-metrics"):  # the BLEU tokenizer must run: say so first
+        try:
+            ev.check_bleu_tokenizer(args.lang, getattr(args, "tokenize", None))
+        except ValueError as error:
+            parser.exit(2, f"xlpe-evaluate: error: {error}\n")
+    result = args.function(args)
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    if args.output and args.command != "plot":
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""`xlpe-push`: upload a trained model directory to the Hub (weights, tokenizer, remote code, model card);
+`xlpe.training.push` does the work. `--dry_run` checks and completes the folder without uploading."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..training.push import prepare_upload_folder, push_model
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xlpe-push", description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_dir", help="folder written by model.save_pretrained + tokenizer.save_pretrained")
+    parser.add_argument("repo_id", help="Hub repository, e.g. user/xlpe-de-en")
+    parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the saved login)")
+    parser.add_argument("--private", action="store_true", help="create the repository as private")
+    parser.add_argument("--endpoint", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
+    parser.add_argument("--revision", help="branch to commit to (default: main)")
+    parser.add_argument("--commit_message", default="Upload xlpe translation model")
+    card = parser.add_argument_group("model card (written when README.md is missing or with --regenerate_card)")
+    card.add_argument("--regenerate_card", action="store_true")
+    card.add_argument("--language", nargs="+", dest="languages", help="ISO codes, source first: de en")
+    card.add_argument("--license", default="apache-2.0")
+    card.add_argument("--dataset", nargs="+", dest="datasets", help="training data (Hub ids or names)")
+    card.add_argument("--base_model", help="Hub id of the checkpoint the model was initialised from")
+    card.add_argument("--example_source", default="Hello world!", help="source sentence for the usage snippets")
+    card.add_argument("--eval_results", nargs="+", default=[],
+                      help="JSON files written by `xlpe-evaluate bleu ... --dataset_name ... --dataset_type ...`")
+    parser.add_argument("--dry_run", action="store_true", help="complete and check the folder, do not upload")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    card_kwargs = {
+        "repo_id": args.repo_id, "languages": args.languages, "license": args.license, "datasets": args.datasets,
+        "base_model": args.base_model, "example_source": args.example_source,
+        "eval_results": [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.eval_results],
+    }
+    if args.dry_run:
+        prepare_upload_folder(args.model_dir, card_kwargs, regenerate_card=args.regenerate_card)
+        files = sorted(p.name for p in Path(args.model_dir).iterdir())
+        print(json.dumps({"folder": args.model_dir, "ready": True, "files": files}))
+        return 0
+    info = push_model(args.model_dir, args.repo_id, token=args.token, private=args.private or None,
+                      endpoint=args.endpoint, revision=args.revision, commit_message=args.commit_message,
+                      card_kwargs=card_kwargs, regenerate_card=args.regenerate_card)
+    print(json.dumps({"repo_id": args.repo_id, "commit_url": str(info.commit_url), "oid": info.oid}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

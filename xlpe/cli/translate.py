@@ -1,0 +1,93 @@
+"""`xlpe-translate`: raw text in (a file or stdin, one sentence per line), translations out, in the same order.
+
+    xlpe-translate --model runs/demo --input test.en --output test.hyp --num_beams 5 --batch_size 32
+    echo "the dog sees a cat" | xlpe-translate --model runs/demo
+
+The model is loaded with `from_pretrained` and run through `XLPETranslationPipeline`, so everything a model
+needs beyond the text comes from the text: XL PE predicts its reorderings, mvPE+POS tags the source with its
+configured tagger, DPE predicts its positions. Sentences are batched by length (fewer pad tokens; the output
+order is the input order), empty lines stay empty, a progress bar goes to stderr. `--trust_remote_code` loads
+models whose code is not in this package (e.g. a Hub repository of another version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+
+import torch
+from tqdm.auto import tqdm
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xlpe-translate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="model directory or Hub id (saved by xlpe-train)")
+    parser.add_argument("--input", default="-", help="UTF-8 text, one sentence per line; '-' = stdin (default)")
+    parser.add_argument("--output", default="-", help="where translations go, one per line; '-' = stdout (default)")
+    parser.add_argument("--num_beams", type=int, default=None, help="beam size (default: the model's generation config)")
+    parser.add_argument("--batch_size", type=int, default=32, help="sentences per forward pass (default 32)")
+    parser.add_argument("--max_new_tokens", type=int, default=None, help="default: 1.5 x source length + 10")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
+    parser.add_argument("--trust_remote_code", action="store_true", help="allow the model folder's own code")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def load_pipeline(model_name: str, device: str | None = None, trust_remote_code: bool = False):
+    """`XLPETranslationPipeline` around `from_pretrained(model_name)` (the families are registered with the Auto
+    classes by the package import that loaded this module)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from ..models.pipeline_translation import XLPETranslationPipeline
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_name, trust_remote_code=trust_remote_code).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_name, trust_remote_code=trust_remote_code)
+    return XLPETranslationPipeline(model=model, tokenizer=tokenizer, device=torch.device(device))
+
+
+def length_sorted_batches(lines: list[str], batch_size: int) -> Iterator[list[int]]:
+    """Indices of the non-empty lines, longest first, in batches of `batch_size`."""
+    order = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: -len(lines[i].split()))
+    for start in range(0, len(order), batch_size):
+        yield order[start : start + batch_size]
+
+
+def translate_lines(translator, lines: list[str], batch_size: int = 32, progress: bool = True, **generate_kwargs) -> list[str]:
+    """Translations of `lines` in input order ("" for blank lines)."""
+    if batch_size < 1:
+        raise ValueError(f"--batch_size must be >= 1, got {batch_size}")
+    translations = [""] * len(lines)
+    words = [" ".join(line.split()) for line in lines]  # the word unit of training: whitespace-normalised
+    with tqdm(total=sum(1 for w in words if w), desc="translating", unit="sent", file=sys.stderr, disable=not progress) as bar:
+        for batch in length_sorted_batches(words, batch_size):
+            results = translator([words[i] for i in batch], batch_size=len(batch), **generate_kwargs)
+            for index, result in zip(batch, results):
+                translations[index] = result["translation_text"].strip()
+            bar.update(len(batch))
+    return translations
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.input == "-":
+        lines = [line.rstrip("\r\n") for line in sys.stdin]
+    else:
+        with open(args.input, encoding="utf-8") as handle:
+            lines = [line.rstrip("\r\n") for line in handle]
+    translator = load_pipeline(args.model, args.device, args.trust_remote_code)
+    generate_kwargs = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v is not None}
+    translations = translate_lines(translator, lines, args.batch_size, progress=not args.quiet, **generate_kwargs)
+    text = "".join(t + "\n" for t in translations)
+    if args.output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        with open(args.output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,394 @@
+"""Translation quality: the metrics the XL PE and mvPE+POS papers report, each computed by the standard tool.
+
+* BLEU and chrF with their sacrebleu signatures (`corpus_bleu_chrf`);
+* significance against a baseline system: sacrebleu's paired bootstrap resampling (Koehn 2004) and paired
+  approximate randomization (Riezler & Maxwell 2005), `paired_significance` (XL PE Tables 1-2 mark p < 0.01);
+* the mvPE+POS paper's metrics (Sec. IV, Tables III-V): cumulative BLEU-1..4, ROUGE-1/2/L F/P/R
+  (`rouge-score`), output length ratio, test perplexity (`perplexity`), and a compare-mt report with word F1 by
+  frequency bucket and sentence BLEU by length bucket (`compare_mt_report`, the `compare-mt` package).
+
+Word alignment (AER, XL PE Table 3) and reordering quality (Kendall's tau, FRS) are in `alignment_quality.py`;
+plots in `plots.py`; the command line in `xlpe/cli/evaluate.py` (`xlpe-evaluate`). Everything here works offline
+(`evaluate.load("sacrebleu")` would need the Hub, so sacrebleu is used directly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+# ---------------------------------------------------------------------------------------------------------
+# Files and inputs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """One sentence per line (UTF-8); only the line break is removed."""
+    with open(path, encoding="utf-8") as handle:
+        return [line.rstrip("\r\n") for line in handle]
+
+
+def _reference_streams(references: Sequence[str] | Sequence[Sequence[str]], num_hypotheses: int) -> list[list[str]]:
+    """sacrebleu's layout: a list of reference streams, each with one reference per hypothesis."""
+    streams = [list(references)] if references and isinstance(references[0], str) else [list(s) for s in references]
+    for stream in streams:
+        if len(stream) != num_hypotheses:
+            raise ValueError(f"{num_hypotheses} hypotheses but a reference stream has {len(stream)} lines")
+    return streams
+
+
+# ---------------------------------------------------------------------------------------------------------
+# BLEU and chrF with signatures
+# ---------------------------------------------------------------------------------------------------------
+
+
+# sacrebleu tokenizers that need packages sacrebleu does not depend on, and the xlpe extra that installs them
+TOKENIZER_EXTRAS = {"ja-mecab": "ja", "ko-mecab": "ko"}
+
+
+def bleu_tokenizer_name(target_language: str | None = None, tokenize: str | None = None) -> str:
+    """The sacrebleu tokenizer BLEU uses: `tokenize` when given, else sacrebleu's own choice for the target
+    language (zh -> "zh", ja -> "ja-mecab", ko -> "ko-mecab", anything else -> "13a")."""
+    from sacrebleu.metrics import BLEU
+
+    if tokenize is not None:
+        if tokenize not in BLEU.TOKENIZERS:
+            raise ValueError(f"unknown BLEU tokenizer {tokenize!r}; sacrebleu has {sorted(BLEU.TOKENIZERS)}")
+        return tokenize
+    return BLEU._TOKENIZER_MAP.get(target_language or "", BLEU.TOKENIZER_DEFAULT)
+
+
+@functools.cache
+def check_bleu_tokenizer(target_language: str | None = None, tokenize: str | None = None) -> str:
+    """`bleu_tokenizer_name`, after making sure it runs here (its packages and data are installed); call it
+    before any long work. Raises ValueError naming the tokenizer, why it was chosen, and the fix."""
+    from sacrebleu.metrics import BLEU
+
+    name = bleu_tokenizer_name(target_language, tokenize)
+    try:
+        BLEU(tokenize=name).corpus_score(["a b ."], [["a b ."]])  # imports the tokenizer and loads its data
+    except Exception as error:  # ImportError (mecab), OSError (spm models: downloads), ...: all mean "unusable"
+        why = "given" if tokenize is not None else f"sacrebleu's choice for target language {target_language!r}"
+        extra = TOKENIZER_EXTRAS.get(name)
+        fix = f'pip install "xlpe[{extra}]", or choose' if extra else "choose"
+        raise ValueError(f"BLEU tokenizer {name!r} ({why}) cannot run here ({type(error).__name__}: {error}); "
+                         f"{fix} another tokenizer, e.g. 'char' or 'intl' (--bleu_tokenize)") from error  # fmt: skip
+    return name
+
+
+def _bleu_metric(target_language: str | None = None, tokenize: str | None = None, lowercase: bool = False,
+                 max_ngram_order: int = 4):
+    from sacrebleu.metrics import BLEU
+
+    return BLEU(lowercase=lowercase, tokenize=check_bleu_tokenizer(target_language, tokenize),
+                trg_lang=target_language or "", max_ngram_order=max_ngram_order)  # fmt: skip
+
+
+def _chrf_metric(lowercase: bool = False):
+    from sacrebleu.metrics import CHRF
+
+    return CHRF(lowercase=lowercase)
+
+
+def corpus_bleu_chrf(
+    hypotheses: Sequence[str],
+    references: Sequence[str] | Sequence[Sequence[str]],
+    target_language: str | None = None,
+    tokenize: str | None = None,
+    lowercase: bool = False,
+) -> dict:
+    """Corpus BLEU and chrF (sacrebleu defaults: detokenized input, 13a tokenizer, exp smoothing; chrF2).
+
+    `target_language` lets sacrebleu pick its tokenizer ("zh" -> zh, "ja" -> ja-mecab, needs mecab);
+    `tokenize` overrides it. Returns {"bleu": {score, signature, precisions, bp, sys_len, ref_len},
+    "chrf": {score, signature}, "sentences": N}; scores are on sacrebleu's 0-100 scale.
+    """
+    streams = _reference_streams(references, len(hypotheses))
+    bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
+    bleu_score = bleu.corpus_score(list(hypotheses), streams)
+    chrf_score = chrf.corpus_score(list(hypotheses), streams)
+    return {
+        "bleu": {
+            "score": bleu_score.score,
+            "signature": bleu.get_signature().format(),
+            "precisions": list(bleu_score.precisions),
+            "bp": bleu_score.bp,
+            "sys_len": bleu_score.sys_len,
+            "ref_len": bleu_score.ref_len,
+        },
+        "chrf": {"score": chrf_score.score, "signature": chrf.get_signature().format()},
+        "sentences": len(hypotheses),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Significance against a baseline (sacrebleu.significance.PairedTest)
+# ---------------------------------------------------------------------------------------------------------
+
+SIGNIFICANCE_TESTS = {"bs": "paired bootstrap resampling", "ar": "paired approximate randomization"}
+
+
+def paired_significance(
+    system: Sequence[str],
+    baseline: Sequence[str],
+    references: Sequence[str] | Sequence[Sequence[str]],
+    test: str = "bs",
+    n_samples: int = 0,
+    alpha: float = 0.05,
+    target_language: str | None = None,
+    tokenize: str | None = None,
+) -> dict:
+    """Is `system` significantly different from `baseline` in BLEU and chrF? (sacrebleu's paired tests)
+
+    `test`: "bs" (paired bootstrap, sacrebleu default 1000 resamples) or "ar" (approximate randomization,
+    10000 trials); `n_samples` overrides the count. The seed is sacrebleu's (env SACREBLEU_SEED, default 12345).
+    One departure from sacrebleu: it counts resamples with a strictly larger difference, so two *identical*
+    outputs get p = 1/(n+1) ("significant"); here an observed difference of exactly 0 gets p = 1.0.
+    Returns {"test", "n_samples", "alpha", "metrics": {"BLEU": {system, baseline, delta, p_value,
+    significant, signature, system_mean, system_ci}, "chrF2": {...}}}.
+    """
+    from sacrebleu.significance import PairedTest
+
+    if test not in SIGNIFICANCE_TESTS:
+        raise ValueError(f"test must be one of {sorted(SIGNIFICANCE_TESTS)}, got {test!r}")
+    if len(system) != len(baseline):
+        raise ValueError(f"system has {len(system)} lines but the baseline has {len(baseline)}")
+    streams = _reference_streams(references, len(system))
+    metrics = {"BLEU": _bleu_metric(target_language, tokenize), "chrF": _chrf_metric()}
+    paired = PairedTest([("baseline", list(baseline)), ("system", list(system))], metrics, streams,
+                        test_type=test, n_samples=n_samples, n_jobs=1)
+    signatures, table = paired()
+    results = {}
+    for name, (baseline_result, system_result) in ((k, v) for k, v in table.items() if k != "System"):
+        delta = float(system_result.score - baseline_result.score)
+        p_value = 1.0 if delta == 0 else float(system_result.p_value)
+        results[name] = {
+            "system": float(system_result.score),
+            "baseline": float(baseline_result.score),
+            "delta": delta,
+            "p_value": p_value,
+            "significant": p_value < alpha,
+            "signature": signatures[name].format(),
+            "system_mean": None if system_result.mean is None else float(system_result.mean),
+            "system_ci": None if system_result.ci is None else float(system_result.ci),  # 95% CI half-width
+        }
+    return {"test": SIGNIFICANCE_TESTS[test], "n_samples": paired.n_samples, "alpha": alpha, "metrics": results}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The mvPE+POS paper's metrics: BLEU-1..4, ROUGE-1/2/L, length ratio
+# ---------------------------------------------------------------------------------------------------------
+
+
+def bleu_1_to_4(hypotheses: Sequence[str], references: Sequence[str], target_language: str | None = None,
+                tokenize: str | None = None) -> dict:
+    """Cumulative BLEU-n for n = 1..4 (geometric mean of 1..n-gram precisions times the brevity penalty, the
+    nlg-eval convention of the mvPE paper's Table III), on a 0-1 scale, with the sacrebleu signature of each."""
+    streams = _reference_streams(references, len(hypotheses))
+    results = {}
+    for n in range(1, 5):
+        metric = _bleu_metric(target_language, tokenize, max_ngram_order=n)
+        results[f"bleu-{n}"] = {"score": metric.corpus_score(list(hypotheses), streams).score / 100.0,
+                                "signature": metric.get_signature().format()}
+    return results
+
+
+class _WhitespaceTokenizer:
+    """For rouge-score: its default tokenizer keeps only [a-z0-9] and would drop every non-ASCII word."""
+
+    def __init__(self, lowercase: bool = True):
+        self.lowercase = lowercase
+
+    def tokenize(self, text: str) -> list[str]:
+        return (text.lower() if self.lowercase else text).split()
+
+
+def rouge_scores(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = True) -> dict:
+    """ROUGE-1, ROUGE-2, ROUGE-L (F1, precision, recall; mean over sentences, 0-1) with `rouge-score`,
+    on whitespace tokens (so German umlauts and pre-segmented Chinese/Japanese are scored; no stemming)."""
+    from rouge_score import rouge_scorer
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    types = ("rouge1", "rouge2", "rougeL")
+    scorer = rouge_scorer.RougeScorer(list(types), tokenizer=_WhitespaceTokenizer(lowercase))
+    totals = {t: [0.0, 0.0, 0.0] for t in types}
+    for hypothesis, reference in zip(hypotheses, references):
+        scores = scorer.score(reference, hypothesis)  # (target, prediction)
+        for t in types:
+            totals[t][0] += scores[t].fmeasure
+            totals[t][1] += scores[t].precision
+            totals[t][2] += scores[t].recall
+    n = max(len(hypotheses), 1)
+    return {t: {"f": f / n, "p": p / n, "r": r / n} for t, (f, p, r) in totals.items()}
+
+
+def length_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+    """Total output length / total reference length in whitespace tokens (mvPE paper Table V)."""
+    out = sum(len(h.split()) for h in hypotheses)
+    ref = sum(len(r.split()) for r in references)
+    return {"ratio": out / ref if ref else float("nan"), "out": out, "ref": ref}
+
+
+def mvpe_metrics(hypotheses: Sequence[str], references: Sequence[str], target_language: str | None = None) -> dict:
+    """BLEU-1..4, ROUGE-1/2/L and the length ratio in one dict (perplexity needs a model: `perplexity`)."""
+    return {**bleu_1_to_4(hypotheses, references, target_language),
+            "rouge": rouge_scores(hypotheses, references), "length_ratio": length_ratio(hypotheses, references)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Perplexity of a model on a dataset
+# ---------------------------------------------------------------------------------------------------------
+
+
+def text_batches(
+    tokenizer,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    batch_size: int = 32,
+    model=None,
+    extra_inputs: Callable[[dict], dict] | None = None,
+) -> Iterable[dict]:
+    """Tokenized (source, reference) batches with `labels` (-100 on padding). A model with
+    `prepare_pipeline_inputs` (mvPE+POS) adds its source-side inputs; `extra_inputs(batch)` may add more."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+    for start in range(0, len(sources), batch_size):
+        src, tgt = list(sources[start:start + batch_size]), list(targets[start:start + batch_size])
+        encoded = tokenizer(src, return_tensors="pt", padding=True, truncation=True)  # a BatchEncoding, for the hook
+        labels = tokenizer(text_target=tgt, return_tensors="pt", padding=True, truncation=True)["input_ids"]
+        batch = {**encoded, "labels": labels.masked_fill(labels == tokenizer.pad_token_id, -100)}
+        prepare = getattr(model, "prepare_pipeline_inputs", None)
+        if prepare is not None:
+            batch.update(prepare(src, tokenizer, encoded))
+        if extra_inputs is not None:
+            batch.update(extra_inputs(batch))
+        yield batch
+
+
+@torch.no_grad()
+def perplexity(model, batches: Iterable[Mapping[str, torch.Tensor]]) -> dict:
+    """exp(mean negative log-likelihood per target token) of `model` on `batches` (dicts with `labels`,
+    -100 = ignored; e.g. `text_batches(...)` or a DataLoader with `XLPEDataCollator`). The NLL is computed
+    from the logits, so auxiliary losses (XL PE's reorder loss, mvPE's tag loss) never enter it. Batches
+    without `reorder_positions` let XL PE predict them, as at test time. Returns {"perplexity", "nll" (mean
+    per token), "tokens"}."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total_nll, total_tokens = 0.0, 0
+    try:
+        for batch in batches:
+            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            logits = model(**batch).logits.float()
+            labels = batch["labels"]
+            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                                    ignore_index=-100, reduction="sum")
+            total_nll += float(nll)
+            total_tokens += int((labels != -100).sum())
+    finally:
+        model.train(was_training)
+    if total_tokens == 0:
+        raise ValueError("no target tokens: every label is -100")
+    mean_nll = total_nll / total_tokens
+    return {"perplexity": math.exp(mean_nll), "nll": mean_nll, "tokens": total_tokens}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# compare-mt report (word F1 by frequency bucket, sentence BLEU by length bucket)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _import_compare_mt():
+    """compare_mt's reporters call logging.basicConfig(level=INFO) at import; keep the root logger as it was."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        from compare_mt import compare_mt_main, reporters
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
+    return compare_mt_main, reporters
+
+
+def compare_mt_report(
+    references: Sequence[str],
+    systems: Mapping[str, Sequence[str]],
+    output_dir: str | Path,
+    sources: Sequence[str] | None = None,
+    frequency_corpus: str | Path | None = None,
+    title: str = "xlpe compare-mt report",
+) -> dict:
+    """Run compare-mt (Neubig et al. 2019) through its Python API on whitespace-tokenized text.
+
+    Writes to `output_dir`: `index.html` (+ figures, compare-mt's HTML report) and `report.txt` (its text
+    tables). Returns the numbers as a dict: corpus BLEU per system, word F1 by frequency bucket (frequency
+    in `frequency_corpus`, e.g. the training targets, else in the references; with the number of reference
+    words per bucket: an empty bucket shows F1 0), sentence BLEU by reference-length bucket and the number
+    of sentences per bucket. compare-mt's own BLEU is on its tokens; report sacrebleu for the paper table.
+    """
+    compare_mt_main, reporters = _import_compare_mt()
+    names = list(systems)
+    ref_tokens = [line.split() for line in references]
+    outs = [[line.split() for line in systems[name]] for name in names]
+    for name, out in zip(names, outs):
+        if len(out) != len(ref_tokens):
+            raise ValueError(f"system {name!r} has {len(out)} lines but there are {len(ref_tokens)} references")
+    src_tokens = [line.split() for line in sources] if sources is not None else None
+    reporters.sys_names, reporters.fig_size = names, (6.0, 4.5)  # compare-mt's module globals
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        score = compare_mt_main.generate_score_report(ref_tokens, outs, src=src_tokens, score_type="bleu")
+        words = compare_mt_main.generate_word_accuracy_report(
+            ref_tokens, outs, acc_type="fmeas", bucket_type="freq",
+            freq_corpus_file=str(frequency_corpus) if frequency_corpus else None)
+        length_bleu = compare_mt_main.generate_sentence_bucketed_report(
+            ref_tokens, outs, src=src_tokens, bucket_type="length", statistic_type="score", score_measure="sentbleu")
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    reporters.generate_html_report(
+        [("Aggregate Scores", [score]), ("Word Accuracies", [words]), ("Sentence Buckets", [length_bleu])],
+        str(output_dir), title)
+    (output_dir / "report.txt").write_text(text.getvalue(), encoding="utf-8")
+    return {
+        "systems": names,
+        "bleu": {name: float(value) for name, value in zip(names, score.scores)},
+        "word_f1_by_frequency": {
+            "buckets": list(words.bucketer.bucket_strs),
+            "reference_words": [int(bucket[1]) for bucket in words.statistics[0]],
+            # compare-mt's per-bucket tuple: (matches, reference count, output count, recall, precision, F1)
+            "f1": {name: [float(bucket[5]) for bucket in stats] for name, stats in zip(names, words.statistics)},
+        },
+        "sentence_bleu_by_length": {
+            "buckets": list(length_bleu.bucketer.bucket_strs),
+            "sentences": [len(bucket[0]) for bucket in
+                          length_bleu.bucketer.create_bucketed_corpus(outs[0], ref=ref_tokens)],
+            "bleu": {name: [float(v) for v in stats] for name, stats in zip(names, length_bleu.sys_stats)},
+        },
+        "html": str(output_dir / "index.html"),
+        "text": str(output_dir / "report.txt"),
+    }
+
+
+__all__ = [
+    "TOKENIZER_EXTRAS",
+    "bleu_tokenizer_name",
+    "check_bleu_tokenizer",
+    "bleu_1_to_4",
+    "compare_mt_report",
+    "corpus_bleu_chrf",
+    "length_ratio",
+    "mvpe_metrics",
+    "paired_significance",
+    "perplexity",
+    "read_lines",
+    "rouge_scores",
+    "text_batches",
+]

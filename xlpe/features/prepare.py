@@ -1,0 +1,252 @@
+"""Feature preparation: parallel text + a tokenizer -> a `datasets.Dataset` with the inputs every model needs.
+
+    sources, targets (files, lists, a Hub dataset id or a local `datasets` directory)
+      -> whitespace words; empty / over-long pairs skipped and counted
+      -> word alignment (eflomal forward + reverse, grow-diag-final-and; or a Pharaoh file)      [alignment.py]
+      -> in `Dataset.map(batched=True, num_proc=...)`: tokenisation, then per source token
+           reorder_positions  oracle BTG order (XL PE Sec. 3.1, Fig. 1b), projected to sub-words [reordering.py]
+           target_positions   DPE target ranks (DPE Sec. 3.1, Eq. 1), -100 = no supervision     [reordering.py]
+           pos_tag_ids        source POS tags (mvPE+POS Sec. IV), and per label token
+           decoder_pos_tag_ids target POS tags                                                     [tagging.py]
+      -> report (pairs read / kept / skipped and why, unaligned ratio, BTG repairs, mean Kendall's tau,
+         unknown tags, tag vocabularies, timings), optional cache keyed by inputs + tokenizer + options.
+
+Word unit: whitespace-separated words (`str.split()`); the text given to the tokenizer is the words joined by
+single spaces, so callers should normalise whitespace the same way at inference. Sub-word projection uses the
+fast tokenizer's `word_ids()`; when those do not follow whitespace words (a normaliser that splits or merges
+words) the character offsets are used; a tokenizer without `word_ids()` (slow sentencepiece tokenizers such as
+`MarianTokenizer`) is run word by word, which matches whole-sentence tokenisation for sentencepiece models.
+Stages: reading and cleaning `corpus.py`, tokenisation with word ids `tokenization.py`, per-example
+features `example_features.py`, the cache `cache.py`; this file runs them in order and writes the report.
+`xlpe-prepare` (`xlpe.cli.prepare`) is the command line front end.
+
+Choices (where the papers' code differs or is silent):
+  * one symmetrised word alignment feeds both the BTG oracle and the DPE targets (the DPE code ran fast_align
+    in one direction on sub-words): a token takes its word's first linked target index, so the pieces of a
+    word stay together and in order; `symmetrization="forward"` gives one-direction links;
+  * DPE unaligned tokens: dropped from the loss (-100, as the DPE code) by default, `dpe_unaligned="keep"`
+    for the paper's prose ("we do not change their position");
+  * the noise attack (XL PE Sec. 4.5) swaps word-level XL indices before sub-word projection;
+  * over-long means more than `max_length` tokens (incl. </s>) on either side; such pairs are skipped, not cut.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from .alignment import align_with_eflomal, read_pharaoh_file
+from .cache import _fingerprint, _load_cache, _save_cache
+from .corpus import (  # noqa: F401  (re-exported: the preparation API in one place)
+    SKIP_REASONS,
+    ParallelSplit,
+    filter_pairs,
+    load_parallel_dataset,
+    read_parallel_files,
+    validate_links,
+)
+from .example_features import FEATURES, PREPARATION_VERSION, PrepareOptions, _compute_features, _tagger  # noqa: F401
+from .tokenization import tokenize_with_word_ids  # noqa: F401
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Preparation: filter -> align -> features -> report (-> cache)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _word_alignments(splits: dict[str, ParallelSplit], kept: dict[str, list[int]], options: PrepareOptions):
+    """Links of the kept pairs per split: given ones, or one eflomal run over all splits that lack them
+    (unsupervised, so more text gives better links). eflomal samples: runs differ slightly; pass
+    `alignments=` or use `cache_dir` for reproducible features."""
+    given = [name for name, split in splits.items() if split.alignments is not None]
+    links = {name: [splits[name].alignments[k] for k in kept[name]] for name in given}
+    to_align = [name for name, split in splits.items() if split.alignments is None]
+    if not to_align:
+        return links
+    sources = [" ".join(splits[n].sources[k].split()) for n in to_align for k in kept[n]]
+    targets = [" ".join(splits[n].targets[k].split()) for n in to_align for k in kept[n]]
+    logger.info("xlpe-prepare: aligning %d pairs (forward + reverse, %s)", len(sources), options.symmetrization)
+    if options.aligner == "eflomal":
+        aligned = align_with_eflomal(sources, targets, options.symmetrization, options.alignment_runs,
+                                     **(options.eflomal_options or {}))  # fmt: skip
+    else:
+        aligned = [np.asarray(pair, dtype=np.int64).reshape(-1).tolist() for pair in options.aligner(sources, targets)]
+    for name in to_align:
+        links[name], aligned = aligned[: len(kept[name])], aligned[len(kept[name]) :]
+    return links
+
+
+def prepare_splits(splits: dict[str, ParallelSplit], tokenizer, **options):
+    """Prepare several splits with one alignment run over all of them (eflomal learns from every split's text);
+    options as `prepare_dataset`. Returns ({split: Dataset}, {split: report})."""
+    return _prepare_splits(splits, tokenizer, PrepareOptions(**options))
+
+
+def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: PrepareOptions):
+    """Shared engine of `prepare_dataset` and `prepare_hf_dataset`; returns ({split: Dataset}, {split: report})."""
+    import datasets
+
+    fingerprint = _fingerprint(splits, tokenizer, options.describe())
+    cached = _load_cache(options.cache_dir, fingerprint)
+    if cached is not None:
+        return cached
+    timings, started = {}, time.perf_counter()
+    kept, skipped = {}, {}
+    for name, split in splits.items():
+        kept[name], skipped[name] = filter_pairs(split, options.max_length)
+    timings["filter"] = time.perf_counter() - started
+    if options.needs_links:
+        links = _word_alignments(splits, kept, options)
+        timings["align"] = time.perf_counter() - started - timings["filter"]
+    else:
+        links = {name: [[] for _ in keep] for name, keep in kept.items()}
+
+    features_started = time.perf_counter()
+    taggers = {side: _tagger(spec, options.nltk_data) for side, spec, feature in (
+        ("source", options.source_tagger, "pos_tag_ids"), ("target", options.target_tagger, "decoder_pos_tag_ids"),
+    ) if feature in options.features}  # fmt: skip  (built here, so that forked workers inherit them)
+    if options.num_proc and options.num_proc > 1:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # forked workers: no Rust thread pools there
+    prepared, reports = {}, {}
+    for name, split in splits.items():
+        keep = kept[name]
+        table = datasets.Dataset.from_dict(
+            {"_line": [k + 1 for k in keep], "_source": [" ".join(split.sources[k].split()) for k in keep],
+             "_target": [" ".join(split.targets[k].split()) for k in keep], "_links": links[name]},
+            features=datasets.Features({"_line": datasets.Value("int64"), "_source": datasets.Value("string"),
+                                        "_target": datasets.Value("string"),
+                                        "_links": datasets.List(datasets.Value("int32"))}),
+        )  # fmt: skip
+        if len(table) == 0:  # nothing kept: no batch to run
+            table = datasets.Dataset.from_dict({column: [] for column in _output_columns(options, name)})
+        else:
+            table = table.map(
+                _compute_features, batched=True, batch_size=options.batch_size, remove_columns=table.column_names,
+                num_proc=options.num_proc if len(table) > 1 else None, new_fingerprint=f"{fingerprint}-{name}",
+                fn_kwargs=dict(tokenizer=tokenizer, options=options, keep_text=options.keeps_text(name)), desc=f"xlpe-prepare {name}",
+            )  # fmt: skip
+        reports[name], prepared[name] = _report_and_strip(table, split, skipped[name], options, taggers, fingerprint)
+    timings["tokenize_reorder_tag"] = time.perf_counter() - features_started
+    timings["total"] = time.perf_counter() - started
+    for report in reports.values():
+        report["timings_s"] = {stage: round(seconds, 3) for stage, seconds in timings.items()}
+    _save_cache(options.cache_dir, fingerprint, prepared, reports)
+    return prepared, reports
+
+
+def _output_columns(options: PrepareOptions, split: str) -> list[str]:
+    columns = ["input_ids", "attention_mask", "labels", *options.features, "_too_long", "_words"]
+    columns += ["line", "source_text", "target_text", "word_alignment"] if options.keeps_text(split) else []
+    columns += [f"_unknown_{f}" for f in ("pos_tag_ids", "decoder_pos_tag_ids") if f in options.features]
+    return columns
+
+
+def _report_and_strip(table, split: ParallelSplit, skipped: Counter, options: PrepareOptions, taggers, fingerprint):
+    """Aggregate the `_` statistics columns into the report; drop over-long pairs and those columns."""
+    stats = table.select_columns([c for c in table.column_names if c.startswith("_")]).to_dict()
+    for reason in filter(None, stats["_too_long"]):
+        skipped[reason] += 1
+    keep_rows = [k for k, reason in enumerate(stats["_too_long"]) if not reason]
+    column = lambda name, dtype: np.array(stats.get(name, []), dtype=dtype)[keep_rows]  # noqa: E731
+    words = column("_words", np.int64)
+    report = {
+        "xlpe_prepare_version": PREPARATION_VERSION, "fingerprint": fingerprint, "cache_hit": False,
+        "source": split.source_origin, "target": split.target_origin,
+        "alignments": split.alignment_origin or (options.describe()["aligner"] if options.needs_links else None),
+        "pairs_read": len(split.sources), "pairs_kept": len(keep_rows), "pairs_skipped": dict(skipped),
+        "pairs_skipped_total": sum(skipped.values()), "features": list(options.features),
+        "options": options.describe(), "source_words": int(words.sum()),
+    }  # fmt: skip
+    if options.needs_links:
+        unaligned, repaired, tau = column("_unaligned", np.int64), column("_repaired", bool), column("_tau", float)
+        report.update(
+            unaligned_source_words=int(unaligned.sum()),
+            unaligned_ratio=float(unaligned.sum() / max(words.sum(), 1)),
+            btg_repairs=int(repaired.sum()),
+            btg_repair_ratio=float(repaired.mean()) if len(repaired) else 0.0,
+            mean_kendall_tau=float(np.nanmean(tau)) if np.isfinite(tau).any() else None,
+            kendall_tau_sentences=int(np.isfinite(tau).sum()),  # sentences of 2+ words
+        )
+    for feature, side in (("pos_tag_ids", "source"), ("decoder_pos_tag_ids", "target")):
+        if feature in options.features:
+            unknown = Counter(tag for k in keep_rows for tag in stats[f"_unknown_{feature}"][k])
+            report.setdefault("unknown_tags", {})[side] = {"count": sum(unknown.values()), "tags": dict(unknown)}
+            report.setdefault("tag_vocabularies", {})[side] = taggers[side].vocabulary.to_list()
+    if len(keep_rows) != len(table):
+        table = table.select(keep_rows)
+    return report, table.remove_columns(list(stats))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------------------------------------
+
+
+def prepare_dataset(sources: str | os.PathLike | Sequence[str], targets: str | os.PathLike | Sequence[str],
+                    tokenizer, *, alignments: str | os.PathLike | Sequence | None = None, **options):  # fmt: skip
+    """Prepare one parallel corpus; returns (`datasets.Dataset`, report dict).
+
+    Args:
+        sources, targets: paths of parallel UTF-8 files (plain or .gz) or lists of sentences.
+        tokenizer: a Transformers tokenizer (`labels` come from `tokenizer(text_target=...)`).
+        alignments: None (align with eflomal), a Pharaoh file path, or per pair links (Pharaoh strings, flat
+            [i0, j0, ...] lists or (i, j) pairs), 0-based source-target word indices.
+        features: subset of FEATURES; None = reorder/target positions, plus tags for each given tagger.
+        alignment_runs: eflomal runs per direction voted over (strict majority) before symmetrising; more runs,
+            a more stable oracle (eflomal cannot be seeded), K times the alignment time.
+        aligner: "eflomal" or a callable(sources, targets) -> links per pair; eflomal_options: `eflomal.Aligner`
+            keyword arguments (e.g. n_iterations, n_samplers).
+        symmetrization: "grow-diag-final-and" (default), "grow-diag-final", "grow-diag", "intersection",
+            "union", "forward", "reverse".
+        unaligned: "right" (lader's default) or "left": where unaligned words attach in the BTG oracle.
+        dpe_unaligned: "drop" (default, as the DPE code: -100, no loss) or "keep" (DPE paper prose: an unaligned
+            token's target is its own index).
+        source_tagger, target_tagger: tagger names ("nltk-en", "jieba-zh", "spacy:<model>") or `Tagger`s;
+            nltk_data: extra nltk_data directory searched first.
+        max_length: longest kept sequence in tokens (incl. </s>), per side; longer pairs are skipped, counted.
+        num_proc, batch_size: `Dataset.map` parallelism. cache_dir: reuse an identical earlier run.
+        noise_ratio, seed: XL PE Sec. 4.5 noise attack on reorder_positions (fraction of words swapped).
+        keep_text: which splits also keep `line` (1-based input line), `source_text`, `target_text` and
+            `word_alignment`: True (all), False (none), "eval" (default: all but train, the ones scoring needs)
+            or a list of split names.
+    """
+    options = PrepareOptions(**options)
+    is_path = lambda x: isinstance(x, (str, os.PathLike))  # noqa: E731
+    if is_path(sources) != is_path(targets):
+        raise ValueError("give sources and targets both as files or both as lists of sentences")
+    if is_path(sources):
+        split = read_parallel_files(sources, targets, alignments if is_path(alignments) else None)
+    else:
+        if len(sources) != len(targets):
+            raise ValueError(f"sources has {len(sources)} sentences, targets has {len(targets)}")
+        split = ParallelSplit(list(sources), list(targets), "<sources>", "<targets>")
+    if alignments is not None and split.alignments is None:
+        if is_path(alignments):
+            src_len, tgt_len = [len(s.split()) for s in split.sources], [len(t.split()) for t in split.targets]
+            split.alignments = read_pharaoh_file(alignments, src_len, tgt_len, split.source_origin)
+            split.alignment_origin = str(alignments)
+        else:
+            split.alignments, split.alignment_origin = validate_links(alignments, split), "<alignments>"
+    prepared, reports = _prepare_splits({"train": split}, tokenizer, options)
+    return prepared["train"], reports["train"]
+
+
+def prepare_hf_dataset(name_or_path: str, tokenizer, *, source_lang: str, target_lang: str,
+                       splits: Sequence[str] | None = None, config_name: str | None = None,
+                       source_column: str | None = None, target_column: str | None = None, **options):  # fmt: skip
+    """Prepare a Hub dataset id or a local `datasets` directory; returns (`DatasetDict`, {split: report}).
+    All splits are word-aligned in one eflomal run. Options as for `prepare_dataset`."""
+    import datasets
+
+    options = PrepareOptions(**options)
+    loaded = load_parallel_dataset(name_or_path, source_lang, target_lang, splits, config_name, source_column,
+                                   target_column)  # fmt: skip
+    prepared, reports = _prepare_splits(loaded, tokenizer, options)
+    return datasets.DatasetDict(prepared), reports

@@ -1,0 +1,145 @@
+"""Joint sub-word tokenizers trained with `tokenizers`, shaped like Marian's.
+
+A Marian checkpoint expects: `<pad>` as padding and decoder start, `</s>` appended to every source and
+target sequence, `<unk>` for unknown pieces. `train_joint_tokenizer` trains one shared (source + target)
+Unigram or BPE model on raw text and returns a `PreTrainedTokenizerFast` with exactly those conventions,
+so that `word_ids()` is available for projecting word-level features (reorderings, POS tags) to sub-words.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import warnings
+from collections.abc import Iterable, Iterator
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
+SPECIAL_TOKENS = [PAD, EOS, UNK]  # ids 0, 1, 2 in every tokenizer trained here
+
+
+def _batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def train_joint_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int = 8000,
+    model: str = "unigram",
+    lowercase: bool = False,
+    model_max_length: int = 512,
+) -> PreTrainedTokenizerFast:
+    """Train a joint sub-word tokenizer on `texts` (source and target sentences mixed).
+
+    Args:
+        texts: raw sentences; whitespace separates words (the unit word alignments and tags refer to).
+        vocab_size: size of the sub-word vocabulary including the three special tokens.
+        model: "unigram" (SentencePiece-style, as Marian) or "bpe".
+        lowercase: lowercase before segmentation.
+        model_max_length: stored on the tokenizer; longer inputs are truncated when `truncation=True`.
+    """
+    if model not in ("unigram", "bpe"):
+        raise ValueError(f"model must be 'unigram' or 'bpe', got {model!r}")
+    if vocab_size < len(SPECIAL_TOKENS) + 1:
+        raise ValueError(f"vocab_size must be > {len(SPECIAL_TOKENS)}, got {vocab_size}")
+    if model == "unigram":
+        tokenizer = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token=UNK, show_progress=False
+        )
+    else:
+        tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False)
+    norm = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+    tokenizer.normalizer = normalizers.Sequence(norm)
+    # Metaspace keeps word boundaries in the pieces ("▁word"), so decoding restores spaces and
+    # word_ids() follows whitespace-separated words.
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator(_batched(texts), trainer=trainer)
+    if tokenizer.get_vocab_size() < 0.9 * vocab_size:
+        warnings.warn(
+            f"the {model} tokenizer learned only {tokenizer.get_vocab_size()} of the {vocab_size} pieces asked for "
+            "(a corpus too small for this vocabulary); words may be split into characters. "
+            "For tiny corpora model='bpe' keeps whole words.",
+            stacklevel=2,
+        )
+    eos_id = tokenizer.token_to_id(EOS)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS}", pair=f"$A $B {EOS}", special_tokens=[(EOS, eos_id)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token=PAD,
+        eos_token=EOS,
+        unk_token=UNK,
+        model_max_length=model_max_length,
+        padding_side="right",
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Tokenisation with word ids (the sub-word projection's input)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _word_ids_from_encoding(encoding, words: list[str], text: str) -> list[int]:
+    """Word index of every token (-1 for special tokens) from a `tokenizers.Encoding` of " ".join(words).
+
+    Uses `word_ids` when they enumerate exactly the whitespace words in order; otherwise maps each token's
+    start offset to the word containing it (a space belongs to the word after it)."""
+    word_ids = encoding.word_ids
+    seen = [w for k, w in enumerate(word_ids) if w is not None and (k == 0 or word_ids[k - 1] != w)]
+    if seen == list(range(len(words))):
+        return [-1 if w is None else w for w in word_ids]
+    starts = list(itertools.accumulate((len(w) + 1 for w in words[:-1]), initial=0))
+    result, previous = [], 0
+    for special, (start, _) in zip(encoding.special_tokens_mask, encoding.offsets):
+        if special:
+            result.append(-1)
+            continue
+        while start < len(text) and text[start] == " ":
+            start += 1
+        previous = max(previous, min(max(bisect.bisect_right(starts, start) - 1, 0), len(words) - 1))
+        result.append(previous)  # non-decreasing, so the pieces of a word stay contiguous
+    return result
+
+
+def _tokenize_word_by_word(tokenizer, words_batch, target: bool) -> tuple[list[list[int]], list[list[int]]]:
+    """Fallback for tokenizers without `word_ids()`: encode each word alone, then add the special tokens."""
+    all_ids, all_word_ids = [], []
+    for words in words_batch:
+        pieces = tokenizer(text_target=words, add_special_tokens=False) if target else tokenizer(
+            words, add_special_tokens=False
+        )
+        flat = [i for piece in pieces["input_ids"] for i in piece] if words else []
+        owner = [w for w, piece in enumerate(pieces["input_ids"]) for _ in piece] if words else []
+        ids = tokenizer.build_inputs_with_special_tokens(flat)
+        special = tokenizer.get_special_tokens_mask(flat)
+        owner_iter = iter(owner)
+        all_ids.append(ids)
+        all_word_ids.append([-1 if s else next(owner_iter) for s in special])
+    return all_ids, all_word_ids
+
+
+def tokenize_with_word_ids(tokenizer, texts: list[str], target: bool = False):
+    """(input ids, word ids with -1 for special tokens) per text; texts are single-space-joined words."""
+    texts = list(texts)
+    words_batch = [t.split() for t in texts]
+    if not getattr(tokenizer, "is_fast", False):
+        return _tokenize_word_by_word(tokenizer, words_batch, target)
+    encoded = tokenizer(text_target=texts) if target else tokenizer(texts)
+    encodings = encoded.encodings
+    return (
+        [e.ids for e in encodings],
+        [_word_ids_from_encoding(e, w, t) for e, w, t in zip(encodings, words_batch, texts)],
+    )

@@ -1,0 +1,43 @@
+"""The model families and what they are built from: everything here travels to the Hub as remote code.
+
+Rule: these files form a flat set with single-dot sibling imports (`from .x import y`) and import nothing else
+of xlpe, so `save_pretrained` copies a working set of them next to the weights, and
+`pipeline("translation", model=dir, trust_remote_code=True)` runs where the package is not installed
+(tests/test_layers.py checks the rule).
+
+One file pair per family (the configuration, then the model):
+    configuration_xlpe.py      modeling_xlpe.py        XL PE (Ding et al.): InXL, HeadXL, Combination
+    configuration_dpe.py       modeling_dpe.py         DPE (Zheng et al.) + the Table 5 baselines
+    configuration_mvpe_pos.py  modeling_mvpe_pos.py    mvPE + POS tags (on BART)
+Shared building blocks (written once, imported by the families):
+    seq2seq_scaffold.py   encoder-decoder body, generation head, output assembly, the translation loss
+    extra_inputs.py       the per-token extra inputs (names, sides, pad rules) and their checks
+    sinusoid.py           sinusoid tables (absolute, mvPE step k)
+    reorder_predictor.py  the in-model reorderer that supplies XL positions at test time
+    tag_sets.py, pos_tagging_hub.py   POS tag ids and the raw-text tagger the mvPE+POS pipeline runs
+    hub_support.py        save/load plumbing: custom pipeline entry, stock-checkpoint upgrade
+    pipeline_translation.py  the "translation" pipeline (raw text in, translations out)
+    registry.py           the family registry (`--model_type NAME`); not needed by remote code
+"""
+
+from .configuration_dpe import DPEMarianConfig, table5_preset
+from .configuration_mvpe_pos import MvPEPosConfig, choose_pe_step, mvpe_objective
+from .configuration_xlpe import XLPEMarianConfig
+from .modeling_dpe import DPEMarianModel, DPEMarianMTModel
+from .modeling_mvpe_pos import MvPEPosForConditionalGeneration, MvPEPosModel
+from .modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel
+from .pipeline_translation import XLPETranslationPipeline
+from .registry import MODEL_FAMILIES, ModelFamily, declares_field, get_family, register_family
+
+# --- families (one line each; see CONTRIBUTING.md, "Adding a position-encoding family") ---
+register_family(ModelFamily("xlpe", XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel))
+register_family(ModelFamily("dpe", DPEMarianConfig, DPEMarianModel, DPEMarianMTModel))
+register_family(ModelFamily("mvpe_pos", MvPEPosConfig, MvPEPosModel, MvPEPosForConditionalGeneration))
+# --- end of families ---
+
+__all__ = [
+    "DPEMarianConfig", "DPEMarianModel", "DPEMarianMTModel", "MODEL_FAMILIES", "ModelFamily", "MvPEPosConfig",
+    "MvPEPosForConditionalGeneration", "MvPEPosModel", "XLPEMarianConfig", "XLPEMarianModel", "XLPEMarianMTModel",
+    "XLPETranslationPipeline", "choose_pe_step", "declares_field", "get_family", "mvpe_objective",
+    "register_family", "table5_preset",
+]  # fmt: skip

@@ -1,0 +1,202 @@
+"""The arguments of `xlpe-train`: run_translation's names (`ModelArguments`, `DataTrainingArguments`,
+`Seq2SeqTrainingArguments`) plus the model family, its fields and this package's data sources.
+
+`builtin_recipe` holds the defaults used when training on the built-in synthetic corpus (a small model, a
+BPE tokenizer, a few CPU minutes); any of them given explicitly on the command line (or in the JSON file)
+wins.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+from ..evaluation.metrics import check_bleu_tokenizer
+
+logger = logging.getLogger("xlpe.train")
+
+BUILTIN_DATASET = "builtin:synthetic"
+
+
+class UsageError(ValueError):
+    """A bad argument or argument combination found before any work: `xlpe-train` prints one line, exits 2."""
+
+
+def _help(text: str, **kwargs):
+    return field(metadata={"help": text}, **kwargs)
+
+
+@dataclass
+class ModelArguments:
+    """Which model, tokenizer and family to train (run_translation's names first)."""
+
+    model_name_or_path: str | None = _help("checkpoint to start from (Hub id or directory); none = from scratch", default=None)
+    model_type: str | None = _help(
+        "vanilla (stock MarianMT) or a registered family: xlpe, dpe, mvpe_pos, ... Default: xlpe from scratch, "
+        "the checkpoint's own type with --model_name_or_path. A stock Marian checkpoint with --model_type xlpe "
+        "is upgraded function-preservingly", default=None)  # fmt: skip
+    config_name: str | None = _help("config (directory or Hub id) to build a from-scratch model from", default=None)
+    tokenizer_name: str | None = _help("tokenizer (directory or Hub id); none = the checkpoint's, or a new "
+                                       "joint tokenizer trained on the training text", default=None)  # fmt: skip
+    cache_dir: str | None = _help("where downloads and prepared features are cached", default=None)
+    model_revision: str = _help("model version: branch, tag or commit", default="main")
+    token: str | None = _help("Hub token (default: the saved login)", default=None)
+    trust_remote_code: bool = _help("allow Hub custom code for checkpoints of other packages", default=False)
+    config_overrides: str | None = _help("more config fields: 'key=value,key=value' (JSON values)", default=None)
+    # --- family fields (None: the family's default); each is checked against the family's config ---
+    xl_strategy: str | None = _help("XL PE: none | in | head | combination", default=None)
+    xl_heads: int | None = _help("XL PE: tau, first-layer heads that see the XL positions", default=None)
+    reorder_loss_weight: float | None = _help("XL PE: weight of the reorder predictor's loss", default=None)
+    order_loss_weight: float | None = _help("DPE: lambda of Eq. 2", default=None)
+    pe_step: str | None = _help("mvPE+POS: k of Eq. 9-10, a number or 'auto'", default=None)
+    # --- size of a model trained from scratch (None: Transformer-base) ---
+    d_model: int | None = _help("hidden size", default=None)
+    encoder_layers: int | None = _help("encoder layers", default=None)
+    decoder_layers: int | None = _help("decoder layers", default=None)
+    attention_heads: int | None = _help("attention heads (encoder and decoder)", default=None)
+    ffn_dim: int | None = _help("feed-forward width (encoder and decoder)", default=None)
+    dropout: float | None = _help("dropout", default=None)
+    # --- initialisation of a model built here (from scratch or --config_name) ---
+    init_std: float | None = _help("std of the weights HF initialises (every linear layer, and the embeddings unless "
+                                   "--embedding_init_std); default d_model^-1/2 from scratch, the config's with "
+                                   "--config_name", default=None)  # fmt: skip
+    embedding_init_std: float | None = _help("std of the token embeddings alone (scaled by sqrt(d_model) in use); "
+                                             "default --init_std. See docs/training.md, 'Initialisation'", default=None)  # fmt: skip
+    # --- a tokenizer trained here ---
+    tokenizer_vocab_size: int = _help("sub-word vocabulary of a tokenizer trained here", default=8000)
+    tokenizer_model: str = _help("unigram | bpe, for a tokenizer trained here", default="unigram")
+
+
+@dataclass
+class DataTrainingArguments:
+    """What data to train and evaluate on (run_translation's names, plus plain text / alignment files)."""
+
+    source_lang: str | None = _help("source language key (e.g. en)", default=None)
+    target_lang: str | None = _help("target language key (e.g. de)", default=None)
+    dataset_name: str | None = _help(f"Hub dataset id, local datasets directory, or {BUILTIN_DATASET}", default=None)
+    dataset_config_name: str | None = _help("dataset configuration (e.g. de-en)", default=None)
+    train_file: str | None = _help('jsonlines {"translation": {src: ..., tgt: ...}} (optional "alignment")', default=None)
+    validation_file: str | None = _help("jsonlines validation file", default=None)
+    test_file: str | None = _help("jsonlines test file", default=None)
+    train_source_file: str | None = _help("plain text, one source sentence per line (.gz ok)", default=None)
+    train_target_file: str | None = _help("plain text, parallel to --train_source_file", default=None)
+    train_alignment_file: str | None = _help("Pharaoh i-j links parallel to the training pairs (default: eflomal)", default=None)
+    validation_source_file: str | None = _help("plain text validation sources", default=None)
+    validation_target_file: str | None = _help("plain text validation targets", default=None)
+    validation_alignment_file: str | None = _help("Pharaoh links for the validation pairs", default=None)
+    test_source_file: str | None = _help("plain text test sources", default=None)
+    test_target_file: str | None = _help("plain text test targets", default=None)
+    test_alignment_file: str | None = _help("Pharaoh links for the test pairs", default=None)
+    prepared_dataset: str | None = _help("a directory written by xlpe-prepare (needs --tokenizer_name)", default=None)
+    max_source_length: int = _help("longest source in tokens; longer pairs are skipped (counted)", default=128)
+    max_target_length: int = _help("longest target in tokens; longer pairs are skipped (counted)", default=128)
+    val_max_target_length: int | None = _help("generation length limit at evaluation (default max_target_length)", default=None)
+    max_train_samples: int | None = _help("use the first N training pairs", default=None)
+    max_eval_samples: int | None = _help("use the first N validation pairs", default=None)
+    max_predict_samples: int | None = _help("use the first N test pairs", default=None)
+    num_beams: int | None = _help("beams at evaluation/prediction (also saved as the model's default)", default=None)
+    preprocessing_num_workers: int | None = _help("processes for the feature preparation", default=None)
+    source_tagger: str | None = _help("POS tagger of the source (families with tags): nltk-en | jieba-zh | spacy:<model>", default=None)
+    target_tagger: str | None = _help("POS tagger of the target (families with tags)", default=None)
+    nltk_data: str | None = _help("extra nltk_data directory for the nltk-en tagger", default=None)
+    num_translation_examples: int = _help("test translations printed at the end", default=5)
+    bleu_tokenize: str | None = _help("sacrebleu's BLEU tokenizer: 13a, intl, zh, ja-mecab, ko-mecab, char, none, ... "
+                                      "Default: sacrebleu's choice for --target_lang (zh -> zh, ja -> ja-mecab, "
+                                      "ko -> ko-mecab, else 13a); checked before training", default=None)  # fmt: skip
+
+    def uses_builtin_corpus(self) -> bool:
+        files = [v for k, v in vars(self).items() if k.endswith("_file") and v]
+        return self.dataset_name == BUILTIN_DATASET or not (self.dataset_name or self.prepared_dataset or files)
+
+
+@dataclass
+class XLPETrainingArguments(Seq2SeqTrainingArguments):
+    """Seq2SeqTrainingArguments (generation on by default) plus resume/averaging/evaluation options."""
+
+    predict_with_generate: bool = _help("evaluate with generate() (BLEU, chrF)", default=True)
+    overwrite_output_dir: bool = _help("start over in an output_dir that holds checkpoints (they are deleted)", default=False)
+    average_last_checkpoints: int = _help("average the last N checkpoints into the final model (papers: 5)", default=0)
+    eval_with_oracle_positions: bool = _help("validation: give generate() the gold reorderings (an upper bound; default: "
+                                             "predicted). The test split of an XL PE model is scored both ways anyway", default=False)  # fmt: skip
+
+
+def builtin_recipe(model_args: ModelArguments) -> dict:
+    """Defaults for the built-in corpus: a small model that learns the SVO -> SOV reordering in a few CPU
+    minutes. Model-size entries apply only to a model trained from scratch."""
+    recipe = dict(
+        source_lang="en", target_lang="sov", num_beams=4, max_source_length=64, max_target_length=64,
+        learning_rate=2e-3, warmup_steps=100, max_steps=800, per_device_train_batch_size=64,
+        per_device_eval_batch_size=100, weight_decay=0.0, logging_steps=50, save_steps=400, save_total_limit=2,
+        eval_strategy="no", tokenizer_model="bpe", tokenizer_vocab_size=1000, lr_scheduler_type="linear",
+    )  # fmt: skip
+    if model_args.model_name_or_path is None and model_args.config_name is None:
+        recipe.update(d_model=128, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=256, dropout=0.1)
+    return recipe
+
+
+def parse_arguments(argv: list[str] | None = None):
+    """(model_args, data_args, training_args) from the command line or one JSON file, with the built-in
+    corpus' recipe filling what was not given explicitly. Every inconsistency is a `UsageError`."""
+    try:
+        return _parse_arguments(argv)
+    except UsageError:
+        raise
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
+def _parse_arguments(argv: list[str] | None = None):
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, XLPETrainingArguments))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        given = json.loads(Path(argv[0]).read_text())
+    else:
+        given = None
+    explicit = set(given) if given is not None else {
+        a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in argv if a.startswith("--")
+    }
+
+    def parse(extra: dict):
+        if given is not None:
+            return parser.parse_dict({**extra, **given})
+        flags = [item for key, value in extra.items() for item in (f"--{key}", str(value))]
+        return parser.parse_args_into_dataclasses(args=flags + argv)
+
+    model_args, data_args, training_args = parse({})
+    if data_args.uses_builtin_corpus():
+        recipe = {key: value for key, value in builtin_recipe(model_args).items() if key not in explicit}
+        model_args, data_args, training_args = parse({"dataset_name": BUILTIN_DATASET, **recipe})
+    training_args.explicit_do = {k for k in ("do_train", "do_eval", "do_predict") if k in explicit}
+    if not training_args.explicit_do:  # (an eval_strategy alone turns do_eval on: not a choice of stages)
+        training_args.do_train = training_args.do_eval = training_args.do_predict = True
+    # generation settings of evaluations run *during* training (eval_strategy steps/epoch)
+    if training_args.generation_max_length is None:
+        training_args.generation_max_length = data_args.val_max_target_length or data_args.max_target_length
+    if training_args.generation_num_beams is None:
+        training_args.generation_num_beams = data_args.num_beams
+    if training_args.average_last_checkpoints and training_args.do_train:
+        keep, count, steps = training_args.save_total_limit, training_args.average_last_checkpoints, training_args.max_steps
+        saved = steps // training_args.save_steps if steps > 0 and training_args.save_strategy == "steps" else None
+        if training_args.save_strategy == "no" or (keep is not None and keep < count) or (saved is not None and saved < count):
+            raise ValueError(f"--average_last_checkpoints {count} needs at least {count} saved checkpoints: "
+                             f"--save_strategy is {getattr(training_args.save_strategy, 'value', training_args.save_strategy)}, --save_total_limit is {keep}, "
+                             f"--max_steps {steps} / --save_steps {training_args.save_steps} saves {saved}")  # fmt: skip
+    if training_args.predict_with_generate and (training_args.do_eval or training_args.do_predict):
+        # the tokenizer BLEU will need, resolved and tried now, not after hours of training (ja-mecab needs mecab)
+        data_args.bleu_tokenize = check_bleu_tokenizer(data_args.target_lang, data_args.bleu_tokenize)
+    if "tensorboard" in (training_args.report_to or []) and importlib.util.find_spec("tensorboard") is None:
+        raise ValueError("--report_to tensorboard needs the tensorboard package: pip install tensorboard (or xlpe[eval])")
+    if "dataloader_pin_memory" not in explicit and not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False  # pinning is meaningless on CPU (and warns every epoch)
+    if os.environ.get("ACCELERATE_USE_CPU") == "True" and training_args.world_size == 1:
+        logger.warning("`accelerate launch --cpu` starts ONE process (unless an MPI hostfile is given); for N CPU "
+                       "processes use `accelerate launch --multi_gpu --num_processes N ... --use_cpu` or torchrun")  # fmt: skip
+    return model_args, data_args, training_args

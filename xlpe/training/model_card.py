@@ -1,0 +1,230 @@
+"""Model cards for trained xlpe models: `huggingface_hub.ModelCard` from `hub_cards/model_card_template.md`.
+
+The card's metadata (YAML header) carries what the Hub indexes: `language`, `license`, `datasets`,
+`library_name: transformers`, `pipeline_tag: translation`, `tags` ("xlpe", the family, the family's variant,
+the model type), `base_model` when a stock checkpoint was upgraded, and `model-index` with one result per
+metric and dataset whose `config` is the sacrebleu signature. The text says what the position encoding is
+(a section per family), lists the variant's settings read from the config, and shows how to load the model
+with `trust_remote_code=True`.
+
+Evaluation entries (`eval_results`) are dicts in the shape `xlpe-evaluate bleu` prints: metric keys whose
+value has a "score" (and "signature"), plus `dataset_name`, `dataset_type`, `dataset_split`,
+`dataset_config`; `evaluation_entry` builds one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import AutoConfig, PretrainedConfig
+
+from ..models.registry import MODEL_FAMILIES
+
+TEMPLATE_NAME = "model_card_template.md"
+FAMILY_TITLES = {"xlpe": "XL PE (cross-lingual position representation)", "dpe": "DPE (dynamic position encoding)",
+                 "mvpe_pos": "mvPE+POS (augmented Transformer)"}
+METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER", "aer": "AER"}
+ARCHITECTURE_FIELDS = ("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                       "decoder_attention_heads", "encoder_ffn_dim", "vocab_size", "max_position_embeddings")
+
+# ---------------------------------------------------------------------------------------------------------
+# What the config says
+# ---------------------------------------------------------------------------------------------------------
+
+
+def family_of(config: PretrainedConfig) -> str:
+    """The registered family name of a config (by model_type), e.g. "xlpe"."""
+    for name, family in MODEL_FAMILIES.items():
+        if family.config_class.model_type == config.model_type:
+            return name
+    raise ValueError(f"model_type {config.model_type!r} is not an xlpe family; known: {sorted(MODEL_FAMILIES)}")
+
+
+def variant_settings(config: PretrainedConfig) -> dict:
+    """The fields the family's config declares on top of its stock base config (annotated class attributes,
+    see CONTRIBUTING.md), with this model's values."""
+    names: list[str] = []
+    for cls in type(config).__mro__:
+        if cls.__module__.startswith("transformers.") or cls is object:
+            break
+        declared = vars(cls).get("__annotations__", {})
+        names += [name for name in declared if name not in names and not name.startswith("_")]
+    return {name: getattr(config, name) for name in names if hasattr(config, name)}
+
+
+# The variant a model is, in one word, for the Hub tag "<family>-<variant>" (families not listed: the value of
+# their first declared `*strategy` field, if any).
+VARIANT_OF = {
+    "xlpe": lambda config: config.xl_strategy,  # in | head | combination | none
+    "mvpe_pos": lambda config: "mvpe" if config.pos_tag_sides == "none" else f"pos-{config.pos_tag_sides}",
+}
+
+
+def variant_name(config: PretrainedConfig) -> str | None:
+    """The model's position variant (`VARIANT_OF`), e.g. "combination" for XL PE's `xl_strategy`."""
+    family = family_of(config)
+    if family in VARIANT_OF:
+        return VARIANT_OF[family](config)
+    for name, value in variant_settings(config).items():
+        if name.endswith("strategy") and isinstance(value, str):
+            return value
+    return None
+
+
+def _parameter_count(model_or_dir) -> int | None:
+    if hasattr(model_or_dir, "parameters"):
+        return sum(p.numel() for p in model_or_dir.parameters())
+    files = sorted(Path(model_or_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    total = 0
+    for file in files:
+        with safe_open(file, framework="pt") as handle:
+            for key in handle.keys():  # noqa: SIM118  (safe_open is not a dict)
+                shape = handle.get_slice(key).get_shape()
+                total += math.prod(shape)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation entries -> model-index
+# ---------------------------------------------------------------------------------------------------------
+
+
+def evaluation_entry(scores: Mapping, dataset_name: str, dataset_type: str, split: str = "test",
+                     config: str | None = None) -> dict:
+    """One evaluation for the card: `corpus_bleu_chrf(...)` output plus the dataset it was measured on."""
+    return {**scores, "dataset_name": dataset_name, "dataset_type": dataset_type, "dataset_split": split,
+            "dataset_config": config}
+
+
+def _metric_items(entry: Mapping):
+    for key, value in entry.items():
+        if isinstance(value, Mapping) and isinstance(value.get("score"), (int, float)):
+            yield key, float(value["score"]), value.get("signature")
+
+
+def _eval_results(entries: Sequence[Mapping]) -> list[EvalResult]:
+    results = []
+    for entry in entries:
+        if "dataset_name" not in entry or "dataset_type" not in entry:
+            raise ValueError(f"an evaluation entry needs dataset_name and dataset_type, got keys {sorted(entry)}")
+        for metric, value, signature in _metric_items(entry):
+            results.append(EvalResult(
+                task_type="translation", task_name="Translation",
+                dataset_type=entry["dataset_type"], dataset_name=entry["dataset_name"],
+                dataset_split=entry.get("dataset_split"), dataset_config=entry.get("dataset_config"),
+                metric_type=metric, metric_name=METRIC_NAMES.get(metric, metric), metric_value=round(value, 2),
+                metric_config=signature,
+            ))
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The card
+# ---------------------------------------------------------------------------------------------------------
+
+
+def find_template(template_path: str | Path | None = None) -> Path:
+    """`template_path`, else $XLPE_HUB_CARDS/<name>, hub_cards/ of this checkout, or <prefix>/share/xlpe/hub_cards."""
+    candidates = [Path(template_path)] if template_path else []
+    if os.environ.get("XLPE_HUB_CARDS"):
+        candidates.append(Path(os.environ["XLPE_HUB_CARDS"]) / TEMPLATE_NAME)
+    candidates += [Path(__file__).resolve().parents[2] / "hub_cards" / TEMPLATE_NAME,  # xlpe/training/ -> checkout
+                   Path(sys.prefix) / "share" / "xlpe" / "hub_cards" / TEMPLATE_NAME]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"model card template not found; tried {[str(c) for c in candidates]}")
+
+
+def _as_list(value) -> list | None:
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+def build_model_card(
+    model_or_dir,
+    repo_id: str | None = None,
+    languages: str | Sequence[str] | None = None,
+    license: str = "apache-2.0",
+    datasets: str | Sequence[str] | None = None,
+    base_model: str | None = None,
+    eval_results: Mapping | Sequence[Mapping] | None = None,
+    training: Mapping | None = None,
+    summary: str | None = None,
+    example_source: str = "Hello world!",
+    template_path: str | Path | None = None,
+) -> ModelCard:
+    """The model card of a trained model (a `PreTrainedModel` or the directory it was saved to).
+
+    Args:
+        repo_id: Hub id used in the card's code snippets and as the model-index name (default: dir name).
+        languages: ISO codes, source first (e.g. ["de", "en"]).
+        license: SPDX-style id of the model's license (mind the training data's terms).
+        datasets: Hub dataset ids or names of the training data.
+        base_model: Hub id of the stock checkpoint this model was upgraded from, if any.
+        eval_results: one or more evaluation entries (module docstring; `evaluation_entry`).
+        training: hyper-parameters to list (name -> value), e.g. from the training arguments.
+        summary: one paragraph at the top; a default names the family and languages.
+        example_source: the sentence used in the usage snippets.
+    """
+    config = model_or_dir.config if hasattr(model_or_dir, "config") else AutoConfig.from_pretrained(model_or_dir)
+    family = family_of(config)
+    variant = variant_name(config)
+    languages = _as_list(languages)
+    datasets = _as_list(datasets)
+    entries = [eval_results] if isinstance(eval_results, Mapping) else list(eval_results or [])
+    name = repo_id or (Path(model_or_dir).name if not hasattr(model_or_dir, "config") else f"{family}-model")
+    tags = list(dict.fromkeys(["translation", "xlpe", family, *([f"{family}-{variant}"] if variant else []),
+                               config.model_type, "custom_code"]))
+    card_data = ModelCardData(
+        language=languages, license=license, datasets=datasets, library_name="transformers",
+        pipeline_tag="translation", tags=tags, base_model=base_model, model_name=name,
+        eval_results=_eval_results(entries) or None,
+    )
+    settings = [(key, json.dumps(value)) for key, value in variant_settings(config).items()]
+    architecture = [(f, getattr(config, f)) for f in ARCHITECTURE_FIELDS if getattr(config, f, None) is not None]
+    parameters = _parameter_count(model_or_dir)
+    languages_text = " → ".join(languages) if languages else "not stated"
+    eval_rows = [
+        {"dataset": entry["dataset_name"] + (f" ({entry['dataset_config']})" if entry.get("dataset_config") else ""),
+         "split": entry.get("dataset_split") or "", "metric": METRIC_NAMES.get(metric, metric),
+         "value": f"{value:.2f}",
+         "signature": (signature or "n/a").replace("|", "\\|")}  # a bare | would split the table cell
+        for entry in entries for metric, value, signature in _metric_items(entry)
+    ]
+    family_title = FAMILY_TITLES.get(family, family)
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(find_template(template_path)),
+        title=name,
+        summary=summary or f"A {languages_text} translation model of the {family_title} family, built with `xlpe`.",
+        family=family, family_title=family_title, model_type=config.model_type,
+        variant_text=f"`{variant}`" if variant else "the family's default",
+        languages_text=languages_text, datasets_text=", ".join(datasets) if datasets else "unstated data",
+        parameters=f"{parameters:,}" if parameters else None,
+        variant_settings=settings, architecture=architecture,
+        training=[(key, value) for key, value in (training or {}).items()],
+        eval_rows=eval_rows, repo_id=name, example_source=example_source.replace('"', '\\"'),
+    )
+
+
+def write_model_card(directory: str | Path, **kwargs) -> Path:
+    """Build the card of the model saved in `directory` and write it there as README.md."""
+    path = Path(directory) / "README.md"
+    build_model_card(directory, **kwargs).save(path)
+    return path
+
+
+__all__ = ["build_model_card", "evaluation_entry", "family_of", "find_template", "variant_settings",
+           "write_model_card"]

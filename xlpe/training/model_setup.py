@@ -1,0 +1,184 @@
+"""Tokenizer and model of an `xlpe-train` run: a checkpoint's, an upgraded stock checkpoint, or a model built
+from scratch (Transformer-base unless sized by flags), with the family's fields checked by name; the per-token
+features the model's `forward` takes (what the preparation must compute); checks that must come before any
+training (vocabulary, pad/EOS ids, initialisation options)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
+
+from ..models.registry import MODEL_FAMILIES, declares_field, get_family
+
+logger = logging.getLogger("xlpe.train")
+FAMILY_FIELDS = ("xl_strategy", "xl_heads", "reorder_loss_weight", "order_loss_weight", "pe_step")
+SIZE_FIELDS = {"d_model": ("d_model",), "encoder_layers": ("encoder_layers",), "decoder_layers": ("decoder_layers",),
+               "attention_heads": ("encoder_attention_heads", "decoder_attention_heads"),
+               "ffn_dim": ("encoder_ffn_dim", "decoder_ffn_dim"), "dropout": ("dropout",)}  # fmt: skip
+TRANSFORMER_BASE = dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1)
+
+
+def family_classes(model_type: str) -> tuple[type, type]:
+    """(config class, generation model class) of `model_type`; "vanilla" is stock MarianMT."""
+    if model_type == "vanilla" and "vanilla" not in MODEL_FAMILIES:
+        return transformers.MarianConfig, transformers.MarianMTModel
+    try:
+        family = get_family(model_type)
+    except ValueError:
+        raise ValueError(f"unknown --model_type {model_type!r}; known: {sorted({'vanilla', *MODEL_FAMILIES})}") from None
+    return family.config_class, family.generation_model_class
+
+
+def family_overrides(model_args, config_class: type, model_type: str) -> dict:
+    """Config fields given on the command line (family fields and --config_overrides), checked by name."""
+    overrides = {name: getattr(model_args, name) for name in FAMILY_FIELDS if getattr(model_args, name) is not None}
+    for item in filter(None, (model_args.config_overrides or "").split(",")):
+        key, _, value = item.partition("=")
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = value.strip()
+    if "pe_step" in overrides and overrides["pe_step"] != "auto":
+        overrides["pe_step"] = float(overrides["pe_step"])
+    for name in overrides:
+        if not (declares_field(config_class, name) or hasattr(config_class(), name)):
+            raise ValueError(f"--{name} does not apply to --model_type {model_type} ({config_class.__name__} has no such field)")
+    return overrides
+
+
+def load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint):
+    source = checkpoint or model_args.tokenizer_name or model_args.model_name_or_path
+    if source:
+        return AutoTokenizer.from_pretrained(source, cache_dir=model_args.cache_dir, revision=model_args.model_revision,
+                                             token=model_args.token, trust_remote_code=model_args.trust_remote_code)  # fmt: skip
+    from ..features.tokenization import train_joint_tokenizer
+
+    with training_args.main_process_first(local=False, desc="training the joint tokenizer"):
+        if training_args.process_index == 0:  # the others load what it saved
+            train = splits["train"]
+            logger.info("training a joint %s tokenizer (%d pieces) on %d sentence pairs", model_args.tokenizer_model,
+                        model_args.tokenizer_vocab_size, len(train.sources))  # fmt: skip
+            tokenizer = train_joint_tokenizer(train.sources + train.targets, vocab_size=model_args.tokenizer_vocab_size,
+                                              model=model_args.tokenizer_model, model_max_length=data_args.max_source_length)  # fmt: skip
+            tokenizer.save_pretrained(training_args.output_dir)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(training_args.output_dir)
+    return tokenizer
+
+
+def target_config(model_args, checkpoint):
+    """The config (instance, when one exists already) or config class of the model to train."""
+    if checkpoint or (model_args.model_name_or_path and not model_args.model_type):
+        return AutoConfig.from_pretrained(checkpoint or model_args.model_name_or_path, cache_dir=model_args.cache_dir,
+                                          revision=model_args.model_revision, token=model_args.token,
+                                          trust_remote_code=model_args.trust_remote_code)  # fmt: skip
+    return family_classes(model_args.model_type or "xlpe")[0]
+
+
+def build_model(model_args, data_args, tokenizer, checkpoint, taggers):
+    hub = dict(cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token,
+               trust_remote_code=model_args.trust_remote_code)  # fmt: skip
+    if checkpoint:  # weights come from the checkpoint (Trainer loads them); config and tokenizer too
+        return AutoModelForSeq2SeqLM.from_config(AutoConfig.from_pretrained(checkpoint))
+    model_type = model_args.model_type or ("xlpe" if not model_args.model_name_or_path else None)
+    if model_type is None:  # a checkpoint as it is (its own family)
+        config_class = type(AutoConfig.from_pretrained(model_args.model_name_or_path, **hub))
+        overrides = family_overrides(model_args, config_class, config_class.model_type)
+        return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, **overrides, **hub)
+    config_class, model_class = family_classes(model_type)
+    overrides = family_overrides(model_args, config_class, model_type)
+    overrides.update(tag_vocabulary_fields(config_class, taggers))
+    if model_args.model_name_or_path:  # e.g. a stock MarianMT checkpoint upgraded to this family
+        return model_class.from_pretrained(model_args.model_name_or_path, **overrides, **hub)
+    if model_args.init_std is not None:
+        overrides["init_std"] = model_args.init_std
+    if model_args.config_name:
+        model = model_class(config_class.from_pretrained(model_args.config_name, **overrides, **hub))
+    else:
+        size = {k: getattr(model_args, k) if getattr(model_args, k) is not None else v for k, v in TRANSFORMER_BASE.items()}
+        lengths = [data_args.max_source_length, data_args.max_target_length, data_args.val_max_target_length or 0]
+        config_kwargs = dict(
+            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id,
+            max_position_embeddings=2 * max(lengths) + 16,  # room for pipeline generation beyond max_target_length
+            # Transformer-style embeddings (Vaswani et al.): N(0, d^-1/2) scaled by sqrt(d). With Marian's defaults
+            # (no scaling, std 0.02) the sinusoids swamp the token embeddings and lexical learning crawls. HF's
+            # init_std also sets every linear layer's std: see --embedding_init_std (docs/training.md).
+            scale_embedding=True, init_std=size["d_model"] ** -0.5,
+            **{field: size[arg] for arg, fields in SIZE_FIELDS.items() for field in fields},
+        )  # fmt: skip
+        config_kwargs.update(overrides)
+        model = model_class(config_class(**config_kwargs))
+    if model_args.embedding_init_std is not None:
+        initialise_token_embeddings(model, model_args.embedding_init_std)
+    return model
+
+
+def check_init_options(model_args, checkpoint) -> None:
+    """--init_std / --embedding_init_std initialise a model built here: positive, and not with trained weights."""
+    for name in ("init_std", "embedding_init_std"):
+        value = getattr(model_args, name)
+        if value is None:
+            continue
+        if not value > 0:
+            raise ValueError(f"--{name} must be a positive standard deviation, got {value}")
+        source = checkpoint or model_args.model_name_or_path
+        if source:
+            raise ValueError(f"--{name} initialises a model built here; {source} brings trained weights "
+                             "(drop --model_name_or_path, or use --config_name for its architecture)")  # fmt: skip
+
+
+def initialise_token_embeddings(model, std: float) -> None:
+    """Token embeddings ~ N(0, std), padding rows zero, leaving every other weight at HF's `init_std`. Tied
+    embeddings (encoder, decoder, output projection) are one tensor and are drawn once."""
+    tables = {}
+    for module in (model.get_input_embeddings(), getattr(model.get_decoder(), "embed_tokens", None)):
+        if isinstance(module, torch.nn.Embedding):
+            tables[id(module.weight)] = module
+    with torch.no_grad():
+        for module in tables.values():
+            module.weight.normal_(0.0, std)
+            if module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+
+
+def tag_vocabulary_fields(config_class, taggers) -> dict:
+    """Families with POS tags store the taggers' vocabularies (and the source tagger's name) in their config."""
+    fields = {}
+    source, target = taggers.get("source"), taggers.get("target")
+    if source is not None and declares_field(config_class, "pos_tags"):
+        fields["pos_tags"] = source.vocabulary.to_list()
+        if declares_field(config_class, "pos_tagger") and isinstance(taggers.get("source_spec"), str):
+            fields["pos_tagger"] = taggers["source_spec"]
+    if target is not None and declares_field(config_class, "decoder_pos_tags"):
+        fields["decoder_pos_tags"] = target.vocabulary.to_list()
+    if taggers.get("nltk_data") and declares_field(config_class, "nltk_data"):
+        fields["nltk_data"] = taggers["nltk_data"]  # where the pipeline's tagger finds its model on this machine
+    return fields
+
+
+def check_vocabulary(tokenizer, model, tokenizer_source: str) -> None:
+    """Token ids must index the model's embeddings; pad and EOS must agree (error before training)."""
+    config = model.config
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(
+            f"the tokenizer ({tokenizer_source}) has {len(tokenizer)} tokens but the model's vocab_size is "
+            f"{config.vocab_size}: ids >= {config.vocab_size} would index past the embeddings. Use the model's "
+            "own tokenizer (--tokenizer_name) or train the model from scratch with this tokenizer"
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        if getattr(tokenizer, name) is not None and getattr(config, name) != getattr(tokenizer, name):
+            raise ValueError(f"tokenizer {name}={getattr(tokenizer, name)} but model config {name}={getattr(config, name)}")
+
+
+def model_features(model) -> list[str]:
+    """The per-token extra inputs this model's forward takes (what the preparation must compute)."""
+    from ..features.prepare import FEATURES
+
+    parameters = inspect.signature(model.forward).parameters
+    return [feature for feature in FEATURES if feature in parameters]

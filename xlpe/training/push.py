@@ -1,0 +1,137 @@
+"""Upload a trained model folder to the Hugging Face Hub: `push_model(...)` and the `xlpe-push` command.
+
+What goes up is what `pipeline("translation", model=repo_id, trust_remote_code=True)` needs, checked before
+anything is sent (`check_upload_folder`):
+
+* `config.json` with `auto_map` (config + model classes) and `custom_pipelines["translation"]`;
+* the weights (`model.safetensors`, or shards + index) and `generation_config.json`;
+* the tokenizer (`tokenizer_config.json` plus `tokenizer.json` or sentencepiece files);
+* the code files: every module named in `auto_map` and `custom_pipelines`, and the sibling files they import
+  (`from .x import y`), e.g. `configuration_xlpe.py`, `modeling_xlpe.py`, `pipeline_translation.py`;
+* `README.md`, the model card (`xlpe.model_card`; written here when missing or when asked to regenerate).
+
+A folder saved by `model.save_pretrained` of this package has all of it except the tokenizer and card. If
+config entries or code files are missing (a folder written by other code), the model is loaded and saved
+again in place, which writes them. Then `HfApi.create_repo(exist_ok=True)` and `HfApi.upload_folder`.
+`HF_ENDPOINT` or `endpoint=` select the server (the tests use a local one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from huggingface_hub import HfApi
+
+from .model_card import write_model_card
+
+# Training leftovers that do not belong in a model repository.
+DEFAULT_IGNORE_PATTERNS = ["checkpoint-*/**", "runs/**", "optimizer.pt", "scheduler.pt", "rng_state*.pth", "*.lock",
+                           ".cache/**"]
+SENTENCEPIECE_FILES = ("source.spm", "target.spm", "spiece.model", "sentencepiece.bpe.model")
+
+# ---------------------------------------------------------------------------------------------------------
+# What must be in the folder
+# ---------------------------------------------------------------------------------------------------------
+
+
+def code_files(folder: str | Path) -> list[str]:
+    """Code files the saved config points at (`auto_map`, `custom_pipelines`) and their relative imports."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    references = []
+    for value in (config.get("auto_map") or {}).values():
+        references += value if isinstance(value, list) else [value]  # AutoTokenizer maps to [slow, fast]
+    references += [entry.get("impl", "") for entry in (config.get("custom_pipelines") or {}).values()]
+    # "module.Class" or "repo--module.Class" -> module
+    modules = {reference.split("--")[-1].rsplit(".", 1)[0] for reference in references if reference}
+    files = {f"{module}.py" for module in modules}
+    for module in modules:
+        if (folder / f"{module}.py").is_file():
+            files.update(Path(path).name for path in get_relative_import_files(str(folder / f"{module}.py")))
+    return sorted(files)
+
+
+def check_upload_folder(folder: str | Path) -> list[str]:
+    """Problems that would make the uploaded repository unusable (empty list: ready to upload)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        return ["config.json is missing"]
+    problems = []
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    auto_map = config.get("auto_map") or {}
+    for key in ("AutoConfig", "AutoModelForSeq2SeqLM"):
+        if key not in auto_map:
+            problems.append(f"config.json: auto_map has no {key}")
+    if "translation" not in (config.get("custom_pipelines") or {}):
+        problems.append('config.json: custom_pipelines has no "translation" entry')
+    problems += [f"{name} is missing" for name in code_files(folder) if not (folder / name).is_file()]
+    if not ((folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()):
+        problems.append("model.safetensors is missing")
+    if not (folder / "generation_config.json").is_file():
+        problems.append("generation_config.json is missing")
+    has_vocabulary = (folder / "tokenizer.json").is_file() or any((folder / n).is_file() for n in SENTENCEPIECE_FILES)
+    if not (folder / "tokenizer_config.json").is_file() or not has_vocabulary:
+        problems.append("the tokenizer is missing (save it with tokenizer.save_pretrained(folder))")
+    if not (folder / "README.md").is_file():
+        problems.append("README.md (model card) is missing")
+    return problems
+
+
+def prepare_upload_folder(folder: str | Path, card_kwargs: Mapping | None = None,
+                          regenerate_card: bool = False) -> None:
+    """Make `folder` complete (module docstring) or raise ValueError listing what cannot be fixed here."""
+    folder = Path(folder)
+    problems = check_upload_folder(folder)
+    if any("auto_map" in p or "custom_pipelines" in p or p.endswith(".py is missing") for p in problems):
+        from transformers import (
+            AutoModelForSeq2SeqLM,  # the xlpe families are registered on package import
+        )
+
+        AutoModelForSeq2SeqLM.from_pretrained(folder).save_pretrained(folder)  # writes config entries + code files
+    if regenerate_card or not (folder / "README.md").is_file():
+        write_model_card(folder, **dict(card_kwargs or {}))
+    problems = check_upload_folder(folder)
+    if problems:
+        raise ValueError(f"{folder} cannot be uploaded yet:\n  - " + "\n  - ".join(problems))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Upload
+# ---------------------------------------------------------------------------------------------------------
+
+
+def push_model(
+    local_dir: str | Path,
+    repo_id: str,
+    token: str | None = None,
+    private: bool | None = None,
+    endpoint: str | None = None,
+    revision: str | None = None,
+    commit_message: str = "Upload xlpe translation model",
+    card_kwargs: Mapping | None = None,
+    regenerate_card: bool = False,
+    ignore_patterns: Sequence[str] = tuple(DEFAULT_IGNORE_PATTERNS),
+    api: HfApi | None = None,
+):
+    """Check/complete `local_dir`, create `repo_id` if needed and upload the folder (one commit for a
+    model-sized folder; huggingface_hub splits very large ones).
+
+    `card_kwargs` go to `xlpe.model_card.build_model_card` (languages, license, datasets, base_model,
+    eval_results, training, ...) when the card is written; `repo_id` is filled in. Returns the
+    `CommitInfo` of the upload.
+    """
+    card_kwargs = {"repo_id": repo_id, **dict(card_kwargs or {})}
+    prepare_upload_folder(local_dir, card_kwargs, regenerate_card=regenerate_card)
+    api = api or HfApi(endpoint=endpoint, token=token)
+    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    return api.upload_folder(repo_id=repo_id, folder_path=str(local_dir), repo_type="model", revision=revision,
+                             commit_message=commit_message, ignore_patterns=list(ignore_patterns))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# xlpe-push
+# ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,237 @@
+"""The `xlpe-train` run, top to bottom: arguments -> data -> tokenizer -> model -> features -> Trainer ->
+train / evaluate / predict -> model card. Same argument names as transformers'
+`examples/pytorch/translation/run_translation.py`, plus:
+
+* `--model_type vanilla|xlpe|dpe|mvpe_pos|...` (any registered family) and the family's fields;
+* data from a Hub dataset, a local `datasets` directory, jsonlines `{"translation": {...}}` files, plain
+  parallel text files (`--train_source_file/--train_target_file`), an `xlpe-prepare` output directory, or the
+  built-in synthetic SVO -> SOV corpus (no data arguments at all); features come from `xlpe.features`
+  (alignments with eflomal unless Pharaoh files / gold alignments are given);
+* a joint sub-word tokenizer trained on the training text when none is given;
+* separate logging of the auxiliary losses, BLEU/chrF (sacrebleu) with predicted and oracle reorderings,
+  checkpoint averaging, and a model card.
+
+Where each step lives: arguments `arguments.py`, raw splits and features `data.py`, tokenizer and model
+`model_setup.py`, the Trainer `trainer.py`, the console script `xlpe.cli.train`. See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import datasets
+import transformers
+from transformers import AutoConfig, set_seed
+
+from .arguments import parse_arguments
+from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_averaged_model
+from .collator import XLPEDataCollator
+from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
+from .model_setup import (
+    build_model,
+    check_init_options,
+    check_vocabulary,
+    load_or_train_tokenizer,
+    model_features,
+    target_config,
+)
+from .trainer import XLPESeq2SeqTrainer, decode_ids, make_compute_metrics
+
+logger = logging.getLogger("xlpe.train")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Output directory and checkpoints
+# ---------------------------------------------------------------------------------------------------------
+
+
+def resolve_checkpoint(training_args) -> str | None:
+    """The checkpoint to resume from (`--resume_from_checkpoint DIR|last`), or None; refuses to mix a new run
+    into an output_dir that holds another run's checkpoints."""
+    output_dir = Path(training_args.output_dir)
+    existing = list_checkpoints(output_dir) if output_dir.is_dir() else []
+    resume = training_args.resume_from_checkpoint
+    if resume in ("last", "latest", "true", "True"):
+        complete = [p for p in existing if (p / "trainer_state.json").is_file()]  # written last: a kill mid-save
+        if not complete:
+            raise ValueError(f"--resume_from_checkpoint {resume}: {output_dir} has no complete checkpoint-* directory")
+        return str(complete[-1])
+    if resume:
+        if not (Path(resume) / "trainer_state.json").is_file():
+            raise ValueError(f"--resume_from_checkpoint {resume} is not a checkpoint directory (no trainer_state.json)")
+        return resume
+    if existing and training_args.do_train:
+        if not training_args.overwrite_output_dir:
+            raise ValueError(
+                f"--output_dir {output_dir} already holds checkpoints {[p.name for p in existing]}: pass "
+                "--resume_from_checkpoint last to continue that run, or --overwrite_output_dir to start over"
+            )
+        if training_args.process_index == 0:
+            for path in existing:
+                shutil.rmtree(path)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------------------
+
+
+def setup_logging(training_args) -> None:
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
+                        handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
+    level = training_args.get_process_log_level()
+    logger.setLevel(level)
+    logging.getLogger("xlpe").setLevel(level)
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+
+
+def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
+    """Run `xlpe-train`; returns all metrics. `callbacks`: extra `TrainerCallback`s (tests, notebooks)."""
+    started = time.time()
+    model_args, data_args, training_args = parse_arguments(argv)
+    setup_logging(training_args)
+    logger.info("model: %s | data: %s", model_args, data_args)
+    set_seed(training_args.seed)
+    checkpoint = resolve_checkpoint(training_args)
+    check_init_options(model_args, checkpoint)
+    Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+
+    splits = load_raw_splits(data_args, model_args)
+    check_splits(splits, data_args, training_args, bool(model_args.tokenizer_name or model_args.model_name_or_path or checkpoint))
+    tokenizer = load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint)
+    taggers = resolve_taggers(data_args, target_config(model_args, checkpoint))
+    model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
+    check_vocabulary(tokenizer, model, checkpoint or model_args.tokenizer_name or model_args.model_name_or_path or "trained here")
+    if data_args.num_beams is not None:
+        model.generation_config.num_beams = data_args.num_beams
+    features = model_features(model)
+    stages = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
+    splits = {name: split for name, split in splits.items() if stages[name]}  # prepare only what is used
+    prepared, reports = prepare_features(splits, tokenizer, features, taggers, data_args, model_args, training_args, model)
+    if training_args.process_index == 0:
+        (Path(training_args.output_dir) / "preparation_report.json").write_text(json.dumps(reports, indent=2, default=str))
+
+    trainer_ref: list = []
+    trainer = XLPESeq2SeqTrainer(
+        model=model, args=training_args, processing_class=tokenizer,
+        train_dataset=prepared.get("train") if training_args.do_train else None,
+        eval_dataset=prepared.get("validation") if training_args.do_eval else None,
+        data_collator=XLPEDataCollator(tokenizer, model=model, label_pad_token_id=-100,
+                                       pad_to_multiple_of=8 if training_args.fp16 or training_args.bf16 else None),
+        compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize) if training_args.predict_with_generate else None,
+        eval_with_oracle_positions=training_args.eval_with_oracle_positions, callbacks=callbacks,
+    )  # fmt: skip
+    trainer_ref.append(trainer)
+    for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
+        if type(callback).__name__ == "TensorBoardCallback" and getattr(callback, "logging_dir", None) is None:
+            from transformers.integrations.integration_utils import default_logdir
+
+            callback.logging_dir = str(Path(training_args.output_dir) / default_logdir())
+    all_metrics: dict = {}
+    if training_args.do_train:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model()
+        metrics = {**result.metrics, "train_samples": len(prepared["train"])}
+        trainer.log_metrics("train", metrics), trainer.save_metrics("train", metrics), trainer.save_state()
+        all_metrics.update(metrics)
+        if training_args.average_last_checkpoints:
+            average_into(trainer, training_args)
+    generation = dict(max_length=data_args.val_max_target_length or data_args.max_target_length, num_beams=data_args.num_beams)
+    if training_args.do_eval and "validation" in prepared:
+        metrics = {**trainer.evaluate(metric_key_prefix="eval", **generation), "eval_samples": len(prepared["validation"])}
+        trainer.log_metrics("eval", metrics), trainer.save_metrics("eval", metrics)
+        all_metrics.update(metrics)
+    if training_args.do_predict and "test" in prepared:
+        all_metrics.update(predict_and_report(trainer, prepared["test"], tokenizer, data_args, generation))
+    if trainer.is_world_process_zero():
+        write_card(training_args.output_dir, model_args, data_args, training_args, all_metrics)
+        print(f"xlpe-train: done in {time.time() - started:.0f} s; model and tokenizer in {training_args.output_dir}")
+    return all_metrics
+
+
+def average_into(trainer, training_args) -> None:
+    """Replace the trained weights by the average of the last N checkpoints (saved to output_dir too)."""
+    checkpoints = last_checkpoints(training_args.output_dir, training_args.average_last_checkpoints)
+    if trainer.is_world_process_zero():
+        save_averaged_model(checkpoints, training_args.output_dir)
+    trainer.accelerator.wait_for_everyone()
+    from .checkpoint_averaging import average_checkpoints
+
+    _, unexpected = trainer.model.load_state_dict(average_checkpoints(checkpoints), strict=False)  # tied: missing
+    if unexpected:
+        raise ValueError(f"averaged checkpoints have tensors the model lacks: {unexpected[:5]}")
+    logger.info("averaged %s into the final model", [c.name for c in checkpoints])
+
+
+def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) -> dict:
+    """Translate the test split with beam search and score it: with predicted reorderings (what raw text gets)
+    into generated_predictions.txt, and, for a model that takes XL positions when the split has the oracle
+    ones, once more with the oracle positions (generated_predictions_oracle.txt, `predict_oracle_*` metrics:
+    the upper bound a better reorderer could reach). Scores use the raw reference text when the split kept it."""
+    if data_args.max_predict_samples is not None:
+        test_dataset = test_dataset.select(range(min(len(test_dataset), data_args.max_predict_samples)))
+    passes = [("predict", False)]
+    if "reorder_positions" in test_dataset.column_names and getattr(trainer.model.config, "xl_strategy", "none") != "none":
+        passes.append(("predict_oracle", True))
+    metrics, all_scores, output_dir = {"predict_samples": len(test_dataset)}, {}, Path(trainer.args.output_dir)
+    for prefix, oracle in passes:
+        trainer.eval_with_oracle_positions, saved = oracle, trainer.eval_with_oracle_positions
+        try:
+            results = trainer.predict(test_dataset, metric_key_prefix=prefix, **generation)
+        finally:
+            trainer.eval_with_oracle_positions = saved
+        metrics.update(results.metrics)
+        if not trainer.is_world_process_zero():
+            continue
+        hypotheses = decode_ids(tokenizer, results.predictions)
+        name = "generated_predictions" + ("_oracle" if oracle else "")
+        (output_dir / f"{name}.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        if "target_text" in test_dataset.column_names:  # score against the text, not the decoded label ids
+            from ..evaluation.metrics import corpus_bleu_chrf
+
+            scores = corpus_bleu_chrf(hypotheses, test_dataset["target_text"], target_language=data_args.target_lang,
+                                      tokenize=data_args.bleu_tokenize)  # fmt: skip
+            metrics.update({f"{prefix}_bleu": round(scores["bleu"]["score"], 2), f"{prefix}_chrf": round(scores["chrf"]["score"], 2)})
+            all_scores[prefix] = scores
+            if not oracle:
+                sources, references = test_dataset["source_text"], test_dataset["target_text"]
+                for k in range(min(data_args.num_translation_examples, len(hypotheses))):
+                    print(f"\nsource:     {sources[k]}\nreference:  {references[k]}\ntranslation: {hypotheses[k]}")
+            label = "test" + (" (oracle positions)" if oracle else "")
+            print(f"\n{label} BLEU {scores['bleu']['score']:.2f}  ({scores['bleu']['signature']})")
+            print(f"{label} chrF {scores['chrf']['score']:.2f}  ({scores['chrf']['signature']})\n")
+    if "predict" in all_scores:  # test_scores.json: the predicted-position scores, the oracle's beside them
+        scores = dict(all_scores["predict"])
+        if "predict_oracle" in all_scores:
+            scores["oracle_positions"] = all_scores["predict_oracle"]
+        (output_dir / "test_scores.json").write_text(json.dumps(scores, indent=2))
+    trainer.log_metrics("predict", metrics), trainer.save_metrics("predict", metrics)
+    return metrics
+
+
+def write_card(output_dir, model_args, data_args, training_args, metrics) -> None:
+    """README.md model card (xlpe.model_card) with the test scores; skipped for stock (vanilla) models."""
+    try:
+        from .model_card import evaluation_entry, family_of, write_model_card
+
+        family_of(AutoConfig.from_pretrained(output_dir))
+    except (ImportError, ValueError, OSError) as error:
+        logger.info("no model card written: %s", error)
+        return
+    scores_file = Path(output_dir) / "test_scores.json"
+    dataset = data_args.dataset_name or data_args.train_file or data_args.train_source_file or data_args.prepared_dataset
+    entries = [evaluation_entry(json.loads(scores_file.read_text()), str(dataset), str(dataset), "test")] if scores_file.is_file() else []
+    training = {k: getattr(training_args, k) for k in ("learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
+                                                       "warmup_steps", "label_smoothing_factor", "seed", "average_last_checkpoints")}  # fmt: skip
+    base_model = model_args.model_name_or_path
+    base_model = None if base_model is None or Path(base_model).exists() else base_model  # Hub ids only
+    languages = [lang for lang in (data_args.source_lang, data_args.target_lang) if lang]
+    write_model_card(output_dir, languages=languages or None, datasets=[str(dataset)], eval_results=entries,
+                     training=training, base_model=base_model)  # fmt: skip

@@ -1,0 +1,267 @@
+"""`XLPESeq2SeqTrainer`: `Seq2SeqTrainer` that knows about this package's auxiliary losses and extra inputs.
+
+Two things the stock trainer does not do:
+
+* **Auxiliary losses.** Every family reports the parts of its loss separately (`translation_loss`,
+  `reorder_loss`, `order_loss`, `tag_loss`, ...: any `*_loss` field of the model output). The stock trainer
+  logs only `loss`. Here `compute_loss` accumulates the parts, and they are logged next to `loss`, averaged
+  over the logging interval (training) or the evaluation set (`eval_<name>`), and over processes.
+* **Generation sees only what exists at test time.** `Seq2SeqTrainer.prediction_step` passes the whole
+  batch to `generate()`. Here `generate()` gets `input_ids`, `attention_mask` and the source-side extra
+  inputs that a test-time tool also produces (POS tags); gold *oracle* inputs (`reorder_positions`,
+  `target_positions`) and every target-side one are withheld, so the model predicts its reorderings as it
+  must on raw text. `eval_with_oracle_positions=True` passes the oracle positions (an upper bound).
+  The evaluation *loss* is still teacher-forced with every gold input (so `eval_reorder_loss` exists).
+* **Label smoothing keeps the auxiliary losses.** The stock trainer applies `--label_smoothing_factor` by
+  taking `labels` out of the inputs and smoothing the logits itself; the families compute their auxiliary
+  losses (reorder predictor, DPE order loss, hypothesis tagger) only when `labels` reach `forward`, so they
+  would silently vanish. For a model whose config has `label_smoothing`, the factor goes to the model's own
+  translation loss instead (same formula as `LabelSmoother`) and `labels` go through.
+* **Predictions come back in input order**, whatever the evaluation sampler (`group_by_length` sorts
+  evaluation batches by length too in transformers 5): every evaluation/test example carries its index
+  (`example_index`, added here, passed through the collator, gathered like the predictions) and
+  `evaluation_loop` puts `predictions` and `label_ids` back in dataset order.
+
+`make_compute_metrics` scores generations with sacrebleu (BLEU, chrF; signatures kept on the trainer).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+import numpy as np
+import torch
+from accelerate.utils import gather_object
+from transformers import Seq2SeqTrainer
+from transformers.trainer_utils import EvalLoopOutput
+from transformers.distributed.fsdp import is_fsdp_managed_module
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+from ..models.extra_inputs import EXTRA_INPUTS
+
+ORACLE_INPUTS = ("reorder_positions", "target_positions")  # gold training signals, predicted at test time
+SOURCE_INPUTS = ("input_ids", "attention_mask")
+EXAMPLE_INDEX = "example_index"  # position of an evaluation/test example in its dataset (restores input order)
+logger = logging.getLogger(__name__)
+
+
+def generation_inputs(inputs: dict, with_oracle_positions: bool = False) -> dict:
+    """The part of a training batch that `generate()` may see (module docstring)."""
+
+    def allowed(key: str) -> bool:
+        if key in SOURCE_INPUTS:
+            return True
+        spec = EXTRA_INPUTS.get(key)
+        return spec is not None and spec.side == "source" and (key not in ORACLE_INPUTS or with_oracle_positions)
+
+    return {key: value for key, value in inputs.items() if allowed(key)}
+
+
+class XLPESeq2SeqTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer + separate logging of auxiliary losses + test-time-only inputs to `generate()`."""
+
+    def __init__(self, *args, eval_with_oracle_positions: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The families return per-token MEAN losses and ignore `num_items_in_batch`; with the stock guess
+        # (forward has **kwargs) the trainer would skip the division by gradient-accumulation steps and
+        # multiply by the number of processes: gradients num_processes x too large.
+        self.model_accepts_loss_kwargs = False
+        self.eval_with_oracle_positions = eval_with_oracle_positions
+        self._loss_parts = {"train": defaultdict(float), "eval": defaultdict(float)}
+        self._loss_counts = {"train": defaultdict(int), "eval": defaultdict(int)}
+        self.metric_signatures: dict[str, str] = {}
+        self._example_indices: list[torch.Tensor] = []
+        self._route_label_smoothing()
+
+    # --- label smoothing ----------------------------------------------------------------------------------
+    def _route_label_smoothing(self) -> None:
+        """`--label_smoothing_factor` for a family model: its own loss smooths, so `labels` (and with them the
+        auxiliary losses) reach `forward` (module docstring). A stock model keeps the stock smoother."""
+        config = getattr(self.model, "config", None)
+        if not hasattr(config, "label_smoothing"):
+            return
+        factor = float(self.args.label_smoothing_factor)
+        if factor > 0:
+            if config.label_smoothing not in (0, factor):
+                logger.warning("label smoothing: --label_smoothing_factor %s replaces the model's label_smoothing %s",
+                               factor, config.label_smoothing)  # fmt: skip
+            config.label_smoothing = factor
+        elif config.label_smoothing > 0:
+            logger.warning("label smoothing: the model's config has label_smoothing=%s, which its translation loss "
+                           "applies (pass --label_smoothing_factor to change it)", config.label_smoothing)  # fmt: skip
+        self.label_smoother = None  # labels stay in the inputs; the model's loss is already smoothed
+
+    # --- predictions in input order -----------------------------------------------------------------------
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        if EXAMPLE_INDEX not in self._signature_columns:  # kept by remove_unused_columns
+            self._signature_columns = [*self._signature_columns, EXAMPLE_INDEX]
+
+    @staticmethod
+    def _indexed(dataset):
+        """`dataset` with an `example_index` column 0..N-1 (replacing a stale one, e.g. after `select`)."""
+        import datasets
+
+        if isinstance(dataset, datasets.Dataset):
+            if EXAMPLE_INDEX in dataset.column_names:
+                dataset = dataset.remove_columns(EXAMPLE_INDEX)
+            return dataset.add_column(EXAMPLE_INDEX, np.arange(len(dataset), dtype=np.int64))
+        if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            return dataset  # iterable datasets keep their order (no sampler)
+        return _IndexedDataset(dataset)
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        if isinstance(eval_dataset, str):
+            eval_dataset = self.eval_dataset[eval_dataset]
+        return super().get_eval_dataloader(self._indexed(eval_dataset if eval_dataset is not None else self.eval_dataset))
+
+    def get_test_dataloader(self, test_dataset):
+        return super().get_test_dataloader(self._indexed(test_dataset))
+
+    def _record_example_index(self, inputs: dict) -> None:
+        index = inputs.pop(EXAMPLE_INDEX, None)
+        if index is not None:  # gathered exactly like the predictions (duplicates of the last batch dropped)
+            self._example_indices.append(self.accelerator.gather_for_metrics(index.to(self.args.device)))
+
+    def _restore_input_order(self, output: EvalLoopOutput) -> EvalLoopOutput:
+        indices, self._example_indices = self._example_indices, []
+        if not indices or output.predictions is None:
+            return output
+        index = torch.cat(indices).cpu().numpy()
+        rows = len(output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions)
+        if len(index) != rows or not np.array_equal(np.sort(index), np.arange(rows)):
+            raise RuntimeError(f"cannot restore the input order: {rows} predictions but example indices "
+                               f"{len(index)} (unique {len(np.unique(index))})")  # fmt: skip
+        order = np.argsort(index, kind="stable")
+
+        def reorder(x):
+            if x is None:
+                return None
+            return tuple(reorder(v) for v in x) if isinstance(x, (tuple, list)) else x[order]
+
+        return EvalLoopOutput(predictions=reorder(output.predictions), label_ids=reorder(output.label_ids),
+                              metrics=output.metrics, num_samples=output.num_samples)  # fmt: skip
+
+    # --- auxiliary losses ---------------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs.pop(EXAMPLE_INDEX, None)  # (a training set may carry one too)
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        bucket = "train" if model.training else "eval"
+        if isinstance(outputs, dict):
+            for name, value in outputs.items():
+                if name.endswith("_loss") and isinstance(value, torch.Tensor) and value.numel() == 1:
+                    self._loss_parts[bucket][name] += value.detach().float()  # stays on device: no sync per step
+                    self._loss_counts[bucket][name] += 1
+        return (loss, outputs) if return_outputs else loss
+
+    def _pop_loss_parts(self, bucket: str) -> dict[str, float]:
+        """Mean of each accumulated loss part since the last call, averaged over processes too."""
+        names = sorted(self._loss_parts[bucket])
+        sums, counts = {n: float(v) for n, v in self._loss_parts[bucket].items()}, self._loss_counts[bucket]
+        self._loss_parts[bucket], self._loss_counts[bucket] = defaultdict(float), defaultdict(int)
+        if self.args.world_size > 1:  # every process reaches this point together (log / evaluation_loop)
+            gathered = gather_object([(names, [sums[n] for n in names], [counts[n] for n in names])])
+            totals, numbers = defaultdict(float), defaultdict(int)
+            for part_names, part_sums, part_counts in gathered:
+                for name, value, count in zip(part_names, part_sums, part_counts):
+                    totals[name] += value
+                    numbers[name] += count
+            sums, counts, names = totals, numbers, sorted(totals)
+        return {name: round(sums[name] / counts[name], 4) for name in names if counts[name]}
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and not any(key.startswith(("eval_", "test_")) for key in logs):
+            logs.update(self._pop_loss_parts("train"))
+        super().log(logs, start_time)
+
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
+        # Seq2SeqTrainer.evaluate/predict switch to `accelerator.gather`, which keeps the samples that the
+        # distributed sampler repeats to fill the last batch: scores would count them twice. Drop them.
+        self.gather_function = self.accelerator.gather_for_metrics
+        self._pop_loss_parts("eval")  # start clean
+        self._example_indices = []
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        parts = self._pop_loss_parts("eval")
+        output.metrics.update({f"{metric_key_prefix}_{name}": value for name, value in parts.items()})
+        return self._restore_input_order(output)
+
+    # --- generation -----------------------------------------------------------------------------------------
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        self._record_example_index(inputs)
+        if not self.args.predict_with_generate or prediction_loss_only:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        inputs = self._prepare_inputs(inputs)
+        if not gen_kwargs:
+            gen_kwargs = dict(getattr(self, "_gen_kwargs", {}))
+        gen_kwargs = {key: value for key, value in gen_kwargs.items() if value is not None}
+        gen_kwargs.setdefault("synced_gpus", is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self.model))
+        with torch.no_grad():
+            generated = self.model.generate(**generation_inputs(inputs, self.eval_with_oracle_positions), **gen_kwargs)
+            loss = None
+            if "labels" in inputs:
+                with self.compute_loss_context_manager():
+                    loss = self.compute_loss(model, inputs).detach().mean()
+        return loss, generated, inputs.get("labels")
+
+
+class _IndexedDataset(torch.utils.data.Dataset):
+    """A map-style dataset of dicts whose items also carry `example_index` (for non-`datasets` datasets)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return {**self.dataset[index], EXAMPLE_INDEX: index}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# BLEU / chrF
+# ---------------------------------------------------------------------------------------------------------
+
+
+def decode_ids(tokenizer, ids) -> list[str]:
+    """Token ids (-100 = padding, as in labels) to text."""
+    ids = np.asarray(ids)
+    ids = np.where((ids < 0) | (ids >= len(tokenizer)), tokenizer.pad_token_id, ids)
+    return [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+
+def score_translations(hypotheses: list[str], references: list[str], target_lang: str | None = None,
+                       tokenize: str | None = None) -> dict:
+    """{"bleu": ..., "chrf": ..., "bleu_signature": ..., "chrf_signature": ...} (sacrebleu, 0-100); `tokenize`:
+    sacrebleu's BLEU tokenizer (default: its choice for `target_lang`)."""
+    from ..evaluation.metrics import corpus_bleu_chrf
+
+    scores = corpus_bleu_chrf(hypotheses, references, target_language=target_lang, tokenize=tokenize)
+    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
+            "bleu_signature": scores["bleu"]["signature"], "chrf_signature": scores["chrf"]["signature"]}  # fmt: skip
+
+
+def generated_lengths(ids, tokenizer) -> np.ndarray:
+    """Tokens of each generated row up to and including its first EOS (beam search pads rows with EOS)."""
+    ids = np.asarray(ids)
+    ended = np.cumsum((ids == tokenizer.eos_token_id) | (ids < 0), axis=1) > 0
+    return ((~ended) & (ids != tokenizer.pad_token_id)).sum(axis=1) + (ids == tokenizer.eos_token_id).any(axis=1)
+
+
+def make_compute_metrics(tokenizer, trainer_ref: list, target_lang: str | None = None, bleu_tokenize: str | None = None):
+    """`compute_metrics` for the trainer: BLEU, chrF and mean generation length; the sacrebleu signatures go
+    to `trainer.metric_signatures` (strings do not belong in logged metrics). `trainer_ref` is a one-element
+    list filled with the trainer after it is built."""
+
+    def compute_metrics(prediction) -> dict[str, float]:
+        predictions = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        hypotheses, references = decode_ids(tokenizer, predictions), decode_ids(tokenizer, prediction.label_ids)
+        scores = score_translations(hypotheses, references, target_lang, bleu_tokenize)
+        if trainer_ref:
+            trainer_ref[0].metric_signatures = {"bleu": scores["bleu_signature"], "chrf": scores["chrf_signature"]}
+        return {"bleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2),
+                "gen_len": round(float(generated_lengths(predictions, tokenizer).mean()), 2)}  # fmt: skip
+
+    return compute_metrics
