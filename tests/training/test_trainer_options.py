@@ -3,6 +3,7 @@
 * every auxiliary loss (XL PE reorder predictor, DPE order loss, mvPE+POS hypothesis tagger) is computed, logged
   and trains its module under label smoothing, gradient accumulation, `average_tokens_across_devices` and
   length-grouped batches;
+* `group_by_length` makes length-homogeneous batches served in random order (not sorted sweeps);
 * predictions come back in input order whatever the evaluation sampler;
 * the BLEU tokenizer is chosen per target language or by flag, and an unusable one is a one-line error before
   any work;
@@ -14,21 +15,25 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import sacrebleu.metrics.bleu as sacrebleu_bleu
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_train import log_history, tiny
 from torch.utils.data import RandomSampler
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
 
-from xlpe.cli import evaluate as evaluate_cli, train
+from xlpe.cli import evaluate as evaluate_cli
+from xlpe.cli import train
 from xlpe.evaluation import check_bleu_tokenizer
 from xlpe.features.prepare import PrepareOptions
 from xlpe.models.seq2seq_scaffold import translation_loss
-from xlpe.training.run import main, parse_arguments
 from xlpe.training.data import _builtin_splits
+from xlpe.training.run import main, parse_arguments
+from xlpe.training.sampling import ShuffledLengthGroupedSampler, example_lengths
 from xlpe.training.trainer import XLPESeq2SeqTrainer
-
-from test_train import log_history, tiny
 
 AUXILIARY = {  # family -> (the auxiliary loss it logs, the module only that loss trains)
     "xlpe": ("reorder_loss", "reorder_predictor"),
@@ -261,3 +266,51 @@ def test_text_is_kept_for_evaluation_splits_by_default():
     assert PrepareOptions(keep_text=["train"]).keeps_text("train") and not PrepareOptions(keep_text=["train"]).keeps_text("test")
     with pytest.raises(ValueError, match="keep_text"):
         PrepareOptions(keep_text="some")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Length-grouped batches in random order
+# ---------------------------------------------------------------------------------------------------------
+
+
+@settings(deadline=None, max_examples=80)
+@given(st.lists(st.integers(1, 60), min_size=1, max_size=300), st.integers(1, 16), st.integers(1, 4), st.integers(0, 5))
+def test_length_grouped_sampler_is_a_permutation_of_homogeneous_batches(lengths, batch_size, mult, epoch):
+    sampler = ShuffledLengthGroupedSampler(lengths, batch_size, seed=7, mega_batch_mult=mult)
+    sampler.set_epoch(epoch)
+    order = list(sampler)
+    assert sorted(order) == list(range(len(lengths)))  # every example once per epoch
+    batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    assert [list(b) for b in sampler.batches()] == batches  # the dataloader's chunks are the sampler's batches
+    assert all(len(batch) == batch_size for batch in batches[:-1])  # only the last batch may be short
+    assert list(sampler) == order  # reproducible for (seed, epoch)
+
+
+def test_length_grouped_batches_are_served_in_random_order_not_sorted_sweeps():
+    lengths = np.arange(6400) % 64 + 1
+    sampler = ShuffledLengthGroupedSampler(lengths, 32, seed=0)
+    firsts = [int(lengths[b].max()) for b in sampler.batches()]
+    spread = [int(lengths[b].max() - lengths[b].min()) for b in sampler.batches()]
+    assert max(spread) <= 2  # length-homogeneous (64 distinct lengths, 3200-example windows)
+    decreasing = sum(a >= b for a, b in zip(firsts, firsts[1:])) / (len(firsts) - 1)
+    assert decreasing < 0.7  # transformers' sampler: ~98% of consecutive batches go from long to short
+    sampler.set_epoch(1)
+    assert [int(lengths[b].max()) for b in sampler.batches()] != firsts  # a new order every epoch
+
+
+def test_group_by_length_uses_the_shuffled_sampler_with_both_sides(tmp_path, toy_tokenizer):
+    import datasets
+    from family_tester import tiny_kwargs
+    from transformers import Seq2SeqTrainingArguments
+
+    from xlpe import XLPEMarianConfig, XLPEMarianMTModel
+
+    data = datasets.Dataset.from_dict({"input_ids": [[5] * 3, [5] * 9, [5] * 4], "labels": [[6] * 7, [6] * 2, [6] * 4]})
+    assert example_lengths(data).tolist() == [7, 9, 4] and example_lengths(data.select([2, 0])).tolist() == [4, 7]
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), train_sampling_strategy="group_by_length", report_to="none",
+                                    per_device_train_batch_size=2, gradient_accumulation_steps=3, use_cpu=True)  # fmt: skip
+    trainer = XLPESeq2SeqTrainer(model=XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))), args=args,
+                                 train_dataset=data)  # fmt: skip
+    sampler = trainer._get_train_sampler()
+    assert isinstance(sampler, ShuffledLengthGroupedSampler) and sampler.batch_size == 6
+    assert sampler.lengths.tolist() == [7, 9, 4]
