@@ -53,7 +53,10 @@ class SelfInitialisingModulesMixin:
 
 
 def extra_fields(output_class, standard: set[str]) -> list[str]:
-    return [f.name for f in fields(output_class) if f.name not in standard]
+    """Fields of the output dataclass `output_class` beyond `standard`. Reads `__dataclass_fields__` (a plain
+    dict) rather than calling `dataclasses.fields()`, which torch.compile cannot trace (a graph break at
+    every forward)."""
+    return [name for name in output_class.__dataclass_fields__ if name not in standard]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,74 @@
+"""Compile-clean models: the training forward and a cached decode step of every family trace into ONE graph
+under torch.compile (no graph break in xlpe code, so `fullgraph=True` works) and compute what eager mode
+computes. The value checks of the extra inputs, which need a host sync, run in eager mode only.
+
+dynamo runs with the "eager" backend here (tracing without inductor's code generation): the property tested is
+the graph, and it stays fast on CPU."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import test_modeling_dpe
+import test_modeling_mvpe_pos
+import test_modeling_xlpe
+import torch
+import torch._dynamo as dynamo
+
+TESTERS = {"xlpe": test_modeling_xlpe.TestXLPEFamily, "dpe": test_modeling_dpe.TestDPEFamily,
+           "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily}  # fmt: skip
+SOURCES = ["the cat sees the dog", "a dog chases the small cat in the garden"]  # different lengths: padding
+TARGETS = ["die katze sieht den hund", "ein hund jagt die kleine katze im garten"]
+
+
+def training_and_decode_inputs(tester, model, tokenizer):
+    batch = tester.make_batch(tokenizer, sources=SOURCES, targets=TARGETS)
+    source = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "pos_tag_ids")}
+    with torch.no_grad():
+        encoder_outputs = model.eval().get_encoder()(**source)
+        start = torch.full((len(SOURCES), 1), model.config.decoder_start_token_id)
+        first = model(**model.prepare_inputs_for_generation(start, encoder_outputs=encoder_outputs, use_cache=True,
+                                                              attention_mask=source["attention_mask"]))  # fmt: skip
+        ids = torch.cat([start, first.logits[:, -1:].argmax(-1)], dim=1)
+        step = model.prepare_inputs_for_generation(ids, encoder_outputs=encoder_outputs, use_cache=True,
+                                                   attention_mask=source["attention_mask"], past_key_values=first.past_key_values)  # fmt: skip
+    return batch, step
+
+
+@pytest.mark.parametrize("family", sorted(TESTERS))
+def test_training_forward_and_cached_decode_step_are_one_graph(family, toy_tokenizer):
+    tester = TESTERS[family]()
+    model = tester.make_model(toy_tokenizer)
+    batch, step = training_and_decode_inputs(tester, model, toy_tokenizer)
+    for mode, inputs in (("train", batch), ("decode", step)):
+        model.train(mode == "train")
+        dynamo.reset()
+        explained = dynamo.explain(model)(**inputs)
+        reasons = [f"{r.reason.splitlines()[0]} @ {r.user_stack[-1].filename}:{r.user_stack[-1].lineno}"
+                   for r in explained.break_reasons if r.user_stack]  # fmt: skip
+        assert explained.graph_break_count == 0 and explained.graph_count == 1, f"{family} {mode}: {reasons}"
+
+
+@pytest.mark.parametrize("family", sorted(TESTERS))
+def test_fullgraph_compile_matches_eager(family, toy_tokenizer):
+    tester = TESTERS[family]()
+    model = tester.make_model(toy_tokenizer).eval()  # eval: no dropout, so the two runs are comparable
+    batch, step = training_and_decode_inputs(tester, model, toy_tokenizer)
+    dynamo.reset()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        eager_train, compiled_train = model(**batch), compiled(**batch)
+        assert torch.allclose(eager_train.loss, compiled_train.loss, atol=1e-6)
+        assert torch.allclose(eager_train.logits, compiled_train.logits, atol=1e-5)
+        # the KV cache grows in place at every step: each call gets its own copy
+        assert torch.allclose(model(**copy.deepcopy(step)).logits, compiled(**copy.deepcopy(step)).logits, atol=1e-5)
+
+
+def test_value_checks_still_run_in_eager_mode(toy_tokenizer):
+    tester = TESTERS["xlpe"]()
+    model = tester.make_model(toy_tokenizer)
+    batch = tester.make_batch(toy_tokenizer)
+    batch["reorder_positions"] = torch.zeros_like(batch["reorder_positions"])  # not a permutation
+    with pytest.raises(ValueError, match="not a permutation"):
+        model(**batch)
