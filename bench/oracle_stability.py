@@ -32,9 +32,9 @@ from xlpe.features.alignment import (  # noqa: E402
 )
 from xlpe.features.reordering import kendall_tau, oracle_xl_positions_batch  # noqa: E402
 
-CORPORA = {  # pair -> (source file, target file) of a training split in the shared data
+CORPORA = {  # pair -> (source file, target file) of a training split in the shared data (tokenised text)
     "en-ja": (DATA / "small_parallel_enja" / "train.en.gz", DATA / "small_parallel_enja" / "train.ja.gz"),
-    "de-en": (DATA / "multi30k" / "train.de.gz", DATA / "multi30k" / "train.en.gz"),
+    "de-en": (DATA / "multi30k" / "tok" / "train.lc.norm.tok.de.gz", DATA / "multi30k" / "tok" / "train.lc.norm.tok.en.gz"),
 }
 
 
@@ -98,6 +98,7 @@ def main(argv=None) -> int:
         oracle_new, oracle_old = oracles(new, sources), oracles(old, sources)
         oracle_differ = sum(a != b for a, b in zip(oracle_new, oracle_old)) / len(new)
         symmetrisation_rows.append(f"| {pair} | {len(sources)} | {100 * links_differ:.1f}% | {100 * oracle_differ:.1f}% |")
+        print(f"(symmetrisation, {pair}: links differ {100 * links_differ:.1f}%, oracle differs {100 * oracle_differ:.1f}%)", flush=True)
     print("\n| pair | pairs | links differ (reference vs previous grow-diag-final-and) | oracle differs |")
     print("|---|---|---|---|")
     print("\n".join(symmetrisation_rows))

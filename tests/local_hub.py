@@ -183,6 +183,17 @@ class LocalHub:
         return 200, {"commitUrl": f"{self.endpoint}/{repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}
 
 
+# Run in a fresh interpreter where `import xlpe` fails: argv = (received folder, sentence); prints JSON.
+FRESH_PROCESS_SCRIPT = """
+import json, sys
+sys.modules["xlpe"] = None  # the package is NOT importable here: only the repository's code is
+from transformers import pipeline
+translator = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
+result = translator(sys.argv[2], num_beams=2, max_new_tokens=6)
+print(json.dumps({"result": result, "class": type(translator).__name__, "module": type(translator.model).__module__}))
+"""
+
+
 @contextlib.contextmanager
 def local_hub_endpoint(root: str | Path, **kwargs):
     """`with local_hub_endpoint(tmp_path) as hub:` HfApi() / push_model(...) now talk to `hub`."""

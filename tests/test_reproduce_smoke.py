@@ -144,3 +144,16 @@ def test_speed_driver_counts_flops_of_every_family_beside_its_baseline(capsys):
     speed.main(["--flops-only", "--families", "xlpe"])
     out = capsys.readouterr().out
     assert "| Marian | — |" in out and "| XL PE combination | Marian |" in out and "(×1.0" in out
+
+
+def test_oracle_stability_driver(capsys, shared_dir, monkeypatch):
+    """bench/oracle_stability.py on a small slice: a row per K with τ in [-1, 1], and the symmetrisation row."""
+    monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
+    spec = importlib.util.spec_from_file_location("oracle_stability", REPO_ROOT / "bench" / "oracle_stability.py")
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    assert driver.main(["--pairs", "de-en", "--limit", "150", "--runs", "1,3"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| de-en | 150 |")]
+    stability = [row for row in rows if len(row) == 6]
+    assert [row[2] for row in stability] == ["1", "3"] and all(-1.0 <= float(row[3]) <= 1.0 for row in stability)
+    assert len([row for row in rows if len(row) == 4]) == 1  # reference vs previous grow-diag-final-and

@@ -15,7 +15,7 @@ import pytest
 import test_modeling_dpe
 import test_modeling_mvpe_pos
 import test_modeling_xlpe
-from local_hub import local_hub_endpoint
+from local_hub import FRESH_PROCESS_SCRIPT, local_hub_endpoint
 
 from xlpe import XLPETranslationPipeline
 from xlpe.training.push import push_model
@@ -23,14 +23,6 @@ from xlpe.training.push import push_model
 TESTERS = {"xlpe": test_modeling_xlpe.TestXLPEFamily, "dpe": test_modeling_dpe.TestDPEFamily,
            "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily}  # fmt: skip
 SENTENCE = "the cat sees the dog"
-FRESH_PROCESS_SCRIPT = """
-import json, sys
-sys.modules["xlpe"] = None  # the package is NOT importable here: only the repository's code is
-from transformers import pipeline
-translator = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
-result = translator(sys.argv[2], num_beams=2, max_new_tokens=6)
-print(json.dumps({"result": result, "class": type(translator).__name__, "module": type(translator.model).__module__}))
-"""
 
 
 def test_every_family_is_tested_here():

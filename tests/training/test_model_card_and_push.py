@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from local_hub import local_hub_endpoint
+from local_hub import FRESH_PROCESS_SCRIPT, local_hub_endpoint
 from transformers.dynamic_module_utils import get_relative_import_files
 
 import xlpe
@@ -32,14 +32,6 @@ NON_CODE_FILES = {"README.md", "config.json", "generation_config.json", "model.s
                   "tokenizer_config.json"}
 SENTENCE = "the cat sees the dog"
 
-FRESH_PROCESS_SCRIPT = """
-import json, sys
-sys.modules["xlpe"] = None  # the package is NOT importable here: only the repository's code is
-from transformers import pipeline
-translator = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
-result = translator(sys.argv[2], num_beams=2, max_new_tokens=6)
-print(json.dumps({"result": result, "class": type(translator).__name__, "module": type(translator.model).__module__}))
-"""
 
 
 def expected_code_files() -> set[str]:
