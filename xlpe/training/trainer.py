@@ -63,7 +63,8 @@ def generation_inputs(inputs: dict, with_oracle_positions: bool = False) -> dict
 
 
 class XLPESeq2SeqTrainer(Seq2SeqTrainer):
-    """Seq2SeqTrainer + separate logging of auxiliary losses + test-time-only inputs to `generate()`."""
+    """Seq2SeqTrainer + auxiliary losses logged (and kept under label smoothing) + test-time-only inputs to
+    `generate()` + predictions in input order + length-grouped batches in random order (module docstring)."""
 
     def __init__(self, *args, eval_with_oracle_positions: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
