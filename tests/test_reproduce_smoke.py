@@ -157,3 +157,24 @@ def test_oracle_stability_driver(capsys, shared_dir, monkeypatch):
     stability = [row for row in rows if len(row) == 6]
     assert [row[2] for row in stability] == ["1", "3"] and all(-1.0 <= float(row[3]) <= 1.0 for row in stability)
     assert len([row for row in rows if len(row) == 4]) == 1  # reference vs previous grow-diag-final-and
+
+
+def test_reorderer_words_driver(tmp_path, capsys):
+    """bench/reorderer_words.py on a tiny XL PE model: both rows, and ranking whole words never splits one."""
+    from xlpe.training.run import main as xlpe_train
+
+    xlpe_train(["--output_dir", str(tmp_path / "run"), "--cache_dir", str(tmp_path / "cache"), "--d_model", "16",
+                "--ffn_dim", "32", "--attention_heads", "2", "--encoder_layers", "1", "--decoder_layers", "1",
+                "--max_train_samples", "64", "--max_predict_samples", "8", "--tokenizer_vocab_size", "300",
+                "--tokenizer_model", "unigram", "--max_steps", "2", "--do_train", "--do_predict", "--save_strategy", "no",
+                "--report_to", "none"])  # fmt: skip
+    prepared = next((tmp_path / "cache" / "prepared").glob("xlpe-prepare-*/data"))
+    spec = importlib.util.spec_from_file_location("reorderer_words", REPO_ROOT / "bench" / "reorderer_words.py")
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    capsys.readouterr()
+    assert driver.main(["--model", str(tmp_path / "run"), "--prepared", str(prepared), "--num_beams", "1"]) == 0
+    rows = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
+    assert set(rows) >= {"tokens (as shipped)", "words (mean of pieces)"}
+    split, words = rows["words (mean of pieces)"].rstrip(" |").split(" | ")[-1].split(" ")[0].split("/")
+    assert split == "0" and int(words) > 0  # multi-piece words exist (unigram, 300 pieces) and none is split

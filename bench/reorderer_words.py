@@ -1,0 +1,120 @@
+"""Does the in-model reorderer keep a word's sub-words together, and what if it ranked whole words? (issue 17)
+
+For a trained XL PE model and its prepared test split (oracle `reorder_positions`), decodes the test split
+twice with beam search: with the reorderer as it is (each token ranked by its own score), and with each
+whitespace word ranked by the mean score of its pieces (so a word's pieces stay together and in order; word
+starts are the tokenizer's "▁" pieces). Reports BLEU/chrF, token-level Kendall τ of the predicted positions
+against the oracle, and how many multi-piece words the predicted order splits. The package is not changed:
+the word mode is patched in for the measurement.
+
+    xlpe-train ... --output_dir runs/enja --cache_dir runs/cache      # an XL PE model, test split prepared
+    python bench/reorderer_words.py --model runs/enja --prepared runs/cache/prepared/xlpe-prepare-<id>/data --lang ja
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout without installing
+
+import xlpe.models.modeling_xlpe as modeling_xlpe  # noqa: E402
+from xlpe.evaluation.metrics import corpus_bleu_chrf  # noqa: E402
+from xlpe.features.reordering import kendall_tau  # noqa: E402
+from xlpe.models.reorder_predictor import positions_from_scores  # noqa: E402
+
+
+def word_grouped_positions(word_start: torch.Tensor, current_ids: dict):
+    """positions_from_scores, with every movable token scored by the mean score of its word."""
+
+    def positions(scores, movable):
+        ids = current_ids["input_ids"]
+        first = torch.arange(ids.shape[1], device=ids.device) == 0
+        starts = (word_start.to(ids.device)[ids] | first) & movable
+        word = (torch.cumsum(starts.long(), dim=1) - 1).clamp(min=0)
+        sums = torch.zeros_like(scores).scatter_add_(1, word, scores * movable)
+        counts = torch.zeros_like(scores).scatter_add_(1, word, movable.to(scores.dtype))
+        return positions_from_scores(torch.where(movable, (sums / counts.clamp(min=1)).gather(1, word), scores), movable)
+
+    return positions
+
+
+def split_words(positions: np.ndarray, word_start: np.ndarray, movable: np.ndarray) -> tuple[int, int]:
+    """(multi-piece words whose pieces are not consecutive and in order, multi-piece words)."""
+    split = total = 0
+    k, n = 0, len(positions)
+    while k < n:
+        if not (movable[k] and word_start[k]):
+            k += 1
+            continue
+        end = k + 1
+        while end < n and movable[end] and not word_start[end]:
+            end += 1
+        if end - k > 1:
+            total += 1
+            split += bool(np.any(np.diff(positions[k:end]) != 1))
+        k = end
+    return split, total
+
+
+def evaluate(model, tokenizer, test, word_start: torch.Tensor, lang: str, beams: int, batch_size: int) -> dict:
+    encoder = model.get_encoder()
+    hypotheses, taus, split, total = [], [], 0, 0
+    for start in range(0, len(test), batch_size):
+        rows = test.select(range(start, min(start + batch_size, len(test))))
+        batch = tokenizer.pad({"input_ids": rows["input_ids"]}, return_tensors="pt")
+        with torch.no_grad():
+            predicted = encoder(**batch).reorder_positions
+            generated = model.generate(**batch, num_beams=beams, max_length=encoder.config.max_position_embeddings // 2)
+        hypotheses += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+        movable = encoder.movable_tokens(batch["input_ids"], batch["attention_mask"].bool())
+        for r, row in enumerate(rows):
+            length = len(row["input_ids"])
+            keep = movable[r, :length].numpy()
+            pred, gold = predicted[r, :length].numpy(), np.asarray(row["reorder_positions"])
+            if keep.sum() > 1:
+                taus.append(kendall_tau(np.argsort(np.argsort(pred[keep])), np.argsort(np.argsort(gold[keep]))))
+            s, t = split_words(pred, word_start[batch["input_ids"][r, :length]].numpy(), keep)
+            split, total = split + s, total + t
+    scores = corpus_bleu_chrf(hypotheses, test["target_text"], target_language=lang)
+    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"], "signature": scores["bleu"]["signature"],
+            "tau": float(np.mean(taus)), "split": split, "multi_piece_words": total}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    import datasets
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a trained XL PE model directory (with its tokenizer)")
+    parser.add_argument("--prepared", required=True, help="a prepared DatasetDict with a test split (reorder_positions, target_text)")
+    parser.add_argument("--lang", default=None, help="target language (BLEU tokenizer)")
+    parser.add_argument("--num_beams", type=int, default=4)
+    parser.add_argument("--batch_size", type=int, default=50)
+    args = parser.parse_args(argv)
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
+    test = datasets.load_from_disk(args.prepared)["test"]
+    word_start = torch.tensor([piece.startswith("\u2581") for piece in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
+    current: dict = {}
+    model.get_encoder().register_forward_pre_hook(lambda m, a, kw: current.update(input_ids=kw.get("input_ids")), with_kwargs=True)
+    print("| reorderer ranks | test BLEU | chrF | token τ vs oracle | multi-piece words split |")
+    print("|---|---|---|---|---|")
+    original = modeling_xlpe.positions_from_scores
+    try:
+        for mode in ("tokens (as shipped)", "words (mean of pieces)"):
+            modeling_xlpe.positions_from_scores = original if mode.startswith("tokens") else word_grouped_positions(word_start, current)
+            r = evaluate(model, tokenizer, test, word_start, args.lang, args.num_beams, args.batch_size)
+            print(f"| {mode} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['tau']:.3f} | {r['split']}/{r['multi_piece_words']} "
+                  f"({100 * r['split'] / max(r['multi_piece_words'], 1):.1f} %) |", flush=True)  # fmt: skip
+    finally:
+        modeling_xlpe.positions_from_scores = original
+    print(f"\nSignature: `{r['signature']}`")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
