@@ -1,11 +1,10 @@
 """Does the in-model reorderer keep a word's sub-words together, and what if it ranked whole words? (issue 17)
 
 For a trained XL PE model and its prepared test split (oracle `reorder_positions`), decodes the test split
-twice with beam search: with the reorderer as it is (each token ranked by its own score), and with each
-whitespace word ranked by the mean score of its pieces (so a word's pieces stay together and in order; word
-starts are the tokenizer's "▁" pieces). Reports BLEU/chrF, token-level Kendall τ of the predicted positions
-against the oracle, and how many multi-piece words the predicted order splits. The package is not changed:
-the word mode is patched in for the measurement.
+twice with beam search: `reorder_unit="token"` (each piece ranked by its own score, as before 0.2) and
+`reorder_unit="word"` (each whitespace word ranked by the mean score of its pieces, word starts from the
+tokenizer: the 0.2 default). Reports BLEU/chrF, token-level Kendall τ of the predicted positions against the
+oracle, and how many multi-piece words the predicted order splits.
 
     xlpe-train ... --output_dir runs/enja --cache_dir runs/cache      # an XL PE model, test split prepared
     python bench/reorderer_words.py --model runs/enja --prepared runs/cache/prepared/xlpe-prepare-<id>/data --lang ja
@@ -22,25 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout without installing
 
-import xlpe.models.modeling_xlpe as modeling_xlpe  # noqa: E402
 from xlpe.evaluation.metrics import corpus_bleu_chrf  # noqa: E402
 from xlpe.features.reordering import kendall_tau  # noqa: E402
-from xlpe.models.reorder_predictor import positions_from_scores  # noqa: E402
-
-
-def word_grouped_positions(word_start: torch.Tensor, current_ids: dict):
-    """positions_from_scores, with every movable token scored by the mean score of its word."""
-
-    def positions(scores, movable):
-        ids = current_ids["input_ids"]
-        first = torch.arange(ids.shape[1], device=ids.device) == 0
-        starts = (word_start.to(ids.device)[ids] | first) & movable
-        word = (torch.cumsum(starts.long(), dim=1) - 1).clamp(min=0)
-        sums = torch.zeros_like(scores).scatter_add_(1, word, scores * movable)
-        counts = torch.zeros_like(scores).scatter_add_(1, word, movable.to(scores.dtype))
-        return positions_from_scores(torch.where(movable, (sums / counts.clamp(min=1)).gather(1, word), scores), movable)
-
-    return positions
+from xlpe.features.tokenization import word_start_flags  # noqa: E402
 
 
 def split_words(positions: np.ndarray, word_start: np.ndarray, movable: np.ndarray) -> tuple[int, int]:
@@ -98,20 +81,19 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
     test = datasets.load_from_disk(args.prepared)["test"]
-    word_start = torch.tensor([piece.startswith("\u2581") for piece in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
-    current: dict = {}
-    model.get_encoder().register_forward_pre_hook(lambda m, a, kw: current.update(input_ids=kw.get("input_ids")), with_kwargs=True)
+    flags = word_start_flags(tokenizer)
+    if flags is None:
+        raise SystemExit(f"{args.model}: the tokenizer marks no word boundaries; nothing to compare")
+    word_start = torch.tensor(flags)
+    encoder = model.get_encoder()
+    encoder.word_starts.set_from(flags + [True] * (encoder.word_starts.flags.shape[0] - len(flags)))
     print("| reorderer ranks | test BLEU | chrF | token τ vs oracle | multi-piece words split |")
     print("|---|---|---|---|---|")
-    original = modeling_xlpe.positions_from_scores
-    try:
-        for mode in ("tokens (as shipped)", "words (mean of pieces)"):
-            modeling_xlpe.positions_from_scores = original if mode.startswith("tokens") else word_grouped_positions(word_start, current)
-            r = evaluate(model, tokenizer, test, word_start, args.lang, args.num_beams, args.batch_size)
-            print(f"| {mode} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['tau']:.3f} | {r['split']}/{r['multi_piece_words']} "
-                  f"({100 * r['split'] / max(r['multi_piece_words'], 1):.1f} %) |", flush=True)  # fmt: skip
-    finally:
-        modeling_xlpe.positions_from_scores = original
+    for unit, label in (("token", "pieces (reorder_unit=token)"), ("word", "words (reorder_unit=word)")):
+        model.config.reorder_unit = unit
+        r = evaluate(model, tokenizer, test, word_start, args.lang, args.num_beams, args.batch_size)
+        print(f"| {label} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['tau']:.3f} | {r['split']}/{r['multi_piece_words']} "
+              f"({100 * r['split'] / max(r['multi_piece_words'], 1):.1f} %) |", flush=True)  # fmt: skip
     print(f"\nSignature: `{r['signature']}`")
     return 0
 

@@ -175,6 +175,6 @@ def test_reorderer_words_driver(tmp_path, capsys):
     capsys.readouterr()
     assert driver.main(["--model", str(tmp_path / "run"), "--prepared", str(prepared), "--num_beams", "1"]) == 0
     rows = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
-    assert set(rows) >= {"tokens (as shipped)", "words (mean of pieces)"}
-    split, words = rows["words (mean of pieces)"].rstrip(" |").split(" | ")[-1].split(" ")[0].split("/")
+    assert set(rows) >= {"pieces (reorder_unit=token)", "words (reorder_unit=word)"}
+    split, words = rows["words (reorder_unit=word)"].rstrip(" |").split(" | ")[-1].split(" ")[0].split("/")
     assert split == "0" and int(words) > 0  # multi-piece words exist (unigram, 300 pieces) and none is split

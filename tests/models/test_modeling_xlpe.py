@@ -11,7 +11,7 @@ from transformers import MarianConfig, MarianMTModel
 from family_tester import FamilyTests, tiny_kwargs
 from xlpe import XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel
 from xlpe.models.modeling_xlpe import CrossLingualPositionEncoding
-from xlpe.models.reorder_predictor import positions_from_scores, reorder_loss
+from xlpe.models.reorder_predictor import positions_from_scores, reorder_loss, word_mean_scores
 from xlpe.models.sinusoid import sinusoid_table
 
 def reversed_positions(batch):
@@ -186,6 +186,53 @@ def test_predicted_positions_follow_scores():
     scores = torch.tensor([[0.3, 0.1, 0.2, 9.0]])
     movable = torch.tensor([[True, True, True, False]])
     assert positions_from_scores(scores, movable).tolist() == [[2, 0, 1, 3]]
+
+
+@settings(deadline=None, max_examples=80)
+@given(st.data())
+def test_word_ranking_keeps_every_word_together_and_in_order(data):
+    length = data.draw(st.integers(2, 14))
+    rows = data.draw(st.integers(1, 3))
+    lengths = [data.draw(st.integers(2, length)) for _ in range(rows)]
+    mask = torch.tensor([[i < n for i in range(length)] for n in lengths])
+    movable = mask.clone()
+    for row, n in enumerate(lengths):
+        movable[row, n - 1] = False  # EOS
+    word_start = torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=length, max_size=length), min_size=rows, max_size=rows)))
+    scores = torch.tensor(data.draw(st.lists(st.lists(st.floats(-5, 5), min_size=length, max_size=length), min_size=rows, max_size=rows)))
+    positions = positions_from_scores(word_mean_scores(scores, word_start, movable), movable)
+    for row, n in enumerate(lengths):
+        assert sorted(positions[row].tolist()) == list(range(length)) and positions[row, n - 1] == n - 1
+        starts = [k for k in range(n - 1) if k == 0 or word_start[row, k]]
+        for a, b in zip(starts, starts[1:] + [n - 1]):  # a word: tokens a..b-1, placed consecutively, in order
+            assert positions[row, a:b].tolist() == list(range(int(positions[row, a]), int(positions[row, a]) + b - a))
+
+
+def test_model_ranks_whole_words_once_word_starts_are_set(toy_tokenizer, tmp_path):
+    from xlpe.features.tokenization import word_start_flags
+
+    torch.manual_seed(3)
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
+    encoder = model.get_encoder()
+    assert encoder.word_starts.flags.all()  # not set: every token is a word (per-token ranking, as before)
+    flags = word_start_flags(toy_tokenizer)
+    encoder.word_starts.set_from(flags)
+    batch = toy_tokenizer(["the children play with a red ball in the garden", "the small dog chases the cat"],
+                          return_tensors="pt", padding=True)  # fmt: skip
+    with torch.no_grad():
+        positions = encoder(**batch).reorder_positions
+    multi_piece = 0
+    for row in range(2):
+        ids = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()[:-1]  # without </s>
+        starts = [k for k, token in enumerate(ids) if k == 0 or flags[token]]
+        for a, b in zip(starts, starts[1:] + [len(ids)]):
+            multi_piece += b - a > 1
+            assert positions[row, a:b].tolist() == list(range(int(positions[row, a]), int(positions[row, a]) + b - a))
+    assert multi_piece > 0  # the toy tokenizer splits words: the check above means something
+    model.save_pretrained(tmp_path)
+    assert torch.equal(XLPEMarianMTModel.from_pretrained(tmp_path).get_encoder().word_starts.flags, encoder.word_starts.flags)
+    with pytest.raises(ValueError, match="reorder_unit"):
+        XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_unit="sentence")
 
 
 @pytest.mark.parametrize("kind", ["pairwise", "mse"])

@@ -170,6 +170,7 @@ def test_builtin_run_logs_auxiliary_losses_scores_and_saves_everything(tmp_path)
     assert "xlpe" in card and "BLEU" in card
     model = AutoModelForSeq2SeqLM.from_pretrained(run)
     assert type(model).__name__ == "XLPEMarianMTModel" and model.generation_config.num_beams == 2
+    assert not model.get_encoder().word_starts.flags.all()  # xlpe-train gave the reorderer the tokenizer's words
     averaged = load_file(run / "model.safetensors")
     two = [load_file(run / f"checkpoint-{s}" / "model.safetensors") for s in (2, 4)]
     name = "model.encoder.xl_position.gate"

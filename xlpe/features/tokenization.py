@@ -143,3 +143,27 @@ def tokenize_with_word_ids(tokenizer, texts: list[str], target: bool = False):
         [e.ids for e in encodings],
         [_word_ids_from_encoding(e, w, t) for e, w, t in zip(encodings, words_batch, texts)],
     )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Word starts (for the XL PE reorderer's word-level ranking)
+# ----------------------------------------------------------------------------------------------------------
+
+WORD_START_MARKERS = {"\u2581": "sentencepiece / Metaspace: a word starts with ▁",
+                      "\u0120": "byte-level BPE: a word after a space starts with Ġ"}  # fmt: skip
+
+
+def word_start_flags(tokenizer) -> list[bool] | None:
+    """For every id of `tokenizer`, does its piece begin a whitespace word? Sentencepiece-style vocabularies
+    (▁), byte-level BPE (Ġ; the first word of a text has no marker, the model treats the first token as a
+    start anyway) and WordPiece (continuations start with ##) are recognised; None for any other scheme (the
+    reorderer then ranks single tokens)."""
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    pieces = [piece or "" for piece in pieces]
+    if any(piece.startswith("##") for piece in pieces) and not any(piece.startswith("\u2581") for piece in pieces):
+        return [not piece.startswith("##") for piece in pieces]
+    counts = {marker: sum(piece.startswith(marker) for piece in pieces) for marker in WORD_START_MARKERS}
+    marker = max(counts, key=counts.get)
+    if counts[marker] == 0:
+        return None
+    return [piece.startswith(marker) for piece in pieces]

@@ -14,6 +14,7 @@ XL_STRATEGIES = ("none", "in", "head", "combination")
 XL_FUSIONS = ("diagonal", "full")
 XL_TRAIN_POSITIONS = ("oracle", "predicted")
 REORDER_LOSSES = ("pairwise", "mse")
+REORDER_UNITS = ("word", "token")
 
 
 class XLPEMarianConfig(MarianConfig):
@@ -40,6 +41,7 @@ class XLPEMarianConfig(MarianConfig):
     reorder_predictor_dropout: float = 0.1  # dropout inside the predictor
     reorder_predictor_detach_input: bool = True  # predictor loss does not update the translation embeddings
     reorder_loss: str = "pairwise"  # "pairwise" ranking loss or "mse" on normalised ranks
+    reorder_unit: str = "word"  # test time: "word" ranks whole words (mean of their pieces' scores), "token" each piece
     label_smoothing: float = 0.0  # epsilon of the label-smoothed translation loss (papers: 0.1); set by the trainer
     reorder_loss_weight: float = 1.0  # loss = translation_loss + weight * reorder_loss (reported separately)
     reorder_fixed_token_ids: list[int] | None = None  # extra token ids that keep their place (EOS/pad always do)
@@ -53,6 +55,8 @@ class XLPEMarianConfig(MarianConfig):
             raise ValueError(f"xl_fusion must be one of {XL_FUSIONS}, got {self.xl_fusion!r}")
         if self.xl_train_positions not in XL_TRAIN_POSITIONS:
             raise ValueError(f"xl_train_positions must be one of {XL_TRAIN_POSITIONS}, got {self.xl_train_positions!r}")
+        if self.reorder_unit not in REORDER_UNITS:
+            raise ValueError(f"reorder_unit must be one of {REORDER_UNITS}, got {self.reorder_unit!r}")
         if self.reorder_loss not in REORDER_LOSSES:
             raise ValueError(f"reorder_loss must be one of {REORDER_LOSSES}, got {self.reorder_loss!r}")
         heads = self.encoder_attention_heads

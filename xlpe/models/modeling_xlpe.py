@@ -47,7 +47,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_xlpe import XLPEMarianConfig
 from .extra_inputs import check_integer_tensor, check_permutation, token_mask
 from .hub_support import XLPEHubMixin, hf_init
-from .reorder_predictor import ReorderPredictor, positions_from_scores, reorder_loss
+from .reorder_predictor import ReorderPredictor, WordStarts, positions_from_scores, reorder_loss, word_mean_scores
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
     embed_source,
@@ -201,6 +201,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
                 config.d_model, config.reorder_predictor_hidden_size, config.reorder_predictor_layers,
                 config.reorder_predictor_heads, config.reorder_predictor_dropout,
             )
+            self.word_starts = WordStarts(config.vocab_size)
         fixed = {config.eos_token_id, config.pad_token_id, *(config.reorder_fixed_token_ids or [])}
         self.fixed_token_ids = sorted(i for i in fixed if isinstance(i, int))
         self._fixed_ids_cache: dict = {}  # (device, dtype) -> tensor of fixed_token_ids, built once per device
@@ -252,6 +253,8 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
                 scores = self.reorder_predictor(predictor_input, mask)
             if compute_reorder_loss and reorder_positions is not None:
                 loss = reorder_loss(scores, reorder_positions, movable, self.config.reorder_loss)
+            if predict and self.config.reorder_unit == "word" and input_ids is not None:
+                scores = word_mean_scores(scores, self.word_starts.flags[input_ids], movable)
             used_positions = positions_from_scores(scores, movable) if predict else reorder_positions.long()
             index = torch.arange(length, device=inputs_embeds.device)
             used_positions = torch.where(mask, used_positions, index)  # pad slots: any value was allowed

@@ -6,7 +6,12 @@ trained on the oracle orders. A checkpoint of this package carries its own small
 translates raw text with no external tool:
 
     scores = Linear(TransformerEncoder(Linear(detach(X + PE_abs))))        # one real number per token
-    XL position of token i = rank of scores_i among the movable tokens    # always a valid permutation
+    word score = mean of its tokens' scores   (reorder_unit="word", the default; "token": no averaging)
+    XL position of token i = rank of its (word) score among the movable tokens    # a valid permutation
+
+With word scores a word's sub-words keep together and in order, as in the oracle; ranked per token, the
+predictor split 79 % of the multi-piece words of an en-ja test set (BENCHMARKS.md, "The in-model reorderer
+splits words"). Word starts come from the tokenizer (`WordStarts`, set by `xlpe-train`).
 
 It is trained by imitation of the oracle BTG order whenever `reorder_positions` are given with `labels`:
 
@@ -70,6 +75,41 @@ def positions_from_scores(scores: torch.Tensor, movable: torch.Tensor) -> torch.
     positions = torch.empty_like(index)
     positions.scatter_(1, order, slots)
     return torch.where(movable, positions, index)
+
+
+class WordStarts(nn.Module):
+    """Which token ids begin a whitespace word (a vocabulary-sized bool table, saved with the weights), so the
+    predictor can rank whole words. Until the tokenizer's table is set (`set_from`; `xlpe-train` does it), every
+    token counts as a word start: ranking is per token, as in checkpoints made before the table existed."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.register_buffer("flags", torch.ones(vocab_size, dtype=torch.bool))
+
+    @torch.no_grad()
+    def init_own_parameters(self) -> None:
+        self.flags.fill_(True)
+
+    @torch.no_grad()
+    def set_from(self, flags) -> None:
+        flags = torch.as_tensor(flags, dtype=torch.bool, device=self.flags.device)
+        if flags.shape != self.flags.shape:
+            raise ValueError(f"word-start flags must have one entry per vocabulary id ({self.flags.shape[0]}), got {tuple(flags.shape)}")
+        self.flags.copy_(flags)
+
+
+def word_mean_scores(scores: torch.Tensor, word_start: torch.Tensor, movable: torch.Tensor) -> torch.Tensor:
+    """Every movable token's score replaced by the mean score of its word: a word is a word-start token and the
+    movable non-start tokens after it (the first movable token always starts one). Ranked by
+    `positions_from_scores` (stable), a word's pieces then stay together and in their order, as in the oracle
+    (whose pieces always move together). Vectorised: a scatter-add per batch, no host sync."""
+    index = torch.arange(scores.shape[1], device=scores.device)
+    starts = (word_start | (index == 0)) & movable
+    word = (torch.cumsum(starts.long(), dim=1) - 1).clamp(min=0)
+    weight = movable.to(scores.dtype)
+    sums = torch.zeros_like(scores).scatter_add_(1, word, scores * weight)
+    counts = torch.zeros_like(scores).scatter_add_(1, word, weight)
+    return torch.where(movable, (sums / counts.clamp(min=1)).gather(1, word), scores)
 
 
 def reorder_loss(scores: torch.Tensor, oracle_positions: torch.Tensor, movable: torch.Tensor, kind: str) -> torch.Tensor:

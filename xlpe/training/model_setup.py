@@ -182,3 +182,20 @@ def model_features(model) -> list[str]:
 
     parameters = inspect.signature(model.forward).parameters
     return [feature for feature in FEATURES if feature in parameters]
+
+
+def set_word_starts(model, tokenizer) -> None:
+    """Give an XL PE reorderer the tokenizer's word starts, so that it ranks whole words (reorder_unit="word").
+    A tokenizer whose word boundaries cannot be read leaves the reorderer ranking single tokens, with a warning."""
+    encoder = model.get_encoder()
+    word_starts = getattr(encoder, "word_starts", None)
+    if word_starts is None or getattr(model.config, "reorder_unit", "token") != "word":
+        return
+    from ..features.tokenization import word_start_flags
+
+    flags = word_start_flags(tokenizer)
+    if flags is None:
+        logger.warning("the tokenizer marks no word boundaries (▁, Ġ or ##): the reorderer ranks single tokens")
+        return
+    flags += [True] * (word_starts.flags.shape[0] - len(flags))  # ids past the tokenizer (padded vocabularies)
+    word_starts.set_from(flags)

@@ -34,6 +34,7 @@ from .collator import XLPEDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
 from .model_setup import (
     build_model,
+    set_word_starts,
     check_init_options,
     check_vocabulary,
     load_or_train_tokenizer,
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     taggers = resolve_taggers(data_args, target_config(model_args, checkpoint))
     model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
     check_vocabulary(tokenizer, model, checkpoint or model_args.tokenizer_name or model_args.model_name_or_path or "trained here")
+    set_word_starts(model, tokenizer)
     if data_args.num_beams is not None:
         model.generation_config.num_beams = data_args.num_beams
     features = model_features(model)
