@@ -163,17 +163,21 @@ def test_model_from_config_uses_xl_signal_from_step_one(toy_tokenizer):
 # --------------------------------------------------------------------------------------------------------
 
 
+def draw_scored_rows(data, min_length: int = 1, max_rows: int = 4):
+    """(lengths of the rows, movable mask: real tokens but the final EOS, a score per token) of a padded batch."""
+    length = data.draw(st.integers(min_length, 12 if min_length == 1 else 14))
+    rows = data.draw(st.integers(1, max_rows))
+    lengths = [data.draw(st.integers(min_length, length)) for _ in range(rows)]
+    movable = torch.tensor([[i < n - 1 for i in range(length)] for n in lengths])  # EOS at n - 1, then pad
+    scores = torch.tensor(data.draw(st.lists(st.lists(st.floats(-5, 5), min_size=length, max_size=length), min_size=rows, max_size=rows)))
+    return lengths, movable, scores
+
+
 @settings(deadline=None, max_examples=60)
 @given(st.data())
 def test_positions_from_scores_is_always_a_valid_permutation(data):
-    length = data.draw(st.integers(1, 12))
-    rows = data.draw(st.integers(1, 4))
-    lengths = [data.draw(st.integers(1, length)) for _ in range(rows)]
-    mask = torch.tensor([[i < n for i in range(length)] for n in lengths])
-    movable = mask.clone()
-    for row, n in enumerate(lengths):
-        movable[row, n - 1] = False  # EOS
-    scores = torch.tensor(data.draw(st.lists(st.lists(st.floats(-5, 5), min_size=length, max_size=length), min_size=rows, max_size=rows)))
+    lengths, movable, scores = draw_scored_rows(data)
+    length = movable.shape[1]
     positions = positions_from_scores(scores, movable)
     for row, n in enumerate(lengths):
         assert sorted(positions[row].tolist()) == list(range(length))
@@ -191,15 +195,9 @@ def test_predicted_positions_follow_scores():
 @settings(deadline=None, max_examples=80)
 @given(st.data())
 def test_word_ranking_keeps_every_word_together_and_in_order(data):
-    length = data.draw(st.integers(2, 14))
-    rows = data.draw(st.integers(1, 3))
-    lengths = [data.draw(st.integers(2, length)) for _ in range(rows)]
-    mask = torch.tensor([[i < n for i in range(length)] for n in lengths])
-    movable = mask.clone()
-    for row, n in enumerate(lengths):
-        movable[row, n - 1] = False  # EOS
+    lengths, movable, scores = draw_scored_rows(data, min_length=2, max_rows=3)
+    rows, length = movable.shape
     word_start = torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=length, max_size=length), min_size=rows, max_size=rows)))
-    scores = torch.tensor(data.draw(st.lists(st.lists(st.floats(-5, 5), min_size=length, max_size=length), min_size=rows, max_size=rows)))
     positions = positions_from_scores(word_mean_scores(scores, word_start, movable), movable)
     for row, n in enumerate(lengths):
         assert sorted(positions[row].tolist()) == list(range(length)) and positions[row, n - 1] == n - 1
