@@ -40,8 +40,7 @@ def run_one(work: Path, name: str, prefix: str, flags: list[str], seed: int) -> 
     return {"name": name, "seed": seed, "bleu": scores["bleu"]["score"], "signature": scores["bleu"]["signature"],
             "oracle_bleu": scores["oracle_positions"]["bleu"]["score"], "reorder_losses_logged": len(reorder),
             "last_reorder_loss": reorder[-1] if reorder else None,
-            "hypotheses": (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines(),
-            "references": None}  # fmt: skip
+            "hypotheses": (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()}  # fmt: skip
 
 
 def main(argv=None) -> int:

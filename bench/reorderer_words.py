@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout witho
 from xlpe.evaluation.metrics import corpus_bleu_chrf  # noqa: E402
 from xlpe.features.reordering import kendall_tau  # noqa: E402
 from xlpe.features.tokenization import word_start_flags  # noqa: E402
+from xlpe.training.model_setup import set_word_starts  # noqa: E402
 
 
 def split_words(positions: np.ndarray, word_start: np.ndarray, movable: np.ndarray) -> tuple[int, int]:
@@ -51,8 +52,10 @@ def evaluate(model, tokenizer, test, word_start: torch.Tensor, lang: str, beams:
         rows = test.select(range(start, min(start + batch_size, len(test))))
         batch = tokenizer.pad({"input_ids": rows["input_ids"]}, return_tensors="pt")
         with torch.no_grad():
-            predicted = encoder(**batch).reorder_positions
-            generated = model.generate(**batch, num_beams=beams, max_length=encoder.config.max_position_embeddings // 2)
+            encoded = encoder(**batch)  # once: its positions are reported and generate() decodes from it
+            predicted = encoded.reorder_positions
+            generated = model.generate(**batch, encoder_outputs=encoded, num_beams=beams,
+                                       max_length=encoder.config.max_position_embeddings // 2)  # fmt: skip
         hypotheses += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
         movable = encoder.movable_tokens(batch["input_ids"], batch["attention_mask"].bool())
         for r, row in enumerate(rows):
@@ -81,12 +84,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
     test = datasets.load_from_disk(args.prepared)["test"]
-    flags = word_start_flags(tokenizer)
-    if flags is None:
+    if word_start_flags(tokenizer) is None:
         raise SystemExit(f"{args.model}: the tokenizer marks no word boundaries; nothing to compare")
-    word_start = torch.tensor(flags)
-    encoder = model.get_encoder()
-    encoder.word_starts.set_from(flags + [True] * (encoder.word_starts.flags.shape[0] - len(flags)))
+    model.config.reorder_unit = "word"
+    set_word_starts(model, tokenizer)  # what xlpe-train does for a model it trains
+    word_start = model.get_encoder().word_starts.flags
     print("| reorderer ranks | test BLEU | chrF | token τ vs oracle | multi-piece words split |")
     print("|---|---|---|---|---|")
     for unit, label in (("token", "pieces (reorder_unit=token)"), ("word", "words (reorder_unit=word)")):

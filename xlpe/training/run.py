@@ -183,6 +183,8 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
     if "reorder_positions" in test_dataset.column_names and getattr(trainer.model.config, "xl_strategy", "none") != "none":
         passes.append(("predict_oracle", True))
     metrics, all_scores, output_dir = {"predict_samples": len(test_dataset)}, {}, Path(trainer.args.output_dir)
+    has_text = "target_text" in test_dataset.column_names  # score against the text, not the decoded label ids
+    sources, references = (test_dataset["source_text"], test_dataset["target_text"]) if has_text else (None, None)
     for prefix, oracle in passes:
         trainer.eval_with_oracle_positions, saved = oracle, trainer.eval_with_oracle_positions
         try:
@@ -195,15 +197,14 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
         hypotheses = decode_ids(tokenizer, results.predictions)
         name = "generated_predictions" + ("_oracle" if oracle else "")
         (output_dir / f"{name}.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-        if "target_text" in test_dataset.column_names:  # score against the text, not the decoded label ids
+        if has_text:
             from ..evaluation.metrics import corpus_bleu_chrf
 
-            scores = corpus_bleu_chrf(hypotheses, test_dataset["target_text"], target_language=data_args.target_lang,
+            scores = corpus_bleu_chrf(hypotheses, references, target_language=data_args.target_lang,
                                       tokenize=data_args.bleu_tokenize)  # fmt: skip
             metrics.update({f"{prefix}_bleu": round(scores["bleu"]["score"], 2), f"{prefix}_chrf": round(scores["chrf"]["score"], 2)})
             all_scores[prefix] = scores
             if not oracle:
-                sources, references = test_dataset["source_text"], test_dataset["target_text"]
                 for k in range(min(data_args.num_translation_examples, len(hypotheses))):
                     print(f"\nsource:     {sources[k]}\nreference:  {references[k]}\ntranslation: {hypotheses[k]}")
             label = "test" + (" (oracle positions)" if oracle else "")

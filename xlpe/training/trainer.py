@@ -77,6 +77,7 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         self._loss_counts = {"train": defaultdict(int), "eval": defaultdict(int)}
         self.metric_signatures: dict[str, str] = {}
         self._example_indices: list[torch.Tensor] = []
+        self._indexed_views: dict[int, tuple] = {}  # id(dataset) -> (dataset, the same with example_index)
         self._route_label_smoothing()
 
     # --- label smoothing ----------------------------------------------------------------------------------
@@ -114,9 +115,18 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         if EXAMPLE_INDEX not in self._signature_columns:  # kept by remove_unused_columns
             self._signature_columns = [*self._signature_columns, EXAMPLE_INDEX]
 
+    def _indexed(self, dataset):
+        """`dataset` with an `example_index` column 0..N-1 (replacing a stale one, e.g. after `select`), built
+        once per dataset: periodic evaluations and the two test passes reuse it (`add_column` copies a
+        `select`-ed dataset whole)."""
+        cached = self._indexed_views.get(id(dataset))
+        if cached is not None and cached[0] is dataset:
+            return cached[1]
+        self._indexed_views[id(dataset)] = (dataset, self._with_example_index(dataset))
+        return self._indexed_views[id(dataset)][1]
+
     @staticmethod
-    def _indexed(dataset):
-        """`dataset` with an `example_index` column 0..N-1 (replacing a stale one, e.g. after `select`)."""
+    def _with_example_index(dataset):
         import datasets
 
         if isinstance(dataset, datasets.Dataset):
