@@ -26,6 +26,8 @@ from .models import (
     XLPEMarianConfig,
     XLPEMarianModel,
     XLPEMarianMTModel,
+    XLPEReordererConfig,
+    XLPEReordererModel,
     XLPETranslationPipeline,
     choose_pe_step,
     get_family,
@@ -44,6 +46,12 @@ for _family in MODEL_FAMILIES.values():
     _family.config_class.register_for_auto_class()
     _family.base_model_class.register_for_auto_class("AutoModel")
     _family.generation_model_class.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+# the standalone reorderer (xlpe-reorder): AutoConfig/AutoModel load it, and its directory carries its code
+AutoConfig.register(XLPEReordererConfig.model_type, XLPEReordererConfig, exist_ok=True)
+AutoModel.register(XLPEReordererConfig, XLPEReordererModel, exist_ok=True)
+XLPEReordererConfig.register_for_auto_class()
+XLPEReordererModel.register_for_auto_class("AutoModel")
 
 PIPELINE_REGISTRY.register_pipeline(
     "xlpe-translation", pipeline_class=XLPETranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
@@ -65,6 +73,8 @@ __all__ = [
     "XLPEMarianConfig",
     "XLPEMarianModel",
     "XLPEMarianMTModel",
+    "XLPEReordererConfig",
+    "XLPEReordererModel",
     "XLPETranslationPipeline",
     "choose_pe_step",
     "get_family",

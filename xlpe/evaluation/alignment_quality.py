@@ -286,23 +286,27 @@ def _dense_ranks(values: Sequence[int]) -> np.ndarray:
     return ranks
 
 
-def reordering_quality(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]]) -> dict:
+def reordering_quality(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]], min_items: int = 1) -> dict:
     """Mean Kendall's tau (in [-1, 1] and normalised (tau+1)/2 as lader reports), mean fuzzy reordering
     score and the exact-match rate of predicted vs oracle orders (element i = position of item i; any
-    integers, compared by rank)."""
+    integers, compared by rank). Sentences with fewer than `min_items` items are left out (2: the ones whose
+    order can be wrong) and counted in "sentences_left_out"."""
     if len(predicted) != len(oracle):
         raise ValueError(f"{len(predicted)} predicted reorderings but {len(oracle)} oracle ones")
     taus, scores, exact = [], [], 0
     for index, (pred, ref) in enumerate(zip(predicted, oracle)):
         if len(pred) != len(ref):
             raise ValueError(f"sentence {index}: {len(pred)} predicted positions but {len(ref)} oracle ones")
+        if len(ref) < min_items:
+            continue
         pred, ref = _dense_ranks(pred), _dense_ranks(ref)
         taus.append(kendall_tau(pred, ref))
         scores.append(fuzzy_reordering_score(pred, ref))
         exact += bool(np.array_equal(pred, ref))
     n = max(len(taus), 1)
     return {"kendall_tau": sum(taus) / n, "kendall_tau_normalized": (sum(taus) / n + 1) / 2,
-            "fuzzy_reordering_score": sum(scores) / n, "exact_match": exact / n, "sentences": len(taus)}
+            "fuzzy_reordering_score": sum(scores) / n, "exact_match": exact / n, "sentences": len(taus),
+            "sentences_left_out": len(oracle) - len(taus)}
 
 
 @torch.no_grad()

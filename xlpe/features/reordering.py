@@ -366,6 +366,18 @@ def project_positions_to_subwords(word_positions: Sequence[int], word_ids: Seque
     return result.tolist()
 
 
+def word_positions_from_tokens(token_positions: Sequence[int], word_ids: Sequence[int | None], num_words: int) -> list[int]:
+    """Word-level XL positions from token-level ones (the inverse of `project_positions_to_subwords` when each
+    word's pieces are contiguous): words are ranked by the smallest position of their pieces; a word with no
+    piece (possible only with a lossy tokenizer) keeps its relative source order after the others' ranks."""
+    ids, word_slots, token_words = _word_piece_layout(word_ids)
+    first = np.full(num_words, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, token_words, np.asarray(token_positions, dtype=np.int64)[word_slots])
+    ranks = np.empty(num_words, dtype=np.int64)
+    ranks[np.argsort(first, kind="stable")] = np.arange(num_words)
+    return ranks.tolist()
+
+
 def dpe_target_positions(
     links, num_source_words: int, word_ids: Sequence[int | None], unaligned: str = "drop"
 ) -> list[int]:

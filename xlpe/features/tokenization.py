@@ -137,7 +137,7 @@ def tokenize_with_word_ids(tokenizer, texts: list[str], target: bool = False):
     words_batch = [t.split() for t in texts]
     if not getattr(tokenizer, "is_fast", False):
         return _tokenize_word_by_word(tokenizer, words_batch, target)
-    encoded = tokenizer(text_target=texts) if target else tokenizer(texts)
+    encoded = tokenizer(text_target=texts, verbose=False) if target else tokenizer(texts, verbose=False)  # callers check lengths
     encodings = encoded.encodings
     return (
         [e.ids for e in encodings],

@@ -13,7 +13,9 @@ Shared building blocks (written once, imported by the families):
     seq2seq_scaffold.py   encoder-decoder body, generation head, output assembly, the translation loss
     extra_inputs.py       the per-token extra inputs (names, sides, pad rules) and their checks
     sinusoid.py           sinusoid tables (absolute, mvPE step k)
-    reorder_predictor.py  the in-model reorderer that supplies XL positions at test time
+    reorder_predictor.py  the in-model reorderer that supplies XL positions at test time (built-in, small)
+The standalone reorderer (XL PE's test-time preorderer; `xlpe-reorder`, can ride inside an XL PE checkpoint):
+    configuration_reorderer.py  modeling_reorderer.py  btg_chart.py (exact CKY over BTG trees)
     tag_sets.py, pos_tagging_hub.py   POS tag ids and the raw-text tagger the mvPE+POS pipeline runs
     hub_support.py        save/load plumbing: custom pipeline entry, stock-checkpoint upgrade
     pipeline_translation.py  the "translation" pipeline (raw text in, translations out)
@@ -22,9 +24,11 @@ Shared building blocks (written once, imported by the families):
 
 from .configuration_dpe import DPEMarianConfig, table5_preset
 from .configuration_mvpe_pos import MvPEPosConfig, choose_pe_step, mvpe_objective
+from .configuration_reorderer import XLPEReordererConfig
 from .configuration_xlpe import XLPEMarianConfig
 from .modeling_dpe import DPEMarianModel, DPEMarianMTModel
 from .modeling_mvpe_pos import MvPEPosForConditionalGeneration, MvPEPosModel
+from .modeling_reorderer import XLPEReordererModel
 from .modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel
 from .pipeline_translation import XLPETranslationPipeline
 from .registry import MODEL_FAMILIES, ModelFamily, declares_field, get_family, register_family
@@ -38,6 +42,6 @@ register_family(ModelFamily("mvpe_pos", MvPEPosConfig, MvPEPosModel, MvPEPosForC
 __all__ = [
     "DPEMarianConfig", "DPEMarianModel", "DPEMarianMTModel", "MODEL_FAMILIES", "ModelFamily", "MvPEPosConfig",
     "MvPEPosForConditionalGeneration", "MvPEPosModel", "XLPEMarianConfig", "XLPEMarianModel", "XLPEMarianMTModel",
-    "XLPETranslationPipeline", "choose_pe_step", "declares_field", "get_family", "mvpe_objective",
+    "XLPEReordererConfig", "XLPEReordererModel", "XLPETranslationPipeline", "choose_pe_step", "declares_field", "get_family", "mvpe_objective",
     "register_family", "table5_preset",
 ]  # fmt: skip

@@ -45,6 +45,7 @@ class XLPEMarianConfig(MarianConfig):
     label_smoothing: float = 0.0  # epsilon of the label-smoothed translation loss (papers: 0.1); set by the trainer
     reorder_loss_weight: float = 1.0  # loss = translation_loss + weight * reorder_loss (reported separately)
     reorder_fixed_token_ids: list[int] | None = None  # extra token ids that keep their place (EOS/pad always do)
+    reorderer_config: dict | None = None  # a standalone reorderer (configuration_reorderer.py) that predicts instead
     # --- input checking ---
     check_inputs: bool = True  # validate reorder_positions (shape, range, permutation) in forward
 

@@ -46,7 +46,9 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_xlpe import XLPEMarianConfig
 from .extra_inputs import check_integer_tensor, check_permutation, token_mask
+from .configuration_reorderer import XLPEReordererConfig
 from .hub_support import XLPEHubMixin, hf_init
+from .modeling_reorderer import XLPEReordererModel
 from .reorder_predictor import ReorderPredictor, WordStarts, positions_from_scores, reorder_loss, word_mean_scores
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
@@ -202,6 +204,9 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
                 config.reorder_predictor_heads, config.reorder_predictor_dropout,
             )
             self.word_starts = WordStarts(config.vocab_size)
+        # a standalone reorderer (attach_reorderer) predicts the positions instead of the built-in predictor
+        self.reorderer = XLPEReordererModel(XLPEReordererConfig.from_dict(config.reorderer_config)) if (
+            self.uses_xl and config.reorderer_config) else None  # fmt: skip
         fixed = {config.eos_token_id, config.pad_token_id, *(config.reorder_fixed_token_ids or [])}
         self.fixed_token_ids = sorted(i for i in fixed if isinstance(i, int))
         self._fixed_ids_cache: dict = {}  # (device, dtype) -> tensor of fixed_token_ids, built once per device
@@ -217,6 +222,11 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         if fixed is None:
             fixed = self._fixed_ids_cache[key] = torch.tensor(self.fixed_token_ids, device=input_ids.device, dtype=input_ids.dtype)
         return mask & ~torch.isin(input_ids, fixed)
+
+    @torch.compiler.disable  # CKY loops over span lengths: runs eagerly, once per source batch
+    def reorderer_positions(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """XL positions from the attached standalone reorderer (its fixed tokens are this model's)."""
+        return self.reorderer.predict_positions(input_ids, mask.long())
 
     @merge_with_config_defaults
     @capture_outputs
@@ -247,15 +257,21 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
                 check_permutation("reorder_positions", reorder_positions, mask)
             movable = self.movable_tokens(input_ids, mask)
             predict = reorder_positions is None or (self.training and self.config.xl_train_positions == "predicted")
+            external = predict and self.reorderer is not None and input_ids is not None
             scores = None
-            if predict or compute_reorder_loss:
+            if (predict and not external) or compute_reorder_loss:
                 predictor_input = hidden_states.detach() if self.config.reorder_predictor_detach_input else hidden_states
                 scores = self.reorder_predictor(predictor_input, mask)
             if compute_reorder_loss and reorder_positions is not None:
                 loss = reorder_loss(scores, reorder_positions, movable, self.config.reorder_loss)
-            if predict and self.config.reorder_unit == "word" and input_ids is not None:
-                scores = word_mean_scores(scores, self.word_starts.flags[input_ids], movable)
-            used_positions = positions_from_scores(scores, movable) if predict else reorder_positions.long()
+            if external:
+                used_positions = self.reorderer_positions(input_ids, mask)
+            elif predict:
+                if self.config.reorder_unit == "word" and input_ids is not None:
+                    scores = word_mean_scores(scores, self.word_starts.flags[input_ids], movable)
+                used_positions = positions_from_scores(scores, movable)
+            else:
+                used_positions = reorder_positions.long()
             index = torch.arange(length, device=inputs_embeds.device)
             used_positions = torch.where(mask, used_positions, index)  # pad slots: any value was allowed
             pe_xl = F.embedding(used_positions, self.embed_positions.weight)
@@ -276,7 +292,35 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         return XLPEEncoderOutput(last_hidden_state=hidden_states, reorder_positions=used_positions, reorder_loss=loss)
 
 
-class XLPEMarianModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianModel):
+class ReordererAttachMixin:
+    """`attach_reorderer`: make a standalone reorderer (modeling_reorderer.py) the source of predicted positions.
+    It is saved inside this checkpoint (weights under `model.encoder.reorderer.`, its config in
+    `config.reorderer_config`), so `from_pretrained` and the translation pipeline use it with no extra step."""
+
+    def attach_reorderer(self, reorderer: XLPEReordererModel | None) -> None:
+        encoder = self.get_encoder()
+        if not encoder.uses_xl:
+            raise ValueError(f"xl_strategy={self.config.xl_strategy!r} with xl_heads={self.config.xl_heads} uses no XL "
+                             "positions: there is nothing for a reorderer to predict")  # fmt: skip
+        if reorderer is None:
+            encoder.reorderer, self.config.reorderer_config = None, None
+            return
+        for name in ("pad_token_id", "eos_token_id"):
+            if getattr(reorderer.config, name) != getattr(self.config, name):
+                raise ValueError(f"reorderer {name} is {getattr(reorderer.config, name)} but the model's is "
+                                 f"{getattr(self.config, name)}: it was trained with another tokenizer")  # fmt: skip
+        fixed = sorted(set(encoder.fixed_token_ids) | set(reorderer.fixed_token_ids))
+        reorderer.config.fixed_token_ids = fixed  # the model's fixed tokens never move, whoever predicts
+        reorderer.fixed_token_ids = fixed
+        reorderer.init_own_parameters()
+        config = reorderer.config.to_dict()
+        config.pop("transformers_version", None)
+        self.config.reorderer_config = config
+        parameter = next(self.parameters())
+        encoder.reorderer = reorderer.to(device=parameter.device).eval()
+
+
+class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedModel, MarianModel):
     """Marian encoder-decoder whose encoder carries XL positions; `forward` takes `reorder_positions`."""
 
     stock_model_types = ("marian",)
@@ -318,7 +362,7 @@ class XLPEMarianModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianModel):
         )
 
 
-class XLPEMarianMTModel(XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel):
+class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel):
     """XL PE translation model. `generate(**batch)` predicts reorderings; `generate(..., reorder_positions=p)`
     uses the given ones. `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
 

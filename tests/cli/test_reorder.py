@@ -1,0 +1,126 @@
+"""xlpe-reorder end to end on a tiny corpus: train (eflomal or given alignments, resumable), predict, evaluate,
+and the bad inputs of issue 17 (empty lines, over-long lines, mismatched alignment files)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from xlpe.cli.reorder import main
+
+WORDS = "the cat dog sees chases small red ball man reads book garden child plays with a big old".split()
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Target = source words reversed (a strongly reordering toy pair), alignments i-(n-1-i)."""
+    rng = random.Random(0)
+    folder = tmp_path_factory.mktemp("reorder_corpus")
+    sources = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) for _ in range(120)]
+    targets = [" ".join(reversed(s.split())).upper() for s in sources]
+    links = [" ".join(f"{i}-{len(s.split()) - 1 - i}" for i in range(len(s.split()))) for s in sources]
+    return (write_lines(folder / "train.src", sources), write_lines(folder / "train.tgt", targets),
+            write_lines(folder / "train.align", links), sources)  # fmt: skip
+
+
+TINY = ["--d-model", "32", "--token-layers", "1", "--word-layers", "1", "--vocab-size", "60", "--batch-size", "16"]
+
+
+@pytest.fixture(scope="module")
+def reorderer(corpus, tmp_path_factory):
+    source, target, alignments, _ = corpus
+    output = tmp_path_factory.mktemp("reorderer")
+    argv = ["train", "--source", str(source), "--target", str(target), "--alignments", str(alignments),
+            "--output_dir", str(output), "--epochs", "12", "--learning-rate", "3e-3", *TINY]  # fmt: skip
+    assert main(argv) == 0
+    return output
+
+
+def test_train_writes_a_loadable_reorderer_and_resumes(reorderer, corpus, capsys):
+    names = {p.name for p in reorderer.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "reorderer_training.json"} <= names
+    assert json.loads((reorderer / "reorderer_training.json").read_text())["resumed_from"] is None
+    source, target, alignments, _ = corpus
+    capsys.readouterr()
+    assert main(["train", "--source", str(source), "--target", str(target), "--alignments", str(alignments),
+                 "--output_dir", str(reorderer), "--epochs", "12", "--learning-rate", "3e-3", *TINY]) == 0  # fmt: skip
+    assert "checkpoint-" in json.loads((reorderer / "reorderer_training.json").read_text())["resumed_from"]
+
+
+def test_train_aligns_with_eflomal_when_no_alignments_are_given(corpus, tmp_path, capsys):
+    source, target, _, _ = corpus
+    assert main(["train", "--source", str(source), "--target", str(target), "--output_dir", str(tmp_path / "r"),
+                 "--epochs", "1", *TINY]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert report["pairs_kept"] == 120 and (tmp_path / "r" / "model.safetensors").is_file()
+
+
+def test_predict_one_order_line_per_input_line(reorderer, tmp_path):
+    lines = ["the cat sees a dog", "", "man reads", "  small   red ball  "]
+    output = tmp_path / "orders.txt"
+    assert main(["predict", "--reorderer", str(reorderer), "--input", str(write_lines(tmp_path / "in.txt", lines)),
+                 "--output", str(output)]) == 0  # fmt: skip
+    orders = output.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(orders) == len(lines) and orders[1] == ""
+    for line, order in zip(lines, orders):
+        assert sorted(map(int, order.split())) == list(range(len(line.split())))
+    assert orders[0] == "4 3 2 1 0"  # the toy language reverses: learnt from 120 pairs
+
+
+def test_evaluate_reports_reorderer_and_monotone(reorderer, corpus, tmp_path, capsys):
+    source, target, alignments, sources = corpus
+    assert main(["evaluate", "--reorderer", str(reorderer), "--source", str(source), "--target", str(target),
+                 "--alignments", str(alignments), "--output", str(tmp_path / "q.json")]) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["reorderer"]["kendall_tau"] > 0.9 and result["monotone"]["kendall_tau"] == pytest.approx(-1.0)
+    assert result["reorderer"]["sentences"] == sum(len(s.split()) >= 2 for s in sources)
+    assert "| reorderer |" in captured.err and json.loads((tmp_path / "q.json").read_text()) == result
+    # an external order file (e.g. lader's) is scored the same way: the oracle itself scores 1
+    oracle = write_lines(tmp_path / "oracle.order", [" ".join(map(str, reversed(range(len(s.split()))))) for s in sources])
+    assert main(["evaluate", "--orders", str(oracle), "--source", str(source), "--target", str(target),
+                 "--alignments", str(alignments)]) == 0  # fmt: skip
+    scored = json.loads(capsys.readouterr().out)["oracle.order"]
+    assert scored["kendall_tau"] == 1.0 and scored["exact_match"] == 1.0
+
+
+def run_expecting_usage_error(argv, capsys) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("[transformers]")]
+    assert len(err) == 1 or err[0].startswith("usage:"), err
+    return err[-1]
+
+
+def test_bad_inputs_give_one_line_and_exit_2(reorderer, corpus, tmp_path, capsys):
+    source, target, _, _ = corpus
+    long_input = write_lines(tmp_path / "long.txt", ["a b", " ".join(["cat"] * 201)])
+    message = run_expecting_usage_error(["predict", "--reorderer", str(reorderer), "--input", str(long_input)], capsys)
+    assert "line 2: 201 words" in message and "max_words" in message
+    assert main(["predict", "--reorderer", str(reorderer), "--input", str(long_input), "--long-lines", "monotone",
+                 "--output", str(tmp_path / "o.txt")]) == 0  # fmt: skip
+    assert (tmp_path / "o.txt").read_text().split("\n")[1] == " ".join(map(str, range(201)))
+    assert "1 lines over the reorderer's limit kept their order: [2]" in capsys.readouterr().err  # counted, visible
+    mismatched = write_lines(tmp_path / "bad.align", ["0-0"] * 3 + ["0-0 9-0"] + ["0-0"] * 116)
+    message = run_expecting_usage_error(["train", "--source", str(source), "--target", str(target), "--alignments",
+                                         str(mismatched), "--output_dir", str(tmp_path / "x")], capsys)  # fmt: skip
+    assert f"{mismatched}:4" in message
+    short = write_lines(tmp_path / "short.align", ["0-0"])
+    message = run_expecting_usage_error(["evaluate", "--reorderer", str(reorderer), "--source", str(source), "--target",
+                                         str(target), "--alignments", str(short)], capsys)  # fmt: skip
+    assert str(short) in message and "1 lines" in message
+    bad_orders = write_lines(tmp_path / "bad.order", ["0 0"] * 120)
+    message = run_expecting_usage_error(["evaluate", "--orders", str(bad_orders), "--source", str(source), "--target",
+                                         str(target), "--alignments", str(corpus[2])], capsys)  # fmt: skip
+    assert f"{bad_orders}:1: expected a permutation" in message
+    run_expecting_usage_error(["predict", "--reorderer", str(tmp_path / "nowhere"), "--input", str(long_input)], capsys)
+    run_expecting_usage_error(["evaluate", "--source", str(source), "--target", str(target)], capsys)

@@ -1,0 +1,250 @@
+"""`xlpe-reorder`: train, run and score the standalone test-time reorderer (XL PE's preorderer).
+
+    train     --source S --target T [--alignments A] --output_dir R   aligns with eflomal when no alignments are
+              given, prepares the oracle orders, trains (progress bar; resumes from R's last checkpoint)
+    predict   --reorderer R --input F [--output O]   one line per input line: the predicted word order as 0-based
+              source word indices (index k = the source word placed k-th); an empty line gives an empty line
+    evaluate  --reorderer R --source S --target T [--alignments A]   word-level Kendall tau, fuzzy reordering
+              score and exact match against the oracle, for the reorderer and for the monotone order (JSON on
+              stdout, a table on stderr); --orders F scores an order file of another preorderer (e.g. lader)
+
+User errors (missing files, mismatched alignment files, lines over the reorderer's limit) print one line and
+exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..features.alignment import AlignmentFormatError
+
+logger = logging.getLogger("xlpe.reorder")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Subcommands
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _tokenizer_for_training(args, sources: list[str], targets: list[str]):
+    from transformers import AutoTokenizer
+
+    from ..features.tokenization import train_joint_tokenizer
+
+    output = Path(args.output_dir)
+    if args.tokenizer:
+        return AutoTokenizer.from_pretrained(args.tokenizer)
+    if (output / "tokenizer.json").is_file():  # resuming: the tokenizer trained by the first run
+        return AutoTokenizer.from_pretrained(output)
+    logger.info("training a joint %s tokenizer (%d pieces) on %d pairs", args.tokenizer_model, args.vocab_size, len(sources))
+    tokenizer = train_joint_tokenizer(sources + targets, vocab_size=args.vocab_size, model=args.tokenizer_model,
+                                      model_max_length=args.max_length)  # fmt: skip
+    output.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(output)
+    return tokenizer
+
+
+def run_train(args) -> dict:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from ..features.corpus import read_parallel_files
+    from ..features.prepare import prepare_splits
+    from ..models.modeling_reorderer import XLPEReordererModel
+    from ..training.reorderer import ReordererTraining, build_reorderer, train_reorderer
+
+    split = read_parallel_files(args.source, args.target, args.alignments)
+    tokenizer = _tokenizer_for_training(args, split.sources, split.targets)
+    data, report = prepare_splits({"train": split}, tokenizer, features=["reorder_positions"], max_length=args.max_length,
+                                  alignment_runs=args.alignment_runs, cache_dir=args.cache_dir, keep_text=False,
+                                  seed=args.seed)  # fmt: skip
+    report = report["train"]
+    logger.info("oracle orders: kept %d of %d pairs, skipped %s", report["pairs_kept"], report["pairs_read"], report["pairs_skipped"])
+    output = Path(args.output_dir)
+    checkpoint = get_last_checkpoint(str(output)) if output.is_dir() and not args.no_resume else None
+    if checkpoint:  # same architecture as the interrupted run
+        model = XLPEReordererModel.from_pretrained(checkpoint)
+    else:
+        model = build_reorderer(tokenizer, d_model=args.d_model, token_layers=args.token_layers,
+                                word_layers=args.word_layers, decoder=args.decoder)  # fmt: skip
+    options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                                seed=args.seed)  # fmt: skip
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout carries the JSON only
+        train_reorderer(model, data["train"], output, options, tokenizer=tokenizer, resume=not args.no_resume)
+    return {"output_dir": str(output), "pairs_read": report["pairs_read"], "pairs_kept": report["pairs_kept"],
+            "pairs_skipped": report["pairs_skipped"], "oracle_mean_kendall_tau_vs_monotone": report.get("mean_kendall_tau")}  # fmt: skip
+
+
+def _load_reorderer(path: str):
+    from transformers import AutoTokenizer
+
+    from ..models.modeling_reorderer import XLPEReordererModel
+
+    if not Path(path, "config.json").is_file():
+        raise FileNotFoundError(f"--reorderer {path}: no reorderer there (config.json missing)")
+    return XLPEReordererModel.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+def run_predict(args) -> dict:
+    from ..features.alignment import read_text_lines
+    from ..features.predicted_reordering import order_from_positions, predict_word_positions
+
+    model, tokenizer = _load_reorderer(args.reorderer)
+    lines = read_text_lines(args.input)
+    positions, long_lines = predict_word_positions(model, tokenizer, lines, args.batch_size, args.long_lines)
+    text = "".join(" ".join(map(str, order_from_positions(p))) + "\n" for p in positions)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if long_lines:
+        print(f"xlpe-reorder: {len(long_lines)} lines over the reorderer's limit kept their order: {long_lines[:10]}", file=sys.stderr)
+    return {"lines": len(lines), "empty_lines": sum(1 for p in positions if not p), "long_lines_monotone": long_lines}
+
+
+def _read_orders(path: str, word_counts: list[int]) -> list[list[int]]:
+    """An order file (line k: 0-based source word indices in new order) -> positions, validated per line."""
+    from ..features.alignment import read_text_lines
+
+    lines = read_text_lines(path)
+    if len(lines) != len(word_counts):
+        raise ValueError(f"{path} has {len(lines)} lines but the source has {len(word_counts)}")
+    positions = []
+    for number, (line, count) in enumerate(zip(lines, word_counts), start=1):
+        try:
+            order = [int(x) for x in line.split()]
+        except ValueError:
+            raise ValueError(f"{path}:{number}: not a list of word indices: {line[:60]!r}") from None
+        if sorted(order) != list(range(count)):
+            raise ValueError(f"{path}:{number}: expected a permutation of 0..{count - 1}, got {line[:60]!r}")
+        slots = [0] * count
+        for slot, word in enumerate(order):
+            slots[word] = slot
+        positions.append(slots)
+    return positions
+
+
+def run_evaluate(args) -> dict:
+    from ..evaluation.alignment_quality import reordering_quality
+    from ..features.alignment import align_with_eflomal
+    from ..features.corpus import read_parallel_files
+    from ..features.predicted_reordering import predict_word_positions
+    from ..features.reordering import oracle_xl_positions
+
+    split = read_parallel_files(args.source, args.target, args.alignments)
+    words = [line.split() for line in split.sources]
+    links = split.alignments
+    if links is None:
+        context = read_parallel_files(args.context_source, args.context_target) if args.context_source else None
+        sources = split.sources + (context.sources if context else [])
+        targets = split.targets + (context.targets if context else [])
+        logger.info("aligning %d pairs with eflomal (%d of them context)", len(sources), len(sources) - len(words))
+        links = align_with_eflomal(sources, targets, runs=args.alignment_runs)[: len(words)]
+    oracle = [oracle_xl_positions(sorted(zip(link[0::2], link[1::2])), len(w)) for link, w in zip(links, words)]
+    monotone = [list(range(len(w))) for w in words]
+    if args.orders:
+        predicted, name = _read_orders(args.orders, [len(w) for w in words]), Path(args.orders).name
+    else:
+        model, tokenizer = _load_reorderer(args.reorderer)
+        predicted, _ = predict_word_positions(model, tokenizer, split.sources, args.batch_size, args.long_lines)
+        name = "reorderer"
+    result = {"level": "whitespace words; sentences of 2+ words", "oracle": args.alignments or "eflomal",
+              name: reordering_quality(predicted, oracle, min_items=2),
+              "monotone": reordering_quality(monotone, oracle, min_items=2)}  # fmt: skip
+    rows = [(key, value) for key, value in result.items() if isinstance(value, dict)]
+    table = ["| order | Kendall tau | FRS | exact match | sentences |", "|---|---|---|---|---|"]
+    table += [f"| {key} | {v['kendall_tau']:.3f} | {v['fuzzy_reordering_score']:.3f} | {v['exact_match']:.3f} | {v['sentences']} |" for key, v in rows]
+    print("\n".join(table), file=sys.stderr)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Argument parsing
+# ---------------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    description, commands = __doc__.split("\n\n")[:2]
+    parser = argparse.ArgumentParser(prog="xlpe-reorder", description=description, epilog=commands,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a reorderer on parallel text")
+    train.add_argument("--source", required=True, help="source-side text, one sentence of whitespace words per line")
+    train.add_argument("--target", required=True, help="target-side text, parallel to --source")
+    train.add_argument("--alignments", help="Pharaoh i-j file parallel to --source (default: run eflomal)")
+    train.add_argument("--output_dir", "--output-dir", required=True, help="where the reorderer and checkpoints go")
+    train.add_argument("--tokenizer", help="tokenizer to read ids with (the XL PE model's, to ship it inside that "
+                                           "model); default: train a joint one, saved in --output_dir")  # fmt: skip
+    train.add_argument("--vocab-size", type=int, default=8000, help="pieces of the trained tokenizer")
+    train.add_argument("--tokenizer-model", default="unigram", choices=("unigram", "bpe"))
+    train.add_argument("--alignment-runs", type=int, default=1, metavar="K", help="eflomal runs voted over")
+    train.add_argument("--max-length", type=int, default=256, help="longest kept pair in tokens (longer: skipped, counted)")
+    train.add_argument("--epochs", type=float, default=6.0)
+    train.add_argument("--batch-size", type=int, default=64)
+    train.add_argument("--learning-rate", type=float, default=1e-3)
+    train.add_argument("--d-model", type=int, default=256)
+    train.add_argument("--token-layers", type=int, default=3)
+    train.add_argument("--word-layers", type=int, default=1)
+    train.add_argument("--decoder", default="btg", choices=("btg", "rank"))
+    train.add_argument("--seed", type=int, default=1)
+    train.add_argument("--cache-dir", help="reuse identical earlier preparations from here")
+    train.add_argument("--no-resume", action="store_true", help="start afresh even if --output_dir has checkpoints")
+
+    predict = sub.add_parser("predict", help="predict word orders for raw text")
+    predict.add_argument("--reorderer", required=True, help="directory written by `xlpe-reorder train`")
+    predict.add_argument("--input", required=True, help="text file, one sentence of whitespace words per line")
+    predict.add_argument("--output", help="order file to write (default: stdout)")
+
+    evaluate = sub.add_parser("evaluate", help="score orders against the oracle from word alignments")
+    evaluate.add_argument("--reorderer", help="directory written by `xlpe-reorder train`")
+    evaluate.add_argument("--orders", help="instead of --reorderer: an order file to score (as `predict` writes)")
+    evaluate.add_argument("--source", required=True)
+    evaluate.add_argument("--target", required=True)
+    evaluate.add_argument("--alignments", help="Pharaoh i-j file parallel to --source (default: run eflomal)")
+    evaluate.add_argument("--context-source", help="more pairs aligned together with the test pairs (e.g. the "
+                                                   "training corpus): eflomal is poor on a few hundred pairs alone")  # fmt: skip
+    evaluate.add_argument("--context-target")
+    evaluate.add_argument("--alignment-runs", type=int, default=1, metavar="K")
+    evaluate.add_argument("--output", help="also write the JSON here")
+    for command in (predict, evaluate):
+        command.add_argument("--batch-size", type=int, default=128)
+        command.add_argument("--long-lines", default="error", choices=("error", "monotone"),
+                             help="a line over the reorderer's limit: error (default, names the line) or keep its order")  # fmt: skip
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.command == "evaluate" and bool(args.reorderer) == bool(args.orders):
+        parser.error("evaluate: give exactly one of --reorderer and --orders")
+    if args.command == "evaluate" and bool(args.context_source) != bool(args.context_target):
+        parser.error("evaluate: --context-source and --context-target go together")
+    if args.command == "train" and (args.alignment_runs < 1 or args.epochs <= 0 or args.batch_size < 1):
+        parser.error("train: --alignment-runs and --batch-size must be >= 1 and --epochs > 0")
+    if args.command != "train":  # one line per error on stderr: no weight-loading bars
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    run = {"train": run_train, "predict": run_predict, "evaluate": run_evaluate}[args.command]
+    try:
+        result = run(args)
+    except (ValueError, FileNotFoundError, AlignmentFormatError, OSError) as error:
+        parser.exit(2, f"xlpe-reorder {args.command}: error: {error}\n")
+    if args.command != "predict":
+        text = json.dumps(result, indent=2, ensure_ascii=False)
+        print(text)
+        if getattr(args, "output", None):
+            Path(args.output).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Configuration of the standalone test-time reorderer (the XL PE paper's preorderer, Sec. 4 / Neubig et al. 2012).
+
+The reorderer predicts, from the source alone, the word order of the source sentence rearranged into target
+order (the BTG oracle `xlpe.features.reordering` reads off word alignments). It reads the translation model's
+own sub-word ids, so one shipped inside an XL PE checkpoint runs on the pipeline's input with no extra step;
+`tokenizer_fingerprint` records which vocabulary it was trained on so that a mismatch is refused.
+
+Imports only transformers: it travels as Hub custom code (flat file).
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedConfig
+
+REORDER_DECODERS = ("btg", "rank")
+
+
+class XLPEReordererConfig(PreTrainedConfig):
+    """Fields (one-line meaning each); the architecture is in modeling_reorderer.py."""
+
+    model_type = "xlpe_reorderer"
+
+    vocab_size: int = 8000  # sub-word vocabulary (the translation model's tokenizer)
+    d_model: int = 256  # width of the token and word encoders
+    token_layers: int = 3  # Transformer layers over sub-word tokens (contextual encoder)
+    word_layers: int = 1  # Transformer layers over word vectors (mean of each word's pieces)
+    attention_heads: int = 4  # heads of every layer
+    ffn_dim: int = 1024  # feed-forward width of every layer
+    dropout: float = 0.1  # dropout in the encoders
+    pair_dim: int = 128  # width of the biaffine pair scorer (query/key of "a before c")
+    distance_buckets: int = 16  # signed word-distance buckets of the pair scorer's bias (2 * this + 1 biases)
+    max_source_positions: int = 512  # longest input in tokens (sinusoid table size)
+    max_words: int = 200  # longest input in words the decoder accepts (CKY is O(words^3))
+    decoder: str = "btg"  # "btg": exact CKY over BTG trees (btg_chart.py); "rank": sort words by expected rank
+    pad_token_id: int | None = None  # padding id of the tokenizer
+    eos_token_id: int | None = None  # EOS id (keeps its place, never reordered)
+    fixed_token_ids: list[int] | None = None  # other ids that keep their place (language tags, ...)
+    tokenizer_fingerprint: str | None = None  # hash of the tokenizer vocabulary it was trained with
+
+    def __post_init__(self, **kwargs):
+        if self.decoder not in REORDER_DECODERS:
+            raise ValueError(f"decoder must be one of {REORDER_DECODERS}, got {self.decoder!r}")
+        if self.d_model % self.attention_heads != 0:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by attention_heads ({self.attention_heads})")
+        for name in ("vocab_size", "d_model", "attention_heads", "ffn_dim", "pair_dim", "max_source_positions", "max_words"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("token_layers", "word_layers", "distance_buckets"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        super().__post_init__(**kwargs)
+
+
+__all__ = ["XLPEReordererConfig"]

@@ -1,0 +1,209 @@
+"""The standalone test-time reorderer: predicts the BTG preorder of a source sentence from the source alone.
+
+The XL PE paper (Ding et al. 2020, Sec. 4) decodes with positions from a BTG preordering parser trained on the
+oracle orders (lader, Neubig et al. 2012). This model plays that part as a neural pairwise scorer over words,
+decoded exactly over BTG trees:
+
+    h      = TransformerEncoder_tok(E[x] * sqrt(d) + PE_abs)                      contextual sub-word states
+    w_a    = TransformerEncoder_word(mean of h over the pieces of word a)        one vector per whitespace word
+    l[a,c] = f(a, c) - f(c, a),   f(a, c) = q(w_a) . k(w_c) / sqrt(p) + bias[bucket(c - a)]
+             (log-odds that word a precedes word c in target order; antisymmetric by construction)
+    loss   = mean over word pairs a < c of BCE(l[a, c], [oracle_a < oracle_c])   (local training)
+    order  = argmax over BTG permutations of sum_{a<c} log sigmoid(+-l[a, c])   (btg_chart.py, exact CKY)
+
+`decoder="rank"` replaces the CKY by sorting the words by their expected rank sum_c sigmoid(l[c, a]) (a
+second design, compared in BENCHMARKS.md; its output is a permutation but not necessarily BTG-reachable).
+
+Words are the whitespace words of the oracle: a word is a word-start token (the `WordStarts` table, filled from
+the tokenizer) and the movable non-start tokens after it; EOS, pad and `fixed_token_ids` keep their place. Its
+token positions (`predict_positions`) keep every word's pieces together and in order, so an XL PE encoder can
+use them directly; `word_positions` gives the word-level order for the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .btg_chart import btg_decode
+from .configuration_reorderer import XLPEReordererConfig
+from .reorder_predictor import WordStarts, positions_from_scores
+from .sinusoid import sinusoid_table
+
+
+@dataclass
+class ReordererOutput(ModelOutput):
+    """`pair_logits` [B, W, W]: log-odds that word a precedes word c; `word_counts` [B]; `loss` when oracle
+    positions were given."""
+
+    loss: torch.FloatTensor | None = None
+    pair_logits: torch.FloatTensor | None = None
+    word_counts: torch.LongTensor | None = None
+
+
+def _encoder(config: XLPEReordererConfig, layers: int) -> nn.TransformerEncoder | None:
+    if layers == 0:
+        return None
+    layer = nn.TransformerEncoderLayer(
+        config.d_model, config.attention_heads, config.ffn_dim, config.dropout,
+        activation="gelu", batch_first=True, norm_first=True,
+    )  # fmt: skip
+    return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+
+class XLPEReordererPreTrainedModel(PreTrainedModel):
+    config_class = XLPEReordererConfig
+    config: XLPEReordererConfig
+    base_model_prefix = "reorderer"
+    main_input_name = "input_ids"
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, (XLPEReordererModel, WordStarts)):
+            module.init_own_parameters()
+
+
+class XLPEReordererModel(XLPEReordererPreTrainedModel):
+    """Word-order predictor. `forward(input_ids, attention_mask, reorder_positions=oracle)` returns the pair
+    logits and (with oracle positions) the loss; `predict_positions` returns token-level XL positions."""
+
+    def __init__(self, config: XLPEReordererConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.register_buffer("position_table", sinusoid_table(config.max_source_positions, config.d_model), persistent=False)
+        self.dropout = nn.Dropout(config.dropout)
+        self.token_encoder = _encoder(config, config.token_layers)
+        self.word_encoder = _encoder(config, config.word_layers)
+        self.final_norm = nn.LayerNorm(config.d_model)
+        self.query = nn.Linear(config.d_model, config.pair_dim)
+        self.key = nn.Linear(config.d_model, config.pair_dim)
+        self.distance_bias = nn.Embedding(2 * config.distance_buckets + 1, 1)
+        self.word_starts = WordStarts(config.vocab_size)
+        fixed = {config.eos_token_id, config.pad_token_id, *(config.fixed_token_ids or [])}
+        self.fixed_token_ids = sorted(i for i in fixed if isinstance(i, int))
+        self.register_buffer("fixed_ids", torch.tensor(self.fixed_token_ids, dtype=torch.long), persistent=False)
+        self.post_init()
+
+    @torch.no_grad()
+    def init_own_parameters(self) -> None:
+        """Fill the non-persistent tables (also when this model sits inside an XL PE checkpoint)."""
+        self.position_table.copy_(sinusoid_table(*self.position_table.shape))
+        self.fixed_ids.copy_(torch.tensor(self.fixed_token_ids, dtype=torch.long))
+
+    # --- words --------------------------------------------------------------------------------------------
+
+    def words(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
+        """(movable [B, T] bool, word index of each token [B, T] (-1 for fixed/pad), word counts [B])."""
+        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        movable = mask & ~torch.isin(input_ids, self.fixed_ids.to(input_ids.device))
+        first = torch.cumsum(movable.long(), dim=1) == 1
+        starts = (self.word_starts.flags[input_ids] | first) & movable
+        word = torch.cumsum(starts.long(), dim=1) - 1
+        return movable, torch.where(movable, word, -1), starts.sum(dim=1)
+
+    def check_lengths(self, input_ids: torch.Tensor, word_counts: torch.Tensor) -> None:
+        """ValueError naming the limit when an input is longer than the reorderer accepts."""
+        if input_ids.shape[1] > self.config.max_source_positions:
+            raise ValueError(f"input_ids has {input_ids.shape[1]} tokens; the reorderer accepts at most "
+                             f"max_source_positions={self.config.max_source_positions}")  # fmt: skip
+        if word_counts.numel() and int(word_counts.max()) > self.config.max_words:
+            raise ValueError(f"an input has {int(word_counts.max())} words; the reorderer accepts at most "
+                             f"max_words={self.config.max_words}")  # fmt: skip
+
+    # --- scoring ------------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.LongTensor | None = None,
+        reorder_positions: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> ReordererOutput:
+        r"""
+        reorder_positions (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            oracle XL position of each token (the features `xlpe-prepare` writes); gives the training loss.
+        """
+        movable, word, counts = self.words(input_ids, attention_mask)
+        self.check_lengths(input_ids, counts)
+        batch, length = input_ids.shape
+        width = max(int(counts.max()), 1)  # one host sync per batch: sizes the word tensors
+        hidden = self.embed_tokens(input_ids) * math.sqrt(self.config.d_model) + self.position_table[:length]
+        hidden = self.dropout(hidden)
+        pad = ~(attention_mask.bool() if attention_mask is not None else torch.ones_like(movable))
+        if self.token_encoder is not None:
+            hidden = self.token_encoder(hidden, src_key_padding_mask=pad)
+        # mean of each word's pieces (fixed and pad tokens go to a dropped slot `width`)
+        slot = torch.where(movable, word, width)
+        sums = hidden.new_zeros(batch, width + 1, hidden.shape[-1]).scatter_add_(1, slot[..., None].expand_as(hidden), hidden)
+        pieces = hidden.new_zeros(batch, width + 1).scatter_add_(1, slot, movable.to(hidden.dtype))
+        words = (sums / pieces.clamp(min=1)[..., None])[:, :width]
+        word_mask = torch.arange(width, device=input_ids.device)[None, :] < counts[:, None]
+        if self.word_encoder is not None:
+            words = self.word_encoder(words, src_key_padding_mask=~word_mask)
+        words = self.final_norm(words)
+        logits = self.pair_logits(words)
+        loss = None
+        if reorder_positions is not None:
+            loss = self.pair_loss(logits, reorder_positions, slot, width, word_mask)
+        return ReordererOutput(loss=loss, pair_logits=logits, word_counts=counts)
+
+    def pair_logits(self, words: torch.Tensor) -> torch.Tensor:
+        """[B, W, d] word vectors -> [B, W, W] antisymmetric log-odds l[a, c] that a precedes c."""
+        width = words.shape[1]
+        f = self.query(words) @ self.key(words).transpose(1, 2) / math.sqrt(self.config.pair_dim)
+        index = torch.arange(width, device=words.device)
+        buckets = self.config.distance_buckets
+        distance = (index[None, :] - index[:, None]).clamp(-buckets, buckets) + buckets
+        f = f + self.distance_bias(distance).squeeze(-1)
+        return (f - f.transpose(1, 2)).float()
+
+    @staticmethod
+    def pair_loss(logits, reorder_positions, slot, width, word_mask) -> torch.Tensor:
+        """Mean over word pairs a < c of BCE(l[a, c], oracle puts a before c). A word's oracle key is the
+        smallest XL position of its pieces (a word's pieces are contiguous in the oracle)."""
+        batch = logits.shape[0]
+        big = torch.iinfo(torch.long).max
+        oracle = torch.full((batch, width + 1), big, dtype=torch.long, device=logits.device)
+        oracle.scatter_reduce_(1, slot, reorder_positions.long(), reduce="amin")
+        oracle = oracle[:, :width]
+        pairs = torch.triu(word_mask[:, :, None] & word_mask[:, None, :], diagonal=1)
+        before = (oracle[:, :, None] < oracle[:, None, :]).float()
+        losses = F.binary_cross_entropy_with_logits(logits, before, reduction="none")
+        return (losses * pairs).sum() / pairs.sum().clamp(min=1)
+
+    # --- decoding -----------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def word_positions(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        """([B, W] XL position of each word (slots past a row's word count keep their index), [B] word counts)."""
+        out = self.forward(input_ids, attention_mask)
+        logits, counts = out.pair_logits, out.word_counts
+        if self.config.decoder == "btg":
+            return btg_decode(logits, counts), counts
+        width = logits.shape[1]
+        valid = torch.arange(width, device=logits.device)[None, :] < counts[:, None]
+        expected_rank = (torch.sigmoid(logits) * valid[:, :, None]).sum(dim=1)  # sum_c P(c before a)
+        index = torch.arange(width, device=logits.device).expand_as(expected_rank)
+        expected_rank = torch.where(valid, expected_rank, width + index.float())
+        order = torch.sort(expected_rank, dim=1, stable=True).indices
+        positions = torch.empty_like(order).scatter_(1, order, index.contiguous())
+        return positions, counts
+
+    @torch.no_grad()
+    def predict_positions(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, T] token-level XL positions: the predicted word order with each word's pieces together and in
+        order; fixed and pad tokens keep their index (same contract as `reorder_positions`)."""
+        word_pos, _ = self.word_positions(input_ids, attention_mask)
+        movable, word, _ = self.words(input_ids, attention_mask)
+        scores = word_pos.gather(1, word.clamp(min=0)).float()
+        return positions_from_scores(scores, movable)
+
+
+__all__ = ["ReordererOutput", "XLPEReordererModel", "XLPEReordererPreTrainedModel"]
