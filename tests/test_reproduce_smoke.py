@@ -178,3 +178,21 @@ def test_reorderer_words_driver(tmp_path, capsys):
     assert set(rows) >= {"pieces (reorder_unit=token)", "words (reorder_unit=word)"}
     split, words = rows["words (reorder_unit=word)"].rstrip(" |").split(" | ")[-1].split(" ")[0].split("/")
     assert split == "0" and int(words) > 0  # multi-piece words exist (unigram, 300 pieces) and none is split
+
+    # bench/reorderer.py on the same corpus: the standalone reorderer (both decoders) next to the built-in predictor
+    spec = importlib.util.spec_from_file_location("reorderer_bench", REPO_ROOT / "bench" / "reorderer.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    record = bench.main(["--prepared", str(prepared), "--tokenizer", str(tmp_path / "run"), "--output_dir",
+                         str(tmp_path / "reorderer"), "--model", str(tmp_path / "run"), "--epochs", "1"])  # fmt: skip
+    assert set(record["rows"]) == {"standalone reorderer, btg decoder", "standalone reorderer, rank decoder",
+                                   "built-in ranking predictor (in-model)", "monotone"}  # fmt: skip
+    assert all(-1.0 <= row["kendall_tau"] <= 1.0 and row["sentences"] > 0 for row in record["rows"].values())
+    # xlpe-train --reorderer: the trained model decodes its test split with the standalone reorderer's positions
+    metrics = xlpe_train(["--model_name_or_path", str(tmp_path / "run"), "--reorderer", str(tmp_path / "reorderer"),
+                          "--output_dir", str(tmp_path / "with_reorderer"), "--cache_dir", str(tmp_path / "cache"),
+                          "--max_train_samples", "16", "--max_predict_samples", "8", "--max_steps", "1", "--do_train",
+                          "--do_predict", "--save_strategy", "no", "--report_to", "none"])  # fmt: skip
+    assert "predict_bleu" in metrics
+    saved = json.loads((tmp_path / "with_reorderer" / "config.json").read_text())
+    assert saved["reorderer_config"]["model_type"] == "xlpe_reorderer"

@@ -124,3 +124,32 @@ def test_bad_inputs_give_one_line_and_exit_2(reorderer, corpus, tmp_path, capsys
     assert f"{bad_orders}:1: expected a permutation" in message
     run_expecting_usage_error(["predict", "--reorderer", str(tmp_path / "nowhere"), "--input", str(long_input)], capsys)
     run_expecting_usage_error(["evaluate", "--source", str(source), "--target", str(target)], capsys)
+
+
+def test_attach_ships_the_reorderer_inside_an_xlpe_checkpoint(reorderer, tmp_path, toy_tokenizer, capsys):
+    from transformers import AutoTokenizer
+
+    from xlpe import XLPEMarianConfig, XLPEMarianMTModel, XLPETranslationPipeline
+
+    def tiny_model(tokenizer, directory):
+        config = XLPEMarianConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=16,
+                                  decoder_ffn_dim=16, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
+                                  eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)  # fmt: skip
+        XLPEMarianMTModel(config).save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        return directory
+
+    tokenizer = AutoTokenizer.from_pretrained(reorderer)
+    model_dir = tiny_model(tokenizer, tmp_path / "model")
+    assert main(["attach", "--reorderer", str(reorderer), "--model", str(model_dir), "--output_dir", str(tmp_path / "with")]) == 0
+    model = XLPEMarianMTModel.from_pretrained(tmp_path / "with").eval()
+    ids = tokenizer(["the cat sees a dog"], return_tensors="pt").input_ids
+    positions = model.get_encoder()(ids).reorder_positions[0].tolist()
+    assert positions[-1] == len(positions) - 1 and positions[:-1] != sorted(positions[:-1])  # learnt reversal used
+    translator = XLPETranslationPipeline(model=model, tokenizer=tokenizer)
+    assert isinstance(translator("the cat sees a dog", max_new_tokens=3)[0]["translation_text"], str)
+    # a model with other token ids is refused with one line
+    other = tiny_model(toy_tokenizer, tmp_path / "other")
+    message = run_expecting_usage_error(["attach", "--reorderer", str(reorderer), "--model", str(other)], capsys)
+    assert "another tokenizer" in message

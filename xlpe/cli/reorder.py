@@ -4,6 +4,8 @@
               given, prepares the oracle orders, trains (progress bar; resumes from R's last checkpoint)
     predict   --reorderer R --input F [--output O]   one line per input line: the predicted word order as 0-based
               source word indices (index k = the source word placed k-th); an empty line gives an empty line
+    attach    --reorderer R --model M [--output_dir O]   put the reorderer inside an XL PE checkpoint (same
+              tokenizer): from then on its predicted positions come from R, in `generate` and the pipeline
     evaluate  --reorderer R --source S --target T [--alignments A]   word-level Kendall tau, fuzzy reordering
               score and exact match against the oracle, for the reorderer and for the monotone order (JSON on
               stdout, a table on stderr); --orders F scores an order file of another preorderer (e.g. lader)
@@ -107,6 +109,21 @@ def run_predict(args) -> dict:
     return {"lines": len(lines), "empty_lines": sum(1 for p in positions if not p), "long_lines_monotone": long_lines}
 
 
+def run_attach(args) -> dict:
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from ..training.model_setup import attach_reorderer
+
+    if not Path(args.model, "config.json").is_file():
+        raise FileNotFoundError(f"--model {args.model}: no model there (config.json missing)")
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model), AutoTokenizer.from_pretrained(args.model)
+    attach_reorderer(model, args.reorderer, tokenizer)
+    output = args.output_dir or args.model
+    model.save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    return {"model": str(output), "reorderer": args.reorderer}
+
+
 def _read_orders(path: str, word_counts: list[int]) -> list[list[int]]:
     """An order file (line k: 0-based source word indices in new order) -> positions, validated per line."""
     from ..features.alignment import read_text_lines
@@ -201,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--input", required=True, help="text file, one sentence of whitespace words per line")
     predict.add_argument("--output", help="order file to write (default: stdout)")
 
+    attach = sub.add_parser("attach", help="ship a reorderer inside an XL PE checkpoint")
+    attach.add_argument("--reorderer", required=True, help="directory written by `xlpe-reorder train`")
+    attach.add_argument("--model", required=True, help="XL PE model directory (trained with the same tokenizer)")
+    attach.add_argument("--output_dir", "--output-dir", help="where to save the model with its reorderer (default: --model)")
+
     evaluate = sub.add_parser("evaluate", help="score orders against the oracle from word alignments")
     evaluate.add_argument("--reorderer", help="directory written by `xlpe-reorder train`")
     evaluate.add_argument("--orders", help="instead of --reorderer: an order file to score (as `predict` writes)")
@@ -233,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    run = {"train": run_train, "predict": run_predict, "evaluate": run_evaluate}[args.command]
+    run = {"train": run_train, "predict": run_predict, "attach": run_attach, "evaluate": run_evaluate}[args.command]
     try:
         result = run(args)
     except (ValueError, FileNotFoundError, AlignmentFormatError, OSError) as error:

@@ -55,6 +55,8 @@ class ModelArguments:
     xl_strategy: str | None = _help("XL PE: none | in | head | combination", default=None)
     xl_heads: int | None = _help("XL PE: tau, first-layer heads that see the XL positions", default=None)
     reorder_loss_weight: float | None = _help("XL PE: weight of the reorder predictor's loss", default=None)
+    reorderer: str | None = _help("XL PE: a standalone reorderer (`xlpe-reorder train`, same tokenizer) that supplies "
+                                  "the predicted positions; saved inside the checkpoint", default=None)  # fmt: skip
     order_loss_weight: float | None = _help("DPE: lambda of Eq. 2", default=None)
     pe_step: str | None = _help("mvPE+POS: k of Eq. 9-10, a number or 'auto'", default=None)
     # --- size of a model trained from scratch (None: Transformer-base) ---

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+from pathlib import Path
 
 import torch
 import transformers
@@ -199,3 +200,23 @@ def set_word_starts(model, tokenizer) -> None:
         return
     flags += [True] * (word_starts.flags.shape[0] - len(flags))  # ids past the tokenizer (padded vocabularies)
     word_starts.set_from(flags)
+
+
+def attach_reorderer(model, reorderer_dir: str, tokenizer) -> None:
+    """Load a standalone reorderer (`xlpe-reorder train`) and make it the XL PE model's source of predicted
+    positions; refused (UsageError) for another family or a reorderer trained on other token ids."""
+    from ..features.predicted_reordering import check_tokenizer_match
+    from ..models.modeling_reorderer import XLPEReordererModel
+    from .arguments import UsageError
+
+    if not hasattr(model, "attach_reorderer"):
+        raise UsageError(f"--reorderer applies to XL PE models, not {type(model).__name__}")
+    if not Path(reorderer_dir, "config.json").is_file():
+        raise UsageError(f"--reorderer {reorderer_dir}: no reorderer there (config.json missing)")
+    reorderer = XLPEReordererModel.from_pretrained(reorderer_dir)
+    try:
+        check_tokenizer_match(reorderer.config, tokenizer, "the translation model's tokenizer")
+        model.attach_reorderer(reorderer)
+    except ValueError as error:
+        raise UsageError(f"--reorderer {reorderer_dir}: {error}") from None
+    logger.info("predicted XL positions come from the reorderer in %s", reorderer_dir)

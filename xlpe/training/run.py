@@ -33,6 +33,7 @@ from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_avera
 from .collator import XLPEDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
 from .model_setup import (
+    attach_reorderer,
     build_model,
     set_word_starts,
     check_init_options,
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
     check_vocabulary(tokenizer, model, checkpoint or model_args.tokenizer_name or model_args.model_name_or_path or "trained here")
     set_word_starts(model, tokenizer)
+    if model_args.reorderer:
+        attach_reorderer(model, model_args.reorderer, tokenizer)
     if data_args.num_beams is not None:
         model.generation_config.num_beams = data_args.num_beams
     features = model_features(model)
