@@ -153,3 +153,25 @@ def test_attach_ships_the_reorderer_inside_an_xlpe_checkpoint(reorderer, tmp_pat
     other = tiny_model(toy_tokenizer, tmp_path / "other")
     message = run_expecting_usage_error(["attach", "--reorderer", str(reorderer), "--model", str(other)], capsys)
     assert "another tokenizer" in message
+
+
+def test_jackknife_writes_a_dataset_with_predicted_training_positions(reorderer, corpus, tmp_path, capsys):
+    import datasets
+    from transformers import AutoTokenizer
+
+    from xlpe.features.prepare import prepare_dataset
+
+    source, target, alignments, _ = corpus
+    prepared, _ = prepare_dataset(source, target, AutoTokenizer.from_pretrained(reorderer), alignments=alignments,
+                                  features=["reorder_positions"])  # fmt: skip
+    datasets.DatasetDict({"train": prepared.select(range(40))}).save_to_disk(str(tmp_path / "prepared"))
+    capsys.readouterr()
+    assert main(["jackknife", "--prepared", str(tmp_path / "prepared"), "--tokenizer", str(reorderer), "--folds", "2",
+                 "--output_dir", str(tmp_path / "jk"), "--epochs", "1", *TINY[:6]]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["train_pairs"] == 40
+    train = datasets.load_from_disk(str(tmp_path / "jk" / "data"))["train"]
+    assert train["oracle_reorder_positions"] == prepared.select(range(40))["reorder_positions"]
+    assert all(sorted(p) == list(range(len(i))) for p, i in zip(train["reorder_positions"], train["input_ids"]))
+    message = run_expecting_usage_error(["jackknife", "--prepared", str(tmp_path / "prepared"), "--tokenizer",
+                                         str(reorderer), "--folds", "1", "--output_dir", str(tmp_path / "x")], capsys)  # fmt: skip
+    assert "--folds must be >= 2" in message

@@ -6,6 +6,10 @@
               source word indices (index k = the source word placed k-th); an empty line gives an empty line
     attach    --reorderer R --model M [--output_dir O]   put the reorderer inside an XL PE checkpoint (same
               tokenizer): from then on its predicted positions come from R, in `generate` and the pipeline
+    jackknife --prepared P --folds K --output_dir J   a copy of a prepared dataset (`xlpe-prepare`) whose train
+              split's reorder_positions are predicted, each fold by a reorderer trained on the other folds
+              (the oracle kept as oracle_reorder_positions): `xlpe-train --prepared_dataset J/data` then trains the
+              translation model on test-like positions (J/data)
     evaluate  --reorderer R --source S --target T [--alignments A]   word-level Kendall tau, fuzzy reordering
               score and exact match against the oracle, for the reorderer and for the monotone order (JSON on
               stdout, a table on stderr); --orders F scores an order file of another preorderer (e.g. lader)
@@ -124,6 +128,28 @@ def run_attach(args) -> dict:
     return {"model": str(output), "reorderer": args.reorderer}
 
 
+def run_jackknife(args) -> dict:
+    import datasets
+    from transformers import AutoTokenizer
+
+    from ..training.reorderer import ReordererTraining, jackknife_positions
+
+    loaded = datasets.load_from_disk(args.prepared)
+    data = loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
+    train = data["train"]
+    if "reorder_positions" not in train.column_names:
+        raise ValueError(f"--prepared {args.prepared}: the train split has no reorder_positions (xlpe-prepare --features reorder_positions)")
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
+    with contextlib.redirect_stdout(sys.stderr):
+        predicted = jackknife_positions(train, tokenizer, args.folds, options, Path(args.output_dir) / "folds",
+                                        d_model=args.d_model, token_layers=args.token_layers, word_layers=args.word_layers)  # fmt: skip
+    train = train.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", predicted)
+    data["train"] = train
+    data.save_to_disk(str(Path(args.output_dir) / "data"))
+    return {"output": str(Path(args.output_dir) / "data"), "train_pairs": len(train), "folds": args.folds}
+
+
 def _read_orders(path: str, word_counts: list[int]) -> list[list[int]]:
     """An order file (line k: 0-based source word indices in new order) -> positions, validated per line."""
     from ..features.alignment import read_text_lines
@@ -202,14 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--tokenizer-model", default="unigram", choices=("unigram", "bpe"))
     train.add_argument("--alignment-runs", type=int, default=1, metavar="K", help="eflomal runs voted over")
     train.add_argument("--max-length", type=int, default=256, help="longest kept pair in tokens (longer: skipped, counted)")
-    train.add_argument("--epochs", type=float, default=6.0)
-    train.add_argument("--batch-size", type=int, default=64)
-    train.add_argument("--learning-rate", type=float, default=1e-3)
-    train.add_argument("--d-model", type=int, default=256)
-    train.add_argument("--token-layers", type=int, default=3)
-    train.add_argument("--word-layers", type=int, default=1)
     train.add_argument("--decoder", default="btg", choices=("btg", "rank"))
-    train.add_argument("--seed", type=int, default=1)
     train.add_argument("--cache-dir", help="reuse identical earlier preparations from here")
     train.add_argument("--no-resume", action="store_true", help="start afresh even if --output_dir has checkpoints")
 
@@ -222,6 +241,20 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--reorderer", required=True, help="directory written by `xlpe-reorder train`")
     attach.add_argument("--model", required=True, help="XL PE model directory (trained with the same tokenizer)")
     attach.add_argument("--output_dir", "--output-dir", help="where to save the model with its reorderer (default: --model)")
+
+    jackknife = sub.add_parser("jackknife", help="k-fold predicted positions for a prepared training split")
+    jackknife.add_argument("--prepared", required=True, help="xlpe-prepare output (save_to_disk directory)")
+    jackknife.add_argument("--tokenizer", required=True, help="the tokenizer it was prepared with")
+    jackknife.add_argument("--folds", type=int, default=5)
+    jackknife.add_argument("--output_dir", "--output-dir", required=True, help="directory: data/ (the new dataset) and folds/")
+    for command in (train, jackknife):
+        command.add_argument("--epochs", type=float, default=6.0)
+        command.add_argument("--batch-size", type=int, default=64)
+        command.add_argument("--learning-rate", type=float, default=1e-3)
+        command.add_argument("--d-model", type=int, default=256)
+        command.add_argument("--token-layers", type=int, default=3)
+        command.add_argument("--word-layers", type=int, default=1)
+        command.add_argument("--seed", type=int, default=1)
 
     evaluate = sub.add_parser("evaluate", help="score orders against the oracle from word alignments")
     evaluate.add_argument("--reorderer", help="directory written by `xlpe-reorder train`")
@@ -255,7 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    run = {"train": run_train, "predict": run_predict, "attach": run_attach, "evaluate": run_evaluate}[args.command]
+    if args.command == "jackknife" and args.folds < 2:
+        parser.error("jackknife: --folds must be >= 2")
+    run = {"train": run_train, "predict": run_predict, "attach": run_attach, "jackknife": run_jackknife,
+           "evaluate": run_evaluate}[args.command]  # fmt: skip
     try:
         result = run(args)
     except (ValueError, FileNotFoundError, AlignmentFormatError, OSError) as error:
