@@ -34,6 +34,7 @@ from xlpe.evaluation.alignment_quality import reordering_quality  # noqa: E402
 from xlpe.features.predicted_reordering import predict_word_positions  # noqa: E402
 from xlpe.features.reordering import oracle_xl_positions, word_positions_from_tokens  # noqa: E402
 from xlpe.features.tokenization import tokenize_with_word_ids  # noqa: E402
+from xlpe.training.model_setup import set_word_starts  # noqa: E402
 
 
 def oracle_word_positions(test) -> tuple[list[str], list[list[int]]]:
@@ -52,6 +53,7 @@ def builtin_predictor_positions(model_dir: str, sources: list[str], batch_size: 
 
     model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
     model.attach_reorderer(None)  # the built-in predictor, even if a standalone reorderer rides along
+    set_word_starts(model, tokenizer)  # whole words, as xlpe-train sets them (checkpoints before 0.2 lack the table)
     ids, word_ids = tokenize_with_word_ids(tokenizer, sources)
     result = []
     for start in range(0, len(ids), batch_size):
@@ -87,6 +89,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--train_limit", type=int, help="first N training pairs only")
     parser.add_argument("--epochs", type=float, default=None, help="default: ReordererTraining's")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--config", type=json.loads, default={}, metavar="JSON",
+                        help='reorderer config fields, e.g. \'{"pair_scorer": "mlp"}\'')  # fmt: skip
     args = parser.parse_args(argv)
 
     import datasets
@@ -104,10 +108,11 @@ def main(argv=None) -> dict:
     else:
         train = data["train"] if args.train_limit is None else data["train"].select(range(args.train_limit))
         options = ReordererTraining(seed=args.seed, **({"epochs": args.epochs} if args.epochs else {}))
-        reorderer = build_reorderer(tokenizer)
+        reorderer = build_reorderer(tokenizer, **args.config)
         started = time.perf_counter()
         train_reorderer(reorderer, train, output, options, tokenizer=tokenizer)
-        record.update(train_pairs=len(train), train_seconds=round(time.perf_counter() - started, 1))
+        record.update(train_pairs=len(train), train_seconds=round(time.perf_counter() - started, 1), config=args.config,
+                      epochs=options.epochs)  # fmt: skip
     sources, oracle = oracle_word_positions(data["test"])
     rows = {}
     for decoder in ("btg", "rank"):

@@ -111,8 +111,9 @@ def test_predicted_positions_keep_words_whole_and_special_tokens_in_place(case, 
             assert slots == list(range(slots[0], slots[0] + len(slots)))  # contiguous, pieces in order
 
 
-def test_pair_logits_are_antisymmetric_and_the_loss_learns_an_order():
-    model = tiny_reorderer()
+@pytest.mark.parametrize("pair_scorer", ["biaffine", "mlp"])
+def test_pair_logits_are_antisymmetric_and_the_loss_learns_an_order(pair_scorer):
+    model = tiny_reorderer(pair_scorer=pair_scorer)
     ids = torch.tensor([[5, 6, 31, 7, 8, EOS], [9, 10, 11, 12, EOS, PAD]])
     mask = (ids != PAD).long()
     oracle = torch.tensor([[4, 0, 1, 2, 3, 5], [3, 2, 1, 0, 4, 5]])  # row 0: first word last; row 1: reversal
@@ -197,6 +198,8 @@ def test_attaching_a_mismatched_reorderer_is_refused():
 def test_config_rejects_bad_fields():
     with pytest.raises(ValueError, match="decoder"):
         XLPEReordererConfig(decoder="greedy")
+    with pytest.raises(ValueError, match="pair_scorer"):
+        XLPEReordererConfig(pair_scorer="cosine")
     with pytest.raises(ValueError, match="max_words"):
         XLPEReordererConfig(max_words=0)
     with pytest.raises(ValueError, match="divisible"):

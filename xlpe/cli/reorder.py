@@ -77,7 +77,7 @@ def run_train(args) -> dict:
         model = XLPEReordererModel.from_pretrained(checkpoint)
     else:
         model = build_reorderer(tokenizer, d_model=args.d_model, token_layers=args.token_layers,
-                                word_layers=args.word_layers, decoder=args.decoder)  # fmt: skip
+                                word_layers=args.word_layers, decoder=args.decoder, pair_scorer=args.pair_scorer)  # fmt: skip
     options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
                                 seed=args.seed)  # fmt: skip
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout carries the JSON only
@@ -228,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--tokenizer-model", default="unigram", choices=("unigram", "bpe"))
     train.add_argument("--alignment-runs", type=int, default=1, metavar="K", help="eflomal runs voted over")
     train.add_argument("--max-length", type=int, default=256, help="longest kept pair in tokens (longer: skipped, counted)")
-    train.add_argument("--decoder", default="btg", choices=("btg", "rank"))
+    train.add_argument("--decoder", default="btg", choices=("btg", "rank"), help="btg: exact CKY (default); rank")
+    train.add_argument("--pair-scorer", default="biaffine", choices=("biaffine", "mlp"))
     train.add_argument("--cache-dir", help="reuse identical earlier preparations from here")
     train.add_argument("--no-resume", action="store_true", help="start afresh even if --output_dir has checkpoints")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from transformers import PreTrainedConfig
 
 REORDER_DECODERS = ("btg", "rank")
+PAIR_SCORERS = ("biaffine", "mlp")
 
 
 class XLPEReordererConfig(PreTrainedConfig):
@@ -27,7 +28,8 @@ class XLPEReordererConfig(PreTrainedConfig):
     attention_heads: int = 4  # heads of every layer
     ffn_dim: int = 1024  # feed-forward width of every layer
     dropout: float = 0.1  # dropout in the encoders
-    pair_dim: int = 128  # width of the biaffine pair scorer (query/key of "a before c")
+    pair_scorer: str = "biaffine"  # f(a, c): "biaffine" q(w_a) . k(w_c); "mlp" v . gelu(U w_a + W w_c)
+    pair_dim: int = 128  # width of the pair scorer (biaffine query/key, or the MLP's hidden layer)
     distance_buckets: int = 16  # signed word-distance buckets of the pair scorer's bias (2 * this + 1 biases)
     max_source_positions: int = 512  # longest input in tokens (sinusoid table size)
     max_words: int = 200  # longest input in words the decoder accepts (CKY is O(words^3))
@@ -40,6 +42,8 @@ class XLPEReordererConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         if self.decoder not in REORDER_DECODERS:
             raise ValueError(f"decoder must be one of {REORDER_DECODERS}, got {self.decoder!r}")
+        if self.pair_scorer not in PAIR_SCORERS:
+            raise ValueError(f"pair_scorer must be one of {PAIR_SCORERS}, got {self.pair_scorer!r}")
         if self.d_model % self.attention_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by attention_heads ({self.attention_heads})")
         for name in ("vocab_size", "d_model", "attention_heads", "ffn_dim", "pair_dim", "max_source_positions", "max_words"):

@@ -6,7 +6,8 @@ decoded exactly over BTG trees:
 
     h      = TransformerEncoder_tok(E[x] * sqrt(d) + PE_abs)                      contextual sub-word states
     w_a    = TransformerEncoder_word(mean of h over the pieces of word a)        one vector per whitespace word
-    l[a,c] = f(a, c) - f(c, a),   f(a, c) = q(w_a) . k(w_c) / sqrt(p) + bias[bucket(c - a)]
+    l[a,c] = f(a, c) - f(c, a),   f(a, c) = q(w_a) . k(w_c) / sqrt(p) + bias[bucket(c - a)]     (biaffine)
+                                  or  f(a, c) = v . gelu(q(w_a) + k(w_c)) + bias[bucket(c - a)]   (pair_scorer="mlp")
              (log-odds that word a precedes word c in target order; antisymmetric by construction)
     loss   = mean over word pairs a < c of BCE(l[a, c], [oracle_a < oracle_c])   (local training)
     order  = argmax over BTG permutations of sum_{a<c} log sigmoid(+-l[a, c])   (btg_chart.py, exact CKY)
@@ -84,6 +85,7 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
         self.final_norm = nn.LayerNorm(config.d_model)
         self.query = nn.Linear(config.d_model, config.pair_dim)
         self.key = nn.Linear(config.d_model, config.pair_dim)
+        self.pair_output = nn.Linear(config.pair_dim, 1, bias=False) if config.pair_scorer == "mlp" else None
         self.distance_bias = nn.Embedding(2 * config.distance_buckets + 1, 1)
         self.word_starts = WordStarts(config.vocab_size)
         fixed = {config.eos_token_id, config.pad_token_id, *(config.fixed_token_ids or [])}
@@ -157,7 +159,11 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
     def pair_logits(self, words: torch.Tensor) -> torch.Tensor:
         """[B, W, d] word vectors -> [B, W, W] antisymmetric log-odds l[a, c] that a precedes c."""
         width = words.shape[1]
-        f = self.query(words) @ self.key(words).transpose(1, 2) / math.sqrt(self.config.pair_dim)
+        query, key = self.query(words), self.key(words)
+        if self.pair_output is None:
+            f = query @ key.transpose(1, 2) / math.sqrt(self.config.pair_dim)
+        else:  # [B, W, W, p] hidden: small next to the token encoder at sentence lengths
+            f = self.pair_output(F.gelu(query[:, :, None, :] + key[:, None, :, :])).squeeze(-1)
         index = torch.arange(width, device=words.device)
         buckets = self.config.distance_buckets
         distance = (index[None, :] - index[:, None]).clamp(-buckets, buckets) + buckets
