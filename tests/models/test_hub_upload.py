@@ -31,16 +31,28 @@ def test_every_family_is_tested_here():
     assert set(TESTERS) == set(MODEL_FAMILIES)
 
 
-@pytest.mark.parametrize("family", sorted(TESTERS))
+@pytest.mark.parametrize("family", [*sorted(TESTERS), "xlpe+reorderer"])
 def test_pushed_family_translates_in_a_process_without_the_package(family, toy_tokenizer, tmp_path, shared_dir):
-    model = TESTERS[family]().make_model(toy_tokenizer).eval()
+    model = TESTERS[family.split("+")[0]]().make_model(toy_tokenizer).eval()
+    if family == "xlpe+reorderer":  # the standalone reorderer rides inside the checkpoint (its remote code too)
+        import torch
+
+        from xlpe.training.reorderer import build_reorderer
+
+        torch.manual_seed(0)
+        reorderer = build_reorderer(toy_tokenizer, d_model=32, ffn_dim=64, pair_dim=16, token_layers=1, word_layers=1)
+        with torch.no_grad():
+            reorderer.query.weight.normal_(0, 3.0), reorderer.key.weight.normal_(0, 3.0)
+        model.attach_reorderer(reorderer)
+        ids = toy_tokenizer([SENTENCE], return_tensors="pt").input_ids
+        assert torch.equal(model.get_encoder()(ids).reorder_positions, reorderer.eval().predict_positions(ids))
     if family == "mvpe_pos":  # its pipeline tags raw text with NLTK: the shared data's offline model
         model.config.nltk_data = str(shared_dir / "data" / "nltk_data")
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     toy_tokenizer.save_pretrained(folder)
     expected = XLPETranslationPipeline(model=model, tokenizer=toy_tokenizer)(SENTENCE, num_beams=2, max_new_tokens=6)
-    repo_id = f"xlpe-tests/{family}-tiny"
+    repo_id = f"xlpe-tests/{family.replace('+', '-')}-tiny"
     with local_hub_endpoint(tmp_path / "hub") as hub:
         push_model(folder, repo_id, card_kwargs={"repo_id": repo_id, "languages": ["en", "de"]})
     assert hub.unexpected == []
