@@ -72,6 +72,9 @@ def test_predict_one_order_line_per_input_line(reorderer, tmp_path):
     for line, order in zip(lines, orders):
         assert sorted(map(int, order.split())) == list(range(len(line.split())))
     assert orders[0] == "4 3 2 1 0"  # the toy language reverses: learnt from 120 pairs
+    assert main(["predict", "--reorderer", str(reorderer), "--input", str(tmp_path / "in.txt"), "--output",
+                 str(output), "--order-prior", "1e4"]) == 0  # fmt: skip
+    assert output.read_text(encoding="utf-8").split("\n")[0] == "0 1 2 3 4"  # the prior outweighs the model
 
 
 def test_evaluate_reports_reorderer_and_monotone(reorderer, corpus, tmp_path, capsys):

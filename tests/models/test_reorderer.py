@@ -204,3 +204,16 @@ def test_config_rejects_bad_fields():
         XLPEReordererConfig(max_words=0)
     with pytest.raises(ValueError, match="divisible"):
         XLPEReordererConfig(d_model=30, attention_heads=4)
+
+
+def test_order_prior_pulls_decoding_toward_the_source_order():
+    model = tiny_reorderer().eval()
+    with torch.no_grad():
+        model.query.weight.normal_(0, 3.0), model.key.weight.normal_(0, 3.0)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, EOS]])
+    free = model.predict_positions(ids)
+    assert not torch.equal(free, torch.arange(7)[None])
+    model.config.order_prior = 1e4  # every pair's evidence outweighed: the monotone order
+    assert torch.equal(model.predict_positions(ids), torch.arange(7)[None])
+    model.config.order_prior = 0.0
+    assert torch.equal(model.predict_positions(ids), free)

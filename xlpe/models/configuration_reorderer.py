@@ -34,6 +34,7 @@ class XLPEReordererConfig(PreTrainedConfig):
     max_source_positions: int = 512  # longest input in tokens (sinusoid table size)
     max_words: int = 200  # longest input in words the decoder accepts (CKY is O(words^3))
     decoder: str = "btg"  # "btg": exact CKY over BTG trees (btg_chart.py); "rank": sort words by expected rank
+    order_prior: float = 0.0  # decoding only: log-odds added in favour of keeping each word pair in source order
     pad_token_id: int | None = None  # padding id of the tokenizer
     eos_token_id: int | None = None  # EOS id (keeps its place, never reordered)
     fixed_token_ids: list[int] | None = None  # other ids that keep their place (language tags, ...)

@@ -191,6 +191,9 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
         """([B, W] XL position of each word (slots past a row's word count keep their index), [B] word counts)."""
         out = self.forward(input_ids, attention_mask)
         logits, counts = out.pair_logits, out.word_counts
+        if self.config.order_prior:  # l[a, c] (a < c) is "keep a before c": shift every pair toward the source order
+            upper = torch.triu(torch.ones_like(logits, dtype=torch.bool), diagonal=1)
+            logits = logits + self.config.order_prior * (upper.to(logits.dtype) - upper.transpose(1, 2).to(logits.dtype))
         if self.config.decoder == "btg":
             return btg_decode(logits, counts), counts
         width = logits.shape[1]
