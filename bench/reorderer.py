@@ -14,6 +14,7 @@ for
 
     python bench/reorderer.py --prepared runs/cache/prepared/xlpe-prepare-<id>/data --tokenizer runs/enja \\
         --output_dir runs/reorderer-enja [--model runs/enja] [--orders lader=lader.order] [--train_limit N]
+    python bench/reorderer.py --raw train.de train.en test.de test.en --output_dir runs/reorderer-deen
 
 Writes <output_dir>/comparison.json and prints a markdown table (paste into BENCHMARKS.md).
 """
@@ -68,6 +69,25 @@ def builtin_predictor_positions(model_dir: str, sources: list[str], batch_size: 
     return result
 
 
+def prepare_raw(files: list[str], folder: Path) -> tuple[str, str]:
+    """Joint tokenizer + oracle features for raw train/test files (train and test aligned in one eflomal run)."""
+    import datasets
+
+    from xlpe.features.corpus import read_parallel_files
+    from xlpe.features.prepare import prepare_splits
+    from xlpe.features.tokenization import train_joint_tokenizer
+
+    if (folder / "data").is_dir():
+        return str(folder / "data"), str(folder / "tokenizer")
+    train, test = read_parallel_files(files[0], files[1]), read_parallel_files(files[2], files[3])
+    tokenizer = train_joint_tokenizer(train.sources + train.targets, vocab_size=8000)
+    tokenizer.save_pretrained(folder / "tokenizer")
+    data, _ = prepare_splits({"train": train, "test": test}, tokenizer, features=["reorder_positions"], keep_text=True,
+                             max_length=128)  # fmt: skip
+    datasets.DatasetDict(data).save_to_disk(str(folder / "data"))
+    return str(folder / "data"), str(folder / "tokenizer")
+
+
 def read_orders(path: str) -> list[list[int]]:
     positions = []
     for line in Path(path).read_text(encoding="utf-8").split("\n")[:-1]:
@@ -81,8 +101,11 @@ def read_orders(path: str) -> list[list[int]]:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prepared", required=True, help="prepared DatasetDict with train and test splits")
-    parser.add_argument("--tokenizer", required=True, help="the tokenizer the corpus was prepared with")
+    parser.add_argument("--prepared", help="prepared DatasetDict with train and test splits")
+    parser.add_argument("--tokenizer", help="the tokenizer the corpus was prepared with")
+    parser.add_argument("--raw", nargs=4, metavar=("TRAIN_SRC", "TRAIN_TGT", "TEST_SRC", "TEST_TGT"),
+                        help="instead of --prepared/--tokenizer: raw files; a joint unigram tokenizer (8,000 pieces) "
+                             "is trained and train+test are aligned together, into <output_dir>/prepared")  # fmt: skip
     parser.add_argument("--output_dir", required=True, help="reorderer directory (trained here unless it has one)")
     parser.add_argument("--model", help="an XL PE model trained on the same corpus: its built-in predictor")
     parser.add_argument("--orders", nargs="*", default=[], metavar="NAME=FILE", help="external order files to score")
@@ -99,9 +122,13 @@ def main(argv=None) -> dict:
     from xlpe.models.modeling_reorderer import XLPEReordererModel
     from xlpe.training.reorderer import ReordererTraining, build_reorderer, train_reorderer
 
+    output = Path(args.output_dir)
+    if args.raw:
+        args.prepared, args.tokenizer = prepare_raw(args.raw, output / "prepared")
+    elif not (args.prepared and args.tokenizer):
+        parser.error("give --prepared and --tokenizer, or --raw")
     data = datasets.load_from_disk(args.prepared)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    output = Path(args.output_dir)
     record: dict = {"date": time.strftime("%Y-%m-%d"), "prepared": args.prepared, "threads": torch.get_num_threads()}
     if (output / "model.safetensors").is_file():
         reorderer = XLPEReordererModel.from_pretrained(output)

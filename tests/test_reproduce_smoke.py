@@ -196,3 +196,24 @@ def test_reorderer_words_driver(tmp_path, capsys):
     assert "predict_bleu" in metrics
     saved = json.loads((tmp_path / "with_reorderer" / "config.json").read_text())
     assert saved["reorderer_config"]["model_type"] == "xlpe_reorderer"
+
+
+def test_reorderer_bench_prepares_raw_files(tmp_path):
+    """bench/reorderer.py --raw: tokenizer, joint alignment and oracle features made from raw files."""
+    import random
+
+    rng = random.Random(0)
+    words = "the cat dog sees chases small red ball man reads book garden".split()
+    sources = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 6))) for _ in range(60)]
+    files = []
+    for name, lines in [("train.src", sources[:50]), ("train.tgt", [s.upper() for s in sources[:50]]),
+                        ("test.src", sources[50:]), ("test.tgt", [s.upper() for s in sources[50:]])]:  # fmt: skip
+        (tmp_path / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        files.append(str(tmp_path / name))
+    spec = importlib.util.spec_from_file_location("reorderer_bench_raw", REPO_ROOT / "bench" / "reorderer.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    record = bench.main(["--raw", *files, "--output_dir", str(tmp_path / "out"), "--epochs", "1",
+                         "--config", '{"d_model": 32, "ffn_dim": 64, "token_layers": 1}'])  # fmt: skip
+    assert record["train_pairs"] == 50 and record["rows"]["monotone"]["sentences"] == 10
+    assert (tmp_path / "out" / "prepared" / "tokenizer" / "tokenizer.json").is_file()
