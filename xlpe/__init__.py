@@ -37,7 +37,7 @@ from .models import (
 )
 from .training.collator import XLPEDataCollator
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 for _family in MODEL_FAMILIES.values():
     AutoConfig.register(_family.config_class.model_type, _family.config_class, exist_ok=True)
