@@ -217,3 +217,24 @@ def test_order_prior_pulls_decoding_toward_the_source_order():
     assert torch.equal(model.predict_positions(ids), torch.arange(7)[None])
     model.config.order_prior = 0.0
     assert torch.equal(model.predict_positions(ids), free)
+
+
+def test_attached_reorderer_is_frozen_and_predicts_without_dropout_while_the_model_trains(tmp_path):
+    model, reorderer = tiny_xlpe(), tiny_reorderer(dropout=0.5)
+    with torch.no_grad():
+        reorderer.query.weight.normal_(0, 3.0), reorderer.key.weight.normal_(0, 3.0)
+    model.attach_reorderer(reorderer)
+    model.config.xl_train_positions = "predicted"
+    model.train()
+    ids = torch.tensor([[5, 6, 31, 7, 8, 9, 10, EOS]])
+    first, second = (model.get_encoder()(ids).reorder_positions for _ in range(2))
+    assert torch.equal(first, second) and torch.equal(first, reorderer.eval().predict_positions(ids))
+    model.save_pretrained(tmp_path)
+    loaded = XLPEMarianMTModel.from_pretrained(tmp_path).train()
+    loaded.config.xl_train_positions = "predicted"
+    before = {k: v.clone() for k, v in loaded.get_encoder().reorderer.state_dict().items()}
+    optimiser = torch.optim.AdamW(loaded.parameters(), lr=1e-2, weight_decay=0.1)
+    loaded(ids, labels=torch.tensor([[5, 6, EOS]])).loss.backward()
+    optimiser.step()  # the reorderer gets no gradient, so neither an update nor weight decay
+    after = loaded.get_encoder().reorderer.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)

@@ -110,13 +110,13 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
         word = torch.cumsum(starts.long(), dim=1) - 1
         return movable, torch.where(movable, word, -1), starts.sum(dim=1)
 
-    def check_lengths(self, input_ids: torch.Tensor, word_counts: torch.Tensor) -> None:
+    def check_lengths(self, input_ids: torch.Tensor, most_words: int) -> None:
         """ValueError naming the limit when an input is longer than the reorderer accepts."""
         if input_ids.shape[1] > self.config.max_source_positions:
             raise ValueError(f"input_ids has {input_ids.shape[1]} tokens; the reorderer accepts at most "
                              f"max_source_positions={self.config.max_source_positions}")  # fmt: skip
-        if word_counts.numel() and int(word_counts.max()) > self.config.max_words:
-            raise ValueError(f"an input has {int(word_counts.max())} words; the reorderer accepts at most "
+        if most_words > self.config.max_words:
+            raise ValueError(f"an input has {most_words} words; the reorderer accepts at most "
                              f"max_words={self.config.max_words}")  # fmt: skip
 
     # --- scoring ------------------------------------------------------------------------------------------
@@ -133,9 +133,10 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
             oracle XL position of each token (the features `xlpe-prepare` writes); gives the training loss.
         """
         movable, word, counts = self.words(input_ids, attention_mask)
-        self.check_lengths(input_ids, counts)
+        most_words = int(counts.max()) if counts.numel() else 0  # one host sync per batch: sizes the word tensors
+        self.check_lengths(input_ids, most_words)
         batch, length = input_ids.shape
-        width = max(int(counts.max()), 1)  # one host sync per batch: sizes the word tensors
+        width = max(most_words, 1)
         hidden = self.embed_tokens(input_ids) * math.sqrt(self.config.d_model) + self.position_table[:length]
         hidden = self.dropout(hidden)
         pad = ~(attention_mask.bool() if attention_mask is not None else torch.ones_like(movable))

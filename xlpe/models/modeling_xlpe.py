@@ -225,7 +225,10 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
 
     @torch.compiler.disable  # CKY loops over span lengths: runs eagerly, once per source batch
     def reorderer_positions(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """XL positions from the attached standalone reorderer (its fixed tokens are this model's)."""
+        """XL positions from the attached standalone reorderer (its fixed tokens are this model's). It always
+        predicts in eval mode (no dropout), also while the translation model trains."""
+        if self.reorderer.training:
+            self.reorderer.eval()
         return self.reorderer.predict_positions(input_ids, mask.long())
 
     @merge_with_config_defaults
@@ -295,7 +298,8 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
 class ReordererAttachMixin:
     """`attach_reorderer`: make a standalone reorderer (modeling_reorderer.py) the source of predicted positions.
     It is saved inside this checkpoint (weights under `model.encoder.reorderer.`, its config in
-    `config.reorderer_config`), so `from_pretrained` and the translation pipeline use it with no extra step."""
+    `config.reorderer_config`), so `from_pretrained` and the translation pipeline use it with no extra step. It
+    predicts without gradients and in eval mode, so training the translation model never changes it."""
 
     def attach_reorderer(self, reorderer: XLPEReordererModel | None) -> None:
         encoder = self.get_encoder()
@@ -317,7 +321,7 @@ class ReordererAttachMixin:
         config.pop("transformers_version", None)
         self.config.reorderer_config = config
         parameter = next(self.parameters())
-        encoder.reorderer = reorderer.to(device=parameter.device).eval()
+        encoder.reorderer = reorderer.to(device=parameter.device).eval().requires_grad_(False)
 
 
 class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedModel, MarianModel):
