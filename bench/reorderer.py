@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout without installing
 
+from xlpe.cli.reorder import read_orders  # noqa: E402  (validated per line, as xlpe-reorder evaluate --orders)
 from xlpe.evaluation.alignment_quality import reordering_quality  # noqa: E402
 from xlpe.features.predicted_reordering import predict_word_positions  # noqa: E402
 from xlpe.features.reordering import oracle_xl_positions, word_positions_from_tokens  # noqa: E402
@@ -88,17 +89,6 @@ def prepare_raw(files: list[str], folder: Path) -> tuple[str, str]:
     return str(folder / "data"), str(folder / "tokenizer")
 
 
-def read_orders(path: str) -> list[list[int]]:
-    positions = []
-    for line in Path(path).read_text(encoding="utf-8").split("\n")[:-1]:
-        order = [int(x) for x in line.split()]
-        slots = [0] * len(order)
-        for slot, word in enumerate(order):
-            slots[word] = slot
-        positions.append(slots)
-    return positions
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prepared", help="prepared DatasetDict with train and test splits")
@@ -152,7 +142,7 @@ def main(argv=None) -> dict:
         rows["built-in ranking predictor (in-model)"] = reordering_quality(builtin_predictor_positions(args.model, sources), oracle, min_items=2)
     for item in args.orders:
         name, _, path = item.partition("=")
-        rows[name] = reordering_quality(read_orders(path), oracle, min_items=2)
+        rows[name] = reordering_quality(read_orders(path, [len(s.split()) for s in sources]), oracle, min_items=2)
     rows["monotone"] = reordering_quality([list(range(len(s.split()))) for s in sources], oracle, min_items=2)
     record["rows"] = rows
     (output / "comparison.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -153,7 +153,7 @@ def run_jackknife(args) -> dict:
     return {"output": str(Path(args.output_dir) / "data"), "train_pairs": len(train), "folds": args.folds}
 
 
-def _read_orders(path: str, word_counts: list[int]) -> list[list[int]]:
+def read_orders(path: str, word_counts: list[int]) -> list[list[int]]:
     """An order file (line k: 0-based source word indices in new order) -> positions, validated per line."""
     from ..features.alignment import read_text_lines
 
@@ -194,7 +194,7 @@ def run_evaluate(args) -> dict:
     oracle = [oracle_xl_positions(sorted(zip(link[0::2], link[1::2])), len(w)) for link, w in zip(links, words)]
     monotone = [list(range(len(w))) for w in words]
     if args.orders:
-        predicted, name = _read_orders(args.orders, [len(w) for w in words]), Path(args.orders).name
+        predicted, name = read_orders(args.orders, [len(w) for w in words]), Path(args.orders).name
     else:
         model, tokenizer = _load_reorderer(args.reorderer, args.order_prior)
         predicted, _ = predict_word_positions(model, tokenizer, split.sources, args.batch_size, args.long_lines)
