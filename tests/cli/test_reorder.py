@@ -57,9 +57,10 @@ def test_train_writes_a_loadable_reorderer_and_resumes(reorderer, corpus, capsys
 def test_train_aligns_with_eflomal_when_no_alignments_are_given(corpus, tmp_path, capsys):
     source, target, _, _ = corpus
     assert main(["train", "--source", str(source), "--target", str(target), "--output_dir", str(tmp_path / "r"),
-                 "--epochs", "1", *TINY]) == 0  # fmt: skip
+                 "--epochs", "1", "--training-loss", "btg_crf", *TINY]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert report["pairs_kept"] == 120 and (tmp_path / "r" / "model.safetensors").is_file()
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["training_loss"] == "btg_crf"
 
 
 def test_predict_one_order_line_per_input_line(reorderer, tmp_path):

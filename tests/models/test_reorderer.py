@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from xlpe.features.reordering import is_btg_reachable, project_positions_to_subwords, word_positions_from_tokens
 from xlpe.models import XLPEMarianConfig, XLPEMarianMTModel
-from xlpe.models.btg_chart import btg_decode, permutation_score
+from xlpe.models.btg_chart import btg_decode, btg_log_partition, order_scores, permutation_score
 from xlpe.models.configuration_reorderer import XLPEReordererConfig
 from xlpe.models.modeling_reorderer import XLPEReordererModel
 
@@ -59,6 +59,53 @@ def test_chart_decoder_never_outputs_inseparable_patterns():
     raw = torch.tensor([[3.0 if target[a] < target[c] else -3.0 for c in range(4)] for a in range(4)])
     positions = btg_decode(torch.triu(raw, 1)[None] - torch.triu(raw, 1).T[None], torch.tensor([4]))[0].tolist()
     assert is_btg_reachable(positions) and positions != target
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.integers(1, 6), st.integers(0, 2**31 - 1), st.sampled_from([0.3, 3.0]))
+def test_log_partition_sums_every_btg_permutation_once(n, seed, scale):
+    logits = antisymmetric(torch.randn(n, n, generator=torch.Generator().manual_seed(seed)) * scale)
+    scores = [permutation_score(logits, torch.tensor(p)) for p in itertools.permutations(range(n)) if is_btg_reachable(p)]
+    assert len(scores) == [1, 2, 6, 22, 90, 394][n - 1]  # large Schroeder numbers: the BTG permutations of n words
+    expected = torch.logsumexp(torch.stack(scores), 0) if n > 1 else torch.tensor(0.0)
+    assert btg_log_partition(logits[None], torch.tensor([n]))[0].item() == pytest.approx(expected.item(), abs=1e-4)
+
+
+def test_log_partition_batches_rows_independently_and_its_gradient_is_the_pair_marginals():
+    torch.manual_seed(1)
+    lengths = [4, 0, 1, 6, 2]
+    logits = antisymmetric(torch.randn(len(lengths), 6, 6) * 2).requires_grad_()
+    log_z = btg_log_partition(logits, torch.tensor(lengths))
+    for row, n in enumerate(lengths):
+        alone = btg_log_partition(logits[row : row + 1, :n, :n], torch.tensor([n]))[0] if n else torch.tensor(0.0)
+        assert log_z[row].item() == pytest.approx(alone.item(), abs=1e-5)
+    chunked = btg_log_partition(logits, torch.tensor(lengths), rows_per_chunk=2)  # rows sorted by length, in chunks
+    assert torch.allclose(chunked, log_z, atol=1e-5)
+    (chunk_gradient,) = torch.autograd.grad(chunked.sum(), logits)
+    # d log Z / d l[a, c] summed with d / d l[c, a] is the CRF's P(a before c) - sigma(l[a, c]) for a < c: check one row
+    (full_gradient,) = torch.autograd.grad(log_z.sum(), logits, retain_graph=True)
+    assert torch.allclose(chunk_gradient, full_gradient, atol=1e-5)
+    log_z[3].backward()
+    n, row = 6, logits[3].detach()
+    perms = [p for p in itertools.permutations(range(n)) if is_btg_reachable(p)]
+    weights = torch.softmax(torch.stack([permutation_score(row, torch.tensor(p)) for p in perms]), 0)
+    before = torch.stack([torch.tensor(p)[:, None] < torch.tensor(p)[None, :] for p in perms]).float()
+    marginal = (weights[:, None, None] * before).sum(0)
+    gradient = logits.grad[3] - logits.grad[3].T  # the logits enter antisymmetrically
+    upper = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+    assert torch.allclose(gradient[upper], (marginal - torch.sigmoid(row))[upper], atol=1e-4)
+    assert logits.grad[[1, 2]].abs().sum() == 0 and logits.grad[0, 4:].abs().sum() == 0  # padding gets no gradient
+
+
+def test_order_scores_batch_permutation_score():
+    torch.manual_seed(2)
+    logits = antisymmetric(torch.randn(2, 5, 5))
+    positions = torch.tensor([[2, 0, 4, 1, 3], [1, 0, 2, 3, 4]])
+    counts = torch.tensor([5, 3])
+    pairs = torch.triu(torch.ones(2, 5, 5, dtype=torch.bool), 1) & (torch.arange(5)[None, None, :] < counts[:, None, None])
+    scores = order_scores(logits, positions[:, :, None] < positions[:, None, :], pairs)
+    assert scores[0].item() == pytest.approx(permutation_score(logits[0], positions[0]).item(), abs=1e-5)
+    assert scores[1].item() == pytest.approx(permutation_score(logits[1, :3, :3], positions[1, :3]).item(), abs=1e-5)
 
 
 # ---------------------------------------------------------------- the model
@@ -111,9 +158,11 @@ def test_predicted_positions_keep_words_whole_and_special_tokens_in_place(case, 
             assert slots == list(range(slots[0], slots[0] + len(slots)))  # contiguous, pieces in order
 
 
-@pytest.mark.parametrize("pair_scorer", ["biaffine", "mlp"])
-def test_pair_logits_are_antisymmetric_and_the_loss_learns_an_order(pair_scorer):
-    model = tiny_reorderer(pair_scorer=pair_scorer)
+@pytest.mark.parametrize(
+    "pair_scorer, training_loss", [("biaffine", "pairwise"), ("mlp", "pairwise"), ("biaffine", "btg_crf"), ("mlp", "pairwise+btg_crf")]
+)
+def test_pair_logits_are_antisymmetric_and_the_loss_learns_an_order(pair_scorer, training_loss):
+    model = tiny_reorderer(pair_scorer=pair_scorer, training_loss=training_loss)
     ids = torch.tensor([[5, 6, 31, 7, 8, EOS], [9, 10, 11, 12, EOS, PAD]])
     mask = (ids != PAD).long()
     oracle = torch.tensor([[4, 0, 1, 2, 3, 5], [3, 2, 1, 0, 4, 5]])  # row 0: first word last; row 1: reversal
@@ -121,13 +170,24 @@ def test_pair_logits_are_antisymmetric_and_the_loss_learns_an_order(pair_scorer)
     assert torch.allclose(logits, -logits.transpose(1, 2))
     optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(60):
-        loss = model(ids, mask, reorder_positions=oracle).loss
-        optimiser.zero_grad(), loss.backward(), optimiser.step()
-    assert loss.item() < 0.05
+        out = model(ids, mask, reorder_positions=oracle)
+        optimiser.zero_grad(), out.loss.backward(), optimiser.step()
+    assert out.loss.item() < 0.05 and out.unreachable_oracles.item() == 0
     model.eval()
     assert torch.equal(model.predict_positions(ids, mask), oracle)
     word_positions, counts = model.word_positions(ids, mask)
     assert counts.tolist() == [4, 4] and word_positions[0].tolist() == [3, 0, 1, 2]
+
+
+def test_crf_loss_leaves_out_and_counts_oracles_that_are_no_btg_permutation():
+    model = tiny_reorderer(training_loss="btg_crf").eval()  # no dropout: two forwards compared
+    ids = torch.tensor([[5, 6, 7, 8, EOS], [9, 10, 11, 12, EOS]])
+    oracle = torch.tensor([[1, 3, 0, 2, 4], [3, 2, 1, 0, 4]])  # row 0: 2413, not BTG-reachable
+    both = model(ids, reorder_positions=oracle)
+    assert both.unreachable_oracles.item() == 1
+    alone = model(ids[1:], reorder_positions=oracle[1:])
+    # the loss is normalised by all pairs of the batch (12), the unreachable row adds nothing to the numerator
+    assert both.loss.item() == pytest.approx(alone.loss.item() / 2, rel=1e-5)
 
 
 def test_too_long_inputs_are_refused_naming_the_limit():
@@ -200,6 +260,8 @@ def test_config_rejects_bad_fields():
         XLPEReordererConfig(decoder="greedy")
     with pytest.raises(ValueError, match="pair_scorer"):
         XLPEReordererConfig(pair_scorer="cosine")
+    with pytest.raises(ValueError, match="training_loss"):
+        XLPEReordererConfig(training_loss="margin")
     with pytest.raises(ValueError, match="max_words"):
         XLPEReordererConfig(max_words=0)
     with pytest.raises(ValueError, match="divisible"):

@@ -9,8 +9,12 @@ decoded exactly over BTG trees:
     l[a,c] = f(a, c) - f(c, a),   f(a, c) = q(w_a) . k(w_c) / sqrt(p) + bias[bucket(c - a)]     (biaffine)
                                   or  f(a, c) = v . gelu(q(w_a) + k(w_c)) + bias[bucket(c - a)]   (pair_scorer="mlp")
              (log-odds that word a precedes word c in target order; antisymmetric by construction)
-    loss   = mean over word pairs a < c of BCE(l[a, c], [oracle_a < oracle_c])   (local training)
-    order  = argmax over BTG permutations of sum_{a<c} log sigmoid(+-l[a, c])   (btg_chart.py, exact CKY)
+    score(π) = sum_{a<c} log sigmoid(+-l[a, c]), the sign given by the order π puts a and c in
+    loss   = mean over word pairs a < c of BCE(l[a, c], [oracle_a < oracle_c])        (training_loss="pairwise")
+           or sum over sentences of (log Z - score(oracle)) / number of word pairs         (training_loss="btg_crf":
+              a CRF over BTG permutations, Z = sum over BTG π of exp score(π), btg_chart.btg_log_partition)
+           or the two summed                                                             ("pairwise+btg_crf")
+    order  = argmax over BTG permutations of score(π)                               (btg_chart.py, exact CKY)
 
 `decoder="rank"` replaces the CKY by sorting the words by their expected rank sum_c sigmoid(l[c, a]) (a
 second design, compared in BENCHMARKS.md; its output is a permutation but not necessarily BTG-reachable).
@@ -32,20 +36,25 @@ from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
-from .btg_chart import btg_decode
+from .btg_chart import btg_decode, btg_log_partition, order_scores
 from .configuration_reorderer import XLPEReordererConfig
 from .reorder_predictor import WordStarts, positions_from_scores
 from .sinusoid import sinusoid_table
 
 
+CRF_ROWS_PER_CHUNK = 16  # btg_crf: the inside pass runs on chunks of rows of similar length (memory ~ rows x n^3)
+
+
 @dataclass
 class ReordererOutput(ModelOutput):
     """`pair_logits` [B, W, W]: log-odds that word a precedes word c; `word_counts` [B]; `loss` when oracle
-    positions were given."""
+    positions were given; `unreachable_oracles`: rows whose oracle order is no BTG permutation (left out of the CRF
+    term; always 0 on `xlpe-prepare` features, whose oracle is BTG by construction)."""
 
     loss: torch.FloatTensor | None = None
     pair_logits: torch.FloatTensor | None = None
     word_counts: torch.LongTensor | None = None
+    unreachable_oracles: torch.LongTensor | None = None
 
 
 def _encoder(config: XLPEReordererConfig, layers: int) -> nn.TransformerEncoder | None:
@@ -152,10 +161,10 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
             words = self.word_encoder(words, src_key_padding_mask=~word_mask)
         words = self.final_norm(words)
         logits = self.pair_logits(words)
-        loss = None
+        loss = unreachable = None
         if reorder_positions is not None:
-            loss = self.pair_loss(logits, reorder_positions, slot, width, word_mask)
-        return ReordererOutput(loss=loss, pair_logits=logits, word_counts=counts)
+            loss, unreachable = self.order_loss(logits, reorder_positions, slot, width, word_mask, counts)
+        return ReordererOutput(loss=loss, pair_logits=logits, word_counts=counts, unreachable_oracles=unreachable)
 
     def pair_logits(self, words: torch.Tensor) -> torch.Tensor:
         """[B, W, d] word vectors -> [B, W, W] antisymmetric log-odds l[a, c] that a precedes c."""
@@ -171,19 +180,32 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
         f = f + self.distance_bias(distance).squeeze(-1)
         return (f - f.transpose(1, 2)).float()
 
-    @staticmethod
-    def pair_loss(logits, reorder_positions, slot, width, word_mask) -> torch.Tensor:
-        """Mean over word pairs a < c of BCE(l[a, c], oracle puts a before c). A word's oracle key is the
-        smallest XL position of its pieces (a word's pieces are contiguous in the oracle)."""
+    def order_loss(self, logits, reorder_positions, slot, width, word_mask, counts):
+        """(training loss, number of rows whose oracle is not BTG-reachable). A word's oracle key is the smallest XL
+        position of its pieces (a word's pieces are contiguous in the oracle)."""
         batch = logits.shape[0]
         big = torch.iinfo(torch.long).max
         oracle = torch.full((batch, width + 1), big, dtype=torch.long, device=logits.device)
         oracle.scatter_reduce_(1, slot, reorder_positions.long(), reduce="amin")
         oracle = oracle[:, :width]
         pairs = torch.triu(word_mask[:, :, None] & word_mask[:, None, :], diagonal=1)
-        before = (oracle[:, :, None] < oracle[:, None, :]).float()
-        losses = F.binary_cross_entropy_with_logits(logits, before, reduction="none")
-        return (losses * pairs).sum() / pairs.sum().clamp(min=1)
+        before = oracle[:, :, None] < oracle[:, None, :]
+        num_pairs = pairs.sum().clamp(min=1)
+        loss = logits.new_zeros(())
+        unreachable = torch.zeros((), dtype=torch.long, device=logits.device)
+        if self.config.training_loss in ("pairwise", "pairwise+btg_crf"):
+            losses = F.binary_cross_entropy_with_logits(logits, before.float(), reduction="none")
+            loss = loss + (losses * pairs).sum() / num_pairs
+        if self.config.training_loss in ("btg_crf", "pairwise+btg_crf"):
+            with torch.no_grad():  # the oracle's own order as scores: decoding it gives it back iff it is BTG-reachable
+                signs = (before.float() - before.transpose(1, 2).float()) * 10.0
+                decoded = btg_decode(signs, counts)
+                reachable = ((decoded[:, :, None] < decoded[:, None, :]) == before).logical_or(~pairs).all(dim=(1, 2))
+            unreachable = (~reachable).sum()
+            log_z = btg_log_partition(logits, counts, rows_per_chunk=CRF_ROWS_PER_CHUNK)
+            nll = log_z - order_scores(logits, before, pairs)
+            loss = loss + torch.where(reachable, nll, torch.zeros_like(nll)).sum() / num_pairs
+        return loss, unreachable
 
     # --- decoding -----------------------------------------------------------------------------------------
 

@@ -84,7 +84,7 @@ def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | 
         warmup_steps=options.warmup_ratio, weight_decay=options.weight_decay, lr_scheduler_type="linear",
         seed=options.seed, logging_steps=options.logging_steps, save_strategy="epoch", save_total_limit=1,
         eval_strategy="epoch" if eval_dataset is not None else "no", report_to=[], remove_unused_columns=False,
-        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), **options.extra,
+        prediction_loss_only=True, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), **options.extra,
     )  # fmt: skip
     pad = model.config.pad_token_id
     trainer = Trainer(
