@@ -1,7 +1,9 @@
-"""Shared fixtures: where ../shared is, and a tiny tokenizer trained once per test session."""
+"""Shared fixtures: where ../shared is, a tiny tokenizer trained once per test session, and a Multi30k slice
+written as the raw files a user starts from."""
 
 from __future__ import annotations
 
+import gzip
 import os
 from pathlib import Path
 
@@ -37,3 +39,19 @@ def toy_tokenizer():
     from xlpe.features.tokenization import train_joint_tokenizer
 
     return train_joint_tokenizer(TOY_SENTENCES * 4, vocab_size=120)
+
+
+MULTI30K_RAW = SHARED_DIR / "data" / "multi30k" / "raw"
+MULTI30K_SPLITS = {"train": ("train", 120), "dev": ("val", 12), "test": ("test_2016_flickr", 12)}  # file name -> Multi30k
+
+
+def write_multi30k_slice(folder: Path, lines_per_split: dict | None = None) -> None:
+    """`train.de/.en`, `dev.*`, `test.*` in `folder`: the first lines of Multi30k's raw splits (skips the test
+    when the shared data is missing)."""
+    if not MULTI30K_RAW.is_dir():
+        pytest.skip(f"{MULTI30K_RAW} not found")
+    for name, (source, count) in MULTI30K_SPLITS.items():
+        count = (lines_per_split or {}).get(name, count)
+        for lang in ("de", "en"):
+            with gzip.open(MULTI30K_RAW / f"{source}.{lang}.gz", "rt", encoding="utf-8") as handle:
+                (folder / f"{name}.{lang}").write_text("".join(next(handle) for _ in range(count)), encoding="utf-8")

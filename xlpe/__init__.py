@@ -4,58 +4,86 @@ word order.
 The package follows the data flow (ARCHITECTURE.md): `features` (text -> model inputs), `models` (the
 families; what travels to the Hub as remote code), `training`, `evaluation`, and `cli` (the console scripts).
 
-Importing the package registers every model family with the Auto classes (`AutoConfig`, `AutoModel`,
+`import xlpe` registers every model family with the Auto classes (`AutoConfig`, `AutoModel`,
 `AutoModelForSeq2SeqLM`), marks the classes for Hub custom code (so `save_pretrained` writes `auto_map`
-and the code files), and registers the in-memory pipeline task "xlpe-translation".
+and the code files), and registers the in-memory pipeline task "xlpe-translation" (all in `xlpe.models`) —
+as soon as transformers is imported: at once when it already is, otherwise right after the process first imports
+it (`import xlpe` then `from transformers import AutoModelForSeq2SeqLM` works as it always did). Until then
+`import xlpe` stays light (no torch, no transformers), so the console scripts answer `--help` at once. The
+names exported here (`from xlpe import XLPEMarianConfig`, ...) are imported on first use; `xlpe.register()`
+registers explicitly.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
-from transformers.pipelines import PIPELINE_REGISTRY
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
 
 from . import _deprecated
-from .evaluation.two_pass import OracleReorderTranslator, TwoPassTranslator
-from .models import (
-    MODEL_FAMILIES,
-    DPEMarianConfig,
-    DPEMarianModel,
-    DPEMarianMTModel,
-    ModelFamily,
-    MvPEPosConfig,
-    MvPEPosForConditionalGeneration,
-    MvPEPosModel,
-    XLPEMarianConfig,
-    XLPEMarianModel,
-    XLPEMarianMTModel,
-    XLPEReordererConfig,
-    XLPEReordererModel,
-    XLPETranslationPipeline,
-    choose_pe_step,
-    get_family,
-    mvpe_objective,
-    register_family,
-    table5_preset,
-)
-from .training.collator import XLPEDataCollator
 
 __version__ = "0.3.0"
 
-for _family in MODEL_FAMILIES.values():
-    AutoConfig.register(_family.config_class.model_type, _family.config_class, exist_ok=True)
-    AutoModel.register(_family.config_class, _family.base_model_class, exist_ok=True)
-    AutoModelForSeq2SeqLM.register(_family.config_class, _family.generation_model_class, exist_ok=True)
-    _family.config_class.register_for_auto_class()
-    _family.base_model_class.register_for_auto_class("AutoModel")
-    _family.generation_model_class.register_for_auto_class("AutoModelForSeq2SeqLM")
+# public name -> the submodule that defines it; imported on first use (PEP 562), so that `import xlpe.cli.X`
+# (every console script) does not pay for torch and transformers before it has parsed its arguments
+_EXPORTS = {
+    **dict.fromkeys(
+        ("MODEL_FAMILIES", "DPEMarianConfig", "DPEMarianModel", "DPEMarianMTModel", "ModelFamily", "MvPEPosConfig",
+         "MvPEPosForConditionalGeneration", "MvPEPosModel", "XLPEMarianConfig", "XLPEMarianModel", "XLPEMarianMTModel",
+         "XLPEReordererConfig", "XLPEReordererModel", "XLPETranslationPipeline", "choose_pe_step", "get_family",
+         "mvpe_objective", "register_family", "table5_preset"), "models"),
+    "OracleReorderTranslator": "evaluation.two_pass",
+    "TwoPassTranslator": "evaluation.two_pass",
+    "XLPEDataCollator": "training.collator",
+}  # fmt: skip
 
-# the standalone reorderer (xlpe-reorder): AutoConfig/AutoModel load it, and its directory carries its code
-AutoConfig.register(XLPEReordererConfig.model_type, XLPEReordererConfig, exist_ok=True)
-AutoModel.register(XLPEReordererConfig, XLPEReordererModel, exist_ok=True)
-XLPEReordererConfig.register_for_auto_class()
-XLPEReordererModel.register_for_auto_class("AutoModel")
 
-PIPELINE_REGISTRY.register_pipeline(
-    "xlpe-translation", pipeline_class=XLPETranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
-)
+def register() -> None:
+    """Register the families with the transformers Auto classes and pipelines (idempotent): imports `xlpe.models`."""
+    importlib.import_module(f"{__name__}.models")
+
+
+class _RegisterAfterTransformers(importlib.abc.MetaPathFinder):
+    """Runs `register()` right after the process's first `import transformers` has finished (then steps aside)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "transformers":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            load = spec.loader.exec_module
+
+            def exec_module(module):
+                load(module)
+                try:
+                    register()
+                except Exception as error:  # e.g. no torch: transformers itself stays usable
+                    warnings.warn(f"xlpe: could not register its model families with transformers: {error}", stacklevel=2)
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+if "transformers" in sys.modules:
+    register()
+elif not any(isinstance(finder, _RegisterAfterTransformers) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _RegisterAfterTransformers())
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    importlib.import_module(f"{__name__}.models")  # registers the families with the Auto classes
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
 _deprecated.install()
 
 __all__ = [

@@ -155,7 +155,7 @@ def train_args(mode: dict, out: Path, seed: int, pair: str, tokenizer: Path, mod
     src, tgt = pair.split("-")
     fields = dict(fields)
     encoder_layers = fields.pop("encoder_layers", mode["layers"])  # deeper_encoder runs (Table 5)
-    args = ["--output_dir", str(out), "--overwrite_output_dir", "--seed", str(seed), "--source_lang", src,
+    args = ["--output_dir", str(out), "--overwrite_output_dir", "--recipe", "none", "--seed", str(seed), "--source_lang", src,
             "--target_lang", tgt, "--tokenizer_name", str(tokenizer), "--model_type", model_type,
             "--d_model", str(mode["d_model"]), "--encoder_layers", str(encoder_layers), "--decoder_layers", str(mode["layers"]),
             "--attention_heads", str(mode["heads"]), "--ffn_dim", str(mode["ffn"]), "--dropout", "0.1",

@@ -4,6 +4,7 @@ and the bad inputs of issue 17 (empty lines, over-long lines, mismatched alignme
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -47,6 +48,9 @@ def test_train_writes_a_loadable_reorderer_and_resumes(reorderer, corpus, capsys
     names = {p.name for p in reorderer.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "reorderer_training.json"} <= names
     assert json.loads((reorderer / "reorderer_training.json").read_text())["resumed_from"] is None
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (reorderer / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask  # the user's umask, not 0600
     source, target, alignments, _ = corpus
     capsys.readouterr()
     assert main(["train", "--source", str(source), "--target", str(target), "--alignments", str(alignments),

@@ -256,6 +256,7 @@ def test_local_datasets(corpus, tokenizer, tmp_path):
 
 def test_cli(corpus, tokenizer, tmp_path, capsys):
     import datasets
+    from transformers import AutoTokenizer
 
     english, german = corpus
     tokenizer.save_pretrained(tmp_path / "tok")
@@ -265,10 +266,12 @@ def test_cli(corpus, tokenizer, tmp_path, capsys):
     argv = ["--source", str(source), "--target", str(target), "--tokenizer", str(tmp_path / "tok"),
             "--output", str(output), "--source-tagger", "nltk-en", "--nltk-data", str(NLTK_DATA)]  # fmt: skip
     assert main(argv) == 0
-    report = json.loads((output / "report.json").read_text())
-    data = datasets.load_from_disk(str(output))
+    report = json.loads((output / "report.json").read_text())["train"]
+    data = datasets.load_from_disk(str(output))["train"]  # one DatasetDict, whatever splits were given
     assert len(data) == report["pairs_kept"] == 30
     assert {"reorder_positions", "target_positions", "pos_tag_ids"} <= set(data.column_names)
+    assert report["tokenizer"]["origin"] == str(tmp_path / "tok")  # the given tokenizer, copied beside the features
+    assert AutoTokenizer.from_pretrained(output / "tokenizer").get_vocab() == tokenizer.get_vocab()
     saved = tmp_path / "saved"
     datasets.Dataset.from_dict({"en": english[:20], "de": german[:20]}).save_to_disk(str(saved))
     argv = ["--dataset", str(saved), "--source-lang", "en", "--target-lang", "de", "--tokenizer", str(tmp_path / "tok"),

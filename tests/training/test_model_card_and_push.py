@@ -208,3 +208,64 @@ def test_received_folder_translates_in_a_fresh_process(uploaded, toy_tokenizer):
     assert result["class"] == "XLPETranslationPipeline"
     assert result["module"].startswith("transformers_modules")
     assert result["result"] == expected
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The card of a training run: validation + test scores with signatures, recipe, settings, data, reorderer
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_training_card_has_scores_signatures_data_and_a_correct_loading_example(toy_tokenizer, tmp_path):
+    from types import SimpleNamespace
+
+    from xlpe.training.model_card import write_training_card
+
+    model = make_model(toy_tokenizer)
+    model.config.reorderer_config = {"decoder": "btg", "d_model": 64, "training_loss": "btg_crf",
+                                     "evaluation": {"kendall_tau": 0.71}}  # fmt: skip
+    model.save_pretrained(tmp_path)
+    test_scores = corpus_bleu_chrf(["die katze sieht den hund"], ["die katze sieht den hund"], "de")
+    (tmp_path / "test_scores.json").write_text(json.dumps(test_scores))
+    (tmp_path / "preparation_report.json").write_text(json.dumps({
+        "train": {"pairs_read": 1200, "pairs_kept": 1190, "pairs_skipped": {"too_long": 10}},
+        "validation": {"pairs_read": 50, "pairs_kept": 50, "pairs_skipped": {}}}))
+    model_args = SimpleNamespace(model_name_or_path=None)
+    data_args = SimpleNamespace(dataset_name="builtin:synthetic", train_file=None, train_source_file=None, prepared_dataset=None,
+                                source_lang="en", target_lang="de", bleu_tokenize="13a", max_source_length=64,
+                                max_target_length=64, num_beams=4, uses_builtin_corpus=lambda: True)  # fmt: skip
+    training_args = SimpleNamespace(learning_rate=2e-3, max_steps=800, seed=1, recipe=None)
+    write_training_card(tmp_path, model_args, data_args, training_args, {"eval_bleu": 31.25, "eval_chrf": 55.5})
+    card = ModelCard.load(tmp_path / "README.md")
+    results = card.data.eval_results
+    by_split = {(r.dataset_split, r.metric_type): r for r in results}
+    assert by_split[("validation", "bleu")].metric_value == 31.25
+    assert by_split[("validation", "bleu")].metric_config == test_scores["bleu"]["signature"]  # same metric settings
+    assert by_split[("test", "chrf")].metric_config == test_scores["chrf"]["signature"]
+    text = card.text
+    assert "No evaluation results" not in text
+    assert "| builtin:synthetic | validation | BLEU | 31.25 |" in text
+    assert "tok:13a" in text and "| train | 1,200 | 1,190 | 10 |" in text
+    assert "Recipe: `builtin" in text and "| learning_rate | `0.002` |" in text and "| max_source_length | `64` |" in text
+    assert "`evaluation.kendall_tau` = 0.71" in text and '| `training_loss` | `"btg_crf"` |' in text
+    assert 'AutoTokenizer.from_pretrained("builtin:synthetic", trust_remote_code=True)' not in text  # repo id = dir name
+    assert f'AutoTokenizer.from_pretrained("{tmp_path.name}", trust_remote_code=True)' in text
+    assert f'pipeline("translation", model="{tmp_path.name}", trust_remote_code=True)' in text
+
+
+def test_card_says_when_no_kendall_tau_is_recorded(toy_tokenizer):
+    model = make_model(toy_tokenizer)
+    model.config.reorderer_config = {"decoder": "rank", "d_model": 32}
+    text = build_model_card(model).text
+    assert "No Kendall tau is recorded in this checkpoint" in text and '| `decoder` | `"rank"` |' in text
+    assert "Test-time reorderer" not in build_model_card(make_model(toy_tokenizer)).text
+
+
+def test_saved_weights_follow_the_umask(toy_tokenizer, tmp_path):
+    """safetensors writes through a private temporary file (0600); the saved model follows the umask instead."""
+    old = os.umask(0o022)
+    try:
+        make_model(toy_tokenizer).save_pretrained(tmp_path / "model")
+    finally:
+        os.umask(old)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "model").iterdir()}
+    assert modes["model.safetensors"] == 0o644 and modes["config.json"] == 0o644

@@ -6,17 +6,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..training.demo import run_demo
+from . import canonical_flags
+
+DESCRIPTION = """A one-minute, offline, end-to-end look at XL PE on a built-in toy task: a tiny XL PE model learns to
+translate into a "language" that reverses word order, and translates a few sentences it never saw."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..training import demo
-
-    parser = argparse.ArgumentParser(prog="xlpe-demo", description=demo.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="xlpe-demo", description=DESCRIPTION)
     parser.add_argument("--steps", type=int, default=300, help="training steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num_beams", type=int, default=4)
-    args = parser.parse_args(argv)
+    args = canonical_flags(parser).parse_args(argv)
+    if args.steps < 1 or args.num_beams < 1:
+        parser.error(f"--steps and --num_beams must be >= 1, got {args.steps} and {args.num_beams}")
+    from ..training.demo import (
+        run_demo,  # torch and transformers: after the arguments are parsed
+    )
+
     run_demo(args.steps, args.seed, args.num_beams)
     return 0
 

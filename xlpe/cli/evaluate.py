@@ -19,9 +19,23 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..evaluation import alignment_quality as aq
-from ..evaluation import metrics as ev
+from ..evaluation import (
+    metrics as ev,  # light: sacrebleu, torch and the rest are imported when used
+)
 from ..evaluation import plots
+from . import (
+    CommandLineError,
+    canonical_flags,
+    check_input_file,
+    check_model_path,
+    user_error,
+)
+
+PROG = "xlpe-evaluate"
+# alignment_quality.PROJECTIONS, spelled out so that parsing the command line does not import torch
+# (tests/cli/test_help.py checks that the two agree)
+PROJECTIONS = ("any_subword", "word_attention")
+FILE_OPTIONS = ("hyp", "ref", "baseline", "source", "pred", "oracle", "links", "input", "frequency_corpus")
 
 # ---------------------------------------------------------------------------------------------------------
 # Helpers
@@ -31,7 +45,10 @@ from ..evaluation import plots
 def _load_model(model_dir: str, device: str = "cpu"):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).to(device).eval()  # xlpe families are registered
+    from .. import models  # noqa: F401  (registers the xlpe families with the Auto classes)
+
+    check_model_path(model_dir, "--model")
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).to(device).eval()
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
@@ -81,7 +98,7 @@ def run_mvpe_metrics(args) -> dict:
     result = ev.mvpe_metrics(ev.read_lines(args.hyp), ev.read_lines(args.ref[0]), args.lang)
     if args.model:
         if not args.source:
-            raise SystemExit("--model needs --source for the perplexity")
+            raise CommandLineError("--model needs --source for the perplexity")
         result["perplexity"] = run_perplexity(args)
     return result
 
@@ -94,6 +111,10 @@ def run_compare_mt(args) -> dict:
 
 
 def run_alignment(args) -> dict:
+    from ..evaluation import alignment_quality as aq
+
+    if not Path(args.gold_dir).is_dir():
+        raise CommandLineError(f"--gold_dir {args.gold_dir}: no such directory")
     test_set = aq.load_alignment_test_set(args.gold_dir)
     test_set = test_set.reversed() if args.reverse else test_set
     if args.limit:
@@ -110,7 +131,7 @@ def run_alignment(args) -> dict:
         layer = "penultimate" if args.layer is None else args.layer
         method = f"cross-attention of decoder layer {layer}, heads averaged, {args.projection}"
     else:
-        raise SystemExit("give --model or --links")
+        raise CommandLineError("alignment: give --model or --links")
     if args.write_links:
         lines = "".join(aq.format_links(links) + "\n" for links in predicted)
         Path(args.write_links).write_text(lines, encoding="utf-8")
@@ -124,10 +145,12 @@ def _read_positions(path: str) -> list[list[int]]:
 
 
 def run_reordering(args) -> dict:
+    from ..evaluation import alignment_quality as aq
+
     if args.pred and args.oracle:
         return aq.reordering_quality(_read_positions(args.pred), _read_positions(args.oracle))
     if not (args.model and args.source and args.links):
-        raise SystemExit("give --pred and --oracle, or --model, --source and --links")
+        raise CommandLineError("reordering: give --pred and --oracle, or --model, --source and --links")
     model, tokenizer = _load_model(args.model, args.device)
     sources = [line.strip(" ").split(" ") for line in ev.read_lines(args.source)]
     links = aq.read_links(args.links, one_based=args.one_based)
@@ -152,7 +175,7 @@ def run_plot(args) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     description, commands_table = __doc__.split("\n\n")[:2]
-    parser = argparse.ArgumentParser(prog="xlpe-evaluate", description=description, epilog=commands_table,
+    parser = argparse.ArgumentParser(prog=PROG, description=description, epilog=commands_table,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -217,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--one_based", action="store_true", help="--links are 1-based (talp) instead of 0-based")
     sub.add_argument("--reverse", action="store_true", help="the model translates gold target -> gold source")
     sub.add_argument("--layer", type=int, help="decoder layer (default: the penultimate)")
-    sub.add_argument("--projection", choices=aq.PROJECTIONS, default="any_subword")
+    sub.add_argument("--projection", choices=PROJECTIONS, default="any_subword")
     sub.add_argument("--limit", type=int, help="only the first N sentence pairs")
     sub.add_argument("--write_links", help="write the predicted links (0-based Pharaoh) here")
 
@@ -233,18 +256,29 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("kind", choices=["tau", "noise", "perplexity"])
     sub.add_argument("--input", help="JSON {x: y} or {label: {x: y}}")
     sub.add_argument("--trainer_state", nargs="+", help="perplexity: name=trainer_state.json ...")
-    return parser
+    return canonical_flags(parser)
+
+
+def _check_input_files(args) -> None:
+    for name in FILE_OPTIONS:
+        values = getattr(args, name, None)
+        for value in [values] if isinstance(values, str) else values or []:
+            check_input_file(value.rpartition("=")[2] if name == "hyp" and args.command == "compare-mt" else value,
+                             f"--{name}")  # fmt: skip
+    for value in getattr(args, "trainer_state", None) or []:
+        check_input_file(value.rpartition("=")[2], "--trainer_state")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("bleu", "significance", "mvpe-metrics"):  # the BLEU tokenizer must run: say so first
-        try:
+    try:
+        if args.command in ("bleu", "significance", "mvpe-metrics"):  # the BLEU tokenizer must run: say so first
             ev.check_bleu_tokenizer(args.lang, getattr(args, "tokenize", None))
-        except ValueError as error:
-            parser.exit(2, f"xlpe-evaluate: error: {error}\n")
-    result = args.function(args)
+        _check_input_files(args)
+        result = args.function(args)
+    except (CommandLineError, ValueError, OSError, UnicodeDecodeError) as error:  # user errors: one line, exit 2
+        return user_error(PROG, error)
     text = json.dumps(result, indent=2, ensure_ascii=False)
     if args.output and args.command != "plot":
         Path(args.output).write_text(text + "\n", encoding="utf-8")

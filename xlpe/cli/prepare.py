@@ -1,5 +1,7 @@
-"""`xlpe-prepare`: parallel text + a tokenizer -> prepared features on disk (`save_to_disk`) and a report
-(`xlpe.features.prepare` does the work). Bad input exits with status 2 and the reason."""
+"""`xlpe-prepare`: parallel text -> prepared features on disk, the directory `xlpe-train --prepared_dataset`
+reads: the train / validation / test splits (`DatasetDict.save_to_disk`), `report.json` ({split: report}) and
+`tokenizer/` (the one given, or a joint sub-word tokenizer trained on the training text, as `xlpe-train` would
+train it). `xlpe.features.prepare` does the work. A user error prints one line and exits with status 2."""
 
 from __future__ import annotations
 
@@ -10,25 +12,49 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..features.alignment import SYMMETRIZATIONS
-from ..features.prepare import FEATURES, prepare_dataset, prepare_hf_dataset
+from ..features.alignment import SYMMETRIZATIONS  # (light: numpy only)
+from . import canonical_flags
+
+# xlpe.features.prepare imports torch and transformers: imported when the command runs (fast --help);
+# FEATURE_CHOICES spells out xlpe.features.example_features.FEATURES (tests/cli/test_help.py keeps them equal)
+FEATURE_CHOICES = ("reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids")
+PREPARED_TOKENIZER_DIR = "tokenizer"  # = xlpe.features.prepare.PREPARED_TOKENIZER_DIR (tested)
+
+PROG = "xlpe-prepare"
+FILE_SPLITS = {"train": "", "validation": "validation-", "test": "test-"}  # split -> flag prefix
+TOKENIZER_TRAINING = {"tokenizer_vocab_size": 8000, "tokenizer_model": "unigram"}  # xlpe-train's defaults
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block): `xlpe-prepare: error: ...`, status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{PROG}: error: {message} (see --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="xlpe-prepare", description=__doc__.split("\n\n")[0])
-    src = p.add_argument_group("input (either --source/--target files or --dataset)")
-    src.add_argument("--source", help="source-side text file, one sentence per line (.gz ok)")
-    src.add_argument("--target", help="target-side text file, parallel to --source")
-    src.add_argument("--alignments", help="Pharaoh i-j alignment file parallel to --source (default: run eflomal)")
-    src.add_argument("--dataset", help="Hub dataset id or local datasets directory")
+    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    src = p.add_argument_group("input: --source/--target files (plus validation/test files), or --dataset")
+    src.add_argument("--source", help="training source text, one sentence per line (.gz ok)")
+    src.add_argument("--target", help="training target text, parallel to --source")
+    src.add_argument("--alignments", help="Pharaoh i-j links parallel to --source (default: run eflomal)")
+    for split in ("validation", "test"):
+        src.add_argument(f"--{split}-source", help=f"{split} source text (scored by xlpe-train)")
+        src.add_argument(f"--{split}-target", help=f"{split} target text, parallel to --{split}-source")
+        src.add_argument(f"--{split}-alignments", help=f"Pharaoh links of the {split} pairs (default: eflomal)")
+    src.add_argument("--dataset", help="Hub dataset id or local datasets directory (its splits)")
     src.add_argument("--dataset-config", help="dataset configuration name (e.g. de-en)")
-    src.add_argument("--splits", nargs="+", help="splits to prepare (default: all)")
-    src.add_argument("--source-lang", help="source language key in the dataset (e.g. en)")
-    src.add_argument("--target-lang", help="target language key in the dataset (e.g. de)")
+    src.add_argument("--splits", nargs="+", help="dataset splits to prepare (default: all)")
+    src.add_argument("--source-lang", help="source language (e.g. de): the key in --dataset; recorded for xlpe-train")
+    src.add_argument("--target-lang", help="target language (e.g. en): picks xlpe-train's BLEU tokenizer, the card's")
     src.add_argument("--source-column"), src.add_argument("--target-column")
-    p.add_argument("--tokenizer", required=True, help="tokenizer directory or Hub id (AutoTokenizer)")
-    p.add_argument("--output", required=True, help="directory for save_to_disk and report.json")
-    p.add_argument("--features", nargs="+", choices=FEATURES, help="default: positions + tags of given taggers")
+    tok = p.add_argument_group("tokenizer (saved to OUTPUT/tokenizer either way)")
+    tok.add_argument("--tokenizer", help="tokenizer directory or Hub id (AutoTokenizer); default: train a joint one "
+                                         "on the training text")  # fmt: skip
+    tok.add_argument("--tokenizer-vocab-size", type=int, help="pieces of a tokenizer trained here (default 8000)")
+    tok.add_argument("--tokenizer-model", choices=("unigram", "bpe"), help="a tokenizer trained here (default unigram)")
+    p.add_argument("--output", required=True, help="directory for the splits, report.json and tokenizer/")
+    p.add_argument("--features", nargs="+", choices=FEATURE_CHOICES, help="default: positions + tags of given taggers")
     p.add_argument("--symmetrization", default="grow-diag-final-and", choices=SYMMETRIZATIONS)
     p.add_argument("--eflomal-options", type=json.loads, default=None, metavar="JSON",
                    help='eflomal.Aligner arguments, e.g. \'{"n_samplers": 1}\'')  # fmt: skip
@@ -42,52 +68,115 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=256, help="max tokens per side incl. </s> (default 256)")
     p.add_argument("--num-proc", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=1000)
-    p.add_argument("--cache-dir", help="reuse identical earlier runs from here")
+    p.add_argument("--cache-dir", help="reuse identical earlier runs (features and trained tokenizer) from here")
+    p.add_argument("--overwrite-cache", action="store_true", help="recompute the features even when --cache-dir has them (and replace them there)")
     p.add_argument("--noise-ratio", type=float, default=0.0, help="XL PE Sec. 4.5 noise attack ratio")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep-text", nargs="?", const="all", default="eval", choices=("all", "eval", "none"),
                    help="splits that keep text, line number and alignment columns: eval (default: every split but "
                         "train, what scoring needs), all (also --keep-text alone) or none")  # fmt: skip
-    return p
+    return canonical_flags(p)
+
+
+def _flag(split: str, kind: str) -> str:
+    return f"--{FILE_SPLITS[split]}{kind}"
+
+
+def _check_combination(args) -> None:
+    """Raise ValueError (one line) on a flag combination that cannot work; given files must exist."""
+    file_flags = [_flag(split, kind) for split in FILE_SPLITS for kind in ("source", "target", "alignments")]
+    given_files = [flag for flag in file_flags if getattr(args, flag[2:].replace("-", "_"))]
+    if args.dataset and given_files:
+        raise ValueError(f"--dataset brings its own splits; {', '.join(given_files)} cannot be added to it")
+    if not args.dataset and not (args.source or args.target):
+        raise ValueError("give training text: --source and --target files, or --dataset")
+    if args.dataset and not (args.source_lang and args.target_lang):
+        raise ValueError("--dataset needs --source-lang and --target-lang")
+    if not args.dataset:
+        for split in FILE_SPLITS:
+            source, target, links = (getattr(args, _flag(split, k)[2:].replace("-", "_")) for k in ("source", "target", "alignments"))
+            if bool(source) != bool(target) or (links and not source):
+                raise ValueError(f"{_flag(split, 'source')} and {_flag(split, 'target')} go together"
+                                 + (f" (and {_flag(split, 'alignments')} needs them)" if links else ""))  # fmt: skip
+        for flag in given_files:
+            path = Path(getattr(args, flag[2:].replace("-", "_")))
+            if not path.is_file():
+                raise ValueError(f"{flag} {path}: no such file")
+    if args.splits and not args.dataset:
+        raise ValueError("--splits selects splits of --dataset; files name their split by flag (--validation-source ...)")
+    trained_here = [f"--{name.replace('_', '-')}" for name in TOKENIZER_TRAINING if getattr(args, name) is not None]
+    if args.tokenizer and trained_here:
+        raise ValueError(f"{', '.join(trained_here)} shape a tokenizer trained here; with --tokenizer none is trained")
+
+
+def _read_splits(args) -> dict:
+    from ..features.prepare import load_parallel_dataset, read_parallel_files
+
+    if args.dataset:
+        return load_parallel_dataset(args.dataset, args.source_lang, args.target_lang, args.splits, args.dataset_config,
+                                     args.source_column, args.target_column)  # fmt: skip
+    splits = {}
+    for split in FILE_SPLITS:
+        source, target, links = (getattr(args, _flag(split, k)[2:].replace("-", "_")) for k in ("source", "target", "alignments"))
+        if source:
+            splits[split] = read_parallel_files(source, target, links)
+    return splits
+
+
+def _tokenizer(args, splits):
+    """(tokenizer, how it was obtained) for the report."""
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        looks_local = args.tokenizer.startswith((".", "/", "~")) or args.tokenizer.endswith("/") or args.tokenizer.count("/") > 1
+        if looks_local and not Path(args.tokenizer).expanduser().is_dir():
+            raise ValueError(f"--tokenizer {args.tokenizer}: no such directory (leave --tokenizer out to train one "
+                             "on the training text)")  # fmt: skip
+
+        try:
+            return AutoTokenizer.from_pretrained(args.tokenizer), args.tokenizer
+        except (OSError, ValueError) as error:  # transformers' messages run over several lines: the first says what
+            raise ValueError(f"--tokenizer {args.tokenizer}: {str(error).strip().splitlines()[0]}") from None
+    from ..features.prepare import train_tokenizer_for_splits
+
+    options = {name: getattr(args, name) or default for name, default in TOKENIZER_TRAINING.items()}
+    tokenizer = train_tokenizer_for_splits(splits, vocab_size=options["tokenizer_vocab_size"], model=options["tokenizer_model"],
+                                           model_max_length=args.max_length, cache_dir=args.cache_dir)  # fmt: skip
+    return tokenizer, (f"trained here on the train split: joint {options['tokenizer_model']}, {len(tokenizer)} pieces "
+                       f"(--tokenizer-vocab-size {options['tokenizer_vocab_size']})")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `xlpe-prepare`: prepare, `save_to_disk(--output)`, write `--output/report.json` (one report
-    for --source/--target, {split: report} for --dataset). Bad input exits with status 2 and the reason."""
+    """Entry point of `xlpe-prepare`: prepare every split, then write `--output` (`save_prepared`). A user
+    error (bad flag combination, missing or malformed file) prints one line and exits with status 2."""
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     options = dict(features=args.features, symmetrization=args.symmetrization, eflomal_options=args.eflomal_options, alignment_runs=args.alignment_runs,
                    unaligned=args.unaligned, dpe_unaligned=args.dpe_unaligned, source_tagger=args.source_tagger,
                    target_tagger=args.target_tagger, nltk_data=args.nltk_data, max_length=args.max_length,
-                   num_proc=args.num_proc, batch_size=args.batch_size, cache_dir=args.cache_dir,
+                   num_proc=args.num_proc, batch_size=args.batch_size, cache_dir=args.cache_dir, overwrite_cache=args.overwrite_cache,
                    noise_ratio=args.noise_ratio, seed=args.seed, keep_text=args.keep_text)  # fmt: skip
-    if bool(args.dataset) == bool(args.source or args.target):
-        parser.error("give either --source and --target, or --dataset")
-    if args.dataset and not (args.source_lang and args.target_lang):
-        parser.error("--dataset needs --source-lang and --target-lang")
-    if not args.dataset and not (args.source and args.target):
-        parser.error("--source and --target go together")
-    from transformers import AutoTokenizer
-
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-        if args.dataset:
-            data, report = prepare_hf_dataset(
-                args.dataset, tokenizer, source_lang=args.source_lang, target_lang=args.target_lang,
-                splits=args.splits, config_name=args.dataset_config, source_column=args.source_column,
-                target_column=args.target_column, **options)  # fmt: skip
-        else:
-            data, report = prepare_dataset(args.source, args.target, tokenizer, alignments=args.alignments, **options)
-    except (ValueError, LookupError, ImportError) as error:
-        parser.exit(2, f"xlpe-prepare: error: {error}\n")
-    output = Path(args.output)
-    data.save_to_disk(str(output))
-    (output / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
-    for name, split_report in (report.items() if args.dataset else [("", report)]):
-        print(f"xlpe-prepare: {name or 'pairs'}: kept {split_report['pairs_kept']} of {split_report['pairs_read']}, "
-              f"skipped {split_report['pairs_skipped']}", file=sys.stderr)  # fmt: skip
-    print(f"xlpe-prepare: wrote {output} and {output / 'report.json'}", file=sys.stderr)
+        _check_combination(args)
+        from ..features.prepare import prepare_splits, save_prepared
+
+        splits = _read_splits(args)
+        tokenizer, tokenizer_origin = _tokenizer(args, splits)
+        prepared, reports = prepare_splits(splits, tokenizer, **options)
+        for report in reports.values():
+            report["tokenizer"] = {**report.get("tokenizer", {}), "origin": tokenizer_origin, "path": PREPARED_TOKENIZER_DIR}
+            report["languages"] = {"source": args.source_lang, "target": args.target_lang}
+        output = save_prepared(args.output, prepared, reports, tokenizer)
+    except (ValueError, LookupError, ImportError, OSError) as error:
+        message = " ".join(str(error).split()) if not isinstance(error, OSError) or not error.filename else \
+            f"{error.filename}: {error.strerror}"  # fmt: skip
+        parser.exit(2, f"{PROG}: error: {message}\n")
+    for name, report in reports.items():
+        print(f"{PROG}: {name}: kept {report['pairs_kept']} of {report['pairs_read']}, skipped {report['pairs_skipped']}",
+              file=sys.stderr)  # fmt: skip
+    print(f"{PROG}: wrote {output} (splits {', '.join(reports)}), {output / 'report.json'} and "
+          f"{output / PREPARED_TOKENIZER_DIR} ({tokenizer_origin})", file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -9,11 +9,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..training.push import prepare_upload_folder, push_model
+from . import CommandLineError, canonical_flags, check_input_file, user_error
+
+PROG = "xlpe-push"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xlpe-push", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", help="folder written by model.save_pretrained + tokenizer.save_pretrained")
     parser.add_argument("repo_id", help="Hub repository, e.g. user/xlpe-de-en")
     parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the saved login)")
@@ -31,21 +33,30 @@ def _parser() -> argparse.ArgumentParser:
     card.add_argument("--eval_results", nargs="+", default=[],
                       help="JSON files written by `xlpe-evaluate bleu ... --dataset_name ... --dataset_type ...`")
     parser.add_argument("--dry_run", action="store_true", help="complete and check the folder, do not upload")
-    return parser
+    return canonical_flags(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    card_kwargs = {
-        "repo_id": args.repo_id, "languages": args.languages, "license": args.license, "datasets": args.datasets,
-        "base_model": args.base_model, "example_source": args.example_source,
-        "eval_results": [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.eval_results],
-    }
-    if args.dry_run:
-        prepare_upload_folder(args.model_dir, card_kwargs, regenerate_card=args.regenerate_card)
-        files = sorted(p.name for p in Path(args.model_dir).iterdir())
-        print(json.dumps({"folder": args.model_dir, "ready": True, "files": files}))
-        return 0
+    try:
+        if not Path(args.model_dir).is_dir():
+            raise CommandLineError(f"model_dir {args.model_dir}: no such local directory")
+        for path in args.eval_results:
+            check_input_file(path, "--eval_results")
+        card_kwargs = {
+            "repo_id": args.repo_id, "languages": args.languages, "license": args.license, "datasets": args.datasets,
+            "base_model": args.base_model, "example_source": args.example_source,
+            "eval_results": [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.eval_results],
+        }  # fmt: skip
+        from ..training.push import prepare_upload_folder, push_model
+
+        if args.dry_run:
+            prepare_upload_folder(args.model_dir, card_kwargs, regenerate_card=args.regenerate_card)
+            files = sorted(p.name for p in Path(args.model_dir).iterdir())
+            print(json.dumps({"folder": args.model_dir, "ready": True, "files": files}))
+            return 0
+    except (CommandLineError, ValueError, OSError) as error:  # ValueError: a folder that cannot be completed
+        return user_error(PROG, error)
     info = push_model(args.model_dir, args.repo_id, token=args.token, private=args.private or None,
                       endpoint=args.endpoint, revision=args.revision, commit_message=args.commit_message,
                       card_kwargs=card_kwargs, regenerate_card=args.regenerate_card)

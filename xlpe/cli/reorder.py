@@ -28,7 +28,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..features.alignment import AlignmentFormatError
+from ..features.alignment import AlignmentFormatError  # (light: numpy only)
+from . import canonical_flags
+
+# = xlpe.models.configuration_reorderer.TRAINING_LOSSES, spelled out: importing xlpe.models loads torch, and
+# --help should not (tests/cli/test_help.py keeps the two equal)
+TRAINING_LOSSES = ("pairwise", "btg_crf", "pairwise+btg_crf")
 
 logger = logging.getLogger("xlpe.reorder")
 
@@ -77,7 +82,8 @@ def run_train(args) -> dict:
         model = XLPEReordererModel.from_pretrained(checkpoint)
     else:
         model = build_reorderer(tokenizer, d_model=args.d_model, token_layers=args.token_layers,
-                                word_layers=args.word_layers, decoder=args.decoder, pair_scorer=args.pair_scorer)  # fmt: skip
+                                word_layers=args.word_layers, decoder=args.decoder, pair_scorer=args.pair_scorer,
+                                training_loss=args.training_loss)  # fmt: skip
     options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
                                 seed=args.seed)  # fmt: skip
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout carries the JSON only
@@ -146,7 +152,8 @@ def run_jackknife(args) -> dict:
     options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
     with contextlib.redirect_stdout(sys.stderr):
         predicted = jackknife_positions(train, tokenizer, args.folds, options, Path(args.output_dir) / "folds",
-                                        d_model=args.d_model, token_layers=args.token_layers, word_layers=args.word_layers)  # fmt: skip
+                                        d_model=args.d_model, token_layers=args.token_layers, word_layers=args.word_layers,
+                                        training_loss=args.training_loss)  # fmt: skip
     train = train.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", predicted)
     data["train"] = train
     data.save_to_disk(str(Path(args.output_dir) / "data"))
@@ -259,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--token-layers", type=int, default=3)
         command.add_argument("--word-layers", type=int, default=1)
         command.add_argument("--seed", type=int, default=1)
+        command.add_argument("--training-loss", default="btg_crf", choices=TRAINING_LOSSES,
+                             help="btg_crf (default): likelihood of the oracle among all BTG permutations; pairwise: "
+                                  "local BCE per word pair (0.3's); pairwise+btg_crf: both")  # fmt: skip
 
     evaluate = sub.add_parser("evaluate", help="score orders against the oracle from word alignments")
     evaluate.add_argument("--reorderer", help="directory written by `xlpe-reorder train`")
@@ -278,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--batch-size", type=int, default=128)
         command.add_argument("--long-lines", default="error", choices=("error", "monotone"),
                              help="a line over the reorderer's limit: error (default, names the line) or keep its order")  # fmt: skip
-    return parser
+    return canonical_flags(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,12 +16,19 @@ import argparse
 import sys
 from collections.abc import Iterator
 
-import torch
-from tqdm.auto import tqdm
+from . import (
+    CommandLineError,
+    canonical_flags,
+    check_input_file,
+    check_model_path,
+    user_error,
+)
+
+PROG = "xlpe-translate"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xlpe-translate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="model directory or Hub id (saved by xlpe-train)")
     parser.add_argument("--input", default="-", help="UTF-8 text, one sentence per line; '-' = stdin (default)")
     parser.add_argument("--output", default="-", help="where translations go, one per line; '-' = stdout (default)")
@@ -31,15 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
     parser.add_argument("--trust_remote_code", action="store_true", help="allow the model folder's own code")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    return parser
+    return canonical_flags(parser)
 
 
 def load_pipeline(model_name: str, device: str | None = None, trust_remote_code: bool = False):
     """`XLPETranslationPipeline` around `from_pretrained(model_name)` (the families are registered with the Auto
     classes by the package import that loaded this module)."""
+    import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from ..models.pipeline_translation import XLPETranslationPipeline
+    from ..models.pipeline_translation import (
+        XLPETranslationPipeline,  # (imports xlpe.models: families registered)
+    )
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = AutoModelForSeq2SeqLM.from_pretrained(model_name, trust_remote_code=trust_remote_code).eval()
@@ -56,6 +66,8 @@ def length_sorted_batches(lines: list[str], batch_size: int) -> Iterator[list[in
 
 def translate_lines(translator, lines: list[str], batch_size: int = 32, progress: bool = True, **generate_kwargs) -> list[str]:
     """Translations of `lines` in input order ("" for blank lines)."""
+    from tqdm.auto import tqdm
+
     if batch_size < 1:
         raise ValueError(f"--batch_size must be >= 1, got {batch_size}")
     translations = [""] * len(lines)
@@ -70,13 +82,23 @@ def translate_lines(translator, lines: list[str], batch_size: int = 32, progress
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.input == "-":
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
-    else:
-        with open(args.input, encoding="utf-8") as handle:
-            lines = [line.rstrip("\r\n") for line in handle]
-    translator = load_pipeline(args.model, args.device, args.trust_remote_code)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f"--batch_size must be >= 1, got {args.batch_size}")
+    if args.num_beams is not None and args.num_beams < 1:
+        parser.error(f"--num_beams must be >= 1, got {args.num_beams}")
+    try:
+        check_input_file(args.input, "--input")
+        check_model_path(args.model, "--model")
+        if args.input == "-":
+            lines = [line.rstrip("\r\n") for line in sys.stdin]
+        else:
+            with open(args.input, encoding="utf-8") as handle:
+                lines = [line.rstrip("\r\n") for line in handle]
+        translator = load_pipeline(args.model, args.device, args.trust_remote_code)
+    except (CommandLineError, OSError, UnicodeDecodeError) as error:  # OSError: what from_pretrained raises
+        return user_error(PROG, error)
     generate_kwargs = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v is not None}
     translations = translate_lines(translator, lines, args.batch_size, progress=not args.quiet, **generate_kwargs)
     text = "".join(t + "\n" for t in translations)

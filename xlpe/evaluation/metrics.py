@@ -21,8 +21,13 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that need it (perplexity), so that scoring text files
+# (`xlpe-evaluate bleu`) starts in well under a second
 
 # ---------------------------------------------------------------------------------------------------------
 # Files and inputs
@@ -53,16 +58,28 @@ def _reference_streams(references: Sequence[str] | Sequence[Sequence[str]], num_
 TOKENIZER_EXTRAS = {"ja-mecab": "ja", "ko-mecab": "ko"}
 
 
+# ISO 639-2/3 codes of the languages sacrebleu has a dedicated tokenizer for -> the 639-1 code it expects
+LANGUAGE_ALIASES = {"jpn": "ja", "zho": "zh", "chi": "zh", "cmn": "zh", "kor": "ko"}
+
+
+def base_language(code: str | None) -> str:
+    """The primary language subtag of a language code, in sacrebleu's form: "ja-JP" -> "ja", "zh_Hans" -> "zh",
+    "JPN" -> "ja", "kor" -> "ko"; None -> ""."""
+    primary = (code or "").strip().lower().replace("_", "-").split("-")[0]
+    return LANGUAGE_ALIASES.get(primary, primary)
+
+
 def bleu_tokenizer_name(target_language: str | None = None, tokenize: str | None = None) -> str:
     """The sacrebleu tokenizer BLEU uses: `tokenize` when given, else sacrebleu's own choice for the target
-    language (zh -> "zh", ja -> "ja-mecab", ko -> "ko-mecab", anything else -> "13a")."""
+    language (zh -> "zh", ja -> "ja-mecab", ko -> "ko-mecab", anything else -> "13a"); regional and 3-letter
+    codes count as their language (`base_language`: "ja-JP", "jpn" -> ja-mecab; "zh-Hant", "zho" -> zh)."""
     from sacrebleu.metrics import BLEU
 
     if tokenize is not None:
         if tokenize not in BLEU.TOKENIZERS:
             raise ValueError(f"unknown BLEU tokenizer {tokenize!r}; sacrebleu has {sorted(BLEU.TOKENIZERS)}")
         return tokenize
-    return BLEU._TOKENIZER_MAP.get(target_language or "", BLEU.TOKENIZER_DEFAULT)
+    return BLEU._TOKENIZER_MAP.get(base_language(target_language), BLEU.TOKENIZER_DEFAULT)
 
 
 @functools.cache
@@ -78,7 +95,7 @@ def check_bleu_tokenizer(target_language: str | None = None, tokenize: str | Non
         why = "given" if tokenize is not None else f"sacrebleu's choice for target language {target_language!r}"
         extra = TOKENIZER_EXTRAS.get(name)
         fix = f'pip install "xlpe[{extra}]", or choose' if extra else "choose"
-        raise ValueError(f"BLEU tokenizer {name!r} ({why}) cannot run here ({type(error).__name__}: {error}); "
+        raise ValueError(f"BLEU tokenizer {name!r} ({why}) cannot run here ({type(error).__name__}: {' '.join(str(error).split())}); "
                          f"{fix} another tokenizer, e.g. 'char' or 'intl' (--bleu_tokenize)") from error  # fmt: skip
     return name
 
@@ -95,6 +112,17 @@ def _chrf_metric(lowercase: bool = False):
     from sacrebleu.metrics import CHRF
 
     return CHRF(lowercase=lowercase)
+
+
+def bleu_chrf_signatures(target_language: str | None = None, tokenize: str | None = None, lowercase: bool = False,
+                         references: int = 1) -> dict:
+    """{"bleu": signature, "chrf": signature} of the metrics `corpus_bleu_chrf` would use with these settings
+    and `references` reference streams (sacrebleu knows the count only after scoring: a one-line corpus is
+    scored for it). For scores logged without their signature, e.g. the validation BLEU of a training run."""
+    streams = [["a b ."]] * references
+    bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
+    bleu.corpus_score(["a b ."], streams), chrf.corpus_score(["a b ."], streams)
+    return {"bleu": bleu.get_signature().format(), "chrf": chrf.get_signature().format()}
 
 
 def corpus_bleu_chrf(
@@ -273,26 +301,28 @@ def text_batches(
         yield batch
 
 
-@torch.no_grad()
 def perplexity(model, batches: Iterable[Mapping[str, torch.Tensor]]) -> dict:
     """exp(mean negative log-likelihood per target token) of `model` on `batches` (dicts with `labels`,
     -100 = ignored; e.g. `text_batches(...)` or a DataLoader with `XLPEDataCollator`). The NLL is computed
     from the logits, so auxiliary losses (XL PE's reorder loss, mvPE's tag loss) never enter it. Batches
     without `reorder_positions` let XL PE predict them, as at test time. Returns {"perplexity", "nll" (mean
     per token), "tokens"}."""
+    import torch
+
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     total_nll, total_tokens = 0.0, 0
     try:
-        for batch in batches:
-            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            logits = model(**batch).logits.float()
-            labels = batch["labels"]
-            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                                    ignore_index=-100, reduction="sum")
-            total_nll += float(nll)
-            total_tokens += int((labels != -100).sum())
+        with torch.no_grad():
+            for batch in batches:
+                batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                logits = model(**batch).logits.float()
+                labels = batch["labels"]
+                nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                                        ignore_index=-100, reduction="sum")
+                total_nll += float(nll)
+                total_tokens += int((labels != -100).sum())
     finally:
         model.train(was_training)
     if total_tokens == 0:
@@ -378,7 +408,10 @@ def compare_mt_report(
 
 
 __all__ = [
+    "LANGUAGE_ALIASES",
     "TOKENIZER_EXTRAS",
+    "base_language",
+    "bleu_chrf_signatures",
     "bleu_tokenizer_name",
     "check_bleu_tokenizer",
     "bleu_1_to_4",

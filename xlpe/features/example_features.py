@@ -49,6 +49,7 @@ class PrepareOptions:
     num_proc: int | None = None
     batch_size: int = 1000
     cache_dir: str | os.PathLike | None = None
+    overwrite_cache: bool = False  # recompute even when cache_dir holds this preparation, and replace that entry
     noise_ratio: float = 0.0
     seed: int = 0
     eflomal_options: dict | None = None

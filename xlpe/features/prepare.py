@@ -18,7 +18,10 @@ words) the character offsets are used; a tokenizer without `word_ids()` (slow se
 `MarianTokenizer`) is run word by word, which matches whole-sentence tokenisation for sentencepiece models.
 Stages: reading and cleaning `corpus.py`, tokenisation with word ids `tokenization.py`, per-example
 features `example_features.py`, the cache `cache.py`; this file runs them in order and writes the report.
-`xlpe-prepare` (`xlpe.cli.prepare`) is the command line front end.
+`xlpe-prepare` (`xlpe.cli.prepare`) is the command line front end. Text without a tokenizer gets the joint
+one `xlpe-train` would train (`train_tokenizer_for_splits`); `save_prepared` writes the directory that
+`xlpe-train --prepared_dataset` reads: the splits (`DatasetDict.save_to_disk`), `report.json` ({split:
+report}) and, in `tokenizer/`, the tokenizer the features were made with.
 
 Choices (where the papers' code differs or is silent):
   * one symmetrised word alignment feeds both the BTG oracle and the DPE targets (the DPE code ran fast_align
@@ -32,16 +35,18 @@ Choices (where the papers' code differs or is silent):
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from .alignment import align_with_eflomal, read_pharaoh_file
-from .cache import _fingerprint, _load_cache, _save_cache
+from .cache import _fingerprint, _load_cache, _save_cache, load_cached_tokenizer, save_cached_tokenizer, tokenizer_cache_key
 from .corpus import (  # noqa: F401  (re-exported: the preparation API in one place)
     SKIP_REASONS,
     ParallelSplit,
@@ -51,7 +56,9 @@ from .corpus import (  # noqa: F401  (re-exported: the preparation API in one pl
     validate_links,
 )
 from .example_features import FEATURES, PREPARATION_VERSION, PrepareOptions, _compute_features, _tagger  # noqa: F401
-from .tokenization import tokenize_with_word_ids  # noqa: F401
+from .tokenization import tokenize_with_word_ids, train_joint_tokenizer, vocab_fingerprint  # noqa: F401
+
+PREPARED_TOKENIZER_DIR = "tokenizer"  # where `save_prepared` puts the tokenizer, inside the prepared directory
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +101,7 @@ def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: Prepar
     import datasets
 
     fingerprint = _fingerprint(splits, tokenizer, options.describe())
-    cached = _load_cache(options.cache_dir, fingerprint)
+    cached = None if options.overwrite_cache else _load_cache(options.cache_dir, fingerprint)
     if cached is not None:
         return cached
     timings, started = {}, time.perf_counter()
@@ -135,9 +142,11 @@ def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: Prepar
         reports[name], prepared[name] = _report_and_strip(table, split, skipped[name], options, taggers, fingerprint)
     timings["tokenize_reorder_tag"] = time.perf_counter() - features_started
     timings["total"] = time.perf_counter() - started
+    tokenizer_report = {"vocab_size": len(tokenizer), "vocab_fingerprint": vocab_fingerprint(tokenizer)}
     for report in reports.values():
         report["timings_s"] = {stage: round(seconds, 3) for stage, seconds in timings.items()}
-    _save_cache(options.cache_dir, fingerprint, prepared, reports)
+        report["tokenizer"] = dict(tokenizer_report)
+    _save_cache(options.cache_dir, fingerprint, prepared, reports, replace=options.overwrite_cache)
     return prepared, reports
 
 
@@ -250,3 +259,47 @@ def prepare_hf_dataset(name_or_path: str, tokenizer, *, source_lang: str, target
                                    target_column)  # fmt: skip
     prepared, reports = _prepare_splits(loaded, tokenizer, options)
     return datasets.DatasetDict(prepared), reports
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A tokenizer for text that has none, and the prepared directory
+# ----------------------------------------------------------------------------------------------------------
+
+
+def train_tokenizer_for_splits(splits: dict[str, ParallelSplit], *, vocab_size: int = 8000, model: str = "unigram",
+                               model_max_length: int = 512, cache_dir: str | os.PathLike | None = None):  # fmt: skip
+    """The joint sub-word tokenizer `xlpe-train` trains when given none: `train_joint_tokenizer` on the 'train'
+    split's sources + targets (validation and test text stay unseen). The result is canonical (the same text
+    and options give the same tokenizer, so the feature cache hits); with `cache_dir` it is also kept there and
+    an identical later call loads it instead of training again."""
+    if "train" not in splits:
+        raise ValueError(f"a tokenizer is trained on the 'train' split, and there is none (splits: {sorted(splits)}); "
+                         "give the tokenizer to use")  # fmt: skip
+    texts = splits["train"].sources + splits["train"].targets
+    if not any(text.strip() for text in texts):
+        raise ValueError(f"no text to train a tokenizer on: {splits['train'].source_origin} and "
+                         f"{splits['train'].target_origin} are empty")  # fmt: skip
+    options = dict(vocab_size=vocab_size, model=model, model_max_length=model_max_length)
+    key = tokenizer_cache_key(texts, options)
+    tokenizer = load_cached_tokenizer(cache_dir, key)
+    if tokenizer is None:
+        logger.info("xlpe-prepare: training a joint %s tokenizer (%d pieces) on %d sentence pairs", model, vocab_size,
+                    len(splits["train"].sources))  # fmt: skip
+        tokenizer = train_joint_tokenizer(texts, **options)
+        save_cached_tokenizer(cache_dir, key, tokenizer)
+    return tokenizer
+
+
+def save_prepared(output_dir: str | os.PathLike, prepared: dict, reports: dict, tokenizer) -> Path:
+    """Write a prepared directory: the splits (`DatasetDict.save_to_disk`), `report.json` ({split: report})
+    and the tokenizer in `tokenizer/`, which `xlpe-train --prepared_dataset` finds by itself. Returns its path."""
+    import datasets
+
+    output = Path(output_dir)
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"output {output} is a file, expected a directory")
+    datasets.DatasetDict(prepared).save_to_disk(str(output))
+    tokenizer.save_pretrained(str(output / PREPARED_TOKENIZER_DIR))
+    (output / "report.json").write_text(json.dumps(reports, indent=2, ensure_ascii=False, default=str))
+    return output
+

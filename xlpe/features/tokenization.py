@@ -4,12 +4,20 @@ A Marian checkpoint expects: `<pad>` as padding and decoder start, `</s>` append
 target sequence, `<unk>` for unknown pieces. `train_joint_tokenizer` trains one shared (source + target)
 Unigram or BPE model on raw text and returns a `PreTrainedTokenizerFast` with exactly those conventions,
 so that `word_ids()` is available for projecting word-level features (reorderings, POS tags) to sub-words.
+
+Determinism: the `tokenizers` Unigram trainer sums its EM statistics in hash-map order, so two trainings on
+the same text give scores that differ in the 13th-15th digit, and pieces of equal score in a different order
+(other ids). `train_joint_tokenizer` therefore canonicalises what it learned (scores rounded to
+`SCORE_DECIMALS` places, pieces of equal score ordered by text), and `tokenizer_fingerprint` (the key of the
+preparation cache) hashes the same canonical form, without the call-time padding/truncation settings.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import itertools
+import json
 import warnings
 from collections.abc import Iterable, Iterator
 
@@ -18,6 +26,9 @@ from transformers import PreTrainedTokenizerFast
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, EOS, UNK]  # ids 0, 1, 2 in every tokenizer trained here
+SCORE_DECIMALS = 5  # Unigram log-probabilities kept to 1e-5: far above the trainer's ~1e-12 run-to-run jitter,
+#   below what changes a segmentation (SentencePiece itself stores float32 scores, ~7 significant digits)
+CHARACTER_SCORE_STEP = 1e-4  # the Unigram trainer's score step between the alphabet characters it appends
 
 
 def _batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:
@@ -66,6 +77,8 @@ def train_joint_tokenizer(
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
     tokenizer.train_from_iterator(_batched(texts), trainer=trainer)
+    if model == "unigram":
+        _canonicalise_unigram(tokenizer)
     if tokenizer.get_vocab_size() < 0.9 * vocab_size:
         warnings.warn(
             f"the {model} tokenizer learned only {tokenizer.get_vocab_size()} of the {vocab_size} pieces asked for "
@@ -85,6 +98,58 @@ def train_joint_tokenizer(
         model_max_length=model_max_length,
         padding_side="right",
     )
+
+
+def _rounded_score(score: float) -> float:
+    return round(score, SCORE_DECIMALS) + 0.0  # + 0.0: no "-0.0"
+
+
+def _canonicalise_unigram(tokenizer: Tokenizer) -> None:
+    """Replace a freshly trained Unigram model by its canonical form: special tokens first (ids 0, 1, 2), then
+    the pieces by rounded score, highest first, ties by text; the same text and options give the same bytes."""
+    state = json.loads(tokenizer.to_str())["model"]
+    specials = [(piece, score) for piece, score in state["vocab"] if piece in SPECIAL_TOKENS]
+    if [piece for piece, _ in specials] != [piece for piece, _ in state["vocab"][: len(specials)]]:
+        raise ValueError(f"expected the special tokens {SPECIAL_TOKENS} first in the trained vocabulary")
+    pieces = [(piece, score) for piece, score in state["vocab"][len(specials) :]]
+    # The characters the trainer adds to cover the alphabet score lowest + k * 1e-4, k in hash-set order:
+    # those grid scores (k = 0, 1, ... without a gap) go to the pieces on them in text order.
+    lowest, on_grid = min((score for _, score in pieces), default=0.0), {}
+    for index, (_, score) in enumerate(pieces):
+        steps = (score - lowest) / CHARACTER_SCORE_STEP
+        if abs(steps - round(steps)) < 1e-3:
+            on_grid.setdefault(round(steps), []).append(index)
+    alphabet = [index for k in itertools.takewhile(on_grid.__contains__, itertools.count()) for index in on_grid[k]]
+    scores = sorted((_rounded_score(pieces[index][1]) for index in alphabet), reverse=True)
+    for index, piece, score in zip(sorted(alphabet), sorted(pieces[index][0] for index in alphabet), scores):
+        pieces[index] = (piece, score)
+    pieces = sorted(((piece, _rounded_score(score)) for piece, score in pieces), key=lambda item: (-item[1], item[0]))
+    vocab = [(piece, _rounded_score(score)) for piece, score in specials] + pieces
+    tokenizer.model = models.Unigram(vocab, unk_id=[piece for piece, _ in vocab].index(UNK),
+                                     byte_fallback=bool(state.get("byte_fallback", False)))  # fmt: skip
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of everything that decides how `tokenizer` segments text (the preparation cache's key): the
+    backend state with Unigram scores rounded as `train_joint_tokenizer` rounds them and without padding and
+    truncation (settings a call leaves behind); the vocabulary and init arguments of a slow tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        state.pop("padding", None), state.pop("truncation", None)
+        model = state.get("model") or {}
+        if model.get("type") == "Unigram":
+            model["vocab"] = [[piece, _rounded_score(score)] for piece, score in model["vocab"]]
+        text = json.dumps(state, sort_keys=True, ensure_ascii=False)
+    else:
+        text = json.dumps(sorted(tokenizer.get_vocab().items())) + repr(getattr(tokenizer, "init_kwargs", {}))
+    return hashlib.sha256((type(tokenizer).__name__ + text).encode()).hexdigest()
+
+
+def vocab_fingerprint(tokenizer) -> str:
+    """A hash of the piece <-> id table alone: the same for a tokenizer and its saved copy, whatever its class
+    or file paths (what decides whether token ids prepared with one mean the same with the other)."""
+    return hashlib.sha256(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -39,6 +39,33 @@ register_family(ModelFamily("dpe", DPEMarianConfig, DPEMarianModel, DPEMarianMTM
 register_family(ModelFamily("mvpe_pos", MvPEPosConfig, MvPEPosModel, MvPEPosForConditionalGeneration))
 # --- end of families ---
 
+
+def _register_with_transformers() -> None:
+    """Every family (and the standalone reorderer) with the Auto classes and for Hub custom code, and the
+    in-memory pipeline task "xlpe-translation". Runs once, on the first import of `xlpe.models` (which every
+    exported name of `xlpe` and every xlpe module that builds or loads a model goes through)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    for family in MODEL_FAMILIES.values():
+        AutoConfig.register(family.config_class.model_type, family.config_class, exist_ok=True)
+        AutoModel.register(family.config_class, family.base_model_class, exist_ok=True)
+        AutoModelForSeq2SeqLM.register(family.config_class, family.generation_model_class, exist_ok=True)
+        family.config_class.register_for_auto_class()
+        family.base_model_class.register_for_auto_class("AutoModel")
+        family.generation_model_class.register_for_auto_class("AutoModelForSeq2SeqLM")
+    # the standalone reorderer (xlpe-reorder): AutoConfig/AutoModel load it, and its directory carries its code
+    AutoConfig.register(XLPEReordererConfig.model_type, XLPEReordererConfig, exist_ok=True)
+    AutoModel.register(XLPEReordererConfig, XLPEReordererModel, exist_ok=True)
+    XLPEReordererConfig.register_for_auto_class()
+    XLPEReordererModel.register_for_auto_class("AutoModel")
+    PIPELINE_REGISTRY.register_pipeline(
+        "xlpe-translation", pipeline_class=XLPETranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+    )
+
+
+_register_with_transformers()
+
 __all__ = [
     "DPEMarianConfig", "DPEMarianModel", "DPEMarianMTModel", "MODEL_FAMILIES", "ModelFamily", "MvPEPosConfig",
     "MvPEPosForConditionalGeneration", "MvPEPosModel", "XLPEMarianConfig", "XLPEMarianModel", "XLPEMarianMTModel",

@@ -3,6 +3,9 @@
 * `save_pretrained` writes what `pipeline("translation", model=dir, trust_remote_code=True)` needs: the
   `custom_pipelines` entry in config.json, and (through the relative import below, which
   `custom_object_save` follows) the file `pipeline_translation.py` next to the modeling files.
+* `save_pretrained` leaves the weight files with the permissions of the user's umask: safetensors writes
+  them through a private temporary file and renames it, which leaves `model.safetensors` at mode 0600
+  (unreadable to the group, e.g. a shared model folder), unlike every other file of the save.
 * `from_pretrained` on a directory (or Hub id) of a *stock* checkpoint of the family's base architecture
   (`stock_model_types`, e.g. "marian") builds this family's config from it, applies `upgrade_overrides`
   (e.g. the XL gate at 0, which makes the new model compute exactly the stock function) and loads every stock
@@ -12,6 +15,9 @@ Flat file, single-dot imports only, so it travels as Hub custom code.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from transformers import PreTrainedConfig
 from transformers import initialization as hf_init  # noqa: F401  (re-exported for the modeling files)
@@ -24,6 +30,17 @@ logger = logging.get_logger(__name__)
 HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
 
 
+def apply_umask_to_weights(directory) -> None:
+    """Give the `*.safetensors` files in `directory` that safetensors left owner-only (0600) the mode a
+    plain `open()` would have given them under the current umask (0644 for umask 022)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = 0o666 & ~umask
+    for path in Path(directory).glob("*.safetensors"):
+        if path.is_file() and path.stat().st_mode & 0o777 == 0o600 and mode != 0o600:
+            path.chmod(mode)
+
+
 class XLPEHubMixin:
     """Mixed into every `PreTrainedModel` of this package (first in the bases)."""
 
@@ -32,7 +49,9 @@ class XLPEHubMixin:
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         self.config.custom_pipelines = {"translation": dict(TRANSLATION_PIPELINE_ENTRY)}
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        apply_umask_to_weights(save_directory)
+        return result
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):

@@ -2,8 +2,8 @@
 `Seq2SeqTrainingArguments`) plus the model family, its fields and this package's data sources.
 
 `builtin_recipe` holds the defaults used when training on the built-in synthetic corpus (a small model, a
-BPE tokenizer, a few CPU minutes); any of them given explicitly on the command line (or in the JSON file)
-wins.
+BPE tokenizer, a few CPU minutes), `--recipe small|base|big` those of a recipe (`recipes.py`); any argument
+given explicitly on the command line (or in the JSON file) wins over both (`explicit_keys`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..evaluation.metrics import check_bleu_tokenizer
+from .recipes import NO_RECIPE, RECIPE_NAMES, recipe_settings
 
 logger = logging.getLogger("xlpe.train")
 
@@ -75,6 +76,8 @@ class ModelArguments:
     # --- a tokenizer trained here ---
     tokenizer_vocab_size: int = _help("sub-word vocabulary of a tokenizer trained here", default=8000)
     tokenizer_model: str = _help("unigram | bpe, for a tokenizer trained here", default="unigram")
+    use_fast_tokenizer: bool = _help("run_translation's flag: transformers 5 always loads the fast tokenizer "
+                                     "(false is accepted and warned about)", default=True)  # fmt: skip
 
 
 @dataclass
@@ -97,7 +100,17 @@ class DataTrainingArguments:
     test_source_file: str | None = _help("plain text test sources", default=None)
     test_target_file: str | None = _help("plain text test targets", default=None)
     test_alignment_file: str | None = _help("Pharaoh links for the test pairs", default=None)
-    prepared_dataset: str | None = _help("a directory written by xlpe-prepare (needs --tokenizer_name)", default=None)
+    prepared_dataset: str | None = _help("a directory written by xlpe-prepare: its splits, and its tokenizer "
+                                         "unless --tokenizer_name is given; no other data flags", default=None)  # fmt: skip
+    source_prefix: str | None = _help("text put before every source sentence, in training and evaluation (T5-style "
+                                      "task prefix; recorded in the model card: add it when translating)", default=None)  # fmt: skip
+    overwrite_cache: bool = _help("recompute the prepared features even when the cache holds them (and replace them)", default=False)
+    pad_to_max_length: bool = _help("pad every batch to max(--max_source_length, --max_target_length) (static "
+                                    "shapes); default: to the longest example of the batch", default=False)  # fmt: skip
+    ignore_pad_token_for_loss: bool = _help("padded label positions are left out of the loss (-100); false trains "
+                                            "them to predict the pad token, as run_translation's flag does", default=True)  # fmt: skip
+    forced_bos_token: str | None = _help("token forced as the first generated one (e.g. a target-language tag); "
+                                         "must be in the vocabulary", default=None)  # fmt: skip
     max_source_length: int = _help("longest source in tokens; longer pairs are skipped (counted)", default=128)
     max_target_length: int = _help("longest target in tokens; longer pairs are skipped (counted)", default=128)
     val_max_target_length: int | None = _help("generation length limit at evaluation (default max_target_length)", default=None)
@@ -126,8 +139,42 @@ class XLPETrainingArguments(Seq2SeqTrainingArguments):
     predict_with_generate: bool = _help("evaluate with generate() (BLEU, chrF)", default=True)
     overwrite_output_dir: bool = _help("start over in an output_dir that holds checkpoints (they are deleted)", default=False)
     average_last_checkpoints: int = _help("average the last N checkpoints into the final model (papers: 5)", default=0)
+    recipe: str | None = _help(f"argument defaults: {' | '.join(RECIPE_NAMES)} (architecture, inverse-sqrt schedule, "
+                               "label smoothing, token batches, BLEU evaluation, early stopping, averaging; explicit "
+                               "flags win), or none (transformers' defaults). Default from scratch: chosen for the data size and device (logged)", default=None)  # fmt: skip
+    max_tokens: int | None = _help("token-based batches: length-bucketed, at most N padded tokens (longest side x "
+                                   "sentences) per batch and process, instead of --per_device_train_batch_size", default=None)  # fmt: skip
+    early_stopping_patience: int | None = _help("stop after N evaluations without a better --metric_for_best_model "
+                                                "(default bleu); needs --eval_strategy steps", default=None)  # fmt: skip
     eval_with_oracle_positions: bool = _help("validation: give generate() the gold reorderings (an upper bound; default: "
                                              "predicted). The test split of an XL PE model is scored both ways anyway", default=False)  # fmt: skip
+
+
+def check_batching(training_args, explicit: set[str]) -> None:
+    """`--max_tokens` replaces sentence batches: it must be positive and not given with a sentence batching."""
+    if training_args.max_tokens is None:
+        return
+    if training_args.max_tokens < 1:
+        raise ValueError(f"--max_tokens must be a positive number of tokens, got {training_args.max_tokens}")
+    conflicting = sorted(explicit & {"per_device_train_batch_size", "train_sampling_strategy", "auto_find_batch_size"})
+    if "max_tokens" in explicit and conflicting:
+        raise ValueError(f"--max_tokens makes token-based, length-bucketed batches; it conflicts with --{conflicting[0]} "
+                         "(sentence batches): give one or the other")  # fmt: skip
+
+
+def fit_recipe_to_explicit(training_args, explicit: set[str]) -> None:
+    """A recipe's early stopping and checkpoint averaging (not given explicitly) give way to explicit arguments
+    that leave no room for them: no periodic evaluation, fewer saved checkpoints than the recipe averages."""
+    if "early_stopping_patience" not in explicit and training_args.eval_strategy == "no":
+        training_args.early_stopping_patience = None
+    if "average_last_checkpoints" not in explicit and training_args.average_last_checkpoints:
+        steps, every, keep = training_args.max_steps, training_args.save_steps, training_args.save_total_limit
+        saved = (steps // every if steps > 0 else None) if training_args.save_strategy == "steps" else 0
+        fitting = min(c for c in (training_args.average_last_checkpoints, saved, keep) if c is not None)
+        if fitting < training_args.average_last_checkpoints:
+            logger.info("averaging the last %d checkpoints, not the recipe's %d (--save_strategy/--save_steps/--max_steps "
+                        "save fewer)", fitting, training_args.average_last_checkpoints)  # fmt: skip
+            training_args.average_last_checkpoints = fitting
 
 
 def builtin_recipe(model_args: ModelArguments) -> dict:
@@ -144,27 +191,35 @@ def builtin_recipe(model_args: ModelArguments) -> dict:
     return recipe
 
 
-def parse_arguments(argv: list[str] | None = None):
+def explicit_keys(argv: list[str], given: dict | None) -> set[str]:
+    """Argument names given explicitly: the JSON file's keys, or the `--flags` of the command line (`--no_x`
+    and `--x-y` spellings count as `x` and `x_y`)."""
+    if given is not None:
+        return set(given)
+    return {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in argv if a.startswith("--")}
+
+
+def parse_arguments(argv: list[str] | None = None, recipe: str | None = None, with_validation: bool = True):
     """(model_args, data_args, training_args) from the command line or one JSON file, with the built-in
-    corpus' recipe filling what was not given explicitly. Every inconsistency is a `UsageError`."""
+    corpus' recipe and the named recipe (`--recipe`, or `recipe` chosen by the caller) filling what was not
+    given explicitly; `with_validation=False` leaves out a recipe's periodic evaluation and early stopping.
+    Every inconsistency is a `UsageError`."""
     try:
-        return _parse_arguments(argv)
+        return _parse_arguments(argv, recipe, with_validation)
     except UsageError:
         raise
     except ValueError as error:
         raise UsageError(str(error)) from error
 
 
-def _parse_arguments(argv: list[str] | None = None):
+def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, with_validation: bool = True):
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, XLPETrainingArguments))
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
         given = json.loads(Path(argv[0]).read_text())
     else:
         given = None
-    explicit = set(given) if given is not None else {
-        a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in argv if a.startswith("--")
-    }
+    explicit = explicit_keys(argv, given)
 
     def parse(extra: dict):
         if given is not None:
@@ -173,9 +228,21 @@ def _parse_arguments(argv: list[str] | None = None):
         return parser.parse_args_into_dataclasses(args=flags + argv)
 
     model_args, data_args, training_args = parse({})
-    if data_args.uses_builtin_corpus():
-        recipe = {key: value for key, value in builtin_recipe(model_args).items() if key not in explicit}
-        model_args, data_args, training_args = parse({"dataset_name": BUILTIN_DATASET, **recipe})
+    defaults = {"dataset_name": BUILTIN_DATASET, **builtin_recipe(model_args)} if data_args.uses_builtin_corpus() else {}
+    recipe = recipe or training_args.recipe
+    if recipe and recipe != NO_RECIPE:
+        from_scratch = model_args.model_name_or_path is None and model_args.config_name is None
+        defaults.update(recipe_settings(recipe, from_scratch, with_validation, training_args.predict_with_generate), recipe=recipe)
+        if "max_tokens" not in explicit and explicit & {"per_device_train_batch_size", "train_sampling_strategy"}:
+            defaults.pop("max_tokens")  # an explicit sentence batching replaces the recipe's token batches
+    defaults = {key: value for key, value in defaults.items() if key not in explicit or key == "dataset_name"}
+    if defaults:
+        model_args, data_args, training_args = parse(defaults)
+    check_batching(training_args, explicit)
+    if data_args.prepared_dataset:  # raw data flags refused; its saved tokenizer and languages filled in
+        from .data import use_prepared_dataset
+
+        use_prepared_dataset(data_args, model_args)
     training_args.explicit_do = {k for k in ("do_train", "do_eval", "do_predict") if k in explicit}
     if not training_args.explicit_do:  # (an eval_strategy alone turns do_eval on: not a choice of stages)
         training_args.do_train = training_args.do_eval = training_args.do_predict = True
@@ -184,6 +251,7 @@ def _parse_arguments(argv: list[str] | None = None):
         training_args.generation_max_length = data_args.val_max_target_length or data_args.max_target_length
     if training_args.generation_num_beams is None:
         training_args.generation_num_beams = data_args.num_beams
+    fit_recipe_to_explicit(training_args, explicit)
     if training_args.average_last_checkpoints and training_args.do_train:
         keep, count, steps = training_args.save_total_limit, training_args.average_last_checkpoints, training_args.max_steps
         saved = steps // training_args.save_steps if steps > 0 and training_args.save_strategy == "steps" else None
@@ -191,6 +259,13 @@ def _parse_arguments(argv: list[str] | None = None):
             raise ValueError(f"--average_last_checkpoints {count} needs at least {count} saved checkpoints: "
                              f"--save_strategy is {getattr(training_args.save_strategy, 'value', training_args.save_strategy)}, --save_total_limit is {keep}, "
                              f"--max_steps {steps} / --save_steps {training_args.save_steps} saves {saved}")  # fmt: skip
+    if training_args.early_stopping_patience:
+        if training_args.metric_for_best_model is None:  # (greater_is_better follows the metric's name)
+            training_args.metric_for_best_model = "bleu" if training_args.predict_with_generate else "loss"
+            training_args.greater_is_better = training_args.predict_with_generate
+        if training_args.eval_strategy == "no" and training_args.do_train:
+            raise ValueError(f"--early_stopping_patience {training_args.early_stopping_patience} needs periodic "
+                             "evaluation: --eval_strategy steps --eval_steps N (got --eval_strategy no)")  # fmt: skip
     if training_args.predict_with_generate and (training_args.do_eval or training_args.do_predict):
         # the tokenizer BLEU will need, resolved and tried now, not after hours of training (ja-mecab needs mecab)
         data_args.bleu_tokenize = check_bleu_tokenizer(data_args.target_lang, data_args.bleu_tokenize)

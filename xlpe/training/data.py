@@ -6,6 +6,9 @@
                       missing columns, an empty training set, a requested split that is missing
     resolve_taggers   POS taggers for families that take tags
     prepare_features  xlpe.features.prepare over all splits at once (one eflomal run), cached, main process first
+    use_prepared_dataset, _load_prepared
+                      an xlpe-prepare directory instead: its splits, report, languages and saved tokenizer; raw
+                      data flags beside it are refused (they would be ignored)
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ import os
 from pathlib import Path
 
 from ..features.alignment import parse_pharaoh_line, read_pharaoh_file, read_text_lines
-from ..features.prepare import ParallelSplit, load_parallel_dataset, read_parallel_files
+from ..features.prepare import PREPARED_TOKENIZER_DIR, ParallelSplit, load_parallel_dataset, read_parallel_files
 
 logger = logging.getLogger("xlpe.train")
 SPLIT_ALIASES = {"train": "train", "validation": "validation", "valid": "validation", "dev": "validation",
                  "val": "validation", "test": "test"}  # fmt: skip
 SPLIT_LIMITS = {"train": "max_train_samples", "validation": "max_eval_samples", "test": "max_predict_samples"}
+RAW_DATA_FLAGS = ("dataset_name", "dataset_config_name", "train_file", "validation_file", "test_file",
+                  *(f"{split}_{kind}_file" for split in ("train", "validation", "test") for kind in ("source", "target", "alignment")),
+                  "source_prefix", "overwrite_cache")  # fmt: skip  (what shapes raw text: ignored by a prepared dataset)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -149,17 +155,37 @@ def load_raw_splits(data_args, model_args) -> dict[str, ParallelSplit]:
         if limit is not None:
             split.sources, split.targets = split.sources[:limit], split.targets[:limit]
             split.alignments = split.alignments[:limit] if split.alignments is not None else None
+        if data_args.source_prefix:
+            add_source_prefix(split, data_args.source_prefix)
     return splits
+
+
+def add_source_prefix(split: ParallelSplit, prefix: str) -> None:
+    """`--source_prefix`: the prefix's words go before every source sentence (an empty source stays empty, so
+    that it is still skipped and counted); given word alignments shift by the prefix's word count (the prefix
+    words stay unaligned)."""
+    words = prefix.split()
+    if not words:
+        return
+    shift = len(words)
+    split.sources = [f"{' '.join(words)} {source}" if source.strip() else source for source in split.sources]
+    if split.alignments is not None:
+        # flat links i0 j0 i1 j1 ...: every source index (even slot) moves right by the prefix's length
+        split.alignments = [[v + shift if k % 2 == 0 else v for k, v in enumerate(links)] for links in split.alignments]
 
 
 def check_splits(splits: dict[str, ParallelSplit], data_args, training_args, tokenizer_given: bool) -> None:
     """Errors that must come before any training: an empty training set, a requested split that is missing."""
     if data_args.prepared_dataset:
         if not tokenizer_given:
-            raise ValueError("--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
-                             "--model_name_or_path")  # fmt: skip
-        return
-    if training_args.do_train:
+            raise ValueError(f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
+                             f"--model_name_or_path: {data_args.prepared_dataset} has no {PREPARED_TOKENIZER_DIR}/ "
+                             "(xlpe-prepare saves the one it used there)")  # fmt: skip
+        splits = dict.fromkeys(prepared_split_names(data_args.prepared_dataset))
+        if training_args.do_train and "train" not in splits:
+            raise ValueError(f"--do_train needs a train split; --prepared_dataset {data_args.prepared_dataset} has "
+                             f"{sorted(splits)}")  # fmt: skip
+    elif training_args.do_train:
         train = splits.get("train")
         if train is None:
             raise ValueError("--do_train needs training data: --train_file, --train_source_file/--train_target_file, "
@@ -169,10 +195,12 @@ def check_splits(splits: dict[str, ParallelSplit], data_args, training_args, tok
                              f"non-empty sentence pair ({len(train.sources)} lines)")  # fmt: skip
     if not tokenizer_given and "train" not in splits:
         raise ValueError("no tokenizer: give --tokenizer_name or --model_name_or_path, or training data to train one on")
+    where = f"(--prepared_dataset {data_args.prepared_dataset} has {sorted(splits)}: xlpe-prepare --validation-source/--test-source ...)"
     for flag, split in (("do_eval", "validation"), ("do_predict", "test")):
         if getattr(training_args, flag) and split not in splits:
             if flag in getattr(training_args, "explicit_do", ()):
-                raise ValueError(f"--{flag} needs a {split} split (--{split}_file or --{split}_source_file/--{split}_target_file)")
+                raise ValueError(f"--{flag} needs a {split} split " + (where if data_args.prepared_dataset else
+                                 f"(--{split}_file or --{split}_source_file/--{split}_target_file)"))  # fmt: skip
             logger.warning("no %s split: skipping %s", split, flag)
             setattr(training_args, flag, False)
 
@@ -218,14 +246,14 @@ def prepare_features(splits, tokenizer, features, taggers, data_args, model_args
     import datasets
 
     if data_args.prepared_dataset:
-        return _load_prepared(data_args.prepared_dataset, features, model, data_args)
+        return _load_prepared(data_args.prepared_dataset, features, model, data_args, tokenizer)
     if "decoder_pos_tag_ids" in features and taggers.get("target") is None:
         logger.warning("no --target_tagger: training without decoder_pos_tag_ids")
         features = [f for f in features if f != "decoder_pos_tag_ids"]
     options = dict(features=features, source_tagger=taggers.get("source"), target_tagger=taggers.get("target"),
                    nltk_data=data_args.nltk_data, max_length=max(data_args.max_source_length, data_args.max_target_length),
                    num_proc=data_args.preprocessing_num_workers or 1, cache_dir=str(default_cache_dir(model_args)),
-                   keep_text=True, seed=training_args.seed)  # fmt: skip
+                   keep_text=True, seed=training_args.seed, overwrite_cache=data_args.overwrite_cache)  # fmt: skip
     with training_args.main_process_first(local=False, desc="preparing features"):
         prepared, reports = run_preparation(splits, tokenizer, options)
     for name, report in reports.items():
@@ -247,7 +275,64 @@ def run_preparation(splits, tokenizer, options: dict):
     return prepare._prepare_splits(splits, tokenizer, prepare.PrepareOptions(**options))
 
 
-def _load_prepared(path: str, features, model, data_args):
+# ---------------------------------------------------------------------------------------------------------
+# An xlpe-prepare directory (--prepared_dataset)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def use_prepared_dataset(data_args, model_args) -> None:
+    """Check `--prepared_dataset D` against the other arguments and fill in what D knows (called while the
+    arguments are parsed: a ValueError here is a UsageError, exit 2). Raw data flags beside D are refused: D
+    holds the splits, so they would be ignored. The tokenizer saved in D/tokenizer/ is used when neither
+    --tokenizer_name nor --model_name_or_path is given; --source_lang/--target_lang default to the languages
+    xlpe-prepare recorded (they choose the BLEU tokenizer and go into the model card), and must agree with them."""
+    path = Path(data_args.prepared_dataset)
+    given = [f"--{name}" for name in RAW_DATA_FLAGS if getattr(data_args, name, None)]
+    if given:
+        raise ValueError(f"--prepared_dataset {path} holds the train/validation/test splits already, so "
+                         f"{', '.join(given)} would be ignored: give the files to xlpe-prepare (--validation-source, "
+                         "--test-source, ...) or drop --prepared_dataset")  # fmt: skip
+    if not path.is_dir():
+        raise ValueError(f"--prepared_dataset {path}: no such directory (expected an xlpe-prepare --output)")
+    saved_tokenizer = path / PREPARED_TOKENIZER_DIR
+    if not (model_args.tokenizer_name or model_args.model_name_or_path):
+        if not saved_tokenizer.is_dir():
+            raise ValueError(f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
+                             f"--model_name_or_path: {path} has no {PREPARED_TOKENIZER_DIR}/ (xlpe-prepare saves the "
+                             "one it used there)")  # fmt: skip
+        model_args.tokenizer_name = str(saved_tokenizer)
+    prepared_split_names(path)  # a datasets directory at all?
+    for report in _read_reports(path).values():
+        for flag, side in (("source_lang", "source"), ("target_lang", "target")):
+            recorded = (report.get("languages") or {}).get(side)
+            if recorded and getattr(data_args, flag) is None:
+                setattr(data_args, flag, recorded)
+            elif recorded and getattr(data_args, flag) != recorded:
+                raise ValueError(f"--{flag} {getattr(data_args, flag)} but --prepared_dataset {path} was prepared with "
+                                 f"{side} language {recorded!r}")  # fmt: skip
+
+
+def prepared_split_names(path) -> list[str]:
+    """Split names (train/validation/test; aliases such as dev mapped) of a prepared directory."""
+    path = Path(path)
+    if (path / "dataset_dict.json").is_file():
+        names = json.loads((path / "dataset_dict.json").read_text())["splits"]
+    elif (path / "state.json").is_file():
+        names = ["train"]  # a single Dataset (an xlpe-prepare output of version 0.3 and earlier)
+    else:
+        raise ValueError(f"--prepared_dataset {path} is not a prepared dataset directory (no dataset_dict.json; "
+                         "expected an xlpe-prepare --output)")  # fmt: skip
+    return [SPLIT_ALIASES[name] for name in names if name in SPLIT_ALIASES]
+
+
+def _read_reports(path: Path) -> dict:
+    """report.json as {split: report} (a single report of an older single-split output is the train split's)."""
+    report_file = path / "report.json"
+    reports = json.loads(report_file.read_text()) if report_file.is_file() else {}
+    return {"train": reports} if "pairs_read" in reports else reports
+
+
+def _load_prepared(path: str, features, model, data_args, tokenizer=None):
     import datasets
 
     loaded = datasets.load_from_disk(path)
@@ -257,8 +342,15 @@ def _load_prepared(path: str, features, model, data_args):
         limit = getattr(data_args, SPLIT_LIMITS[name])
         if limit is not None and limit < len(table):
             prepared[name] = table.select(range(limit))
-    report_file = Path(path) / "report.json"
-    reports = json.loads(report_file.read_text()) if report_file.is_file() else {}
+    reports = _read_reports(Path(path))
+    recorded = {(report.get("tokenizer") or {}).get("vocab_fingerprint") for report in reports.values()} - {None}
+    if tokenizer is not None and recorded:
+        from ..features.tokenization import vocab_fingerprint
+
+        if vocab_fingerprint(tokenizer) not in recorded:
+            raise ValueError(f"--prepared_dataset {path} was prepared with another tokenizer than this run's "
+                             f"({getattr(tokenizer, 'name_or_path', '?')}: other pieces or ids); use the one saved "
+                             f"beside it, {Path(path) / PREPARED_TOKENIZER_DIR} (the default without --tokenizer_name)")  # fmt: skip
     for name, table in prepared.items():
         missing = [f for f in ("input_ids", "labels", *features) if f not in table.column_names]
         if missing:

@@ -4,8 +4,16 @@ The card's metadata (YAML header) carries what the Hub indexes: `language`, `lic
 `library_name: transformers`, `pipeline_tag: translation`, `tags` ("xlpe", the family, the family's variant,
 the model type), `base_model` when a stock checkpoint was upgraded, and `model-index` with one result per
 metric and dataset whose `config` is the sacrebleu signature. The text says what the position encoding is
-(a section per family), lists the variant's settings read from the config, and shows how to load the model
-with `trust_remote_code=True`.
+(a section per family), lists the variant's settings read from the config, the training recipe and settings,
+the data sizes, the standalone reorderer when the checkpoint carries one (`config.reorderer_config`: its
+settings and its Kendall tau when recorded there; nothing is made up), the scores with their sacrebleu
+signatures (validation and test), and shows how to load the model (`trust_remote_code=True` for the model and
+the tokenizer, and `pipeline("translation", ...)`).
+
+`write_training_card` is what `xlpe-train` calls at the end of a run: it gathers the test scores
+(`test_scores.json`), the final validation scores (`eval_bleu`/`eval_chrf`, whose signature is that of the
+metric the run used: same target language, BLEU tokenizer, one reference), the pairs kept per split
+(`preparation_report.json`) and the training arguments.
 
 Evaluation entries (`eval_results`) are dicts in the shape `xlpe-evaluate bleu` prints: metric keys whose
 value has a "score" (and "signature"), plus `dataset_name`, `dataset_type`, `dataset_split`,
@@ -112,6 +120,51 @@ def _metric_items(entry: Mapping):
             yield key, float(value["score"]), value.get("signature")
 
 
+def validation_entry(metrics: Mapping, dataset_name: str, target_language: str | None = None,
+                     tokenize: str | None = None, prefix: str = "eval") -> dict | None:
+    """The card entry of the validation scores a run logged (`eval_bleu`, `eval_chrf`, 0-100), with the
+    signatures of the metrics that produced them (`metrics.bleu_chrf_signatures`); None without scores."""
+    from ..evaluation.metrics import bleu_chrf_signatures
+
+    scores = {name: metrics.get(f"{prefix}_{name}") for name in ("bleu", "chrf")}
+    if not any(isinstance(value, (int, float)) for value in scores.values()):
+        return None
+    signatures = bleu_chrf_signatures(target_language, tokenize)
+    result = {name: {"score": float(value), "signature": signatures[name]} for name, value in scores.items()
+              if isinstance(value, (int, float))}  # fmt: skip
+    return evaluation_entry(result, dataset_name, dataset_name, "validation")
+
+
+def data_sizes(report: Mapping) -> dict:
+    """{split: {"pairs_read", "pairs_kept", "pairs_skipped"}} from a preparation report (`xlpe-prepare`,
+    `preparation_report.json`); splits without counts are left out."""
+    sizes = {}
+    for split, value in (report or {}).items():
+        if isinstance(value, Mapping) and isinstance(value.get("pairs_kept"), int):
+            skipped = value.get("pairs_skipped")
+            sizes[split] = {"pairs_read": value.get("pairs_read"), "pairs_kept": value["pairs_kept"],
+                            "pairs_skipped": sum(skipped.values()) if isinstance(skipped, Mapping) else skipped}
+    return sizes
+
+
+def reorderer_summary(config: PretrainedConfig) -> dict | None:
+    """What the card says about a standalone reorderer riding inside the checkpoint (`reorderer_config`): its
+    architecture fields, and its Kendall tau only if the checkpoint records one (any `*kendall*` entry, at the
+    top level or one level down); None when there is no reorderer."""
+    reorderer = getattr(config, "reorderer_config", None)
+    if not reorderer:
+        return None
+    reorderer = reorderer if isinstance(reorderer, Mapping) else reorderer.to_dict()
+    fields = ("decoder", "training_loss", "pair_scorer", "d_model", "token_layers", "word_layers", "max_words",
+              "order_prior")
+    quality = {key: value for key, value in reorderer.items() if "kendall" in key.lower()}
+    for key, value in reorderer.items():
+        if isinstance(value, Mapping):
+            quality.update({f"{key}.{k}": v for k, v in value.items() if "kendall" in k.lower()})
+    return {"settings": [(f, json.dumps(reorderer[f])) for f in fields if f in reorderer],
+            "kendall_tau": [(k, v) for k, v in quality.items()]}
+
+
 def _eval_results(entries: Sequence[Mapping]) -> list[EvalResult]:
     results = []
     for entry in entries:
@@ -161,6 +214,8 @@ def build_model_card(
     base_model: str | None = None,
     eval_results: Mapping | Sequence[Mapping] | None = None,
     training: Mapping | None = None,
+    data: Mapping | None = None,
+    recipe: str | None = None,
     summary: str | None = None,
     example_source: str = "Hello world!",
     template_path: str | Path | None = None,
@@ -175,6 +230,8 @@ def build_model_card(
         base_model: Hub id of the stock checkpoint this model was upgraded from, if any.
         eval_results: one or more evaluation entries (module docstring; `evaluation_entry`).
         training: hyper-parameters to list (name -> value), e.g. from the training arguments.
+        data: pairs per split, {split: {"pairs_read", "pairs_kept", "pairs_skipped"}} (`data_sizes`) or {split: N}.
+        recipe: the named training recipe the run used, if any (shown with the settings).
         summary: one paragraph at the top; a default names the family and languages.
         example_source: the sentence used in the usage snippets.
     """
@@ -192,7 +249,8 @@ def build_model_card(
         pipeline_tag="translation", tags=tags, base_model=base_model, model_name=name,
         eval_results=_eval_results(entries) or None,
     )
-    settings = [(key, json.dumps(value)) for key, value in variant_settings(config).items()]
+    settings = [(key, json.dumps(value)) for key, value in variant_settings(config).items()
+                if key != "reorderer_config"]  # (its own section)
     architecture = [(f, getattr(config, f)) for f in ARCHITECTURE_FIELDS if getattr(config, f, None) is not None]
     parameters = _parameter_count(model_or_dir)
     languages_text = " → ".join(languages) if languages else "not stated"
@@ -200,7 +258,8 @@ def build_model_card(
         {"dataset": entry["dataset_name"] + (f" ({entry['dataset_config']})" if entry.get("dataset_config") else ""),
          "split": entry.get("dataset_split") or "", "metric": METRIC_NAMES.get(metric, metric),
          "value": f"{value:.2f}",
-         "signature": (signature or "n/a").replace("|", "\\|")}  # a bare | would split the table cell
+         "signature": (signature or "n/a").replace("|", "\\|"),  # a bare | would split the table cell
+         "signature_plain": signature or "n/a"}
         for entry in entries for metric, value, signature in _metric_items(entry)
     ]
     family_title = FAMILY_TITLES.get(family, family)
@@ -216,7 +275,17 @@ def build_model_card(
         variant_settings=settings, architecture=architecture,
         training=[(key, value) for key, value in (training or {}).items()],
         eval_rows=eval_rows, repo_id=name, example_source=example_source.replace('"', '\\"'),
+        data_rows=_data_rows(data), recipe=recipe, reorderer=reorderer_summary(config),
     )
+
+
+def _data_rows(data: Mapping | None) -> list[dict]:
+    rows = []
+    for split, value in (data or {}).items():
+        value = value if isinstance(value, Mapping) else {"pairs_kept": value}
+        rows.append({"split": split, **{key: "" if value.get(key) is None else f"{value[key]:,}"
+                                        for key in ("pairs_read", "pairs_kept", "pairs_skipped")}})  # fmt: skip
+    return rows
 
 
 def write_model_card(directory: str | Path, **kwargs) -> Path:
@@ -226,5 +295,42 @@ def write_model_card(directory: str | Path, **kwargs) -> Path:
     return path
 
 
-__all__ = ["build_model_card", "evaluation_entry", "family_of", "find_template", "variant_settings",
-           "write_model_card"]
+TRAINING_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "max_steps", "num_train_epochs",
+                   "per_device_train_batch_size", "gradient_accumulation_steps", "weight_decay", "label_smoothing_factor",
+                   "max_grad_norm", "optim", "seed", "average_last_checkpoints", "fp16", "bf16")
+DATA_FIELDS = ("max_source_length", "max_target_length", "num_beams", "bleu_tokenize", "source_prefix")
+
+
+def write_training_card(output_dir, model_args, data_args, training_args, metrics: Mapping) -> Path:
+    """The card `xlpe-train` writes into `output_dir` at the end of a run (module docstring)."""
+    output_dir = Path(output_dir)
+    dataset = str(data_args.dataset_name or data_args.train_file or data_args.train_source_file
+                  or data_args.prepared_dataset)  # fmt: skip
+    entries = []
+    scores_file = output_dir / "test_scores.json"
+    if scores_file.is_file():
+        test_scores = json.loads(scores_file.read_text(encoding="utf-8"))
+        entries.append(evaluation_entry({k: v for k, v in test_scores.items() if k != "oracle_positions"},
+                                        dataset, dataset, "test"))  # fmt: skip
+    validation = validation_entry(metrics, dataset, data_args.target_lang, getattr(data_args, "bleu_tokenize", None))
+    if validation is not None:
+        entries.insert(0, validation)
+    training = {k: getattr(training_args, k) for k in TRAINING_FIELDS if getattr(training_args, k, None) not in (None, "")}
+    training = {k: getattr(v, "value", v) for k, v in training.items()}  # enums (scheduler, optimizer) by value
+    training.update({k: getattr(data_args, k) for k in DATA_FIELDS if getattr(data_args, k, None) is not None})
+    if isinstance(metrics.get("train_runtime"), (int, float)):
+        training["train_runtime_seconds"] = round(float(metrics["train_runtime"]))
+    report_file = output_dir / "preparation_report.json"
+    report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else {}
+    recipe = getattr(training_args, "recipe", None) or getattr(model_args, "recipe", None) or getattr(data_args, "recipe", None)
+    if recipe is None and getattr(data_args, "uses_builtin_corpus", lambda: False)():
+        recipe = "builtin (defaults for the built-in synthetic corpus)"
+    base_model = model_args.model_name_or_path
+    base_model = None if base_model is None or Path(base_model).exists() else base_model  # Hub ids only
+    languages = [lang for lang in (data_args.source_lang, data_args.target_lang) if lang]
+    return write_model_card(output_dir, languages=languages or None, datasets=[dataset], eval_results=entries,
+                            training=training, data=data_sizes(report), recipe=recipe, base_model=base_model)  # fmt: skip
+
+
+__all__ = ["build_model_card", "data_sizes", "evaluation_entry", "family_of", "find_template", "reorderer_summary",
+           "validation_entry", "variant_settings", "write_model_card", "write_training_card"]

@@ -202,6 +202,22 @@ def set_word_starts(model, tokenizer) -> None:
     word_starts.set_from(flags)
 
 
+def apply_generation_options(model, tokenizer, model_args, data_args) -> None:
+    """run_translation's generation/tokenizer flags: `--forced_bos_token` (its id forced as the first generated
+    token; refused when the vocabulary lacks it) and `--use_fast_tokenizer false` (warned: transformers 5 only
+    has fast tokenizers)."""
+    from .arguments import UsageError
+
+    if not model_args.use_fast_tokenizer:
+        logger.warning("--use_fast_tokenizer false: transformers 5 always loads the fast tokenizer; using %s", type(tokenizer).__name__)
+    if data_args.forced_bos_token:
+        token_id = tokenizer.convert_tokens_to_ids(data_args.forced_bos_token)
+        if token_id is None or (token_id == tokenizer.unk_token_id and data_args.forced_bos_token != tokenizer.unk_token):
+            raise UsageError(f"--forced_bos_token {data_args.forced_bos_token!r} is not in the tokenizer's vocabulary")
+        model.config.forced_bos_token_id = token_id
+        model.generation_config.forced_bos_token_id = token_id
+
+
 def attach_reorderer(model, reorderer_dir: str, tokenizer) -> None:
     """Load a standalone reorderer (`xlpe-reorder train`) and make it the XL PE model's source of predicted
     positions; refused (UsageError) for another family or a reorderer trained on other token ids."""

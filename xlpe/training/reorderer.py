@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..models.configuration_reorderer import XLPEReordererConfig
+from ..models.hub_support import apply_umask_to_weights
 from ..features.predicted_reordering import collate, predict_token_positions, tokenizer_fingerprint
 from ..models.modeling_reorderer import XLPEReordererModel
 
@@ -97,6 +98,7 @@ def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | 
         logger.info("resuming reorderer training from %s", checkpoint)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     model.save_pretrained(output_dir)
+    apply_umask_to_weights(output_dir)  # safetensors leaves its file owner-only (0600)
     if tokenizer is not None:
         tokenizer.save_pretrained(output_dir)
     report = {"train_pairs": len(train_dataset), "train_runtime_s": result.metrics.get("train_runtime"),

@@ -9,7 +9,11 @@ train / evaluate / predict -> model card. Same argument names as transformers'
   (alignments with eflomal unless Pharaoh files / gold alignments are given);
 * a joint sub-word tokenizer trained on the training text when none is given;
 * separate logging of the auxiliary losses, BLEU/chrF (sacrebleu) with predicted and oracle reorderings,
-  checkpoint averaging, and a model card.
+  checkpoint averaging, and a model card;
+* recipes (`--recipe small|base|big`, `recipes.py`): for a model trained from scratch without one, the recipe
+  that fits the training-set size and the device is chosen once the data is read (logged, `recipe.json`);
+* token-based batches (`--max_tokens`), early stopping (`--early_stopping_patience`), and the padding the
+  training batches carried (`padding_waste` in the logs, `train_padding_waste` in train_results.json).
 
 Where each step lives: arguments `arguments.py`, raw splits and features `data.py`, tokenizer and model
 `model_setup.py`, the Trainer `trainer.py`, the console script `xlpe.cli.train`. See docs/training.md.
@@ -29,10 +33,14 @@ import transformers
 from transformers import AutoConfig, set_seed
 
 from .arguments import parse_arguments
+from .callbacks import ValidationEarlyStopping
+from ..models.hub_support import apply_umask_to_weights
 from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_averaged_model
 from .collator import XLPEDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
+from .recipes import NO_RECIPE, choose_recipe
 from .model_setup import (
+    apply_generation_options,
     attach_reorderer,
     build_model,
     set_word_starts,
@@ -106,6 +114,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
 
     splits = load_raw_splits(data_args, model_args)
+    model_args, data_args, training_args = apply_recipe(argv, (model_args, data_args, training_args), splits, checkpoint)
     check_splits(splits, data_args, training_args, bool(model_args.tokenizer_name or model_args.model_name_or_path or checkpoint))
     tokenizer = load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint)
     taggers = resolve_taggers(data_args, target_config(model_args, checkpoint))
@@ -114,6 +123,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     set_word_starts(model, tokenizer)
     if model_args.reorderer:
         attach_reorderer(model, model_args.reorderer, tokenizer)
+    apply_generation_options(model, tokenizer, model_args, data_args)
     if data_args.num_beams is not None:
         model.generation_config.num_beams = data_args.num_beams
     features = model_features(model)
@@ -128,10 +138,11 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         model=model, args=training_args, processing_class=tokenizer,
         train_dataset=prepared.get("train") if training_args.do_train else None,
         eval_dataset=prepared.get("validation") if training_args.do_eval else None,
-        data_collator=XLPEDataCollator(tokenizer, model=model, label_pad_token_id=-100,
-                                       pad_to_multiple_of=8 if training_args.fp16 or training_args.bf16 else None),
+        data_collator=make_collator(tokenizer, model, data_args, training_args),
         compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize) if training_args.predict_with_generate else None,
-        eval_with_oracle_positions=training_args.eval_with_oracle_positions, callbacks=callbacks,
+        eval_with_oracle_positions=training_args.eval_with_oracle_positions, callbacks=[
+            *(callbacks or []), *([ValidationEarlyStopping(training_args.early_stopping_patience)]
+                                  if training_args.early_stopping_patience and training_args.do_train else [])],
     )  # fmt: skip
     trainer_ref.append(trainer)
     for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
@@ -143,7 +154,11 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
-        metrics = {**result.metrics, "train_samples": len(prepared["train"])}
+        apply_umask_to_weights(training_args.output_dir)  # stock (vanilla) models too: safetensors writes 0600
+        metrics = {**result.metrics, **trainer.padding_metrics(result.metrics.get("train_runtime")),
+                   "train_samples": len(prepared["train"])}  # fmt: skip
+        logger.info("padding: %.1f%% of the trained tokens (%s batches)", 100 * metrics["train_padding_waste"],
+                    f"--max_tokens {training_args.max_tokens}" if training_args.max_tokens else "sentence")  # fmt: skip
         trainer.log_metrics("train", metrics), trainer.save_metrics("train", metrics), trainer.save_state()
         all_metrics.update(metrics)
         if training_args.average_last_checkpoints:
@@ -161,9 +176,26 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     return all_metrics
 
 
+def make_collator(tokenizer, model, data_args, training_args) -> XLPEDataCollator:
+    """Batches padded to the longest example (default) or to a fixed length (`--pad_to_max_length`); label
+    padding is -100 (left out of the loss) unless `--ignore_pad_token_for_loss false`."""
+    fixed = data_args.pad_to_max_length
+    return XLPEDataCollator(
+        tokenizer, model=model, padding="max_length" if fixed else True,
+        max_length=max(data_args.max_source_length, data_args.max_target_length) if fixed else None,
+        label_pad_token_id=-100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id,
+        pad_to_multiple_of=8 if (training_args.fp16 or training_args.bf16) and not fixed else None,
+    )  # fmt: skip
+
+
 def average_into(trainer, training_args) -> None:
-    """Replace the trained weights by the average of the last N checkpoints (saved to output_dir too)."""
-    checkpoints = last_checkpoints(training_args.output_dir, training_args.average_last_checkpoints)
+    """Replace the trained weights by the average of the last N checkpoints (saved to output_dir too); fewer
+    when early stopping ended the run before N were saved."""
+    count, saved = training_args.average_last_checkpoints, len(list_checkpoints(training_args.output_dir))
+    if 0 < saved < count and training_args.early_stopping_patience:
+        logger.warning("averaging the last %d checkpoints, not %d: training stopped early after %d", saved, count, saved)
+        count = saved
+    checkpoints = last_checkpoints(training_args.output_dir, count)
     if trainer.is_world_process_zero():
         save_averaged_model(checkpoints, training_args.output_dir)
     trainer.accelerator.wait_for_everyone()
@@ -173,6 +205,50 @@ def average_into(trainer, training_args) -> None:
     if unexpected:
         raise ValueError(f"averaged checkpoints have tensors the model lacks: {unexpected[:5]}")
     logger.info("averaged %s into the final model", [c.name for c in checkpoints])
+
+
+def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> tuple:
+    """The arguments with the recipe in force: `--recipe`, or for a model trained from scratch (not on the
+    built-in corpus) the one `choose_recipe` picks for the training-set size and the device, or, when
+    resuming, the one the run started with (`recipe.json`). A recipe without a validation split drops its
+    periodic evaluation and early stopping. Logs the choice and why; writes `recipe.json`."""
+    model_args, data_args, training_args = parsed
+    name, reason = training_args.recipe, "--recipe"
+    recorded = Path(training_args.output_dir) / "recipe.json"
+    from_scratch = model_args.model_name_or_path is None and model_args.config_name is None
+    if name is None and from_scratch and training_args.do_train and not data_args.uses_builtin_corpus():
+        if checkpoint and recorded.is_file():
+            name, reason = json.loads(recorded.read_text())["recipe"], f"the recipe of the run resumed ({recorded})"
+        else:
+            pairs = _training_pairs(splits, data_args)
+            name, reason = choose_recipe(pairs, training_args.device.type == "cuda")
+    if name is None or name == NO_RECIPE:
+        return parsed
+    with_validation = "validation" in splits or bool(data_args.prepared_dataset)
+    if name != training_args.recipe or not with_validation:
+        model_args, data_args, training_args = parse_arguments(argv, recipe=name, with_validation=with_validation)
+    if training_args.process_index == 0:  # shown whatever the log level
+        print(f"xlpe-train: recipe {name} ({reason})" + ("" if with_validation else ", without periodic evaluation and "
+              "early stopping (no validation split)") + "; explicit arguments override it", flush=True)  # fmt: skip
+    if training_args.process_index == 0 and training_args.do_train:
+        Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+        recorded.write_text(json.dumps({"recipe": name, "reason": reason, "with_validation": with_validation}, indent=2))
+    return model_args, data_args, training_args
+
+
+def _training_pairs(splits: dict, data_args) -> int | None:
+    """Training pairs read (None when unknown: a prepared dataset that cannot be opened here)."""
+    if "train" in splits:
+        return len(splits["train"].sources)
+    if data_args.prepared_dataset:
+        try:
+            import datasets
+
+            loaded = datasets.load_from_disk(data_args.prepared_dataset)
+            return len(loaded["train"] if isinstance(loaded, datasets.DatasetDict) else loaded)
+        except (OSError, KeyError, ValueError, FileNotFoundError):
+            return None
+    return None
 
 
 def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) -> dict:
@@ -223,21 +299,13 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
 
 
 def write_card(output_dir, model_args, data_args, training_args, metrics) -> None:
-    """README.md model card (xlpe.model_card) with the test scores; skipped for stock (vanilla) models."""
+    """README.md model card (`model_card.write_training_card`: validation and test scores with signatures, recipe,
+    settings, data sizes, reorderer); skipped for stock (vanilla) models."""
     try:
-        from .model_card import evaluation_entry, family_of, write_model_card
+        from .model_card import family_of, write_training_card
 
         family_of(AutoConfig.from_pretrained(output_dir))
     except (ImportError, ValueError, OSError) as error:
         logger.info("no model card written: %s", error)
         return
-    scores_file = Path(output_dir) / "test_scores.json"
-    dataset = data_args.dataset_name or data_args.train_file or data_args.train_source_file or data_args.prepared_dataset
-    entries = [evaluation_entry(json.loads(scores_file.read_text()), str(dataset), str(dataset), "test")] if scores_file.is_file() else []
-    training = {k: getattr(training_args, k) for k in ("learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
-                                                       "warmup_steps", "label_smoothing_factor", "seed", "average_last_checkpoints")}  # fmt: skip
-    base_model = model_args.model_name_or_path
-    base_model = None if base_model is None or Path(base_model).exists() else base_model  # Hub ids only
-    languages = [lang for lang in (data_args.source_lang, data_args.target_lang) if lang]
-    write_model_card(output_dir, languages=languages or None, datasets=[str(dataset)], eval_results=entries,
-                     training=training, base_model=base_model)  # fmt: skip
+    write_training_card(output_dir, model_args, data_args, training_args, metrics)

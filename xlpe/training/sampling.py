@@ -7,6 +7,10 @@ longest to the shortest sentences. Where length tracks content (sentence structu
 grammar) consecutive updates then see one kind of sentence at a time, and the built-in demo lost 5 BLEU
 (BENCHMARKS.md, "Training switches"). `ShuffledLengthGroupedSampler` groups the same way and then shuffles the
 order of the batches, every epoch anew (`set_epoch`), reproducibly from the seed.
+
+`TokenBatchSampler` (`--max_tokens N`) makes batches by token count instead of sentence count: examples
+sorted by length are cut into batches whose padded size (longest side x sentences) stays within N, served in
+random order; it shards its batches over data-parallel processes itself and reports the padding it leaves.
 """
 
 from __future__ import annotations
@@ -73,3 +77,135 @@ def example_lengths(dataset) -> np.ndarray:
         sides = [pc.list_value_length(table[c]).to_numpy(zero_copy_only=False) for c in columns]
         return np.maximum.reduce(sides) if len(sides) > 1 else sides[0]
     return np.asarray([max(len(item.get("input_ids", ())), len(item.get("labels", ()))) for item in dataset])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Token-based batches (--max_tokens)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class TokenBatchSampler(torch.utils.data.Sampler):
+    """Batches of example indices whose padded size (longest example of the batch, source or target side, x
+    sentences) stays within `max_tokens`, the way fairseq/Marian/Sockeye batch: examples sorted by length
+    (longer side, then both sides together; ties in random order), cut greedily into batches, and the batches
+    served in random order, every epoch anew, reproducibly from `seed + epoch`.
+
+    The cut depends only on the sorted lengths, so every epoch has the same number of batches (the Trainer
+    counts them once). With `num_replicas` processes every process draws the same batches and keeps every
+    `num_replicas`-th one from position `rank`: the shards partition the epoch. When the batch count does not
+    divide by `num_replicas`, the batches with the most sentences are halved until it does (no example
+    is repeated or dropped); only when single sentences cannot make up the count (a tiny set) are the first
+    batches served once more (`repeated`). Deterministic per (seed, epoch), so a resumed run sees the same batches.
+
+    Args:
+        source_lengths: tokens of each example's source (`input_ids`).
+        target_lengths: tokens of each example's target (`labels`); None = sources only.
+        max_tokens: bound on max(source, target length) x sentences of every batch.
+        seed: the shuffles of epoch e use seed + e.
+        num_replicas, rank: data-parallel processes and this one's index.
+    """
+
+    def __init__(self, source_lengths, target_lengths=None, max_tokens: int = 4096, seed: int = 0,
+                 num_replicas: int = 1, rank: int = 0):  # fmt: skip
+        source = np.asarray(source_lengths, dtype=np.int64)
+        target = source if target_lengths is None else np.asarray(target_lengths, dtype=np.int64)
+        if source.shape != target.shape or source.ndim != 1:
+            raise ValueError(f"source and target lengths must be two equal 1-d sequences, got {source.shape} and {target.shape}")
+        if max_tokens < 1:
+            raise ValueError(f"--max_tokens must be >= 1, got {max_tokens}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, num_replicas={num_replicas}), got {rank}")
+        self.source, self.target = source, target
+        self.lengths, self.totals = np.maximum(source, target), source + target
+        longest = int(self.lengths.max()) if len(self.lengths) else 0
+        if longest > max_tokens:
+            raise ValueError(f"--max_tokens {max_tokens} is smaller than the longest training example ({longest} tokens): "
+                             f"raise it to at least {longest} or lower --max_source_length/--max_target_length")  # fmt: skip
+        if len(self.lengths) < num_replicas:
+            raise ValueError(f"{len(self.lengths)} training examples cannot fill one batch on each of {num_replicas} processes")
+        self.max_tokens, self.seed, self.num_replicas, self.rank, self.epoch = int(max_tokens), int(seed), int(num_replicas), int(rank), 0
+        self.sizes = batch_sizes(np.sort(self.lengths), self.max_tokens, self.num_replicas)
+        self.repeated = -len(self.sizes) % self.num_replicas  # batches served twice so that every process has as many
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        """Batches per epoch of this process."""
+        return (len(self.sizes) + self.repeated) // self.num_replicas
+
+    def all_batches(self) -> list[np.ndarray]:
+        """Every process' batches of this epoch, in serving order (process r serves positions r, r + N, ...)."""
+        rng = np.random.default_rng(self.seed + self.epoch)
+        tie_break = rng.permutation(len(self.lengths))
+        order = tie_break[np.lexsort((self.totals[tie_break], self.lengths[tie_break]))]  # by length, then total
+        batches = np.split(order, np.cumsum(self.sizes)[:-1]) if len(order) else []
+        batches = [batches[k] for k in rng.permutation(len(batches))]
+        return batches + batches[: self.repeated]
+
+    def batches(self) -> list[np.ndarray]:
+        """This process' batches of this epoch, in the order they are served."""
+        return self.all_batches()[self.rank :: self.num_replicas]
+
+    def __iter__(self):
+        return iter([batch.tolist() for batch in self.batches()])
+
+    def plan(self) -> dict:
+        """Batches per epoch (all processes), sentences and padded tokens per batch, and the share of padding
+        (both sides padded apart, as the collator pads them) in this epoch's batches."""
+        batches = self.all_batches()
+        if not batches:
+            return {"batches_per_epoch": 0, "sentences_per_batch": 0.0, "padded_tokens_per_batch": 0.0, "padding_waste": 0.0}
+        order, sizes = np.concatenate(batches), np.asarray([len(b) for b in batches])
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        longest = np.maximum.reduceat(self.lengths[order], starts)
+        padded = sizes * (np.maximum.reduceat(self.source[order], starts) + np.maximum.reduceat(self.target[order], starts))
+        return {"batches_per_epoch": len(batches), "sentences_per_batch": round(float(sizes.mean()), 2),
+                "padded_tokens_per_batch": round(float((sizes * longest).mean()), 1),
+                "padding_waste": round(1.0 - float(self.totals.sum()) / max(float(padded.sum()), 1.0), 4)}  # fmt: skip
+
+
+def batch_sizes(sorted_lengths: np.ndarray, max_tokens: int, num_replicas: int = 1) -> np.ndarray:
+    """Greedy cut of ascending `sorted_lengths` into consecutive batches with (longest x count) <= max_tokens,
+    one step per distinct length; then the biggest batches are halved until the count divides by
+    `num_replicas` or every batch is one sentence."""
+    sizes: list[int] = []
+    open_count = 0
+    values, counts = np.unique(sorted_lengths, return_counts=True)
+    for length, count in zip(values.tolist(), counts.tolist()):
+        capacity = max_tokens // length  # sentences of this length (or shorter) that fit
+        if open_count >= capacity:
+            sizes.append(open_count)
+            open_count = 0
+        take = min(capacity - open_count, count)
+        open_count, count = open_count + take, count - take
+        if count:
+            sizes.append(open_count)
+            full, open_count = divmod(count, capacity)
+            sizes += [capacity] * full
+    if open_count:
+        sizes.append(open_count)
+    sizes_array = np.asarray(sizes, dtype=np.int64)
+    while len(sizes_array) % num_replicas and sizes_array.max() > 1:
+        largest = int(np.argmax(sizes_array))
+        half = sizes_array[largest] // 2  # halves stay adjacent: the cut remains one pass over sorted lengths
+        sizes_array = np.concatenate([sizes_array[:largest], [sizes_array[largest] - half, half], sizes_array[largest + 1 :]])
+    return sizes_array
+
+
+def example_side_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) tokens of every example (`input_ids`, `labels`; a missing side counts 0), read from
+    Arrow for a `datasets.Dataset`."""
+    import datasets
+
+    if isinstance(dataset, datasets.Dataset):
+        import pyarrow.compute as pc
+
+        table = dataset.with_format("arrow")
+        sides = [pc.list_value_length(table[c]).to_numpy(zero_copy_only=False).astype(np.int64)
+                 if c in dataset.column_names else np.zeros(len(dataset), dtype=np.int64) for c in ("input_ids", "labels")]  # fmt: skip
+        if "input_ids" not in dataset.column_names and "labels" not in dataset.column_names:
+            raise ValueError(f"token batches need `input_ids` or `labels`; the dataset has {dataset.column_names}")
+        return sides[0], sides[1]
+    source = np.asarray([len(item.get("input_ids", ())) for item in dataset], dtype=np.int64)
+    return source, np.asarray([len(item.get("labels", ())) for item in dataset], dtype=np.int64)

@@ -20,6 +20,11 @@ Two things the stock trainer does not do:
 * **Length-grouped batches in random order.** `--train_sampling_strategy group_by_length` makes
   length-homogeneous batches and shuffles their order (`sampling.py`), as MT toolkits do; transformers'
   sampler serves them as sorted sweeps, which cost the built-in demo 5 BLEU.
+* **Token-based batches.** `--max_tokens N` replaces sentence batches by length-bucketed batches of at most N
+  padded tokens (`sampling.TokenBatchSampler`), sharded over processes by the sampler itself (accelerate's
+  wrapper is made a pass-through) and the same after a resume. Every run counts the padding it trains on
+  (any batching): `padding_waste` in the training logs, `train_padding_waste` and `train_tokens_per_second`
+  (real, non-pad tokens of both sides) in the final metrics.
 * **Predictions come back in input order**, whatever the evaluation sampler (`group_by_length` sorts
   evaluation batches by length too in transformers 5): every evaluation/test example carries its index
   (`example_index`, added here, passed through the collator, gathered like the predictions) and
@@ -32,17 +37,19 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from functools import partial
 
 import numpy as np
 import torch
 from accelerate.utils import gather_object
 from transformers import Seq2SeqTrainer
-from transformers.trainer_utils import EvalLoopOutput
+from transformers.trainer_utils import EvalLoopOutput, seed_worker
 from transformers.distributed.fsdp import is_fsdp_managed_module
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
 from ..models.extra_inputs import EXTRA_INPUTS
-from .sampling import ShuffledLengthGroupedSampler, example_lengths
+from .callbacks import TokenBatchEpoch
+from .sampling import ShuffledLengthGroupedSampler, TokenBatchSampler, example_lengths, example_side_lengths
 
 ORACLE_INPUTS = ("reorder_positions", "target_positions")  # gold training signals, predicted at test time
 SOURCE_INPUTS = ("input_ids", "attention_mask")
@@ -78,6 +85,9 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         self.metric_signatures: dict[str, str] = {}
         self._example_indices: list[torch.Tensor] = []
         self._indexed_views: dict[int, tuple] = {}  # id(dataset) -> (dataset, the same with example_index)
+        self.token_sampler: TokenBatchSampler | None = None  # --max_tokens: built with the training dataloader
+        self._padding = {"interval": None, "total": None}  # (real, padded) training tokens, on device
+        self.add_callback(TokenBatchEpoch(self))
         self._route_label_smoothing()
 
     # --- label smoothing ----------------------------------------------------------------------------------
@@ -98,6 +108,18 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
                            "applies (pass --label_smoothing_factor to change it)", config.label_smoothing)  # fmt: skip
         self.label_smoother = None  # labels stay in the inputs; the model's loss is already smoothed
 
+    # --- resuming: no false "missing keys" warning -------------------------------------------------------
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """A checkpoint omits the tied weights (saved once, under the key they are tied to) and the buffers the
+        model rebuilds itself (`_keys_to_ignore_on_save`, e.g. sinusoid tables); the stock trainer warns about
+        those as "missing keys" on every correct resume. Only keys missing for another reason are reported."""
+        model = self.accelerator.unwrap_model(self.model)
+        expected = set(getattr(model, "all_tied_weights_keys", None) or {}) | set(model._keys_to_ignore_on_save or ())
+        missing = [key for key in load_result.missing_keys if key not in expected]
+        if len(missing) < len(load_result.missing_keys):
+            model.tie_weights()
+        super()._issue_warnings_after_load(type(load_result)(missing, load_result.unexpected_keys))
+
     # --- length-grouped training batches ----------------------------------------------------------------
     def _get_train_sampler(self, train_dataset=None):
         """`group_by_length`: length-homogeneous batches in random order (sampling.py), not transformers'
@@ -108,6 +130,79 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
         return ShuffledLengthGroupedSampler(example_lengths(dataset), batch, seed=seed)
+
+    def get_train_dataloader(self):
+        """`--max_tokens`: the training set in `TokenBatchSampler` batches, this process' share of them; the
+        pass-through of accelerate's `BatchSamplerShard` keeps it from sharding them a second time."""
+        max_tokens = getattr(self.args, "max_tokens", None)
+        if not max_tokens:
+            return super().get_train_dataloader()
+        import datasets
+
+        dataset, collator = self.train_dataset, self.data_collator
+        if dataset is None or not hasattr(dataset, "__len__"):
+            raise ValueError("--max_tokens needs a training dataset with a length (not an iterable dataset)")
+        if isinstance(dataset, datasets.Dataset):
+            dataset = self._remove_unused_columns(dataset, description="Training")
+        else:
+            collator = self._get_collator_with_removed_columns(collator, description="Training")
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        self.token_sampler = TokenBatchSampler(*example_side_lengths(dataset), max_tokens=max_tokens, seed=seed,
+                                               num_replicas=self.accelerator.num_processes,
+                                               rank=self.accelerator.process_index)  # fmt: skip
+        plan = self.token_sampler.plan()
+        logger.info("token batches (--max_tokens %d): %d batches per epoch over %d process(es), %.1f sentences and %.0f "
+                    "padded tokens per batch on average, padding %.1f%%", max_tokens, plan["batches_per_epoch"],
+                    self.accelerator.num_processes, plan["sentences_per_batch"], plan["padded_tokens_per_batch"],
+                    100 * plan["padding_waste"])  # fmt: skip
+        workers = self.args.dataloader_num_workers
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_sampler=self.token_sampler, collate_fn=collator, num_workers=workers,
+            pin_memory=self.args.dataloader_pin_memory, persistent_workers=self.args.dataloader_persistent_workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor if workers else None,
+            worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
+        )  # fmt: skip
+        prepared = self.accelerator.prepare(loader)
+        wrapper = getattr(prepared, "batch_sampler", None)
+        if wrapper is not self.token_sampler and getattr(wrapper, "batch_sampler", None) is self.token_sampler:
+            wrapper.num_processes, wrapper.process_index = 1, 0  # the sampler already gave this process its share
+        return prepared
+
+    # --- padding actually trained on -------------------------------------------------------------------------
+    def _count_padding(self, inputs: dict) -> None:
+        """Adds the real and the padded tokens of a training batch (source and target) to the counters."""
+        real, padded = None, 0
+        for key, is_real in (("attention_mask", lambda x: x != 0), ("labels", lambda x: x != -100)):
+            value = inputs.get(key)
+            if isinstance(value, torch.Tensor):
+                count = is_real(value).sum()
+                real = count if real is None else real + count
+                padded += value.numel()
+        if real is None:
+            return
+        for bucket in ("interval", "total"):
+            counts = torch.stack([real.double(), real.new_tensor(padded, dtype=torch.float64)])
+            self._padding[bucket] = counts if self._padding[bucket] is None else self._padding[bucket] + counts
+
+    def _pop_padding(self, bucket: str) -> tuple[float, float]:
+        """(real, padded) tokens since the last call, summed over processes."""
+        counts, self._padding[bucket] = self._padding[bucket], None
+        real, padded = (0.0, 0.0) if counts is None else (float(counts[0]), float(counts[1]))
+        if self.args.world_size > 1:  # every process reaches this point together
+            gathered = gather_object([(real, padded)])
+            real, padded = sum(r for r, _ in gathered), sum(p for _, p in gathered)
+        return real, padded
+
+    def padding_metrics(self, train_runtime: float | None = None) -> dict[str, float]:
+        """`train_padding_waste` (share of pad tokens in the trained batches), `train_real_tokens` and, given
+        the runtime, `train_tokens_per_second` (real tokens, both sides, all processes)."""
+        real, padded = self._pop_padding("total")
+        metrics = {"train_padding_waste": round(1 - real / padded, 4) if padded else 0.0, "train_real_tokens": int(real)}
+        if train_runtime:
+            metrics["train_tokens_per_second"] = round(real / train_runtime, 1)
+        if self.token_sampler is not None:  # all processes' batches
+            metrics["train_token_batches_per_epoch"] = len(self.token_sampler.sizes)
+        return metrics
 
     # --- predictions in input order -----------------------------------------------------------------------
     def _set_signature_columns_if_needed(self):
@@ -172,6 +267,8 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
     # --- auxiliary losses ---------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs.pop(EXAMPLE_INDEX, None)  # (a training set may carry one too)
+        if model.training:
+            self._count_padding(inputs)
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         bucket = "train" if model.training else "eval"
         if isinstance(outputs, dict):
@@ -199,6 +296,9 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and not any(key.startswith(("eval_", "test_")) for key in logs):
             logs.update(self._pop_loss_parts("train"))
+            real, padded = self._pop_padding("interval")
+            if padded:
+                logs["padding_waste"] = round(1 - real / padded, 4)
         super().log(logs, start_time)
 
     def evaluation_loop(
@@ -226,11 +326,11 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         gen_kwargs.setdefault("synced_gpus", is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self.model))
         with torch.no_grad():
             generated = self.model.generate(**generation_inputs(inputs, self.eval_with_oracle_positions), **gen_kwargs)
-            loss = None
-            if "labels" in inputs:
+            loss, labels = None, inputs.get("labels")  # (the stock label smoother pops them in compute_loss)
+            if labels is not None:
                 with self.compute_loss_context_manager():
-                    loss = self.compute_loss(model, inputs).detach().mean()
-        return loss, generated, inputs.get("labels")
+                    loss = self.compute_loss(model, dict(inputs)).detach().mean()
+        return loss, generated, labels
 
 
 class _IndexedDataset(torch.utils.data.Dataset):

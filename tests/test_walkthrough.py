@@ -1,0 +1,75 @@
+"""README's "Your own data" walkthrough, run line by line as written on a Multi30k slice (120/12/12 pairs): each
+command through its console-script entry point, with only size flags appended (a tiny model, a few steps), the
+push against a local Hub endpoint, and the received folder translated in a process that cannot import xlpe."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import warnings
+
+import pytest
+from conftest import REPO_ROOT, write_multi30k_slice
+from local_hub import FRESH_PROCESS_SCRIPT, local_hub_endpoint
+
+from xlpe.cli import evaluate, prepare, push, reorder, train, translate
+
+ENTRY_POINTS = {"xlpe-prepare": prepare.main, "xlpe-train": train.cli, "xlpe-reorder": reorder.main,
+                "xlpe-translate": translate.main, "xlpe-evaluate": evaluate.main, "xlpe-push": push.main}  # fmt: skip
+SIZE_FLAGS = {  # appended to the README's lines: sizes only, every data/tokenizer/language choice is the README's
+    "xlpe-train": ["--d_model", "16", "--ffn_dim", "32", "--attention_heads", "2", "--encoder_layers", "1",
+                   "--decoder_layers", "1", "--max_steps", "4", "--eval_steps", "2", "--save_steps", "2",
+                   "--average_last_checkpoints", "2", "--max_tokens", "400", "--val_max_target_length", "8",
+                   "--num_translation_examples", "0", "--report_to", "none"],
+    "xlpe-reorder train": ["--epochs", "1", "--d-model", "32", "--token-layers", "1", "--word-layers", "1", "--batch-size", "16"],
+    "xlpe-translate": ["--quiet", "--max_new_tokens", "8"],
+}  # fmt: skip
+REPO_ID = "your-name/xlpe-de-en"
+
+
+def walkthrough_lines() -> list[list[str]]:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Your own data", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1).replace("\\\n", " ")
+    return [shlex.split(line.split("  #")[0]) for line in block.splitlines() if line.strip()]
+
+
+def test_walkthrough_has_every_step():
+    programs = [" ".join(argv[:2]) if argv[0] == "xlpe-reorder" else argv[0] for argv in walkthrough_lines()]
+    assert programs == ["xlpe-prepare", "xlpe-train", "xlpe-reorder train", "xlpe-reorder attach", "xlpe-translate",
+                        "xlpe-evaluate", "xlpe-push"]  # fmt: skip
+
+
+def test_readme_walkthrough_from_raw_text_to_a_shared_model(tmp_path, monkeypatch, capsys):
+    write_multi30k_slice(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    outputs = {}
+    with warnings.catch_warnings(), local_hub_endpoint(tmp_path / "hub") as hub:
+        warnings.simplefilter("ignore")  # the tokenizer trainer warns: 8000 pieces asked of 120 pairs
+        for argv in walkthrough_lines():
+            program = " ".join(argv[:2]) if argv[0] == "xlpe-reorder" else argv[0]
+            extra = SIZE_FLAGS.get(program, [])
+            capsys.readouterr()
+            assert ENTRY_POINTS[argv[0]](argv[1:] + extra) == 0, f"{program} failed: {capsys.readouterr().err[-2000:]}"
+            outputs[program] = capsys.readouterr()
+        received = hub.repo_dir(REPO_ID)
+    assert "xlpe-train: recipe small (" in outputs["xlpe-train"].out  # chosen for the data size and the CPU
+    card = (tmp_path / "runs" / "de-en" / "README.md").read_text()
+    index = card.split("model-index:", 1)[1].split("---", 1)[0]
+    assert "validation" in index.lower() and "test" in index.lower() and index.count("BLEU") >= 2
+    assert "trust_remote_code=True" in card and (tmp_path / "runs" / "de-en" / "averaged_checkpoints.json").is_file()
+    config = json.loads((tmp_path / "runs" / "de-en" / "config.json").read_text())
+    assert config["reorderer_config"]["model_type"] == "xlpe_reorderer"  # attached: it supplies test-time positions
+    hypotheses = (tmp_path / "hyp.en").read_text(encoding="utf-8").splitlines()
+    assert len(hypotheses) == 12
+    scores = json.loads(outputs["xlpe-evaluate"].out)
+    assert "nrefs:1" in scores["bleu"]["signature"] and "tok:13a" in scores["bleu"]["signature"]
+    assert (received / "README.md").is_file() and (received / "modeling_xlpe.py").is_file()
+    sentence = (tmp_path / "test.de").read_text(encoding="utf-8").splitlines()[0]
+    fresh = subprocess.run([sys.executable, "-c", FRESH_PROCESS_SCRIPT, str(received), sentence], capture_output=True,
+                           text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert json.loads(fresh.stdout.strip().splitlines()[-1])["result"][0]["translation_text"] is not None
