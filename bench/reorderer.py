@@ -132,7 +132,8 @@ def main(argv=None) -> dict:
                       epochs=options.epochs)  # fmt: skip
     sources, oracle = oracle_word_positions(data["test"])
     rows = {}
-    for decoder in ("btg", "rank"):
+    decoders = ("btg", "rank") if "pairwise" in reorderer.config.training_loss else ("btg",)  # rank: pair probabilities
+    for decoder in decoders:
         reorderer.config.decoder = decoder
         started = time.perf_counter()
         predicted, _ = predict_word_positions(reorderer, tokenizer, sources, long_lines="monotone")

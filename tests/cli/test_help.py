@@ -202,6 +202,11 @@ def test_push_and_train_user_errors(tmp_path, capsys):
     assert "--train_source_file" in one_error_line(capsys, "xlpe-train")
     assert cli(["--model_name_or_path", "./runs/typo", "--output_dir", str(tmp_path)]) == 2
     assert "./runs/typo: no such local directory" in one_error_line(capsys, "xlpe-train")
+    (tmp_path / "train.en").write_text("a b\nc d\n")
+    (tmp_path / "train.de").write_text("x y\n")  # found after the arguments are parsed, while reading the data
+    assert cli(["--train_source_file", str(tmp_path / "train.en"), "--train_target_file", str(tmp_path / "train.de"),
+                "--source_lang", "en", "--target_lang", "de", "--output_dir", str(tmp_path / "run")]) == 2  # fmt: skip
+    assert "train.de" in one_error_line(capsys, "xlpe-train")
 
 
 def test_a_user_error_prints_no_traceback(tmp_path):

@@ -241,6 +241,9 @@ def test_reordering_quality_scores():
     other = rng.permutation(9).tolist()
     assert aq.reordering_quality([other], [perm])["kendall_tau"] == pytest.approx(kendall_tau(other, perm))
     assert aq.reordering_quality([[10, 30, 20]], [[0, 2, 1]])["exact_match"] == 1.0  # compared by rank
+    both = aq.reordering_quality([perm, [4, 3, 2, 1, 0], [0]], [perm, [0, 1, 2, 3, 4], [0]], min_items=2, per_sentence=True)
+    assert both["per_sentence"] == {"kendall_tau": [1.0, -1.0], "fuzzy_reordering_score": [1.0, 0.0], "exact_match": [1, 0]}
+    assert both["kendall_tau"] == 0.0 and both["sentences_left_out"] == 1
 
 
 def test_model_reorderings_against_oracle(tiny_model, toy_tokenizer):

@@ -140,7 +140,7 @@ def token_rows(draw):
 @given(token_rows(), st.sampled_from(["btg", "rank"]))
 def test_predicted_positions_keep_words_whole_and_special_tokens_in_place(case, decoder):
     rows, lengths = case
-    model = tiny_reorderer(decoder=decoder).eval()
+    model = tiny_reorderer(decoder=decoder, training_loss="pairwise").eval()
     with torch.no_grad():  # random but decisive pair scores
         model.query.weight.normal_(0, 2.0), model.key.weight.normal_(0, 2.0)
     ids = torch.tensor(rows)
@@ -262,6 +262,8 @@ def test_config_rejects_bad_fields():
         XLPEReordererConfig(pair_scorer="cosine")
     with pytest.raises(ValueError, match="training_loss"):
         XLPEReordererConfig(training_loss="margin")
+    with pytest.raises(ValueError, match='decoder="rank" sorts by pair probabilities'):
+        XLPEReordererConfig(decoder="rank", training_loss="btg_crf")
     with pytest.raises(ValueError, match="max_words"):
         XLPEReordererConfig(max_words=0)
     with pytest.raises(ValueError, match="divisible"):

@@ -83,13 +83,18 @@ def run_train(args) -> dict:
     else:
         model = build_reorderer(tokenizer, d_model=args.d_model, token_layers=args.token_layers,
                                 word_layers=args.word_layers, decoder=args.decoder, pair_scorer=args.pair_scorer,
-                                training_loss=args.training_loss)  # fmt: skip
+                                **_given(training_loss=args.training_loss))  # fmt: skip
     options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
                                 seed=args.seed)  # fmt: skip
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout carries the JSON only
         train_reorderer(model, data["train"], output, options, tokenizer=tokenizer, resume=not args.no_resume)
     return {"output_dir": str(output), "pairs_read": report["pairs_read"], "pairs_kept": report["pairs_kept"],
             "pairs_skipped": report["pairs_skipped"], "oracle_mean_kendall_tau_vs_monotone": report.get("mean_kendall_tau")}  # fmt: skip
+
+
+def _given(**fields) -> dict:
+    """The fields the user gave (not None): the others keep build_reorderer's defaults."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _load_reorderer(path: str, order_prior: float | None = None):
@@ -153,7 +158,7 @@ def run_jackknife(args) -> dict:
     with contextlib.redirect_stdout(sys.stderr):
         predicted = jackknife_positions(train, tokenizer, args.folds, options, Path(args.output_dir) / "folds",
                                         d_model=args.d_model, token_layers=args.token_layers, word_layers=args.word_layers,
-                                        training_loss=args.training_loss)  # fmt: skip
+                                        **_given(training_loss=args.training_loss))  # fmt: skip
     train = train.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", predicted)
     data["train"] = train
     data.save_to_disk(str(Path(args.output_dir) / "data"))
@@ -266,9 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--token-layers", type=int, default=3)
         command.add_argument("--word-layers", type=int, default=1)
         command.add_argument("--seed", type=int, default=1)
-        command.add_argument("--training-loss", default="btg_crf", choices=TRAINING_LOSSES,
-                             help="btg_crf (default): likelihood of the oracle among all BTG permutations; pairwise: "
-                                  "local BCE per word pair (0.3's); pairwise+btg_crf: both")  # fmt: skip
+        command.add_argument("--training-loss", default=None, choices=TRAINING_LOSSES,
+                             help="btg_crf (default; pairwise with --decoder rank): likelihood of the oracle among all "
+                                  "BTG permutations; pairwise: local BCE per word pair (0.3's); pairwise+btg_crf: both")  # fmt: skip
 
     evaluate = sub.add_parser("evaluate", help="score orders against the oracle from word alignments")
     evaluate.add_argument("--reorderer", help="directory written by `xlpe-reorder train`")

@@ -286,14 +286,17 @@ def _dense_ranks(values: Sequence[int]) -> np.ndarray:
     return ranks
 
 
-def reordering_quality(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]], min_items: int = 1) -> dict:
+def reordering_quality(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]], min_items: int = 1,
+                       per_sentence: bool = False) -> dict:  # fmt: skip
     """Mean Kendall's tau (in [-1, 1] and normalised (tau+1)/2 as lader reports), mean fuzzy reordering
     score and the exact-match rate of predicted vs oracle orders (element i = position of item i; any
     integers, compared by rank). Sentences with fewer than `min_items` items are left out (2: the ones whose
-    order can be wrong) and counted in "sentences_left_out"."""
+    order can be wrong) and counted in "sentences_left_out". `per_sentence`: also the lists behind the means
+    ("per_sentence": {"kendall_tau": [...], "fuzzy_reordering_score": [...], "exact_match": [0/1 ...]}), for paired
+    significance tests."""
     if len(predicted) != len(oracle):
         raise ValueError(f"{len(predicted)} predicted reorderings but {len(oracle)} oracle ones")
-    taus, scores, exact = [], [], 0
+    taus, scores, matches = [], [], []
     for index, (pred, ref) in enumerate(zip(predicted, oracle)):
         if len(pred) != len(ref):
             raise ValueError(f"sentence {index}: {len(pred)} predicted positions but {len(ref)} oracle ones")
@@ -302,11 +305,14 @@ def reordering_quality(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequ
         pred, ref = _dense_ranks(pred), _dense_ranks(ref)
         taus.append(kendall_tau(pred, ref))
         scores.append(fuzzy_reordering_score(pred, ref))
-        exact += bool(np.array_equal(pred, ref))
+        matches.append(int(np.array_equal(pred, ref)))
     n = max(len(taus), 1)
-    return {"kendall_tau": sum(taus) / n, "kendall_tau_normalized": (sum(taus) / n + 1) / 2,
-            "fuzzy_reordering_score": sum(scores) / n, "exact_match": exact / n, "sentences": len(taus),
-            "sentences_left_out": len(oracle) - len(taus)}
+    result = {"kendall_tau": sum(taus) / n, "kendall_tau_normalized": (sum(taus) / n + 1) / 2,
+              "fuzzy_reordering_score": sum(scores) / n, "exact_match": sum(matches) / n, "sentences": len(taus),
+              "sentences_left_out": len(oracle) - len(taus)}  # fmt: skip
+    if per_sentence:
+        result["per_sentence"] = {"kendall_tau": taus, "fuzzy_reordering_score": scores, "exact_match": matches}
+    return result
 
 
 @torch.no_grad()

@@ -34,7 +34,9 @@ class XLPEReordererConfig(PreTrainedConfig):
     distance_buckets: int = 16  # signed word-distance buckets of the pair scorer's bias (2 * this + 1 biases)
     max_source_positions: int = 512  # longest input in tokens (sinusoid table size)
     max_words: int = 200  # longest input in words the decoder accepts (CKY is O(words^3))
-    training_loss: str = "btg_crf"  # "btg_crf": NLL of the oracle among all BTG permutations; "pairwise": local BCE per word pair (0.3); or both summed
+    training_loss: str = "pairwise"  # "pairwise": local BCE per word pair; "btg_crf": NLL of the oracle among all BTG
+    #   permutations (what build_reorderer / xlpe-reorder train use from 0.4); or "pairwise+btg_crf". The class default
+    #   stays "pairwise" so that a config saved before 0.4 (no such field) reads as what it was trained with
     decoder: str = "btg"  # "btg": exact CKY over BTG trees (btg_chart.py); "rank": sort words by expected rank
     order_prior: float = 0.0  # decoding only: log-odds added in favour of keeping each word pair in source order
     pad_token_id: int | None = None  # padding id of the tokenizer
@@ -49,6 +51,9 @@ class XLPEReordererConfig(PreTrainedConfig):
             raise ValueError(f"pair_scorer must be one of {PAIR_SCORERS}, got {self.pair_scorer!r}")
         if self.training_loss not in TRAINING_LOSSES:
             raise ValueError(f"training_loss must be one of {TRAINING_LOSSES}, got {self.training_loss!r}")
+        if self.decoder == "rank" and self.training_loss == "btg_crf":
+            raise ValueError('decoder="rank" sorts by pair probabilities sigmoid(l), which only a pairwise-trained scorer '
+                             'gives: use training_loss="pairwise" or "pairwise+btg_crf" with it, or decoder="btg"')
         if self.d_model % self.attention_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by attention_heads ({self.attention_heads})")
         for name in ("vocab_size", "d_model", "attention_heads", "ffn_dim", "pair_dim", "max_source_positions", "max_words"):

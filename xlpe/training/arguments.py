@@ -20,15 +20,12 @@ import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..evaluation.metrics import check_bleu_tokenizer
+from .errors import UsageError
 from .recipes import NO_RECIPE, RECIPE_NAMES, recipe_settings
 
 logger = logging.getLogger("xlpe.train")
 
 BUILTIN_DATASET = "builtin:synthetic"
-
-
-class UsageError(ValueError):
-    """A bad argument or argument combination found before any work: `xlpe-train` prints one line, exits 2."""
 
 
 def _help(text: str, **kwargs):

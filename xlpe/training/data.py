@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..features.alignment import parse_pharaoh_line, read_pharaoh_file, read_text_lines
 from ..features.prepare import PREPARED_TOKENIZER_DIR, ParallelSplit, load_parallel_dataset, read_parallel_files
+from .errors import UsageError
 
 logger = logging.getLogger("xlpe.train")
 SPLIT_ALIASES = {"train": "train", "validation": "validation", "valid": "validation", "dev": "validation",
@@ -56,9 +57,9 @@ def _check_languages(data_args, keys, origin: str) -> None:
     for flag in ("source_lang", "target_lang"):
         value = getattr(data_args, flag)
         if value is None:
-            raise ValueError(f"--{flag} is required for {origin}; its translation keys are {sorted(keys)}")
+            raise UsageError(f"--{flag} is required for {origin}; its translation keys are {sorted(keys)}")
         if value not in keys:
-            raise ValueError(f"--{flag} {value!r} is not a language of {origin}: its translation keys are {sorted(keys)}")
+            raise UsageError(f"--{flag} {value!r} is not a language of {origin}: its translation keys are {sorted(keys)}")
 
 
 def _read_jsonlines(path: str, data_args, alignment_file: str | None) -> ParallelSplit:
@@ -71,16 +72,16 @@ def _read_jsonlines(path: str, data_args, alignment_file: str | None) -> Paralle
         try:
             row = json.loads(line)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not a JSON line ({error.msg})") from None
+            raise UsageError(f"{path}:{number}: not a JSON line ({error.msg})") from None
         if not isinstance(row, dict) or not isinstance(row.get("translation"), dict):
             found = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise ValueError(f'{path}:{number}: missing column "translation" (a {{lang: text}} object); found {found}')
+            raise UsageError(f'{path}:{number}: missing column "translation" (a {{lang: text}} object); found {found}')
         rows.append(row)
     _check_languages(data_args, rows[0]["translation"], path)
     for number, row in enumerate(rows, start=1):
         for flag in ("source_lang", "target_lang"):
             if not isinstance(row["translation"].get(getattr(data_args, flag)), str):
-                raise ValueError(f"{path}:{number}: translation has no {getattr(data_args, flag)!r} text ({flag})")
+                raise UsageError(f"{path}:{number}: translation has no {getattr(data_args, flag)!r} text ({flag})")
     sources = [row["translation"][data_args.source_lang] for row in rows]
     targets = [row["translation"][data_args.target_lang] for row in rows]
     split = ParallelSplit(sources, targets, f"{path}:{data_args.source_lang}", f"{path}:{data_args.target_lang}")
@@ -98,7 +99,7 @@ def _read_jsonlines(path: str, data_args, alignment_file: str | None) -> Paralle
 def _dataset_splits(data_args, model_args) -> dict[str, ParallelSplit]:
     name = data_args.dataset_name
     if data_args.source_lang is None or data_args.target_lang is None:
-        raise ValueError(f"--dataset_name {name} needs --source_lang and --target_lang")
+        raise UsageError(f"--dataset_name {name} needs --source_lang and --target_lang")
     loaded = load_parallel_dataset(name, data_args.source_lang, data_args.target_lang, config_name=data_args.dataset_config_name)
     splits = {}
     for split_name, split in loaded.items():
@@ -108,7 +109,7 @@ def _dataset_splits(data_args, model_args) -> dict[str, ParallelSplit]:
         for side, texts, flag in (("source", split.sources, "source_lang"), ("target", split.targets, "target_lang")):
             if texts and not any(texts):
                 keys = _translation_keys(name, data_args.dataset_config_name)
-                raise ValueError(f"--{flag} {getattr(data_args, flag)!r} gave no {side} text in {name}: its languages "
+                raise UsageError(f"--{flag} {getattr(data_args, flag)!r} gave no {side} text in {name}: its languages "
                                  f"(translation keys or columns) are {keys}")  # fmt: skip
     return splits
 
@@ -127,7 +128,17 @@ def _translation_keys(name: str, config_name: str | None) -> list[str]:
 
 
 def load_raw_splits(data_args, model_args) -> dict[str, ParallelSplit]:
-    """Sentence pairs of every available split (train/validation/test), limited by --max_*_samples."""
+    """Sentence pairs of every available split (train/validation/test), limited by --max_*_samples. A malformed
+    input (line counts that differ, a bad alignment line, ...) is a UsageError naming the file and line."""
+    try:
+        return _load_raw_splits(data_args, model_args)
+    except UsageError:
+        raise
+    except ValueError as error:  # the readers name file and line: one line for the command, no traceback
+        raise UsageError(str(error)) from None
+
+
+def _load_raw_splits(data_args, model_args) -> dict[str, ParallelSplit]:
     if data_args.prepared_dataset:
         return {}  # features are already there (prepare_features loads them)
     if data_args.uses_builtin_corpus():
@@ -143,7 +154,7 @@ def load_raw_splits(data_args, model_args) -> dict[str, ParallelSplit]:
                 splits[name] = _read_jsonlines(jsonl, data_args, alignment)
             elif source or target:
                 if not (source and target):
-                    raise ValueError(f"--{name}_source_file and --{name}_target_file go together")
+                    raise UsageError(f"--{name}_source_file and --{name}_target_file go together")
                 splits[name] = read_parallel_files(source, target, alignment)
     for name, split in splits.items():
         alignment_file = getattr(data_args, f"{name}_alignment_file")
@@ -178,28 +189,28 @@ def check_splits(splits: dict[str, ParallelSplit], data_args, training_args, tok
     """Errors that must come before any training: an empty training set, a requested split that is missing."""
     if data_args.prepared_dataset:
         if not tokenizer_given:
-            raise ValueError(f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
+            raise UsageError(f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
                              f"--model_name_or_path: {data_args.prepared_dataset} has no {PREPARED_TOKENIZER_DIR}/ "
                              "(xlpe-prepare saves the one it used there)")  # fmt: skip
         splits = dict.fromkeys(prepared_split_names(data_args.prepared_dataset))
         if training_args.do_train and "train" not in splits:
-            raise ValueError(f"--do_train needs a train split; --prepared_dataset {data_args.prepared_dataset} has "
+            raise UsageError(f"--do_train needs a train split; --prepared_dataset {data_args.prepared_dataset} has "
                              f"{sorted(splits)}")  # fmt: skip
     elif training_args.do_train:
         train = splits.get("train")
         if train is None:
-            raise ValueError("--do_train needs training data: --train_file, --train_source_file/--train_target_file, "
+            raise UsageError("--do_train needs training data: --train_file, --train_source_file/--train_target_file, "
                              "--dataset_name with a 'train' split, or no data arguments for the built-in corpus")  # fmt: skip
         if not any(s.strip() and t.strip() for s, t in zip(train.sources, train.targets)):
-            raise ValueError(f"the training set is empty: {train.source_origin} / {train.target_origin} has no "
+            raise UsageError(f"the training set is empty: {train.source_origin} / {train.target_origin} has no "
                              f"non-empty sentence pair ({len(train.sources)} lines)")  # fmt: skip
     if not tokenizer_given and "train" not in splits:
-        raise ValueError("no tokenizer: give --tokenizer_name or --model_name_or_path, or training data to train one on")
+        raise UsageError("no tokenizer: give --tokenizer_name or --model_name_or_path, or training data to train one on")
     where = f"(--prepared_dataset {data_args.prepared_dataset} has {sorted(splits)}: xlpe-prepare --validation-source/--test-source ...)"
     for flag, split in (("do_eval", "validation"), ("do_predict", "test")):
         if getattr(training_args, flag) and split not in splits:
             if flag in getattr(training_args, "explicit_do", ()):
-                raise ValueError(f"--{flag} needs a {split} split " + (where if data_args.prepared_dataset else
+                raise UsageError(f"--{flag} needs a {split} split " + (where if data_args.prepared_dataset else
                                  f"(--{split}_file or --{split}_source_file/--{split}_target_file)"))  # fmt: skip
             logger.warning("no %s split: skipping %s", split, flag)
             setattr(training_args, flag, False)
@@ -261,7 +272,7 @@ def prepare_features(splits, tokenizer, features, taggers, data_args, model_args
         if skipped:
             logger.warning("%s: %d of %d pairs skipped %s", name, skipped, report["pairs_read"], report["pairs_skipped"])
     if training_args.do_train and len(prepared["train"]) == 0:
-        raise ValueError(f"no training pair survived the preparation: {reports['train']['pairs_skipped']} "
+        raise UsageError(f"no training pair survived the preparation: {reports['train']['pairs_skipped']} "
                          f"(--max_source_length {data_args.max_source_length}, --max_target_length {data_args.max_target_length})")  # fmt: skip
     return datasets.DatasetDict(prepared), reports
 
@@ -289,15 +300,15 @@ def use_prepared_dataset(data_args, model_args) -> None:
     path = Path(data_args.prepared_dataset)
     given = [f"--{name}" for name in RAW_DATA_FLAGS if getattr(data_args, name, None)]
     if given:
-        raise ValueError(f"--prepared_dataset {path} holds the train/validation/test splits already, so "
+        raise UsageError(f"--prepared_dataset {path} holds the train/validation/test splits already, so "
                          f"{', '.join(given)} would be ignored: give the files to xlpe-prepare (--validation-source, "
                          "--test-source, ...) or drop --prepared_dataset")  # fmt: skip
     if not path.is_dir():
-        raise ValueError(f"--prepared_dataset {path}: no such directory (expected an xlpe-prepare --output)")
+        raise UsageError(f"--prepared_dataset {path}: no such directory (expected an xlpe-prepare --output)")
     saved_tokenizer = path / PREPARED_TOKENIZER_DIR
     if not (model_args.tokenizer_name or model_args.model_name_or_path):
         if not saved_tokenizer.is_dir():
-            raise ValueError(f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
+            raise UsageError(f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
                              f"--model_name_or_path: {path} has no {PREPARED_TOKENIZER_DIR}/ (xlpe-prepare saves the "
                              "one it used there)")  # fmt: skip
         model_args.tokenizer_name = str(saved_tokenizer)
@@ -308,7 +319,7 @@ def use_prepared_dataset(data_args, model_args) -> None:
             if recorded and getattr(data_args, flag) is None:
                 setattr(data_args, flag, recorded)
             elif recorded and getattr(data_args, flag) != recorded:
-                raise ValueError(f"--{flag} {getattr(data_args, flag)} but --prepared_dataset {path} was prepared with "
+                raise UsageError(f"--{flag} {getattr(data_args, flag)} but --prepared_dataset {path} was prepared with "
                                  f"{side} language {recorded!r}")  # fmt: skip
 
 
@@ -320,7 +331,7 @@ def prepared_split_names(path) -> list[str]:
     elif (path / "state.json").is_file():
         names = ["train"]  # a single Dataset (an xlpe-prepare output of version 0.3 and earlier)
     else:
-        raise ValueError(f"--prepared_dataset {path} is not a prepared dataset directory (no dataset_dict.json; "
+        raise UsageError(f"--prepared_dataset {path} is not a prepared dataset directory (no dataset_dict.json; "
                          "expected an xlpe-prepare --output)")  # fmt: skip
     return [SPLIT_ALIASES[name] for name in names if name in SPLIT_ALIASES]
 
@@ -348,17 +359,17 @@ def _load_prepared(path: str, features, model, data_args, tokenizer=None):
         from ..features.tokenization import vocab_fingerprint
 
         if vocab_fingerprint(tokenizer) not in recorded:
-            raise ValueError(f"--prepared_dataset {path} was prepared with another tokenizer than this run's "
+            raise UsageError(f"--prepared_dataset {path} was prepared with another tokenizer than this run's "
                              f"({getattr(tokenizer, 'name_or_path', '?')}: other pieces or ids); use the one saved "
                              f"beside it, {Path(path) / PREPARED_TOKENIZER_DIR} (the default without --tokenizer_name)")  # fmt: skip
     for name, table in prepared.items():
         missing = [f for f in ("input_ids", "labels", *features) if f not in table.column_names]
         if missing:
-            raise ValueError(f"--prepared_dataset {path} [{name}] lacks {missing} that this model needs; "
+            raise UsageError(f"--prepared_dataset {path} [{name}] lacks {missing} that this model needs; "
                              f"prepare it with xlpe-prepare --features {' '.join(features)}")  # fmt: skip
         sample = table.select(range(min(len(table), 1000)))
         largest = max((max(ids) for column in ("input_ids", "labels") for ids in sample[column] if ids), default=-1)
         if largest >= model.config.vocab_size:
-            raise ValueError(f"--prepared_dataset {path} [{name}] has token id {largest} but the model's vocab_size is "
+            raise UsageError(f"--prepared_dataset {path} [{name}] has token id {largest} but the model's vocab_size is "
                              f"{model.config.vocab_size}: it was prepared with another tokenizer (--tokenizer_name)")  # fmt: skip
     return datasets.DatasetDict(prepared), reports

@@ -206,7 +206,7 @@ def apply_generation_options(model, tokenizer, model_args, data_args) -> None:
     """run_translation's generation/tokenizer flags: `--forced_bos_token` (its id forced as the first generated
     token; refused when the vocabulary lacks it) and `--use_fast_tokenizer false` (warned: transformers 5 only
     has fast tokenizers)."""
-    from .arguments import UsageError
+    from .errors import UsageError
 
     if not model_args.use_fast_tokenizer:
         logger.warning("--use_fast_tokenizer false: transformers 5 always loads the fast tokenizer; using %s", type(tokenizer).__name__)
@@ -223,7 +223,7 @@ def attach_reorderer(model, reorderer_dir: str, tokenizer) -> None:
     positions; refused (UsageError) for another family or a reorderer trained on other token ids."""
     from ..features.predicted_reordering import check_tokenizer_match
     from ..models.modeling_reorderer import XLPEReordererModel
-    from .arguments import UsageError
+    from .errors import UsageError
 
     if not hasattr(model, "attach_reorderer"):
         raise UsageError(f"--reorderer applies to XL PE models, not {type(model).__name__}")

@@ -29,8 +29,14 @@ logger = logging.getLogger(__name__)
 COLUMNS = ("input_ids", "attention_mask", "reorder_positions")
 
 
+DEFAULT_TRAINING_LOSS = "btg_crf"  # structured training (BENCHMARKS.md: +0.05 FRS on en->ja over "pairwise", same tau)
+
+
 def build_reorderer(tokenizer, **config_fields) -> XLPEReordererModel:
-    """A fresh reorderer for `tokenizer`'s ids, with its word starts read from the tokenizer."""
+    """A fresh reorderer for `tokenizer`'s ids, with its word starts read from the tokenizer; trained as a CRF over
+    BTG permutations unless `training_loss` says otherwise (a rank decoder gets the pairwise loss it needs)."""
+    if "training_loss" not in config_fields:
+        config_fields["training_loss"] = "pairwise" if config_fields.get("decoder") == "rank" else DEFAULT_TRAINING_LOSS
     from ..features.tokenization import word_start_flags
 
     config = XLPEReordererConfig(
