@@ -179,12 +179,14 @@ def test_reorderer_words_driver(tmp_path, capsys):
     split, words = rows["words (reorder_unit=word)"].rstrip(" |").split(" | ")[-1].split(" ")[0].split("/")
     assert split == "0" and int(words) > 0  # multi-piece words exist (unigram, 300 pieces) and none is split
 
-    # bench/reorderer.py on the same corpus: the standalone reorderer (both decoders) next to the built-in predictor
+    # bench/reorderer.py on the same corpus: the standalone reorderer (both decoders: the rank decoder needs the pairwise
+    # loss, so both losses are summed here) next to the built-in predictor
     spec = importlib.util.spec_from_file_location("reorderer_bench", REPO_ROOT / "bench" / "reorderer.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     record = bench.main(["--prepared", str(prepared), "--tokenizer", str(tmp_path / "run"), "--output_dir",
-                         str(tmp_path / "reorderer"), "--model", str(tmp_path / "run"), "--epochs", "1"])  # fmt: skip
+                         str(tmp_path / "reorderer"), "--model", str(tmp_path / "run"), "--epochs", "1",
+                         "--config", '{"training_loss": "pairwise+btg_crf"}'])  # fmt: skip
     assert set(record["rows"]) == {"standalone reorderer, btg decoder", "standalone reorderer, rank decoder",
                                    "built-in ranking predictor (in-model)", "monotone"}  # fmt: skip
     assert all(-1.0 <= row["kendall_tau"] <= 1.0 and row["sentences"] > 0 for row in record["rows"].values())
