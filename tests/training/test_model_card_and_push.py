@@ -164,6 +164,19 @@ def uploaded(model_dir, eval_entry, tmp_path_factory):
     return hub, folder, hub.repo_dir(REPO_ID)
 
 
+def test_dry_run_lists_exactly_what_the_upload_sends(uploaded, capsys, tmp_path):
+    _, folder, received = uploaded
+    copy = tmp_path / "model"
+    shutil.copytree(folder, copy)
+    (copy / "checkpoint-2").mkdir()
+    (copy / "checkpoint-2" / "optimizer.pt").write_bytes(b"x")  # a training leftover: never uploaded
+    capsys.readouterr()
+    assert push_main([str(copy), REPO_ID, "--language", "en", "de", "--dry_run"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["ready"] and listed["left_out"] == 1
+    assert set(listed["files"]) == {p.name for p in received.iterdir()}
+
+
 def test_push_uploads_exactly_the_model_files(uploaded):
     hub, folder, received = uploaded
     assert hub.unexpected == []

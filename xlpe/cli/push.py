@@ -48,12 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "base_model": args.base_model, "example_source": args.example_source,
             "eval_results": [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.eval_results],
         }  # fmt: skip
-        from ..training.push import prepare_upload_folder, push_model
+        from ..training.push import prepare_upload_folder, push_model, upload_file_list
 
-        if args.dry_run:
+        if args.dry_run:  # the files the upload would send (checkpoints and other ignored files left out, counted)
             prepare_upload_folder(args.model_dir, card_kwargs, regenerate_card=args.regenerate_card)
-            files = sorted(p.name for p in Path(args.model_dir).iterdir())
-            print(json.dumps({"folder": args.model_dir, "ready": True, "files": files}))
+            files, left_out = upload_file_list(args.model_dir)
+            print(json.dumps({"folder": args.model_dir, "ready": True, "files": files, "left_out": left_out}))
             return 0
     except (CommandLineError, ValueError, OSError) as error:  # ValueError: a folder that cannot be completed
         return user_error(PROG, error)

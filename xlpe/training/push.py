@@ -31,6 +31,17 @@ DEFAULT_IGNORE_PATTERNS = ["checkpoint-*/**", "runs/**", "optimizer.pt", "schedu
                            ".cache/**"]
 SENTENCEPIECE_FILES = ("source.spm", "target.spm", "spiece.model", "sentencepiece.bpe.model")
 
+
+def upload_file_list(local_dir, ignore_patterns: Sequence[str] = tuple(DEFAULT_IGNORE_PATTERNS)) -> tuple[list[str], int]:
+    """(the relative paths an upload of `local_dir` sends, how many files the ignore patterns leave out): what
+    `push_model` uploads, for `xlpe-push --dry_run`."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    folder = Path(local_dir)
+    paths = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    sent = list(filter_repo_objects(paths, ignore_patterns=list(ignore_patterns)))
+    return sent, len(paths) - len(sent)
+
 # ---------------------------------------------------------------------------------------------------------
 # What must be in the folder
 # ---------------------------------------------------------------------------------------------------------
