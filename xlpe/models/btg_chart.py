@@ -90,7 +90,7 @@ def btg_log_partition(pair_logits: torch.Tensor, word_counts: torch.Tensor, rows
             rows = order[start : start + rows_per_chunk]
             width = max(counts[start : start + rows_per_chunk])
             parts.append(btg_log_partition(pair_logits[rows][:, :width, :width], word_counts[rows]))
-        return torch.empty_like(torch.cat(parts)).index_copy(0, order, torch.cat(parts))
+        return torch.cat(parts)[torch.argsort(order)]  # back to the rows' own order
     batch, device = pair_logits.shape[0], pair_logits.device
     n = int(word_counts.max()) if batch else 0
     if n < 2:

@@ -279,11 +279,9 @@ def prepare_features(splits, tokenizer, features, taggers, data_args, model_args
 
 def run_preparation(splits, tokenizer, options: dict):
     """xlpe.features.prepare over several splits at once (one alignment run, one cache entry)."""
-    from ..features import prepare
+    from ..features.prepare import prepare_splits
 
-    if hasattr(prepare, "prepare_splits"):  # the public name, when xlpe.features.prepare has it
-        return prepare.prepare_splits(splits, tokenizer, **options)
-    return prepare._prepare_splits(splits, tokenizer, prepare.PrepareOptions(**options))
+    return prepare_splits(splits, tokenizer, **options)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -180,8 +180,8 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
                 padded += value.numel()
         if real is None:
             return
+        counts = torch.stack([real.double(), real.new_tensor(padded, dtype=torch.float64)])  # built once, added twice
         for bucket in ("interval", "total"):
-            counts = torch.stack([real.double(), real.new_tensor(padded, dtype=torch.float64)])
             self._padding[bucket] = counts if self._padding[bucket] is None else self._padding[bucket] + counts
 
     def _pop_padding(self, bucket: str) -> tuple[float, float]:
