@@ -22,7 +22,7 @@ import warnings
 
 from . import _deprecated
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 # public name -> the submodule that defines it; imported on first use (PEP 562), so that `import xlpe.cli.X`
 # (every console script) does not pay for torch and transformers before it has parsed its arguments

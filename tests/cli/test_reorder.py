@@ -78,7 +78,7 @@ def test_predict_one_order_line_per_input_line(reorderer, tmp_path):
         assert sorted(map(int, order.split())) == list(range(len(line.split())))
     assert orders[0] == "4 3 2 1 0"  # the toy language reverses: learnt from 120 pairs
     assert main(["predict", "--reorderer", str(reorderer), "--input", str(tmp_path / "in.txt"), "--output",
-                 str(output), "--order-prior", "1e4"]) == 0  # fmt: skip
+                 str(output), "--order-prior", "1e4", "--overwrite_output"]) == 0  # fmt: skip  (an existing output: issue 14)
     assert output.read_text(encoding="utf-8").split("\n")[0] == "0 1 2 3 4"  # the prior outweighs the model
 
 

@@ -23,6 +23,10 @@ from ..evaluation import (
     metrics as ev,  # light: sacrebleu, torch and the rest are imported when used
 )
 from ..evaluation import plots
+from ..features.text_files import (  # (standard library only)
+    check_output,
+    write_text_atomic,
+)
 from . import (
     CommandLineError,
     canonical_flags,
@@ -52,9 +56,31 @@ def _load_model(model_dir: str, device: str = "cpu"):
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
-def _references(paths: list[str]):
-    streams = [ev.read_lines(path) for path in paths]
-    return streams[0] if len(streams) == 1 else streams
+def _read(path: str, flag: str, allow_empty: bool = False) -> list[str]:
+    """The lines of a text input (`xlpe.features.text_files` rules); an empty file is a CommandLineError naming it."""
+    lines = ev.read_lines(path)
+    if not lines and not allow_empty:
+        raise CommandLineError(f"{flag} {path}: the file is empty (expected one sentence per line)")
+    return lines
+
+
+def _parallel(*named: tuple[str, str, list[str]]) -> None:
+    """CommandLineError naming the files when parallel inputs ((flag, path, lines), ...) differ in line count."""
+    (flag, path, lines), *others = named
+    for other_flag, other_path, other_lines in others:
+        if len(other_lines) != len(lines):
+            raise CommandLineError(f"line counts differ: {flag} {path} has {len(lines)} lines, {other_flag} "
+                                   f"{other_path} has {len(other_lines)}")  # fmt: skip
+
+
+def _hypotheses_and_references(args, hyp_flag: str = "hyp") -> tuple[list[str], list[str] | list[list[str]]]:
+    """(hypotheses, references: one stream, or a list of streams for several --ref files), every file non-empty
+    and parallel to the hypotheses."""
+    hyp_path = getattr(args, hyp_flag)
+    hypotheses = _read(hyp_path, f"--{hyp_flag}")
+    streams = [_read(path, "--ref") for path in args.ref]
+    _parallel((f"--{hyp_flag}", hyp_path, hypotheses), *(("--ref", path, lines) for path, lines in zip(args.ref, streams)))
+    return hypotheses, streams[0] if len(streams) == 1 else streams
 
 
 def _named_files(items: list[str]) -> dict[str, str]:
@@ -72,8 +98,8 @@ def _named_files(items: list[str]) -> dict[str, str]:
 
 
 def run_bleu(args) -> dict:
-    result = ev.corpus_bleu_chrf(ev.read_lines(args.hyp), _references(args.ref), args.lang, args.tokenize,
-                                 args.lowercase)
+    hypotheses, references = _hypotheses_and_references(args)
+    result = ev.corpus_bleu_chrf(hypotheses, references, args.lang, args.tokenize, args.lowercase)
     if args.dataset_name:
         result.update(dataset_name=args.dataset_name, dataset_type=args.dataset_type or args.dataset_name,
                       dataset_split=args.split, dataset_config=args.dataset_config)
@@ -81,7 +107,9 @@ def run_bleu(args) -> dict:
 
 
 def run_significance(args) -> dict:
-    system, baseline, refs = ev.read_lines(args.hyp), ev.read_lines(args.baseline), _references(args.ref)
+    system, refs = _hypotheses_and_references(args)
+    baseline = _read(args.baseline, "--baseline")
+    _parallel(("--hyp", args.hyp, system), ("--baseline", args.baseline, baseline))
     tests = ["bs", "ar"] if args.test == "both" else [args.test]
     return {test: ev.paired_significance(system, baseline, refs, test, args.n_samples, args.alpha, args.lang, args.tokenize)
             for test in tests}
@@ -89,13 +117,15 @@ def run_significance(args) -> dict:
 
 def run_perplexity(args) -> dict:
     model, tokenizer = _load_model(args.model, args.device)
-    sources, references = ev.read_lines(args.source), ev.read_lines(args.ref[0])
+    sources, references = _read(args.source, "--source"), _read(args.ref[0], "--ref")
+    _parallel(("--source", args.source, sources), ("--ref", args.ref[0], references))
     batches = ev.text_batches(tokenizer, sources, references, args.batch_size, model)
     return ev.perplexity(model, batches)
 
 
 def run_mvpe_metrics(args) -> dict:
-    result = ev.mvpe_metrics(ev.read_lines(args.hyp), ev.read_lines(args.ref[0]), args.lang)
+    hypotheses, references = _hypotheses_and_references(args)
+    result = ev.mvpe_metrics(hypotheses, references if isinstance(references[0], str) else references[0], args.lang)
     if args.model:
         if not args.source:
             raise CommandLineError("--model needs --source for the perplexity")
@@ -104,10 +134,14 @@ def run_mvpe_metrics(args) -> dict:
 
 
 def run_compare_mt(args) -> dict:
-    systems = {name: ev.read_lines(path) for name, path in _named_files(args.hyp).items()}
-    return ev.compare_mt_report(ev.read_lines(args.ref[0]), systems, args.output_dir,
-                                sources=ev.read_lines(args.source) if args.source else None,
-                                frequency_corpus=args.frequency_corpus)
+    named = _named_files(args.hyp)
+    systems = {name: _read(path, "--hyp") for name, path in named.items()}
+    references = _read(args.ref[0], "--ref")
+    sources = _read(args.source, "--source") if args.source else None
+    _parallel(("--ref", args.ref[0], references), *(("--hyp", named[name], lines) for name, lines in systems.items()),
+              *((("--source", args.source, sources),) if sources is not None else ()))  # fmt: skip
+    return ev.compare_mt_report(references, systems, args.output_dir, sources=sources,
+                                frequency_corpus=args.frequency_corpus, overwrite=args.overwrite_output)
 
 
 def run_alignment(args) -> dict:
@@ -122,7 +156,11 @@ def run_alignment(args) -> dict:
         test_set = aq.AlignmentTestSet(test_set.name, test_set.sources[:n], test_set.targets[:n], test_set.gold[:n])
     diagonal = [aq.diagonal_alignment(len(s), len(t)) for s, t in zip(test_set.sources, test_set.targets)]
     if args.links:
-        predicted = aq.read_links(args.links, one_based=args.one_based)[: len(test_set.gold)]
+        predicted = aq.read_links(args.links, one_based=args.one_based)
+        if len(predicted) < len(test_set.gold):
+            raise CommandLineError(f"--links {args.links} has {len(predicted)} lines, the gold alignments "
+                                   f"{len(test_set.gold)}")  # fmt: skip
+        predicted = predicted[: len(test_set.gold)]
         method = f"links from {args.links}"
     elif args.model:
         model, tokenizer = _load_model(args.model, args.device)
@@ -133,26 +171,33 @@ def run_alignment(args) -> dict:
     else:
         raise CommandLineError("alignment: give --model or --links")
     if args.write_links:
-        lines = "".join(aq.format_links(links) + "\n" for links in predicted)
-        Path(args.write_links).write_text(lines, encoding="utf-8")
+        write_text_atomic(args.write_links, "".join(aq.format_links(links) + "\n" for links in predicted))
     return {"test_set": test_set.name, "sentences": len(test_set.gold), "method": method,
             **aq.alignment_error_rate(predicted, test_set.gold),
             "diagonal_baseline": aq.alignment_error_rate(diagonal, test_set.gold)}
 
 
-def _read_positions(path: str) -> list[list[int]]:
-    return [[int(v) for v in line.split()] for line in ev.read_lines(path)]
+def _read_positions(path: str, flag: str) -> list[list[int]]:
+    positions = []
+    for number, line in enumerate(_read(path, flag), start=1):
+        try:
+            positions.append([int(v) for v in line.split()])
+        except ValueError:
+            raise CommandLineError(f"{flag} {path}:{number}: not a line of integer positions: {line[:60]!r}") from None
+    return positions
 
 
 def run_reordering(args) -> dict:
     from ..evaluation import alignment_quality as aq
 
     if args.pred and args.oracle:
-        return aq.reordering_quality(_read_positions(args.pred), _read_positions(args.oracle))
+        predicted, oracle = _read_positions(args.pred, "--pred"), _read_positions(args.oracle, "--oracle")
+        _parallel(("--pred", args.pred, predicted), ("--oracle", args.oracle, oracle))
+        return aq.reordering_quality(predicted, oracle)
     if not (args.model and args.source and args.links):
         raise CommandLineError("reordering: give --pred and --oracle, or --model, --source and --links")
     model, tokenizer = _load_model(args.model, args.device)
-    sources = [line.strip(" ").split(" ") for line in ev.read_lines(args.source)]
+    sources = [line.strip(" ").split(" ") for line in _read(args.source, "--source")]
     links = aq.read_links(args.links, one_based=args.one_based)
     predicted, oracle = aq.predicted_and_oracle_reorderings(model, tokenizer, sources, links, args.batch_size)
     return {"level": "sub-word tokens (special tokens excluded)", **aq.reordering_quality(predicted, oracle)}
@@ -183,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
         sub.set_defaults(function=function)
         sub.add_argument("--output", required=name == "plot", help=output_help)
+        sub.add_argument("--overwrite_output", action="store_true", help="replace an existing --output file (and "
+                                                                         "--write_links file, compare-mt's "
+                                                                         "--output_dir)")  # fmt: skip
         return sub
 
     def text_args(sub, hyp=True, lang=True):
@@ -231,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--source")
     sub.add_argument("--frequency_corpus", help="text whose word counts define the frequency buckets (e.g. the "
                                                 "training targets; default: the references)")
-    sub.add_argument("--output_dir", required=True)
+    sub.add_argument("--output_dir", required=True, help="report directory (index.html, figures, report.txt), "
+                                                         "written aside and renamed into place when complete")
 
     sub = command("alignment", run_alignment, "AER of attention alignments against talp gold")
     sub.add_argument("--gold_dir", required=True, help="a word_alignment_gold/<pair> folder")
@@ -276,12 +325,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("bleu", "significance", "mvpe-metrics"):  # the BLEU tokenizer must run: say so first
             ev.check_bleu_tokenizer(args.lang, getattr(args, "tokenize", None))
         _check_input_files(args)
+        for flag in ("output", "write_links", "output_dir"):  # (output_dir: compare-mt's report directory)
+            if getattr(args, flag, None):
+                check_output(getattr(args, flag), f"--{flag}", args.overwrite_output)
+        if getattr(args, "output_dir", None) and Path(args.output_dir).is_file():
+            raise CommandLineError(f"--output_dir {args.output_dir}: is a file, expected a directory")
         result = args.function(args)
-    except (CommandLineError, ValueError, OSError, UnicodeDecodeError) as error:  # user errors: one line, exit 2
+    except (CommandLineError, ValueError, OSError) as error:  # user errors (TextFileError too): one line, exit 2
         return user_error(PROG, error)
     text = json.dumps(result, indent=2, ensure_ascii=False)
     if args.output and args.command != "plot":
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        write_text_atomic(args.output, text + "\n")
     print(text)
     return 0
 

@@ -53,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                                          "on the training text")  # fmt: skip
     tok.add_argument("--tokenizer-vocab-size", type=int, help="pieces of a tokenizer trained here (default 8000)")
     tok.add_argument("--tokenizer-model", choices=("unigram", "bpe"), help="a tokenizer trained here (default unigram)")
-    p.add_argument("--output", required=True, help="directory for the splits, report.json and tokenizer/")
+    p.add_argument("--output", required=True, help="directory for the splits, report.json and tokenizer/ (written "
+                                                   "aside, renamed into place when complete)")  # fmt: skip
+    p.add_argument("--overwrite-output", action="store_true", help="replace an existing --output directory")
     p.add_argument("--features", nargs="+", choices=FEATURE_CHOICES, help="default: positions + tags of given taggers")
     p.add_argument("--symmetrization", default="grow-diag-final-and", choices=SYMMETRIZATIONS)
     p.add_argument("--eflomal-options", type=json.loads, default=None, metavar="JSON",
@@ -82,8 +84,26 @@ def _flag(split: str, kind: str) -> str:
     return f"--{FILE_SPLITS[split]}{kind}"
 
 
+def _check_numbers(args) -> None:
+    """Raise ValueError (one line, naming the flag, the expected range and the value) on a number out of range."""
+    for name in ("max_length", "num_proc", "batch_size", "alignment_runs", "tokenizer_vocab_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be >= 1, got {value}")
+    if not 0.0 <= args.noise_ratio <= 1.0:
+        raise ValueError(f"--noise_ratio must be in [0, 1], got {args.noise_ratio}")
+    if args.eflomal_options is not None and not isinstance(args.eflomal_options, dict):
+        raise ValueError(f"--eflomal_options must be a JSON object of eflomal.Aligner arguments, got "
+                         f"{json.dumps(args.eflomal_options)}")  # fmt: skip
+
+
 def _check_combination(args) -> None:
-    """Raise ValueError (one line) on a flag combination that cannot work; given files must exist."""
+    """Raise ValueError (one line) on a flag combination that cannot work; given files must exist; the output
+    must not exist unless --overwrite_output."""
+    from ..features.text_files import check_output
+
+    _check_numbers(args)
+    check_output(args.output, "--output", args.overwrite_output)
     file_flags = [_flag(split, kind) for split in FILE_SPLITS for kind in ("source", "target", "alignments")]
     given_files = [flag for flag in file_flags if getattr(args, flag[2:].replace("-", "_"))]
     if args.dataset and given_files:
@@ -167,8 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for report in reports.values():
             report["tokenizer"] = {**report.get("tokenizer", {}), "origin": tokenizer_origin, "path": PREPARED_TOKENIZER_DIR}
             report["languages"] = {"source": args.source_lang, "target": args.target_lang}
-        output = save_prepared(args.output, prepared, reports, tokenizer)
-    except (ValueError, LookupError, ImportError, OSError) as error:
+        output = save_prepared(args.output, prepared, reports, tokenizer, overwrite=args.overwrite_output)
+    except (ValueError, LookupError, ImportError, OSError, TypeError) as error:  # TypeError: bad --eflomal_options
         message = " ".join(str(error).split()) if not isinstance(error, OSError) or not error.filename else \
             f"{error.filename}: {error.strerror}"  # fmt: skip
         parser.exit(2, f"{PROG}: error: {message}\n")

@@ -14,8 +14,11 @@
               score and exact match against the oracle, for the reorderer and for the monotone order (JSON on
               stdout, a table on stderr); --orders F scores an order file of another preorderer (e.g. lader)
 
-User errors (missing files, mismatched alignment files, lines over the reorderer's limit) print one line and
-exit with status 2.
+User errors (missing files, mismatched alignment files, lines over the reorderer's limit, a bad number) print one
+line and exit with status 2. `--output` files are written beside their name and renamed into place when complete;
+an existing one is replaced only with `--overwrite_output`. So is jackknife's J/data; a finished J (one with
+J/data) is replaced only with `--overwrite_output` (its folds trained afresh), an unfinished one is resumed fold by
+fold, as `train` resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..features.alignment import AlignmentFormatError  # (light: numpy only)
-from . import canonical_flags
+from ..features.text_files import check_output, write_text_atomic
+from . import canonical_flags, user_error
 
 # = xlpe.models.configuration_reorderer.TRAINING_LOSSES, spelled out: importing xlpe.models loads torch, and
 # --help should not (tests/cli/test_help.py keeps the two equal)
@@ -111,15 +115,18 @@ def _load_reorderer(path: str, order_prior: float | None = None):
 
 
 def run_predict(args) -> dict:
-    from ..features.alignment import read_text_lines
-    from ..features.predicted_reordering import order_from_positions, predict_word_positions
+    from ..features.predicted_reordering import (
+        order_from_positions,
+        predict_word_positions,
+    )
+    from ..features.text_files import read_text_lines
 
-    model, tokenizer = _load_reorderer(args.reorderer, args.order_prior)
     lines = read_text_lines(args.input)
+    model, tokenizer = _load_reorderer(args.reorderer, args.order_prior)
     positions, long_lines = predict_word_positions(model, tokenizer, lines, args.batch_size, args.long_lines)
     text = "".join(" ".join(map(str, order_from_positions(p))) + "\n" for p in positions)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        write_text_atomic(args.output, text)
     else:
         sys.stdout.write(text)
     if long_lines:
@@ -142,12 +149,26 @@ def run_attach(args) -> dict:
     return {"model": str(output), "reorderer": args.reorderer}
 
 
+JACKKNIFE_UNFINISHED = "UNFINISHED"  # in J/folds/ while a jackknife run into J has not written J/data yet
+
+
 def run_jackknife(args) -> dict:
+    """J/folds/fold-K (one reorderer per fold, its checkpoints written as it trains) and then J/data (the dataset,
+    written aside and renamed into place). J/folds/UNFINISHED marks a run that has not finished: its folds are
+    resumed. A finished J (J/data, no marker) is replaced only with --overwrite_output (checked before any work,
+    `check_arguments`): its fold work is discarded and the folds are trained afresh, while its J/data stays
+    readable until the new one replaces it."""
+    import shutil
+
     import datasets
     from transformers import AutoTokenizer
 
+    from ..features.text_files import atomic_output_dir
     from ..training.reorderer import ReordererTraining, jackknife_positions
 
+    output = Path(args.output_dir)
+    data_dir, work_dir = output / "data", output / "folds"
+    marker = work_dir / JACKKNIFE_UNFINISHED
     loaded = datasets.load_from_disk(args.prepared)
     data = loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
     train = data["train"]
@@ -155,19 +176,28 @@ def run_jackknife(args) -> dict:
         raise ValueError(f"--prepared {args.prepared}: the train split has no reorder_positions (xlpe-prepare --features reorder_positions)")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
+    if data_dir.exists() and not marker.exists():  # a finished run, replaced (--overwrite_output): start afresh
+        logger.info("replacing the finished jackknife in %s: its folds are trained afresh", output)
+        shutil.rmtree(work_dir, ignore_errors=True)
+    elif marker.exists():
+        logger.info("resuming the unfinished jackknife in %s", output)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(marker, "a jackknife run writing ../data has not finished: rerunning it resumes the folds\n")
     with contextlib.redirect_stdout(sys.stderr):
-        predicted = jackknife_positions(train, tokenizer, args.folds, options, Path(args.output_dir) / "folds",
+        predicted = jackknife_positions(train, tokenizer, args.folds, options, work_dir,
                                         d_model=args.d_model, token_layers=args.token_layers, word_layers=args.word_layers,
                                         **_given(training_loss=args.training_loss))  # fmt: skip
     train = train.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", predicted)
     data["train"] = train
-    data.save_to_disk(str(Path(args.output_dir) / "data"))
-    return {"output": str(Path(args.output_dir) / "data"), "train_pairs": len(train), "folds": args.folds}
+    with atomic_output_dir(data_dir, overwrite=args.overwrite_output) as staging:
+        data.save_to_disk(str(staging))
+    marker.unlink()
+    return {"output": str(data_dir), "train_pairs": len(train), "folds": args.folds}
 
 
 def read_orders(path: str, word_counts: list[int]) -> list[list[int]]:
     """An order file (line k: 0-based source word indices in new order) -> positions, validated per line."""
-    from ..features.alignment import read_text_lines
+    from ..features.text_files import read_text_lines
 
     lines = read_text_lines(path)
     if len(lines) != len(word_counts):
@@ -262,7 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     jackknife.add_argument("--prepared", required=True, help="xlpe-prepare output (save_to_disk directory)")
     jackknife.add_argument("--tokenizer", required=True, help="the tokenizer it was prepared with")
     jackknife.add_argument("--folds", type=int, default=5)
-    jackknife.add_argument("--output_dir", "--output-dir", required=True, help="directory: data/ (the new dataset) and folds/")
+    jackknife.add_argument("--output_dir", "--output-dir", required=True, help="directory: data/ (the new dataset) and "
+                           "folds/ (a reorderer per fold; an unfinished run is resumed)")  # fmt: skip
+    jackknife.add_argument("--overwrite_output", action="store_true", help="replace a finished --output_dir "
+                           "(one with data/): its folds are trained afresh")  # fmt: skip
     for command in (train, jackknife):
         command.add_argument("--epochs", type=float, default=3.0)
         command.add_argument("--batch-size", type=int, default=64)
@@ -287,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--alignment-runs", type=int, default=1, metavar="K")
     evaluate.add_argument("--output", help="also write the JSON here")
     for command in (predict, evaluate):
+        command.add_argument("--overwrite_output", action="store_true", help="replace an existing --output file")
+    for command in (predict, evaluate):
         command.add_argument("--order-prior", type=float, default=None, metavar="BETA",
                              help="decode with this log-odds bonus for keeping each word pair in source order "
                                   "(trades Kendall tau for FRS / exact match; default: the reorderer's, 0)")  # fmt: skip
@@ -296,33 +331,61 @@ def build_parser() -> argparse.ArgumentParser:
     return canonical_flags(parser)
 
 
+def check_arguments(args) -> str | None:
+    """The first user error in the arguments (before any work), as one line, or None."""
+    if args.command == "evaluate" and bool(args.reorderer) == bool(args.orders):
+        return "evaluate: give exactly one of --reorderer and --orders"
+    if args.command == "evaluate" and bool(args.context_source) != bool(args.context_target):
+        return "evaluate: --context-source and --context-target go together"
+    positive = {"train": ("alignment_runs", "batch_size", "max_length", "vocab_size", "d_model", "token_layers"),
+                "jackknife": ("batch_size", "d_model", "token_layers"), "predict": ("batch_size",),
+                "evaluate": ("alignment_runs", "batch_size")}.get(args.command, ())  # fmt: skip
+    for name in positive:
+        if getattr(args, name) < 1:
+            return f"{args.command}: --{name} must be >= 1, got {getattr(args, name)}"
+    if args.command in ("train", "jackknife") and (args.epochs <= 0 or args.learning_rate <= 0):
+        return f"{args.command}: --epochs and --learning_rate must be > 0, got {args.epochs} and {args.learning_rate}"
+    if args.command == "jackknife" and args.folds < 2:
+        return "jackknife: --folds must be >= 2"
+    if args.command in ("predict", "evaluate") and args.output:
+        try:
+            check_output(args.output, "--output", args.overwrite_output)
+        except ValueError as error:
+            return f"{args.command}: {error}"
+    if args.command == "jackknife":
+        output = Path(args.output_dir)
+        if output.exists() and not output.is_dir():
+            return f"jackknife: --output_dir {output}: is a file, expected a directory"
+        if output.is_dir():  # a finished jackknife has data/; an unfinished one (folds/ only) is resumed
+            try:
+                check_output(output / "data", "--output_dir", args.overwrite_output)
+            except ValueError as error:
+                return f"jackknife: {error}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.command == "evaluate" and bool(args.reorderer) == bool(args.orders):
-        parser.error("evaluate: give exactly one of --reorderer and --orders")
-    if args.command == "evaluate" and bool(args.context_source) != bool(args.context_target):
-        parser.error("evaluate: --context-source and --context-target go together")
-    if args.command == "train" and (args.alignment_runs < 1 or args.epochs <= 0 or args.batch_size < 1):
-        parser.error("train: --alignment-runs and --batch-size must be >= 1 and --epochs > 0")
+    problem = check_arguments(args)
+    if problem:
+        parser.exit(user_error("xlpe-reorder", problem))
     if args.command != "train":  # one line per error on stderr: no weight-loading bars
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    if args.command == "jackknife" and args.folds < 2:
-        parser.error("jackknife: --folds must be >= 2")
     run = {"train": run_train, "predict": run_predict, "attach": run_attach, "jackknife": run_jackknife,
            "evaluate": run_evaluate}[args.command]  # fmt: skip
     try:
         result = run(args)
     except (ValueError, FileNotFoundError, AlignmentFormatError, OSError) as error:
-        parser.exit(2, f"xlpe-reorder {args.command}: error: {error}\n")
+        parser.exit(2, f"xlpe-reorder {args.command}: error: {' '.join(str(error).split())}\n")
     if args.command != "predict":
         text = json.dumps(result, indent=2, ensure_ascii=False)
         print(text)
         if getattr(args, "output", None):
-            Path(args.output).write_text(text + "\n", encoding="utf-8")
+            write_text_atomic(args.output, text + "\n")
     return 0
 
 

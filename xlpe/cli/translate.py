@@ -8,6 +8,13 @@ needs beyond the text comes from the text: XL PE predicts its reorderings, mvPE+
 configured tagger, DPE predicts its positions. Sentences are batched by length (fewer pad tokens; the output
 order is the input order), empty lines stay empty, a progress bar goes to stderr. `--trust_remote_code` loads
 models whose code is not in this package (e.g. a Hub repository of another version).
+
+Input is read by `xlpe.features.text_files` (lines end at `\\n` or CRLF, never at a bare `\\r`; a byte-order mark
+is dropped; bytes that are not UTF-8 are a one-line error naming file, line and byte offset). A sentence longer
+than the tokenizer's `model_max_length` is translated in full when the model's position table
+(`max_position_embeddings`) takes it; one longer than that is cut to it, and one warning counts and lists such
+lines. `--output` is written beside its name and renamed into place when complete; an existing file is replaced
+only with `--overwrite_output`.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
     parser.add_argument("--trust_remote_code", action="store_true", help="allow the model folder's own code")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--overwrite_output", action="store_true", help="replace an existing --output file")
     return canonical_flags(parser)
 
 
@@ -64,40 +72,75 @@ def length_sorted_batches(lines: list[str], batch_size: int) -> Iterator[list[in
         yield order[start : start + batch_size]
 
 
+def source_limit(translator) -> int:
+    """The longest source in tokens the translator's model can encode (its `max_position_embeddings`)."""
+    limit = getattr(translator, "source_limit", None)
+    if limit is not None:
+        return limit()
+    return int(getattr(translator.model.config, "max_position_embeddings", None) or translator.tokenizer.model_max_length)
+
+
+def over_limit_lines(translator, words: list[str]) -> tuple[int, list[int]]:
+    """(the model's source limit, 1-based numbers of the non-empty lines whose tokens exceed it)."""
+    limit = source_limit(translator)
+    nonempty = [i for i, w in enumerate(words) if w]
+    if not nonempty:
+        return limit, []
+    lengths = map(len, translator.tokenizer([words[i] for i in nonempty], truncation=False, verbose=False)["input_ids"])
+    return limit, [i + 1 for i, length in zip(nonempty, lengths) if length > limit]
+
+
 def translate_lines(translator, lines: list[str], batch_size: int = 32, progress: bool = True, **generate_kwargs) -> list[str]:
-    """Translations of `lines` in input order ("" for blank lines)."""
+    """Translations of `lines` in input order ("" for blank lines). A line the model can encode is translated in
+    full; lines longer than the model's limit are cut to it, and one warning on stderr counts and lists them."""
     from tqdm.auto import tqdm
 
     if batch_size < 1:
         raise ValueError(f"--batch_size must be >= 1, got {batch_size}")
     translations = [""] * len(lines)
     words = [" ".join(line.split()) for line in lines]  # the word unit of training: whitespace-normalised
+    limit, too_long = over_limit_lines(translator, words)
+    if too_long:
+        shown = ", ".join(map(str, too_long[:20])) + (f", ... ({len(too_long) - 20} more)" if len(too_long) > 20 else "")
+        print(f"{PROG}: warning: {len(too_long)} of {sum(1 for w in words if w)} lines are longer than the model's "
+              f"limit of {limit} tokens (max_position_embeddings) and were translated from their first {limit} "
+              f"tokens: line {shown}", file=sys.stderr)  # fmt: skip
     with tqdm(total=sum(1 for w in words if w), desc="translating", unit="sent", file=sys.stderr, disable=not progress) as bar:
         for batch in length_sorted_batches(words, batch_size):
-            results = translator([words[i] for i in batch], batch_size=len(batch), **generate_kwargs)
+            results = translator([words[i] for i in batch], batch_size=len(batch), truncation=True, **generate_kwargs)
             for index, result in zip(batch, results):
                 translations[index] = result["translation_text"].strip()
             bar.update(len(batch))
     return translations
 
 
+def read_input(path: str) -> list[str]:
+    """The lines of `--input` (a file, or '-' for stdin), read by `xlpe.features.text_files` (TextFileError:
+    file, line and byte offset of bytes that are not UTF-8)."""
+    from ..features.text_files import decode_text_lines, read_text_lines
+
+    if path != "-":
+        return read_text_lines(path)
+    stream = getattr(sys.stdin, "buffer", None)
+    return decode_text_lines(stream.read() if stream is not None else sys.stdin.read().encode("utf-8"), "<stdin>")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error(f"--batch_size must be >= 1, got {args.batch_size}")
-    if args.num_beams is not None and args.num_beams < 1:
-        parser.error(f"--num_beams must be >= 1, got {args.num_beams}")
+    for flag, value in (("--batch_size", args.batch_size), ("--num_beams", args.num_beams), ("--max_new_tokens", args.max_new_tokens)):
+        if value is not None and value < 1:
+            return user_error(PROG, f"{flag} must be >= 1, got {value}")
     try:
+        from ..features.text_files import check_output, write_text_atomic
+
         check_input_file(args.input, "--input")
         check_model_path(args.model, "--model")
-        if args.input == "-":
-            lines = [line.rstrip("\r\n") for line in sys.stdin]
-        else:
-            with open(args.input, encoding="utf-8") as handle:
-                lines = [line.rstrip("\r\n") for line in handle]
+        if args.output != "-":
+            check_output(args.output, "--output", args.overwrite_output)
+        lines = read_input(args.input)
         translator = load_pipeline(args.model, args.device, args.trust_remote_code)
-    except (CommandLineError, OSError, UnicodeDecodeError) as error:  # OSError: what from_pretrained raises
+    except (CommandLineError, ValueError, OSError) as error:  # OSError: what from_pretrained raises
         return user_error(PROG, error)
     generate_kwargs = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v is not None}
     translations = translate_lines(translator, lines, args.batch_size, progress=not args.quiet, **generate_kwargs)
@@ -106,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_text_atomic(args.output, text)
     return 0
 
 

@@ -32,6 +32,7 @@ from ..features.reordering import (
     oracle_xl_positions,
     project_positions_to_subwords,
 )
+from ..features.text_files import read_text_lines
 
 Link = tuple[int, int]  # (source word i, target word j), 0-based
 
@@ -60,8 +61,15 @@ def parse_talp_line(line: str) -> GoldAlignment:
 
 
 def read_talp(path: str | Path) -> list[GoldAlignment]:
-    with open(path, encoding="utf-8") as handle:
-        return [parse_talp_line(line) for line in handle]
+    """Gold alignments, one talp line per sentence pair (`xlpe.features.text_files` reading rules); a malformed
+    line is a ValueError naming file and line."""
+    parsed = []
+    for number, line in enumerate(read_text_lines(path), start=1):
+        try:
+            parsed.append(parse_talp_line(line))
+        except ValueError as error:
+            raise ValueError(f"{path}:{number}: {error}") from None
+    return parsed
 
 
 def format_links(links: Iterable[Link], one_based: bool = False) -> str:
@@ -73,9 +81,13 @@ def format_links(links: Iterable[Link], one_based: bool = False) -> str:
 def read_links(path: str | Path, one_based: bool = False) -> list[set[Link]]:
     """Predicted alignments, one sentence per line of `i-j` links (Pharaoh, 0-based unless `one_based`)."""
     offset = 1 if one_based else 0
-    with open(path, encoding="utf-8") as handle:
-        return [{(int(i) - offset, int(j) - offset) for i, j in (item.split("-") for item in line.split())}
-                for line in handle]
+    links = []
+    for number, line in enumerate(read_text_lines(path), start=1):
+        try:
+            links.append({(int(i) - offset, int(j) - offset) for i, j in (item.split("-") for item in line.split())})
+        except ValueError:
+            raise ValueError(f"{path}:{number}: not a line of i-j links: {line[:60]!r}") from None
+    return links
 
 
 @dataclass
@@ -100,11 +112,12 @@ def load_alignment_test_set(directory: str | Path) -> AlignmentTestSet:
     if len(pairs) != 1 or len(golds) != 1:
         raise ValueError(f"{directory} must hold exactly one *.src-tgt and one *.gold file, found {pairs + golds}")
     sources, targets = [], []
-    with open(pairs[0], encoding="utf-8") as handle:
-        for line in handle:
-            source, target = line.rstrip("\r\n").split(" ||| ")
-            sources.append(source.strip(" ").split(" "))
-            targets.append(target.strip(" ").split(" "))
+    for number, line in enumerate(read_text_lines(pairs[0]), start=1):
+        source, bar, target = line.partition(" ||| ")
+        if not bar:
+            raise ValueError(f"{pairs[0]}:{number}: expected 'source ||| target'")
+        sources.append(source.strip(" ").split(" "))
+        targets.append(target.strip(" ").split(" "))
     gold = read_talp(golds[0])
     if len(gold) != len(sources):
         raise ValueError(f"{golds[0]} has {len(gold)} lines but {pairs[0]} has {len(sources)}")

@@ -35,9 +35,12 @@ if TYPE_CHECKING:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """One sentence per line (UTF-8); only the line break is removed."""
-    with open(path, encoding="utf-8") as handle:
-        return [line.rstrip("\r\n") for line in handle]
+    """One sentence per line (UTF-8, .gz ok); only the line break is removed. The rules of every text reader
+    (`xlpe.features.text_files`): lines end at `\\n` (CRLF too, never a bare `\\r`), a byte-order mark is dropped,
+    undecodable bytes are a `TextFileError` (a ValueError) naming file, line and byte offset."""
+    from ..features.text_files import read_text_lines
+
+    return read_text_lines(path)
 
 
 def _reference_streams(references: Sequence[str] | Sequence[Sequence[str]], num_hypotheses: int) -> list[list[str]]:
@@ -355,15 +358,20 @@ def compare_mt_report(
     sources: Sequence[str] | None = None,
     frequency_corpus: str | Path | None = None,
     title: str = "xlpe compare-mt report",
+    overwrite: bool = True,
 ) -> dict:
     """Run compare-mt (Neubig et al. 2019) through its Python API on whitespace-tokenized text.
 
-    Writes to `output_dir`: `index.html` (+ figures, compare-mt's HTML report) and `report.txt` (its text
-    tables). Returns the numbers as a dict: corpus BLEU per system, word F1 by frequency bucket (frequency
+    Writes `output_dir`: `index.html` (+ figures, compare-mt's HTML report) and `report.txt` (its text
+    tables), into a temporary directory beside it renamed into place when complete (`atomic_output_dir`): an
+    existing `output_dir` is replaced as a whole (`overwrite=False`: an OutputExistsError instead), a failure
+    leaves it as it was. Returns the numbers as a dict: corpus BLEU per system, word F1 by frequency bucket (frequency
     in `frequency_corpus`, e.g. the training targets, else in the references; with the number of reference
     words per bucket: an empty bucket shows F1 0), sentence BLEU by reference-length bucket and the number
     of sentences per bucket. compare-mt's own BLEU is on its tokens; report sacrebleu for the paper table.
     """
+    from ..features.text_files import atomic_output_dir
+
     compare_mt_main, reporters = _import_compare_mt()
     names = list(systems)
     ref_tokens = [line.split() for line in references]
@@ -382,11 +390,12 @@ def compare_mt_report(
         length_bleu = compare_mt_main.generate_sentence_bucketed_report(
             ref_tokens, outs, src=src_tokens, bucket_type="length", statistic_type="score", score_measure="sentbleu")
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    reporters.generate_html_report(
-        [("Aggregate Scores", [score]), ("Word Accuracies", [words]), ("Sentence Buckets", [length_bleu])],
-        str(output_dir), title)
-    (output_dir / "report.txt").write_text(text.getvalue(), encoding="utf-8")
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output_dir(output_dir, overwrite=overwrite) as staging:  # written aside, renamed into place
+        reporters.generate_html_report(
+            [("Aggregate Scores", [score]), ("Word Accuracies", [words]), ("Sentence Buckets", [length_bleu])],
+            str(staging), title)
+        (staging / "report.txt").write_text(text.getvalue(), encoding="utf-8")
     return {
         "systems": names,
         "bleu": {name: float(value) for name, value in zip(names, score.scores)},

@@ -5,15 +5,20 @@
 * `plot_perplexity_per_epoch`: test perplexity per training epoch (mvPE+POS Fig. 4);
   `perplexity_history` reads it from a Trainer's `trainer_state.json`.
 
-Every function takes either one series `{x: y}` or several `{label: {x: y}}` and returns the PNG's path.
+Every function takes either one series `{x: y}` or several `{label: {x: y}}` and returns the PNG's path. The PNG
+is drawn in memory and written beside its name, then renamed into place (`write_bytes_atomic`): a reader sees the
+old file or the whole new one.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
+
+from ..features.text_files import write_bytes_atomic
 
 Series = Mapping[float, float]
 
@@ -55,8 +60,9 @@ def _line_plot(data, path, title: str, xlabel: str, ylabel: str, best: str | Non
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png")
-    return path
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    return write_bytes_atomic(path, png.getvalue())  # beside `path`, renamed into place: never half a PNG
 
 
 def plot_tau_sweep(bleu_by_tau: Series | Mapping[str, Series], path, metric: str = "BLEU") -> Path:

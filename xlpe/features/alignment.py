@@ -14,14 +14,14 @@ Links of one sentence are a flat list [i0, j0, i1, j1, ...] (compact in Arrow); 
 from __future__ import annotations
 
 import bisect
-import gzip
 import itertools
 import os
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
+
+from .text_files import TextFileError, read_text_lines  # noqa: F401  (re-exported: the one reader of text files)
 
 
 class AlignmentFormatError(ValueError):
@@ -31,30 +31,6 @@ class AlignmentFormatError(ValueError):
 # ----------------------------------------------------------------------------------------------------------
 # Files
 # ----------------------------------------------------------------------------------------------------------
-
-
-def read_text_lines(path: str | os.PathLike) -> list[str]:
-    """Lines of a UTF-8 text file (plain, or gzip if the name ends in .gz), without line terminators.
-
-    Raises ValueError naming the file and the 1-based line number of the first undecodable byte.
-    """
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        data = handle.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line_number = data.count(b"\n", 0, error.start) + 1
-        column = error.start - (data.rfind(b"\n", 0, error.start) + 1)
-        raise ValueError(
-            f"{path}:{line_number}: invalid UTF-8 ({error.reason}, byte {data[error.start]:#04x} at column "
-            f"{column}); expected UTF-8 text"
-        ) from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline does not start another line
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def parse_pharaoh_line(

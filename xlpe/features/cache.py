@@ -1,15 +1,24 @@
 """The preparation cache: a finished preparation is saved under a fingerprint of its text, alignments,
 tokenizer (`tokenization.tokenizer_fingerprint`, canonical) and options, and an identical later run loads it
 instead of aligning again; a tokenizer trained for a preparation is kept under a key of its training text and
-options, so that an identical later run gets the very same tokenizer (and so the same feature fingerprint)."""
+options, so that an identical later run gets the very same tokenizer (and so the same feature fingerprint).
+
+Every entry carries `checksum.json` (the SHA-256 of each of its files), written last, before the entry is renamed
+into place; an entry is verified before it is used. One that fails (a file changed, truncated or missing, no
+checksum at all: an older xlpe or an interrupted copy, or one that does not load) is reported with a warning
+naming it and why, removed, and rebuilt. Entries are written in a temporary directory beside their final name,
+which is removed when writing fails; the rename makes a whole entry appear at once, and when two identical runs
+finish together the first one's entry is kept."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from .corpus import ParallelSplit
@@ -31,41 +40,118 @@ def _fingerprint(splits: dict[str, ParallelSplit], tokenizer, described_options:
     return digest.hexdigest()[:20]
 
 
+CHECKSUM_FILE = "checksum.json"
+
+
+def _tree_digest(path: Path) -> dict[str, str]:
+    """{relative path: SHA-256} of every file under `path` except the checksum file."""
+    digests = {}
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != CHECKSUM_FILE):
+        digest = hashlib.sha256()
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digests[file.relative_to(path).as_posix()] = digest.hexdigest()
+    return digests
+
+
+def write_checksum(path: Path) -> None:
+    """Record the checksums of the entry at `path` (call when every other file is written)."""
+    (path / CHECKSUM_FILE).write_text(json.dumps(_tree_digest(path), indent=1, sort_keys=True))
+
+
+def verify_entry(path: Path) -> str | None:
+    """Why the cache entry at `path` cannot be trusted, or None when every file matches its recorded checksum."""
+    try:
+        recorded = json.loads((path / CHECKSUM_FILE).read_text())
+    except FileNotFoundError:
+        return f"no {CHECKSUM_FILE} (written by an older xlpe, or not completely)"
+    except (OSError, ValueError) as error:
+        return f"{CHECKSUM_FILE} is unreadable ({error})"
+    actual = _tree_digest(path)
+    if actual != recorded:
+        differing = sorted(name for name in recorded.keys() | actual.keys() if recorded.get(name) != actual.get(name))
+        return f"{len(differing)} file(s) missing, added or changed since written: {', '.join(differing[:3])}"
+    return None
+
+
+def _discard(path: Path, problem: str) -> None:
+    logger.warning("xlpe-prepare: cache entry %s is corrupt (%s): removing it and rebuilding", path, problem)
+    retired = path.with_name(f".{path.name}.corrupt{os.getpid()}")
+    try:
+        os.replace(path, retired)
+    except OSError:  # another process removed it first
+        return
+    shutil.rmtree(retired, ignore_errors=True)
+
+
 def _load_cache(cache_dir, fingerprint: str):
     path = Path(cache_dir) / f"xlpe-prepare-{fingerprint}" if cache_dir else None
-    if path is None or not (path / "report.json").exists():
+    if path is None or not path.is_dir():
         return None
     import datasets
 
+    problem = verify_entry(path)
+    if problem is None:
+        try:
+            reports = json.loads((path / "report.json").read_text())
+            loaded = datasets.load_from_disk(str(path / "data"))
+            result = {name: loaded[name] for name in reports}
+        except Exception as error:  # noqa: BLE001  (anything unreadable: rebuilt, never used)
+            problem = f"it does not load: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+    if problem is not None:
+        _discard(path, problem)
+        return None
     logger.info("xlpe-prepare: cache hit %s", path)
-    reports = json.loads((path / "report.json").read_text())
     for report in reports.values():
         report["cache_hit"] = True
-    loaded = datasets.load_from_disk(str(path / "data"))
-    return {name: loaded[name] for name in reports}, reports
+    return result, reports
+
+
+@contextlib.contextmanager
+def _staging(path: Path):
+    """A fresh temporary directory beside `path`, removed if the block fails."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # (mkdtemp's 0700 would keep a shared cache from its other users)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _install(staging: Path, path: Path, replace: bool) -> None:
+    """Rename the finished `staging` to `path`: an existing entry is kept (a concurrent identical run finished
+    first) unless `replace`, which swaps it out."""
+    if path.exists() and replace:
+        retired = path.with_name(f".{path.name}.old{os.getpid()}")
+        os.replace(path, retired)
+        os.replace(staging, path)
+        shutil.rmtree(retired, ignore_errors=True)
+    elif path.exists():
+        shutil.rmtree(staging)
+    else:
+        try:
+            os.replace(staging, path)
+        except OSError:  # created meanwhile by a concurrent identical run (a non-empty directory is not replaced)
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _save_cache(cache_dir, fingerprint: str, prepared: dict, reports: dict, replace: bool = False) -> None:
-    """Write the entry aside and rename it into place; an existing entry is kept (a concurrent identical run
-    finished first) unless `replace` (`overwrite_cache`), which swaps it out."""
+    """Write the entry aside, with its checksums, and rename it into place (`_install`)."""
     if not cache_dir:
         return
     import datasets
 
     path = Path(cache_dir) / f"xlpe-prepare-{fingerprint}"
-    staging = path.with_name(f"{path.name}.tmp{os.getpid()}")  # written aside, renamed when complete
-    shutil.rmtree(staging, ignore_errors=True)
-    datasets.DatasetDict(prepared).save_to_disk(str(staging / "data"))
-    (staging / "report.json").write_text(json.dumps(reports, indent=2, ensure_ascii=False))
-    if path.exists() and replace:
-        retired = path.with_name(f"{path.name}.old{os.getpid()}")
-        os.replace(path, retired)
-        os.replace(staging, path)
-        shutil.rmtree(retired, ignore_errors=True)
-    elif path.exists():  # a concurrent identical run finished first
-        shutil.rmtree(staging)
-    else:
-        os.replace(staging, path)
+    with _staging(path) as staging:
+        datasets.DatasetDict(prepared).save_to_disk(str(staging / "data"))
+        (staging / "report.json").write_text(json.dumps(reports, indent=2, ensure_ascii=False))
+        write_checksum(staging)
+        _install(staging, path, replace)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -84,24 +170,31 @@ def tokenizer_cache_key(texts: list[str], options: dict) -> str:
 
 
 def load_cached_tokenizer(cache_dir, key: str):
-    """The tokenizer saved under `key` in `cache_dir`, or None."""
+    """The tokenizer saved under `key` in `cache_dir`, or None (also when the entry is corrupt: removed, with a
+    warning, so that the caller trains and saves it again)."""
     path = Path(cache_dir) / f"xlpe-tokenizer-{key}" if cache_dir else None
-    if path is None or not (path / "tokenizer_config.json").is_file():
+    if path is None or not path.is_dir():
         return None
     from transformers import AutoTokenizer
 
+    problem = verify_entry(path)
+    if problem is None:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+        except Exception as error:  # noqa: BLE001  (anything unreadable: rebuilt, never used)
+            problem = f"it does not load: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+    if problem is not None:
+        _discard(path, problem)
+        return None
     logger.info("xlpe-prepare: tokenizer cache hit %s", path)
-    return AutoTokenizer.from_pretrained(str(path))
+    return tokenizer
 
 
 def save_cached_tokenizer(cache_dir, key: str, tokenizer) -> None:
     if not cache_dir:
         return
     path = Path(cache_dir) / f"xlpe-tokenizer-{key}"
-    staging = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    tokenizer.save_pretrained(str(staging))
-    if path.exists():
-        shutil.rmtree(staging)
-    else:
-        os.replace(staging, path)
+    with _staging(path) as staging:
+        tokenizer.save_pretrained(str(staging))
+        write_checksum(staging)
+        _install(staging, path, replace=False)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .alignment import format_pharaoh, parse_pharaoh_line, read_pharaoh_file, read_text_lines
+from .alignment import format_pharaoh, parse_pharaoh_line, read_pharaoh_file
+from .text_files import read_text_lines
 
 SKIP_REASONS = ("empty_source", "empty_target", "source_too_long", "target_too_long")
 
@@ -105,15 +106,17 @@ def load_parallel_dataset(
 # ----------------------------------------------------------------------------------------------------------
 
 
-def filter_pairs(split: ParallelSplit, max_length: int) -> tuple[list[int], Counter]:
-    """Indices of pairs to keep, and the skip counts. More than max_length words is over-long for sure (every
-    word is at least one token); pairs over-long only in tokens are caught after tokenisation."""
+def filter_pairs(split: ParallelSplit, max_length: int, max_target_length: int | None = None) -> tuple[list[int], Counter]:
+    """Indices of pairs to keep, and the skip counts. More than max_length source words (max_target_length
+    target words; default max_length) is over-long for sure (every word is at least one token); pairs over-long
+    only in tokens are caught after tokenisation."""
+    target_limit = max_length if max_target_length is None else max_target_length
     skipped = Counter({reason: 0 for reason in SKIP_REASONS})
     keep = []
     for k, (source, target) in enumerate(zip(split.sources, split.targets)):
         n, m = len(source.split()), len(target.split())
         reason = ("empty_source" if n == 0 else "empty_target" if m == 0 else "source_too_long" if n > max_length
-                  else "target_too_long" if m > max_length else None)  # fmt: skip
+                  else "target_too_long" if m > target_limit else None)  # fmt: skip
         if reason:
             skipped[reason] += 1
         else:

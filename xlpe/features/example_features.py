@@ -45,7 +45,8 @@ class PrepareOptions:
     source_tagger: str | Tagger | None = None
     target_tagger: str | Tagger | None = None
     nltk_data: str | os.PathLike | None = None
-    max_length: int = 256
+    max_length: int = 256  # longest kept source in tokens (incl. </s>); the target's too unless max_target_length
+    max_target_length: int | None = None  # longest kept target in tokens (incl. </s>); None: max_length
     num_proc: int | None = None
     batch_size: int = 1000
     cache_dir: str | os.PathLike | None = None
@@ -76,6 +77,10 @@ class PrepareOptions:
             raise ValueError(f"unaligned must be 'right' or 'left', got {self.unaligned!r}")
         if self.dpe_unaligned not in ("drop", "keep"):
             raise ValueError(f"dpe_unaligned must be 'drop' or 'keep', got {self.dpe_unaligned!r}")
+        for name in ("max_length", "max_target_length"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1 (tokens, </s> included), got {value!r}")
         if not 0.0 <= self.noise_ratio <= 1.0:
             raise ValueError(f"noise_ratio must be in [0, 1], got {self.noise_ratio}")
         if not isinstance(self.alignment_runs, int) or isinstance(self.alignment_runs, bool) or self.alignment_runs < 1:
@@ -97,6 +102,11 @@ class PrepareOptions:
         return split in self.keep_text
 
     @property
+    def target_limit(self) -> int:
+        """The longest kept target in tokens: `max_target_length`, or `max_length` when that is not given."""
+        return self.max_length if self.max_target_length is None else self.max_target_length
+
+    @property
     def needs_links(self) -> bool:
         return "reorder_positions" in self.features or "target_positions" in self.features
 
@@ -112,7 +122,9 @@ class PrepareOptions:
                     source_tagger=name(self.source_tagger), target_tagger=name(self.target_tagger),
                     max_length=self.max_length, noise_ratio=self.noise_ratio, seed=self.seed,
                     eflomal_options=self.eflomal_options or {}, alignment_runs=self.alignment_runs,
-                    keep_text=list(self.keep_text) if isinstance(self.keep_text, tuple) else self.keep_text)  # fmt: skip
+                    keep_text=list(self.keep_text) if isinstance(self.keep_text, tuple) else self.keep_text,
+                    **({} if self.max_target_length in (None, self.max_length) else
+                       {"max_target_length": self.max_target_length}))  # fmt: skip  (earlier cache keys stay valid)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -136,13 +148,13 @@ def _compute_features(batch: dict, tokenizer, options: PrepareOptions, keep_text
     source_words = [s.split() for s in sources]
     input_ids, source_word_ids = tokenize_with_word_ids(tokenizer, sources)
     labels, target_word_ids = tokenize_with_word_ids(tokenizer, targets, target=True)
-    limit = options.max_length
+    limit, target_limit = options.max_length, options.target_limit
     out = {
         "input_ids": input_ids,
         "attention_mask": [[1] * len(ids) for ids in input_ids],
         "labels": labels,
         "_too_long": [
-            "source_too_long" if len(s) > limit else "target_too_long" if len(t) > limit else ""
+            "source_too_long" if len(s) > limit else "target_too_long" if len(t) > target_limit else ""
             for s, t in zip(input_ids, labels)
         ],
         "_words": [len(w) for w in source_words],

@@ -30,7 +30,8 @@ Choices (where the papers' code differs or is silent):
   * DPE unaligned tokens: dropped from the loss (-100, as the DPE code) by default, `dpe_unaligned="keep"`
     for the paper's prose ("we do not change their position");
   * the noise attack (XL PE Sec. 4.5) swaps word-level XL indices before sub-word projection;
-  * over-long means more than `max_length` tokens (incl. </s>) on either side; such pairs are skipped, not cut.
+  * over-long means more than `max_length` tokens (incl. </s>) on the source side, more than `max_target_length`
+    (default `max_length`) on the target side; such pairs are skipped and counted, not cut.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from .corpus import (  # noqa: F401  (re-exported: the preparation API in one pl
     validate_links,
 )
 from .example_features import FEATURES, PREPARATION_VERSION, PrepareOptions, _compute_features, _tagger  # noqa: F401
+from .text_files import OutputExistsError, atomic_output_dir
 from .tokenization import tokenize_with_word_ids, train_joint_tokenizer, vocab_fingerprint  # noqa: F401
 
 PREPARED_TOKENIZER_DIR = "tokenizer"  # where `save_prepared` puts the tokenizer, inside the prepared directory
@@ -107,7 +109,7 @@ def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: Prepar
     timings, started = {}, time.perf_counter()
     kept, skipped = {}, {}
     for name, split in splits.items():
-        kept[name], skipped[name] = filter_pairs(split, options.max_length)
+        kept[name], skipped[name] = filter_pairs(split, options.max_length, options.target_limit)
     timings["filter"] = time.perf_counter() - started
     if options.needs_links:
         links = _word_alignments(splits, kept, options)
@@ -220,6 +222,8 @@ def prepare_dataset(sources: str | os.PathLike | Sequence[str], targets: str | o
         source_tagger, target_tagger: tagger names ("nltk-en", "jieba-zh", "spacy:<model>") or `Tagger`s;
             nltk_data: extra nltk_data directory searched first.
         max_length: longest kept sequence in tokens (incl. </s>), per side; longer pairs are skipped, counted.
+        max_target_length: longest kept target in tokens (incl. </s>) when it differs from max_length (which
+            then limits the source only); `xlpe-train` passes --max_source_length and --max_target_length.
         num_proc, batch_size: `Dataset.map` parallelism. cache_dir: reuse an identical earlier run.
         noise_ratio, seed: XL PE Sec. 4.5 noise attack on reorder_positions (fraction of words swapped).
         keep_text: which splits also keep `line` (1-based input line), `source_text`, `target_text` and
@@ -290,16 +294,23 @@ def train_tokenizer_for_splits(splits: dict[str, ParallelSplit], *, vocab_size: 
     return tokenizer
 
 
-def save_prepared(output_dir: str | os.PathLike, prepared: dict, reports: dict, tokenizer) -> Path:
+def save_prepared(output_dir: str | os.PathLike, prepared: dict, reports: dict, tokenizer, overwrite: bool = True) -> Path:
     """Write a prepared directory: the splits (`DatasetDict.save_to_disk`), `report.json` ({split: report})
-    and the tokenizer in `tokenizer/`, which `xlpe-train --prepared_dataset` finds by itself. Returns its path."""
+    and the tokenizer in `tokenizer/`, which `xlpe-train --prepared_dataset` finds by itself. Returns its path.
+
+    The directory is written beside `output_dir` and renamed into place when complete (`text_files.
+    atomic_output_dir`): a failure leaves no partial directory behind, and a reader never sees half of one.
+    `overwrite=False` refuses an existing `output_dir` (OutputExistsError, a ValueError)."""
     import datasets
 
     output = Path(output_dir)
     if output.exists() and not output.is_dir():
         raise ValueError(f"output {output} is a file, expected a directory")
-    datasets.DatasetDict(prepared).save_to_disk(str(output))
-    tokenizer.save_pretrained(str(output / PREPARED_TOKENIZER_DIR))
-    (output / "report.json").write_text(json.dumps(reports, indent=2, ensure_ascii=False, default=str))
+    if output.exists() and not overwrite:
+        raise OutputExistsError(f"--output {output}: the directory exists; pass --overwrite_output to replace it")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output_dir(output, overwrite=overwrite) as staging:
+        datasets.DatasetDict(prepared).save_to_disk(str(staging))
+        tokenizer.save_pretrained(str(staging / PREPARED_TOKENIZER_DIR))
+        (staging / "report.json").write_text(json.dumps(reports, indent=2, ensure_ascii=False, default=str))
     return output
-

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from transformers import MarianConfig
 
+from .config_checks import ValidatedConfigMixin, check_choice, check_number
+
 LAMBDA_SIDES = ("translation", "order")
 ORDER_LOSS_NORMALIZATIONS = ("mean", "reference")
 
 
-class DPEMarianConfig(MarianConfig):
+class DPEMarianConfig(ValidatedConfigMixin, MarianConfig):
     """MarianConfig with a dynamic position encoding block (paper Sec. 3.2, Eq. 1-2).
 
     Every MarianConfig argument is accepted. The DPE fields (one-line meaning each):
@@ -35,27 +37,20 @@ class DPEMarianConfig(MarianConfig):
     #   gradients divided by the target token count)
     label_smoothing: float = 0.0  # epsilon of the label-smoothed translation loss (papers: 0.1); set by the trainer
     # --- input checking ---
-    check_inputs: bool = True  # validate target_positions (shape, range) in forward
+    check_inputs: bool = True  # value checks in forward: ids in the vocabulary, right padding, target_positions (range)
 
     def __post_init__(self, **kwargs):
-        if not isinstance(self.dpe_layers, int) or isinstance(self.dpe_layers, bool) or self.dpe_layers < 1:
-            raise ValueError(f"dpe_layers must be an integer >= 1, got {self.dpe_layers!r}")
-        if not 0.0 <= self.dpe_gate_init <= 1.0:
-            raise ValueError(f"dpe_gate_init must be in [0, 1], got {self.dpe_gate_init}")
-        if not (isinstance(self.label_smoothing, (int, float)) and 0.0 <= self.label_smoothing < 1.0):
-            raise ValueError(f"label_smoothing must be a number in [0, 1), got {self.label_smoothing!r}")
-        if not 0.0 <= self.order_loss_weight <= 1.0:
-            raise ValueError(f"order_loss_weight (lambda of Eq. 2) must be in [0, 1], got {self.order_loss_weight}")
-        if self.order_loss_lambda_side not in LAMBDA_SIDES:
-            raise ValueError(
-                f"order_loss_lambda_side must be one of {LAMBDA_SIDES}, got {self.order_loss_lambda_side!r}"
-            )
-        if self.order_loss_normalization not in ORDER_LOSS_NORMALIZATIONS:
-            raise ValueError(
-                f"order_loss_normalization must be one of {ORDER_LOSS_NORMALIZATIONS}, "
-                f"got {self.order_loss_normalization!r}"
-            )
         super().__post_init__(**kwargs)
+        self.validate()
+
+    def validate_family_fields(self):
+        """The DPE fields (run at construction, after `from_pretrained` keywords, and by `validate()`)."""
+        check_number("dpe_layers", self.dpe_layers, 1, integer=True)
+        check_number("dpe_gate_init", self.dpe_gate_init, 0.0, 1.0)
+        check_number("label_smoothing", self.label_smoothing, 0.0, 1.0, high_inclusive=False)
+        check_number("order_loss_weight (lambda of Eq. 2)", self.order_loss_weight, 0.0, 1.0)
+        check_choice("order_loss_lambda_side", self.order_loss_lambda_side, LAMBDA_SIDES)
+        check_choice("order_loss_normalization", self.order_loss_normalization, ORDER_LOSS_NORMALIZATIONS)
 
     def loss_weights(self) -> tuple[float, float]:
         """(weight of L_translation, weight of L_order) in the total loss, per `order_loss_lambda_side`."""

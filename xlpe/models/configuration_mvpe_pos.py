@@ -25,6 +25,8 @@ import math
 import torch
 from transformers import BartConfig
 
+from .config_checks import ValidatedConfigMixin, check_choice, check_number
+
 from .tag_sets import JIEBA_TAGS, PAD_TAG_ID, PTB_TAGS, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
 
 # Tag ids and the built-in tag sets are defined once in tag_sets.py (shared with xlpe/tagging.py).
@@ -94,7 +96,7 @@ def choose_pe_step(max_length: int, dim: int, base: float, search_max: int = 100
 # ---------------------------------------------------------------------------------------------------------
 
 
-class MvPEPosConfig(BartConfig):
+class MvPEPosConfig(ValidatedConfigMixin, BartConfig):
     """BartConfig with mvPE (Eq. 8-10) in place of BART's learned positions and POS tags (Eq. 11).
 
     Every BartConfig argument is accepted. Word embeddings are `d_model - pos_dim` wide on a tagged side, so that
@@ -127,59 +129,71 @@ class MvPEPosConfig(BartConfig):
     tag_loss_weight: float = 1.0  # loss = translation_loss + weight * tag_loss (the tagger's; reported separately)
     label_smoothing: float = 0.0  # epsilon of the label-smoothed translation loss (papers: 0.1); set by the trainer
     # --- input checking ---
-    check_inputs: bool = True  # validate pos_tag_ids / decoder_pos_tag_ids (shape, id range) in forward
+    check_inputs: bool = True  # value checks in forward: ids in the vocabulary, right padding, tag ids (range)
 
     def __post_init__(self, **kwargs):
-        if not (isinstance(self.label_smoothing, (int, float)) and 0.0 <= self.label_smoothing < 1.0):
-            raise ValueError(f"label_smoothing must be a number in [0, 1), got {self.label_smoothing!r}")
-        if self.pos_tag_sides not in POS_TAG_SIDES:
-            raise ValueError(f"pos_tag_sides must be one of {POS_TAG_SIDES}, got {self.pos_tag_sides!r}")
-        if self.pos_tag_encoding not in POS_TAG_ENCODINGS:
-            raise ValueError(f"pos_tag_encoding must be one of {POS_TAG_ENCODINGS}, got {self.pos_tag_encoding!r}")
-        if self.decoder_tags_in_training not in DECODER_TAGS_IN_TRAINING:
-            raise ValueError(
-                f"decoder_tags_in_training must be one of {DECODER_TAGS_IN_TRAINING}, got {self.decoder_tags_in_training!r}"
-            )
-        if self.pos_tag_sides != "none" and (not isinstance(self.pos_dim, int) or not 0 < self.pos_dim < self.d_model):
-            raise ValueError(f"pos_dim must be an integer in (0, d_model={self.d_model}), got {self.pos_dim!r}")
+        # derived defaults; each only when what it is derived from passed its check (reported by the checks below)
         for name in ("pos_tags", "decoder_pos_tags"):
             tags = getattr(self, name)
-            if tags is not None:
-                tags = list(tags)
-                if tags[: len(SPECIAL_TAG_NAMES)] == list(SPECIAL_TAG_NAMES):  # TagVocabulary.to_list() form
-                    tags = tags[len(SPECIAL_TAG_NAMES) :]
-                if not tags or not all(isinstance(tag, str) and tag for tag in tags) or len(set(tags)) != len(tags):
-                    raise ValueError(f"{name} must be a non-empty list of distinct tag strings, got {tags!r}")
-                if set(tags) & set(SPECIAL_TAG_NAMES):
-                    raise ValueError(f"{name}: the reserved {SPECIAL_TAG_NAMES} may only come first, in that order")
-                setattr(self, name, tags)
-        if self.pos_tags is None:  # stored explicitly from here on: ids stay stable across save/load
-            if self.pos_tagger not in DEFAULT_TAGS:
-                raise ValueError(f"pos_tags must be given for pos_tagger={self.pos_tagger!r} (no built-in tag set)")
+            if tags is not None and list(tags[: len(SPECIAL_TAG_NAMES)]) == list(SPECIAL_TAG_NAMES):
+                setattr(self, name, list(tags[len(SPECIAL_TAG_NAMES) :]))  # TagVocabulary.to_list() form
+        if self.pos_tags is None and self.pos_tagger in DEFAULT_TAGS:  # stored: ids stay stable across save/load
             self.pos_tags = list(DEFAULT_TAGS[self.pos_tagger])
-        self.decoder_pos_tags = self.decoder_pos_tags or list(self.pos_tags)
+        if self.decoder_pos_tags is None and self.pos_tags is not None:
+            self.decoder_pos_tags = list(self.pos_tags)
         if self.pe_base is None:
             self.pe_base = float(self.max_position_embeddings)
-        if not float(self.pe_base) > 1.0:
-            raise ValueError(f"pe_base must be > 1, got {self.pe_base}")
-        self.pe_base = float(self.pe_base)
-        if self.pe_step == "auto":
+        if self.pe_step == "auto" and self._pos_dim_ok() and self._is_number(self.pe_base) and self.pe_base > 1:
             length = self.pe_step_search_length or self.max_position_embeddings
             try:
                 self.pe_step = choose_pe_step(
-                    int(length), self.word_dim("encoder"), self.pe_base,
+                    int(length), self.word_dim("encoder"), float(self.pe_base),
                     int(self.pe_step_search_max), float(self.pe_step_plateau_tolerance),
                 )
             except ValueError as error:
                 raise ValueError(f"pe_step='auto' cannot be computed: {error}") from error
-        if isinstance(self.pe_step, (str, bool)) or not float(self.pe_step) >= 1.0:
-            raise ValueError(f"pe_step must be a number >= 1 (Eq. 9-10) or 'auto', got {self.pe_step!r}")
-        self.pe_step = float(self.pe_step)
-        if not isinstance(self.decoder_tagger_window, int) or self.decoder_tagger_window < 1:
-            raise ValueError(f"decoder_tagger_window must be an integer >= 1, got {self.decoder_tagger_window!r}")
-        if self.tag_loss_weight < 0:
-            raise ValueError(f"tag_loss_weight must be >= 0, got {self.tag_loss_weight}")
+        for name in ("pe_base", "pe_step"):
+            if self._is_number(getattr(self, name)):
+                setattr(self, name, float(getattr(self, name)))
         super().__post_init__(**kwargs)
+        self.validate()
+
+    @staticmethod
+    def _is_number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    def _pos_dim_ok(self) -> bool:
+        return self.pos_tag_sides == "none" or (
+            isinstance(self.pos_dim, int) and not isinstance(self.pos_dim, bool) and 0 < self.pos_dim < self.d_model
+        )
+
+    def validate_family_fields(self):
+        """The mvPE and tag fields (run at construction, after `from_pretrained` keywords, and by `validate()`)."""
+        check_number("label_smoothing", self.label_smoothing, 0.0, 1.0, high_inclusive=False)
+        check_choice("pos_tag_sides", self.pos_tag_sides, POS_TAG_SIDES)
+        check_choice("pos_tag_encoding", self.pos_tag_encoding, POS_TAG_ENCODINGS)
+        check_choice("decoder_tags_in_training", self.decoder_tags_in_training, DECODER_TAGS_IN_TRAINING)
+        if not self._pos_dim_ok():
+            raise ValueError(
+                f"pos_dim must be an integer in (0, d_model={self.d_model}) (the tag encoding is pos_dim wide, the "
+                f"word embedding d_model - pos_dim), got {self.pos_dim!r}"
+            )
+        if self.pos_tags is None:
+            raise ValueError(f"pos_tags must be given for pos_tagger={self.pos_tagger!r} (no built-in tag set)")
+        for name in ("pos_tags", "decoder_pos_tags"):
+            tags = getattr(self, name)
+            if not isinstance(tags, (list, tuple)) or not tags or not all(isinstance(tag, str) and tag for tag in tags) \
+                    or len(set(tags)) != len(tags):  # fmt: skip
+                raise ValueError(f"{name} must be a non-empty list of distinct tag strings, got {tags!r}")
+            if set(tags) & set(SPECIAL_TAG_NAMES):
+                raise ValueError(f"{name}: the reserved {SPECIAL_TAG_NAMES} may only come first, in that order")
+        check_number("pe_base", self.pe_base, 1.0, low_inclusive=False)
+        if self.pe_step == "auto":
+            raise ValueError("pe_step='auto' could not be computed: fix the fields reported above or give pe_step")
+        check_number("pe_step (k of Eq. 9-10)", self.pe_step, 1.0)
+        check_number("decoder_tagger_window", self.decoder_tagger_window, 1, integer=True)
+        check_number("decoder_tagger_hidden_size", self.decoder_tagger_hidden_size, 1, integer=True)
+        check_number("tag_loss_weight", self.tag_loss_weight, 0.0)
 
     # --- derived sizes (not stored) ---
     def has_tags(self, side: str) -> bool:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
+from .config_checks import ValidatedConfigMixin, check_choice, check_number
+
 REORDER_DECODERS = ("btg", "rank")
 PAIR_SCORERS = ("biaffine", "mlp")
 TRAINING_LOSSES = ("pairwise", "btg_crf", "pairwise+btg_crf")
 
 
-class XLPEReordererConfig(PreTrainedConfig):
+class XLPEReordererConfig(ValidatedConfigMixin, PreTrainedConfig):
     """Fields (one-line meaning each); the architecture is in modeling_reorderer.py."""
 
     model_type = "xlpe_reorderer"
@@ -45,26 +47,25 @@ class XLPEReordererConfig(PreTrainedConfig):
     tokenizer_fingerprint: str | None = None  # hash of the tokenizer vocabulary it was trained with
 
     def __post_init__(self, **kwargs):
-        if self.decoder not in REORDER_DECODERS:
-            raise ValueError(f"decoder must be one of {REORDER_DECODERS}, got {self.decoder!r}")
-        if self.pair_scorer not in PAIR_SCORERS:
-            raise ValueError(f"pair_scorer must be one of {PAIR_SCORERS}, got {self.pair_scorer!r}")
-        if self.training_loss not in TRAINING_LOSSES:
-            raise ValueError(f"training_loss must be one of {TRAINING_LOSSES}, got {self.training_loss!r}")
+        super().__post_init__(**kwargs)
+        self.validate()
+
+    def validate_family_fields(self):
+        """Run at construction, after `from_pretrained` keywords, and by `validate()`."""
+        check_choice("decoder", self.decoder, REORDER_DECODERS)
+        check_choice("pair_scorer", self.pair_scorer, PAIR_SCORERS)
+        check_choice("training_loss", self.training_loss, TRAINING_LOSSES)
         if self.decoder == "rank" and self.training_loss == "btg_crf":
             raise ValueError('decoder="rank" sorts by pair probabilities sigmoid(l), which only a pairwise-trained scorer '
                              'gives: use training_loss="pairwise" or "pairwise+btg_crf" with it, or decoder="btg"')
+        for name in ("vocab_size", "d_model", "attention_heads", "ffn_dim", "pair_dim", "max_source_positions", "max_words"):
+            check_number(name, getattr(self, name), 1, integer=True)
+        for name in ("token_layers", "word_layers", "distance_buckets"):
+            check_number(name, getattr(self, name), 0, integer=True)
         if self.d_model % self.attention_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by attention_heads ({self.attention_heads})")
-        for name in ("vocab_size", "d_model", "attention_heads", "ffn_dim", "pair_dim", "max_source_positions", "max_words"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        for name in ("token_layers", "word_layers", "distance_buckets"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        super().__post_init__(**kwargs)
+        check_number("dropout", self.dropout, 0.0, 1.0, high_inclusive=False)
+        check_number("order_prior", self.order_prior)
 
 
 __all__ = ["XLPEReordererConfig"]

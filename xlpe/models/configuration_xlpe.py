@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from transformers import MarianConfig
 
+from .config_checks import ValidatedConfigMixin, check_choice, check_number
+
 XL_STRATEGIES = ("none", "in", "head", "combination")
 XL_FUSIONS = ("diagonal", "full")
 XL_TRAIN_POSITIONS = ("oracle", "predicted")
@@ -17,7 +19,7 @@ REORDER_LOSSES = ("pairwise", "mse")
 REORDER_UNITS = ("word", "token")
 
 
-class XLPEMarianConfig(MarianConfig):
+class XLPEMarianConfig(ValidatedConfigMixin, MarianConfig):
     """MarianConfig with cross-lingual position encoding fields (paper Sec. 3; equations cited per field).
 
     Every MarianConfig argument is accepted. The XL fields (one-line meaning each):
@@ -47,48 +49,45 @@ class XLPEMarianConfig(MarianConfig):
     reorder_fixed_token_ids: list[int] | None = None  # extra token ids that keep their place (EOS/pad always do)
     reorderer_config: dict | None = None  # a standalone reorderer (configuration_reorderer.py) that predicts instead
     # --- input checking ---
-    check_inputs: bool = True  # validate reorder_positions (shape, range, permutation) in forward
+    check_inputs: bool = True  # value checks in forward: ids in the vocabulary, right padding, reorder_positions (permutation)
 
     def __post_init__(self, **kwargs):
-        if self.xl_strategy not in XL_STRATEGIES:
-            raise ValueError(f"xl_strategy must be one of {XL_STRATEGIES}, got {self.xl_strategy!r}")
-        if self.xl_fusion not in XL_FUSIONS:
-            raise ValueError(f"xl_fusion must be one of {XL_FUSIONS}, got {self.xl_fusion!r}")
-        if self.xl_train_positions not in XL_TRAIN_POSITIONS:
-            raise ValueError(f"xl_train_positions must be one of {XL_TRAIN_POSITIONS}, got {self.xl_train_positions!r}")
-        if self.reorder_unit not in REORDER_UNITS:
-            raise ValueError(f"reorder_unit must be one of {REORDER_UNITS}, got {self.reorder_unit!r}")
-        if self.reorder_loss not in REORDER_LOSSES:
-            raise ValueError(f"reorder_loss must be one of {REORDER_LOSSES}, got {self.reorder_loss!r}")
-        heads = self.encoder_attention_heads
+        # derived defaults (before the checks, so that they are checked too)
         if self.xl_heads is None:
-            self.xl_heads = max(1, heads // 4) if self.xl_strategy in ("head", "combination") else 0
-        if not isinstance(self.xl_heads, int) or not 0 <= self.xl_heads <= heads:
-            raise ValueError(
-                f"xl_heads (tau) must be an integer in [0, encoder_attention_heads={heads}], got {self.xl_heads!r}"
-            )
-        if self.xl_strategy in ("none", "in") and self.xl_heads not in (0, None):
+            self.xl_heads = max(1, self.encoder_attention_heads // 4) if self.xl_strategy in ("head", "combination") else 0
+        if self.reorder_predictor_hidden_size is None and isinstance(self.reorder_predictor_heads, int) and self.reorder_predictor_heads > 0:
+            heads = self.reorder_predictor_heads  # d/4 keeps training within ~2% of stock (BENCHMARKS.md)
+            self.reorder_predictor_hidden_size = -(-max(32, self.d_model // 4) // heads) * heads
+        super().__post_init__(**kwargs)
+        self.validate()
+
+    def validate_family_fields(self):
+        """The XL fields (run at construction, after `from_pretrained` keywords, and by `validate()`)."""
+        check_choice("xl_strategy", self.xl_strategy, XL_STRATEGIES)
+        check_choice("xl_fusion", self.xl_fusion, XL_FUSIONS)
+        check_choice("xl_train_positions", self.xl_train_positions, XL_TRAIN_POSITIONS)
+        check_choice("reorder_unit", self.reorder_unit, REORDER_UNITS)
+        check_choice("reorder_loss", self.reorder_loss, REORDER_LOSSES)
+        heads = self.encoder_attention_heads
+        check_number(f"xl_heads (tau, of encoder_attention_heads={heads})", self.xl_heads, 0, heads, integer=True)
+        if self.xl_strategy in ("none", "in") and self.xl_heads != 0:
             raise ValueError(
                 f"xl_heads={self.xl_heads} only applies to xl_strategy 'head' or 'combination', "
                 f"not {self.xl_strategy!r}: set xl_heads=0 or change the strategy"
             )
-        if self.reorder_predictor_hidden_size is None:  # d/4 keeps training within ~2% of stock (BENCHMARKS.md)
-            heads = self.reorder_predictor_heads
-            self.reorder_predictor_hidden_size = -(-max(32, self.d_model // 4) // heads) * heads
-        if self.reorder_predictor_layers < 0:
-            raise ValueError(f"reorder_predictor_layers must be >= 0, got {self.reorder_predictor_layers}")
+        check_number("reorder_predictor_layers", self.reorder_predictor_layers, 0, integer=True)
+        check_number("reorder_predictor_heads", self.reorder_predictor_heads, 1, integer=True)
+        check_number("reorder_predictor_hidden_size", self.reorder_predictor_hidden_size, 1, integer=True)
         if self.reorder_predictor_hidden_size % self.reorder_predictor_heads != 0:
             raise ValueError(
                 f"reorder_predictor_hidden_size ({self.reorder_predictor_hidden_size}) must be divisible by "
                 f"reorder_predictor_heads ({self.reorder_predictor_heads})"
             )
-        if not (isinstance(self.label_smoothing, (int, float)) and 0.0 <= self.label_smoothing < 1.0):
-            raise ValueError(f"label_smoothing must be a number in [0, 1), got {self.label_smoothing!r}")
-        if self.reorder_loss_weight < 0:
-            raise ValueError(f"reorder_loss_weight must be >= 0, got {self.reorder_loss_weight}")
-        if not 0.0 <= self.xl_gate_init <= 1.0:
-            raise ValueError(f"xl_gate_init must be in [0, 1], got {self.xl_gate_init}")
-        super().__post_init__(**kwargs)
+        check_number("reorder_predictor_dropout", self.reorder_predictor_dropout, 0.0, 1.0, high_inclusive=False)
+        check_number("label_smoothing", self.label_smoothing, 0.0, 1.0, high_inclusive=False)
+        check_number("reorder_loss_weight", self.reorder_loss_weight, 0.0)
+        check_number("xl_gate_init", self.xl_gate_init, 0.0, 1.0)
+        check_number("xl_fusion_init_scale", self.xl_fusion_init_scale)
 
 
 __all__ = ["XLPEMarianConfig"]

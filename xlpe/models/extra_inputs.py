@@ -122,3 +122,98 @@ def check_range(name: str, values: torch.Tensor, mask: torch.Tensor, low: int, h
         raise ValueError(
             f"`{name}` values must lie in [{low}, {high}){extra}; row {row}, token {col} has {int(values[row, col])}"
         )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The standard inputs (input_ids, attention_mask, labels, decoder ids): checked once per encoder / decoder call
+# ---------------------------------------------------------------------------------------------------------
+# Stock Marian/BART fail on these with an IndexError from an embedding lookup (a device-side assert on CUDA) or a
+# reshape error deep inside attention. Shape checks need no data and always run; value checks need one host sync
+# per call and run in eager mode when `config.check_inputs` (default True), skipped under torch.compile.
+
+
+def _first_bad(bad: torch.Tensor) -> tuple[int, int]:
+    row, col = (int(i) for i in bad.nonzero()[0])
+    return row, col
+
+
+def check_source_inputs(config, input_ids=None, attention_mask=None, inputs_embeds=None) -> None:
+    """The encoder's inputs: non-empty 2-D ids (or embeddings), a mask of the same shape, right padding, ids in
+    the vocabulary. Raises ValueError naming the argument, what was expected and what was given."""
+    name, given = ("input_ids", input_ids) if input_ids is not None else ("inputs_embeds", inputs_embeds)
+    if given is None:
+        raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+    shape = tuple(given.shape[:2]) if name == "inputs_embeds" else tuple(given.shape)
+    if given.dim() != (3 if name == "inputs_embeds" else 2):
+        raise ValueError(f"`{name}` must be {'3' if name == 'inputs_embeds' else '2'}-D (batch, length"
+                         f"{', d_model' if name == 'inputs_embeds' else ''}), got shape {tuple(given.shape)}")  # fmt: skip
+    if 0 in shape:
+        raise ValueError(
+            f"`{name}` is empty (shape {tuple(given.shape)}): every input needs at least one token (the tokenizer "
+            "encodes an empty line as its EOS token alone)"
+        )
+    if attention_mask is not None and tuple(attention_mask.shape) != shape:
+        raise ValueError(f"`attention_mask` must have the shape of `{name}` {shape}, got {tuple(attention_mask.shape)}")
+    if torch.compiler.is_compiling() or not getattr(config, "check_inputs", True):
+        return
+    vocab_size = config.vocab_size
+    bad_ids = (input_ids < 0) | (input_ids >= vocab_size) if input_ids is not None else None
+    # left padding: a row whose first slot is padding although it has real tokens (positions count from slot 0);
+    # an empty row: every token masked (attention over nothing gives NaN)
+    real = attention_mask != 0 if attention_mask is not None else None
+    left_padded = ~real[:, 0] & real.any(dim=1) if real is not None else None
+    empty_rows = ~real.any(dim=1) if real is not None else None
+    flags = [flag.any() for flag in (bad_ids, left_padded, empty_rows) if flag is not None]
+    if not flags or not bool(torch.stack(flags).any()):  # the one host sync of the valid (common) case
+        return
+    if bad_ids is not None and bool(bad_ids.any()):
+        row, col = _first_bad(bad_ids)
+        raise ValueError(
+            f"`input_ids` must be token ids in [0, vocab_size={vocab_size}); row {row}, token {col} has "
+            f"{int(input_ids[row, col])} (a tokenizer other than the model's?)"
+        )
+    if bool(empty_rows.any()):
+        row = int(empty_rows.nonzero()[0, 0])
+        raise ValueError(f"`attention_mask` row {row} masks every token: each input needs at least one real token")
+    row = int(left_padded.nonzero()[0, 0])
+    raise ValueError(
+        f"`attention_mask` row {row} starts with padding: these models take right-padded inputs (Marian's and BART's "
+        "tokenizers pad on the right; set tokenizer.padding_side = 'right'), as their positions count from the "
+        "first slot and a left-padded sentence would be encoded at shifted positions"
+    )
+
+
+def check_target_inputs(config, decoder_input_ids=None, labels=None, past_length: int | None = 0) -> None:
+    """The decoder's inputs: `labels` / `decoder_input_ids` within `max_position_embeddings` (counting the
+    `past_length` tokens already in the KV cache, when it is a plain int) and within the target vocabulary."""
+    limit = config.max_position_embeddings
+    if labels is not None and labels.dim() == 2 and labels.shape[1] > limit:
+        raise ValueError(
+            f"`labels` have {labels.shape[1]} tokens, more than max_position_embeddings={limit}: truncate the "
+            "targets (e.g. --max_target_length)"
+        )
+    if decoder_input_ids is not None and isinstance(past_length, int) and past_length + decoder_input_ids.shape[-1] > limit:
+        end = past_length + decoder_input_ids.shape[-1]
+        raise ValueError(
+            f"decoder position {end} exceeds max_position_embeddings={limit}: the model has no position beyond it; "
+            f"generate at most {limit} tokens (max_new_tokens / max_length)"
+        )
+    if torch.compiler.is_compiling() or not getattr(config, "check_inputs", True):
+        return
+    shared = getattr(config, "share_encoder_decoder_embeddings", True)  # BART always shares
+    vocab_size = config.vocab_size if shared else config.decoder_vocab_size
+    checked = []
+    if labels is not None:
+        checked.append(("labels", labels, ((labels < 0) | (labels >= vocab_size)) & (labels != IGNORE_INDEX)))
+    if decoder_input_ids is not None and not past_length:  # decoding steps feed back the model's own ids
+        ids = decoder_input_ids
+        checked.append(("decoder_input_ids", ids, (ids < 0) | (ids >= vocab_size)))
+    if not checked or not bool(torch.stack([bad.any() for _, _, bad in checked]).any()):  # one host sync
+        return
+    for name, values, bad in checked:
+        if bool(bad.any()):
+            row, col = _first_bad(bad)
+            allowed = f" or {IGNORE_INDEX}" if name == "labels" else ""
+            raise ValueError(
+                f"`{name}` must be token ids in [0, {vocab_size}){allowed}; row {row}, token {col} has {int(values[row, col])}"
+            )

@@ -6,6 +6,8 @@
 * `save_pretrained` leaves the weight files with the permissions of the user's umask: safetensors writes
   them through a private temporary file and renames it, which leaves `model.safetensors` at mode 0600
   (unreadable to the group, e.g. a shared model folder), unlike every other file of the save.
+* `from_pretrained` refuses, with a message naming the path and both model types, a checkpoint of another
+  model type (another family, or a stock model the family cannot start from, e.g. BART for mvPE+POS).
 * `from_pretrained` on a directory (or Hub id) of a *stock* checkpoint of the family's base architecture
   (`stock_model_types`, e.g. "marian") builds this family's config from it, applies `upgrade_overrides`
   (e.g. the XL gate at 0, which makes the new model compute exactly the stock function) and loads every stock
@@ -55,10 +57,18 @@ class XLPEHubMixin:
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
-        if config is None and cls.stock_model_types:
+        if config is None:
             hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
             config_dict, _ = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
             stock_type = config_dict.get("model_type")
+            own_type = cls.config_class.model_type
+            if stock_type not in (None, own_type, *cls.stock_model_types):
+                upgrades = f"; it upgrades stock {', '.join(map(repr, cls.stock_model_types))} checkpoints" if cls.stock_model_types else ""
+                raise ValueError(
+                    f"{pretrained_model_name_or_path} holds a {stock_type!r} checkpoint, but {cls.__name__} loads "
+                    f"{own_type!r} checkpoints{upgrades}. Load it with its own class (AutoModelForSeq2SeqLM), or "
+                    f"build {cls.__name__}({cls.config_class.__name__}(...)) and train it"
+                )
             if stock_type in cls.stock_model_types:
                 config_kwargs = {key: value for key, value in kwargs.items() if key not in HUB_KWARGS}
                 overrides = {key: value for key, value in cls.upgrade_overrides.items() if key not in config_kwargs}

@@ -24,13 +24,13 @@ The DPE block's layers are `MarianEncoderLayer`s under `encoder.dynamic_position
 `hidden_states`/`attentions` outputs cover the `encoder.layers` only (same counts as stock Marian).
 """
 
-from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.models.marian.modeling_marian import (
@@ -40,7 +40,9 @@ from transformers.models.marian.modeling_marian import (
     MarianMTModel,
     MarianPreTrainedModel,
 )
-from transformers.utils.generic import merge_with_config_defaults
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_dpe import DPEMarianConfig
@@ -165,7 +167,7 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         target_positions: torch.LongTensor | None = None,
         compute_order_loss: bool = False,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> DPEEncoderOutput:
         r"""
         target_positions (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
@@ -174,7 +176,7 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
             Only read for the order loss; DPE itself runs from the source alone.
         compute_order_loss (`bool`): return the order loss (Eq. 1) against `target_positions`.
         """
-        inputs_embeds = embed_source(self, input_ids, inputs_embeds)
+        inputs_embeds = embed_source(self, input_ids, inputs_embeds, attention_mask)
         batch, length = inputs_embeds.shape[:2]
         mask = token_mask(attention_mask, (batch, length), inputs_embeds.device)
         if target_positions is not None and self.config.check_inputs:
@@ -206,6 +208,7 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
         init_marian_body(self, config, DPEMarianEncoder(config))
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -219,7 +222,7 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
         use_cache=None,
         target_positions: torch.LongTensor | None = None,
         compute_order_loss: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> DPESeq2SeqModelOutput:
         r"""
         target_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
@@ -239,7 +242,7 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
         )
 
 
-class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
+class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, GenerationMixin):
     """DPE translation model. Training: `model(**batch)` with `labels` and `target_positions` returns Eq. 2.
     Inference: `generate(**batch)` (DPE needs the source only). `from_pretrained(stock_marian_dir)` upgrades a
     MarianMT checkpoint function-preservingly (gate g = 0, see module doc)."""
@@ -262,6 +265,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
             order_loss = order_loss / (labels != IGNORE_INDEX).sum().clamp(min=1)
         return translation_weight * translation_loss + order_weight * order_loss
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -275,7 +279,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
         labels=None,
         use_cache=None,
         target_positions: torch.LongTensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> DPESeq2SeqLMOutput:
         r"""
         target_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
@@ -298,6 +302,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel):
             use_cache=use_cache,
             target_positions=target_positions,
             compute_order_loss=labels is not None and target_positions is not None,
+            return_dict=True,
             **kwargs,
         )
         logits = self.lm_head(outputs[0]) + self.final_logits_bias

@@ -36,7 +36,6 @@ Not function-preserving from stock BART (learned positions have no mvPE counterp
 is empty: `from_pretrained` loads this family's checkpoints only.
 """
 
-from __future__ import annotations
 
 import math
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import GenerationMixin
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import (
@@ -62,8 +62,9 @@ from transformers.models.bart.modeling_bart import (
     BartScaledWordEmbedding,
     shift_tokens_right,
 )
-from transformers.utils import logging
-from transformers.utils.generic import merge_with_config_defaults
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, logging
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_mvpe_pos import (
@@ -72,10 +73,17 @@ from .configuration_mvpe_pos import (
     UNK_TAG_ID,
     MvPEPosConfig,
 )
-from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
+from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, check_source_inputs, token_mask
 from .hub_support import XLPEHubMixin
 from .pos_tagging_hub import RawTextTagger
-from .seq2seq_scaffold import SelfInitialisingModulesMixin, decoder_inputs_from_labels, encode_decode, lm_output, translation_loss
+from .seq2seq_scaffold import (
+    SelfInitialisingModulesMixin,
+    decoder_inputs_from_labels,
+    encode_decode,
+    lm_output,
+    touch_parameters,
+    translation_loss,
+)
 from .sinusoid import SinusoidalPositions
 
 logger = logging.get_logger(__name__)
@@ -107,11 +115,16 @@ def token_windows(token_ids: torch.Tensor, window: int, fill_id: int) -> torch.T
     return padded.unfold(1, window, 1)
 
 
+TAGGER_CONTEXT = "hypothesis_tagger_context"  # attribute of a decoder cache: the last window - 1 word embeddings
+
+
 class HypothesisTagger(nn.Module):
     """Tags each decoder input token from itself and the `window - 1` tokens before it (causal MLP).
 
     Input: the decoder's word embeddings of the window, each layer-normalised (embeddings start tiny), then
-    concatenated; output: logits over the decoder tag ids.
+    concatenated; output: logits over the decoder tag ids. It reads word embeddings, so `decoder_input_ids` and
+    the same tokens given as `decoder_inputs_embeds` get the same tags; before the first token the window holds
+    the embedding of `fill_id` (the pad token), or, in a cached decoding step, the tokens of earlier steps.
     """
 
     def __init__(self, config: MvPEPosConfig, word_dim: int, num_tag_ids: int):
@@ -121,13 +134,22 @@ class HypothesisTagger(nn.Module):
         self.hidden = nn.Linear(self.window * word_dim, config.decoder_tagger_hidden_size)
         self.out = nn.Linear(config.decoder_tagger_hidden_size, num_tag_ids)
 
-    def forward(self, embed_tokens: nn.Module, token_ids: torch.Tensor, last: int | None = None) -> torch.Tensor:
-        """Tag logits [batch, T, num_tag_ids] of `token_ids` (only of the `last` positions when given)."""
-        windows = token_windows(token_ids, self.window, self.fill_id)
+    def forward(self, token_embeds: torch.Tensor, fill_embed: torch.Tensor, context: torch.Tensor | None = None,
+                last: int | None = None) -> torch.Tensor:  # fmt: skip
+        """Tag logits [batch, T, num_tag_ids] of the tokens embedded as `token_embeds` [batch, T, d] (of the `last`
+        positions only when given). `context` [batch, c, d]: embeddings of the tokens before them (a cached step);
+        `fill_embed` [1, 1, d] fills the window before the first token."""
+        batch, _, dim = token_embeds.shape
+        padded = token_embeds
+        if self.window > 1:
+            prefix = fill_embed.to(token_embeds.dtype).expand(batch, self.window - 1, dim)
+            if context is not None:
+                prefix = torch.cat([prefix, context.to(token_embeds.dtype)], dim=1)[:, -(self.window - 1):]
+            padded = torch.cat([prefix, token_embeds], dim=1)
+        windows = padded.unfold(1, self.window, 1).transpose(-1, -2)  # [batch, T, window, d], as token_windows
         if last is not None:
             windows = windows[:, -last:]
-        embeds = self.norm(embed_tokens(windows)).flatten(-2)
-        return self.out(F.gelu(self.hidden(embeds)))
+        return self.out(F.gelu(self.hidden(self.norm(windows).flatten(-2))))
 
 
 def shift_tags_right(tag_ids: torch.Tensor) -> torch.Tensor:
@@ -236,7 +258,7 @@ class MvPEPosEncoder(MvPEPosPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         pos_tag_ids: torch.LongTensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         r"""
         inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, d_model - pos_dim)`, *optional*):
@@ -247,6 +269,7 @@ class MvPEPosEncoder(MvPEPosPreTrainedModel):
         """
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        check_source_inputs(self.config, input_ids, attention_mask, inputs_embeds)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         shape = tuple(inputs_embeds.shape[:2])
@@ -293,9 +316,21 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def tag_logits(self, token_ids: torch.Tensor, last: int | None = None) -> torch.Tensor:
-        """The hypothesis tagger's logits for `token_ids` (a running hypothesis or teacher-forced inputs)."""
-        return self.hypothesis_tagger(self.embed_tokens, token_ids, last)
+    def tag_logits(self, token_ids: torch.Tensor | None = None, last: int | None = None, inputs_embeds=None,
+                   past_key_values=None) -> torch.Tensor:  # fmt: skip
+        """The hypothesis tagger's logits for `token_ids` or their word embeddings `inputs_embeds` (a running
+        hypothesis or teacher-forced inputs). With a `past_key_values` cache, the windows of the first tokens reach
+        back into the tokens of earlier calls (kept on the cache), so a cached step tags as the whole sequence would."""
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(token_ids)
+        fill = self.embed_tokens(torch.full((1, 1), self.hypothesis_tagger.fill_id, device=inputs_embeds.device))
+        context = getattr(past_key_values, TAGGER_CONTEXT, None) if past_key_values is not None else None
+        logits = self.hypothesis_tagger(inputs_embeds, fill, context, last)
+        keep = self.hypothesis_tagger.window - 1
+        if past_key_values is not None and keep > 0:
+            seen = inputs_embeds if context is None else torch.cat([context, inputs_embeds], dim=1)
+            setattr(past_key_values, TAGGER_CONTEXT, seen[:, -keep:].detach())
+        return logits
 
     @merge_with_config_defaults
     @capture_outputs
@@ -309,12 +344,12 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         pos_tag_ids: torch.LongTensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
         pos_tag_ids (`torch.LongTensor` of shape `(batch_size, target_sequence_length)`, *optional*):
             tag id of each decoder INPUT token (aligned with `input_ids`). Omitted: the hypothesis tagger tags
-            `input_ids` (with a cache, only the tokens given are its context: pass tags from the caller then).
+            `input_ids` (or `inputs_embeds`); with a cache, its windows reach back into earlier calls' tokens.
         """
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of decoder_input_ids or decoder_inputs_embeds")
@@ -326,8 +361,8 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         if attention_mask is None:
             attention_mask = torch.ones(batch, past_length + length, device=inputs_embeds.device)
-        if self.hypothesis_tagger is not None and pos_tag_ids is None and input_ids is not None:
-            pos_tag_ids = self.tag_logits(input_ids).argmax(-1)
+        if self.hypothesis_tagger is not None and pos_tag_ids is None:
+            pos_tag_ids = self.tag_logits(inputs_embeds=inputs_embeds, past_key_values=past_key_values).argmax(-1)
         hidden_states = self.layernorm_embedding(self.embed_inputs(inputs_embeds, past_length, pos_tag_ids))
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
         self_attn_cache = (
@@ -385,30 +420,35 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             raise ValueError("encoder and decoder word embeddings differ in width (pos_tag_sides); set them directly")
         super().set_input_embeddings(value)
 
-    def decoder_input_tags(self, decoder_input_ids, decoder_pos_tag_ids=None, decoder_input_pos_tag_ids=None):
-        """(tags of decoder_input_ids, tagger logits or None, tag_loss or None); see the module docstring."""
+    def decoder_input_tags(self, decoder_input_ids, decoder_pos_tag_ids=None, decoder_input_pos_tag_ids=None,
+                           decoder_inputs_embeds=None, past_key_values=None):  # fmt: skip
+        """(tags of decoder_input_ids, tagger logits or None, tag_loss or None); see the module docstring. The
+        tokens may come as `decoder_inputs_embeds` (word embeddings) instead; `past_key_values`: see `tag_logits`."""
         if self.decoder.hypothesis_tagger is None:
             return None, None, None
         num_tag_ids, check = self.decoder.embed_inputs.num_tag_ids, self.config.check_inputs
+        inputs = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
         if decoder_input_pos_tag_ids is not None:
-            shape = tuple(decoder_input_pos_tag_ids.shape) if decoder_input_ids is None else tuple(decoder_input_ids.shape)
+            shape = tuple(decoder_input_pos_tag_ids.shape) if inputs is None else tuple(inputs.shape[:2])
             tags = checked_tag_ids("decoder_input_pos_tag_ids", decoder_input_pos_tag_ids, shape, None, num_tag_ids, check)
             return tags, None, None
-        if decoder_input_ids is None:  # decoder_inputs_embeds: nothing to tag
+        if inputs is None:
             return None, None, None
         gold = None
         if decoder_pos_tag_ids is not None:
             gold = checked_tag_ids(
-                "decoder_pos_tag_ids", decoder_pos_tag_ids, tuple(decoder_input_ids.shape), None, num_tag_ids, check
+                "decoder_pos_tag_ids", decoder_pos_tag_ids, tuple(inputs.shape[:2]), None, num_tag_ids, check
             )
             gold = shift_tags_right(gold)
-        logits = self.decoder.tag_logits(decoder_input_ids)
+        embeds = decoder_inputs_embeds if decoder_input_ids is None else None
+        logits = self.decoder.tag_logits(decoder_input_ids, inputs_embeds=embeds, past_key_values=past_key_values)
         tags = gold if gold is not None and self.config.decoder_tags_in_training == "gold" else logits.argmax(-1)
         loss = None
         if gold is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), gold.flatten(), ignore_index=PAD_TAG_ID)
         return tags, logits, loss
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -423,7 +463,7 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         pos_tag_ids: torch.LongTensor | None = None,
         decoder_pos_tag_ids: torch.LongTensor | None = None,
         decoder_input_pos_tag_ids: torch.LongTensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MvPEPosSeq2SeqModelOutput:
         r"""
         pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
@@ -439,7 +479,12 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             if input_ids is None:
                 raise ValueError("pass `decoder_input_ids`, `decoder_inputs_embeds` or `input_ids`")
             decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
-        tags, tag_logits, tag_loss = self.decoder_input_tags(decoder_input_ids, decoder_pos_tag_ids, decoder_input_pos_tag_ids)
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        if use_cache and past_key_values is None:  # made here: the tagger keeps its window context on it
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        tags, tag_logits, tag_loss = self.decoder_input_tags(
+            decoder_input_ids, decoder_pos_tag_ids, decoder_input_pos_tag_ids, decoder_inputs_embeds, past_key_values
+        )
         return encode_decode(
             self, MvPEPosSeq2SeqModelOutput, BaseModelOutput,
             input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
@@ -451,7 +496,7 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         )
 
 
-class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, BartForConditionalGeneration):
+class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, BartForConditionalGeneration, GenerationMixin):
     """The augmented Transformer for translation. `generate(**batch)` tags generated tokens itself;
     the translation pipeline tags raw source text with `config.pos_tagger` (`prepare_pipeline_inputs`)."""
 
@@ -475,6 +520,7 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
         self._raw_text_tagger = None
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -490,7 +536,7 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
         pos_tag_ids: torch.LongTensor | None = None,
         decoder_pos_tag_ids: torch.LongTensor | None = None,
         decoder_input_pos_tag_ids: torch.LongTensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MvPEPosSeq2SeqLMOutput:
         r"""
         pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
@@ -519,6 +565,7 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
             pos_tag_ids=pos_tag_ids,
             decoder_pos_tag_ids=decoder_pos_tag_ids,
             decoder_input_pos_tag_ids=decoder_input_pos_tag_ids,
+            return_dict=True,
             **kwargs,
         )
         hidden = outputs[0] if self.output_projection is None else self.output_projection(outputs[0])
@@ -526,6 +573,8 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
         loss = token_loss = translation_loss(logits, labels, self.config.label_smoothing)
         if token_loss is not None and outputs.tag_loss is not None:
             loss = token_loss + self.config.tag_loss_weight * outputs.tag_loss
+        elif token_loss is not None:  # the tagger had no supervision: give its parameters a zero gradient
+            loss = token_loss + touch_parameters(self.model.decoder.hypothesis_tagger)
         return lm_output(MvPEPosSeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
     # --- generation: tags of the running hypothesis -------------------------------------------------------

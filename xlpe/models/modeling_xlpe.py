@@ -22,7 +22,6 @@ tau heads' columns get D W added, D = PE_xl_side - PE_abs (same dropout mask as 
 through `ALL_ATTENTION_FUNCTIONS`, so eager, sdpa and flash paths all work.
 """
 
-from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -41,7 +41,9 @@ from transformers.models.marian.modeling_marian import (
     MarianPreTrainedModel,
     eager_attention_forward,
 )
-from transformers.utils.generic import merge_with_config_defaults
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_xlpe import XLPEMarianConfig
@@ -60,6 +62,7 @@ from .seq2seq_scaffold import (
     init_marian_body,
     init_marian_head,
     lm_output,
+    touch_parameters,
     translation_loss,
 )
 
@@ -240,7 +243,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         reorder_positions: torch.LongTensor | None = None,
         compute_reorder_loss: bool = False,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> XLPEEncoderOutput:
         r"""
         reorder_positions (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
@@ -248,16 +251,16 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             When omitted, the reorder predictor supplies them.
         compute_reorder_loss (`bool`): return the predictor's imitation loss against `reorder_positions`.
         """
-        inputs_embeds = embed_source(self, input_ids, inputs_embeds)
+        inputs_embeds = embed_source(self, input_ids, inputs_embeds, attention_mask)
         batch, length = inputs_embeds.shape[:2]
         pe_abs = self.embed_positions(inputs_embeds.shape[:-1])
         hidden_states = inputs_embeds + pe_abs
         xl_delta = used_positions = loss = None
+        mask = token_mask(attention_mask, (batch, length), inputs_embeds.device)
+        if reorder_positions is not None and self.config.check_inputs:  # checked even where the strategy ignores them
+            check_integer_tensor("reorder_positions", reorder_positions, (batch, length))
+            check_permutation("reorder_positions", reorder_positions, mask)
         if self.uses_xl:
-            mask = token_mask(attention_mask, (batch, length), inputs_embeds.device)
-            if reorder_positions is not None and self.config.check_inputs:
-                check_integer_tensor("reorder_positions", reorder_positions, (batch, length))
-                check_permutation("reorder_positions", reorder_positions, mask)
             movable = self.movable_tokens(input_ids, mask)
             predict = reorder_positions is None or (self.training and self.config.xl_train_positions == "predicted")
             external = predict and self.reorderer is not None and input_ids is not None
@@ -335,6 +338,7 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
         init_marian_body(self, config, XLPEMarianEncoder(config))
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -348,7 +352,7 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
         use_cache=None,
         reorder_positions: torch.LongTensor | None = None,
         compute_reorder_loss: bool = False,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> XLPESeq2SeqModelOutput:
         r"""
         reorder_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
@@ -366,7 +370,7 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
         )
 
 
-class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel):
+class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel, GenerationMixin):
     """XL PE translation model. `generate(**batch)` predicts reorderings; `generate(..., reorder_positions=p)`
     uses the given ones. `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
 
@@ -379,6 +383,7 @@ class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrained
         init_marian_head(self, config, XLPEMarianModel(config))
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -392,12 +397,13 @@ class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrained
         labels=None,
         use_cache=None,
         reorder_positions: torch.LongTensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> XLPESeq2SeqLMOutput:
         r"""
         reorder_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
             XL position of each source token (oracle BTG order in training, see `xlpe.reordering`). Omitted:
-            predicted from the source. Given together with `labels`: also trains the reorder predictor.
+            predicted from the source. Given together with `labels`: also trains the reorder predictor (without
+            them, `loss` carries a zero-weighted term over the predictor's parameters, so that DDP sees them used).
         """
         decoder_input_ids, use_cache = decoder_inputs_from_labels(
             self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
@@ -414,12 +420,15 @@ class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrained
             use_cache=use_cache,
             reorder_positions=reorder_positions,
             compute_reorder_loss=labels is not None and reorder_positions is not None,
+            return_dict=True,
             **kwargs,
         )
         logits = self.lm_head(outputs[0]) + self.final_logits_bias
         loss = token_loss = translation_loss(logits, labels, self.config.label_smoothing)
         if token_loss is not None and outputs.reorder_loss is not None:
             loss = token_loss + self.config.reorder_loss_weight * outputs.reorder_loss
+        elif token_loss is not None:  # the predictor had no supervision: give its parameters a zero gradient
+            loss = token_loss + touch_parameters(getattr(self.model.encoder, "reorder_predictor", None))
         return lm_output(XLPESeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
 

@@ -15,8 +15,15 @@ encoder → decoder plumbing and the output assembly are the same. These helpers
   generation) with the family's extra encoder inputs, then the decoder; every extra field of `output_class`
   (e.g. `reorder_positions`, `order_loss`) is copied from the encoder output of the same name.
 * `decoder_inputs_from_labels`, `translation_loss`, `lm_output`: the generation head's forward.
+* `touch_parameters`: a zero-weighted term over a module's parameters, added to the loss when an auxiliary
+  module ran without its own supervision, so that every trainable parameter gets a gradient at every step
+  (DDP with `find_unused_parameters=False`).
 
-Flat file, imports only torch/transformers: it travels as Hub custom code with the modeling files.
+Return types: the families' `forward`s are decorated with transformers' `can_return_tuple` (`return_dict=False`
+gives `output.to_tuple()`, as in stock Marian/BART); inside, encoder, decoder and base model are always called
+with `return_dict=True`, so the plumbing reads fields by name whatever the caller or `config.return_dict` asked.
+
+Flat file, imports only torch/transformers and its sibling `extra_inputs.py` (the input checks): it travels as Hub custom code with the modeling files.
 """
 
 from __future__ import annotations
@@ -28,12 +35,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_utils import PreTrainedModel
 from transformers.models.marian.modeling_marian import (
     MarianDecoder,
     MarianEncoderLayer,
     MarianSinusoidalPositionalEmbedding,
     shift_tokens_right,
 )
+
+from .extra_inputs import check_source_inputs, check_target_inputs
 
 _MODEL_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqModelOutput)}
 _LM_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqLMOutput)}
@@ -42,7 +52,15 @@ _LM_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqLMOutput)}
 class SelfInitialisingModulesMixin:
     """Put before the stock `*PreTrainedModel` in a family's bases. `_init_weights` runs for every module at
     `post_init` and for the modules a checkpoint does not cover at `from_pretrained` (meta-device loading), so
-    state filled here (e.g. non-persistent sinusoid tables) survives both."""
+    state filled here (e.g. non-persistent sinusoid tables) survives both. `__init__` also validates the config
+    (config_checks.py) before any module is built, whichever way the config was built or changed."""
+
+    def __init__(self, config, *args, **kwargs):
+        config.validate()  # a config changed by attribute assignment since it was built is checked here
+        # PreTrainedModel's own __init__, not the next class in the MRO: for a family's base/generation model that
+        # is the stock MarianModel/BartModel, whose __init__ would build (and throw away) a stock encoder and
+        # decoder, and consume `config.gradient_checkpointing` before the family's own modules exist
+        PreTrainedModel.__init__(self, config, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -75,10 +93,11 @@ def init_marian_encoder_parts(encoder: nn.Module, config) -> None:
     encoder.gradient_checkpointing = False
 
 
-def embed_source(encoder: nn.Module, input_ids, inputs_embeds) -> torch.Tensor:
-    """Scaled token embeddings X (or the given `inputs_embeds`), after checking the input length."""
+def embed_source(encoder: nn.Module, input_ids, inputs_embeds, attention_mask=None) -> torch.Tensor:
+    """Scaled token embeddings X (or the given `inputs_embeds`), after checking the inputs (extra_inputs.py)."""
     if (input_ids is None) ^ (inputs_embeds is not None):
         raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+    check_source_inputs(encoder.config, input_ids, attention_mask, inputs_embeds)
     if inputs_embeds is None:
         inputs_embeds = encoder.embed_tokens(input_ids) * encoder.embed_scale
     length, limit = inputs_embeds.shape[1], encoder.config.max_position_embeddings
@@ -158,6 +177,7 @@ def encode_decode(
         )
     elif not isinstance(encoder_outputs, BaseModelOutput):
         encoder_outputs = encoder_output_class(*encoder_outputs)
+    check_target_inputs(model.config, decoder_input_ids, past_length=cached_length(past_key_values))
     decoder_outputs = model.decoder(
         input_ids=decoder_input_ids,
         attention_mask=decoder_attention_mask,
@@ -167,6 +187,7 @@ def encode_decode(
         inputs_embeds=decoder_inputs_embeds,
         use_cache=use_cache,
         **(decoder_kwargs or {}),
+        return_dict=True,
         **kwargs,
     )
     extras = {
@@ -186,10 +207,22 @@ def encode_decode(
     )
 
 
+def cached_length(past_key_values) -> int | None:
+    """Tokens already in the decoder's KV cache: an int in eager mode with a dynamic cache, else None (not read
+    under torch.compile, and a static cache's length is a tensor: reading it would sync)."""
+    if past_key_values is None:
+        return 0
+    if torch.compiler.is_compiling():
+        return None
+    length = past_key_values.get_seq_length()
+    return length if isinstance(length, int) else None
+
+
 def decoder_inputs_from_labels(config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache):
     """With labels: no cache, and teacher-forcing inputs = labels shifted right (as MarianMTModel does)."""
     if labels is None:
         return decoder_input_ids, use_cache
+    check_target_inputs(config, labels=labels)
     if decoder_input_ids is None and decoder_inputs_embeds is None:
         decoder_input_ids = shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
     return decoder_input_ids, False
@@ -204,8 +237,23 @@ def translation_loss(logits: torch.Tensor, labels: torch.Tensor | None, label_sm
     losses, which need `labels` in `forward`, survive it: the Trainer's own smoother takes `labels` away."""
     if labels is None:
         return None
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device),
-                           label_smoothing=label_smoothing)  # fmt: skip
+    labels = labels.reshape(-1).to(logits.device)
+    summed = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, reduction="sum",
+                             label_smoothing=label_smoothing)  # fmt: skip
+    return summed / (labels != -100).sum().clamp_min(1)  # the mean; 0 (not NaN) for a batch with no supervised token
+
+
+def touch_parameters(module: nn.Module | None) -> torch.Tensor | float:
+    """0 * (sum of `module`'s trainable parameters): added to a loss, it gives each of them a (zero) gradient.
+
+    An auxiliary module that ran without its own supervision (the reorder predictor ranking positions by argsort,
+    the hypothesis tagger picking tags by argmax) otherwise leaves its parameters out of the backward graph, and
+    DDP with `find_unused_parameters=False` then fails (or needs an extra graph traversal every step with True).
+    The set of parameters is fixed per module, so it traces into one graph under torch.compile."""
+    if module is None:
+        return 0.0
+    terms = [parameter.sum() for parameter in module.parameters() if parameter.requires_grad]
+    return torch.stack(terms).sum() * 0.0 if terms else 0.0
 
 
 def lm_output(output_class, outputs, logits, loss, **losses):

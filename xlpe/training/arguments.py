@@ -159,6 +159,36 @@ def check_batching(training_args, explicit: set[str]) -> None:
                          "(sentence batches): give one or the other")  # fmt: skip
 
 
+def check_data_sources(data_args) -> None:
+    """A dataset name beside data files: one of them would be ignored (the built-in corpus or a Hub / local dataset
+    wins over the files), so the two are refused together, naming both. Alignment files may go with a dataset
+    (Pharaoh links for its splits)."""
+    files = [f"--{name}" for name, value in vars(data_args).items()
+             if name.endswith("_file") and not name.endswith("_alignment_file") and value]  # fmt: skip
+    if data_args.dataset_name and files:
+        raise UsageError(f"--dataset_name {data_args.dataset_name} and {', '.join(files)} both name training data, and "
+                         f"only one can be used: give the dataset or the files")  # fmt: skip
+
+
+def check_numbers(data_args, training_args) -> None:
+    """Numbers that cannot work, before any work: lengths and counts below 1, and a training length that would
+    train nothing (`--max_steps 0`, a negative one other than -1, which is transformers' "train for
+    --num_train_epochs", or -1 with `--num_train_epochs` <= 0)."""
+    for name in ("max_source_length", "max_target_length", "val_max_target_length", "max_train_samples",
+                 "max_eval_samples", "max_predict_samples", "num_beams", "preprocessing_num_workers"):  # fmt: skip
+        value = getattr(data_args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} must be >= 1, got {value}")
+    if not training_args.do_train:
+        return
+    steps, epochs = training_args.max_steps, training_args.num_train_epochs
+    if steps == 0 or steps < -1:
+        raise UsageError(f"--max_steps must be a positive number of optimizer steps, or -1 to train for "
+                         f"--num_train_epochs ({epochs}); got {steps}")  # fmt: skip
+    if steps == -1 and epochs <= 0:
+        raise UsageError(f"--num_train_epochs must be > 0 when --max_steps is -1 (training by epochs); got {epochs}")
+
+
 def fit_recipe_to_explicit(training_args, explicit: set[str]) -> None:
     """A recipe's early stopping and checkpoint averaging (not given explicitly) give way to explicit arguments
     that leave no room for them: no periodic evaluation, fewer saved checkpoints than the recipe averages."""
@@ -225,6 +255,7 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
         return parser.parse_args_into_dataclasses(args=flags + argv)
 
     model_args, data_args, training_args = parse({})
+    check_data_sources(data_args)
     defaults = {"dataset_name": BUILTIN_DATASET, **builtin_recipe(model_args)} if data_args.uses_builtin_corpus() else {}
     recipe = recipe or training_args.recipe
     if recipe and recipe != NO_RECIPE:
@@ -243,6 +274,7 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
     training_args.explicit_do = {k for k in ("do_train", "do_eval", "do_predict") if k in explicit}
     if not training_args.explicit_do:  # (an eval_strategy alone turns do_eval on: not a choice of stages)
         training_args.do_train = training_args.do_eval = training_args.do_predict = True
+    check_numbers(data_args, training_args)
     # generation settings of evaluations run *during* training (eval_strategy steps/epoch)
     if training_args.generation_max_length is None:
         training_args.generation_max_length = data_args.val_max_target_length or data_args.max_target_length

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..features.text_files import write_text_atomic
 from ..models.hub_support import apply_umask_to_weights
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
@@ -102,7 +103,7 @@ def save_averaged_model(checkpoints: list[str | Path], output_dir: str | Path) -
         stale.unlink()
     save_file({k: v.contiguous() for k, v in averaged.items()}, str(output_dir / "model.safetensors"), metadata={"format": "pt"})
     apply_umask_to_weights(output_dir)  # safetensors leaves its file at 0600
-    (output_dir / "averaged_checkpoints.json").write_text(json.dumps({"checkpoints": [c.name for c in checkpoints]}, indent=2))
+    write_text_atomic(output_dir / "averaged_checkpoints.json", json.dumps({"checkpoints": [c.name for c in checkpoints]}, indent=2))
     return averaged
 
 

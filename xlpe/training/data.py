@@ -18,7 +18,8 @@ import logging
 import os
 from pathlib import Path
 
-from ..features.alignment import parse_pharaoh_line, read_pharaoh_file, read_text_lines
+from ..features.alignment import parse_pharaoh_line, read_pharaoh_file
+from ..features.text_files import read_text_lines
 from ..features.prepare import PREPARED_TOKENIZER_DIR, ParallelSplit, load_parallel_dataset, read_parallel_files
 from .errors import UsageError
 
@@ -262,7 +263,8 @@ def prepare_features(splits, tokenizer, features, taggers, data_args, model_args
         logger.warning("no --target_tagger: training without decoder_pos_tag_ids")
         features = [f for f in features if f != "decoder_pos_tag_ids"]
     options = dict(features=features, source_tagger=taggers.get("source"), target_tagger=taggers.get("target"),
-                   nltk_data=data_args.nltk_data, max_length=max(data_args.max_source_length, data_args.max_target_length),
+                   nltk_data=data_args.nltk_data, max_length=data_args.max_source_length,
+                   max_target_length=data_args.max_target_length,
                    num_proc=data_args.preprocessing_num_workers or 1, cache_dir=str(default_cache_dir(model_args)),
                    keep_text=True, seed=training_args.seed, overwrite_cache=data_args.overwrite_cache)  # fmt: skip
     with training_args.main_process_first(local=False, desc="preparing features"):

@@ -22,6 +22,7 @@ import torch
 from ..models.configuration_reorderer import XLPEReordererConfig
 from ..models.hub_support import apply_umask_to_weights
 from ..features.predicted_reordering import collate, predict_token_positions, tokenizer_fingerprint
+from ..features.text_files import write_text_atomic
 from ..models.modeling_reorderer import XLPEReordererModel
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | 
         tokenizer.save_pretrained(output_dir)
     report = {"train_pairs": len(train_dataset), "train_runtime_s": result.metrics.get("train_runtime"),
               "train_loss": result.metrics.get("train_loss"), "options": asdict(options), "resumed_from": checkpoint}  # fmt: skip
-    (output_dir / "reorderer_training.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_text_atomic(output_dir / "reorderer_training.json", json.dumps(report, indent=2) + "\n")
     return model
 
 

@@ -33,8 +33,10 @@ import transformers
 from transformers import AutoConfig, set_seed
 
 from .arguments import parse_arguments
+from .errors import UsageError
 from .callbacks import ValidationEarlyStopping
 from ..models.hub_support import apply_umask_to_weights
+from ..features.text_files import write_text_atomic
 from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_averaged_model
 from .collator import XLPEDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
@@ -102,6 +104,20 @@ def setup_logging(training_args) -> None:
     transformers.utils.logging.set_verbosity(level)
 
 
+def load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint):
+    """`load_or_train_tokenizer`, with a model folder that has no (readable) tokenizer files as a UsageError."""
+    try:
+        return load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint)
+    except (OSError, TypeError, ValueError) as error:
+        source = checkpoint or model_args.tokenizer_name or model_args.model_name_or_path
+        if not source:
+            raise
+        raise UsageError(
+            f"no tokenizer could be loaded from {source} ({type(error).__name__}: {str(error).strip().splitlines()[0]}); "
+            "save the model's tokenizer there or give --tokenizer_name"
+        ) from error
+
+
 def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     """Run `xlpe-train`; returns all metrics. `callbacks`: extra `TrainerCallback`s (tests, notebooks)."""
     started = time.time()
@@ -116,9 +132,12 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     splits = load_raw_splits(data_args, model_args)
     model_args, data_args, training_args = apply_recipe(argv, (model_args, data_args, training_args), splits, checkpoint)
     check_splits(splits, data_args, training_args, bool(model_args.tokenizer_name or model_args.model_name_or_path or checkpoint))
-    tokenizer = load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint)
+    tokenizer = load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint)
     taggers = resolve_taggers(data_args, target_config(model_args, checkpoint))
-    model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
+    try:
+        model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
+    except ValueError as error:  # a config field out of range (config_checks.py), a checkpoint of another family
+        raise UsageError(f"model: {str(error).strip().splitlines()[0]}") from error
     check_vocabulary(tokenizer, model, checkpoint or model_args.tokenizer_name or model_args.model_name_or_path or "trained here")
     set_word_starts(model, tokenizer)
     if model_args.reorderer:
@@ -131,7 +150,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     splits = {name: split for name, split in splits.items() if stages[name]}  # prepare only what is used
     prepared, reports = prepare_features(splits, tokenizer, features, taggers, data_args, model_args, training_args, model)
     if training_args.process_index == 0:
-        (Path(training_args.output_dir) / "preparation_report.json").write_text(json.dumps(reports, indent=2, default=str))
+        write_text_atomic(Path(training_args.output_dir) / "preparation_report.json", json.dumps(reports, indent=2, default=str))
 
     trainer_ref: list = []
     trainer = XLPESeq2SeqTrainer(
@@ -232,7 +251,7 @@ def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> t
               "early stopping (no validation split)") + "; explicit arguments override it", flush=True)  # fmt: skip
     if training_args.process_index == 0 and training_args.do_train:
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-        recorded.write_text(json.dumps({"recipe": name, "reason": reason, "with_validation": with_validation}, indent=2))
+        write_text_atomic(recorded, json.dumps({"recipe": name, "reason": reason, "with_validation": with_validation}, indent=2))
     return model_args, data_args, training_args
 
 
@@ -275,7 +294,7 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
             continue
         hypotheses = decode_ids(tokenizer, results.predictions)
         name = "generated_predictions" + ("_oracle" if oracle else "")
-        (output_dir / f"{name}.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        write_text_atomic(output_dir / f"{name}.txt", "\n".join(hypotheses) + "\n")
         if has_text:
             from ..evaluation.metrics import corpus_bleu_chrf
 
@@ -293,7 +312,7 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
         scores = dict(all_scores["predict"])
         if "predict_oracle" in all_scores:
             scores["oracle_positions"] = all_scores["predict_oracle"]
-        (output_dir / "test_scores.json").write_text(json.dumps(scores, indent=2))
+        write_text_atomic(output_dir / "test_scores.json", json.dumps(scores, indent=2))
     trainer.log_metrics("predict", metrics), trainer.save_metrics("predict", metrics)
     return metrics
 

@@ -25,6 +25,9 @@ Two things the stock trainer does not do:
   wrapper is made a pass-through) and the same after a resume. Every run counts the padding it trains on
   (any batching): `padding_waste` in the training logs, `train_padding_waste` and `train_tokens_per_second`
   (real, non-pad tokens of both sides) in the final metrics.
+* **DDP without `find_unused_parameters`**: `ddp_find_unused_parameters` defaults to False (an explicit value
+  stays): every parameter of every family gets a gradient at every step (auxiliary modules without supervision
+  add a zero-weighted term, `seq2seq_scaffold.touch_parameters`), which saves DDP a graph traversal per step.
 * **Predictions come back in input order**, whatever the evaluation sampler (`group_by_length` sorts
   evaluation batches by length too in transformers 5): every evaluation/test example carries its index
   (`example_index`, added here, passed through the collator, gathered like the predictions) and
@@ -74,6 +77,9 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
     `generate()` + predictions in input order + length-grouped batches in random order (module docstring)."""
 
     def __init__(self, *args, eval_with_oracle_positions: bool = False, **kwargs):
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if training_args is not None and training_args.ddp_find_unused_parameters is None:  # module docstring
+            training_args.ddp_find_unused_parameters = False
         super().__init__(*args, **kwargs)
         # The families return per-token MEAN losses and ignore `num_items_in_batch`; with the stock guess
         # (forward has **kwargs) the trainer would skip the division by gradient-accumulation steps and

@@ -1,0 +1,180 @@
+"""The one reader of user text files, and the one writer of command outputs.
+
+Every text file a user gives (parallel sources and targets, Pharaoh alignments, hypotheses, references, talp gold
+alignments, order files, `xlpe-translate` input, stdin) is read by `read_text_lines` (or `decode_text_lines` for
+bytes already in memory), with these rules (docs/command_line.md, "Text files"):
+
+* **UTF-8 only.** Undecodable bytes raise `TextFileError` (a ValueError) naming `file:line:byte offset`, the bad
+  byte and its column: `corpus.de:17: invalid UTF-8 at byte offset 5321 (invalid start byte: byte 0xff at column 4)`.
+* **A byte-order mark at the start of the file is dropped** (editors on Windows write one; it would otherwise be
+  glued to the first word of the first line).
+* **Lines end at `\\n` only.** A `\\r` right before the `\\n` (a CRLF file) is part of the line terminator and
+  removed, as is a `\\r` that ends the file; a bare `\\r` anywhere else stays *inside* its line: it never splits a
+  line, so line k of the output is always line k of the input (Python's universal newlines, `str.splitlines()`
+  and `open()` in text mode would split there and misalign every later line with its parallel file). Readers
+  that split words with `str.split()` treat it as whitespace.
+* **A final newline does not start another line**; an empty file has no lines.
+* Names ending in `.gz` are decompressed (a corrupt gzip stream is a `TextFileError` too).
+
+The whole file is read and decoded in bulk (no per-line Python work: a million lines in well under a second).
+
+Outputs (`write_text_atomic`, `write_bytes_atomic`, `atomic_output_dir`) are written beside their final name and
+renamed into place when complete, so a reader never sees half a file and two concurrent writers never interleave:
+the last rename wins with a whole file. `check_output` refuses an existing output unless the caller allows
+overwriting it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+BOM = b"\xef\xbb\xbf"
+
+
+class TextFileError(ValueError):
+    """A text file that cannot be read as UTF-8 lines; the message starts with `file:line:`.
+
+    Attributes: `path` (str), `line` (1-based, or None), `byte_offset` (0-based offset in the decompressed file,
+    or None)."""
+
+    def __init__(self, message: str, path: str, line: int | None = None, byte_offset: int | None = None):
+        super().__init__(message)
+        self.path, self.line, self.byte_offset = path, line, byte_offset
+
+
+class OutputExistsError(ValueError):
+    """An output that exists already and may not be overwritten; the message names it and the flag that allows it."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------------------------
+
+
+def decode_text_lines(data: bytes, origin: str = "<input>") -> list[str]:
+    """The lines of UTF-8 `data` (rules in the module docstring); `origin` names the source in errors."""
+    offset = len(BOM) if data.startswith(BOM) else 0
+    try:
+        text = data[offset:].decode("utf-8") if offset else data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        start = error.start + offset
+        line_number = data.count(b"\n", 0, start) + 1
+        column = start - (data.rfind(b"\n", 0, start) + 1)
+        raise TextFileError(
+            f"{origin}:{line_number}: invalid UTF-8 at byte offset {start} ({error.reason}: byte {data[start]:#04x} "
+            f"at column {column}); expected UTF-8 text",
+            origin, line_number, start,
+        ) from None  # fmt: skip
+    if not text:
+        return []
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")  # CRLF line ends; a bare \r stays inside its line
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline does not start another line
+    elif lines[-1].endswith("\r"):
+        lines[-1] = lines[-1][:-1]  # a CRLF file cut before its last \n
+    return lines
+
+
+def read_text_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of a file (decompressed when the name ends in .gz); a corrupt gzip stream is a TextFileError."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        return path.read_bytes()
+    try:
+        with gzip.open(path, "rb") as handle:
+            return handle.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise TextFileError(f"{path}: not a readable gzip file ({error})", str(path)) from None
+
+
+def read_text_lines(path: str | os.PathLike) -> list[str]:
+    """Lines of a UTF-8 text file (plain, or gzip if the name ends in .gz), without line terminators.
+
+    Raises TextFileError (a ValueError) naming the file, the 1-based line and the byte offset of the first
+    undecodable byte. A leading byte-order mark is dropped; lines end at `\\n` (CRLF too), never at a bare `\\r`."""
+    return decode_text_lines(read_text_bytes(path), str(path))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Writing outputs
+# ----------------------------------------------------------------------------------------------------------
+
+
+def check_output(path: str | os.PathLike, flag: str, overwrite: bool, allow_flag: str = "--overwrite_output") -> None:
+    """OutputExistsError when `path` exists and `overwrite` is false (the message names `flag` and `allow_flag`);
+    ValueError when its parent directory does not exist."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        kind = "directory" if path.is_dir() else "file"
+        raise OutputExistsError(f"{flag} {path}: the {kind} exists; pass {allow_flag} to replace it")
+    if not path.parent.is_dir():
+        raise ValueError(f"{flag} {path}: no such directory {path.parent}")
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to a temporary file beside `path`, then rename it to `path`: readers see the old file
+    or the whole new one, and of two concurrent writers the last one to finish wins with its whole file. The
+    file gets the mode a plain `open()` would give it (the umask). The temporary file is removed on failure."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """`write_text_atomic` for bytes already encoded (a PNG, say): same temporary file, rename, mode and cleanup."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.chmod(temporary, 0o666 & ~_umask())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return path
+
+
+@contextlib.contextmanager
+def atomic_output_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside `path`; when the block finishes, it replaces `path` (an existing
+    directory is moved aside first and deleted after the rename, so `path` is always a complete directory). On an
+    exception the temporary directory is removed and `path` is left as it was. `overwrite=False`: an existing
+    `path` (say, written by a concurrent run meanwhile) is an OutputExistsError."""
+    path = Path(path)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(staging, 0o777 & ~_umask())
+    try:
+        yield staging
+        if path.exists():
+            if not overwrite:
+                raise OutputExistsError(f"{path}: exists (written meanwhile?); pass --overwrite_output to replace it")
+            if not path.is_dir():
+                raise ValueError(f"output {path} is a file, expected a directory")
+            retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, retired / "old")
+            os.replace(staging, path)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+__all__ = ["BOM", "OutputExistsError", "TextFileError", "atomic_output_dir", "check_output", "decode_text_lines",
+           "read_text_bytes", "read_text_lines", "write_bytes_atomic", "write_text_atomic"]  # fmt: skip

@@ -1,0 +1,88 @@
+"""Config validation that runs on every construction path of every family's config.
+
+A transformers config can be built three ways, and only the first one runs the config's `__post_init__` with
+the values the user gave:
+
+1. `Config(**fields)` (and `from_dict`, which the loading of a saved `config.json` goes through);
+2. `from_pretrained(directory, field=value)` (also `Model.from_pretrained(directory, field=value)` and the
+   stock-checkpoint upgrade of `hub_support.py`): transformers builds the config from the saved dict, then
+   *assigns* the keyword values, so a bogus value passes unchecked, is saved, and the saved model no longer
+   loads;
+3. attribute assignment (`config.xl_heads = 99`), before a model is built from it.
+
+`ValidatedConfigMixin` (first in a family config's bases) closes 2: the family's own fields given as keyword
+arguments are merged into the dict *before* the config is built, so derived defaults see them (e.g.
+`xl_heads` for the given `xl_strategy`), and every check runs again after the assignment of the remaining
+keywords. Each family puts its checks in `validate_family_fields` (a `validate_*` method: also run by
+transformers' `config.validate()`, which `save_pretrained` calls); the models call `config.validate()` when
+they are built, which closes 3. Every float-valued field must also be finite: a NaN or infinite dropout,
+step or weight otherwise turns every output into NaN without an error.
+
+Flat file, imports only transformers: it travels as Hub custom code next to the configuration files.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+
+def check_finite_fields(config) -> None:
+    """Raise ValueError naming the first float-valued field of `config` that is NaN or infinite."""
+    for name in getattr(config, "__dataclass_fields__", {}):
+        value = getattr(config, name, None)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
+def check_choice(name: str, value, choices: tuple) -> None:
+    """Raise ValueError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_number(name: str, value, low: float | None = None, high: float | None = None, *, integer: bool = False,
+                 low_inclusive: bool = True, high_inclusive: bool = True) -> None:  # fmt: skip
+    """Raise ValueError unless `value` is a (finite; integer if asked) number within [low, high] (or open ends)."""
+    kind = "an integer" if integer else "a number"
+    ok = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value)
+    if ok and low is not None:
+        ok = value >= low if low_inclusive else value > low
+    if ok and high is not None:
+        ok = value <= high if high_inclusive else value < high
+    if not ok:
+        lo = "" if low is None else f"{'>=' if low_inclusive else '>'} {low}"
+        hi = "" if high is None else f"{'<=' if high_inclusive else '<'} {high}"
+        bounds = " and ".join(part for part in (lo, hi) if part)
+        raise ValueError(f"{name} must be {kind}{' ' + bounds if bounds else ''}, got {value!r}")
+
+
+class ValidatedConfigMixin:
+    """First in a family config's bases. The family defines `validate_family_fields(self)` (raises ValueError)."""
+
+    def validate_family_fields(self) -> None:  # overridden by each family
+        pass
+
+    def validate_finite_fields(self) -> None:
+        check_finite_fields(self)
+
+    def validate(self) -> None:
+        """transformers' checks (also run by `save_pretrained`), then the family's and the finiteness check."""
+        super().validate()
+        self.validate_family_fields()
+        self.validate_finite_fields()
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        own_fields = set(inspect.get_annotations(cls))
+        merged = dict(config_dict)
+        for name in [key for key in kwargs if key in own_fields]:
+            merged[name] = kwargs.pop(name)
+        result = super().from_dict(merged, **kwargs)
+        config = result[0] if isinstance(result, tuple) else result
+        config.validate()  # again: keywords for inherited fields were assigned after construction
+        return result
+
+
+__all__ = ["ValidatedConfigMixin", "check_choice", "check_finite_fields", "check_number"]
