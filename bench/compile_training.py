@@ -3,13 +3,15 @@
     python bench/compile_training.py [--steps 20] [--d_model 64]
 
 One step = forward with labels and the family's extra inputs + backward + AdamW step, batch 16 x 24 tokens.
-Prints a Markdown table (median step time after warm-up; the first compiled steps include compilation)."""
+Stock MarianMT and BART (same sizes, same batch) are timed the same way beside the families, so their speed-ups
+compare. Prints a Markdown table (median step time after warm-up; the first compiled steps include compilation)."""
 
 import argparse
 import statistics
 import time
 
 import torch
+from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
 
 from xlpe.models.configuration_dpe import DPEMarianConfig
 from xlpe.models.configuration_mvpe_pos import MvPEPosConfig
@@ -28,9 +30,12 @@ def family_setups(d_model, batch, length, vocab=256):
     base = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
     positions = torch.arange(length).flip(0).expand(batch, length).contiguous()
     tags = torch.randint(3, 6, (batch, length))
+    bart = {**common, "pad_token_id": 1, "eos_token_id": 2, "bos_token_id": 0, "decoder_start_token_id": 2}
     return {
+        "stock Marian": (MarianMTModel(MarianConfig(**common)), base),
         "xlpe": (XLPEMarianMTModel(XLPEMarianConfig(**common)), {**base, "reorder_positions": positions}),
         "dpe": (DPEMarianMTModel(DPEMarianConfig(**common)), {**base, "target_positions": positions}),
+        "stock BART": (BartForConditionalGeneration(BartConfig(**bart)), base),
         "mvpe_pos": (MvPEPosForConditionalGeneration(MvPEPosConfig(**common, pos_tags=["A", "B", "C"], pos_dim=16,
                                                                    pe_step=1.0)),
                      {**base, "pos_tag_ids": tags, "decoder_pos_tag_ids": tags}),

@@ -55,3 +55,27 @@ def write_multi30k_slice(folder: Path, lines_per_split: dict | None = None) -> N
         for lang in ("de", "en"):
             with gzip.open(MULTI30K_RAW / f"{source}.{lang}.gz", "rt", encoding="utf-8") as handle:
                 (folder / f"{name}.{lang}").write_text("".join(next(handle) for _ in range(count)), encoding="utf-8")
+
+
+def save_tiny_xlpe_model(tokenizer, directory: Path, model_max_length: int | None = None) -> Path:
+    """A tiny untrained XL PE translation model (position table of 64) and `tokenizer` saved in `directory`
+    (`model_max_length`: what the saved tokenizer claims as its limit, when given)."""
+    import json
+
+    import torch
+
+    from xlpe import XLPEMarianConfig, XLPEMarianMTModel
+
+    torch.manual_seed(0)
+    config = XLPEMarianConfig(
+        vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id, init_std=0.3,
+    )  # fmt: skip
+    XLPEMarianMTModel(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    if model_max_length is not None:
+        config_file = directory / "tokenizer_config.json"
+        config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": model_max_length}))
+    return directory

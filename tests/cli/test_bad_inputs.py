@@ -12,9 +12,9 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-import torch
 
-from xlpe import XLPEMarianConfig, XLPEMarianMTModel
+from conftest import save_tiny_xlpe_model
+from xlpe import XLPEMarianMTModel
 from xlpe.features.corpus import ParallelSplit, read_parallel_files
 from xlpe.features.prepare import prepare_splits
 
@@ -29,19 +29,7 @@ def one_error_line(capsys, prog: str) -> str:
 @pytest.fixture(scope="module")
 def model_dir(toy_tokenizer, tmp_path_factory):
     """A tiny XL PE model (position table of 64) whose tokenizer claims a smaller limit (model_max_length 8)."""
-    torch.manual_seed(0)
-    config = XLPEMarianConfig(
-        vocab_size=len(toy_tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
-        pad_token_id=toy_tokenizer.pad_token_id, eos_token_id=toy_tokenizer.eos_token_id,
-        decoder_start_token_id=toy_tokenizer.pad_token_id, forced_eos_token_id=toy_tokenizer.eos_token_id, init_std=0.3,
-    )  # fmt: skip
-    directory = tmp_path_factory.mktemp("model")
-    XLPEMarianMTModel(config).save_pretrained(directory)
-    toy_tokenizer.save_pretrained(directory)
-    config_file = directory / "tokenizer_config.json"
-    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": 8}))
-    return directory
+    return save_tiny_xlpe_model(toy_tokenizer, tmp_path_factory.mktemp("model"), model_max_length=8)
 
 
 def translate(model_dir, tmp_path, data: bytes, *extra: str) -> tuple[int, list[str]]:

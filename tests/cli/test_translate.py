@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
-import torch
+from conftest import REPO_ROOT, save_tiny_xlpe_model
 
-from xlpe import XLPEMarianConfig, XLPEMarianMTModel, XLPETranslationPipeline
+from xlpe import XLPEMarianMTModel, XLPETranslationPipeline
 from xlpe.cli.translate import length_sorted_batches, load_pipeline, main, translate_lines
 
 REPO = REPO_ROOT
@@ -19,17 +18,7 @@ LINES = ["the cat sees the dog", "", "a dog chases the small cat in the garden",
 
 @pytest.fixture(scope="module")
 def model_dir(toy_tokenizer, tmp_path_factory):
-    torch.manual_seed(0)
-    config = XLPEMarianConfig(
-        vocab_size=len(toy_tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
-        pad_token_id=toy_tokenizer.pad_token_id, eos_token_id=toy_tokenizer.eos_token_id,
-        decoder_start_token_id=toy_tokenizer.pad_token_id, forced_eos_token_id=toy_tokenizer.eos_token_id, init_std=0.3,
-    )  # fmt: skip
-    directory = tmp_path_factory.mktemp("model")
-    XLPEMarianMTModel(config).save_pretrained(directory)
-    toy_tokenizer.save_pretrained(directory)
-    return directory
+    return save_tiny_xlpe_model(toy_tokenizer, tmp_path_factory.mktemp("model"))
 
 
 def one_by_one(model_dir, lines):
