@@ -94,3 +94,19 @@ def test_fullgraph_compiled_training_step_matches_eager(family, toy_tokenizer):
     for name, parameter in eager_model.named_parameters():
         if parameter.grad is not None:
             torch.testing.assert_close(compiled_grads[name].grad, parameter.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "flex_attention"])
+@pytest.mark.parametrize("family", sorted(TESTERS))
+def test_attention_backends_agree_with_eager(family, backend, toy_tokenizer):
+    """Every attention goes through transformers' `ALL_ATTENTION_FUNCTIONS` (XL PE's HeadXL included), so each
+    back-end computes what eager does: a padded batch (two lengths), logits within 1e-5."""
+    tester = TESTERS[family]()
+    model = tester.make_model(toy_tokenizer).eval()
+    batch = tester.make_batch(toy_tokenizer, sources=SOURCES, targets=TARGETS)
+    with torch.no_grad():
+        model.set_attn_implementation("eager")
+        eager = model(**batch).logits
+        model.set_attn_implementation(backend)
+        other = model(**batch).logits
+    torch.testing.assert_close(other, eager, atol=1e-5, rtol=1e-4)
