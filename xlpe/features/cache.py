@@ -12,17 +12,16 @@ finish together the first one's entry is kept."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from .corpus import ParallelSplit
 from .example_features import PREPARATION_VERSION
+from .text_files import staging_dir
 from .tokenization import SCORE_DECIMALS, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -85,42 +84,38 @@ def _discard(path: Path, problem: str) -> None:
     shutil.rmtree(retired, ignore_errors=True)
 
 
-def _load_cache(cache_dir, fingerprint: str):
-    path = Path(cache_dir) / f"xlpe-prepare-{fingerprint}" if cache_dir else None
+def _load_verified(path: Path | None, load):
+    """`load(path)` for a cache entry whose checksums match, or None: no entry, or a corrupt one (it does not
+    match or does not load), which is removed with a warning so that the caller rebuilds it."""
     if path is None or not path.is_dir():
         return None
-    import datasets
-
     problem = verify_entry(path)
     if problem is None:
         try:
-            reports = json.loads((path / "report.json").read_text())
-            loaded = datasets.load_from_disk(str(path / "data"))
-            result = {name: loaded[name] for name in reports}
+            return load(path)
         except Exception as error:  # noqa: BLE001  (anything unreadable: rebuilt, never used)
             problem = f"it does not load: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
-    if problem is not None:
-        _discard(path, problem)
+    _discard(path, problem)
+    return None
+
+
+def _load_cache(cache_dir, fingerprint: str):
+    import datasets
+
+    def load(path):
+        reports = json.loads((path / "report.json").read_text())
+        loaded = datasets.load_from_disk(str(path / "data"))
+        return {name: loaded[name] for name in reports}, reports
+
+    path = Path(cache_dir) / f"xlpe-prepare-{fingerprint}" if cache_dir else None
+    entry = _load_verified(path, load)
+    if entry is None:
         return None
+    result, reports = entry
     logger.info("xlpe-prepare: cache hit %s", path)
     for report in reports.values():
         report["cache_hit"] = True
     return result, reports
-
-
-@contextlib.contextmanager
-def _staging(path: Path):
-    """A fresh temporary directory beside `path`, removed if the block fails."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)  # (mkdtemp's 0700 would keep a shared cache from its other users)
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _install(staging: Path, path: Path, replace: bool) -> None:
@@ -147,7 +142,7 @@ def _save_cache(cache_dir, fingerprint: str, prepared: dict, reports: dict, repl
     import datasets
 
     path = Path(cache_dir) / f"xlpe-prepare-{fingerprint}"
-    with _staging(path) as staging:
+    with staging_dir(path, create_parent=True) as staging:
         datasets.DatasetDict(prepared).save_to_disk(str(staging / "data"))
         (staging / "report.json").write_text(json.dumps(reports, indent=2, ensure_ascii=False))
         write_checksum(staging)
@@ -172,19 +167,11 @@ def tokenizer_cache_key(texts: list[str], options: dict) -> str:
 def load_cached_tokenizer(cache_dir, key: str):
     """The tokenizer saved under `key` in `cache_dir`, or None (also when the entry is corrupt: removed, with a
     warning, so that the caller trains and saves it again)."""
-    path = Path(cache_dir) / f"xlpe-tokenizer-{key}" if cache_dir else None
-    if path is None or not path.is_dir():
-        return None
     from transformers import AutoTokenizer
 
-    problem = verify_entry(path)
-    if problem is None:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(path))
-        except Exception as error:  # noqa: BLE001  (anything unreadable: rebuilt, never used)
-            problem = f"it does not load: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
-    if problem is not None:
-        _discard(path, problem)
+    path = Path(cache_dir) / f"xlpe-tokenizer-{key}" if cache_dir else None
+    tokenizer = _load_verified(path, lambda entry: AutoTokenizer.from_pretrained(str(entry)))
+    if tokenizer is None:
         return None
     logger.info("xlpe-prepare: tokenizer cache hit %s", path)
     return tokenizer
@@ -194,7 +181,7 @@ def save_cached_tokenizer(cache_dir, key: str, tokenizer) -> None:
     if not cache_dir:
         return
     path = Path(cache_dir) / f"xlpe-tokenizer-{key}"
-    with _staging(path) as staging:
+    with staging_dir(path, create_parent=True) as staging:
         tokenizer.save_pretrained(str(staging))
         write_checksum(staging)
         _install(staging, path, replace=False)

@@ -144,15 +144,30 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a fresh temporary directory beside `path`; when the block finishes, it replaces `path` (an existing
-    directory is moved aside first and deleted after the rename, so `path` is always a complete directory). On an
-    exception the temporary directory is removed and `path` is left as it was. `overwrite=False`: an existing
-    `path` (say, written by a concurrent run meanwhile) is an OutputExistsError."""
+def staging_dir(path: str | os.PathLike, create_parent: bool = False) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside `path` (creating its parent if asked), with the mode a plain
+    `mkdir` would give it under the umask (mkdtemp's 0700 would keep a shared folder from its other users);
+    removed if the block raises. The caller renames it into place."""
     path = Path(path)
+    if create_parent:
+        path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(staging, 0o777 & ~_umask())
     try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_output_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside `path` (`staging_dir`); when the block finishes, it replaces
+    `path` (an existing directory is moved aside first and deleted after the rename, so `path` is always a
+    complete directory). On an exception the temporary directory is removed and `path` is left as it was.
+    `overwrite=False`: an existing `path` (say, written by a concurrent run meanwhile) is an OutputExistsError."""
+    path = Path(path)
+    with staging_dir(path) as staging:
         yield staging
         if path.exists():
             if not overwrite:
@@ -165,9 +180,6 @@ def atomic_output_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterat
             shutil.rmtree(retired, ignore_errors=True)
         else:
             os.replace(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _umask() -> int:
@@ -177,4 +189,4 @@ def _umask() -> int:
 
 
 __all__ = ["BOM", "OutputExistsError", "TextFileError", "atomic_output_dir", "check_output", "decode_text_lines",
-           "read_text_bytes", "read_text_lines", "write_bytes_atomic", "write_text_atomic"]  # fmt: skip
+           "read_text_bytes", "read_text_lines", "staging_dir", "write_bytes_atomic", "write_text_atomic"]  # fmt: skip
