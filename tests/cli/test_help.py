@@ -98,6 +98,10 @@ def test_spelled_out_choices_match_the_library():
     assert tuple(prepare.FEATURE_CHOICES) == tuple(FEATURES)
     assert prepare.PREPARED_TOKENIZER_DIR == features_prepare.PREPARED_TOKENIZER_DIR
     assert tuple(reorder.TRAINING_LOSSES) == tuple(TRAINING_LOSSES)
+    from xlpe.features import sharded
+
+    assert (prepare.DEFAULT_SHARD_SIZE, prepare.DEFAULT_ALIGNMENT_SAMPLE, prepare.DEFAULT_TOKENIZER_SAMPLE) == (
+        sharded.DEFAULT_SHARD_SIZE, sharded.DEFAULT_ALIGNMENT_SAMPLE, sharded.DEFAULT_TOKENIZER_SAMPLE)
 
 
 # ---------------------------------------------------------------------------------------------------------

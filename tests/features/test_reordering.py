@@ -12,14 +12,19 @@ from hypothesis import strategies as st
 from xlpe.features.reordering import (
     IGNORE_INDEX,
     add_reordering_noise,
+    check_links_flat,
     dpe_target_positions,
+    dpe_target_positions_flat,
     fuzzy_reordering_score,
     is_btg_reachable,
     kendall_tau,
+    kendall_tau_flat,
     oracle_xl_positions,
     oracle_xl_positions_batch,
     project_positions_to_subwords,
+    project_positions_to_subwords_flat,
     repair_btg,
+    swap_noise_in_place,
 )
 
 
@@ -280,3 +285,120 @@ def test_kendall_tau_and_fuzzy_reordering_score():
     assert fuzzy_reordering_score([3, 2, 1, 0], [0, 1, 2, 3]) == 0.0
     # predicted order w2 w3 w0 w1 vs monotone: chunks [w2 w3] [w0 w1] -> 1 - (2 - 1) / 3
     assert fuzzy_reordering_score([2, 3, 0, 1], [0, 1, 2, 3]) == pytest.approx(2 / 3)
+
+
+# ---------------------------------------------------------------- flat batch versions == per-sentence functions
+
+
+@st.composite
+def flat_sentence(draw, irregular: bool = True):
+    """One sentence for the flat functions: XL positions of its words (a permutation, or any small integers with
+    ties), its tokens' word ids (the pieces of each word together, 0-3 pieces, special tokens (None) anywhere),
+    links. `irregular`: sometimes word ids out of order or naming the word one past the end (the cases the
+    flat functions hand to the per-sentence ones)."""
+    n = draw(st.integers(0, 8))
+    if draw(st.booleans()):
+        positions = draw(st.permutations(list(range(n))))
+    else:
+        positions = draw(st.lists(st.integers(0, n + 2), min_size=n, max_size=n))
+    pieces = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    word_ids = [w for w in range(n) for _ in range(pieces[w])]
+    for _ in range(draw(st.integers(0, 2))):
+        word_ids.insert(draw(st.integers(0, len(word_ids))), None)
+    if irregular and word_ids and draw(st.integers(0, 9)) == 0:
+        kind = draw(st.sampled_from(["shuffle", "one past the end"]))
+        if kind == "shuffle":
+            word_ids = draw(st.permutations(word_ids))
+        else:
+            word_ids[draw(st.integers(0, len(word_ids) - 1))] = n
+    cells = [(i, j) for i in range(n) for j in range(6)]
+    links = draw(st.lists(st.sampled_from(cells), max_size=2 * n)) if cells else []
+    return list(positions), word_ids, links, n
+
+
+def flatten_sentences(sentences):
+    """(word positions, word offsets, token word ids (-1 special), token offsets, link sentence/source/target)."""
+    word_counts = [n for _, _, _, n in sentences]
+    token_counts = [len(ids) for _, ids, _, _ in sentences]
+    links = [(s, i, j) for s, (_, _, pair_links, _) in enumerate(sentences) for i, j in pair_links]
+    link_sentence, link_source, link_target = (np.array(column, dtype=np.int64) for column in zip(*links)) if links \
+        else (np.zeros(0, dtype=np.int64),) * 3  # fmt: skip
+    return (
+        np.array([p for positions, _, _, _ in sentences for p in positions], dtype=np.int64),
+        np.r_[0, np.cumsum(word_counts, dtype=np.int64)],
+        np.array([-1 if w is None else w for _, ids, _, _ in sentences for w in ids], dtype=np.int64),
+        np.r_[0, np.cumsum(token_counts, dtype=np.int64)],
+        link_sentence, link_source, link_target,
+    )  # fmt: skip
+
+
+def per_sentence_or_error(function, *args, **kwargs):
+    try:
+        return function(*args, **kwargs)
+    except (ValueError, IndexError) as error:
+        return type(error)
+
+
+@settings(deadline=None, max_examples=400)
+@given(st.lists(flat_sentence(), max_size=6))
+def test_flat_subword_projection_equals_the_per_sentence_one(sentences):
+    positions, word_offsets, word_ids, token_offsets, *_ = flatten_sentences(sentences)
+    expected = [per_sentence_or_error(project_positions_to_subwords, p, ids) for p, ids, _, _ in sentences]
+    errors = [e for e in expected if isinstance(e, type)]
+    if errors:
+        with pytest.raises(errors[0]):
+            project_positions_to_subwords_flat(positions, word_offsets, word_ids, token_offsets)
+        return
+    result = project_positions_to_subwords_flat(positions, word_offsets, word_ids, token_offsets)
+    assert result.dtype == np.int64
+    assert [result[a:b].tolist() for a, b in itertools.pairwise(token_offsets)] == expected
+
+
+@settings(deadline=None, max_examples=400)
+@given(st.lists(flat_sentence(), max_size=6), st.sampled_from(["drop", "keep"]))
+def test_flat_dpe_targets_equal_the_per_sentence_ones(sentences, unaligned):
+    _, word_offsets, word_ids, token_offsets, *links = flatten_sentences(sentences)
+    expected = [dpe_target_positions(pair_links, n, ids, unaligned=unaligned) for _, ids, pair_links, n in sentences]
+    result = dpe_target_positions_flat(*links, word_offsets, word_ids, token_offsets, unaligned=unaligned)
+    assert [result[a:b].tolist() for a, b in itertools.pairwise(token_offsets)] == expected
+
+
+def test_flat_dpe_targets_check_links_like_the_per_sentence_ones():
+    word_ids, token_offsets = np.array([0, 1, -1, 0, -1]), np.array([0, 3, 5])
+    for link in ((1, 2, 0), (1, -1, 0), (0, 0, -3)):  # sentence 1 has one word; a negative index
+        links = [np.array([0, link[0]]), np.array([1, link[1]]), np.array([0, link[2]])]
+        with pytest.raises(ValueError) as flat_error:
+            dpe_target_positions_flat(*links, np.array([0, 2, 3]), word_ids, token_offsets)
+        s = link[0]
+        pair = [(links[1][k], links[2][k]) for k in range(2) if links[0][k] == s]
+        with pytest.raises(ValueError) as error:
+            dpe_target_positions(pair, [2, 1][s], [[0, 1, None], [0, None]][s])
+        assert str(flat_error.value) == str(error.value)
+    check_links_flat(np.array([0, 1]), np.array([1, 0]), np.array([5, 0]), np.array([0, 2, 3]))  # all inside
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.lists(st.integers(0, 40).flatmap(lambda n: st.permutations(list(range(n)))), max_size=12))
+def test_flat_kendall_tau_equals_the_per_sentence_one(perms):
+    offsets = np.r_[0, np.cumsum([len(p) for p in perms], dtype=np.int64)]
+    flat = np.array([v for p in perms for v in p], dtype=np.int64)
+    assert kendall_tau_flat(flat, offsets).tolist() == [kendall_tau(p) for p in perms]  # exactly equal floats
+
+
+def test_flat_kendall_tau_of_long_and_many_sentences():
+    rng = np.random.default_rng(5)
+    perms = [rng.permutation(n) for n in (700, 3, 513, 512, 0, 1, 2)] + [rng.permutation(30) for _ in range(5000)]
+    offsets = np.r_[0, np.cumsum([len(p) for p in perms], dtype=np.int64)]
+    assert kendall_tau_flat(np.concatenate(perms), offsets).tolist() == [kendall_tau(p) for p in perms]
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.1, 0.5, 1.0])
+def test_noise_in_place_on_a_slice_of_a_batch_equals_add_reordering_noise(ratio):
+    rng = np.random.default_rng(1)
+    perms = [rng.permutation(n).tolist() for n in (1, 2, 5, 13, 40, 0)]
+    flat = np.array([v for p in perms for v in p], dtype=np.int64)
+    offsets = np.r_[0, np.cumsum([len(p) for p in perms])]
+    for s, line in enumerate([3, 8, 11, 12, 20, 21]):
+        swap_noise_in_place(flat[offsets[s] : offsets[s + 1]], ratio, np.random.default_rng([4, line]))
+    expected = [add_reordering_noise(p, ratio, np.random.default_rng([4, line])) for p, line in zip(perms, [3, 8, 11, 12, 20, 21])]
+    assert [flat[a:b].tolist() for a, b in itertools.pairwise(offsets)] == expected

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 
+import numpy as np
 import pytest
 from conftest import SHARED_DIR
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xlpe.features.tagging import (
     JIEBA_TAGS,
@@ -21,6 +25,7 @@ from xlpe.features.tagging import (
     get_tagger,
     register_tagger,
     subword_tag_ids,
+    subword_tag_ids_flat,
 )
 
 SHARED_DATA = SHARED_DIR / "data"
@@ -54,6 +59,30 @@ def test_builtin_vocabularies_are_stable():
 def test_subword_tag_ids():
     # word 1 has two pieces; </s> is special
     assert subword_tag_ids([5, 7, 9], [0, 1, 1, 2, None]) == [5, 7, 7, 9, SPECIAL_TAG_ID]
+
+
+@st.composite
+def tagged_sentence(draw):
+    tags = draw(st.lists(st.integers(0, 50), max_size=8))
+    word_ids = [w for w in range(len(tags)) for _ in range(draw(st.integers(0, 3)))]
+    for _ in range(draw(st.integers(0, 2))):
+        word_ids.insert(draw(st.integers(0, len(word_ids))), None)
+    return tags, word_ids
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.lists(tagged_sentence(), max_size=6))
+def test_flat_subword_tag_ids_equal_the_per_sentence_ones(sentences):
+    tags = np.array([t for ts, _ in sentences for t in ts], dtype=np.int64)
+    tag_offsets = np.r_[0, np.cumsum([len(ts) for ts, _ in sentences], dtype=np.int64)]
+    word_ids = np.array([-1 if w is None else w for _, ids in sentences for w in ids], dtype=np.int64)
+    token_offsets = np.r_[0, np.cumsum([len(ids) for _, ids in sentences], dtype=np.int64)]
+    result = subword_tag_ids_flat(tags, tag_offsets, word_ids, token_offsets)
+    expected = [subword_tag_ids(ts, ids) for ts, ids in sentences]
+    assert [result[a:b].tolist() for a, b in itertools.pairwise(token_offsets)] == expected
+    if len(word_ids) and (word_ids >= 0).any():  # a word without a tag: an error, as per sentence
+        with pytest.raises(IndexError):
+            subword_tag_ids_flat(tags[:0], np.zeros(len(sentences) + 1, dtype=np.int64), word_ids, token_offsets)
 
 
 @pytest.fixture(scope="module")

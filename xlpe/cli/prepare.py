@@ -21,6 +21,9 @@ FEATURE_CHOICES = ("reorder_positions", "target_positions", "pos_tag_ids", "deco
 PREPARED_TOKENIZER_DIR = "tokenizer"  # = xlpe.features.prepare.PREPARED_TOKENIZER_DIR (tested)
 
 PROG = "xlpe-prepare"
+# = xlpe.features.sharded's defaults (tests/cli/test_help.py keeps them equal; that module imports datasets)
+DEFAULT_SHARD_SIZE, DEFAULT_ALIGNMENT_SAMPLE, DEFAULT_TOKENIZER_SAMPLE = 100_000, 200_000, 500_000
+AUTO_SHARD_PAIRS = 200_000  # --shard-size auto: files holding more pairs than this are prepared in shards
 FILE_SPLITS = {"train": "", "validation": "validation-", "test": "test-"}  # split -> flag prefix
 TOKENIZER_TRAINING = {"tokenizer_vocab_size": 8000, "tokenizer_model": "unigram"}  # xlpe-train's defaults
 
@@ -74,10 +77,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite-cache", action="store_true", help="recompute the features even when --cache-dir has them (and replace them there)")
     p.add_argument("--noise-ratio", type=float, default=0.0, help="XL PE Sec. 4.5 noise attack ratio")
     p.add_argument("--seed", type=int, default=0)
+    scale = p.add_argument_group("corpus scale: sharded preparation (bounded memory, resumable, shards on many machines; "
+                                 "docs/corpus_scale.md)")  # fmt: skip
+    scale.add_argument("--shard-size", type=_shard_size, default="auto", metavar="N|auto",
+                       help=f"pairs per shard; auto (default): shards of {DEFAULT_SHARD_SIZE:,} once the files hold "
+                            f"more than {AUTO_SHARD_PAIRS:,} pairs, else one piece in memory")  # fmt: skip
+    scale.add_argument("--work-dir", help="where plan, tokenizer, priors and finished shards live (default: OUTPUT.work); "
+                                          "the same command run again resumes there")  # fmt: skip
+    scale.add_argument("--stage", default="all", choices=("all", "plan", "shards", "merge"),
+                       help="all (default) | plan (one job) | shards (any number of jobs) | merge (one job, after all shards)")
+    scale.add_argument("--shard-index", type=int, nargs="+", metavar="K",
+                       help="with --stage shards: the shards to run (e.g. $SLURM_ARRAY_TASK_ID; default: every unfinished one)")
+    scale.add_argument("--alignment-sample", type=int, default=DEFAULT_ALIGNMENT_SAMPLE, metavar="N",
+                       help=f"pairs aligned once to learn the eflomal priors every shard starts from (default {DEFAULT_ALIGNMENT_SAMPLE:,})")
+    scale.add_argument("--tokenizer-sample", type=int, default=DEFAULT_TOKENIZER_SAMPLE, metavar="N",
+                       help=f"training pairs a tokenizer trained here sees (default {DEFAULT_TOKENIZER_SAMPLE:,})")
+    scale.add_argument("--keep-work-dir", action="store_true", help="keep the work directory after the merge")
     p.add_argument("--keep-text", nargs="?", const="all", default="eval", choices=("all", "eval", "none"),
                    help="splits that keep text, line number and alignment columns: eval (default: every split but "
                         "train, what scoring needs), all (also --keep-text alone) or none")  # fmt: skip
     return canonical_flags(p)
+
+
+def _shard_size(value: str):
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of pairs or 'auto', got {value!r}") from None
 
 
 def _flag(split: str, kind: str) -> str:
@@ -86,7 +114,8 @@ def _flag(split: str, kind: str) -> str:
 
 def _check_numbers(args) -> None:
     """Raise ValueError (one line, naming the flag, the expected range and the value) on a number out of range."""
-    for name in ("max_length", "num_proc", "batch_size", "alignment_runs", "tokenizer_vocab_size"):
+    for name in ("max_length", "num_proc", "batch_size", "alignment_runs", "tokenizer_vocab_size", "alignment_sample",
+                 "tokenizer_sample", *(["shard_size"] if args.shard_size != "auto" else [])):  # fmt: skip
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be >= 1, got {value}")
@@ -103,7 +132,12 @@ def _check_combination(args) -> None:
     from ..features.text_files import check_output
 
     _check_numbers(args)
-    check_output(args.output, "--output", args.overwrite_output)
+    if args.stage in ("all", "merge"):
+        check_output(args.output, "--output", args.overwrite_output)
+    elif not Path(args.output).parent.is_dir():
+        raise ValueError(f"--output {args.output}: no such directory {Path(args.output).parent}")
+    if args.shard_index and args.stage != "shards":
+        raise ValueError(f"--shard-index picks shards to run with --stage shards, not with --stage {args.stage}")
     file_flags = [_flag(split, kind) for split in FILE_SPLITS for kind in ("source", "target", "alignments")]
     given_files = [flag for flag in file_flags if getattr(args, flag[2:].replace("-", "_"))]
     if args.dataset and given_files:
@@ -124,6 +158,10 @@ def _check_combination(args) -> None:
                 raise ValueError(f"{flag} {path}: no such file")
     if args.splits and not args.dataset:
         raise ValueError("--splits selects splits of --dataset; files name their split by flag (--validation-source ...)")
+    sharded_flags = [f for f, v in (("--shard-size N", args.shard_size != "auto"), ("--stage", args.stage != "all")) if v]
+    if args.dataset and sharded_flags:
+        raise ValueError(f"{' and '.join(sharded_flags)} shard --source/--target files; --dataset is prepared in one "
+                         "piece (write its splits to text files to prepare it in shards)")  # fmt: skip
     trained_here = [f"--{name.replace('_', '-')}" for name in TOKENIZER_TRAINING if getattr(args, name) is not None]
     if args.tokenizer and trained_here:
         raise ValueError(f"{', '.join(trained_here)} shape a tokenizer trained here; with --tokenizer none is trained")
@@ -166,6 +204,83 @@ def _tokenizer(args, splits):
                        f"(--tokenizer-vocab-size {options['tokenizer_vocab_size']})")  # fmt: skip
 
 
+def _label_reports(args, reports: dict, tokenizer_origin: str) -> None:
+    for report in reports.values():
+        report["tokenizer"] = {**report.get("tokenizer", {}), "origin": tokenizer_origin, "path": PREPARED_TOKENIZER_DIR}
+        report["languages"] = {"source": args.source_lang, "target": args.target_lang}
+
+
+def _split_files(args) -> dict:
+    files = {}
+    for split in FILE_SPLITS:
+        source, target, links = (getattr(args, _flag(split, k)[2:].replace("-", "_")) for k in ("source", "target", "alignments"))
+        if source:
+            files[split] = {"source": source, "target": target, "alignments": links}
+    return files
+
+
+def _is_sharded(args) -> bool:
+    """--stage other than all, a --shard-size number, or (auto) files holding more than AUTO_SHARD_PAIRS pairs."""
+    if args.dataset:
+        return False
+    if args.stage != "all" or args.shard_size != "auto":
+        return True
+    from ..features.text_files import count_text_lines
+
+    pairs = sum(count_text_lines(files["source"]) for files in _split_files(args).values())
+    if pairs > AUTO_SHARD_PAIRS:
+        print(f"{PROG}: {pairs:,} pairs: preparing in shards of {DEFAULT_SHARD_SIZE:,} (resumable; --shard-size to "
+              "change)", file=sys.stderr)  # fmt: skip
+        return True
+    return False
+
+
+def _run_sharded(args, options: dict) -> int:
+    """The sharded preparation (xlpe.features.sharded), stage by stage."""
+    import shutil
+
+    from ..features import sharded
+
+    work = Path(args.work_dir or f"{args.output}.work")
+    if args.stage in ("all", "plan"):
+        tokenizer = _tokenizer(args, {})[0] if args.tokenizer else None
+        tokenizer_options = {} if args.tokenizer else {"vocab_size": args.tokenizer_vocab_size or TOKENIZER_TRAINING["tokenizer_vocab_size"],
+                                                       "model": args.tokenizer_model or TOKENIZER_TRAINING["tokenizer_model"],
+                                                       "model_max_length": args.max_length}  # fmt: skip
+        shard_size = sharded.DEFAULT_SHARD_SIZE if args.shard_size == "auto" else args.shard_size
+        plan = sharded.plan_preparation(work, _split_files(args), tokenizer=tokenizer, tokenizer_options=tokenizer_options,
+                                        shard_size=shard_size, alignment_sample=args.alignment_sample,
+                                        tokenizer_sample=args.tokenizer_sample, **options)  # fmt: skip
+    else:  # shards and merge jobs follow the plan; they only check that they were given the same options
+        plan = sharded.load_plan(work, options)
+    if args.stage == "plan":
+        print(f"{PROG}: planned {len(plan['shards'])} shards in {work} (indices 0-{len(plan['shards']) - 1}); run them "
+              f"with --stage shards --shard-index K, then --stage merge", file=sys.stderr)  # fmt: skip
+        return 0
+    if args.stage in ("all", "shards"):
+        ran = sharded.run_shards(work, plan, args.shard_index)
+        print(f"{PROG}: ran {len(ran)} shard(s); {len(sharded.finished_shards(work, plan))} of {len(plan['shards'])} "
+              f"done in {work}", file=sys.stderr)  # fmt: skip
+        if args.stage == "shards":
+            return 0
+    tokenizer_origin = (args.tokenizer if args.tokenizer else f"trained here on {plan['tokenizer'].get('trained_on_pairs')} "
+                        f"training pairs: joint {plan['tokenizer'].get('model')}")  # fmt: skip
+    output, reports = sharded.merge_shards(work, args.output, overwrite=args.overwrite_output,
+                                           label=lambda reports: _label_reports(args, reports, tokenizer_origin))  # fmt: skip
+    if not args.keep_work_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    _print_summary(output, reports, tokenizer_origin)
+    return 0
+
+
+def _print_summary(output, reports: dict, tokenizer_origin: str) -> None:
+    for name, report in reports.items():
+        print(f"{PROG}: {name}: kept {report['pairs_kept']} of {report['pairs_read']}, skipped {report['pairs_skipped']}",
+              file=sys.stderr)  # fmt: skip
+    print(f"{PROG}: wrote {output} (splits {', '.join(reports)}), {output / 'report.json'} and "
+          f"{output / PREPARED_TOKENIZER_DIR} ({tokenizer_origin})", file=sys.stderr)  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `xlpe-prepare`: prepare every split, then write `--output` (`save_prepared`). A user
     error (bad flag combination, missing or malformed file) prints one line and exits with status 2."""
@@ -181,22 +296,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_combination(args)
         from ..features.prepare import prepare_splits, save_prepared
 
+        if _is_sharded(args):
+            return _run_sharded(args, options)
         splits = _read_splits(args)
         tokenizer, tokenizer_origin = _tokenizer(args, splits)
         prepared, reports = prepare_splits(splits, tokenizer, **options)
-        for report in reports.values():
-            report["tokenizer"] = {**report.get("tokenizer", {}), "origin": tokenizer_origin, "path": PREPARED_TOKENIZER_DIR}
-            report["languages"] = {"source": args.source_lang, "target": args.target_lang}
+        _label_reports(args, reports, tokenizer_origin)
         output = save_prepared(args.output, prepared, reports, tokenizer, overwrite=args.overwrite_output)
     except (ValueError, LookupError, ImportError, OSError, TypeError) as error:  # TypeError: bad --eflomal_options
         message = " ".join(str(error).split()) if not isinstance(error, OSError) or not error.filename else \
             f"{error.filename}: {error.strerror}"  # fmt: skip
         parser.exit(2, f"{PROG}: error: {message}\n")
-    for name, report in reports.items():
-        print(f"{PROG}: {name}: kept {report['pairs_kept']} of {report['pairs_read']}, skipped {report['pairs_skipped']}",
-              file=sys.stderr)  # fmt: skip
-    print(f"{PROG}: wrote {output} (splits {', '.join(reports)}), {output / 'report.json'} and "
-          f"{output / PREPARED_TOKENIZER_DIR} ({tokenizer_origin})", file=sys.stderr)  # fmt: skip
+    _print_summary(output, reports, tokenizer_origin)
     return 0
 
 

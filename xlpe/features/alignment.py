@@ -14,7 +14,11 @@ Links of one sentence are a flat list [i0, j0, i1, j1, ...] (compact in Arrow); 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import io
 import itertools
+import logging
+import math
 import os
 import tempfile
 from collections.abc import Sequence
@@ -221,11 +225,12 @@ def _parse_trusted(lines: Sequence[str]) -> list[list[int]]:
 
 
 def eflomal_directional(
-    sources: Sequence[str], targets: Sequence[str], **eflomal_options
+    sources: Sequence[str], targets: Sequence[str], priors: str | os.PathLike | None = None, **eflomal_options
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Forward and reverse eflomal links (flat lists, 0-based source-target) for whitespace-tokenised
-    sentence pairs. Empty sentences get no links (eflomal is not run on them). `eflomal_options` go to
-    `eflomal.Aligner` (model=3, n_samplers, n_iterations, rel_iterations, null_prior, ...)."""
+    sentence pairs. Empty sentences get no links (eflomal is not run on them). `priors`: an eflomal priors file
+    (`alignment_priors`) the sampler starts from. `eflomal_options` go to `eflomal.Aligner` (model=3,
+    n_samplers, n_iterations, rel_iterations, null_prior, ...)."""
     try:
         import eflomal
     except ImportError as error:  # pragma: no cover - eflomal is a dependency
@@ -239,15 +244,23 @@ def eflomal_directional(
     reverse: list[list[int]] = [[] for _ in sources]
     if not nonempty:
         return forward, reverse
-    with tempfile.TemporaryDirectory(prefix="xlpe-eflomal-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="xlpe-eflomal-") as workdir, \
+            (open(priors, encoding="utf-8") if priors is not None else contextlib.nullcontext()) as priors_input:
         fwd_path, rev_path = os.path.join(workdir, "forward"), os.path.join(workdir, "reverse")
-        eflomal.Aligner(**eflomal_options).align(
-            [" ".join(sources[k].split()) for k in nonempty],
-            [" ".join(targets[k].split()) for k in nonempty],
-            links_filename_fwd=fwd_path,
-            links_filename_rev=rev_path,
-            quiet=True,
-        )
+        quiet_logger = logging.getLogger("eflomal")  # its INFO lines ("Prepared N sentences ...") are noise here
+        level = quiet_logger.level
+        quiet_logger.setLevel(max(level, logging.WARNING))
+        try:
+            eflomal.Aligner(**eflomal_options).align(
+                [" ".join(sources[k].split()) for k in nonempty],
+                [" ".join(targets[k].split()) for k in nonempty],
+                links_filename_fwd=fwd_path,
+                links_filename_rev=rev_path,
+                priors_input=priors_input,
+                quiet=True,
+            )
+        finally:
+            quiet_logger.setLevel(level)
         for path, out in ((fwd_path, forward), (rev_path, reverse)):
             lines = read_text_lines(path)
             if len(lines) != len(nonempty):
@@ -274,6 +287,7 @@ def align_with_eflomal(
     targets: Sequence[str],
     symmetrization: str = "grow-diag-final-and",
     runs: int = 1,
+    priors: str | os.PathLike | None = None,
     **eflomal_options,
 ) -> list[list[int]]:
     """Symmetrised word alignment of whitespace-tokenised sentence pairs: eflomal forward + reverse, then
@@ -282,10 +296,10 @@ def align_with_eflomal(
     eflomal samples (it seeds itself from /dev/urandom and runs OpenMP threads: it cannot be seeded), so two
     runs on the same corpus disagree on some links. `runs=K > 1` aligns K times and keeps, per direction, the
     links a strict majority of the runs agree on before symmetrising: a more stable oracle for K times the
-    alignment cost (measured in BENCHMARKS.md, "Oracle stability")."""
+    alignment cost (measured in BENCHMARKS.md, "Oracle stability"). `priors`: see `eflomal_directional`."""
     if not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs (alignment runs to vote over) must be an integer >= 1, got {runs!r}")
-    directional = [eflomal_directional(sources, targets, **eflomal_options) for _ in range(runs)]
+    directional = [eflomal_directional(sources, targets, priors, **eflomal_options) for _ in range(runs)]
     if runs == 1:
         forward, reverse = directional[0]
     else:
@@ -293,3 +307,52 @@ def align_with_eflomal(
         forward = vote_links([f for f, _ in directional], majority)
         reverse = vote_links([r for _, r in directional], majority)
     return symmetrize(forward, reverse, symmetrization)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# eflomal at corpus scale: priors learned once, shards aligned with them
+# ----------------------------------------------------------------------------------------------------------
+
+
+def eflomal_iterations(num_pairs: int, rel_iterations: float = 1.0) -> tuple[int, int, int]:
+    """eflomal's own default iteration counts (IBM1, HMM, fertility) for a corpus of `num_pairs` sentence pairs:
+    n = max(2, round(rel_iterations * 5000 / sqrt(num_pairs))), then (max(2, n // 4), n // 4, n) (read off the
+    counts eflomal prints; the larger the corpus, the fewer sweeps it needs). A shard aligned with the whole
+    corpus's priors runs the whole corpus's counts, so sharding does not make alignment dearer per pair."""
+    n = max(2, int(round(rel_iterations * 5000 / math.sqrt(max(num_pairs, 1)))))
+    return max(2, n // 4), max(1, n // 4), n
+
+
+def alignment_priors(sources: Sequence[str], targets: Sequence[str], forward: Sequence, reverse: Sequence) -> str:
+    """eflomal's Dirichlet priors (the text `eflomal-makepriors` writes: lexical, HMM jump and fertility counts)
+    learned from forward and reverse links of whitespace-tokenised pairs, e.g. one eflomal run on a large sample
+    of the corpus (`eflomal_directional`). Aligning every shard with them keeps shards consistent with one
+    whole-corpus alignment (issue 16; agreement measured in BENCHMARKS.md, "Corpus scale")."""
+    import eflomal
+
+    priors = eflomal.calculate_priors(
+        [" ".join(s.split()) for s in sources], [" ".join(t.split()) for t in targets],
+        [format_pharaoh(links) for links in forward], [format_pharaoh(links) for links in reverse],
+    )  # fmt: skip
+    text = io.StringIO()
+    eflomal.write_priors(text, *priors)
+    return text.getvalue()
+
+
+class PriorsAligner:
+    """An `aligner` for `prepare_dataset` (callable(sources, targets) -> symmetrised links per pair): eflomal
+    forward + reverse started from a priors file, with the iteration counts of a corpus of `corpus_pairs` pairs
+    (`eflomal_iterations`), then `symmetrize`. Picklable (for `Dataset.map` workers) and named for the report."""
+
+    def __init__(self, priors: str | os.PathLike, corpus_pairs: int, symmetrization: str = "grow-diag-final-and",
+                 runs: int = 1, **eflomal_options):  # fmt: skip
+        self.priors, self.corpus_pairs = str(priors), int(corpus_pairs)
+        self.symmetrization, self.runs = symmetrization, runs
+        options = dict(eflomal_options)
+        if options.get("n_iterations") is None:
+            options["n_iterations"] = eflomal_iterations(self.corpus_pairs, options.pop("rel_iterations", 1.0))
+        self.eflomal_options = options
+        self.name = f"eflomal+priors (corpus of {self.corpus_pairs} pairs, iterations {options['n_iterations']})"
+
+    def __call__(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[int]]:
+        return align_with_eflomal(sources, targets, self.symmetrization, self.runs, self.priors, **self.eflomal_options)

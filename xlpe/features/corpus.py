@@ -27,6 +27,7 @@ class ParallelSplit:
     target_origin: str
     alignments: list[list[int]] | None = None  # flat Pharaoh links per pair, already validated
     alignment_origin: str | None = None
+    line_offset: int = 0  # lines of the files before sources[0] (a shard of a larger corpus): line k is k+1+offset
 
 
 # ----------------------------------------------------------------------------------------------------------

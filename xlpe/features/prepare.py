@@ -127,7 +127,7 @@ def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: Prepar
     for name, split in splits.items():
         keep = kept[name]
         table = datasets.Dataset.from_dict(
-            {"_line": [k + 1 for k in keep], "_source": [" ".join(split.sources[k].split()) for k in keep],
+            {"_line": [k + 1 + split.line_offset for k in keep], "_source": [" ".join(split.sources[k].split()) for k in keep],
              "_target": [" ".join(split.targets[k].split()) for k in keep], "_links": links[name]},
             features=datasets.Features({"_line": datasets.Value("int64"), "_source": datasets.Value("string"),
                                         "_target": datasets.Value("string"),
@@ -138,7 +138,7 @@ def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: Prepar
         else:
             table = table.map(
                 _compute_features, batched=True, batch_size=options.batch_size, remove_columns=table.column_names,
-                num_proc=options.num_proc if len(table) > 1 else None, new_fingerprint=f"{fingerprint}-{name}",
+                num_proc=options.num_proc if (options.num_proc or 1) > 1 and len(table) > 1 else None,  # 1: in-process, no pool new_fingerprint=f"{fingerprint}-{name}",
                 fn_kwargs=dict(tokenizer=tokenizer, options=options, keep_text=options.keeps_text(name)), desc=f"xlpe-prepare {name}",
             )  # fmt: skip
         reports[name], prepared[name] = _report_and_strip(table, split, skipped[name], options, taggers, fingerprint)

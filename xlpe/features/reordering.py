@@ -20,6 +20,8 @@ the tests; exact up to 16 irreducible blocks, a greedy fold beyond), and the bat
 Everything per sentence is O(n log n): the oracle is vectorised with numpy over a whole batch of sentences
 (sorting dominates); the BTG check is the linear shift-reduce recogniser of separable permutations and runs
 in Python only on the sentences whose order has an inseparable-looking core (a direct-sum component of 4+).
+The sub-word projection, the DPE targets and Kendall's tau also come in `_flat` versions for a whole batch
+(flat arrays + offsets, what the feature step uses), equal sentence by sentence to the plain functions (tested).
 """
 
 from __future__ import annotations
@@ -412,6 +414,113 @@ def dpe_target_positions(
     return result.tolist()
 
 
+def _token_layout(word_ids: np.ndarray, token_offsets: np.ndarray, word_offsets: np.ndarray):
+    """Per flat token: its sentence, whether it belongs to a word, that word's flat index (-1 for special
+    tokens), and whether its word id lies beyond its sentence's words (left to the per-sentence functions)."""
+    token_sentence = np.repeat(np.arange(len(token_offsets) - 1, dtype=np.int64), np.diff(token_offsets))
+    is_word = word_ids >= 0
+    out_of_range = is_word & (word_ids >= (word_offsets[1:] - word_offsets[:-1])[token_sentence])
+    flat_word = np.where(is_word, word_offsets[token_sentence] + word_ids, -1)
+    return token_sentence, is_word, flat_word, out_of_range
+
+
+def _sentences_with(mask: np.ndarray, token_sentence: np.ndarray) -> np.ndarray:
+    return np.unique(token_sentence[mask])
+
+
+def project_positions_to_subwords_flat(
+    word_positions: np.ndarray, word_offsets: np.ndarray, word_ids: np.ndarray, token_offsets: np.ndarray
+) -> np.ndarray:
+    """`project_positions_to_subwords` for a whole batch in one numpy pass; equal to it sentence by sentence.
+
+    Flat layout: sentence s owns words `word_offsets[s]:word_offsets[s + 1]` (their XL positions in
+    `word_positions`) and tokens `token_offsets[s]:token_offsets[s + 1]` (their word ids in `word_ids`, -1 for
+    special tokens). Returns the token-level positions, flat like `word_ids`. Sentences whose word ids are not
+    non-decreasing (pieces of a word apart) or name a word the sentence lacks go through the per-sentence
+    function (which defines the result, or raises)."""
+    word_positions = np.asarray(word_positions, dtype=np.int64)
+    word_offsets, token_offsets = np.asarray(word_offsets, np.int64), np.asarray(token_offsets, np.int64)
+    word_ids = np.asarray(word_ids, dtype=np.int64)
+    token_sentence, is_word, flat_word, out_of_range = _token_layout(word_ids, token_offsets, word_offsets)
+    word_slots = np.flatnonzero(is_word)  # flat token index of every word token, sentence by sentence
+    token_words = flat_word[word_slots]  # their flat word index: non-decreasing when every sentence's ids are
+    decreasing = np.zeros(len(word_ids), dtype=bool)
+    decreasing[word_slots[1:]] = token_words[1:] < token_words[:-1]
+    irregular = _sentences_with(out_of_range | decreasing, token_sentence)
+    if len(irregular):  # compute the rest as if those sentences had no word tokens
+        regular = ~np.isin(token_sentence[word_slots], irregular)
+        word_slots, token_words = word_slots[regular], token_words[regular]
+    word_sentence = np.repeat(np.arange(len(word_offsets) - 1, dtype=np.int64), np.diff(word_offsets))
+    pieces = np.bincount(token_words, minlength=len(word_positions))
+    words_in_xl_order = np.lexsort((word_positions, word_sentence))  # stable: ties keep the source order
+    start_in_xl_order = np.empty(len(word_positions), dtype=np.int64)
+    start_in_xl_order[words_in_xl_order] = np.cumsum(pieces[words_in_xl_order]) - pieces[words_in_xl_order]
+    piece_index = np.arange(len(token_words)) - np.searchsorted(token_words, token_words)  # k-th piece of word
+    result = np.arange(len(word_ids), dtype=np.int64) - token_offsets[token_sentence]
+    result[word_slots] = result[word_slots[start_in_xl_order[token_words] + piece_index]]
+    for s in irregular.tolist():
+        tokens, words = slice(token_offsets[s], token_offsets[s + 1]), slice(word_offsets[s], word_offsets[s + 1])
+        result[tokens] = project_positions_to_subwords(word_positions[words], _none_for_special(word_ids[tokens]))
+    return result
+
+
+def _none_for_special(word_ids: np.ndarray) -> list[int | None]:
+    return [None if w < 0 else w for w in word_ids.tolist()]
+
+
+def check_links_flat(link_sentence: np.ndarray, link_source: np.ndarray, link_target: np.ndarray,
+                     word_offsets: np.ndarray) -> None:  # fmt: skip
+    """Raise `dpe_target_positions`'s ValueError for the first sentence with a link outside its source words
+    (a negative index or a source word beyond the sentence)."""
+    lengths = np.diff(word_offsets)
+    bad = (link_source < 0) | (link_target < 0) | (link_source >= lengths[link_sentence])
+    if np.any(bad):
+        s = int(link_sentence[np.flatnonzero(bad)[0]])
+        links = np.stack([link_source[link_sentence == s], link_target[link_sentence == s]], axis=1)
+        raise ValueError(f"a link lies outside the source sentence of {int(lengths[s])} words: {links.tolist()}")
+
+
+def dpe_target_positions_flat(
+    link_sentence: np.ndarray, link_source: np.ndarray, link_target: np.ndarray, word_offsets: np.ndarray,
+    word_ids: np.ndarray, token_offsets: np.ndarray, unaligned: str = "drop",
+) -> np.ndarray:  # fmt: skip
+    """`dpe_target_positions` (DPE Sec. 3.1 rules, Eq. 1 supervision) for a whole batch in one numpy pass;
+    equal to it sentence by sentence. Links are flat (one entry per link: sentence, source word, target word);
+    words and tokens are laid out as for `project_positions_to_subwords_flat`. Returns flat target ranks."""
+    if unaligned not in ("drop", "keep"):
+        raise ValueError(f"unaligned must be 'drop' or 'keep', got {unaligned!r}")
+    link_sentence, link_source, link_target = (np.asarray(links, dtype=np.int64)
+                                               for links in (link_sentence, link_source, link_target))  # fmt: skip
+    word_offsets, token_offsets = np.asarray(word_offsets, np.int64), np.asarray(token_offsets, np.int64)
+    word_ids = np.asarray(word_ids, dtype=np.int64)
+    check_links_flat(link_sentence, link_source, link_target, word_offsets)
+    token_sentence, is_word, flat_word, out_of_range = _token_layout(word_ids, token_offsets, word_offsets)
+    never = np.iinfo(np.int64).max
+    first_target = np.full(int(word_offsets[-1]), never, dtype=np.int64)  # a word's first (smallest) target
+    np.minimum.at(first_target, word_offsets[link_sentence] + link_source, link_target)
+    token_key = np.full(len(word_ids), never, dtype=np.int64)  # special tokens: never aligned
+    looked_up = is_word & ~out_of_range
+    token_key[looked_up] = first_target[flat_word[looked_up]]
+    aligned_tokens = np.flatnonzero(token_key != never)  # sentence by sentence, in token order
+    aligned_sentence = token_sentence[aligned_tokens]
+    in_target_order = aligned_tokens[np.lexsort((token_key[aligned_tokens], aligned_sentence))]  # stable
+    local = np.arange(len(word_ids), dtype=np.int64) - token_offsets[token_sentence]
+    result = np.full(len(word_ids), IGNORE_INDEX, dtype=np.int64)
+    if unaligned == "drop":  # dense ranks 0..#aligned-1 per sentence
+        first_aligned = np.searchsorted(aligned_sentence, aligned_sentence)  # aligned_sentence is sorted
+        result[in_target_order] = np.arange(len(aligned_tokens)) - first_aligned
+    else:  # unaligned word tokens keep their index; aligned ones fill the other word slots in target order
+        unaligned_tokens = np.flatnonzero(is_word & (token_key == never))
+        result[unaligned_tokens] = local[unaligned_tokens]
+        result[in_target_order] = local[aligned_tokens]
+    for s in _sentences_with(out_of_range, token_sentence).tolist():  # the per-sentence function decides
+        tokens = slice(token_offsets[s], token_offsets[s + 1])
+        pair_links = np.stack([link_source[link_sentence == s], link_target[link_sentence == s]], axis=1)
+        result[tokens] = dpe_target_positions(pair_links, int(word_offsets[s + 1] - word_offsets[s]),
+                                              _none_for_special(word_ids[tokens]), unaligned=unaligned)  # fmt: skip
+    return result
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Noise attack (XL PE Sec. 4.5, Fig. 4)
 # ----------------------------------------------------------------------------------------------------------
@@ -429,7 +538,16 @@ def add_reordering_noise(
     if not 0.0 <= ratio <= 1.0:
         raise ValueError(f"noise ratio must be in [0, 1], got {ratio}")
     noisy = np.array(positions, dtype=np.int64)
-    movable = np.setdiff1d(np.arange(len(noisy)), np.asarray(fixed, dtype=np.int64))
+    swap_noise_in_place(noisy, ratio, rng, fixed)
+    return noisy.tolist()
+
+
+def swap_noise_in_place(noisy: np.ndarray, ratio: float, rng: np.random.Generator, fixed: Sequence[int] = ()) -> None:
+    """`add_reordering_noise` on an int64 array (or a view of one, e.g. a sentence of a flat batch), in place;
+    the same draws from `rng`, so the same result."""
+    movable = np.arange(len(noisy))  # == np.setdiff1d(np.arange(len(noisy)), fixed) when nothing is fixed
+    if len(fixed):
+        movable = np.setdiff1d(movable, np.asarray(fixed, dtype=np.int64))
     expected_pairs = min(ratio * len(movable) / 2, len(movable) // 2)
     pairs = int(expected_pairs) + int(rng.random() < expected_pairs - int(expected_pairs))
     touched = 2 * pairs
@@ -437,7 +555,6 @@ def add_reordering_noise(
         chosen = rng.choice(movable, size=touched, replace=False)
         first, second = chosen[0::2], chosen[1::2]
         noisy[first], noisy[second] = noisy[second], noisy[first].copy()
-    return noisy.tolist()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -476,6 +593,31 @@ def kendall_tau(perm: Sequence[int], reference: Sequence[int] | None = None, nor
     else:
         tau = 1.0 - 4.0 * _count_inversions(perm) / (n * (n - 1))
     return (tau + 1.0) / 2.0 if normalized else tau
+
+
+def kendall_tau_flat(positions: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """`kendall_tau(p)` (against the monotone order) of every sentence of a flat batch (sentence s owns
+    `positions[offsets[s]:offsets[s + 1]]`), as float64; 1.0 for sentences of fewer than 2 words. Sentences of
+    one length are compared pairwise together (in chunks of bounded memory); beyond 512 words one by one."""
+    positions, offsets = np.asarray(positions, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    inversions = np.zeros(len(lengths), dtype=np.int64)
+    for n in np.unique(lengths[lengths >= 2]).tolist():
+        sentences = np.flatnonzero(lengths == n)
+        if n > 512:
+            for s in sentences.tolist():
+                inversions[s] = _count_inversions(positions[offsets[s] : offsets[s + 1]])
+            continue
+        later = np.triu(np.ones((n, n), dtype=bool), 1)
+        chunk = max(1, (1 << 22) // (n * n))
+        for start in range(0, len(sentences), chunk):
+            rows = sentences[start : start + chunk]
+            values = positions[offsets[rows][:, None] + np.arange(n)]
+            inversions[rows] = np.count_nonzero((values[:, :, None] > values[:, None, :]) & later, axis=(1, 2))
+    tau = np.ones(len(lengths), dtype=np.float64)
+    many = lengths >= 2
+    tau[many] = 1.0 - 4.0 * inversions[many] / (lengths[many] * (lengths[many] - 1))
+    return tau
 
 
 def fuzzy_reordering_score(pred: Sequence[int], ref: Sequence[int]) -> float:

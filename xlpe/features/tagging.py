@@ -19,6 +19,8 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..models.tag_sets import (  # noqa: F401  (re-exported)
     JIEBA_TAGS,
     PAD_TAG,
@@ -98,6 +100,24 @@ def builtin_vocabulary(name: str) -> TagVocabulary:
 def subword_tag_ids(word_tag_ids: Sequence[int], word_ids: Sequence[int | None]) -> list[int]:
     """One tag id per token: each piece gets its word's tag id, special tokens (word id None or -1) get 2."""
     return [SPECIAL_TAG_ID if w is None or w < 0 else word_tag_ids[w] for w in word_ids]
+
+
+def subword_tag_ids_flat(word_tag_ids: np.ndarray, tag_offsets: np.ndarray, word_ids: np.ndarray,
+                         token_offsets: np.ndarray) -> np.ndarray:  # fmt: skip
+    """`subword_tag_ids` for a whole batch, flat: sentence s owns the word tag ids
+    `word_tag_ids[tag_offsets[s]:tag_offsets[s + 1]]` and the tokens `token_offsets[s]:token_offsets[s + 1]`
+    of `word_ids` (-1 = special token). Returns one tag id per token, flat like `word_ids`."""
+    word_tag_ids, tag_offsets = np.asarray(word_tag_ids, np.int64), np.asarray(tag_offsets, np.int64)
+    word_ids, token_offsets = np.asarray(word_ids, np.int64), np.asarray(token_offsets, np.int64)
+    token_sentence = np.repeat(np.arange(len(token_offsets) - 1, dtype=np.int64), np.diff(token_offsets))
+    is_word = word_ids >= 0
+    beyond = np.flatnonzero(is_word & (word_ids >= np.diff(tag_offsets)[token_sentence]))
+    if len(beyond):
+        k = int(beyond[0])
+        raise IndexError(f"word id {int(word_ids[k])} but only {int(np.diff(tag_offsets)[token_sentence[k]])} tags")
+    result = np.full(len(word_ids), SPECIAL_TAG_ID, dtype=np.int64)
+    result[is_word] = word_tag_ids[tag_offsets[token_sentence[is_word]] + word_ids[is_word]]
+    return result
 
 
 # ----------------------------------------------------------------------------------------------------------

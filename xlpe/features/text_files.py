@@ -26,14 +26,19 @@ overwriting it.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import gzip
+import hashlib
 import os
 import shutil
 import tempfile
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 BOM = b"\xef\xbb\xbf"
 
@@ -102,6 +107,124 @@ def read_text_lines(path: str | os.PathLike) -> list[str]:
     Raises TextFileError (a ValueError) naming the file, the 1-based line and the byte offset of the first
     undecodable byte. A leading byte-order mark is dropped; lines end at `\\n` (CRLF too), never at a bare `\\r`."""
     return decode_text_lines(read_text_bytes(path), str(path))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading a corpus too large to hold: one scan, then line ranges
+# ----------------------------------------------------------------------------------------------------------
+
+SCAN_BLOCK = 1 << 23  # bytes read at a time by `scan_text_file` and `read_text_line_range`
+
+
+@dataclass
+class TextFileScan:
+    """What one streaming pass over a text file learned: its line count (by `read_text_lines`' rules), the
+    SHA-256 of its (decompressed) bytes, and the byte offset at which every `every`-th line starts."""
+
+    path: str
+    lines: int
+    sha256: str
+    line_offsets: list[int]  # line_offsets[k] = byte offset (decompressed) of line k * every
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def scan_text_file(path: str | os.PathLike, every: int) -> TextFileScan:
+    """Count the lines of a UTF-8 text file (plain or .gz) in one streaming pass of bounded memory, checking that
+    it decodes (a TextFileError naming file:line:byte as `read_text_lines` would), hashing it, and recording the
+    byte offset of every `every`-th line so that `read_text_line_range` can start there."""
+    path = Path(path)
+    if every < 1:
+        raise ValueError(f"every must be >= 1, got {every}")
+    digest, decoder = hashlib.sha256(), codecs.getincrementaldecoder("utf-8")()
+    offsets, newlines, consumed, last, head = [0], 0, 0, b"\n", b""
+    try:
+        with _open_binary(path) as handle:
+            while block := handle.read(SCAN_BLOCK):
+                digest.update(block)
+                if consumed == 0 and block.startswith(BOM):  # the BOM is not part of line 1 (read_text_lines)
+                    head = BOM
+                try:
+                    decoder.decode(block[len(head):] if consumed == 0 else block)
+                except UnicodeDecodeError:  # locate it with the bulk decoder's message (file:line:byte)
+                    decode_text_lines(_bytes_up_to_error(path, consumed + len(block)), str(path))
+                    raise  # pragma: no cover - the bulk decoder raised already
+                ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+                first_line = newlines + 1  # the line started after the k-th newline is line k (0-based)
+                wanted = np.arange(-(-first_line // every) * every, newlines + len(ends) + 1, every)
+                offsets += (consumed + ends[wanted - first_line] + 1).tolist()
+                newlines, consumed, last = newlines + len(ends), consumed + len(block), block[-1:]
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        decode_text_lines(_bytes_up_to_error(path, consumed), str(path))
+        raise  # pragma: no cover
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise TextFileError(f"{path}: not a readable gzip file ({error})", str(path)) from None
+    lines = newlines + (1 if consumed > len(head) and last != b"\n" else 0)
+    return TextFileScan(str(path), lines, digest.hexdigest(), [o for k, o in enumerate(offsets) if k * every < lines])
+
+
+def count_text_lines(path: str | os.PathLike) -> int:
+    """The number of lines `read_text_lines` would return, counted in one streaming pass (no decoding)."""
+    path = Path(path)
+    newlines, consumed, last, head = 0, 0, b"\n", 0
+    try:
+        with _open_binary(path) as handle:
+            while block := handle.read(SCAN_BLOCK):
+                if consumed == 0 and block.startswith(BOM):
+                    head = len(BOM)
+                newlines, consumed, last = newlines + block.count(b"\n"), consumed + len(block), block[-1:]
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise TextFileError(f"{path}: not a readable gzip file ({error})", str(path)) from None
+    return newlines + (1 if consumed > head and last != b"\n" else 0)
+
+
+def _bytes_up_to_error(path: Path, end: int) -> bytes:
+    with _open_binary(path) as handle:
+        return handle.read(end)
+
+
+def read_text_line_range(path: str | os.PathLike, start: int, stop: int, start_offset: int | None = None) -> list[str]:
+    """Lines start..stop-1 (0-based) of a UTF-8 text file, by `read_text_lines`' rules, reading only what it must:
+    from `start_offset` (the byte offset of line `start`, from `scan_text_file`; plain files seek there, gzip
+    decompresses up to it) or from the beginning. Errors name the file, the absolute line and byte offset."""
+    path = Path(path)
+    if stop <= start:
+        return []
+    line = position = 0
+    data = b""
+    with _open_binary(path) as handle:
+        if start_offset:
+            handle.seek(start_offset)
+            line, position = start, start_offset
+        while line < start:  # skip whole lines up to `start`, counting newlines only
+            block = handle.read(SCAN_BLOCK)
+            if not block:
+                return []
+            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+            if start - line > len(ends):
+                line, position = line + len(ends), position + len(block)
+                continue
+            cut = int(ends[start - line - 1]) + 1
+            data, line, position = block[cut:], start, position + cut
+        chunks, wanted, seen = [data], stop - start, data.count(b"\n")
+        while seen < wanted and (block := handle.read(SCAN_BLOCK)):
+            chunks.append(block)
+            seen += block.count(b"\n")
+    data = b"".join(chunks)
+    if seen >= wanted:  # cut after the last wanted line's newline
+        data = data[: int(np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)[wanted - 1]) + 1]
+    inside = position > 0  # not at the file's start: a leading BOM belongs to the line (kept by a leading "\n")
+    try:
+        lines = decode_text_lines(b"\n" + data if inside else data, str(path))
+    except TextFileError as error:  # numbers relative to this range: make them absolute
+        number, at = error.line + start - inside, error.byte_offset + position - inside
+        message = str(error).replace(f"{path}:{error.line}:", f"{path}:{number}:", 1)
+        raise TextFileError(message.replace(f"byte offset {error.byte_offset}", f"byte offset {at}", 1),
+                            str(path), number, at) from None  # fmt: skip
+    return lines[1:] if inside else lines
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -188,5 +311,6 @@ def _umask() -> int:
     return umask
 
 
-__all__ = ["BOM", "OutputExistsError", "TextFileError", "atomic_output_dir", "check_output", "decode_text_lines",
-           "read_text_bytes", "read_text_lines", "staging_dir", "write_bytes_atomic", "write_text_atomic"]  # fmt: skip
+__all__ = ["BOM", "OutputExistsError", "TextFileError", "TextFileScan", "atomic_output_dir", "check_output",
+           "count_text_lines", "decode_text_lines", "read_text_bytes", "read_text_line_range", "read_text_lines", "scan_text_file",
+           "staging_dir", "write_bytes_atomic", "write_text_atomic"]  # fmt: skip

@@ -19,8 +19,11 @@ import hashlib
 import itertools
 import json
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -196,18 +199,78 @@ def _tokenize_word_by_word(tokenizer, words_batch, target: bool) -> tuple[list[l
     return all_ids, all_word_ids
 
 
+@dataclass
+class TokenizedBatch:
+    """Token ids and word ids of a batch of texts, flat: text s owns `ids[offsets[s]:offsets[s + 1]]` and the
+    same slice of `word_ids` (the whitespace word of each token, -1 for special tokens)."""
+
+    ids: np.ndarray  # int64
+    word_ids: np.ndarray  # int64, -1 = special token
+    offsets: np.ndarray  # int64 (N + 1,)
+    num_words: np.ndarray  # int64 (N,): whitespace words per text (`len(text.split())`)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def to_lists(self) -> tuple[list[list[int]], list[list[int]]]:
+        bounds = self.offsets.tolist()
+        ids, word_ids = self.ids.tolist(), self.word_ids.tolist()
+        return ([ids[a:b] for a, b in itertools.pairwise(bounds)],
+                [word_ids[a:b] for a, b in itertools.pairwise(bounds)])  # fmt: skip
+
+
+def _flat(lists: Sequence[Sequence[int | None]]) -> tuple[np.ndarray, np.ndarray]:
+    """Values (None -> -1) and offsets of a list of int lists, as int64 arrays (through Arrow: no Python loop)."""
+    array = pa.array(lists, type=pa.list_(pa.int64()))
+    values = np.array(array.flatten().fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)  # writable
+    return values, array.offsets.to_numpy().astype(np.int64)
+
+
+def _texts_not_following_words(word_ids: np.ndarray, offsets: np.ndarray, num_words: np.ndarray) -> np.ndarray:
+    """The texts whose word ids do not enumerate their whitespace words 0, 1, ... in order (each new id where
+    it differs from the previous token's, a special token included), as `_word_ids_from_encoding` checks."""
+    token_text = np.repeat(np.arange(len(num_words), dtype=np.int64), np.diff(offsets))
+    previous = np.r_[-1, word_ids[:-1]]
+    previous[offsets[:-1][np.diff(offsets) > 0]] = -1  # a text's first token has no previous token
+    starts = np.flatnonzero((word_ids >= 0) & (word_ids != previous))
+    starts_per_text = np.bincount(token_text[starts], minlength=len(num_words))
+    first_start = np.r_[0, np.cumsum(starts_per_text)[:-1]]
+    rank = np.arange(len(starts)) - first_start[token_text[starts]]  # k-th word start of its text
+    wrong = np.zeros(len(num_words), dtype=bool)
+    wrong[token_text[starts[word_ids[starts] != rank]]] = True
+    return np.flatnonzero(wrong | (starts_per_text != num_words))
+
+
+def tokenize_batch(tokenizer, texts: Sequence[str], target: bool = False) -> TokenizedBatch:
+    """Tokenise texts (single-space-joined words) with word ids, flat (`TokenizedBatch`): one batch call of a
+    fast tokenizer; word ids from `word_ids()` where they enumerate the whitespace words, from the character
+    offsets otherwise (`_word_ids_from_encoding`); a tokenizer without `word_ids()` goes word by word."""
+    texts = list(texts)
+    num_words = np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=len(texts))
+    if not texts:
+        empty = np.zeros(0, dtype=np.int64)
+        return TokenizedBatch(empty, empty.copy(), np.zeros(1, dtype=np.int64), num_words)
+    if not getattr(tokenizer, "is_fast", False):
+        ids, word_ids = _tokenize_word_by_word(tokenizer, [t.split() for t in texts], target)
+        (ids, offsets), (word_ids, _) = _flat(ids), _flat(word_ids)
+        return TokenizedBatch(ids, word_ids, offsets, num_words)
+    options = {"verbose": False, "return_attention_mask": False, "return_token_type_ids": False}  # callers check lengths
+    encoded = tokenizer(text_target=texts, **options) if target else tokenizer(texts, **options)
+    encodings = encoded.encodings
+    ids, offsets = _flat(encoded["input_ids"])
+    word_ids, _ = _flat([e.word_ids for e in encodings])
+    for k in _texts_not_following_words(word_ids, offsets, num_words).tolist():
+        word_ids[offsets[k] : offsets[k + 1]] = _word_ids_from_encoding(encodings[k], texts[k].split(), texts[k])
+    return TokenizedBatch(ids, word_ids, offsets, num_words)
+
+
 def tokenize_with_word_ids(tokenizer, texts: list[str], target: bool = False):
     """(input ids, word ids with -1 for special tokens) per text; texts are single-space-joined words."""
-    texts = list(texts)
-    words_batch = [t.split() for t in texts]
-    if not getattr(tokenizer, "is_fast", False):
-        return _tokenize_word_by_word(tokenizer, words_batch, target)
-    encoded = tokenizer(text_target=texts, verbose=False) if target else tokenizer(texts, verbose=False)  # callers check lengths
-    encodings = encoded.encodings
-    return (
-        [e.ids for e in encodings],
-        [_word_ids_from_encoding(e, w, t) for e, w, t in zip(encodings, words_batch, texts)],
-    )
+    return tokenize_batch(tokenizer, texts, target).to_lists()
 
 
 # ----------------------------------------------------------------------------------------------------------

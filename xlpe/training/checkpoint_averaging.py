@@ -4,7 +4,7 @@ Both papers report the average of the last 5 checkpoints (Vaswani et al.'s recip
 float64 over every floating-point tensor of the checkpoints' safetensors files; integer tensors (step
 counters, index buffers) are taken from the newest checkpoint. The result is a model directory that
 `from_pretrained` loads: config, generation config, tokenizer and custom-code files are copied from the
-newest checkpoint; optimizer/scheduler/RNG states are not.
+newest checkpoint; optimizer/scheduler/RNG states (and an FSDP run's `pytorch_model_fsdp.bin`) are not.
 
     xlpe-train ... --save_steps 500 --save_total_limit 5 --average_last_checkpoints 5
     python -m xlpe.checkpoint_averaging runs/demo --last 5 --output runs/demo/averaged
@@ -25,7 +25,9 @@ from ..features.text_files import write_text_atomic
 from ..models.hub_support import apply_umask_to_weights
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
-TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "scaler.pt"}
+TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "scaler.pt",
+                        "optimizer.bin"}  # optimizer.bin: FSDP runs (accelerate's name)
+FSDP_WEIGHTS_PREFIX = "pytorch_model_fsdp"  # an FSDP checkpoint's second copy of the weights (torch.save): not copied
 WEIGHT_SUFFIX = ".safetensors"
 
 
@@ -97,7 +99,7 @@ def save_averaged_model(checkpoints: list[str | Path], output_dir: str | Path) -
     newest = checkpoints[-1]
     for file in newest.iterdir():  # config, tokenizer, custom code: everything but weights and training state
         if file.is_file() and not file.name.endswith(WEIGHT_SUFFIX) and file.name not in TRAINING_STATE_FILES \
-                and not file.name.startswith("rng_state") and not file.name.endswith(".safetensors.index.json"):
+                and not file.name.startswith(("rng_state", FSDP_WEIGHTS_PREFIX)) and not file.name.endswith(".safetensors.index.json"):
             shutil.copy2(file, output_dir / file.name)
     for stale in output_dir.glob("*.safetensors*"):
         stale.unlink()

@@ -38,6 +38,7 @@ Two things the stock trainer does not do:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from functools import partial
@@ -58,6 +59,11 @@ ORACLE_INPUTS = ("reorder_positions", "target_positions")  # gold training signa
 SOURCE_INPUTS = ("input_ids", "attention_mask")
 EXAMPLE_INDEX = "example_index"  # position of an evaluation/test example in its dataset (restores input order)
 logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The trainer: auxiliary losses, token batches, generation with the families' inputs
+# ---------------------------------------------------------------------------------------------------------
 
 
 def generation_inputs(inputs: dict, with_oracle_positions: bool = False) -> dict:
@@ -331,12 +337,30 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         gen_kwargs = {key: value for key, value in gen_kwargs.items() if value is not None}
         gen_kwargs.setdefault("synced_gpus", is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self.model))
         with torch.no_grad():
-            generated = self.model.generate(**generation_inputs(inputs, self.eval_with_oracle_positions), **gen_kwargs)
+            with _full_parameters(self.model):  # FSDP1: generate() bypasses the wrapper and would see the shards
+                generated = self.model.generate(**generation_inputs(inputs, self.eval_with_oracle_positions), **gen_kwargs)
             loss, labels = None, inputs.get("labels")  # (the stock label smoother pops them in compute_loss)
             if labels is not None:
                 with self.compute_loss_context_manager():
                     loss = self.compute_loss(model, dict(inputs)).detach().mean()
         return loss, generated, labels
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Helpers: whole parameters for generate() under FSDP, datasets that carry their example index
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _full_parameters(model):
+    """Context in which an FSDP1-wrapped `model` holds its whole parameters (as the stock
+    `Seq2SeqTrainer.prediction_step` does for `generate()`); nothing for any other model (FSDP2 registers
+    `generate` as a forward method instead)."""
+    if torch.distributed.is_available():
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if isinstance(model, FullyShardedDataParallel):
+            return FullyShardedDataParallel.summon_full_params(model)
+    return contextlib.nullcontext()
 
 
 class _IndexedDataset(torch.utils.data.Dataset):

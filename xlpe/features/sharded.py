@@ -1,0 +1,438 @@
+"""Corpus-scale preparation: a corpus too large for one pass in memory, or for one machine, prepared in shards.
+
+    plan    one job     scan the parallel files in one streaming pass each (line counts, SHA-256, the byte offset
+                        of every shard's first line); train the joint tokenizer on a sample of the training pairs
+                        (or save the one given); align: a corpus within the alignment sample is aligned whole here
+                        (Pharaoh files the shards read), a larger one gets eflomal priors learned from one alignment
+                        of a sample (`alignment.alignment_priors`); write `plan.json` last, so a plan on disk is whole
+    shards  any jobs    shard k reads only its line range, and runs the in-memory pipeline on it
+                        (`prepare._prepare_splits`: filter, links from the plan or eflomal with the priors at the
+                        whole corpus's iteration counts, features); its dataset and report go to shards/<k>/ with
+                        checksums, written aside and renamed into place: a killed job leaves no half shard, and a
+                        finished shard is never redone
+    merge   one job     every shard verified, each split's shards concatenated in line order, the shard reports
+                        merged (`merge_reports`), written as `save_prepared` writes an unsharded preparation
+
+    WORK/plan.json  WORK/tokenizer/  WORK/alignment_priors.txt | WORK/alignments.<split>.txt
+    WORK/shards/00000/{data/, report.json, checksum.json}
+
+Jobs share nothing but the work directory, so shards run in any order, on any machines that see it (a Slurm array:
+`examples/slurm/prepare_array.sbatch`), and a run that was killed resumes where it stopped: the same request finds
+the plan and the finished shards and does the rest (a different request is refused, naming what differs).
+Memory is bounded by one shard (plus the samples in the plan stage), whatever the corpus size.
+
+Same dataset, however it is run: shard k's features depend only on its lines, the plan's tokenizer and priors and
+the options (the noise attack is seeded by the absolute line number), so one process, a resumed run and a
+shard-parallel run give identical datasets given the same alignments. eflomal itself cannot be seeded (see
+`alignment.align_with_eflomal`): a shard aligned again is a new sample from the same model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from .alignment import PriorsAligner, align_with_eflomal, alignment_priors, eflomal_directional, format_pharaoh, parse_pharaoh_line
+from .cache import verify_entry, write_checksum
+from .corpus import ParallelSplit, filter_pairs
+from .example_features import PREPARATION_VERSION, PrepareOptions
+from .text_files import read_text_line_range, scan_text_file, staging_dir, write_text_atomic
+from .tokenization import tokenizer_fingerprint
+
+PLAN_FILE, PRIORS_FILE, TOKENIZER_DIR, SHARDS_DIR = "plan.json", "alignment_priors.txt", "tokenizer", "shards"
+PLAN_VERSION = 1
+DEFAULT_SHARD_SIZE = 100_000  # pairs per shard: ~1 GB peak on 2 cores, minutes of work
+DEFAULT_ALIGNMENT_SAMPLE = 200_000  # pairs aligned once: the whole of a smaller corpus, else a sample for the priors
+DEFAULT_TOKENIZER_SAMPLE = 500_000  # training pairs (1M sentences, as SentencePiece samples) a tokenizer trained here sees
+SIDES = ("source", "target", "alignments")
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Plan: scan, tokenizer, priors
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _scan_split(files: dict[str, str | None], shard_size: int) -> dict:
+    scans = {side: scan_text_file(path, shard_size) for side, path in files.items() if path}
+    counts = {side: scan.lines for side, scan in scans.items()}
+    if len(set(counts.values())) > 1:
+        raise ValueError("parallel files differ in line count: " + ", ".join(f"{files[s]} has {n} lines" for s, n in counts.items()))
+    return {"lines": counts["source"], **{side: str(files.get(side)) if files.get(side) else None for side in SIDES},
+            "sha256": {side: scan.sha256 for side, scan in scans.items()},
+            "offsets": {side: scan.line_offsets for side, scan in scans.items()}}  # fmt: skip
+
+
+def _read_lines(split: dict, side: str, start: int, stop: int, shard_size: int) -> list[str]:
+    offsets = split["offsets"][side]
+    block = start // shard_size
+    return read_text_line_range(split[side], start, stop, offsets[block] if block < len(offsets) else None)
+
+
+def _read_sample(split: dict, indices: np.ndarray, shard_size: int, sides=("source", "target")) -> dict[str, list[str]]:
+    """The lines at sorted `indices` of each side, read one shard range at a time (bounded memory)."""
+    sample = {side: [] for side in sides}
+    for start in range(0, split["lines"], shard_size):
+        wanted = indices[(indices >= start) & (indices < start + shard_size)] - start
+        if len(wanted):
+            for side in sides:
+                lines = _read_lines(split, side, start, min(start + shard_size, split["lines"]), shard_size)
+                sample[side] += [lines[k] for k in wanted.tolist()]
+    return sample
+
+
+def _sample_indices(total: int, size: int, seed: int) -> np.ndarray:
+    """All of 0..total-1 when size >= total, else a sorted uniform sample of `size` of them (seeded)."""
+    if size >= total:
+        return np.arange(total)
+    return np.sort(np.random.default_rng([seed, total]).choice(total, size, replace=False))
+
+
+def _plan_tokenizer(work: Path, plan: dict, tokenizer, tokenizer_options: dict, sample_size: int, cache_dir) -> None:
+    from .prepare import train_tokenizer_for_splits
+
+    if tokenizer is None:
+        train = plan["splits"]["train"]
+        indices = _sample_indices(train["lines"], sample_size, plan["request"]["seed"])
+        sample = _read_sample(train, indices, plan["shard_size"])
+        logger.info("xlpe-prepare: training the tokenizer on %d of %d training pairs", len(indices), train["lines"])
+        split = ParallelSplit(sample["source"], sample["target"], train["source"], train["target"])
+        tokenizer = train_tokenizer_for_splits({"train": split}, cache_dir=cache_dir, **tokenizer_options)
+        plan["tokenizer"] = {"trained_on_pairs": len(indices), **tokenizer_options}
+    tokenizer.save_pretrained(str(work / TOKENIZER_DIR))
+    plan["tokenizer"] = {**plan.get("tokenizer", {"given": True}), "fingerprint": tokenizer_fingerprint(tokenizer)}
+
+
+def _plan_alignment(work: Path, plan: dict, options: PrepareOptions, sample_size: int) -> None:
+    """Pairs with no alignment file: a corpus within `sample_size` pairs is aligned here in one eflomal run (the
+    whole-corpus alignment, written as Pharaoh files the shards read); a larger one gets eflomal priors learned from
+    one run on a uniform sample, which every shard starts from."""
+    to_align = [name for name, split in plan["splits"].items() if not split["alignments"]]
+    total = sum(plan["splits"][name]["lines"] for name in to_align)
+    plan["priors"] = None
+    if not to_align or not options.needs_links or total == 0:
+        return
+    started, sources, targets, owners = time.perf_counter(), [], [], []
+    for name in to_align:  # a sample spreads over the splits in proportion to their size
+        split = plan["splits"][name]
+        share = split["lines"] if total <= sample_size else max(1, round(sample_size * split["lines"] / total))
+        indices = _sample_indices(split["lines"], share, plan["request"]["seed"])
+        sample = _read_sample(split, indices, plan["shard_size"])
+        sources += sample["source"]
+        targets += sample["target"]
+        owners += [(name, int(k)) for k in indices]
+    keep, _ = filter_pairs(ParallelSplit(sources, targets, "", ""), options.max_length, options.target_limit)
+    kept_sources, kept_targets = [sources[k] for k in keep], [targets[k] for k in keep]
+    whole = total <= sample_size
+    logger.info("xlpe-prepare: aligning %d %s pairs (eflomal forward + reverse)", len(keep), "" if whole else "sampled")
+    runs = options.alignment_runs if whole else 1
+    if whole:  # the whole corpus: its links are the shards' alignments, exactly as an unsharded preparation's
+        links = align_with_eflomal(kept_sources, kept_targets, options.symmetrization, runs, **(options.eflomal_options or {}))
+        per_line = {owners[k]: format_pharaoh(pair_links) for k, pair_links in zip(keep, links)}
+        for name in to_align:
+            path = work / f"alignments.{name}.txt"
+            write_text_atomic(path, "".join(per_line.get((name, k), "") + "\n" for k in range(plan["splits"][name]["lines"])))
+            split = plan["splits"][name]
+            split["alignments"], split["alignment_origin"] = str(path), f"eflomal ({options.symmetrization}), whole corpus"
+            split["offsets"]["alignments"] = scan_text_file(path, plan["shard_size"]).line_offsets
+        plan["aligned_whole"] = {"pairs": len(keep), "seconds": round(time.perf_counter() - started, 1)}
+        return
+    forward, reverse = eflomal_directional(kept_sources, kept_targets, **(options.eflomal_options or {}))
+    write_text_atomic(work / PRIORS_FILE, alignment_priors(kept_sources, kept_targets, forward, reverse))
+    plan["priors"] = {"file": PRIORS_FILE, "sample_pairs": len(keep), "corpus_pairs": total,
+                      "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+
+
+def _request(files: dict, scanned: dict, options: dict, shard_size: int, samples: dict, tokenizer, tokenizer_options) -> dict:
+    """What defines a sharded preparation: inputs by content, options, shard size, samples, tokenizer."""
+    return {"plan_version": PLAN_VERSION, "xlpe_prepare_version": PREPARATION_VERSION, "shard_size": shard_size,
+            "inputs": {name: {"lines": s["lines"], "sha256": s["sha256"]} for name, s in scanned.items()},
+            "options": options, "samples": samples, "seed": options.get("seed", 0),
+            "tokenizer": tokenizer_fingerprint(tokenizer) if tokenizer is not None else {"train": tokenizer_options}}  # fmt: skip
+
+
+def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, tokenizer=None, tokenizer_options=None,
+                     shard_size: int = DEFAULT_SHARD_SIZE, alignment_sample: int = DEFAULT_ALIGNMENT_SAMPLE,
+                     tokenizer_sample: int = DEFAULT_TOKENIZER_SAMPLE, cache_dir=None, **options) -> dict:  # fmt: skip
+    """Plan a sharded preparation in `work_dir`, or find the identical plan there (resume). Returns the plan.
+
+    Args:
+        files: {split: {"source": path, "target": path, "alignments": Pharaoh path or None}}; a "train" split is
+            needed when no tokenizer is given.
+        tokenizer: the tokenizer to use; None trains a joint one (`tokenizer_options`: vocab_size, model,
+            model_max_length) on up to `tokenizer_sample` training pairs (a seeded uniform sample).
+        shard_size: pairs per shard. alignment_sample: pairs aligned once to learn eflomal's priors.
+        options: `prepare_dataset`'s options (features, symmetrization, max_length, num_proc, ...); the aligner is
+            eflomal (with priors) or the given alignment files.
+    A work directory holding a plan of another request is a ValueError naming what differs."""
+    for name, value in (("shard_size", shard_size), ("alignment_sample", alignment_sample), ("tokenizer_sample", tokenizer_sample)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if "aligner" in options and options["aligner"] != "eflomal":
+        raise ValueError("a sharded preparation aligns with eflomal or reads alignment files; a custom aligner "
+                         "cannot travel to other jobs: give its links as --alignments files")  # fmt: skip
+    prepare_options = PrepareOptions(**options)  # validates them
+    tokenizer_options = dict(tokenizer_options or {})
+    if tokenizer is None and "train" not in files:
+        raise ValueError(f"a tokenizer is trained on the 'train' split, and there is none (splits: {sorted(files)})")
+    work, started = Path(work_dir), time.perf_counter()
+    scanned = {name: _scan_split(split_files, shard_size) for name, split_files in files.items()}
+    timings = {"scan": round(time.perf_counter() - started, 3)}
+    samples = {"alignment": alignment_sample, "tokenizer": tokenizer_sample}
+    request = _request(files, scanned, json.loads(json.dumps(_request_options(options), default=str)), shard_size, samples,
+                       tokenizer, tokenizer_options)  # fmt: skip
+    if (work / PLAN_FILE).exists():
+        plan = json.loads((work / PLAN_FILE).read_text())
+        if plan["request"] != request:
+            differing = _differences(request, plan["request"])
+            raise ValueError(f"work directory {work} holds a preparation of another request (differs in: "
+                             f"{', '.join(differing)}); remove it or choose another --work-dir")  # fmt: skip
+        logger.info("xlpe-prepare: resuming the plan in %s (%d of %d shards done)", work, len(finished_shards(work, plan)),
+                    len(plan["shards"]))  # fmt: skip
+        return plan
+    work.mkdir(parents=True, exist_ok=True)
+    shards = [{"index": 0, "split": name, "start": start, "stop": min(start + shard_size, split["lines"])}
+              for name, split in scanned.items() for start in range(0, split["lines"], shard_size)]  # fmt: skip
+    for index, shard in enumerate(shards):
+        shard["index"] = index
+    plan = {"request": request, "shard_size": shard_size, "splits": scanned, "shards": shards,
+            "options": {**options, "cache_dir": None}, "created": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+    for stage, run in (("tokenizer", lambda: _plan_tokenizer(work, plan, tokenizer, tokenizer_options, tokenizer_sample, cache_dir)),
+                       ("alignment", lambda: _plan_alignment(work, plan, prepare_options, alignment_sample))):  # fmt: skip
+        stage_started = time.perf_counter()
+        run()
+        timings[stage] = round(time.perf_counter() - stage_started, 3)
+    plan["timings_s"] = timings
+    write_text_atomic(work / PLAN_FILE, json.dumps(plan, indent=1, default=str))  # last: a plan on disk is whole
+    logger.info("xlpe-prepare: planned %d shards of up to %d pairs in %s", len(shards), shard_size, work)
+    return plan
+
+
+def _request_options(options: dict) -> dict:
+    """The options that change the prepared data (not how many processes compute it)."""
+    return {key: value for key, value in sorted(options.items()) if key not in ("num_proc", "batch_size", "cache_dir")}
+
+
+def _differences(new: dict, old: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two requests (nested dicts followed; `seed` appears once)."""
+    found = []
+    for key in sorted(new.keys() | old.keys()):
+        a, b = new.get(key), old.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found += _differences(a, b, f"{prefix}{key}.")
+        elif a != b and not (prefix == "" and key == "seed"):
+            found.append(f"{prefix}{key}")
+    return found
+
+
+def load_plan(work_dir, options: dict | None = None) -> dict:
+    """The plan in `work_dir` (a ValueError when there is none). With `options`, a ValueError when they differ
+    from the plan's (a shard job started with other flags than the plan job)."""
+    path = Path(work_dir) / PLAN_FILE
+    if not path.is_file():
+        raise ValueError(f"--work-dir {work_dir}: no {PLAN_FILE} (run the plan stage first: --stage plan)")
+    plan = json.loads(path.read_text())
+    if options is not None:
+        given = json.loads(json.dumps(_request_options(options), default=str))
+        differing = _differences(given, plan["request"]["options"])
+        if differing:
+            raise ValueError(f"--work-dir {work_dir} was planned with other options (differing: {', '.join(differing)}); "
+                             "give every stage the same flags")  # fmt: skip
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Shards: each one a line range through the in-memory pipeline
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _shard_dir(work: Path, index: int) -> Path:
+    return work / SHARDS_DIR / f"{index:05d}"
+
+
+def finished_shards(work_dir, plan: dict) -> set[int]:
+    """Indices of the shards whose directory is in place (renamed into place only when complete)."""
+    work = Path(work_dir)
+    return {shard["index"] for shard in plan["shards"] if (_shard_dir(work, shard["index"]) / "checksum.json").is_file()}
+
+
+def _load_tokenizer(work: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(work / TOKENIZER_DIR))
+
+
+def _shard_split(plan: dict, shard: dict) -> ParallelSplit:
+    split, size, start, stop = plan["splits"][shard["split"]], plan["shard_size"], shard["start"], shard["stop"]
+    sources, targets = (_read_lines(split, side, start, stop, size) for side in ("source", "target"))
+    result = ParallelSplit(sources, targets, split["source"], split["target"], line_offset=start)
+    if split["alignments"]:
+        lines = _read_lines(split, "alignments", start, stop, size)
+        result.alignments = [parse_pharaoh_line(line, len(s.split()), len(t.split()), split["alignments"], start + k + 1)
+                             for k, (line, s, t) in enumerate(zip(lines, sources, targets))]  # fmt: skip
+        result.alignment_origin = split.get("alignment_origin", split["alignments"])
+    return result
+
+
+def _shard_options(work: Path, plan: dict) -> PrepareOptions:
+    options = dict(plan["options"])
+    if plan.get("priors"):
+        options["aligner"] = PriorsAligner(work / plan["priors"]["file"], plan["priors"]["corpus_pairs"],
+                                           options.get("symmetrization", "grow-diag-final-and"),
+                                           options.get("alignment_runs", 1), **(options.get("eflomal_options") or {}))  # fmt: skip
+    return PrepareOptions(**options)
+
+
+def run_shard(work_dir, plan: dict, index: int, tokenizer=None) -> bool:
+    """Prepare shard `index` into WORK/shards/<index>/ unless it is there already. Returns True when it ran.
+    Written aside and renamed into place; when another job finished the same shard meanwhile, its copy is kept."""
+    from .prepare import _prepare_splits
+
+    work = Path(work_dir)
+    if not 0 <= index < len(plan["shards"]):
+        raise ValueError(f"--shard-index {index}: the plan has shards 0..{len(plan['shards']) - 1}")
+    final = _shard_dir(work, index)
+    if (final / "checksum.json").is_file():
+        return False
+    shard = plan["shards"][index]
+    tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(work)
+    prepared, reports = _prepare_splits({shard["split"]: _shard_split(plan, shard)}, tokenizer, _shard_options(work, plan))
+    with staging_dir(final, create_parent=True) as staging:
+        prepared[shard["split"]].save_to_disk(str(staging / "data"))
+        report = {**reports[shard["split"]], "shard": shard}
+        (staging / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str))
+        write_checksum(staging)
+        try:
+            os.rename(staging, final)
+        except OSError:  # finished by another job meanwhile (or an incomplete leftover): keep a whole one
+            if (final / "checksum.json").is_file():
+                shutil.rmtree(staging, ignore_errors=True)
+                return False
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(staging, final)
+    return True
+
+
+def run_shards(work_dir, plan: dict, indices=None, progress: bool = True) -> list[int]:
+    """Run the shards `indices` (default: every unfinished one) in order, with a progress bar in pairs (ETA);
+    returns the indices that ran. Each is independent: several jobs may run disjoint (or even equal) lists."""
+    import datasets
+    from tqdm.auto import tqdm
+
+    work = Path(work_dir)
+    done = finished_shards(work, plan)
+    todo = [i for i in (range(len(plan["shards"])) if indices is None else indices) if i not in done]
+    for index in todo:
+        if not 0 <= index < len(plan["shards"]):
+            raise ValueError(f"--shard-index {index}: the plan has shards 0..{len(plan['shards']) - 1}")
+    tokenizer, ran = (_load_tokenizer(work) if todo else None), []
+    pairs = sum(plan["shards"][i]["stop"] - plan["shards"][i]["start"] for i in todo)
+    bars_were_on = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # one bar for the whole run, not one per shard and stage
+    try:
+        with tqdm(total=pairs, unit="pairs", desc="xlpe-prepare shards", disable=not progress or not todo) as bar:
+            for index in todo:
+                shard, started = plan["shards"][index], time.perf_counter()
+                if run_shard(work, plan, index, tokenizer):
+                    ran.append(index)
+                logger.info("xlpe-prepare: shard %d (%s lines %d-%d) done in %.1f s", index, shard["split"],
+                            shard["start"] + 1, shard["stop"], time.perf_counter() - started)  # fmt: skip
+                bar.update(shard["stop"] - shard["start"])
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
+    return ran
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Merge: shards -> the prepared directory
+# ----------------------------------------------------------------------------------------------------------
+
+_SUMMED = ("pairs_read", "pairs_kept", "pairs_skipped_total", "source_words", "unaligned_source_words", "btg_repairs",
+           "kendall_tau_sentences")  # fmt: skip
+
+
+def merge_reports(reports: list[dict]) -> dict:
+    """One split's report from its shards' reports: counts summed, ratios and the mean Kendall's tau recomputed
+    from the sums (tau weighted by its sentences), unknown tags summed, stage timings summed; the rest (options,
+    features, origins, tag vocabularies) is the same in every shard and taken from the first."""
+    merged = {key: value for key, value in reports[0].items() if key not in ("shard", "fingerprint")}
+    for key in _SUMMED:
+        if key in merged:
+            merged[key] = sum(report[key] for report in reports)
+    merged["pairs_skipped"] = dict(sum((Counter(report["pairs_skipped"]) for report in reports), Counter()))
+    merged["pairs_skipped"].update({k: 0 for r in reports for k in r["pairs_skipped"] if k not in merged["pairs_skipped"]})
+    if "unaligned_source_words" in merged:
+        merged["unaligned_ratio"] = merged["unaligned_source_words"] / max(merged["source_words"], 1)
+        merged["btg_repair_ratio"] = merged["btg_repairs"] / max(merged["pairs_kept"], 1)
+        weighted = [(r["mean_kendall_tau"], r["kendall_tau_sentences"]) for r in reports if r.get("mean_kendall_tau") is not None]
+        total = sum(n for _, n in weighted)
+        merged["mean_kendall_tau"] = sum(t * n for t, n in weighted) / total if total else None
+    for side, counts in merged.get("unknown_tags", {}).items():
+        tags = sum((Counter(r["unknown_tags"][side]["tags"]) for r in reports), Counter())
+        merged["unknown_tags"][side] = {"count": sum(tags.values()), "tags": dict(tags)}
+    merged["timings_s"] = {stage: round(sum(r["timings_s"].get(stage, 0.0) for r in reports), 3)
+                           for stage in reports[0].get("timings_s", {})}  # fmt: skip
+    merged["shards"] = len(reports)
+    return merged
+
+
+def merge_shards(work_dir, output, overwrite: bool = True, label=None, started: float | None = None):
+    """Verify every shard, concatenate each split's shards in line order and write `output` as `save_prepared`
+    does (splits, report.json with merged reports, tokenizer/). Returns (output path, {split: report}).
+    A missing or damaged shard is a ValueError naming it (run it again with --stage shards --shard-index).
+    `label(reports)` may add to the reports before they are written; `started` (perf_counter) adds the wall time."""
+    import datasets
+
+    from .prepare import save_prepared
+
+    work = Path(work_dir)
+    plan = load_plan(work)
+    problems = []
+    for shard in plan["shards"]:
+        path = _shard_dir(work, shard["index"])
+        problem = verify_entry(path) if path.is_dir() else "not prepared yet"
+        if problem:
+            problems.append(f"{shard['index']} ({problem})")
+    if problems:
+        raise ValueError(f"cannot merge {work}: shard {', '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}; "
+                         f"run them with --stage shards --shard-index ...")  # fmt: skip
+    prepared, reports = {}, {}
+    for name in plan["splits"]:
+        shards = [s for s in plan["shards"] if s["split"] == name]
+        parts = [datasets.load_from_disk(str(_shard_dir(work, s["index"]) / "data")) for s in shards]
+        shard_reports = [json.loads((_shard_dir(work, s["index"]) / "report.json").read_text()) for s in shards]
+        if not parts:  # an empty file: no shard
+            continue
+        prepared[name] = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+        reports[name] = {**merge_reports(shard_reports), "fingerprint": _plan_fingerprint(plan),
+                         "sharded": {"work_dir": str(work), "shard_size": plan["shard_size"], "priors": plan.get("priors"),
+                                     "tokenizer": plan.get("tokenizer"), "plan_timings_s": plan.get("timings_s")}}  # fmt: skip
+        if started is not None:
+            reports[name]["timings_s"]["wall"] = round(time.perf_counter() - started, 3)
+    if label is not None:
+        label(reports)
+    return save_prepared(output, prepared, reports, _load_tokenizer(work), overwrite=overwrite), reports
+
+
+def _plan_fingerprint(plan: dict) -> str:
+    return hashlib.sha256(json.dumps(plan["request"], sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def prepare_in_shards(work_dir, output, files, *, overwrite: bool = True, progress: bool = True, **plan_options):
+    """Plan (or resume) -> every unfinished shard -> merge: the whole sharded preparation in this process.
+    Returns (output path, {split: report}). Options as `plan_preparation`. Killed, it resumes when called again
+    with the same request; the work directory is kept (remove it when the output is all you need)."""
+    started = time.perf_counter()
+    plan = plan_preparation(work_dir, files, **plan_options)
+    run_shards(work_dir, plan, progress=progress)
+    return merge_shards(work_dir, output, overwrite, started=started)
