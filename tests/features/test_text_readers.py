@@ -181,3 +181,49 @@ def test_parsing_readers_give_one_entry_per_line_or_a_value_error(tmp_path, data
             assert str(path) in str(error)
         else:
             assert lines is not None and len(parsed) == len(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Streaming scan and line ranges (corpus scale): the same lines as read_text_lines, in pieces
+# ----------------------------------------------------------------------------------------------------------
+
+PIECES = st.sampled_from([b"a", b"word ", b" ", b"\r", b"\n", b"\r\n", "é".encode(), "\ufeff".encode()])
+
+
+@settings(max_examples=150, deadline=None)
+@given(pieces=st.lists(PIECES, max_size=30), every=st.integers(1, 4), block=st.integers(1, 9), gz=st.booleans())
+def test_scan_and_line_ranges_match_read_text_lines(tmp_path_factory, pieces, every, block, gz):
+    import gzip as gzip_module
+
+    from xlpe.features import text_files
+
+    data = b"".join(pieces)
+    path = tmp_path_factory.mktemp("scan") / ("f.txt.gz" if gz else "f.txt")
+    path.write_bytes(gzip_module.compress(data) if gz else data)
+    expected = text_files.read_text_lines(path)
+    original = text_files.SCAN_BLOCK
+    text_files.SCAN_BLOCK = block  # tiny blocks: every line and BOM straddles a block boundary somewhere
+    try:
+        scan = text_files.scan_text_file(path, every)
+        assert scan.lines == len(expected) == text_files.count_text_lines(path)
+        for k, offset in enumerate(scan.line_offsets):
+            for stop in range(k * every, len(expected) + 2):
+                assert text_files.read_text_line_range(path, k * every, stop, offset) == expected[k * every : stop]
+        for start in range(len(expected) + 1):
+            assert text_files.read_text_line_range(path, start, len(expected) + 1) == expected[start:]
+    finally:
+        text_files.SCAN_BLOCK = original
+
+
+def test_line_range_errors_name_the_absolute_line(tmp_path):
+    from xlpe.features.text_files import TextFileError, read_text_line_range, scan_text_file
+
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"x\n" * 10 + b"bad\xffbyte\n" + b"y\n")
+    message = r"bad.txt:11: invalid UTF-8 at byte offset 23 \(invalid start byte: byte 0xff at column 3\)"
+    with pytest.raises(TextFileError, match=message):
+        scan_text_file(path, 4)
+    for start, offset in ((0, 0), (4, 8), (10, 20)):
+        with pytest.raises(TextFileError, match=message) as error:
+            read_text_line_range(path, start, 12, offset)
+        assert (error.value.line, error.value.byte_offset) == (11, 23)

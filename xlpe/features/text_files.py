@@ -142,12 +142,14 @@ def scan_text_file(path: str | os.PathLike, every: int) -> TextFileScan:
     offsets, newlines, consumed, last, head = [0], 0, 0, b"\n", b""
     try:
         with _open_binary(path) as handle:
-            while block := handle.read(SCAN_BLOCK):
+            first = handle.read(len(BOM))
+            if first == BOM:  # the BOM is not part of line 1 (read_text_lines)
+                head, consumed = BOM, len(BOM)
+                digest.update(first)
+            while block := (handle.read(SCAN_BLOCK) if head or consumed else first + handle.read(SCAN_BLOCK)):
                 digest.update(block)
-                if consumed == 0 and block.startswith(BOM):  # the BOM is not part of line 1 (read_text_lines)
-                    head = BOM
                 try:
-                    decoder.decode(block[len(head):] if consumed == 0 else block)
+                    decoder.decode(block)
                 except UnicodeDecodeError:  # locate it with the bulk decoder's message (file:line:byte)
                     decode_text_lines(_bytes_up_to_error(path, consumed + len(block)), str(path))
                     raise  # pragma: no cover - the bulk decoder raised already
@@ -172,9 +174,10 @@ def count_text_lines(path: str | os.PathLike) -> int:
     newlines, consumed, last, head = 0, 0, b"\n", 0
     try:
         with _open_binary(path) as handle:
-            while block := handle.read(SCAN_BLOCK):
-                if consumed == 0 and block.startswith(BOM):
-                    head = len(BOM)
+            first = handle.read(len(BOM))
+            if first == BOM:
+                head = consumed = len(BOM)
+            while block := (handle.read(SCAN_BLOCK) if head or consumed else first + handle.read(SCAN_BLOCK)):
                 newlines, consumed, last = newlines + block.count(b"\n"), consumed + len(block), block[-1:]
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise TextFileError(f"{path}: not a readable gzip file ({error})", str(path)) from None
