@@ -173,12 +173,7 @@ def _read_splits(args) -> dict:
     if args.dataset:
         return load_parallel_dataset(args.dataset, args.source_lang, args.target_lang, args.splits, args.dataset_config,
                                      args.source_column, args.target_column)  # fmt: skip
-    splits = {}
-    for split in FILE_SPLITS:
-        source, target, links = (getattr(args, _flag(split, k)[2:].replace("-", "_")) for k in ("source", "target", "alignments"))
-        if source:
-            splits[split] = read_parallel_files(source, target, links)
-    return splits
+    return {split: read_parallel_files(f["source"], f["target"], f["alignments"]) for split, f in _split_files(args).items()}
 
 
 def _tokenizer(args, splits):

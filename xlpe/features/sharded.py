@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from .alignment import PriorsAligner, align_with_eflomal, alignment_priors, eflomal_directional, format_pharaoh, parse_pharaoh_line
-from .cache import verify_entry, write_checksum
+from .cache import CHECKSUM_FILE, verify_entry, write_checksum
 from .corpus import ParallelSplit, filter_pairs
 from .example_features import PREPARATION_VERSION, PrepareOptions
 from .text_files import read_text_line_range, scan_text_file, staging_dir, write_text_atomic
@@ -134,9 +134,9 @@ def _plan_alignment(work: Path, plan: dict, options: PrepareOptions, sample_size
     kept_sources, kept_targets = [sources[k] for k in keep], [targets[k] for k in keep]
     whole = total <= sample_size
     logger.info("xlpe-prepare: aligning %d %s pairs (eflomal forward + reverse)", len(keep), "" if whole else "sampled")
-    runs = options.alignment_runs if whole else 1
     if whole:  # the whole corpus: its links are the shards' alignments, exactly as an unsharded preparation's
-        links = align_with_eflomal(kept_sources, kept_targets, options.symmetrization, runs, **(options.eflomal_options or {}))
+        links = align_with_eflomal(kept_sources, kept_targets, options.symmetrization, options.alignment_runs,
+                                   **(options.eflomal_options or {}))  # fmt: skip
         per_line = {owners[k]: format_pharaoh(pair_links) for k, pair_links in zip(keep, links)}
         for name in to_align:
             path = work / f"alignments.{name}.txt"
@@ -152,7 +152,7 @@ def _plan_alignment(work: Path, plan: dict, options: PrepareOptions, sample_size
                       "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
 
 
-def _request(files: dict, scanned: dict, options: dict, shard_size: int, samples: dict, tokenizer, tokenizer_options) -> dict:
+def _request(scanned: dict, options: dict, shard_size: int, samples: dict, tokenizer, tokenizer_options) -> dict:
     """What defines a sharded preparation: inputs by content, options, shard size, samples, tokenizer."""
     return {"plan_version": PLAN_VERSION, "xlpe_prepare_version": PREPARATION_VERSION, "shard_size": shard_size,
             "inputs": {name: {"lines": s["lines"], "sha256": s["sha256"]} for name, s in scanned.items()},
@@ -170,7 +170,8 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
             needed when no tokenizer is given.
         tokenizer: the tokenizer to use; None trains a joint one (`tokenizer_options`: vocab_size, model,
             model_max_length) on up to `tokenizer_sample` training pairs (a seeded uniform sample).
-        shard_size: pairs per shard. alignment_sample: pairs aligned once to learn eflomal's priors.
+        shard_size: pairs per shard. alignment_sample: a corpus within it is aligned whole in the plan; a larger
+            one gets eflomal priors learned from a sample of this many pairs.
         options: `prepare_dataset`'s options (features, symmetrization, max_length, num_proc, ...); the aligner is
             eflomal (with priors) or the given alignment files.
     A work directory holding a plan of another request is a ValueError naming what differs."""
@@ -188,8 +189,7 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
     scanned = {name: _scan_split(split_files, shard_size) for name, split_files in files.items()}
     timings = {"scan": round(time.perf_counter() - started, 3)}
     samples = {"alignment": alignment_sample, "tokenizer": tokenizer_sample}
-    request = _request(files, scanned, json.loads(json.dumps(_request_options(options), default=str)), shard_size, samples,
-                       tokenizer, tokenizer_options)  # fmt: skip
+    request = _request(scanned, _request_options(options), shard_size, samples, tokenizer, tokenizer_options)
     if (work / PLAN_FILE).exists():
         plan = json.loads((work / PLAN_FILE).read_text())
         if plan["request"] != request:
@@ -218,8 +218,9 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
 
 
 def _request_options(options: dict) -> dict:
-    """The options that change the prepared data (not how many processes compute it)."""
-    return {key: value for key, value in sorted(options.items()) if key not in ("num_proc", "batch_size", "cache_dir")}
+    """The options that change the prepared data (not how many processes compute it), as plan.json stores them."""
+    kept = {key: value for key, value in sorted(options.items()) if key not in ("num_proc", "batch_size", "cache_dir")}
+    return json.loads(json.dumps(kept, default=str))
 
 
 def _differences(new: dict, old: dict, prefix: str = "") -> list[str]:
@@ -242,8 +243,7 @@ def load_plan(work_dir, options: dict | None = None) -> dict:
         raise ValueError(f"--work-dir {work_dir}: no {PLAN_FILE} (run the plan stage first: --stage plan)")
     plan = json.loads(path.read_text())
     if options is not None:
-        given = json.loads(json.dumps(_request_options(options), default=str))
-        differing = _differences(given, plan["request"]["options"])
+        differing = _differences(_request_options(options), plan["request"]["options"])
         if differing:
             raise ValueError(f"--work-dir {work_dir} was planned with other options (differing: {', '.join(differing)}); "
                              "give every stage the same flags")  # fmt: skip
@@ -262,7 +262,11 @@ def _shard_dir(work: Path, index: int) -> Path:
 def finished_shards(work_dir, plan: dict) -> set[int]:
     """Indices of the shards whose directory is in place (renamed into place only when complete)."""
     work = Path(work_dir)
-    return {shard["index"] for shard in plan["shards"] if (_shard_dir(work, shard["index"]) / "checksum.json").is_file()}
+    return {shard["index"] for shard in plan["shards"] if _is_finished(_shard_dir(work, shard["index"]))}
+
+
+def _is_finished(path: Path) -> bool:
+    return (path / CHECKSUM_FILE).is_file()  # written last, inside the staging directory renamed into place
 
 
 def _load_tokenizer(work: Path):
@@ -301,7 +305,7 @@ def run_shard(work_dir, plan: dict, index: int, tokenizer=None) -> bool:
     if not 0 <= index < len(plan["shards"]):
         raise ValueError(f"--shard-index {index}: the plan has shards 0..{len(plan['shards']) - 1}")
     final = _shard_dir(work, index)
-    if (final / "checksum.json").is_file():
+    if _is_finished(final):
         return False
     shard = plan["shards"][index]
     tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(work)
@@ -314,7 +318,7 @@ def run_shard(work_dir, plan: dict, index: int, tokenizer=None) -> bool:
         try:
             os.rename(staging, final)
         except OSError:  # finished by another job meanwhile (or an incomplete leftover): keep a whole one
-            if (final / "checksum.json").is_file():
+            if _is_finished(final):
                 shutil.rmtree(staging, ignore_errors=True)
                 return False
             shutil.rmtree(final, ignore_errors=True)
