@@ -89,6 +89,38 @@ class FamilyTests:
         grads = [p.grad for p in model.parameters() if p.requires_grad]
         assert any(g is not None and g.abs().sum() > 0 for g in grads)
 
+    def test_loss_weighted_by_the_steps_supervised_tokens(self, toy_tokenizer):
+        """Split one batch into micro-batches and pass `num_items_in_batch` (what the Trainer does under gradient
+        accumulation and DDP): the micro-batch losses sum to their token-weighted mean, and with the auxiliary
+        loss switched off their gradients sum to the whole batch's gradients (one token mean, as in fairseq)."""
+        batch = self.make_batch(toy_tokenizer)
+        halves = [{key: value[i : i + 1] for key, value in batch.items()} for i in range(2)]
+        counts = [int((half["labels"] != -100).sum()) for half in halves]
+        total = torch.tensor(sum(counts))
+        assert counts[0] != counts[1]  # unequal shares: a plain mean of the two means would differ
+
+        model = self.make_model(toy_tokenizer)
+        plain = [model(**half) for half in halves]
+        weighted = [model(**half, num_items_in_batch=total) for half in halves]
+        for p, w, n in zip(plain, weighted, counts):
+            torch.testing.assert_close(w.loss, p.loss * n / total.item())
+            torch.testing.assert_close(w.translation_loss, p.translation_loss)  # logged parts stay means
+        whole = model(**batch)
+        mixed = sum(p.translation_loss * n for p, n in zip(plain, counts)) / total.item()
+        torch.testing.assert_close(mixed, whole.translation_loss)
+
+        model = self.make_model(toy_tokenizer, **self.auxiliary_loss_off)
+        model(**batch).loss.backward()
+        expected = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad()
+        for half in halves:
+            model(**half, num_items_in_batch=total).loss.backward()
+        for name, p in model.named_parameters():
+            if name in expected:
+                torch.testing.assert_close(p.grad, expected[name], atol=1e-6, rtol=1e-4, msg=name)
+
+    auxiliary_loss_off: dict = {}  # config overrides that give the auxiliary loss weight 0
+
     def test_save_load_roundtrip_identical_logits(self, toy_tokenizer, tmp_path):
         model = self.make_model(toy_tokenizer)
         batch = self.make_batch(toy_tokenizer)

@@ -77,7 +77,8 @@ def test_value_checks_still_run_in_eager_mode(toy_tokenizer):
 @pytest.mark.parametrize("family", sorted(TESTERS))
 def test_fullgraph_compiled_training_step_matches_eager(family, toy_tokenizer):
     """Forward AND backward traced (aot_eager: AOTAutograd builds the joint graph, as inductor would, without
-    code generation): one graph, and the same loss and gradients as eager."""
+    code generation): one graph, and the same loss and gradients as eager, called as the Trainer calls it (with
+    `num_items_in_batch`)."""
     tester = TESTERS[family]()
     eager_model = tester.make_model(toy_tokenizer)
     compiled_model = copy.deepcopy(eager_model)
@@ -86,7 +87,10 @@ def test_fullgraph_compiled_training_step_matches_eager(family, toy_tokenizer):
     batch = tester.make_batch(toy_tokenizer, sources=SOURCES, targets=TARGETS)
     dynamo.reset()
     compiled = torch.compile(compiled_model, backend="aot_eager", fullgraph=True)
-    eager_loss, compiled_loss = eager_model(**batch).loss, compiled(**batch).loss
+    step_tokens = (batch["labels"] != -100).sum() * 2  # the Trainer's num_items_in_batch: this batch is half a step
+    eager_loss = eager_model(**batch, num_items_in_batch=step_tokens).loss
+    compiled_loss = compiled(**batch, num_items_in_batch=step_tokens).loss
+    torch.testing.assert_close(eager_loss, eager_model(**batch).loss / 2)
     eager_loss.backward()
     compiled_loss.backward()
     torch.testing.assert_close(compiled_loss, eager_loss, atol=1e-6, rtol=1e-5)

@@ -65,6 +65,7 @@ def make_batch(tokenizer, sources=("the cat sees the dog", "a dog"), targets=("d
 class TestMvPEPosFamily(FamilyTests):
     model_class = MvPEPosForConditionalGeneration
     base_model_class = MvPEPosModel
+    auxiliary_loss_off = {"tag_loss_weight": 0.0}
 
     def make_config(self, tokenizer, **overrides):
         return MvPEPosConfig(**tiny_kwargs(tokenizer, **overrides))

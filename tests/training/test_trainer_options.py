@@ -313,3 +313,41 @@ def test_group_by_length_uses_the_shuffled_sampler_with_both_sides(tmp_path, toy
     sampler = trainer._get_train_sampler()
     assert isinstance(sampler, ShuffledLengthGroupedSampler) and sampler.batch_size == 6
     assert sampler.lengths.tolist() == [7, 9, 4]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gradient accumulation: one token mean per optimizer step (num_items_in_batch)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_families_take_num_items_in_batch_and_stock_models_do_not(tmp_path, toy_tokenizer):
+    from family_tester import tiny_kwargs
+    from transformers import MarianConfig, MarianMTModel, Seq2SeqTrainingArguments
+
+    from xlpe import XLPEMarianConfig, XLPEMarianMTModel
+
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    family = XLPESeq2SeqTrainer(model=XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))), args=args)
+    stock = XLPESeq2SeqTrainer(model=MarianMTModel(MarianConfig(**tiny_kwargs(toy_tokenizer))), args=args)
+    assert family.model_accepts_loss_kwargs  # weighted by the step's supervised tokens (seq2seq_scaffold)
+    # stock Marian returns a plain batch mean: the stock guess (True: forward takes **kwargs) would skip the
+    # division by the accumulation steps
+    assert not stock.model_accepts_loss_kwargs
+
+
+def test_gradient_accumulation_trains_like_one_big_batch(tmp_path):
+    """2 steps of 3 micro-batches of 2 pairs give the same weights as 2 steps of 6 pairs (same pairs: the seeded
+    random sampler; dropout off; reorder loss off so that every term is a token mean of the whole step)."""
+    from safetensors.torch import load_file
+
+    common = ["--model_type", "xlpe", "--max_steps", "2", "--do_train", "--do_eval", "False", "--do_predict", "False",
+              "--save_strategy", "no", "--dropout", "0", "--train_sampling_strategy", "random",
+              "--config_overrides", "reorder_loss_weight=0", "--optim", "sgd", "--learning_rate", "0.5"]  # fmt: skip
+    main(tiny(tmp_path, *common, "--per_device_train_batch_size", "6", name="big"))
+    main(tiny(tmp_path, *common, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "3", name="acc"))
+    big, accumulated = (load_file(tmp_path / name / "model.safetensors") for name in ("big", "acc"))
+    assert big.keys() == accumulated.keys()
+    gap = max((big[k].double() - accumulated[k].double()).abs().max().item() for k in big)
+    assert gap < 1e-6, gap
+    logged = [[e["loss"] for e in log_history(tmp_path / name) if "loss" in e] for name in ("big", "acc")]
+    assert logged[0] == pytest.approx(logged[1], rel=1e-5)

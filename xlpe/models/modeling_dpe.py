@@ -50,15 +50,16 @@ from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token
 from .hub_support import XLPEHubMixin, hf_init
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
-    embed_source,
-    init_marian_encoder_parts,
-    run_encoder_layers,
     decoder_inputs_from_labels,
+    embed_source,
     encode_decode,
     init_marian_body,
+    init_marian_encoder_parts,
     init_marian_head,
     lm_output,
+    run_encoder_layers,
     translation_loss,
+    weight_by_global_tokens,
 )
 
 # ---------------------------------------------------------------------------------------------------------
@@ -247,7 +248,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, Ge
     Inference: `generate(**batch)` (DPE needs the source only). `from_pretrained(stock_marian_dir)` upgrades a
     MarianMT checkpoint function-preservingly (gate g = 0, see module doc)."""
 
-    accepts_loss_kwargs = False  # forward takes **kwargs but computes a mean loss itself (Trainer must scale)
+    accepts_loss_kwargs = True  # loss weighted by `num_items_in_batch` (seq2seq_scaffold.weight_by_global_tokens)
 
     stock_model_types = ("marian",)
     upgrade_overrides = {"dpe_gate_init": 0.0}
@@ -287,6 +288,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, Ge
             with `labels`: the order loss (Eq. 1) is computed and `loss` is Eq. 2. Without: `loss` is the
             translation loss alone. Never needed at inference.
         """
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
         decoder_input_ids, use_cache = decoder_inputs_from_labels(
             self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
         )
@@ -309,6 +311,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, Ge
         loss = token_loss = translation_loss(logits, labels, self.config.label_smoothing)
         if token_loss is not None and outputs.order_loss is not None:
             loss = self.combine_losses(token_loss, outputs.order_loss, labels)
+        loss = weight_by_global_tokens(loss, labels, num_items_in_batch)
         return lm_output(DPESeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
 

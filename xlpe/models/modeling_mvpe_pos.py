@@ -83,6 +83,7 @@ from .seq2seq_scaffold import (
     lm_output,
     touch_parameters,
     translation_loss,
+    weight_by_global_tokens,
 )
 from .sinusoid import SinusoidalPositions
 
@@ -500,7 +501,7 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
     """The augmented Transformer for translation. `generate(**batch)` tags generated tokens itself;
     the translation pipeline tags raw source text with `config.pos_tagger` (`prepare_pipeline_inputs`)."""
 
-    accepts_loss_kwargs = False  # forward takes **kwargs but computes a mean loss itself (Trainer must scale)
+    accepts_loss_kwargs = True  # loss weighted by `num_items_in_batch` (seq2seq_scaffold.weight_by_global_tokens)
 
     stock_model_types = ()  # BART's learned positions have no function-preserving mvPE counterpart
 
@@ -547,6 +548,7 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
         decoder_input_pos_tag_ids (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
             tags of `decoder_input_ids` themselves (set by `prepare_inputs_for_generation`).
         """
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
         decoder_input_ids, use_cache = decoder_inputs_from_labels(
             self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
         )
@@ -575,6 +577,7 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
             loss = token_loss + self.config.tag_loss_weight * outputs.tag_loss
         elif token_loss is not None:  # the tagger had no supervision: give its parameters a zero gradient
             loss = token_loss + touch_parameters(self.model.decoder.hypothesis_tagger)
+        loss = weight_by_global_tokens(loss, labels, num_items_in_batch)
         return lm_output(MvPEPosSeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
     # --- generation: tags of the running hypothesis -------------------------------------------------------

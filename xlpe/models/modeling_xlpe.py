@@ -54,16 +54,17 @@ from .modeling_reorderer import XLPEReordererModel
 from .reorder_predictor import ReorderPredictor, WordStarts, positions_from_scores, reorder_loss, word_mean_scores
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
-    embed_source,
-    init_marian_encoder_parts,
-    run_encoder_layers,
     decoder_inputs_from_labels,
+    embed_source,
     encode_decode,
     init_marian_body,
+    init_marian_encoder_parts,
     init_marian_head,
     lm_output,
+    run_encoder_layers,
     touch_parameters,
     translation_loss,
+    weight_by_global_tokens,
 )
 
 
@@ -374,7 +375,7 @@ class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrained
     """XL PE translation model. `generate(**batch)` predicts reorderings; `generate(..., reorder_positions=p)`
     uses the given ones. `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
 
-    accepts_loss_kwargs = False  # forward takes **kwargs but computes a mean loss itself (Trainer must scale)
+    accepts_loss_kwargs = True  # loss weighted by `num_items_in_batch` (seq2seq_scaffold.weight_by_global_tokens)
     stock_model_types = ("marian",)
     upgrade_overrides = {"xl_gate_init": 0.0}
 
@@ -405,6 +406,7 @@ class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrained
             predicted from the source. Given together with `labels`: also trains the reorder predictor (without
             them, `loss` carries a zero-weighted term over the predictor's parameters, so that DDP sees them used).
         """
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
         decoder_input_ids, use_cache = decoder_inputs_from_labels(
             self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
         )
@@ -429,6 +431,7 @@ class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrained
             loss = token_loss + self.config.reorder_loss_weight * outputs.reorder_loss
         elif token_loss is not None:  # the predictor had no supervision: give its parameters a zero gradient
             loss = token_loss + touch_parameters(getattr(self.model.encoder, "reorder_predictor", None))
+        loss = weight_by_global_tokens(loss, labels, num_items_in_batch)
         return lm_output(XLPESeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
 

@@ -243,6 +243,23 @@ def translation_loss(logits: torch.Tensor, labels: torch.Tensor | None, label_sm
     return summed / (labels != -100).sum().clamp_min(1)  # the mean; 0 (not NaN) for a batch with no supervised token
 
 
+def weight_by_global_tokens(loss: torch.Tensor | None, labels: torch.Tensor | None, num_items_in_batch=None):
+    """`loss` (this batch's per-token mean, auxiliary terms included) times this batch's share of the supervised
+    target tokens of the whole optimizer step: (labels != -100).sum() / `num_items_in_batch`.
+
+    The Trainer passes `num_items_in_batch` (the supervised tokens of every gradient-accumulation micro-batch,
+    summed over processes) to models whose `accepts_loss_kwargs` is True, and then neither divides by the
+    accumulation steps nor lets DDP's gradient average shrink the loss (it multiplies by the number of processes).
+    Weighted this way the translation loss of an optimizer step is exactly the token mean of one big batch, as in
+    fairseq, whatever the split into micro-batches and processes; each auxiliary loss (a per-batch mean over its
+    own units: source tokens, target positions, tags) is weighted by its batch's share of target tokens. Without
+    `num_items_in_batch` (plain `forward`, evaluation on one process) `loss` is returned unchanged."""
+    if loss is None or labels is None or num_items_in_batch is None:
+        return loss
+    supervised = (labels != -100).sum().to(loss.device, loss.dtype)
+    return loss * supervised / torch.as_tensor(num_items_in_batch, device=loss.device, dtype=loss.dtype).clamp_min(1)
+
+
 def touch_parameters(module: nn.Module | None) -> torch.Tensor | float:
     """0 * (sum of `module`'s trainable parameters): added to a loss, it gives each of them a (zero) gradient.
 

@@ -28,6 +28,11 @@ Two things the stock trainer does not do:
 * **DDP without `find_unused_parameters`**: `ddp_find_unused_parameters` defaults to False (an explicit value
   stays): every parameter of every family gets a gradient at every step (auxiliary modules without supervision
   add a zero-weighted term, `seq2seq_scaffold.touch_parameters`), which saves DDP a graph traversal per step.
+* **Exact token means over micro-batches and processes.** The families take `num_items_in_batch` (the supervised
+  target tokens of the whole optimizer step, over gradient-accumulation micro-batches and DDP processes) and
+  weight each batch's loss by its share of them (`seq2seq_scaffold.weight_by_global_tokens`): the translation
+  loss of a step is the token mean of one big batch, as in fairseq, however it is split. Stock models (a plain
+  per-batch mean) keep the stock division by the accumulation steps: their `num_items_in_batch` is not used.
 * **Predictions come back in input order**, whatever the evaluation sampler (`group_by_length` sorts
   evaluation batches by length too in transformers 5): every evaluation/test example carries its index
   (`example_index`, added here, passed through the collator, gathered like the predictions) and
@@ -87,10 +92,11 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         if training_args is not None and training_args.ddp_find_unused_parameters is None:  # module docstring
             training_args.ddp_find_unused_parameters = False
         super().__init__(*args, **kwargs)
-        # The families return per-token MEAN losses and ignore `num_items_in_batch`; with the stock guess
-        # (forward has **kwargs) the trainer would skip the division by gradient-accumulation steps and
-        # multiply by the number of processes: gradients num_processes x too large.
-        self.model_accepts_loss_kwargs = False
+        # `num_items_in_batch` only for models that use it (module docstring). The stock guess (forward takes
+        # **kwargs) is True for stock Marian/BART too, which return a plain per-batch mean: the trainer would then
+        # skip the division by gradient-accumulation steps and multiply by the number of processes.
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        self.model_accepts_loss_kwargs = bool(getattr(unwrapped, "accepts_loss_kwargs", False))
         self.eval_with_oracle_positions = eval_with_oracle_positions
         self._loss_parts = {"train": defaultdict(float), "eval": defaultdict(float)}
         self._loss_counts = {"train": defaultdict(int), "eval": defaultdict(int)}
