@@ -206,13 +206,17 @@ class AugmentedInput(nn.Module):
         self.positions = SinusoidalPositions(config.max_position_embeddings, self.word_dim, config.pe_base, config.pe_step)
         self.tags = TagEncoding(config, self.num_tag_ids) if config.has_tags(side) else None
 
-    def forward(self, word_embeds: torch.Tensor, start: int = 0, tag_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, word_embeds: torch.Tensor, start: int | torch.Tensor = 0, tag_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """`start`: the first position, i.e. tokens already in the KV cache; a 0-dim tensor with a static cache,
+        which is not branched on (a data-dependent branch breaks `torch.compile(fullgraph=True)`), as BART."""
         batch, length = word_embeds.shape[:2]
-        if start + length > self.max_positions:
+        if isinstance(start, int) and start + length > self.max_positions:
             raise ValueError(
                 f"{self.side} length {start + length} exceeds max_position_embeddings={self.max_positions}"
             )
-        position_ids = torch.arange(start, start + length, device=word_embeds.device)
+        position_ids = torch.arange(length, device=word_embeds.device) + start
         hidden = word_embeds + self.positions(position_ids).to(word_embeds.dtype)  # V_emb (+) V_mvPE
         if self.tags is None:
             return hidden
