@@ -79,3 +79,25 @@ def save_tiny_xlpe_model(tokenizer, directory: Path, model_max_length: int | Non
         config_file = directory / "tokenizer_config.json"
         config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": model_max_length}))
     return directory
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The `gpu` marker: tests that need a CUDA device (tests/gpu); skipped without one, so CI never depends on it
+# ---------------------------------------------------------------------------------------------------------
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device, skipped without one (run: python -m pytest tests/gpu "
+                                       "-m gpu, or bench/gpu_session.sh tests; XLPE_TEST_DEVICE=cpu runs them on the CPU)")  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items or os.environ.get("XLPE_TEST_DEVICE", "cuda") != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu; XLPE_TEST_DEVICE=cpu runs the checks on the CPU)")
+        for item in gpu_items:
+            item.add_marker(skip)

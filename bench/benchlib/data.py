@@ -1,5 +1,5 @@
 """Data the benchmarks use: where the shared data lives (`$XLPE_SHARED_DIR`, default ../shared beside the
-repository) and Multi30k slices; synthetic token batches for timing live in `timing.py` beside their use."""
+repository) and Multi30k slices; the timing batches live in `speed_models.py` and `lengths.py`."""
 
 from __future__ import annotations
 

@@ -17,12 +17,17 @@ import xlpe
 # ---------------------------------------------------------------------------------------------------------
 
 SIZES = {
+    # seconds on a CPU: the smoke test of the whole harness (tests/test_bench_speed.py, gpu_session.sh --cpu)
+    "tiny": {"d_model": 128, "ffn": 256, "heads": 4, "encoder_layers": 1, "decoder_layers": 1, "vocab_size": 1000,
+             "batch_size": 8, "max_tokens": 256, "gen_batch_size": 4},
     # the CPU default: small enough for ~10 min on 2 cores with every family
     "small": {"d_model": 256, "ffn": 1024, "heads": 4, "encoder_layers": 3, "decoder_layers": 3, "vocab_size": 8000,
-              "batch_size": 32},
+              "batch_size": 32, "max_tokens": 1536, "gen_batch_size": 32},
     # Transformer-base (Vaswani et al. 2017) for the GPU run
     "base": {"d_model": 512, "ffn": 2048, "heads": 8, "encoder_layers": 6, "decoder_layers": 6, "vocab_size": 32000,
-             "batch_size": 128},
+             "batch_size": 128, "max_tokens": 24576, "gen_batch_size": 128},
+    # max_tokens: padded tokens (longest side x sentences) per token batch; at base, 24,576 gives >= 16k real
+    # target tokens per batch on the stored newstest lengths (the issue's "realistic batch")
 }
 
 PAD, EOS, BART_BOS, BART_PAD, BART_EOS = 0, 1, 0, 1, 2
@@ -44,6 +49,10 @@ class Batch:
     @property
     def target_tokens(self) -> int:
         return int((self.labels != -100).sum())
+
+    @property
+    def source_tokens(self) -> int:
+        return int(self.attention_mask.sum())
 
     def to(self, device) -> Batch:
         moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
@@ -81,6 +90,78 @@ def make_batches(count: int, batch_size: int, vocab_size: int, mean_len: float, 
         attention_mask = (torch.arange(S)[None] < src_len[:, None]).long()
         batches.append(Batch(input_ids, attention_mask, labels, reorder, target_positions, pos, dpos, math.ceil(1.2 * float(src_len.float().mean()))))
     return batches
+
+
+def batch_from_lengths(source_lengths, target_lengths, vocab_size: int, gen: torch.Generator) -> Batch:
+    """One right-padded batch of random token ids with the given per-sentence lengths (EOS included), built
+    without per-sentence loops; the family inputs as in `make_batches`: oracle-style `reorder_positions` (a random
+    permutation of the movable tokens, EOS and padding in place), `target_positions` (a random rank per movable
+    token, ~15% unaligned = -100), POS tags on real tokens (0 on padding)."""
+    src = torch.as_tensor(source_lengths, dtype=torch.long)
+    tgt = torch.as_tensor(target_lengths, dtype=torch.long)
+    if src.ndim != 1 or src.shape != tgt.shape or len(src) == 0 or int(src.min()) < 2 or int(tgt.min()) < 2:
+        raise ValueError("source/target lengths must be two equal non-empty 1-d sequences of lengths >= 2 (EOS included)")
+    B, S, T = len(src), int(src.max()), int(tgt.max())
+    pos_s, pos_t = torch.arange(S)[None], torch.arange(T)[None]
+    real_s, real_t = pos_s < src[:, None], pos_t < tgt[:, None]
+    movable = pos_s < (src - 1)[:, None]  # every source token but EOS
+    input_ids = torch.randint(FIRST_WORD_ID, vocab_size, (B, S), generator=gen)
+    input_ids = torch.where(movable, input_ids, torch.where(real_s, EOS, PAD))
+    labels = torch.randint(FIRST_WORD_ID, vocab_size, (B, T), generator=gen)
+    labels = torch.where(pos_t < (tgt - 1)[:, None], labels, torch.where(real_t, EOS, -100))
+    fixed_key = 1.0 + pos_s.float()  # >= 1: after every movable token (keys in [0, 1)), in index order
+    reorder = torch.where(movable, torch.rand(B, S, generator=gen), fixed_key).argsort(dim=1)
+    ranks = torch.where(movable, torch.rand(B, S, generator=gen), fixed_key).argsort(dim=1).argsort(dim=1)
+    aligned = movable & (torch.rand(B, S, generator=gen) < 0.85)
+    target_positions = torch.where(aligned, ranks, -100)
+    pos = torch.randint(FIRST_TAG_ID, NUM_POS_TAG_IDS, (B, S), generator=gen) * real_s
+    dpos = torch.randint(FIRST_TAG_ID, NUM_POS_TAG_IDS, (B, T), generator=gen) * real_t
+    return Batch(input_ids, real_s.long(), labels, reorder, target_positions, pos, dpos,
+                 math.ceil(1.2 * float(src.float().mean())))  # fmt: skip
+
+
+def spread_picks(groups: list, count: int, key) -> list:
+    """`count` of `groups` evenly spread over their order by `key` (short to long), so the picks cover the
+    corpus' length range in its proportions (every token batch holds about the same number of tokens)."""
+    ordered = sorted(groups, key=key)
+    if count >= len(ordered):
+        return ordered
+    return [ordered[int((k + 0.5) * len(ordered) / count)] for k in range(count)]
+
+
+def token_batches(distribution: dict, max_tokens: int, count: int, vocab_size: int, seed: int) -> list[Batch]:
+    """`count` token batches as `xlpe-train --max_tokens` makes them (`TokenBatchSampler`: sentences sorted by
+    length, cut greedily so that longest side x sentences <= max_tokens) from sentence lengths drawn from the
+    stored real distribution, picked evenly over the batches' length range (short to long). Batches filled to
+    less than 3/4 of `max_tokens` (the remainders at the ends of the cut) are not picked when others exist."""
+    from xlpe.training.sampling import TokenBatchSampler
+
+    from .lengths import sample
+
+    mean = sum(max(s, t) * c for s, t, c in distribution["pairs"]) / sum(c for _, _, c in distribution["pairs"])
+    pool = max(2048, int(6 * count * max_tokens / mean))  # enough sentences for several times `count` batches
+    src, tgt = sample(distribution, pool, seed)
+    longest = int(max(src.max(), tgt.max()))
+    if max_tokens < longest:
+        raise ValueError(f"--max-tokens {max_tokens} is below the longest sentence drawn ({longest} tokens)")
+    groups = TokenBatchSampler(src, tgt, max_tokens=max_tokens, seed=seed).all_batches()
+    full = [g for g in groups if len(g) * max(int(src[g].max()), int(tgt[g].max())) >= 0.75 * max_tokens] or groups
+    picks = spread_picks(full, count, key=lambda g: int(max(src[g].max(), tgt[g].max())))
+    gen = torch.Generator().manual_seed(seed)
+    return [batch_from_lengths(src[g], tgt[g], vocab_size, gen) for g in picks]
+
+
+def sentence_batches(distribution: dict, batch_size: int, count: int, vocab_size: int, seed: int) -> list[Batch]:
+    """`count` batches of `batch_size` sentences with real lengths, length-bucketed as `xlpe-translate` batches
+    (sentences sorted by source length, cut in order), picked evenly over the length range."""
+    from .lengths import sample
+
+    src, tgt = sample(distribution, batch_size * max(16, 2 * count), seed + 1)
+    order = src.argsort(kind="stable")
+    groups = [order[k : k + batch_size] for k in range(0, len(order) - batch_size + 1, batch_size)]
+    picks = spread_picks(groups, count, key=lambda g: int(src[g].max()))
+    gen = torch.Generator().manual_seed(seed + 1)
+    return [batch_from_lengths(src[g], tgt[g], vocab_size, gen) for g in picks]
 
 
 def bart_view(batch: Batch) -> Batch:

@@ -21,7 +21,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..evaluation.metrics import check_bleu_tokenizer
 from .errors import UsageError
-from .recipes import NO_RECIPE, RECIPE_NAMES, recipe_settings
+from .recipes import NO_RECIPE, RECIPE_NAMES, cuda_fast_defaults, recipe_settings
 
 logger = logging.getLogger("xlpe.train")
 
@@ -218,6 +218,18 @@ def builtin_recipe(model_args: ModelArguments) -> dict:
     return recipe
 
 
+def describe_device(training_args) -> dict | None:
+    """{"type": "cuda", "name", "capability", "compile", "cpus"} of the device the run trains on (None: not CUDA),
+    the input of `recipes.cuda_fast_defaults`."""
+    device = training_args.device
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return {"type": "cuda", "name": torch.cuda.get_device_name(index),
+            "capability": list(torch.cuda.get_device_capability(index)),
+            "compile": importlib.util.find_spec("triton") is not None, "cpus": os.cpu_count() or 1}  # fmt: skip
+
+
 def explicit_keys(argv: list[str], given: dict | None) -> set[str]:
     """Argument names given explicitly: the JSON file's keys, or the `--flags` of the command line (`--no_x`
     and `--x-y` spellings count as `x` and `x_y`)."""
@@ -264,8 +276,14 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
         if "max_tokens" not in explicit and explicit & {"per_device_train_batch_size", "train_sampling_strategy"}:
             defaults.pop("max_tokens")  # an explicit sentence batching replaces the recipe's token batches
     defaults = {key: value for key, value in defaults.items() if key not in explicit or key == "dataset_name"}
+    # on CUDA: bf16, fused AdamW, torch.compile, token batches unless given (recipes.cuda_fast_defaults)
+    device = describe_device(training_args)
+    sharded = bool(training_args.fsdp or training_args.deepspeed or os.environ.get("ACCELERATE_USE_FSDP") == "true")
+    fast = cuda_fast_defaults(device, explicit | set(defaults), sharded=sharded)
+    defaults.update(fast["applied"])
     if defaults:
         model_args, data_args, training_args = parse(defaults)
+    training_args.cuda_defaults = {"device": device, **fast}  # printed and stored by run.py
     check_batching(training_args, explicit)
     if data_args.prepared_dataset:  # raw data flags refused; its saved tokenizer and languages filled in
         from .data import use_prepared_dataset

@@ -84,3 +84,80 @@ def choose_recipe(train_pairs: int | None, on_gpu: bool) -> tuple[str, str]:
     if train_pairs < BIG_DATA_PAIRS:
         return "base", f"GPU, {train_pairs:,} training pairs (between {SMALL_DATA_PAIRS:,} and {BIG_DATA_PAIRS:,})"
     return "big", f"GPU, {train_pairs:,} training pairs >= {BIG_DATA_PAIRS:,}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fast defaults on CUDA (issue 21): what `xlpe-train` switches on when it trains on a GPU
+# ---------------------------------------------------------------------------------------------------------
+
+CUDA_DEFAULT_MAX_TOKENS = 4096  # token batches when neither the user nor a recipe chose a batching (papers: 4096/GPU)
+SENTENCE_BATCHING = ("per_device_train_batch_size", "train_sampling_strategy", "auto_find_batch_size")
+PRECISION_FLAGS = ("bf16", "fp16")
+COMPILE_FLAGS = ("torch_compile", "torch_compile_backend", "torch_compile_mode")
+
+
+def cuda_fast_defaults(device: dict | None, given, sharded: bool = False) -> dict:
+    """The training switches `xlpe-train` turns on by default on a CUDA device, decided from a plain description
+    of the device and the names of the arguments already set (pure: no torch, testable with a fake device).
+
+    Args:
+        device: None (not CUDA: nothing is switched on) or {"type": "cuda", "name": str, "capability": (major,
+            minor), "compile": bool (a compiler back-end, Triton, is installed), "cpus": int}.
+        given: argument names given explicitly or by a recipe; they are never changed.
+        sharded: FSDP or DeepSpeed is in use (torch.compile is then left to the user).
+
+    Returns {"applied": {argument: value}, "kept": {argument: why not switched on}}:
+      * `bf16` (autocast, fp32 master weights) on compute capability >= 8.0 (Ampere and later), unless `--bf16`
+        or `--fp16` was given;
+      * `optim` = `adamw_torch_fused`, unless `--optim` was given;
+      * `torch_compile` (inductor), unless a `--torch_compile*` flag was given (`--torch_compile False` turns it
+        off), FSDP/DeepSpeed is in use, or no compiler back-end is installed;
+      * `max_tokens` = CUDA_DEFAULT_MAX_TOKENS (length-bucketed token batches), unless `--max_tokens` or a
+        sentence batching was given (a recipe's batching counts as given);
+      * `dataloader_num_workers` = 2 (collation beside the training loop) on machines with >= 4 CPU cores,
+        unless given.
+    """
+    if not device or device.get("type") != "cuda":
+        return {"applied": {}, "kept": {}}
+    given = set(given)
+    applied, kept = {}, {}
+    capability = tuple(device.get("capability") or (0, 0))
+    if given & set(PRECISION_FLAGS):
+        kept["bf16"] = "precision given (--" + "/--".join(sorted(given & set(PRECISION_FLAGS))) + ")"
+    elif capability >= (8, 0):
+        applied["bf16"] = True
+    else:
+        kept["bf16"] = f"compute capability {capability[0]}.{capability[1]} < 8.0 has no fast bf16: fp32"
+    if "optim" in given:
+        kept["optim"] = "--optim given"
+    else:
+        applied["optim"] = "adamw_torch_fused"
+    if given & set(COMPILE_FLAGS):
+        kept["torch_compile"] = "--" + "/--".join(sorted(given & set(COMPILE_FLAGS))) + " given"
+    elif sharded:
+        kept["torch_compile"] = "FSDP/DeepSpeed: compile is left to the user (--torch_compile True)"
+    elif not device.get("compile", True):
+        kept["torch_compile"] = "no compiler back-end (triton) installed"
+    else:
+        applied["torch_compile"] = True
+    batching = given & {"max_tokens", *SENTENCE_BATCHING}
+    if batching:
+        kept["max_tokens"] = "batching given (--" + "/--".join(sorted(batching)) + ")"
+    else:
+        applied["max_tokens"] = CUDA_DEFAULT_MAX_TOKENS
+    if "dataloader_num_workers" in given:
+        kept["dataloader_num_workers"] = "given"
+    elif (device.get("cpus") or 0) >= 4:
+        applied["dataloader_num_workers"] = 2
+    return {"applied": applied, "kept": kept}
+
+
+def describe_fast_defaults(decision: dict, device: dict | None) -> str:
+    """One line for the log: the switches turned on, and those left as given (and why)."""
+    if not device or device.get("type") != "cuda":
+        return ""
+    on = " ".join(f"--{key} {value}" for key, value in decision["applied"].items()) or "nothing"
+    text = f"xlpe-train: CUDA defaults on {device.get('name', 'CUDA device')}: {on}"
+    if decision["kept"]:
+        text += "; left as given: " + "; ".join(f"{key} ({why})" for key, why in decision["kept"].items())
+    return text + ". Explicit flags override them (e.g. --torch_compile False, --bf16 False, --optim adamw_torch)."

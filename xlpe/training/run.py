@@ -12,6 +12,8 @@ train / evaluate / predict -> model card. Same argument names as transformers'
   checkpoint averaging, and a model card;
 * recipes (`--recipe small|base|big`, `recipes.py`): for a model trained from scratch without one, the recipe
   that fits the training-set size and the device is chosen once the data is read (logged, `recipe.json`);
+* on CUDA, fast switches unless given (`recipes.cuda_fast_defaults`: bf16, fused AdamW, torch.compile, token
+  batches; printed, `cuda_defaults.json`), and the throughput (target tokens/s, MFU) in the logs;
 * token-based batches (`--max_tokens`), early stopping (`--early_stopping_patience`), and the padding the
   training batches carried (`padding_waste` in the logs, `train_padding_waste` in train_results.json).
 
@@ -40,7 +42,7 @@ from ..features.text_files import write_text_atomic
 from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_averaged_model
 from .collator import XLPEDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
-from .recipes import NO_RECIPE, choose_recipe
+from .recipes import NO_RECIPE, choose_recipe, describe_fast_defaults
 from .model_setup import (
     apply_generation_options,
     attach_reorderer,
@@ -131,6 +133,13 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
 
     splits = load_raw_splits(data_args, model_args)
     model_args, data_args, training_args = apply_recipe(argv, (model_args, data_args, training_args), splits, checkpoint)
+    report_cuda_defaults(training_args)
+    if training_args.torch_compile:
+        # nn.TransformerEncoderLayer's inference fast path (the XL PE reorder predictor, in the evaluation loss)
+        # ignores autocast under torch.compile and fails on mixed dtypes (torch bug): use the regular path
+        import torch
+
+        torch.backends.mha.set_fastpath_enabled(False)
     check_splits(splits, data_args, training_args, bool(model_args.tokenizer_name or model_args.model_name_or_path or checkpoint))
     tokenizer = load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint)
     taggers = resolve_taggers(data_args, target_config(model_args, checkpoint))
@@ -253,6 +262,24 @@ def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> t
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
         write_text_atomic(recorded, json.dumps({"recipe": name, "reason": reason, "with_validation": with_validation}, indent=2))
     return model_args, data_args, training_args
+
+
+def report_cuda_defaults(training_args) -> None:
+    """Print, once, which fast switches the run got on CUDA (`recipes.cuda_fast_defaults`) and the peak its MFU
+    divides by, and keep the decision in `output_dir/cuda_defaults.json` (as `recipe.json` keeps the recipe)."""
+    from .callbacks import peak_tflops
+
+    decision = getattr(training_args, "cuda_defaults", None)
+    device = (decision or {}).get("device")
+    if not device or training_args.process_index != 0:
+        return
+    peak = peak_tflops(device.get("name"))
+    print(describe_fast_defaults(decision, device) + (f" MFU against {peak:g} TFLOP/s (dense bf16 peak)." if peak else
+          " MFU not reported: the device's peak is not in callbacks.PEAK_DENSE_BF16_TFLOPS."), flush=True)  # fmt: skip
+    if training_args.do_train:
+        Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(training_args.output_dir) / "cuda_defaults.json",
+                          json.dumps({**decision, "peak_tflops": peak}, indent=2))  # fmt: skip
 
 
 def _training_pairs(splits: dict, data_args) -> int | None:

@@ -24,7 +24,9 @@ Two things the stock trainer does not do:
   padded tokens (`sampling.TokenBatchSampler`), sharded over processes by the sampler itself (accelerate's
   wrapper is made a pass-through) and the same after a resume. Every run counts the padding it trains on
   (any batching): `padding_waste` in the training logs, `train_padding_waste` and `train_tokens_per_second`
-  (real, non-pad tokens of both sides) in the final metrics.
+  (real, non-pad tokens of both sides) in the final metrics; the throughput (`callbacks.Throughput`):
+  `target_tokens_per_second` and, on a GPU of known peak, `mfu` in the logs, `train_target_tokens_per_second`
+  and `train_mfu` in the final metrics (training time only: evaluation and saving left out).
 * **DDP without `find_unused_parameters`**: `ddp_find_unused_parameters` defaults to False (an explicit value
   stays): every parameter of every family gets a gradient at every step (auxiliary modules without supervision
   add a zero-weighted term, `seq2seq_scaffold.touch_parameters`), which saves DDP a graph traversal per step.
@@ -57,7 +59,7 @@ from transformers.distributed.fsdp import is_fsdp_managed_module
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
 from ..models.extra_inputs import EXTRA_INPUTS
-from .callbacks import TokenBatchEpoch
+from .callbacks import Throughput, TokenBatchEpoch
 from .sampling import ShuffledLengthGroupedSampler, TokenBatchSampler, example_lengths, example_side_lengths
 
 ORACLE_INPUTS = ("reorder_positions", "target_positions")  # gold training signals, predicted at test time
@@ -104,8 +106,10 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         self._example_indices: list[torch.Tensor] = []
         self._indexed_views: dict[int, tuple] = {}  # id(dataset) -> (dataset, the same with example_index)
         self.token_sampler: TokenBatchSampler | None = None  # --max_tokens: built with the training dataloader
-        self._padding = {"interval": None, "total": None}  # (real, padded) training tokens, on device
+        self._padding = {"interval": None, "total": None}  # (real, padded, real target) training tokens, on device
         self.add_callback(TokenBatchEpoch(self))
+        self.throughput = Throughput(getattr(unwrapped, "config", None))  # target tokens/s and MFU in the logs
+        self.add_callback(self.throughput)
         self._route_label_smoothing()
 
     # --- label smoothing ----------------------------------------------------------------------------------
@@ -189,35 +193,40 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
     # --- padding actually trained on -------------------------------------------------------------------------
     def _count_padding(self, inputs: dict) -> None:
         """Adds the real and the padded tokens of a training batch (source and target) to the counters."""
-        real, padded = None, 0
+        real, padded, target = None, 0, None
         for key, is_real in (("attention_mask", lambda x: x != 0), ("labels", lambda x: x != -100)):
             value = inputs.get(key)
             if isinstance(value, torch.Tensor):
                 count = is_real(value).sum()
                 real = count if real is None else real + count
                 padded += value.numel()
+                target = count if key == "labels" else target
         if real is None:
             return
-        counts = torch.stack([real.double(), real.new_tensor(padded, dtype=torch.float64)])  # built once, added twice
+        target = target if target is not None else real * 0
+        counts = torch.stack([real.double(), real.new_tensor(padded, dtype=torch.float64), target.double()])  # built once, added twice
         for bucket in ("interval", "total"):
             self._padding[bucket] = counts if self._padding[bucket] is None else self._padding[bucket] + counts
 
-    def _pop_padding(self, bucket: str) -> tuple[float, float]:
-        """(real, padded) tokens since the last call, summed over processes."""
+    def _pop_padding(self, bucket: str) -> tuple[float, float, float]:
+        """(real, padded, real target) tokens since the last call, summed over processes."""
         counts, self._padding[bucket] = self._padding[bucket], None
-        real, padded = (0.0, 0.0) if counts is None else (float(counts[0]), float(counts[1]))
+        real, padded, target = (0.0, 0.0, 0.0) if counts is None else tuple(counts.tolist())
         if self.args.world_size > 1:  # every process reaches this point together
-            gathered = gather_object([(real, padded)])
-            real, padded = sum(r for r, _ in gathered), sum(p for _, p in gathered)
-        return real, padded
+            gathered = gather_object([(real, padded, target)])
+            real, padded, target = (sum(g[k] for g in gathered) for k in range(3))
+        return real, padded, target
 
     def padding_metrics(self, train_runtime: float | None = None) -> dict[str, float]:
         """`train_padding_waste` (share of pad tokens in the trained batches), `train_real_tokens` and, given
-        the runtime, `train_tokens_per_second` (real tokens, both sides, all processes)."""
-        real, padded = self._pop_padding("total")
-        metrics = {"train_padding_waste": round(1 - real / padded, 4) if padded else 0.0, "train_real_tokens": int(real)}
+        the runtime, `train_tokens_per_second` (real tokens, both sides, all processes); `train_target_tokens`,
+        `train_target_tokens_per_second` and (GPU of known peak) `train_mfu` over the training time alone."""
+        real, padded, target = self._pop_padding("total")
+        metrics = {"train_padding_waste": round(1 - real / padded, 4) if padded else 0.0, "train_real_tokens": int(real),
+                   "train_target_tokens": int(target)}  # fmt: skip
         if train_runtime:
             metrics["train_tokens_per_second"] = round(real / train_runtime, 1)
+        metrics.update(self.throughput.totals(real - target, target, train_runtime))  # training time only
         if self.token_sampler is not None:  # all processes' batches
             metrics["train_token_batches_per_epoch"] = len(self.token_sampler.sizes)
         return metrics
@@ -314,9 +323,10 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and not any(key.startswith(("eval_", "test_")) for key in logs):
             logs.update(self._pop_loss_parts("train"))
-            real, padded = self._pop_padding("interval")
+            real, padded, target = self._pop_padding("interval")
             if padded:
                 logs["padding_waste"] = round(1 - real / padded, 4)
+            logs.update(self.throughput.interval(real - target, target))
         super().log(logs, start_time)
 
     def evaluation_loop(

@@ -1,0 +1,79 @@
+"""bench/speed.py, the GPU benchmark's harness, in its seconds-long CPU form: the report is complete and
+well-formed (rows, ratios with their spread, the warm-up, token batches of real lengths, MFU columns when a peak
+is given, flags). Timings are never asserted: this machine is shared. Also: real-length token batches are
+built as xlpe-train builds them, and bench/gpu_session.sh's dry run names every stage's command."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+
+
+def load_speed():
+    spec = importlib.util.spec_from_file_location("speed", REPO_ROOT / "bench" / "speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    return speed
+
+
+def test_tiny_cpu_run_writes_a_complete_report(tmp_path):
+    speed = load_speed()
+    report = speed.main(["--size", "tiny", "--families", "xlpe", "--rows", "XL PE combination", "--repeats", "2",
+                         "--gen-batches", "1", "--warmup", "1", "--warmup-max-cycles", "2", "--stable-window", "1",
+                         "--no-memory", "--no-plot", "--peak-tflops", "0.001", "--json", str(tmp_path / "r.json"),
+                         "--markdown", str(tmp_path / "r.md")])  # fmt: skip
+    assert json.loads((tmp_path / "r.json").read_text())["models"][1]["name"] == "XL PE combination"
+    assert [row["name"] for row in report["models"]] == ["Marian", "XL PE combination"]
+    assert report["repeats"] == 2 and report["train_steps"] % report["batching"]["batches_per_cycle"] == 0
+    assert report["batching"]["kind"].startswith("tokens") and "newstest" in report["batching"]["lengths"]
+    assert report["peak_source"] == "--peak-tflops" and isinstance(report["flags"], list)
+    row = report["models"][1]
+    assert row["baseline"] == "Marian" and set(row["train_ratio"]) >= {"min", "median", "max", "spread", "values"}
+    assert len(row["train_ratio"]["values"]) == 2 and len(row["times"]["train_wall"]) == 2
+    assert row["train_ratio"]["min"] <= row["train_ratio"]["median"] <= row["train_ratio"]["max"]
+    assert row["gen_ratio"] is not None and row["flagged"] in (True, False)
+    assert all(r["train_mfu"] > 0 and r["train_counted_flops_utilisation"] > 0 and r["warmup_train"]["cycles"] >= 1
+               for r in report["models"])  # fmt: skip
+    table = (tmp_path / "r.md").read_text()
+    assert "| XL PE combination | Marian |" in table and "train MFU" in table and "Switches (every model" in table
+
+
+def test_token_batches_have_real_lengths_and_the_family_inputs():
+    from benchlib.lengths import load
+    from benchlib.speed_models import EOS, batch_from_lengths, token_batches
+
+    batches = token_batches(load("newstest-deen"), max_tokens=2048, count=3, vocab_size=500, seed=0)
+    padded = [b.input_ids.shape[0] * max(b.input_ids.shape[1], b.labels.shape[1]) for b in batches]
+    assert all(0.75 * 2048 <= p <= 2048 for p in padded)
+    assert batches[0].input_ids.shape[1] <= batches[-1].input_ids.shape[1]  # short to long
+    batch = batch_from_lengths([5, 3], [4, 6], 100, torch.Generator().manual_seed(0))
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert batch.input_ids[0, 4] == EOS and batch.input_ids[1, 2] == EOS and batch.labels[0, 4:].eq(-100).all()
+    assert sorted(batch.reorder_positions[0, :4].tolist()) == [0, 1, 2, 3] and batch.reorder_positions[1, 2:].tolist() == [2, 3, 4]
+    assert (batch.target_positions[1, 2:] == -100).all() and batch.target_tokens == 10 and batch.source_tokens == 8
+    with pytest.raises(ValueError, match="lengths >= 2"):
+        batch_from_lengths([1], [3], 100, torch.Generator())
+
+
+def test_gpu_session_dry_run_lists_every_stage(tmp_path):
+    result = subprocess.run(["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--dry-run", "all"],
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+                            env={**os.environ, "OUT": str(tmp_path)})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for stage in ("setup", "tests", "bench", "bench-compiled", "train"):
+        assert f"== {stage}" in result.stdout
+    assert "pytest tests/gpu" in result.stdout and "bench/speed.py --device cuda" in result.stdout
+    assert "xlpe.cli.train" in result.stdout
+    bad = subprocess.run(["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--dry-run", "nonsense"],
+                         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+                         env={**os.environ, "OUT": str(tmp_path)})  # fmt: skip
+    assert bad.returncode == 2 and "unknown stage 'nonsense'" in bad.stderr
