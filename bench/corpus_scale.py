@@ -156,6 +156,135 @@ def agreement(pairs: int, shard_size: int, sample: int) -> dict:
             "sharded_no_priors_vs_whole": round((link_f1(plain, whole[0]) + link_f1(plain, whole[1])) / 2, 4)}  # fmt: skip
 
 
+def oracle_stats(sources: list[str], links: list[list[int]]) -> dict:
+    """Mean Kendall's tau of the oracle reordering (sentences of 2+ words) and the unaligned-word ratio, as the
+    preparation report computes them, from symmetrised links."""
+    import numpy as np
+
+    from xlpe.features.reordering import kendall_tau_flat, oracle_xl_positions_flat
+
+    lengths = np.array([len(s.split()) for s in sources], dtype=np.int64)
+    counts = np.array([len(x) // 2 for x in links], dtype=np.int64)
+    flat = np.array([v for x in links for v in x], dtype=np.int64)
+    oracle = oracle_xl_positions_flat(np.repeat(np.arange(len(links)), counts), flat[0::2], flat[1::2], lengths)
+    tau = kendall_tau_flat(oracle.positions, oracle.offsets)[lengths > 1]
+    return {"mean_kendall_tau": round(float(np.nanmean(tau)), 4),
+            "unaligned_ratio": round(float(oracle.unaligned_words.sum() / lengths.sum()), 4)}  # fmt: skip
+
+
+def _children_cpu() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def sweep(pairs: int, shard_size: int, corpus_pairs: int | None, settings: list[dict], repeats: int, reference: Path | None) -> list[dict]:
+    """Speed and quality of shard-alignment settings: per setting and repeat, priors from a sample (its own
+    eflomal options), the shards aligned from them (theirs), link F1 against two whole-corpus alignments (eflomal's
+    defaults; their own agreement is the ceiling), the oracle's mean Kendall's tau and unaligned ratio, and the
+    eflomal CPU seconds of sample and shards. `corpus_pairs` sets the shards' iteration counts as for a corpus of
+    that size (1,000,000: (2, 1, 5), those of the 1M benchmark's shards) unless a setting gives n_iterations.
+
+    A setting: {"name", "sample" (pairs, default 40,000), "sample_eflomal" ({}), "shard_eflomal" ({}),
+    "priors": false for shards aligned alone}; the reference alignments are cached in `reference` (JSON)."""
+    import numpy as np
+
+    from xlpe.features.alignment import PriorsAligner, align_with_eflomal, alignment_priors, eflomal_directional
+    from xlpe.features.text_files import write_text_atomic
+
+    sources, targets = real_pairs()
+    keep = [k for k, (s, t) in enumerate(zip(sources, targets)) if 0 < len(s.split()) <= 120 and 0 < len(t.split()) <= 120]
+    sources, targets = [sources[k] for k in keep][:pairs], [targets[k] for k in keep][:pairs]
+    n = len(sources)
+    if reference is not None and reference.is_file() and json.loads(reference.read_text())["pairs"] == n:
+        whole = json.loads(reference.read_text())["whole"]
+    else:
+        whole = [align_with_eflomal(sources, targets) for _ in range(2)]
+        if reference is not None:
+            reference.write_text(json.dumps({"pairs": n, "whole": whole}))
+    results = [{"name": "whole-corpus run vs the other (ceiling)", "f1": round(link_f1(whole[0], whole[1]), 4),
+                **oracle_stats(sources, whole[0])}]  # fmt: skip
+    print(json.dumps(results[0]), flush=True)
+    made = {}  # (sample, its eflomal options) -> (priors file, CPU s, wall s), per repeat: settings share priors
+    for repeat in range(repeats):
+        for setting in settings:
+            sample = min(setting.get("sample", 40_000), n)
+            key = json.dumps([sample, setting.get("sample_eflomal", {})], sort_keys=True)
+            if setting.get("priors", True) and (repeat, key) not in made:
+                cpu, started = _children_cpu(), time.perf_counter()
+                picked = np.sort(np.random.default_rng(repeat).choice(n, sample, replace=False))
+                sample_sources, sample_targets = [sources[k] for k in picked], [targets[k] for k in picked]
+                forward, reverse = eflomal_directional(sample_sources, sample_targets, **setting.get("sample_eflomal", {}))
+                priors = Path(f"/tmp/xlpe-sweep-priors-{os.getpid()}-{len(made)}.txt")
+                write_text_atomic(priors, alignment_priors(sample_sources, sample_targets, forward, reverse))
+                made[repeat, key] = (priors, _children_cpu() - cpu, time.perf_counter() - started)
+            priors, sample_cpu, sample_wall = made.get((repeat, key), (None, 0.0, 0.0))
+            options = dict(setting.get("shard_eflomal", {}))
+            if corpus_pairs and "n_iterations" not in options:
+                from xlpe.features.alignment import eflomal_iterations
+
+                options["n_iterations"] = eflomal_iterations(corpus_pairs)
+            aligner = PriorsAligner(priors, corpus_pairs or n, **options) if setting.get("priors", True) else None
+            cpu, started, sharded = _children_cpu(), time.perf_counter(), []
+            for start in range(0, n, shard_size):
+                part = (sources[start : start + shard_size], targets[start : start + shard_size])
+                sharded += aligner(*part) if aligner else align_with_eflomal(*part, **options)
+            result = {"name": setting.get("name", json.dumps(setting)), "repeat": repeat, "sample": sample if aligner else None,
+                      "f1": round((link_f1(sharded, whole[0]) + link_f1(sharded, whole[1])) / 2, 4),
+                      **oracle_stats(sources, sharded), "shards_eflomal_cpu_s": round(_children_cpu() - cpu, 1),
+                      "shards_wall_s": round(time.perf_counter() - started, 1), "sample_eflomal_cpu_s": round(sample_cpu, 1),
+                      "sample_wall_s": round(sample_wall, 1), "load": round(os.getloadavg()[0], 1)}  # fmt: skip
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    for priors, _, _ in made.values():
+        priors.unlink(missing_ok=True)
+    return results
+
+
+def held_out_text() -> dict[str, list[str]]:
+    """Text no tokenizer sample of the corpus contains: Multi30k validation and test sets (en, de; the corpus
+    holds Multi30k train) and synthetic pairs of another seed."""
+    from xlpe.features.synthetic import generate_corpus
+    from xlpe.features.text_files import read_text_lines
+
+    raw = DATA / "multi30k" / "raw"
+    sets = ["val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"]
+    english = [line for name in sets for line in read_text_lines(raw / f"{name}.en.gz")]
+    german = [line for name in sets for line in read_text_lines(raw / f"{name}.de.gz")]
+    synthetic_sources, synthetic_targets, _ = generate_corpus(20_000, seed=99)
+    return {"multi30k_en": english, "multi30k_de": german, "synthetic_src": synthetic_sources, "synthetic_tgt": synthetic_targets}
+
+
+def tokenizer_samples(corpus: Path, samples: list[int], options: dict, seed: int = 0) -> list[dict]:
+    """The plan's tokenizer trained on seeded uniform samples of `samples` training pairs of `corpus` (as
+    `sharded._plan_tokenizer` samples them): training wall and CPU seconds, and on held-out text the tokens per
+    sentence (</s> included; compression) and the share of <unk> tokens."""
+    import numpy as np
+
+    from xlpe.features.sharded import _sample_indices
+    from xlpe.features.tokenization import UNK, tokenize_batch, train_joint_tokenizer
+
+    sources = (corpus / "source.txt").read_text(encoding="utf-8").splitlines()
+    targets = (corpus / "target.txt").read_text(encoding="utf-8").splitlines()
+    held_out = {name: [" ".join(t.split()) for t in texts] for name, texts in held_out_text().items()}
+    results = []
+    for size in samples:
+        indices = _sample_indices(len(sources), size, seed).tolist()
+        texts = [sources[k] for k in indices] + [targets[k] for k in indices]
+        cpu, started = os.times(), time.perf_counter()
+        tokenizer = train_joint_tokenizer(texts, **options)
+        after, wall = os.times(), time.perf_counter() - started
+        result = {"sample_pairs": len(indices), "options": options, "train_wall_s": round(wall, 1),
+                  "train_cpu_s": round(after.user + after.system - cpu.user - cpu.system, 1), "load": round(os.getloadavg()[0], 1)}  # fmt: skip
+        unk = tokenizer.convert_tokens_to_ids(UNK)
+        for name, texts in held_out.items():
+            batch = tokenize_batch(tokenizer, texts)
+            result[name] = {"tokens_per_sentence": round(float(batch.lengths.mean()), 4),
+                            "unk_rate": round(float(np.mean(batch.ids == unk)), 6)}  # fmt: skip
+        results.append(result)
+        print(json.dumps(result), flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -173,7 +302,30 @@ def main() -> None:
     a.add_argument("--pairs", type=int, default=80_000)
     a.add_argument("--shard-size", type=int, default=20_000)
     a.add_argument("--sample", type=int, default=40_000)
+    w = commands.add_parser("sweep", help="speed and quality of shard-alignment settings (see `sweep`)")
+    w.add_argument("--pairs", type=int, default=80_000)
+    w.add_argument("--shard-size", type=int, default=20_000)
+    w.add_argument("--corpus-pairs", type=int, default=1_000_000, help="shards' iteration counts as for this corpus size (0: the bench's)")
+    w.add_argument("--settings", type=json.loads, required=True, help="JSON list of settings")
+    w.add_argument("--repeats", type=int, default=2)
+    w.add_argument("--reference", type=Path, help="cache of the two whole-corpus alignments (JSON)")
+    w.add_argument("--json", type=Path)
+    k = commands.add_parser("tokenizer", help="tokenizer training time and held-out compression per sample size")
+    k.add_argument("--corpus", type=Path, default=Path("runs/scale"))
+    k.add_argument("--samples", type=int, nargs="+", default=[500_000, 200_000, 100_000])
+    k.add_argument("--options", type=json.loads, default={}, help="train_joint_tokenizer options (JSON)")
+    k.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.command == "tokenizer":
+        results = tokenizer_samples(args.corpus, args.samples, args.options)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+        return
+    if args.command == "sweep":
+        results = sweep(args.pairs, args.shard_size, args.corpus_pairs, args.settings, args.repeats, args.reference)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+        return
     if args.command == "build":
         build(args.pairs, args.out)
         return

@@ -45,8 +45,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
-from .alignment import align_with_eflomal, read_pharaoh_file
+from .alignment import _link_arrays, align_with_eflomal, align_with_eflomal_flat, links_column, read_pharaoh_file
 from .cache import _fingerprint, _load_cache, _save_cache, load_cached_tokenizer, save_cached_tokenizer, tokenizer_cache_key
 from .corpus import (  # noqa: F401  (re-exported: the preparation API in one place)
     SKIP_REASONS,
@@ -70,25 +71,36 @@ logger = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _word_alignments(splits: dict[str, ParallelSplit], kept: dict[str, list[int]], options: PrepareOptions):
-    """Links of the kept pairs per split: given ones, or one eflomal run over all splits that lack them
-    (unsupervised, so more text gives better links). eflomal samples: runs differ slightly; pass
-    `alignments=` or use `cache_dir` for reproducible features."""
-    given = [name for name, split in splits.items() if split.alignments is not None]
-    links = {name: [splits[name].alignments[k] for k in kept[name]] for name in given}
+def _word_alignments(splits: dict[str, ParallelSplit], kept: dict[str, list[int]], texts: dict[str, tuple[list, list]],
+                     options: PrepareOptions) -> dict:  # fmt: skip
+    """Links of the kept pairs per split, as Arrow list<int32> columns of flat links: given ones, or one eflomal
+    run over all splits that lack them (unsupervised, so more text gives better links). eflomal samples: runs
+    differ slightly; pass `alignments=` or use `cache_dir` for reproducible features. `texts`: the kept pairs'
+    words joined by single spaces, per split."""
+    import pyarrow as pa
+
+    links = {name: pa.array([splits[name].alignments[k] for k in kept[name]], type=pa.list_(pa.int32()))
+             for name, split in splits.items() if split.alignments is not None}  # fmt: skip
     to_align = [name for name, split in splits.items() if split.alignments is None]
     if not to_align:
         return links
-    sources = [" ".join(splits[n].sources[k].split()) for n in to_align for k in kept[n]]
-    targets = [" ".join(splits[n].targets[k].split()) for n in to_align for k in kept[n]]
+    sources = [text for name in to_align for text in texts[name][0]]
+    targets = [text for name in to_align for text in texts[name][1]]
     logger.info("xlpe-prepare: aligning %d pairs (forward + reverse, %s)", len(sources), options.symmetrization)
     if options.aligner == "eflomal":
-        aligned = align_with_eflomal(sources, targets, options.symmetrization, options.alignment_runs,
-                                     **(options.eflomal_options or {}))  # fmt: skip
+        sentence, pairs = align_with_eflomal_flat(sources, targets, options.symmetrization, options.alignment_runs,
+                                                  **(options.eflomal_options or {}))  # fmt: skip
+    elif hasattr(options.aligner, "align_flat"):
+        sentence, pairs = options.aligner.align_flat(sources, targets)
     else:
         aligned = [np.asarray(pair, dtype=np.int64).reshape(-1).tolist() for pair in options.aligner(sources, targets)]
+        if len(aligned) != len(sources):
+            raise ValueError(f"the aligner returned {len(aligned)} link lists for {len(sources)} sentence pairs")
+        sentence, pairs = _link_arrays(aligned)
+    start = 0
     for name in to_align:
-        links[name], aligned = aligned[: len(kept[name])], aligned[len(kept[name]) :]
+        links[name] = links_column(sentence, pairs, len(kept[name]), start)
+        start += len(kept[name])
     return links
 
 
@@ -98,24 +110,38 @@ def prepare_splits(splits: dict[str, ParallelSplit], tokenizer, **options):
     return _prepare_splits(splits, tokenizer, PrepareOptions(**options))
 
 
-def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: PrepareOptions):
-    """Shared engine of `prepare_dataset` and `prepare_hf_dataset`; returns ({split: Dataset}, {split: report})."""
-    import datasets
-
-    fingerprint = _fingerprint(splits, tokenizer, options.describe())
-    cached = None if options.overwrite_cache else _load_cache(options.cache_dir, fingerprint)
-    if cached is not None:
-        return cached
+def filter_and_align(splits: dict[str, ParallelSplit], options: PrepareOptions) -> dict:
+    """The first half of `_prepare_splits`: the kept pairs of every split (and the skip counts), their words
+    joined by single spaces, and their links (`_word_alignments`), with timings. The sharded preparation runs
+    it for the next shard while the features of the current one are computed (`sharded.run_shards`)."""
     timings, started = {}, time.perf_counter()
     kept, skipped = {}, {}
     for name, split in splits.items():
         kept[name], skipped[name] = filter_pairs(split, options.max_length, options.target_limit)
     timings["filter"] = time.perf_counter() - started
+    texts = {name: ([" ".join(split.sources[k].split()) for k in kept[name]], [" ".join(split.targets[k].split()) for k in kept[name]])
+             for name, split in splits.items()}  # fmt: skip  (the words joined by single spaces, once)
     if options.needs_links:
-        links = _word_alignments(splits, kept, options)
+        links = _word_alignments(splits, kept, texts, options)
         timings["align"] = time.perf_counter() - started - timings["filter"]
     else:
-        links = {name: [[] for _ in keep] for name, keep in kept.items()}
+        links = {name: pa.array([[]] * len(keep), type=pa.list_(pa.int32())) for name, keep in kept.items()}
+    return {"kept": kept, "skipped": skipped, "texts": texts, "links": links, "timings": timings}
+
+
+def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: PrepareOptions, aligned: dict | None = None):
+    """Shared engine of `prepare_dataset` and `prepare_hf_dataset`; returns ({split: Dataset}, {split: report}).
+    `aligned`: `filter_and_align(splits, options)` when it was run already."""
+    import datasets
+    from datasets.table import InMemoryTable
+
+    fingerprint = _fingerprint(splits, tokenizer, options.describe())
+    cached = None if options.overwrite_cache else _load_cache(options.cache_dir, fingerprint)
+    if cached is not None:
+        return cached
+    aligned = aligned if aligned is not None else filter_and_align(splits, options)
+    kept, skipped, texts, links = (aligned[key] for key in ("kept", "skipped", "texts", "links"))
+    timings = dict(aligned["timings"])
 
     features_started = time.perf_counter()
     taggers = {side: _tagger(spec, options.nltk_data) for side, spec, feature in (
@@ -126,24 +152,22 @@ def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: Prepar
     prepared, reports = {}, {}
     for name, split in splits.items():
         keep = kept[name]
-        table = datasets.Dataset.from_dict(
-            {"_line": [k + 1 + split.line_offset for k in keep], "_source": [" ".join(split.sources[k].split()) for k in keep],
-             "_target": [" ".join(split.targets[k].split()) for k in keep], "_links": links[name]},
-            features=datasets.Features({"_line": datasets.Value("int64"), "_source": datasets.Value("string"),
-                                        "_target": datasets.Value("string"),
-                                        "_links": datasets.List(datasets.Value("int32"))}),
-        )  # fmt: skip
+        table = datasets.Dataset(InMemoryTable(pa.table({  # Arrow columns as they are (no per-example encoding)
+            "_line": pa.array(np.asarray(keep, dtype=np.int64) + 1 + split.line_offset, type=pa.int64()),
+            "_source": pa.array(texts[name][0], type=pa.string()), "_target": pa.array(texts[name][1], type=pa.string()),
+            "_links": links[name]})))  # fmt: skip
         if len(table) == 0:  # nothing kept: no batch to run
             table = datasets.Dataset.from_dict({column: [] for column in _output_columns(options, name)})
         else:
             table = table.map(
                 _compute_features, batched=True, batch_size=options.batch_size, remove_columns=table.column_names,
-                num_proc=options.num_proc if (options.num_proc or 1) > 1 and len(table) > 1 else None,  # 1: in-process, no pool new_fingerprint=f"{fingerprint}-{name}",
+                num_proc=options.num_proc if (options.num_proc or 1) > 1 and len(table) > 1 else None,  # 1: in-process, no pool
+                new_fingerprint=f"{fingerprint}-{name}",
                 fn_kwargs=dict(tokenizer=tokenizer, options=options, keep_text=options.keeps_text(name)), desc=f"xlpe-prepare {name}",
             )  # fmt: skip
         reports[name], prepared[name] = _report_and_strip(table, split, skipped[name], options, taggers, fingerprint)
     timings["tokenize_reorder_tag"] = time.perf_counter() - features_started
-    timings["total"] = time.perf_counter() - started
+    timings["total"] = sum(timings.values())
     tokenizer_report = {"vocab_size": len(tokenizer), "vocab_fingerprint": vocab_fingerprint(tokenizer)}
     for report in reports.values():
         report["timings_s"] = {stage: round(seconds, 3) for stage, seconds in timings.items()}

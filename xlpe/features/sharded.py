@@ -36,11 +36,12 @@ import os
 import shutil
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import numpy as np
 
-from .alignment import PriorsAligner, align_with_eflomal, alignment_priors, eflomal_directional, format_pharaoh, parse_pharaoh_line
+from .alignment import PriorsAligner, align_with_eflomal_flat, alignment_priors_flat, eflomal_links, format_pharaoh_flat, parse_pharaoh_line
 from .cache import CHECKSUM_FILE, verify_entry, write_checksum
 from .corpus import ParallelSplit, filter_pairs
 from .example_features import PREPARATION_VERSION, PrepareOptions
@@ -135,19 +136,20 @@ def _plan_alignment(work: Path, plan: dict, options: PrepareOptions, sample_size
     whole = total <= sample_size
     logger.info("xlpe-prepare: aligning %d %s pairs (eflomal forward + reverse)", len(keep), "" if whole else "sampled")
     if whole:  # the whole corpus: its links are the shards' alignments, exactly as an unsharded preparation's
-        links = align_with_eflomal(kept_sources, kept_targets, options.symmetrization, options.alignment_runs,
-                                   **(options.eflomal_options or {}))  # fmt: skip
-        per_line = {owners[k]: format_pharaoh(pair_links) for k, pair_links in zip(keep, links)}
+        sentence, pairs = align_with_eflomal_flat(kept_sources, kept_targets, options.symmetrization, options.alignment_runs,
+                                                  **(options.eflomal_options or {}))  # fmt: skip
+        per_line = dict(zip((owners[k] for k in keep), format_pharaoh_flat(sentence, pairs, len(keep))))
         for name in to_align:
             path = work / f"alignments.{name}.txt"
-            write_text_atomic(path, "".join(per_line.get((name, k), "") + "\n" for k in range(plan["splits"][name]["lines"])))
+            lines = [per_line.get((name, k), "") for k in range(plan["splits"][name]["lines"])]
+            write_text_atomic(path, "\n".join(lines) + "\n" if lines else "")
             split = plan["splits"][name]
             split["alignments"], split["alignment_origin"] = str(path), f"eflomal ({options.symmetrization}), whole corpus"
             split["offsets"]["alignments"] = scan_text_file(path, plan["shard_size"]).line_offsets
         plan["aligned_whole"] = {"pairs": len(keep), "seconds": round(time.perf_counter() - started, 1)}
         return
-    forward, reverse = eflomal_directional(kept_sources, kept_targets, **(options.eflomal_options or {}))
-    write_text_atomic(work / PRIORS_FILE, alignment_priors(kept_sources, kept_targets, forward, reverse))
+    forward, reverse = eflomal_links(kept_sources, kept_targets, **(options.eflomal_options or {}))
+    write_text_atomic(work / PRIORS_FILE, alignment_priors_flat(kept_sources, kept_targets, forward, reverse))
     plan["priors"] = {"file": PRIORS_FILE, "sample_pairs": len(keep), "corpus_pairs": total,
                       "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
 
@@ -173,7 +175,9 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
         shard_size: pairs per shard. alignment_sample: a corpus within it is aligned whole in the plan; a larger
             one gets eflomal priors learned from a sample of this many pairs.
         options: `prepare_dataset`'s options (features, symmetrization, max_length, num_proc, ...); the aligner is
-            eflomal (with priors) or the given alignment files.
+            eflomal (with priors) or the given alignment files. `shard_eflomal_options` (also here): eflomal.Aligner
+            arguments for the shards aligned from priors only, over `eflomal_options` (e.g. {"n_samplers": 1}:
+            ~3x faster shard alignment, at the agreement cost measured in BENCHMARKS.md, issue 16).
     A work directory holding a plan of another request is a ValueError naming what differs."""
     for name, value in (("shard_size", shard_size), ("alignment_sample", alignment_sample), ("tokenizer_sample", tokenizer_sample)):
         if not isinstance(value, int) or value < 1:
@@ -181,6 +185,7 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
     if "aligner" in options and options["aligner"] != "eflomal":
         raise ValueError("a sharded preparation aligns with eflomal or reads alignment files; a custom aligner "
                          "cannot travel to other jobs: give its links as --alignments files")  # fmt: skip
+    shard_eflomal_options = _check_shard_eflomal_options(options.pop("shard_eflomal_options", None), options.get("eflomal_options"))
     prepare_options = PrepareOptions(**options)  # validates them
     tokenizer_options = dict(tokenizer_options or {})
     if tokenizer is None and "train" not in files:
@@ -189,7 +194,8 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
     scanned = {name: _scan_split(split_files, shard_size) for name, split_files in files.items()}
     timings = {"scan": round(time.perf_counter() - started, 3)}
     samples = {"alignment": alignment_sample, "tokenizer": tokenizer_sample}
-    request = _request(scanned, _request_options(options), shard_size, samples, tokenizer, tokenizer_options)
+    request = _request(scanned, _request_options({**options, "shard_eflomal_options": shard_eflomal_options}), shard_size, samples,
+                       tokenizer, tokenizer_options)  # fmt: skip
     if (work / PLAN_FILE).exists():
         plan = json.loads((work / PLAN_FILE).read_text())
         if plan["request"] != request:
@@ -205,12 +211,25 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
     for index, shard in enumerate(shards):
         shard["index"] = index
     plan = {"request": request, "shard_size": shard_size, "splits": scanned, "shards": shards,
-            "options": {**options, "cache_dir": None}, "created": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
-    for stage, run in (("tokenizer", lambda: _plan_tokenizer(work, plan, tokenizer, tokenizer_options, tokenizer_sample, cache_dir)),
-                       ("alignment", lambda: _plan_alignment(work, plan, prepare_options, alignment_sample))):  # fmt: skip
+            "options": {**options, "cache_dir": None}, "shard_eflomal_options": shard_eflomal_options,
+            "created": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+    def timed(stage, run):
         stage_started = time.perf_counter()
         run()
         timings[stage] = round(time.perf_counter() - stage_started, 3)
+
+    # The two are independent: eflomal (a subprocess, two or more threads) aligns in a background thread while
+    # the tokenizer trains here (the Unigram trainer is mostly one core), so on 2 cores they overlap.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="xlpe-plan-align") as pool:
+        alignment = pool.submit(timed, "alignment", lambda: _plan_alignment(work, plan, prepare_options, alignment_sample))
+        try:
+            timed("tokenizer", lambda: _plan_tokenizer(work, plan, tokenizer, tokenizer_options, tokenizer_sample, cache_dir))
+        except BaseException:
+            alignment.cancel()
+            wait([alignment])  # the tokenizer's error is the one raised
+            raise
+        alignment.result()  # raises what the alignment raised
+    timings["plan"] = round(time.perf_counter() - started, 3)
     plan["timings_s"] = timings
     write_text_atomic(work / PLAN_FILE, json.dumps(plan, indent=1, default=str))  # last: a plan on disk is whole
     logger.info("xlpe-prepare: planned %d shards of up to %d pairs in %s", len(shards), shard_size, work)
@@ -218,9 +237,28 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
 
 
 def _request_options(options: dict) -> dict:
-    """The options that change the prepared data (not how many processes compute it), as plan.json stores them."""
+    """The options that change the prepared data (not how many processes compute it), as plan.json stores them
+    (no shard_eflomal_options when there are none: plans written before that option stay valid)."""
     kept = {key: value for key, value in sorted(options.items()) if key not in ("num_proc", "batch_size", "cache_dir")}
+    if not kept.get("shard_eflomal_options"):
+        kept.pop("shard_eflomal_options", None)
     return json.loads(json.dumps(kept, default=str))
+
+
+def _check_shard_eflomal_options(shard_options, eflomal_options) -> dict:
+    """`shard_eflomal_options` as a dict (eflomal.Aligner arguments for the shards aligned from priors, over
+    `eflomal_options`), or a ValueError naming what eflomal does not take."""
+    if shard_options is None:
+        return {}
+    if not isinstance(shard_options, dict):
+        raise ValueError(f"shard_eflomal_options must be a JSON object of eflomal.Aligner arguments, got {shard_options!r}")
+    import eflomal
+
+    try:
+        eflomal.Aligner(**{**(eflomal_options or {}), **shard_options})
+    except TypeError as error:
+        raise ValueError(f"shard_eflomal_options {json.dumps(shard_options)}: {error}") from None
+    return dict(shard_options)
 
 
 def _differences(new: dict, old: dict, prefix: str = "") -> list[str]:
@@ -290,26 +328,28 @@ def _shard_split(plan: dict, shard: dict) -> ParallelSplit:
 def _shard_options(work: Path, plan: dict) -> PrepareOptions:
     options = dict(plan["options"])
     if plan.get("priors"):
+        eflomal_options = {**(options.get("eflomal_options") or {}), **(plan.get("shard_eflomal_options") or {})}
         options["aligner"] = PriorsAligner(work / plan["priors"]["file"], plan["priors"]["corpus_pairs"],
                                            options.get("symmetrization", "grow-diag-final-and"),
-                                           options.get("alignment_runs", 1), **(options.get("eflomal_options") or {}))  # fmt: skip
+                                           options.get("alignment_runs", 1), **eflomal_options)  # fmt: skip
     return PrepareOptions(**options)
 
 
-def run_shard(work_dir, plan: dict, index: int, tokenizer=None) -> bool:
+def run_shard(work_dir, plan: dict, index: int, tokenizer=None, prealigned=None) -> bool:
     """Prepare shard `index` into WORK/shards/<index>/ unless it is there already. Returns True when it ran.
-    Written aside and renamed into place; when another job finished the same shard meanwhile, its copy is kept."""
+    Written aside and renamed into place; when another job finished the same shard meanwhile, its copy is kept.
+    `prealigned`: `align_shard(work_dir, plan, index)`, when it was run already."""
     from .prepare import _prepare_splits
 
     work = Path(work_dir)
-    if not 0 <= index < len(plan["shards"]):
-        raise ValueError(f"--shard-index {index}: the plan has shards 0..{len(plan['shards']) - 1}")
+    _check_index(plan, index)
     final = _shard_dir(work, index)
     if _is_finished(final):
         return False
     shard = plan["shards"][index]
     tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(work)
-    prepared, reports = _prepare_splits({shard["split"]: _shard_split(plan, shard)}, tokenizer, _shard_options(work, plan))
+    split, aligned = prealigned if prealigned is not None else align_shard(work, plan, index)
+    prepared, reports = _prepare_splits({shard["split"]: split}, tokenizer, _shard_options(work, plan), aligned)
     with staging_dir(final, create_parent=True) as staging:
         prepared[shard["split"]].save_to_disk(str(staging / "data"))
         report = {**reports[shard["split"]], "shard": shard}
@@ -326,9 +366,30 @@ def run_shard(work_dir, plan: dict, index: int, tokenizer=None) -> bool:
     return True
 
 
-def run_shards(work_dir, plan: dict, indices=None, progress: bool = True) -> list[int]:
+def align_shard(work_dir, plan: dict, index: int) -> tuple[ParallelSplit, dict]:
+    """Shard `index`'s lines and `prepare.filter_and_align` of them (the kept pairs and their links: read from the
+    plan's files, or eflomal from the priors): the first half of `run_shard`."""
+    from .prepare import filter_and_align
+
+    _check_index(plan, index)
+    shard = plan["shards"][index]
+    split = _shard_split(plan, shard)
+    return split, filter_and_align({shard["split"]: split}, _shard_options(Path(work_dir), plan))
+
+
+def _check_index(plan: dict, index: int) -> None:
+    if not 0 <= index < len(plan["shards"]):
+        raise ValueError(f"--shard-index {index}: the plan has shards 0..{len(plan['shards']) - 1}")
+
+
+def run_shards(work_dir, plan: dict, indices=None, progress: bool = True, overlap: bool = False) -> list[int]:
     """Run the shards `indices` (default: every unfinished one) in order, with a progress bar in pairs (ETA);
-    returns the indices that ran. Each is independent: several jobs may run disjoint (or even equal) lists."""
+    returns the indices that ran. Each is independent: several jobs may run disjoint (or even equal) lists.
+
+    `overlap` (off by default: at 1M pairs it raised the measured peak from under 4 GB to 4.8 GB): shard k+1 is read and aligned in a background thread (eflomal is a subprocess with its
+    own threads) while the features of shard k are computed and saved; the features are mostly one core of
+    numpy and Python, so on 2 cores the second core aligns meanwhile (BENCHMARKS.md, issue 16). The datasets
+    are the same either way; it holds two shards in memory instead of one."""
     import datasets
     from tqdm.auto import tqdm
 
@@ -336,22 +397,29 @@ def run_shards(work_dir, plan: dict, indices=None, progress: bool = True) -> lis
     done = finished_shards(work, plan)
     todo = [i for i in (range(len(plan["shards"])) if indices is None else indices) if i not in done]
     for index in todo:
-        if not 0 <= index < len(plan["shards"]):
-            raise ValueError(f"--shard-index {index}: the plan has shards 0..{len(plan['shards']) - 1}")
+        _check_index(plan, index)
     tokenizer, ran = (_load_tokenizer(work) if todo else None), []
     pairs = sum(plan["shards"][i]["stop"] - plan["shards"][i]["start"] for i in todo)
     bars_were_on = datasets.utils.logging.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # one bar for the whole run, not one per shard and stage
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xlpe-align") if overlap and len(todo) > 1 else None
     try:
         with tqdm(total=pairs, unit="pairs", desc="xlpe-prepare shards", disable=not progress or not todo) as bar:
-            for index in todo:
+            pending = None
+            for position, index in enumerate(todo):
                 shard, started = plan["shards"][index], time.perf_counter()
-                if run_shard(work, plan, index, tokenizer):
+                prealigned = pending.result() if pending is not None else None
+                pending = None
+                if pool is not None and position + 1 < len(todo) and not _is_finished(_shard_dir(work, todo[position + 1])):
+                    pending = pool.submit(align_shard, work, plan, todo[position + 1])
+                if run_shard(work, plan, index, tokenizer, prealigned):
                     ran.append(index)
                 logger.info("xlpe-prepare: shard %d (%s lines %d-%d) done in %.1f s", index, shard["split"],
                             shard["start"] + 1, shard["stop"], time.perf_counter() - started)  # fmt: skip
                 bar.update(shard["stop"] - shard["start"])
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         if bars_were_on:
             datasets.enable_progress_bars()
     return ran

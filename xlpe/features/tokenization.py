@@ -245,10 +245,14 @@ def _texts_not_following_words(word_ids: np.ndarray, offsets: np.ndarray, num_wo
     return np.flatnonzero(wrong | (starts_per_text != num_words))
 
 
-def tokenize_batch(tokenizer, texts: Sequence[str], target: bool = False) -> TokenizedBatch:
-    """Tokenise texts (single-space-joined words) with word ids, flat (`TokenizedBatch`): one batch call of a
-    fast tokenizer; word ids from `word_ids()` where they enumerate the whitespace words, from the character
-    offsets otherwise (`_word_ids_from_encoding`); a tokenizer without `word_ids()` goes word by word."""
+def tokenize_batch(tokenizer, texts: Sequence[str], target: bool = False, word_cache: bool = True) -> TokenizedBatch:
+    """Tokenise texts (single-space-joined words) with word ids, flat (`TokenizedBatch`).
+
+    A tokenizer that segments every whitespace word on its own (`_WordPieceCache.for_tokenizer`: the joint
+    tokenizers trained here, Metaspace + Unigram/BPE) is run once per distinct word and the texts are assembled
+    from the cached pieces (`word_cache=False`: never); other fast tokenizers get one batch call, with word ids
+    from `word_ids()` where they enumerate the whitespace words, from the character offsets otherwise
+    (`_word_ids_from_encoding`); a tokenizer without `word_ids()` goes word by word. All ways give the same ids."""
     texts = list(texts)
     num_words = np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=len(texts))
     if not texts:
@@ -258,6 +262,19 @@ def tokenize_batch(tokenizer, texts: Sequence[str], target: bool = False) -> Tok
         ids, word_ids = _tokenize_word_by_word(tokenizer, [t.split() for t in texts], target)
         (ids, offsets), (word_ids, _) = _flat(ids), _flat(word_ids)
         return TokenizedBatch(ids, word_ids, offsets, num_words)
+    cache = _WordPieceCache.for_tokenizer(tokenizer) if word_cache else None
+    if cache is not None:
+        batch = cache.tokenize(texts, num_words, lambda rows: _tokenize_fast_call(tokenizer, rows, target))
+        if batch is not None:
+            return batch
+    return _tokenize_fast_call(tokenizer, texts, target, num_words)
+
+
+def _tokenize_fast_call(tokenizer, texts: list[str], target: bool, num_words: np.ndarray | None = None) -> TokenizedBatch:
+    """One batch call of a fast tokenizer; word ids from `word_ids()`, or the offsets where those do not follow
+    the whitespace words."""
+    if num_words is None:
+        num_words = np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=len(texts))
     options = {"verbose": False, "return_attention_mask": False, "return_token_type_ids": False}  # callers check lengths
     encoded = tokenizer(text_target=texts, **options) if target else tokenizer(texts, **options)
     encodings = encoded.encodings
@@ -266,6 +283,221 @@ def tokenize_batch(tokenizer, texts: Sequence[str], target: bool = False) -> Tok
     for k in _texts_not_following_words(word_ids, offsets, num_words).tolist():
         word_ids[offsets[k] : offsets[k + 1]] = _word_ids_from_encoding(encodings[k], texts[k].split(), texts[k])
     return TokenizedBatch(ids, word_ids, offsets, num_words)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Each distinct word tokenised once (the fast path of `tokenize_batch`)
+# ----------------------------------------------------------------------------------------------------------
+
+_WORD_LOCAL_NORMALIZERS = ("NFC", "NFD", "NFKC", "NFKD", "Lowercase")  # per character: " ".join commutes with them
+WORD_CACHE_LIMIT = 500_000  # distinct words one cache holds (~100 MB) before it starts again
+
+
+class _WordPieceCache:
+    """The pieces of every distinct whitespace word a tokenizer has met, in flat arrays (word k owns
+    `pieces[starts[k]:starts[k] + lengths[k]]`), per tokenizer and process.
+
+    Exact for tokenizers whose segmentation of single-space-joined words is the concatenation of each word's own
+    segmentation between fixed special tokens: the class `PreTrainedTokenizerFast` itself (no subclass with its
+    own encoding or target mode), per-character normalizers (NFKC, NFC, NFD, NFKD, Lowercase), the Metaspace
+    pre-tokenizer splitting at every space with the prefix "always" or "first", a Unigram or BPE model without
+    dropout, and a post-processor adding the same special tokens around every text. Words holding an added
+    token's text (`</s>`, ...) and texts not single-space joined go through the tokenizer call instead. The
+    tokenizer's Rust encoder costs ~1.6 us per word; a corpus repeats its words, so most words cost one dict
+    lookup here (BENCHMARKS.md, issue 16)."""
+
+    _caches: dict[int, tuple] = {}  # id(tokenizer) -> (weak reference, signature, cache or None)
+
+    def __init__(self, backend: Tokenizer, prefix: list[int], suffix: list[int], added: list[tuple[str, bool]],
+                 replacement: str):  # fmt: skip
+        self.backend, self.prefix, self.suffix = backend, np.array(prefix, dtype=np.int64), np.array(suffix, dtype=np.int64)
+        self.added, self.replacement = added, replacement
+        self.clear()
+
+    def clear(self) -> None:
+        self.index: dict[str, int] = {}
+        self.pieces, self.starts = np.zeros(1024, dtype=np.int64), np.zeros(1024, dtype=np.int64)
+        self.lengths, self.unsafe = np.zeros(1024, dtype=np.int64), np.zeros(1024, dtype=bool)
+        self.words, self.used = 0, 0  # distinct words held, pieces used
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer) -> _WordPieceCache | None:
+        """This process's cache for `tokenizer`, or None when it does not segment word by word."""
+        import weakref
+
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        signature = (id(backend), len(tokenizer))
+        found = cls._caches.get(id(tokenizer))
+        if found is not None and found[0]() is tokenizer and found[1] == signature:
+            return found[2]
+        cache = cls._build(tokenizer, backend)
+        cls._caches = {key: value for key, value in cls._caches.items() if value[0]() is not None}
+        cls._caches[id(tokenizer)] = (weakref.ref(tokenizer), signature, cache)
+        return cache
+
+    @classmethod
+    def _build(cls, tokenizer, backend) -> _WordPieceCache | None:
+        if type(tokenizer) is not PreTrainedTokenizerFast or backend is None:
+            return None
+        state = json.loads(backend.to_str())
+        normalizer = state.get("normalizer") or {"type": "Sequence", "normalizers": []}
+        parts = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
+        pre, model = state.get("pre_tokenizer") or {}, state.get("model") or {}
+        if (any(part.get("type") not in _WORD_LOCAL_NORMALIZERS for part in parts)
+                or pre.get("type") != "Metaspace" or not pre.get("split", False)
+                or pre.get("prepend_scheme") not in ("always", "first")
+                or model.get("type") not in ("Unigram", "BPE") or model.get("dropout")):  # fmt: skip
+            return None
+        own = Tokenizer.from_str(backend.to_str())  # a copy: no truncation or padding, as the tokenizer call
+        own.no_truncation(), own.no_padding()
+        full, plain = own.encode("a b"), own.encode("a b", add_special_tokens=False)
+        mask = np.array(full.special_tokens_mask, dtype=bool)
+        content = np.flatnonzero(~mask)
+        if not len(content) or mask[content[0] : content[-1] + 1].any():
+            return None
+        prefix, suffix = full.ids[: content[0]], full.ids[content[-1] + 1 :]
+        if full.ids != prefix + plain.ids + suffix or own.encode("").ids != prefix + suffix:
+            return None
+        added = [(token.content, token.normalized) for token in own.get_added_tokens_decoder().values() if token.content]
+        return cls(own, prefix, suffix, added, pre.get("replacement", "\u2581"))
+
+    def _grow(self, words: int, pieces: int) -> None:
+        for name, needed in (("starts", words), ("lengths", words), ("unsafe", words), ("pieces", pieces)):
+            array = getattr(self, name)
+            if needed > len(array):
+                grown = np.zeros(max(needed, 2 * len(array)), dtype=array.dtype)
+                grown[: len(array)] = array
+                setattr(self, name, grown)
+
+    def _add(self, words: list[str]) -> None:
+        """Tokenise `words` (new, distinct) and append them."""
+        pieces, lengths, unsafe = self._encode(words)
+        first = self.words
+        self._grow(first + len(words), self.used + len(pieces))
+        self.pieces[self.used : self.used + len(pieces)] = pieces
+        self.starts[first : first + len(words)] = self.used + np.r_[0, np.cumsum(lengths)[:-1]]
+        self.lengths[first : first + len(words)], self.unsafe[first : first + len(words)] = lengths, unsafe
+        self.index.update(zip(words, range(first, first + len(words))))
+        self.words, self.used = first + len(words), self.used + len(pieces)
+
+    def _encode(self, words: list[str], chunk: int = 256) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pieces, pieces per word, unsafe per word) of distinct words: `chunk` words joined by spaces make one
+        text (one encoding per chunk, not per word) and the word ids split its pieces. A chunk whose word ids do
+        not enumerate its words one pre-token each, or that holds an added token's text, is encoded word by
+        word (`_encode_one_by_one`)."""
+        texts = [" ".join(words[k : k + chunk]) for k in range(0, len(words), chunk)]
+        sizes = np.diff(np.r_[np.arange(0, len(words), chunk), len(words)])
+        encodings = self.backend.encode_batch(texts, add_special_tokens=False)
+        ids, offsets = _flat([e.ids for e in encodings])
+        word_ids, _ = _flat([e.word_ids for e in encodings])
+        token_chunk = np.repeat(np.arange(len(texts), dtype=np.int64), np.diff(offsets))
+        previous = np.r_[-1, word_ids[:-1]]
+        previous[offsets[:-1][np.diff(offsets) > 0]] = -1  # a chunk's first token follows nothing
+        step = word_ids - previous
+        bad = np.zeros(len(texts), dtype=bool)
+        bad[token_chunk[(word_ids < 0) | (step < 0) | (step > 1)]] = True  # a skipped or repeated word, a special
+        last = np.full(len(texts), -1, dtype=np.int64)
+        ends = offsets[1:][np.diff(offsets) > 0] - 1
+        last[token_chunk[ends]] = word_ids[ends]
+        bad |= last != sizes - 1  # every word of the chunk has its pieces
+        if self.added:
+            normalize = self.backend.normalizer.normalize_str if self.backend.normalizer is not None else str
+            bad |= [any(content in text or (normalized and content in normalize(text)) for content, normalized in self.added)
+                    for text in texts]  # fmt: skip
+        word_chunk = np.repeat(np.arange(len(texts), dtype=np.int64), sizes)
+        good_tokens = ~bad[token_chunk]
+        word = (np.r_[0, np.cumsum(sizes)[:-1]][token_chunk] + word_ids)[good_tokens]
+        lengths = np.bincount(word, minlength=len(words)).astype(np.int64)
+        pieces, unsafe = ids[good_tokens], np.zeros(len(words), dtype=bool)
+        redo = np.flatnonzero(bad[word_chunk])
+        if len(redo):  # splice the words of bad chunks, encoded one by one, in at their places
+            redo_pieces, redo_lengths, redo_unsafe = self._encode_one_by_one([words[k] for k in redo.tolist()])
+            lengths[redo], unsafe[redo] = redo_lengths, redo_unsafe
+            owner = np.r_[np.repeat(np.flatnonzero(~bad[word_chunk]), lengths[~bad[word_chunk]]), np.repeat(redo, redo_lengths)]
+            pieces = np.concatenate([pieces, redo_pieces])[np.argsort(owner, kind="stable")]
+        return pieces, lengths, unsafe | (lengths == 0)
+
+    def _encode_one_by_one(self, words: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pieces, pieces per word, unsafe per word), one encoding per word; a word is unsafe (not segmented
+        alike in a sentence) when its normalised text starts with a space or the Metaspace mark (NFKC
+        "\u00b4" -> " \u0301": after the space before it, one more "\u2581" piece) or it holds an added token's
+        text (split around it)."""
+        encodings = self.backend.encode_batch(words, add_special_tokens=False)
+        lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+        pieces = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int64, count=int(lengths.sum()))
+        normalize = self.backend.normalizer.normalize_str if self.backend.normalizer is not None else str
+        starts = (" ", self.replacement)
+        unsafe = np.zeros(len(words), dtype=bool)
+        for k, word in enumerate(words):
+            text = normalize(word)
+            if text.startswith(starts) or any(content in word or (normalized and content in text)
+                                              for content, normalized in self.added):  # fmt: skip
+                unsafe[k] = True
+        return pieces, lengths, unsafe
+
+    def codes(self, words: list[str]) -> np.ndarray:
+        """The cache index of every word (new words tokenised and added; a full cache starts again)."""
+        codes = np.fromiter(map(self.index.get, words, itertools.repeat(-1)), dtype=np.int64, count=len(words))
+        missing = codes < 0
+        if missing.any():
+            new = list(dict.fromkeys(itertools.compress(words, missing)))
+            if self.words + len(new) > WORD_CACHE_LIMIT:
+                self.clear()
+                return self.codes(words)
+            self._add(new)
+            codes[missing] = np.fromiter(map(self.index.__getitem__, itertools.compress(words, missing)),
+                                         dtype=np.int64, count=int(missing.sum()))  # fmt: skip
+        return codes
+
+    def tokenize(self, texts: list[str], num_words: np.ndarray, fallback) -> TokenizedBatch | None:
+        """`tokenize_batch` of single-space-joined `texts` from the cached pieces; texts with a word that is not
+        word-local get `fallback(texts)` (the tokenizer call). None when a text is not single-space joined."""
+        words = " ".join(texts).split()
+        if " ".join(filter(None, texts)) != " ".join(words):  # a text with other whitespace than single spaces
+            return None
+        codes = self.codes(words)
+        counts = self.lengths[codes]  # pieces per word
+        word_text = np.repeat(np.arange(len(texts), dtype=np.int64), num_words)
+        content = np.bincount(word_text, weights=counts, minlength=len(texts)).astype(np.int64)
+        special = len(self.prefix) + len(self.suffix)
+        offsets = np.r_[0, np.cumsum(content + special)]
+        ids = np.empty(offsets[-1], dtype=np.int64)
+        word_ids = np.full(offsets[-1], -1, dtype=np.int64)
+        for k, token in enumerate(self.prefix.tolist()):
+            ids[offsets[:-1] + k] = token
+        for k, token in enumerate(self.suffix.tolist()):
+            ids[offsets[1:] - len(self.suffix) + k] = token
+        token_word = np.repeat(np.arange(len(words), dtype=np.int64), counts)
+        first_token = np.r_[0, np.cumsum(counts)[:-1]]  # of each word, in the flat content
+        piece = self.starts[codes][token_word] + np.arange(len(token_word), dtype=np.int64) - first_token[token_word]
+        content_offsets = np.r_[0, np.cumsum(content)]
+        position = np.arange(len(token_word), dtype=np.int64) + np.repeat(offsets[:-1] + len(self.prefix) - content_offsets[:-1], content)
+        ids[position] = self.pieces[piece]
+        word_offsets = np.r_[0, np.cumsum(num_words)]
+        word_ids[position] = token_word - word_offsets[word_text[token_word]]
+        batch = TokenizedBatch(ids, word_ids, offsets, num_words)
+        unsafe_texts = np.unique(word_text[self.unsafe[codes]])
+        if len(unsafe_texts):
+            batch = _replace_texts(batch, unsafe_texts, fallback([texts[k] for k in unsafe_texts.tolist()]))
+        return batch
+
+
+def _replace_texts(batch: TokenizedBatch, rows: np.ndarray, other: TokenizedBatch) -> TokenizedBatch:
+    """`batch` with the texts `rows` (sorted) replaced by the texts of `other` (in that order)."""
+    lengths = batch.lengths.copy()
+    lengths[rows] = other.lengths
+    offsets = np.r_[0, np.cumsum(lengths)]
+    ids, word_ids = np.empty(offsets[-1], dtype=np.int64), np.empty(offsets[-1], dtype=np.int64)
+    kept = np.ones(len(batch), dtype=bool)
+    kept[rows] = False
+    text = np.repeat(np.arange(len(batch), dtype=np.int64), batch.lengths)
+    tokens = np.flatnonzero(kept[text])
+    position = tokens - batch.offsets[text[tokens]] + offsets[text[tokens]]
+    ids[position], word_ids[position] = batch.ids[tokens], batch.word_ids[tokens]
+    row = np.repeat(np.arange(len(rows), dtype=np.int64), other.lengths)
+    position = np.arange(len(other.ids), dtype=np.int64) - other.offsets[row] + offsets[rows[row]]
+    ids[position], word_ids[position] = other.ids, other.word_ids
+    return TokenizedBatch(ids, word_ids, offsets, batch.num_words)
 
 
 def tokenize_with_word_ids(tokenizer, texts: list[str], target: bool = False):
