@@ -102,6 +102,7 @@ def test_spelled_out_choices_match_the_library():
 
     assert (prepare.DEFAULT_SHARD_SIZE, prepare.DEFAULT_ALIGNMENT_SAMPLE, prepare.DEFAULT_TOKENIZER_SAMPLE) == (
         sharded.DEFAULT_SHARD_SIZE, sharded.DEFAULT_ALIGNMENT_SAMPLE, sharded.DEFAULT_TOKENIZER_SAMPLE)
+    assert prepare.DEFAULT_SHARD_EFLOMAL_OPTIONS == sharded.DEFAULT_SHARD_EFLOMAL_OPTIONS
 
 
 # ---------------------------------------------------------------------------------------------------------

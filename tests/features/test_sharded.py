@@ -303,3 +303,24 @@ def test_large_corpus_gets_priors(corpus, tmp_path):
     assert report["alignments"].startswith("eflomal+priors (corpus of 1300 pairs")
     assert 498 <= report["sharded"]["priors"]["sample_pairs"] <= 500  # a sampled empty or over-long pair is not aligned
     assert report["pairs_kept"] == 1298 and report["unaligned_ratio"] < 0.3
+    assert ", 2 samplers)" in report["alignments"]  # DEFAULT_SHARD_EFLOMAL_OPTIONS reach the shards
+
+
+def test_shard_eflomal_defaults_and_eflomal_own_settings(tmp_path):
+    """No shard options: 2 samplers and 0.6x eflomal's sweeps for the corpus size ((2, 1, 3) at 1M pairs); `{}`:
+    eflomal's own (3 samplers, (2, 1, 5) at 1M); other options go over them; unknown ones are refused by name."""
+    assert sharded._check_shard_eflomal_options(None, None) == sharded.DEFAULT_SHARD_EFLOMAL_OPTIONS
+    assert sharded._check_shard_eflomal_options(None, None) is not sharded.DEFAULT_SHARD_EFLOMAL_OPTIONS  # a copy
+    assert sharded._check_shard_eflomal_options({}, None) == {}
+    with pytest.raises(ValueError, match="shard_eflomal_options .*n_sampler"):
+        sharded._check_shard_eflomal_options({"n_sampler": 2}, None)
+
+    def aligner(shard_options):
+        plan = {"options": {}, "priors": {"file": "priors.txt", "corpus_pairs": 1_000_000},
+                "shard_eflomal_options": sharded._check_shard_eflomal_options(shard_options, None)}  # fmt: skip
+        return sharded._shard_options(tmp_path, plan).aligner
+
+    fast, own = aligner(None), aligner({})
+    assert fast.eflomal_options == {"n_samplers": 2, "n_iterations": (2, 1, 3)}
+    assert own.eflomal_options == {"n_iterations": (2, 1, 5)}  # eflomal's 3 samplers
+    assert aligner({"n_samplers": 1}).eflomal_options == {"n_samplers": 1, "n_iterations": (2, 1, 5)}

@@ -22,7 +22,8 @@ PREPARED_TOKENIZER_DIR = "tokenizer"  # = xlpe.features.prepare.PREPARED_TOKENIZ
 
 PROG = "xlpe-prepare"
 # = xlpe.features.sharded's defaults (tests/cli/test_help.py keeps them equal; that module imports datasets)
-DEFAULT_SHARD_SIZE, DEFAULT_ALIGNMENT_SAMPLE, DEFAULT_TOKENIZER_SAMPLE = 100_000, 200_000, 500_000
+DEFAULT_SHARD_SIZE, DEFAULT_ALIGNMENT_SAMPLE, DEFAULT_TOKENIZER_SAMPLE = 100_000, 200_000, 200_000
+DEFAULT_SHARD_EFLOMAL_OPTIONS = {"n_samplers": 2, "rel_iterations": 0.6}
 AUTO_SHARD_PAIRS = 200_000  # --shard-size auto: files holding more pairs than this are prepared in shards
 FILE_SPLITS = {"train": "", "validation": "validation-", "test": "test-"}  # split -> flag prefix
 TOKENIZER_TRAINING = {"tokenizer_vocab_size": 8000, "tokenizer_model": "unigram"}  # xlpe-train's defaults
@@ -94,8 +95,8 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"training pairs a tokenizer trained here sees (default {DEFAULT_TOKENIZER_SAMPLE:,})")
     scale.add_argument("--shard-eflomal-options", type=json.loads, default=None, metavar="JSON",
                        help="eflomal.Aligner arguments for the shards aligned from priors only (over --eflomal-options); "
-                            "e.g. '{\"n_samplers\": 1}': shard alignment ~3x faster, link F1 vs whole-corpus alignment "
-                            "-0.013 (docs/corpus_scale.md)")  # fmt: skip
+                            f"default {json.dumps(DEFAULT_SHARD_EFLOMAL_OPTIONS)} (half eflomal's cost); '{{}}': eflomal's "
+                            "own settings (agreement and cost: docs/corpus_scale.md)")  # fmt: skip
     scale.add_argument("--keep-work-dir", action="store_true", help="keep the work directory after the merge")
     p.add_argument("--keep-text", nargs="?", const="all", default="eval", choices=("all", "eval", "none"),
                    help="splits that keep text, line number and alignment columns: eval (default: every split but "

@@ -52,7 +52,11 @@ PLAN_FILE, PRIORS_FILE, TOKENIZER_DIR, SHARDS_DIR = "plan.json", "alignment_prio
 PLAN_VERSION = 1
 DEFAULT_SHARD_SIZE = 100_000  # pairs per shard: ~1 GB peak on 2 cores, minutes of work
 DEFAULT_ALIGNMENT_SAMPLE = 200_000  # pairs aligned once: the whole of a smaller corpus, else a sample for the priors
-DEFAULT_TOKENIZER_SAMPLE = 500_000  # training pairs (1M sentences, as SentencePiece samples) a tokenizer trained here sees
+DEFAULT_TOKENIZER_SAMPLE = 200_000  # training pairs a tokenizer trained here sees (held-out compression as with 500k)
+# eflomal settings of the shards aligned from priors (over `eflomal_options`): 2 samplers and 0.6x eflomal's sweeps
+# for the corpus size ((2, 1, 3) at 1M pairs): half the shards' alignment CPU; link agreement with a whole-corpus
+# alignment and the oracle's statistics in BENCHMARKS.md ("Corpus scale", third round). `{}` keeps eflomal's own.
+DEFAULT_SHARD_EFLOMAL_OPTIONS = {"n_samplers": 2, "rel_iterations": 0.6}
 SIDES = ("source", "target", "alignments")
 
 logger = logging.getLogger(__name__)
@@ -176,8 +180,8 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
             one gets eflomal priors learned from a sample of this many pairs.
         options: `prepare_dataset`'s options (features, symmetrization, max_length, num_proc, ...); the aligner is
             eflomal (with priors) or the given alignment files. `shard_eflomal_options` (also here): eflomal.Aligner
-            arguments for the shards aligned from priors only, over `eflomal_options` (e.g. {"n_samplers": 1}:
-            ~3x faster shard alignment, at the agreement cost measured in BENCHMARKS.md, issue 16).
+            arguments for the shards aligned from priors only, over `eflomal_options`; None (default):
+            `DEFAULT_SHARD_EFLOMAL_OPTIONS`, {}: eflomal's own settings (agreement and cost in BENCHMARKS.md, issue 16).
     A work directory holding a plan of another request is a ValueError naming what differs."""
     for name, value in (("shard_size", shard_size), ("alignment_sample", alignment_sample), ("tokenizer_sample", tokenizer_sample)):
         if not isinstance(value, int) or value < 1:
@@ -247,9 +251,9 @@ def _request_options(options: dict) -> dict:
 
 def _check_shard_eflomal_options(shard_options, eflomal_options) -> dict:
     """`shard_eflomal_options` as a dict (eflomal.Aligner arguments for the shards aligned from priors, over
-    `eflomal_options`), or a ValueError naming what eflomal does not take."""
+    `eflomal_options`; None: `DEFAULT_SHARD_EFLOMAL_OPTIONS`), or a ValueError naming what eflomal does not take."""
     if shard_options is None:
-        return {}
+        return dict(DEFAULT_SHARD_EFLOMAL_OPTIONS)
     if not isinstance(shard_options, dict):
         raise ValueError(f"shard_eflomal_options must be a JSON object of eflomal.Aligner arguments, got {shard_options!r}")
     import eflomal
@@ -281,7 +285,9 @@ def load_plan(work_dir, options: dict | None = None) -> dict:
         raise ValueError(f"--work-dir {work_dir}: no {PLAN_FILE} (run the plan stage first: --stage plan)")
     plan = json.loads(path.read_text())
     if options is not None:
-        differing = _differences(_request_options(options), plan["request"]["options"])
+        shard_options = _check_shard_eflomal_options(options.get("shard_eflomal_options"), options.get("eflomal_options"))
+        differing = _differences(_request_options({**options, "shard_eflomal_options": shard_options}),
+                                 plan["request"]["options"])  # fmt: skip
         if differing:
             raise ValueError(f"--work-dir {work_dir} was planned with other options (differing: {', '.join(differing)}); "
                              "give every stage the same flags")  # fmt: skip
