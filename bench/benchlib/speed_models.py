@@ -261,6 +261,19 @@ def all_specs(families: list[str], dims: dict) -> list[Spec]:
         external.note = ("the paper's setting: reorderings from an external tool (its cost not counted), "
                          "the predictor never runs")
         specs.append(external)
+    if "baselines" in families:  # XL PE Table 1's baselines and the stack (position_attention.py), beside stock Marian
+        def variant(name, strategy, note, **config):
+            spec = xl_spec(strategy, label=name, **config) if strategy != "none" else Spec(
+                f"XL PE none{name}", lambda d: xlpe.XLPEMarianMTModel(xlpe.XLPEMarianConfig(**marian_kwargs(d, xl_strategy="none", **config))),
+                baseline="Marian")  # fmt: skip
+            spec.note = note
+            return spec
+
+        specs += [variant(", relative PE k=16", "none", "Shaw et al.: keys and values (eager attention)", relative_attention_max_distance=16),
+                  variant(", relative PE k=16, keys only", "none", "keys only: an SDPA bias", relative_attention_max_distance=16,
+                          relative_attention_values=False),
+                  variant(", DiSAN-style heads", "none", "directional masks on the encoder heads (SDPA bias)", directional_attention=True),
+                  variant(", relative PE k=16", "combination", "XL PE + relative PE", relative_attention_max_distance=16)]  # fmt: skip
     if "dpe" in families:
         from xlpe.models.configuration_dpe import (
             DPEMarianConfig,  # registered by `import xlpe` when present

@@ -31,9 +31,11 @@ def test_every_family_is_tested_here():
     assert set(TESTERS) == set(MODEL_FAMILIES)
 
 
-@pytest.mark.parametrize("family", [*sorted(TESTERS), "xlpe+reorderer"])
+@pytest.mark.parametrize("family", [*sorted(TESTERS), "xlpe+reorderer", "xlpe+relative"])
 def test_pushed_family_translates_in_a_process_without_the_package(family, toy_tokenizer, tmp_path, shared_dir):
-    model = TESTERS[family.split("+")[0]]().make_model(toy_tokenizer).eval()
+    # xlpe+relative: the paper's baselines stacked on XL PE travel as remote code too (position_attention.py)
+    overrides = {"relative_attention_max_distance": 3, "directional_attention": True} if family == "xlpe+relative" else {}
+    model = TESTERS[family.split("+")[0]]().make_model(toy_tokenizer, **overrides).eval()
     if family == "xlpe+reorderer":  # the standalone reorderer rides inside the checkpoint (its remote code too)
         import torch
 

@@ -115,6 +115,13 @@ class XLPEModelTester(Seq2SeqModelTester):
         return {"reorder_positions": positions}
 
 
+class XLPEStackedPositionsModelTester(XLPEModelTester):
+    """Combination with the paper's Table 1 baselines stacked on it (position_attention.py): relative position
+    representations on both sides (keys and values) and DiSAN-style directional encoder heads."""
+
+    config_kwargs = {**XLPEModelTester.config_kwargs, "relative_attention_max_distance": 3, "directional_attention": True}
+
+
 class DPEModelTester(Seq2SeqModelTester):
     config_class = DPEMarianConfig
     config_kwargs = {"dpe_layers": 1}
@@ -244,6 +251,11 @@ class CommonFamilyTests(ModelTesterMixin, GenerationTesterMixin, GenerationCheck
 class XLPECommonTest(CommonFamilyTests, unittest.TestCase):
     all_model_classes = (XLPEMarianModel, XLPEMarianMTModel)
     model_tester_class = XLPEModelTester
+
+
+class XLPEStackedPositionsCommonTest(CommonFamilyTests, unittest.TestCase):
+    all_model_classes = (XLPEMarianModel, XLPEMarianMTModel)
+    model_tester_class = XLPEStackedPositionsModelTester
 
 
 class DPECommonTest(CommonFamilyTests, unittest.TestCase):

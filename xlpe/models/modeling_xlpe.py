@@ -1,7 +1,9 @@
 """XL PE: MarianMT with cross-lingual position representations (Ding et al., 2020, Sec. 3).
 
 Reading order: `CrossLingualPositionEncoding` (Eq. 6-8), `XLHeadAttention` (Eq. 9-11), the encoder that
-wires them in, then the base model and the generation head. The decoder is Marian's, unchanged (Sec. 4).
+wires them in, then the base model and the generation head. The decoder is Marian's (Sec. 4); the position
+options of the paper's baselines (relative PE, DiSAN-style heads, no absolute PE; position_attention.py) apply
+to both sides and stack with every strategy.
 
 Strategies (config.xl_strategy), with X = scaled token embeddings, PE_abs/PE_XL rows of one sinusoid table:
 
@@ -19,11 +21,11 @@ could not be function-preserving).
 
 HeadXL is computed without a second pass: Q/K/V are linear, so (Z_abs + D) W = Z_abs W + D W and only the
 tau heads' columns get D W added, D = PE_xl_side - PE_abs (same dropout mask as Z_abs). Attention itself goes
-through `ALL_ATTENTION_FUNCTIONS`, so eager, sdpa and flash paths all work.
+through `ALL_ATTENTION_FUNCTIONS`, so eager, sdpa and flash paths all work (eager and sdpa with relative PE or
+directional heads, which need an attention bias).
 """
 
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -32,14 +34,12 @@ from torch.nn import functional as F
 from transformers import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.marian.modeling_marian import (
     MarianAttention,
     MarianEncoderLayer,
     MarianModel,
     MarianMTModel,
     MarianPreTrainedModel,
-    eager_attention_forward,
 )
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
@@ -51,6 +51,7 @@ from .extra_inputs import check_integer_tensor, check_permutation, token_mask
 from .configuration_reorderer import XLPEReordererConfig
 from .hub_support import XLPEHubMixin, hf_init
 from .modeling_reorderer import XLPEReordererModel
+from .position_attention import PositionAwareSelfAttention, PositionOptionsMarianDecoder, apply_position_options
 from .reorder_predictor import ReorderPredictor, WordStarts, positions_from_scores, reorder_loss, word_mean_scores
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
@@ -112,40 +113,33 @@ class CrossLingualPositionEncoding(nn.Module):
         return pe_abs + self.gate * (target - pe_abs)
 
 
-class XLHeadAttention(MarianAttention):
-    """Encoder self-attention whose first `xl_heads` heads see X + PE_xl_side (Eq. 9-11).
+class XLHeadAttention(PositionAwareSelfAttention):
+    """Encoder self-attention of layer 1 whose first `xl_heads` heads see X + PE_xl_side (Eq. 9-11).
 
-    Same parameters (names and shapes) as `MarianAttention`, so stock weights load into it.
+    Same parameters (names and shapes) as `MarianAttention`, so stock weights load into it; relative position
+    representations and directional heads (position_attention.py) apply to it as to any encoder layer.
     """
 
     def __init__(self, config: XLPEMarianConfig):
-        super().__init__(config.d_model, config.encoder_attention_heads, dropout=config.attention_dropout, config=config)
+        relative = config.relative_attention_max_distance > 0 and config.relative_attention_sides in ("encoder", "both")
+        super().__init__(config, config.encoder_attention_heads, layer_idx=0, relative=relative,
+                         directional=config.directional_attention)  # fmt: skip
         self.xl_heads = config.xl_heads
 
-    def forward(self, hidden_states, attention_mask=None, xl_position_delta=None, **kwargs):
+    def project(self, hidden_states, xl_position_delta=None):
         if xl_position_delta is None or self.xl_heads == 0:
-            return super().forward(hidden_states, attention_mask=attention_mask, **kwargs)
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
+            return super().project(hidden_states)
+        hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         cols = self.xl_heads * self.head_dim
         xl_weight = torch.cat([self.q_proj.weight[:cols], self.k_proj.weight[:cols], self.v_proj.weight[:cols]])
-        delta_q, delta_k, delta_v = F.linear(xl_position_delta.to(hidden_states.dtype), xl_weight).split(cols, dim=-1)
+        deltas = F.linear(xl_position_delta.to(hidden_states.dtype), xl_weight).split(cols, dim=-1)
 
         def project(linear: nn.Linear, delta: torch.Tensor) -> torch.Tensor:
             states = linear(hidden_states)
             states[..., :cols] += delta  # in place on the fresh projection: no copy of the other heads' columns
             return states.view(hidden_shape).transpose(1, 2)
 
-        query, key, value = project(self.q_proj, delta_q), project(self.k_proj, delta_k), project(self.v_proj, delta_v)
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
-        attn_output, attn_weights = attention_interface(
-            self, query, key, value, attention_mask,
-            dropout=0.0 if not self.training else self.dropout, scaling=self.scaling, **kwargs,
-        )
-        attn_output = self.out_proj(attn_output.reshape(*input_shape, -1).contiguous())
-        return attn_output, attn_weights
+        return tuple(project(linear, delta) for linear, delta in zip((self.q_proj, self.k_proj, self.v_proj), deltas))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -201,6 +195,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         )
         if config.xl_strategy in ("head", "combination") and config.xl_heads > 0:
             self.layers[0].self_attn = XLHeadAttention(config)
+        apply_position_options(self, config, is_decoder=False)  # Table 1 baselines, Table 4 (position_attention.py)
         if self.uses_xl:
             self.xl_position = CrossLingualPositionEncoding(config)
             self.reorder_predictor = ReorderPredictor(
@@ -336,7 +331,7 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
 
     def __init__(self, config: XLPEMarianConfig):
         XLPEMarianPreTrainedModel.__init__(self, config)
-        init_marian_body(self, config, XLPEMarianEncoder(config))
+        init_marian_body(self, config, XLPEMarianEncoder(config), PositionOptionsMarianDecoder(config))
         self.post_init()
 
     @can_return_tuple
