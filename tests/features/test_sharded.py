@@ -1,7 +1,7 @@
 """Sharded preparation (xlpe.features.sharded, `xlpe-prepare --shard-size/--stage`): the same dataset as one
 in-memory preparation, however it is run (one process, resumed after a kill, shards as concurrent jobs, the Slurm
 array script); merged reports; refusals that name what is wrong. A synthetic corpus with exact Pharaoh links makes
-the comparison exact (eflomal cannot be seeded); the eflomal paths (whole-corpus alignment in the plan, priors for
+the comparison exact (and a seeded eflomal run is compared whole); the eflomal paths (whole-corpus alignment in the plan, priors for
 a larger corpus) are checked for what they must produce."""
 
 from __future__ import annotations
@@ -324,3 +324,18 @@ def test_shard_eflomal_defaults_and_eflomal_own_settings(tmp_path):
     assert fast.eflomal_options == {"n_samplers": 2, "n_iterations": (2, 1, 3)}
     assert own.eflomal_options == {"n_iterations": (2, 1, 5)}  # eflomal's 3 samplers
     assert aligner({"n_samplers": 1}).eflomal_options == {"n_samplers": 1, "n_iterations": (2, 1, 5)}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="seeded eflomal needs LD_PRELOAD (Linux)")
+def test_seeded_eflomal_gives_the_same_sharded_dataset_twice(corpus, tmp_path):
+    """With `eflomal_options={"seed": N}` the eflomal paths (priors from a sample in the plan, shards aligned from
+    them) are reproducible too: two separate preparations give the same dataset."""
+    files = {"train": {**corpus["train"], "alignments": None}}
+    got = []
+    for name in ("one", "two"):
+        output, reports = sharded.prepare_in_shards(tmp_path / f"work-{name}", tmp_path / name, files, shard_size=700,
+                                                    alignment_sample=500, tokenizer_options=TOKENIZER, progress=False,
+                                                    eflomal_options={"seed": 4})  # fmt: skip
+        assert reports["train"]["alignments"].startswith("eflomal+priors")
+        got.append(datasets.load_from_disk(str(output))["train"])
+    assert_same_dataset(*got)

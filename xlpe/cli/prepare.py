@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--symmetrization", default="grow-diag-final-and", choices=SYMMETRIZATIONS)
     p.add_argument("--eflomal-options", type=json.loads, default=None, metavar="JSON",
                    help='eflomal.Aligner arguments, e.g. \'{"n_samplers": 1}\'')  # fmt: skip
+    p.add_argument("--alignment-seed", type=int, default=None, metavar="N",
+                   help="seed eflomal: the same corpus and options give the same links and oracle (Linux, a C compiler "
+                        "once; = --eflomal-options '{\"seed\": N}'; default: unseeded, as eflomal)")  # fmt: skip
     p.add_argument("--alignment-runs", type=int, default=1, metavar="K",
                    help="eflomal runs per direction, links kept by a strict majority (stabler oracle, K x time)")
     p.add_argument("--unaligned", default="right", choices=("right", "left"), help="BTG oracle attachment")
@@ -130,6 +133,18 @@ def _check_numbers(args) -> None:
         value = getattr(args, flag)
         if value is not None and not isinstance(value, dict):
             raise ValueError(f"--{flag} must be a JSON object of eflomal.Aligner arguments, got {json.dumps(value)}")
+    if args.alignment_seed is not None:
+        from ..features.eflomal_seed import check_seed
+
+        given = (args.eflomal_options or {}).get("seed")
+        if given is not None and given != args.alignment_seed:
+            raise ValueError(f"--alignment-seed {args.alignment_seed} but --eflomal-options has seed {given}: give one")
+        check_seed(args.alignment_seed)
+        args.eflomal_options = {**(args.eflomal_options or {}), "seed": args.alignment_seed}
+    if (args.eflomal_options or {}).get("seed") is not None:
+        from ..features.eflomal_seed import check_seed
+
+        check_seed(args.eflomal_options["seed"])
 
 
 def _check_combination(args) -> None:
@@ -297,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    noise_ratio=args.noise_ratio, seed=args.seed, keep_text=args.keep_text)  # fmt: skip
     try:
         _check_combination(args)
+        options["eflomal_options"] = args.eflomal_options  # with --alignment-seed merged in
         from ..features.prepare import prepare_splits, save_prepared
 
         if _is_sharded(args):

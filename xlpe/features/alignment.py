@@ -333,6 +333,11 @@ def eflomal_links(sources: Sequence[str], targets: Sequence[str], priors: str | 
         raise ValueError(f"{len(sources)} source sentences but {len(targets)} target sentences")
     if isinstance(eflomal_options.get("n_iterations"), list):  # e.g. from JSON on the command line
         eflomal_options["n_iterations"] = tuple(eflomal_options["n_iterations"])
+    seed = eflomal_options.pop("seed", None)  # ours, not eflomal's: a reproducible run (eflomal_seed.py)
+    if seed is not None:
+        from .eflomal_seed import check_seed
+
+        check_seed(seed)
     aligner = eflomal.Aligner(**eflomal_options)  # its defaults, and a TypeError for an unknown option
     nonempty = np.array([k for k, (s, t) in enumerate(zip(sources, targets)) if s.split() and t.split()], dtype=np.int64)
     empty = (np.zeros(0, dtype=np.int64), np.zeros((0, 2), dtype=np.int64))
@@ -356,11 +361,17 @@ def eflomal_links(sources: Sequence[str], targets: Sequence[str], priors: str | 
                 source_vocabulary, target_vocabulary = write_text(texts[0], src), write_text(texts[1], trg)
                 if priors is not None:
                     IndexedPriors(priors).write(source_vocabulary, target_vocabulary, out)
-        eflomal.cython.align(paths["source"], paths["target"], links_filename_fwd=paths["forward"],
-                             links_filename_rev=paths["reverse"], priors_filename=paths["priors"] if priors is not None else None,
-                             model=aligner.model, score_model=aligner.score_model, n_iterations=aligner.n_iterations,
-                             n_samplers=aligner.n_samplers, quiet=True, rel_iterations=aligner.rel_iterations,
-                             null_prior=aligner.null_prior)  # fmt: skip  (what eflomal.Aligner.align runs)
+        arguments = dict(source_filename=paths["source"], target_filename=paths["target"], links_filename_fwd=paths["forward"],
+                         links_filename_rev=paths["reverse"], priors_filename=paths["priors"] if priors is not None else None,
+                         model=aligner.model, score_model=aligner.score_model, n_iterations=aligner.n_iterations,
+                         n_samplers=aligner.n_samplers, quiet=True, rel_iterations=aligner.rel_iterations,
+                         null_prior=aligner.null_prior)  # fmt: skip  (what eflomal.Aligner.align runs)
+        if seed is None:
+            eflomal.cython.align(**arguments)
+        else:
+            from .eflomal_seed import align_seeded
+
+            align_seeded(seed, **arguments)
         links = []
         for direction in ("forward", "reverse"):
             line, pairs = read_links(paths[direction], len(nonempty))
@@ -391,8 +402,9 @@ def align_with_eflomal(
     """Symmetrised word alignment of whitespace-tokenised sentence pairs: eflomal forward + reverse, then
     `symmetrize(..., symmetrization)`. One flat link list per pair.
 
-    eflomal samples (it seeds itself from /dev/urandom and runs OpenMP threads: it cannot be seeded), so two
-    runs on the same corpus disagree on some links. `runs=K > 1` aligns K times and keeps, per direction, the
+    eflomal samples (it seeds itself from /dev/urandom and runs OpenMP threads), so two unseeded runs on the
+    same corpus disagree on some links; `seed=N` among the eflomal options makes the run reproducible
+    (`eflomal_seed.py`; run k of a vote draws from N + k). `runs=K > 1` aligns K times and keeps, per direction, the
     links a strict majority of the runs agree on before symmetrising: a more stable oracle for K times the
     alignment cost (measured in BENCHMARKS.md, "Oracle stability"). `priors`: see `eflomal_directional`."""
     sentence, pairs = align_with_eflomal_flat(sources, targets, symmetrization, runs, priors, **eflomal_options)
@@ -411,7 +423,9 @@ def align_with_eflomal_flat(sources: Sequence[str], targets: Sequence[str], symm
     if runs == 1:
         (sent_f, pairs_f), (sent_r, pairs_r) = eflomal_links(sources, targets, priors, **eflomal_options)
     else:
-        directional = [eflomal_directional(sources, targets, priors, **eflomal_options) for _ in range(runs)]
+        seed = eflomal_options.pop("seed", None)  # run k of a seeded vote draws from seed + k
+        directional = [eflomal_directional(sources, targets, priors, **eflomal_options, **({} if seed is None else {"seed": seed + k}))
+                       for k in range(runs)]  # fmt: skip
         majority = runs // 2 + 1
         (sent_f, pairs_f), (sent_r, pairs_r) = (_link_arrays(vote_links([run[side] for run in directional], majority))
                                                 for side in (0, 1))  # fmt: skip

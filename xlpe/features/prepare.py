@@ -235,7 +235,8 @@ def prepare_dataset(sources: str | os.PathLike | Sequence[str], targets: str | o
             [i0, j0, ...] lists or (i, j) pairs), 0-based source-target word indices.
         features: subset of FEATURES; None = reorder/target positions, plus tags for each given tagger.
         alignment_runs: eflomal runs per direction voted over (strict majority) before symmetrising; more runs,
-            a more stable oracle (eflomal cannot be seeded), K times the alignment time.
+            a more stable oracle, K times the alignment time. `eflomal_options={"seed": N}`: a reproducible
+            alignment (the same corpus and options give the same links and oracle; eflomal_seed.py).
         aligner: "eflomal" or a callable(sources, targets) -> links per pair; eflomal_options: `eflomal.Aligner`
             keyword arguments (e.g. n_iterations, n_samplers).
         symmetrization: "grow-diag-final-and" (default), "grow-diag-final", "grow-diag", "intersection",

@@ -23,8 +23,9 @@ Memory is bounded by one shard (plus the samples in the plan stage), whatever th
 
 Same dataset, however it is run: shard k's features depend only on its lines, the plan's tokenizer and priors and
 the options (the noise attack is seeded by the absolute line number), so one process, a resumed run and a
-shard-parallel run give identical datasets given the same alignments. eflomal itself cannot be seeded (see
-`alignment.align_with_eflomal`): a shard aligned again is a new sample from the same model.
+shard-parallel run give identical datasets given the same alignments, or with a seeded eflomal
+(`eflomal_options={"seed": N}`, eflomal_seed.py). Unseeded, a shard aligned again is a new sample from the same
+model.
 """
 
 from __future__ import annotations
@@ -259,7 +260,7 @@ def _check_shard_eflomal_options(shard_options, eflomal_options) -> dict:
     import eflomal
 
     try:
-        eflomal.Aligner(**{**(eflomal_options or {}), **shard_options})
+        eflomal.Aligner(**{k: v for k, v in {**(eflomal_options or {}), **shard_options}.items() if k != "seed"})  # seed: ours
     except TypeError as error:
         raise ValueError(f"shard_eflomal_options {json.dumps(shard_options)}: {error}") from None
     return dict(shard_options)
