@@ -3,6 +3,11 @@
     python bench/reproduce.py --mode smoke --groups xl,noise --seeds 1 --work_dir runs/repro-smoke
     python bench/reproduce.py --mode cpu --groups xl --seeds 1,2 --work_dir runs/repro-cpu --max_minutes 40
     python bench/reproduce.py --report --work_dir runs/repro-cpu      # tables + plots -> BENCHMARKS.md
+    python bench/reproduce.py --mode cpu --pair en-ja --groups xl,baselines --seeds 1,2,3 --work_dir runs/repro-enja
+
+--pair runs the groups on another language pair of the shared data: de-en (the default of most groups), en-de,
+en-fr (Multi30k), en-ja (small_parallel_enja), zh-en (Tatoeba cmn-eng, jieba-segmented source). BLEU uses the
+target language's sacrebleu tokenizer (ja-mecab for Japanese, zh for Chinese).
 
 Groups (each a list of runs; every group also runs vanilla Marian on its language pair, the baseline):
   xl        vanilla, InXL, HeadXL, Combination (XL PE)           tau    HeadXL with tau = 0..H (XL PE Fig. 3)
@@ -12,6 +17,9 @@ Groups (each a list of runs; every group also runs vanilla Marian on its languag
   noise     Combination trained on 0-20% swapped XL indices              BLEU-1..4, ROUGE, length ratio)
   alignment AER on the en-fr Hansards gold set of models trained on Multi30k en->fr, eflomal as a reference row
   xl-combination  vanilla and Combination only (the CI smoke test; the CPU-mode headline comparison)
+  baselines XL PE Table 1: relative PE (Shaw: relative only, k = 16), DiSAN-style directional heads, Combination,
+            Combination + relative PE
+  table4    XL PE Table 4: encoder-free (encoder_layers=0) without PE, + absolute PE, + relative PE, + InXL
   init      vanilla, 8E, 10E, Combination again with embeddings N(0, d^-1/2) and every linear layer N(0, 0.02)
             (xlpe-train --init_std 0.02 --embedding_init_std d^-1/2), next to the default init (all d^-1/2)
 
@@ -36,7 +44,9 @@ from benchlib.reproduction import (  # noqa: E402
     GROUPS,
     MODES,
     eflomal_reference_aer,
+    PAIRS,
     execute,
+    for_pair,
     group_runs,
     prepared_dir,
     read_results,
@@ -85,7 +95,7 @@ def run_in_workers(args, planned: list, done: set, work: Path, deadline: float |
                 continue
             log = (work / "logs" / (key.replace("|", "_") + ".log")).open("w")
             command = [sys.executable, str(Path(__file__).resolve()), "--mode", args.mode, "--groups", group, "--seeds",
-                       str(seed), "--work_dir", str(work), "--only", key]  # fmt: skip
+                       str(seed), "--work_dir", str(work), "--only", key] + (["--pair", args.pair] if args.pair else [])  # fmt: skip
             print(f"[reproduce] worker starts {key}", flush=True)
             running[key] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log, (spec["pair"], spec["name"]))
             busy.add((spec["pair"], spec["name"]))
@@ -113,7 +123,7 @@ def run_all(args) -> int:
     planned, seen = [], set()
     for seed in args.seeds:  # seed-major: a budget stop leaves complete seeds, not half a comparison
         for group in args.groups:
-            for spec in group_runs(group, mode):
+            for spec in for_pair(group_runs(group, mode), args.pair, group):
                 key = run_key(args.mode, spec, seed)
                 if key not in seen:
                     seen.add(key)
@@ -161,6 +171,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", choices=sorted(MODES), default="smoke")
     parser.add_argument("--groups", default="xl", help=f"comma-separated: {','.join(GROUPS)}")
     parser.add_argument("--seeds", default="1", help="comma-separated seeds, e.g. 1,2,3")
+    parser.add_argument("--pair", default=None, help=f"run the groups on this language pair instead of their own: {', '.join(PAIRS)}")
     parser.add_argument("--work_dir", default="runs/reproduce")
     parser.add_argument("--max_minutes", type=float, default=None, help="start no new run after this many minutes")
     parser.add_argument("--workers", type=int, default=1, help="trainings at a time, one process and one thread each")
@@ -174,7 +185,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.groups = [g.strip() for g in args.groups.split(",") if g.strip()]
     for g in args.groups:
-        group_runs(g, MODES[args.mode])  # unknown names fail before any work
+        try:  # unknown names, and a pair a group cannot take, fail before any work
+            for_pair(group_runs(g, MODES[args.mode]), args.pair, g)
+        except ValueError as error:
+            raise SystemExit(f"reproduce.py: {error}") from None
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.workers < 1:
         raise SystemExit(f"--workers must be at least 1, got {args.workers}")

@@ -219,3 +219,30 @@ def test_reorderer_bench_prepares_raw_files(tmp_path):
                          "--config", '{"d_model": 32, "ffn_dim": 64, "token_layers": 1}'])  # fmt: skip
     assert record["train_pairs"] == 50 and record["rows"]["monotone"]["sentences"] == 10
     assert (tmp_path / "out" / "prepared" / "tokenizer" / "tokenizer.json").is_file()
+
+
+def test_language_pairs_of_the_shared_data(shared_dir, monkeypatch, capsys):
+    """--pair: every pair of the shared data loads at the mode's sizes; zh-en is split by English sentence (no
+    test reference in training) with jieba-segmented Chinese; groups tied to their data refuse another pair."""
+    monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
+    driver = load_driver()
+    reproduction = driver.reproduction
+    mode = dict(reproduction.MODES["smoke"], train=2000, val=50, test=100)
+    for pair in reproduction.PAIRS:
+        splits = reproduction.raw_splits(pair, mode)
+        sizes = [len(splits[s].sources) for s in ("train", "validation", "test")]
+        assert sizes == [2000, 50, 100], (pair, sizes)
+        for split in splits.values():
+            assert len(split.sources) == len(split.targets) and all(s.strip() and t.strip() for s, t in zip(split.sources, split.targets))
+    zh_en = reproduction.raw_splits("zh-en", dict(mode, train=10**6))
+    assert not set(zh_en["test"].targets) & set(zh_en["train"].targets)  # split by English sentence
+    assert not set(zh_en["test"].targets) & set(zh_en["validation"].targets)
+    assert all(" " in s for s in zh_en["test"].sources[:20])  # segmented into words
+    assert len(zh_en["train"].sources) + 150 > 28000  # every other pair of the file is training data
+    assert reproduction.raw_splits("zh-en", mode)["test"].targets == zh_en["test"].targets  # the split is fixed
+    runs = reproduction.for_pair(reproduction.group_runs("baselines", mode), "en-ja", "baselines")
+    assert {spec["pair"] for spec in runs} == {"en-ja"}
+    with pytest.raises(SystemExit, match="group 'alignment' runs on en-fr only"):
+        driver.main(["--groups", "alignment", "--pair", "en-ja"])
+    with pytest.raises(SystemExit, match="unknown --pair 'en-xx'"):
+        driver.main(["--groups", "xl", "--pair", "en-xx"])

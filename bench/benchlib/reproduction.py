@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from .data import HANSARDS, NLTK_DATA, multi30k_split
+from .data import HANSARDS, NLTK_DATA, multi30k_split, small_parallel_enja_split, tatoeba_cmn_eng_splits
 
 NOISE_RATIOS = (0.0, 0.05, 0.1, 0.15, 0.2)
 DPE_LAMBDAS = (0.1, 0.3, 0.5, 0.7)
@@ -68,28 +68,69 @@ def group_runs(group: str, mode: dict) -> list[dict]:
                 deeper_encoder("init-8E", 2, mode, **small), deeper_encoder("table5-10E", 4, mode),
                 deeper_encoder("init-10E", 4, mode, **small), run("combination", "xlpe", xl_strategy="combination"),
                 run("init-combination", "xlpe", xl_strategy="combination", **small)]  # fmt: skip
+    if group == "baselines":  # XL PE Table 1: relative PE (Shaw: relative only, k = 16), DiSAN-style heads, stacking
+        relative = "relative_attention_max_distance=16"
+        return [run("vanilla", "vanilla"), run("relative", "xlpe", xl_strategy="none", config_overrides=f"{relative},absolute_positions=false"),
+                run("disan", "xlpe", xl_strategy="none", config_overrides="directional_attention=true"),
+                run("combination", "xlpe", xl_strategy="combination"),
+                run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative)]  # fmt: skip
+    if group == "table4":  # XL PE Table 4: the encoder-free model (Tang et al.) without PE, + absolute, + relative, + InXL
+        return [run("vanilla", "vanilla"),
+                run("noenc-nopos", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides="absolute_positions=false"),
+                run("noenc+abs", "xlpe", xl_strategy="none", encoder_layers=0),
+                run("noenc+relative", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides="relative_attention_max_distance=16"),
+                run("noenc+inxl", "xlpe", xl_strategy="in", encoder_layers=0)]  # fmt: skip
     if group == "alignment":
         return [run("vanilla", "vanilla", pair="en-fr")] + [run(s, "xlpe", pair="en-fr", xl_strategy=s)
                                                              for s in ("in", "head", "combination")]  # fmt: skip
     raise ValueError(f"unknown group {group!r}; known: {', '.join(GROUPS)}")
 
 
-GROUPS = ("xl", "xl-combination", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
+GROUPS = ("xl", "xl-combination", "baselines", "table4", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)
 # ---------------------------------------------------------------------------------------------------------
 
 
+PAIRS = ("de-en", "en-de", "en-fr", "en-ja", "zh-en")  # the language pairs of the shared data a run can take
+
+
 def raw_splits(pair: str, mode: dict):
-    """{train, validation, test} ParallelSplits; en-fr uses the lowercased tokenized text (as the Hansards gold)."""
+    """{train, validation, test} ParallelSplits of `pair` (PAIRS), at most the mode's sizes:
+    Multi30k de-en / en-de (raw; test_2016_flickr) and en-fr (lowercased tokenized, as the Hansards gold);
+    small_parallel_enja en-ja (its train / dev / test); Tatoeba cmn-eng zh-en (jieba-segmented Chinese; split by
+    English sentence, data.tatoeba_cmn_eng_splits)."""
     from xlpe.features.prepare import ParallelSplit
 
     src, tgt = pair.split("-")
-    tokenized = pair == "en-fr"
-    names = {"train": ("train", mode["train"]), "validation": ("val", mode["val"]), "test": ("test_2016_flickr", mode["test"])}
-    return {split: ParallelSplit(multi30k_split(f, src, n, tokenized), multi30k_split(f, tgt, n, tokenized),
-                                 f"multi30k/{f}.{src}", f"multi30k/{f}.{tgt}") for split, (f, n) in names.items()}  # fmt: skip
+    sizes = {"train": mode["train"], "validation": mode["val"], "test": mode["test"]}
+    if pair in ("de-en", "en-de", "en-fr"):
+        tokenized = pair == "en-fr"
+        names = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+        return {split: ParallelSplit(multi30k_split(f, src, sizes[split], tokenized), multi30k_split(f, tgt, sizes[split], tokenized),
+                                     f"multi30k/{f}.{src}", f"multi30k/{f}.{tgt}") for split, f in names.items()}  # fmt: skip
+    if pair == "en-ja":
+        names = {"train": "train", "validation": "dev", "test": "test"}
+        return {split: ParallelSplit(small_parallel_enja_split(f, "en", sizes[split]), small_parallel_enja_split(f, "ja", sizes[split]),
+                                     f"small_parallel_enja/{f}.en", f"small_parallel_enja/{f}.ja") for split, f in names.items()}  # fmt: skip
+    if pair == "zh-en":
+        splits = tatoeba_cmn_eng_splits(sizes["train"], sizes["validation"], sizes["test"])
+        return {split: ParallelSplit(*splits[split], f"tatoeba-cmn-eng/{split}.zh (jieba)", f"tatoeba-cmn-eng/{split}.en")
+                for split in ("train", "validation", "test")}  # fmt: skip
+    raise ValueError(f"unknown pair {pair!r}; known: {', '.join(PAIRS)}")
+
+
+def for_pair(runs: list[dict], pair: str | None, group: str) -> list[dict]:
+    """The runs of a group on another language pair (`--pair`). Groups tied to their data refuse: alignment (the
+    en-fr Hansards gold set) and mvpe (its English POS tagger) keep their own pair."""
+    if pair is None:
+        return runs
+    if pair not in PAIRS:
+        raise ValueError(f"unknown --pair {pair!r}; known: {', '.join(PAIRS)}")
+    if group in ("alignment", "mvpe") and any(spec["pair"] != pair for spec in runs):
+        raise ValueError(f"group {group!r} runs on {runs[0]['pair']} only (its gold set / tagger), not --pair {pair}")
+    return [dict(spec, pair=pair) for spec in runs]
 
 
 def tokenizer_dir(work: Path, pair: str, mode: dict) -> Path:
@@ -118,7 +159,7 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
         return path
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(work, pair, mode))
     options = dict(features=("reorder_positions", "target_positions"), max_length=mode["max_length"], keep_text=True,
-                   cache_dir=str(work / "cache"), seed=0)  # fmt: skip
+                   cache_dir=str(work / "cache"), seed=0, eflomal_options={"seed": 0})  # fmt: skip  (a reproducible oracle)
     if data == "clean":
         prepared, reports = prepare_splits(raw_splits(pair, mode), tokenizer, **options)
     else:
