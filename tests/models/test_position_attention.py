@@ -251,3 +251,51 @@ def test_stacked_training_forward_is_one_graph():
     dynamo.reset()
     explained = dynamo.explain(model)(input_ids=ids, attention_mask=mask, labels=ids[:, :6], reorder_positions=positions)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The other Marian-based family: DPE takes the same options on its translation layers
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_dpe_takes_the_same_options_on_its_translation_layers(implementation, tmp_path):
+    from xlpe.models.configuration_dpe import DPEMarianConfig
+    from xlpe.models.modeling_dpe import DPEMarianMTModel
+
+    torch.manual_seed(0)
+    config = DPEMarianConfig(**TINY, dpe_layers=1, relative_attention_max_distance=3, directional_attention=True)
+    model = DPEMarianMTModel(config).eval()
+    model.set_attn_implementation(implementation)
+    encoder = model.get_encoder()
+    assert all(isinstance(layer.self_attn, PositionAwareSelfAttention) for layer in encoder.layers)
+    assert not any(isinstance(m, PositionAwareSelfAttention) for m in encoder.dynamic_position.modules())  # the block stays plain
+    assert all(isinstance(layer.self_attn, PositionAwareSelfAttention) for layer in model.model.decoder.layers)
+    ids, mask = batch()
+    kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=7, do_sample=False, num_beams=1)
+    assert torch.equal(model.generate(**kwargs), model.generate(**kwargs, use_cache=False))
+    labels = torch.randint(3, 40, (3, 6))
+    model.save_pretrained(tmp_path)
+    loaded = DPEMarianMTModel.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask, labels=labels).logits,
+                               model(input_ids=ids, attention_mask=mask, labels=labels).logits)  # fmt: skip
+    with pytest.raises(ValueError, match="DPE needs absolute_positions=True"):
+        DPEMarianConfig(**TINY, absolute_positions=False)
+    with pytest.raises(ValueError, match="relative_attention_sides must be one of"):
+        DPEMarianConfig(**TINY, relative_attention_sides="cross")
+
+
+def test_position_options_are_family_fields_given_to_from_pretrained(tmp_path):
+    """Declared once (configuration_position_options.py), they are each family's own fields: serialised with their
+    defaults, and checked when given to `from_pretrained` (before the config is built)."""
+    from xlpe.models.configuration_dpe import DPEMarianConfig
+
+    for config_class in (XLPEMarianConfig, DPEMarianConfig):
+        assert {"absolute_positions", "relative_attention_max_distance", "directional_attention"} <= config_class.family_fields()
+        assert "vocab_size" not in config_class.family_fields()
+        saved = config_class(**TINY)
+        assert saved.to_dict()["relative_attention_max_distance"] == 0
+        saved.save_pretrained(tmp_path / config_class.model_type)
+        assert config_class.from_pretrained(tmp_path / config_class.model_type, relative_attention_max_distance=4).relative_attention_max_distance == 4
+        with pytest.raises(ValueError, match="directional_attention must be True or False"):
+            config_class.from_pretrained(tmp_path / config_class.model_type, directional_attention="yes")

@@ -74,8 +74,18 @@ class ValidatedConfigMixin:
         self.validate_finite_fields()
 
     @classmethod
+    def family_fields(cls) -> set[str]:
+        """Fields declared by the family's classes (its config and its mixins), not by the stock config."""
+        names: set[str] = set()
+        for klass in cls.__mro__:
+            if klass.__module__.startswith("transformers."):
+                break
+            names |= set(inspect.get_annotations(klass))
+        return names
+
+    @classmethod
     def from_dict(cls, config_dict, **kwargs):
-        own_fields = set(inspect.get_annotations(cls))
+        own_fields = cls.family_fields()
         merged = dict(config_dict)
         for name in [key for key in kwargs if key in own_fields]:
             merged[name] = kwargs.pop(name)

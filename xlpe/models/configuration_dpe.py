@@ -11,13 +11,16 @@ from __future__ import annotations
 from transformers import MarianConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
+from .configuration_position_options import PositionOptionsConfigMixin
 
 LAMBDA_SIDES = ("translation", "order")
 ORDER_LOSS_NORMALIZATIONS = ("mean", "reference")
 
 
-class DPEMarianConfig(ValidatedConfigMixin, MarianConfig):
-    """MarianConfig with a dynamic position encoding block (paper Sec. 3.2, Eq. 1-2).
+class DPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, MarianConfig):
+    """MarianConfig with a dynamic position encoding block (paper Sec. 3.2, Eq. 1-2), and the position options of
+    the XL PE paper's baselines (`PositionOptionsConfigMixin`: relative PE and DiSAN-style heads on the translation
+    layers; absolute positions stay, the DPE block and its order loss are built on them).
 
     Every MarianConfig argument is accepted. The DPE fields (one-line meaning each):
     """
@@ -51,6 +54,10 @@ class DPEMarianConfig(ValidatedConfigMixin, MarianConfig):
         check_number("order_loss_weight (lambda of Eq. 2)", self.order_loss_weight, 0.0, 1.0)
         check_choice("order_loss_lambda_side", self.order_loss_lambda_side, LAMBDA_SIDES)
         check_choice("order_loss_normalization", self.order_loss_normalization, ORDER_LOSS_NORMALIZATIONS)
+        self.validate_position_options()
+        if not self.absolute_positions:
+            raise ValueError("DPE needs absolute_positions=True: its block reads X + PE and its order loss pulls the block "
+                             "toward PE rows of the target positions (Eq. 1)")  # fmt: skip
 
     def loss_weights(self) -> tuple[float, float]:
         """(weight of L_translation, weight of L_order) in the total loss, per `order_loss_lambda_side`."""

@@ -11,17 +11,19 @@ from __future__ import annotations
 from transformers import MarianConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
+from .configuration_position_options import PositionOptionsConfigMixin
 
 XL_STRATEGIES = ("none", "in", "head", "combination")
 XL_FUSIONS = ("diagonal", "full")
 XL_TRAIN_POSITIONS = ("oracle", "predicted")
 REORDER_LOSSES = ("pairwise", "mse")
 REORDER_UNITS = ("word", "token")
-RELATIVE_ATTENTION_SIDES = ("encoder", "decoder", "both")
 
 
-class XLPEMarianConfig(ValidatedConfigMixin, MarianConfig):
-    """MarianConfig with cross-lingual position encoding fields (paper Sec. 3; equations cited per field).
+class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, MarianConfig):
+    """MarianConfig with cross-lingual position encoding fields (paper Sec. 3; equations cited per field), and the
+    position options of the paper's baselines (`PositionOptionsConfigMixin`: relative PE, DiSAN-style heads, no
+    absolute PE), which stack with every XL strategy.
 
     Every MarianConfig argument is accepted. The XL fields (one-line meaning each):
     """
@@ -49,12 +51,6 @@ class XLPEMarianConfig(ValidatedConfigMixin, MarianConfig):
     reorder_loss_weight: float = 1.0  # loss = translation_loss + weight * reorder_loss (reported separately)
     reorder_fixed_token_ids: list[int] | None = None  # extra token ids that keep their place (EOS/pad always do)
     reorderer_config: dict | None = None  # a standalone reorderer (configuration_reorderer.py) that predicts instead
-    # --- the paper's Table 1 baselines and Table 4 setting (position_attention.py); they stack with the XL strategies ---
-    absolute_positions: bool = True  # False: no sinusoid on either side (Shaw's relative-only model; Table 4's noPos)
-    relative_attention_max_distance: int = 0  # k, Shaw et al.'s clipping distance (Eq. 5; they use 16); 0 = off
-    relative_attention_values: bool = True  # also a^V on the values (Shaw Eq. 3); False: keys only, SDPA throughout
-    relative_attention_sides: str = "both"  # which self-attentions get relative representations: "encoder" | "decoder" | "both"
-    directional_attention: bool = False  # DiSAN-style: half the encoder heads see j <= i, the other half j >= i
     # --- input checking ---
     check_inputs: bool = True  # value checks in forward: ids in the vocabulary, right padding, reorder_positions (permutation)
 
@@ -98,12 +94,8 @@ class XLPEMarianConfig(ValidatedConfigMixin, MarianConfig):
         check_number("xl_fusion_init_scale", self.xl_fusion_init_scale)
 
     def validate_position_options(self):
-        """Composition rules of the position options (docs/xl_pe.md, "Baselines and stacking")."""
-        check_choice("relative_attention_sides", self.relative_attention_sides, RELATIVE_ATTENTION_SIDES)
-        check_number("relative_attention_max_distance", self.relative_attention_max_distance, 0, integer=True)
-        for name in ("absolute_positions", "relative_attention_values", "directional_attention"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        """The shared rules (configuration_position_options.py), then XL PE's (docs/xl_pe.md, "Baselines and stacking")."""
+        super().validate_position_options()
         uses_xl = self.xl_strategy == "in" or (self.xl_strategy in ("head", "combination") and self.xl_heads > 0)
         if uses_xl and not self.absolute_positions:
             raise ValueError(
@@ -116,15 +108,6 @@ class XLPEMarianConfig(ValidatedConfigMixin, MarianConfig):
                 f"xl_strategy={self.xl_strategy!r} feeds XL positions to heads of the first encoder layer (Eq. 9-11), "
                 "but encoder_layers=0: use xl_strategy='in' for an encoder-free model (the paper's Table 4)"
             )
-        if self.directional_attention and self.encoder_layers == 0:
-            raise ValueError("directional_attention masks encoder self-attention heads, but encoder_layers=0")
-        if self.directional_attention and self.encoder_attention_heads < 2:
-            raise ValueError(
-                "directional_attention splits the encoder heads into forward and backward ones: it needs "
-                f"encoder_attention_heads >= 2, got {self.encoder_attention_heads}"
-            )
-        if self.relative_attention_max_distance > 0 and self.relative_attention_sides == "encoder" and self.encoder_layers == 0:
-            raise ValueError("relative_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention")
 
 
 __all__ = ["XLPEMarianConfig"]

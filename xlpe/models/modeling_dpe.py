@@ -1,7 +1,9 @@
 """DPE: MarianMT with dynamic position encoding (Zheng et al., "Dynamic Position Encoding for Transformers").
 
 Reading order: `DynamicPositionEncoding` (the DPE block of Sec. 3.2, Fig. 4), `order_loss` (Eq. 1), the
-encoder that wires them in, then the base model and the generation head (Eq. 2). The decoder is Marian's.
+encoder that wires them in, then the base model and the generation head (Eq. 2). The decoder is Marian's. The
+position options of the XL PE paper's baselines (relative PE, DiSAN-style heads; position_attention.py) apply to
+the translation layers of both sides, not to the DPE block.
 
 With X = scaled token embeddings and PE = rows of Marian's sinusoid table (`xlpe/sinusoid.py` layout):
 
@@ -48,6 +50,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .configuration_dpe import DPEMarianConfig
 from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
 from .hub_support import XLPEHubMixin, hf_init
+from .position_attention import PositionOptionsMarianDecoder, apply_position_options
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
     decoder_inputs_from_labels,
@@ -156,6 +159,7 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
     def __init__(self, config: DPEMarianConfig):
         super().__init__(config)
         init_marian_encoder_parts(self, config)
+        apply_position_options(self, config, is_decoder=False)  # the translation layers; the DPE block stays plain
         self.dynamic_position = DynamicPositionEncoding(config)
         self.post_init()
 
@@ -206,7 +210,7 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
 
     def __init__(self, config: DPEMarianConfig):
         DPEMarianPreTrainedModel.__init__(self, config)
-        init_marian_body(self, config, DPEMarianEncoder(config))
+        init_marian_body(self, config, DPEMarianEncoder(config), PositionOptionsMarianDecoder(config))
         self.post_init()
 
     @can_return_tuple

@@ -1,0 +1,46 @@
+"""Config fields of the position options every Marian-based family takes (the XL PE paper's Table 1 baselines and
+Table 4 setting; the modules are in position_attention.py): one declaration, mixed into each family's config.
+
+This file travels as Hub custom code next to the configuration files: it imports only from transformers' siblings
+here (no `xlpe` import).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config_checks import check_choice, check_number
+
+RELATIVE_ATTENTION_SIDES = ("encoder", "decoder", "both")
+
+
+@dataclass
+class PositionOptionsConfigMixin:
+    """Between `ValidatedConfigMixin` and the stock config in a family config's bases; the family calls
+    `validate_position_options()` from its `validate_family_fields` and adds its own composition rules."""
+
+    absolute_positions: bool = True  # False: no sinusoid on either side (Shaw's relative-only model; Table 4's noPos)
+    relative_attention_max_distance: int = 0  # k, Shaw et al.'s clipping distance (Eq. 5; they use 16); 0 = off
+    relative_attention_values: bool = True  # also a^V on the values (Shaw Eq. 3); False: keys only, SDPA throughout
+    relative_attention_sides: str = "both"  # which self-attentions get relative representations: "encoder" | "decoder" | "both"
+    directional_attention: bool = False  # DiSAN-style: half the encoder heads see j <= i, the other half j >= i
+
+    def validate_position_options(self) -> None:
+        """The rules every family shares (docs/xl_pe.md, "Baselines and stacking")."""
+        check_choice("relative_attention_sides", self.relative_attention_sides, RELATIVE_ATTENTION_SIDES)
+        check_number("relative_attention_max_distance", self.relative_attention_max_distance, 0, integer=True)
+        for name in ("absolute_positions", "relative_attention_values", "directional_attention"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.directional_attention and self.encoder_layers == 0:
+            raise ValueError("directional_attention masks encoder self-attention heads, but encoder_layers=0")
+        if self.directional_attention and self.encoder_attention_heads < 2:
+            raise ValueError(
+                "directional_attention splits the encoder heads into forward and backward ones: it needs "
+                f"encoder_attention_heads >= 2, got {self.encoder_attention_heads}"
+            )
+        if self.relative_attention_max_distance > 0 and self.relative_attention_sides == "encoder" and self.encoder_layers == 0:
+            raise ValueError("relative_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention")
+
+
+__all__ = ["PositionOptionsConfigMixin", "RELATIVE_ATTENTION_SIDES"]
