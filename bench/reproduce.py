@@ -20,6 +20,8 @@ Groups (each a list of runs; every group also runs vanilla Marian on its languag
   baselines XL PE Table 1: relative PE (Shaw: relative only, k = 16), DiSAN-style directional heads, Combination,
             Combination + relative PE
   table4    XL PE Table 4: encoder-free (encoder_layers=0) without PE, + absolute PE, + relative PE, + InXL
+  reorderer vanilla, Combination (built-in predictor), Combination with the pair's standalone reorderer (xlpe-reorder's
+            model, trained once per pair): the oracle-vs-predicted BLEU gap of issue 17
   init      vanilla, 8E, 10E, Combination again with embeddings N(0, d^-1/2) and every linear layer N(0, 0.02)
             (xlpe-train --init_std 0.02 --embedding_init_std d^-1/2), next to the default init (all d^-1/2)
 
@@ -50,6 +52,7 @@ from benchlib.reproduction import (  # noqa: E402
     group_runs,
     prepared_dir,
     read_results,
+    resolved_fields,
     run_key,
     same_run_record,
 )
@@ -72,6 +75,8 @@ def run_in_workers(args, planned: list, done: set, work: Path, deadline: float |
     mode = MODES[args.mode]
     for pair, data in dict.fromkeys((spec["pair"], spec["data"]) for _, spec, _, _ in todo):
         prepared_dir(work, pair, data, mode)  # before any worker starts (a noisy set prepares its clean one)
+    for _, spec, _, _ in todo:
+        resolved_fields(work, spec, mode)  # a pair's standalone reorderer is trained once, before the workers
     (work / "logs").mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     running: dict[str, tuple] = {}  # key -> (process, log handle, run identity)
@@ -179,6 +184,7 @@ def main(argv=None) -> int:
     parser.add_argument("--report", action="store_true", help="aggregate results.jsonl (after running, if --run too)")
     parser.add_argument("--run", action="store_true", help="with --report: run the groups first")
     parser.add_argument("--benchmarks", default=None, help="write the tables into this BENCHMARKS.md's ## Reproduction")
+    parser.add_argument("--section", default="Reproduction", help="with --benchmarks: the section (## title) to write")
     parser.add_argument("--plot_dir", default=str(REPO / "bench"))
     parser.add_argument("--machine", default=None, help="machine description for the report")
     parser.add_argument("--command", default=None, help="the command to record in the report (default: this one)")

@@ -246,3 +246,18 @@ def test_language_pairs_of_the_shared_data(shared_dir, monkeypatch, capsys):
         driver.main(["--groups", "alignment", "--pair", "en-ja"])
     with pytest.raises(SystemExit, match="unknown --pair 'en-xx'"):
         driver.main(["--groups", "xl", "--pair", "en-xx"])
+
+
+def test_reorderer_group_resolves_the_pair_reorderer(monkeypatch, tmp_path):
+    """The `reorderer` group's third run gets the pair's standalone reorderer (trained once per pair) as --reorderer."""
+    driver = load_driver()
+    reproduction = driver.reproduction
+    runs = reproduction.for_pair(reproduction.group_runs("reorderer", reproduction.MODES["smoke"]), "en-ja", "reorderer")
+    assert [spec["name"] for spec in runs] == ["vanilla", "combination", "combination+reorderer"]
+    trained = []
+    monkeypatch.setattr(reproduction, "reorderer_dir", lambda work, pair, mode: trained.append(pair) or tmp_path / pair / "reorderer")
+    fields = reproduction.resolved_fields(tmp_path, runs[2], reproduction.MODES["smoke"])
+    assert fields == {"xl_strategy": "combination", "reorderer": str(tmp_path / "en-ja" / "reorderer")} and trained == ["en-ja"]
+    assert reproduction.resolved_fields(tmp_path, runs[1], reproduction.MODES["smoke"]) == {"xl_strategy": "combination"}
+    args = reproduction.train_args(reproduction.MODES["smoke"], tmp_path / "out", 1, "en-ja", tmp_path / "tok", "xlpe", fields)
+    assert args[args.index("--reorderer") + 1] == str(tmp_path / "en-ja" / "reorderer")

@@ -20,12 +20,15 @@ DPE_LAMBDAS = (0.1, 0.3, 0.5, 0.7)
 
 MODES = {
     "smoke": dict(train=300, val=30, test=30, steps=6, batch=16, d_model=32, layers=1, heads=4, ffn=64, vocab=400,
-                  beams=1, lr=1e-3, warmup=2, epochs_mvpe=2, max_length=64),
+                  beams=1, lr=1e-3, warmup=2, epochs_mvpe=2, max_length=64, reorderer_epochs=1),
     "cpu": dict(train=29000, val=300, test=1000, steps=1200, batch=64, d_model=128, layers=2, heads=4, ffn=256,
-                vocab=4000, beams=4, lr=2e-3, warmup=100, epochs_mvpe=3, max_length=64),
+                vocab=4000, beams=4, lr=2e-3, warmup=100, epochs_mvpe=3, max_length=64, reorderer_epochs=3),
     "gpu": dict(train=29000, val=1014, test=1000, steps=20000, batch=128, d_model=256, layers=2, heads=4, ffn=1024,
-                vocab=8000, beams=5, lr=7e-4, warmup=1000, epochs_mvpe=20, max_length=100),
+                vocab=8000, beams=5, lr=7e-4, warmup=1000, epochs_mvpe=20, max_length=100, reorderer_epochs=3),
 }  # fmt: skip
+
+
+PAIR_REORDERER = "@pair-reorderer"  # a run field: the standalone reorderer of the run's pair (reorderer_dir)
 
 
 def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None, **fields):
@@ -80,13 +83,16 @@ def group_runs(group: str, mode: dict) -> list[dict]:
                 run("noenc+abs", "xlpe", xl_strategy="none", encoder_layers=0),
                 run("noenc+relative", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides="relative_attention_max_distance=16"),
                 run("noenc+inxl", "xlpe", xl_strategy="in", encoder_layers=0)]  # fmt: skip
+    if group == "reorderer":  # issue 17: Combination with the standalone reorderer (trained once per pair) at test time
+        return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination"),
+                run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER)]  # fmt: skip
     if group == "alignment":
         return [run("vanilla", "vanilla", pair="en-fr")] + [run(s, "xlpe", pair="en-fr", xl_strategy=s)
                                                              for s in ("in", "head", "combination")]  # fmt: skip
     raise ValueError(f"unknown group {group!r}; known: {', '.join(GROUPS)}")
 
 
-GROUPS = ("xl", "xl-combination", "baselines", "table4", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
+GROUPS = ("xl", "xl-combination", "baselines", "table4", "reorderer", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)
@@ -174,6 +180,31 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
     return path
 
 
+def reorderer_dir(work: Path, pair: str, mode: dict) -> Path:
+    """The standalone reorderer of a pair (`xlpe-reorder`'s model, default design), trained once on the clean
+    preparation's training split with the pair's tokenizer, seed 0, `reorderer_epochs` epochs."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    from xlpe.training.reorderer import ReordererTraining, build_reorderer, train_reorderer
+
+    path = work / "data" / pair / "reorderer"
+    if not (path / "model.safetensors").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(work, pair, mode))
+        train = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))["train"]
+        train_reorderer(build_reorderer(tokenizer), train, path, ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
+                        tokenizer=tokenizer)  # fmt: skip
+    return path
+
+
+def resolved_fields(work: Path, spec: dict, mode: dict) -> dict:
+    """The run's config fields with `PAIR_REORDERER` replaced by the pair's reorderer directory."""
+    fields = dict(spec["fields"])
+    if fields.get("reorderer") == PAIR_REORDERER:
+        fields["reorderer"] = str(reorderer_dir(work, spec["pair"], mode))
+    return fields
+
+
 def write_text_split(work: Path, pair: str, mode: dict, pairs_by_split: dict[str, list[tuple[str, str]]], name: str) -> list[str]:
     """Plain-text files for runs that prepare their own features (2PT's two models, mvPE+POS); returns flags."""
     folder, flags = work / "data" / pair / name, []
@@ -216,7 +247,7 @@ def train(mode, work, spec, seed, extra: list[str], model_type=None, fields=None
 
     out = work / "runs" / f"{spec['pair']}-{spec['name']}{suffix}-seed{seed}"
     tokenizer = tokenizer_dir(work, spec["pair"], mode)
-    fields = spec["fields"] if fields is None else fields
+    fields = resolved_fields(work, spec, mode) if fields is None else fields
     metrics = xlpe_train(train_args(mode, out, seed, spec["pair"], tokenizer, model_type or spec["model_type"], fields) + extra)
     return out, metrics
 

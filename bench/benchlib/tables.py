@@ -26,7 +26,7 @@ def replace_section(path: Path, heading: str, section: str) -> None:
     """Replace the `## heading` section of the Markdown file `path` by `section` (which starts with that
     heading), or append it at the end; nothing else in the file changes. Re-reads the file just before editing."""
     text = path.read_text(encoding="utf-8")
-    start = text.find(f"\n## {heading}")
+    start = text.find(f"\n## {heading}\n")  # the whole heading line: "## Reproduction" is not "## Reproduction: ..."
     if start == -1:
         text = text.rstrip("\n") + "\n\n" + section
     else:
