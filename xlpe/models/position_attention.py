@@ -33,6 +33,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.marian.modeling_marian import MarianAttention, MarianDecoder, eager_attention_forward
 
 from .hub_support import hf_init
+from .seq2seq_scaffold import InitOwnParametersMixin
 
 BIAS_ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")  # the ones that take an additive float bias
 
@@ -204,7 +205,7 @@ def apply_position_options(model_part: nn.Module, config, *, is_decoder: bool) -
                                                          relative=relative, directional=directional)  # fmt: skip
 
 
-class PositionOptionsMarianDecoder(MarianDecoder):
+class PositionOptionsMarianDecoder(InitOwnParametersMixin, MarianDecoder):
     """Marian's decoder (same submodule and weight names) with the config's position options applied; its
     `_init_weights` also initialises the new modules (`init_own_parameters`), which the stock one does not know."""
 
@@ -212,13 +213,6 @@ class PositionOptionsMarianDecoder(MarianDecoder):
         super().__init__(config)
         apply_position_options(self, config, is_decoder=True)
         self.post_init()
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        init_own_parameters = getattr(module, "init_own_parameters", None)
-        if callable(init_own_parameters):
-            init_own_parameters()
 
 
 __all__ = [

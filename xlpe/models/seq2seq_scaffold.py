@@ -5,7 +5,7 @@ A family differs from stock MarianMT/BART only in its encoder (and, for mvPE+POS
 encoder → decoder plumbing and the output assembly are the same. These helpers build and run them so that each
 `modeling_<family>.py` keeps only what is specific to its paper:
 
-* `SelfInitialisingModulesMixin`: one `_init_weights` rule for every family: after the stock initialisation, a
+* `SelfInitialisingModulesMixin` (its `_init_weights` is `InitOwnParametersMixin`, also used by a stock decoder with new modules): one `_init_weights` rule for every family: after the stock initialisation, a
   module that defines `init_own_parameters()` (XL fusion and gate, DPE gate, sinusoid tables) initialises itself.
 * `init_marian_encoder_parts`, `embed_source`, `run_encoder_layers`: the parts of `MarianEncoder` a family's
   encoder keeps (same submodule names), its embedding prologue and its LayerDrop loop.
@@ -49,7 +49,19 @@ _MODEL_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqModelOutput)}
 _LM_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqLMOutput)}
 
 
-class SelfInitialisingModulesMixin:
+class InitOwnParametersMixin:
+    """Put before a stock `PreTrainedModel` class: its `_init_weights` also calls each module's
+    `init_own_parameters()` (parameters and tables the stock initialisation does not know)."""
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        init_own_parameters = getattr(module, "init_own_parameters", None)
+        if callable(init_own_parameters):
+            init_own_parameters()
+
+
+class SelfInitialisingModulesMixin(InitOwnParametersMixin):
     """Put before the stock `*PreTrainedModel` in a family's bases. `_init_weights` runs for every module at
     `post_init` and for the modules a checkpoint does not cover at `from_pretrained` (meta-device loading), so
     state filled here (e.g. non-persistent sinusoid tables) survives both. `__init__` also validates the config
@@ -61,13 +73,6 @@ class SelfInitialisingModulesMixin:
         # is the stock MarianModel/BartModel, whose __init__ would build (and throw away) a stock encoder and
         # decoder, and consume `config.gradient_checkpointing` before the family's own modules exist
         PreTrainedModel.__init__(self, config, *args, **kwargs)
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        init_own_parameters = getattr(module, "init_own_parameters", None)
-        if callable(init_own_parameters):
-            init_own_parameters()
 
 
 def extra_fields(output_class, standard: set[str]) -> list[str]:
