@@ -226,7 +226,7 @@ def test_conflicting_position_options_are_rejected(fields, message):
 
 def test_flash_attention_is_refused_with_a_bias():
     model = XLPEMarianMTModel(tiny_config(xl_strategy="none", relative_attention_max_distance=2)).eval()
-    model.config._attn_implementation = "flex_attention"
+    model.config._attn_implementation = "flash_attention_2"  # never run: refused before attention
     ids, mask = batch()
     with pytest.raises(ValueError, match="takes no attention bias"):
         model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :3])
