@@ -19,6 +19,7 @@ Groups (each a list of runs; every group also runs vanilla Marian on its languag
   xl-combination  vanilla and Combination only (the CI smoke test; the CPU-mode headline comparison)
   baselines XL PE Table 1: relative PE (Shaw: relative only, k = 16), DiSAN-style directional heads, Combination,
             Combination + relative PE
+  relative-pe  vanilla, relative PE, Combination + relative PE (the same runs as in baselines: the short version)
   table4    XL PE Table 4: encoder-free (encoder_layers=0) without PE, + absolute PE, + relative PE, + InXL
   reorderer vanilla, Combination (built-in predictor), Combination with the pair's standalone reorderer (xlpe-reorder's
             model, trained once per pair): the oracle-vs-predicted BLEU gap of issue 17

@@ -77,6 +77,10 @@ def group_runs(group: str, mode: dict) -> list[dict]:
                 run("disan", "xlpe", xl_strategy="none", config_overrides="directional_attention=true"),
                 run("combination", "xlpe", xl_strategy="combination"),
                 run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative)]  # fmt: skip
+    if group == "relative-pe":  # the shortest comparison of relative PE alone and stacked on XL PE (runs of `baselines`)
+        relative = "relative_attention_max_distance=16"
+        return [run("vanilla", "vanilla"), run("relative", "xlpe", xl_strategy="none", config_overrides=f"{relative},absolute_positions=false"),
+                run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative)]  # fmt: skip
     if group == "table4":  # XL PE Table 4: the encoder-free model (Tang et al.) without PE, + absolute, + relative, + InXL
         return [run("vanilla", "vanilla"),
                 run("noenc-nopos", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides="absolute_positions=false"),
@@ -92,7 +96,7 @@ def group_runs(group: str, mode: dict) -> list[dict]:
     raise ValueError(f"unknown group {group!r}; known: {', '.join(GROUPS)}")
 
 
-GROUPS = ("xl", "xl-combination", "baselines", "table4", "reorderer", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
+GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "reorderer", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)
