@@ -48,7 +48,8 @@ class ModelArguments:
     model_revision: str = _help("model version: branch, tag or commit", default="main")
     token: str | None = _help("Hub token (default: the saved login)", default=None)
     trust_remote_code: bool = _help("allow Hub custom code for checkpoints of other packages", default=False)
-    config_overrides: str | None = _help("more config fields: 'key=value,key=value' (JSON values)", default=None)
+    config_overrides: str | None = _help("more config fields: 'key=value,key=value' (JSON values), e.g. "
+                                         "'relative_attention_max_distance=16,directional_attention=true'", default=None)  # fmt: skip
     # --- family fields (None: the family's default); each is checked against the family's config ---
     xl_strategy: str | None = _help("XL PE: none | in | head | combination", default=None)
     xl_heads: int | None = _help("XL PE: tau, first-layer heads that see the XL positions", default=None)
