@@ -28,6 +28,7 @@ MODES = {
 }  # fmt: skip
 
 
+RELATIVE_PE = "relative_attention_max_distance=16"  # Shaw et al.'s clipping distance, as a --config_overrides item
 PAIR_REORDERER = "@pair-reorderer"  # a run field: the standalone reorderer of the run's pair (reorderer_dir)
 
 
@@ -72,20 +73,20 @@ def group_runs(group: str, mode: dict) -> list[dict]:
                 deeper_encoder("init-10E", 4, mode, **small), run("combination", "xlpe", xl_strategy="combination"),
                 run("init-combination", "xlpe", xl_strategy="combination", **small)]  # fmt: skip
     if group == "baselines":  # XL PE Table 1: relative PE (Shaw: relative only, k = 16), DiSAN-style heads, stacking
-        relative = "relative_attention_max_distance=16"
+        relative = RELATIVE_PE
         return [run("vanilla", "vanilla"), run("relative", "xlpe", xl_strategy="none", config_overrides=f"{relative},absolute_positions=false"),
                 run("disan", "xlpe", xl_strategy="none", config_overrides="directional_attention=true"),
                 run("combination", "xlpe", xl_strategy="combination"),
                 run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative)]  # fmt: skip
     if group == "relative-pe":  # the shortest comparison of relative PE alone and stacked on XL PE (runs of `baselines`)
-        relative = "relative_attention_max_distance=16"
+        relative = RELATIVE_PE
         return [run("vanilla", "vanilla"), run("relative", "xlpe", xl_strategy="none", config_overrides=f"{relative},absolute_positions=false"),
                 run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative)]  # fmt: skip
     if group == "table4":  # XL PE Table 4: the encoder-free model (Tang et al.) without PE, + absolute, + relative, + InXL
         return [run("vanilla", "vanilla"),
                 run("noenc-nopos", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides="absolute_positions=false"),
                 run("noenc+abs", "xlpe", xl_strategy="none", encoder_layers=0),
-                run("noenc+relative", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides="relative_attention_max_distance=16"),
+                run("noenc+relative", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides=RELATIVE_PE),
                 run("noenc+inxl", "xlpe", xl_strategy="in", encoder_layers=0)]  # fmt: skip
     if group == "reorderer":  # issue 17: Combination with the standalone reorderer (trained once per pair) at test time
         return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination"),

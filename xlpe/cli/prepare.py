@@ -134,14 +134,11 @@ def _check_numbers(args) -> None:
         if value is not None and not isinstance(value, dict):
             raise ValueError(f"--{flag} must be a JSON object of eflomal.Aligner arguments, got {json.dumps(value)}")
     if args.alignment_seed is not None:
-        from ..features.eflomal_seed import check_seed
-
         given = (args.eflomal_options or {}).get("seed")
         if given is not None and given != args.alignment_seed:
             raise ValueError(f"--alignment-seed {args.alignment_seed} but --eflomal-options has seed {given}: give one")
-        check_seed(args.alignment_seed)
         args.eflomal_options = {**(args.eflomal_options or {}), "seed": args.alignment_seed}
-    if (args.eflomal_options or {}).get("seed") is not None:
+    if (args.eflomal_options or {}).get("seed") is not None:  # one check, whichever flag gave it
         from ..features.eflomal_seed import check_seed
 
         check_seed(args.eflomal_options["seed"])
