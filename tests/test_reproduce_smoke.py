@@ -261,3 +261,26 @@ def test_reorderer_group_resolves_the_pair_reorderer(monkeypatch, tmp_path):
     assert reproduction.resolved_fields(tmp_path, runs[1], reproduction.MODES["smoke"]) == {"xl_strategy": "combination"}
     args = reproduction.train_args(reproduction.MODES["smoke"], tmp_path / "out", 1, "en-ja", tmp_path / "tok", "xlpe", fields)
     assert args[args.index("--reorderer") + 1] == str(tmp_path / "en-ja" / "reorderer")
+
+
+def test_tagged_runs_take_the_pairs_offline_taggers(tmp_path, capsys):
+    """The `pos` / `table1` rows with POS tags get each side's offline tagger (nltk-en, jieba-zh); a side without
+    one gets none (mvPE+POS then tags its encoder only); a source without one leaves the rows out, with a note."""
+    reproduction = load_driver().reproduction
+    mode = reproduction.MODES["smoke"]
+    names = lambda runs: [spec["name"] for spec in runs]  # noqa: E731
+    assert names(reproduction.group_runs("pos", mode)) == ["vanilla", "combination", "combination+pos", "mvpe_pos-steps"]
+    table = reproduction.group_runs("table1", mode)
+    assert {"relative", "disan", "in", "head", "combination+relative", "combination+reorderer", "combination+pos",
+            "mvpe_pos-steps", "dpe-lambda0.5", "2pt"} <= set(names(table))  # fmt: skip
+    assert len(set(names(table))) == len(table)
+    assert "combination+pos" not in names(reproduction.for_pair(table, "de-en", "table1"))
+    assert "no offline POS tagger for 'de'" in capsys.readouterr().out
+    zh_en = {spec["name"]: spec for spec in reproduction.for_pair(reproduction.group_runs("pos", mode), "zh-en", "pos")}
+    assert zh_en["combination+pos"]["data"] == "tagged"
+    assert reproduction.resolved_fields(tmp_path, zh_en["mvpe_pos-steps"], mode) == {
+        "source_tagger": "jieba-zh", "target_tagger": "nltk-en", "nltk_data": str(reproduction.NLTK_DATA),
+        "config_overrides": f"pos_dim={mode['d_model'] // 4}"}  # fmt: skip
+    en_ja = reproduction.for_pair([zh_en["mvpe_pos-steps"]], "en-ja", "pos")[0]
+    assert reproduction.resolved_fields(tmp_path, en_ja, mode)["source_tagger"] == "nltk-en"
+    assert "target_tagger" not in reproduction.resolved_fields(tmp_path, en_ja, mode)

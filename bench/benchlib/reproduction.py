@@ -30,6 +30,8 @@ MODES = {
 
 RELATIVE_PE = "relative_attention_max_distance=16"  # Shaw et al.'s clipping distance, as a --config_overrides item
 PAIR_REORDERER = "@pair-reorderer"  # a run field: the standalone reorderer of the run's pair (reorderer_dir)
+PAIR_TAGGER = "@pair-tagger"  # run fields source_tagger / target_tagger: the offline tagger of that language
+TAGGERS = {"en": "nltk-en", "zh": "jieba-zh"}  # the taggers that work offline here (none for German, Japanese, French)
 
 
 def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None, **fields):
@@ -88,6 +90,12 @@ def group_runs(group: str, mode: dict) -> list[dict]:
                 run("noenc+abs", "xlpe", xl_strategy="none", encoder_layers=0),
                 run("noenc+relative", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides=RELATIVE_PE),
                 run("noenc+inxl", "xlpe", xl_strategy="in", encoder_layers=0)]  # fmt: skip
+    if group == "pos":  # POS tags stacked on XL PE (source tags added to the embeddings), and mvPE+POS, same budget
+        return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination"), *tagged_runs(mode)]
+    if group == "table1":  # one table per pair: every row of issue 15 (the runs of the groups above, reused by name)
+        return [*group_runs("baselines", mode), *(run(s, "xlpe", xl_strategy=s) for s in ("in", "head")),
+                run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER),
+                *tagged_runs(mode), run("dpe-lambda0.5", "dpe", order_loss_weight=0.5), run("2pt", "vanilla", kind="two_pass")]  # fmt: skip
     if group == "reorderer":  # issue 17: Combination with the standalone reorderer (trained once per pair) at test time
         return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination"),
                 run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER)]  # fmt: skip
@@ -97,7 +105,15 @@ def group_runs(group: str, mode: dict) -> list[dict]:
     raise ValueError(f"unknown group {group!r}; known: {', '.join(GROUPS)}")
 
 
-GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "reorderer", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
+def tagged_runs(mode: dict) -> list[dict]:
+    """XL PE Combination + source POS tags, and mvPE+POS (pos_dim = d/4; decoder tags only where the target
+    language has a tagger), both trained like every other run on the pair's "tagged" preparation."""
+    tags = dict(data="tagged", source_tagger=PAIR_TAGGER, nltk_data=str(NLTK_DATA))
+    return [run("combination+pos", "xlpe", xl_strategy="combination", **tags),
+            run("mvpe_pos-steps", "mvpe_pos", target_tagger=PAIR_TAGGER, config_overrides=f"pos_dim={mode['d_model'] // 4}", **tags)]  # fmt: skip
+
+
+GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "pos", "table1", "reorderer", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)
@@ -135,6 +151,7 @@ def raw_splits(pair: str, mode: dict):
 def for_pair(runs: list[dict], pair: str | None, group: str) -> list[dict]:
     """The runs of a group on another language pair (`--pair`). Groups tied to their data refuse: alignment (the
     en-fr Hansards gold set) and mvpe (its English POS tagger) keep their own pair."""
+    runs = [spec for spec in runs if spec["fields"].get("source_tagger") != PAIR_TAGGER or has_source_tagger(spec, pair)]
     if pair is None:
         return runs
     if pair not in PAIRS:
@@ -142,6 +159,14 @@ def for_pair(runs: list[dict], pair: str | None, group: str) -> list[dict]:
     if group in ("alignment", "mvpe") and any(spec["pair"] != pair for spec in runs):
         raise ValueError(f"group {group!r} runs on {runs[0]['pair']} only (its gold set / tagger), not --pair {pair}")
     return [dict(spec, pair=pair) for spec in runs]
+
+
+def has_source_tagger(spec: dict, pair: str | None) -> bool:
+    """Can the run's source language be tagged here? (Runs with tags are left out of pairs without, with a note.)"""
+    source = (pair or spec["pair"]).split("-")[0]
+    if source not in TAGGERS:
+        print(f"[reproduce] {spec['name']} left out on {pair or spec['pair']}: no offline POS tagger for {source!r}")
+    return source in TAGGERS
 
 
 def tokenizer_dir(work: Path, pair: str, mode: dict) -> Path:
@@ -173,6 +198,16 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
                    cache_dir=str(work / "cache"), seed=0, eflomal_options={"seed": 0})  # fmt: skip  (a reproducible oracle)
     if data == "clean":
         prepared, reports = prepare_splits(raw_splits(pair, mode), tokenizer, **options)
+    elif data == "tagged":  # the clean preparation's alignments (so the same oracle), plus POS tags of each side
+        clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
+        source, target = (TAGGERS.get(lang) for lang in pair.split("-"))
+        splits = {}
+        for name, table in clean.items():
+            links = [[int(x) for link in a.split() for x in link.split("-")] for a in table["word_alignment"]]
+            splits[name] = ParallelSplit(table["source_text"], table["target_text"], f"{pair}:{name}", f"{pair}:{name}", links, "clean run")
+        features = options.pop("features") + ("pos_tag_ids",) + (("decoder_pos_tag_ids",) if target else ())
+        prepared, reports = prepare_splits(splits, tokenizer, **options, features=features, source_tagger=source,
+                                           target_tagger=target, nltk_data=str(NLTK_DATA))  # fmt: skip
     else:
         clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
         train = clean["train"]
@@ -203,10 +238,16 @@ def reorderer_dir(work: Path, pair: str, mode: dict) -> Path:
 
 
 def resolved_fields(work: Path, spec: dict, mode: dict) -> dict:
-    """The run's config fields with `PAIR_REORDERER` replaced by the pair's reorderer directory."""
+    """The run's config fields with `PAIR_REORDERER` replaced by the pair's reorderer directory and `PAIR_TAGGER`
+    by the tagger of that side's language (a target without one: no target tagger)."""
     fields = dict(spec["fields"])
     if fields.get("reorderer") == PAIR_REORDERER:
         fields["reorderer"] = str(reorderer_dir(work, spec["pair"], mode))
+    for name, language in zip(("source_tagger", "target_tagger"), spec["pair"].split("-")):
+        if fields.get(name) == PAIR_TAGGER:
+            fields[name] = TAGGERS.get(language)
+            if fields[name] is None:
+                del fields[name]
     return fields
 
 

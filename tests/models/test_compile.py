@@ -13,11 +13,12 @@ import pytest
 import test_modeling_dpe
 import test_modeling_mvpe_pos
 import test_modeling_xlpe
+import test_source_tags
 import torch
 import torch._dynamo as dynamo
 
 TESTERS = {"xlpe": test_modeling_xlpe.TestXLPEFamily, "dpe": test_modeling_dpe.TestDPEFamily,
-           "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily}  # fmt: skip
+           "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily, "xlpe+pos": test_source_tags.TestXLPEPosFamily}  # fmt: skip
 SOURCES = ["the cat sees the dog", "a dog chases the small cat in the garden"]  # different lengths: padding
 TARGETS = ["die katze sieht den hund", "ein hund jagt die kleine katze im garten"]
 

@@ -31,10 +31,12 @@ def test_every_family_is_tested_here():
     assert set(TESTERS) == set(MODEL_FAMILIES)
 
 
-@pytest.mark.parametrize("family", [*sorted(TESTERS), "xlpe+reorderer", "xlpe+relative"])
+@pytest.mark.parametrize("family", [*sorted(TESTERS), "xlpe+reorderer", "xlpe+relative", "xlpe+pos"])
 def test_pushed_family_translates_in_a_process_without_the_package(family, toy_tokenizer, tmp_path, shared_dir):
-    # xlpe+relative: the paper's baselines stacked on XL PE travel as remote code too (position_attention.py)
-    overrides = {"relative_attention_max_distance": 3, "directional_attention": True} if family == "xlpe+relative" else {}
+    # xlpe+relative: the paper's baselines stacked on XL PE travel as remote code too (position_attention.py);
+    # xlpe+pos: source POS tags, whose pipeline tags raw text (source_tags.py, pos_tagging_hub.py)
+    overrides = {"xlpe+relative": {"relative_attention_max_distance": 3, "directional_attention": True},
+                 "xlpe+pos": {"pos_tagger": "nltk-en", "nltk_data": str(shared_dir / "data" / "nltk_data")}}.get(family, {})
     model = TESTERS[family.split("+")[0]]().make_model(toy_tokenizer, **overrides).eval()
     if family == "xlpe+reorderer":  # the standalone reorderer rides inside the checkpoint (its remote code too)
         import torch

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO_ROOT
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel, TrainerCallback
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, MarianConfig, MarianMTModel, TrainerCallback
 
 from xlpe import MODEL_FAMILIES
 from xlpe.training.checkpoint_averaging import average_checkpoints, last_checkpoints, list_checkpoints, save_averaged_model
@@ -370,3 +370,29 @@ def test_command_destroys_the_process_group_before_exit(tmp_path):
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("request_tags", [["--source_tagger", "nltk-en"], ["--config_overrides", "pos_tagger=nltk-en"]],
+                         ids=["flag", "config_overrides"])  # fmt: skip
+def test_source_tags_stack_on_xl_pe_from_a_flag_or_the_config(tmp_path, request_tags, shared_dir):
+    """XL PE + POS (issue 15): the tagger named either way tags the data, its tag set goes into the config, the
+    batches carry pos_tag_ids, and the saved model's pipeline tags raw text itself."""
+    from xlpe import XLPETranslationPipeline
+
+    nltk_data = str(shared_dir / "data" / "nltk_data")
+    main(tiny(tmp_path, "--model_type", "xlpe", "--max_steps", "2", "--do_train", "--nltk_data", nltk_data, *request_tags))
+    run = tmp_path / "run"
+    config = json.loads((run / "config.json").read_text())
+    assert config["pos_tagger"] == "nltk-en" and len(config["pos_tags"]) == 45
+    report = json.loads((run / "preparation_report.json").read_text())["train"]
+    assert report["features"] == ["reorder_positions", "pos_tag_ids"] and report["tag_vocabularies"]["source"][3:] == config["pos_tags"]
+    model = AutoModelForSeq2SeqLM.from_pretrained(run)
+    model.config.nltk_data = nltk_data
+    tokenizer = AutoTokenizer.from_pretrained(run)
+    assert model.prepare_pipeline_inputs(["the cat"], tokenizer, tokenizer(["the cat"], return_tensors="pt"))["pos_tag_ids"].shape[1] > 1
+    assert XLPETranslationPipeline(model=model, tokenizer=tokenizer)("the cat sees the dog", max_new_tokens=4)
+
+
+def test_a_model_without_tags_ignores_the_tagger_flags_with_a_warning(tmp_path, caplog):
+    main(tiny(tmp_path, "--model_type", "vanilla", "--max_steps", "1", "--do_train", "--source_tagger", "nltk-en"))
+    assert "--source_tagger/--target_tagger ignored" in caplog.text

@@ -14,6 +14,10 @@ Shared building blocks (written once, imported by the families):
     extra_inputs.py       the per-token extra inputs (names, sides, pad rules) and their checks
     sinusoid.py           sinusoid tables (absolute, mvPE step k)
     reorder_predictor.py  the in-model reorderer that supplies XL positions at test time (built-in, small)
+    configuration_position_options.py, position_attention.py   relative PE, DiSAN-style heads, no absolute PE
+                          (the XL PE paper's baselines) as options of every Marian-based family
+    configuration_source_tags.py, source_tags.py   source POS tags added to the input of every Marian-based
+                          family (XL PE + POS, DPE + POS)
 The standalone reorderer (XL PE's test-time preorderer; `xlpe-reorder`, can ride inside an XL PE checkpoint):
     configuration_reorderer.py  modeling_reorderer.py  btg_chart.py (exact CKY over BTG trees)
     tag_sets.py, pos_tagging_hub.py   POS tag ids and the raw-text tagger the mvPE+POS pipeline runs

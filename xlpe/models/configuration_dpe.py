@@ -12,15 +12,17 @@ from transformers import MarianConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
 from .configuration_position_options import PositionOptionsConfigMixin
+from .configuration_source_tags import SourceTagsConfigMixin
 
 LAMBDA_SIDES = ("translation", "order")
 ORDER_LOSS_NORMALIZATIONS = ("mean", "reference")
 
 
-class DPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, MarianConfig):
+class DPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceTagsConfigMixin, MarianConfig):
     """MarianConfig with a dynamic position encoding block (paper Sec. 3.2, Eq. 1-2), and the position options of
     the XL PE paper's baselines (`PositionOptionsConfigMixin`: relative PE and DiSAN-style heads on the translation
-    layers; absolute positions stay, the DPE block and its order loss are built on them).
+    layers; absolute positions stay, the DPE block and its order loss are built on them), and source POS tags
+    (`SourceTagsConfigMixin`: DPE + POS; the DPE block reads the tagged input).
 
     Every MarianConfig argument is accepted. The DPE fields (one-line meaning each):
     """
@@ -43,6 +45,7 @@ class DPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, MarianCo
     check_inputs: bool = True  # value checks in forward: ids in the vocabulary, right padding, target_positions (range)
 
     def __post_init__(self, **kwargs):
+        self.fill_source_tag_defaults()
         super().__post_init__(**kwargs)
         self.validate()
 
@@ -55,6 +58,7 @@ class DPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, MarianCo
         check_choice("order_loss_lambda_side", self.order_loss_lambda_side, LAMBDA_SIDES)
         check_choice("order_loss_normalization", self.order_loss_normalization, ORDER_LOSS_NORMALIZATIONS)
         self.validate_position_options()
+        self.validate_source_tags()
         if not self.absolute_positions:
             raise ValueError("DPE needs absolute_positions=True: its block reads X + PE and its order loss pulls the block "
                              "toward PE rows of the target positions (Eq. 1)")  # fmt: skip

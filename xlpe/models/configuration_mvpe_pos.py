@@ -27,10 +27,10 @@ from transformers import BartConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
 
-from .tag_sets import JIEBA_TAGS, PAD_TAG_ID, PTB_TAGS, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
+from .tag_sets import BUILT_IN_TAGS, JIEBA_TAGS, PAD_TAG_ID, PTB_TAGS, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
 
 # Tag ids and the built-in tag sets are defined once in tag_sets.py (shared with xlpe/tagging.py).
-DEFAULT_TAGS = {"nltk-en": PTB_TAGS, "jieba-zh": JIEBA_TAGS}  # pos_tags=None -> the set of config.pos_tagger
+DEFAULT_TAGS = BUILT_IN_TAGS  # pos_tags=None -> the set of config.pos_tagger
 
 POS_TAG_SIDES = ("both", "encoder", "decoder", "none")
 POS_TAG_ENCODINGS = ("sinusoid", "learned")
@@ -199,6 +199,11 @@ class MvPEPosConfig(ValidatedConfigMixin, BartConfig):
     def has_tags(self, side: str) -> bool:
         """Does the `side` ("encoder" / "decoder") input get tags?"""
         return self.pos_tag_sides in ("both", side)
+
+    def uses_extra_input(self, name: str) -> bool:
+        """Does this model read the per-token input `name` (extra_inputs.py)? Tags only on a tagged side."""
+        sides = {"pos_tag_ids": "encoder", "decoder_pos_tag_ids": "decoder"}
+        return name not in sides or self.has_tags(sides[name])
 
     def word_dim(self, side: str) -> int:
         """Width of word embedding + mvPE on `side`: d_model - pos_dim when tagged, else d_model (Eq. 11)."""

@@ -12,6 +12,7 @@ from transformers import MarianConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
 from .configuration_position_options import PositionOptionsConfigMixin
+from .configuration_source_tags import SourceTagsConfigMixin
 
 XL_STRATEGIES = ("none", "in", "head", "combination")
 XL_FUSIONS = ("diagonal", "full")
@@ -20,10 +21,10 @@ REORDER_LOSSES = ("pairwise", "mse")
 REORDER_UNITS = ("word", "token")
 
 
-class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, MarianConfig):
+class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceTagsConfigMixin, MarianConfig):
     """MarianConfig with cross-lingual position encoding fields (paper Sec. 3; equations cited per field), and the
     position options of the paper's baselines (`PositionOptionsConfigMixin`: relative PE, DiSAN-style heads, no
-    absolute PE), which stack with every XL strategy.
+    absolute PE), which stack with every XL strategy, and source POS tags (`SourceTagsConfigMixin`: XL PE + POS).
 
     Every MarianConfig argument is accepted. The XL fields (one-line meaning each):
     """
@@ -61,6 +62,7 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, MarianC
         if self.reorder_predictor_hidden_size is None and isinstance(self.reorder_predictor_heads, int) and self.reorder_predictor_heads > 0:
             heads = self.reorder_predictor_heads  # d/4 keeps training within ~2% of stock (BENCHMARKS.md)
             self.reorder_predictor_hidden_size = -(-max(32, self.d_model // 4) // heads) * heads
+        self.fill_source_tag_defaults()
         super().__post_init__(**kwargs)
         self.validate()
 
@@ -79,6 +81,7 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, MarianC
                 f"not {self.xl_strategy!r}: set xl_heads=0 or change the strategy"
             )
         self.validate_position_options()
+        self.validate_source_tags()
         check_number("reorder_predictor_layers", self.reorder_predictor_layers, 0, integer=True)
         check_number("reorder_predictor_heads", self.reorder_predictor_heads, 1, integer=True)
         check_number("reorder_predictor_hidden_size", self.reorder_predictor_hidden_size, 1, integer=True)

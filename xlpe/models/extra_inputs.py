@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .tag_sets import PAD_TAG_ID
+
 IGNORE_INDEX = -100  # "no supervision" marker, as in `labels`
 
 
@@ -122,6 +124,18 @@ def check_range(name: str, values: torch.Tensor, mask: torch.Tensor, low: int, h
         raise ValueError(
             f"`{name}` values must lie in [{low}, {high}){extra}; row {row}, token {col} has {int(values[row, col])}"
         )
+
+
+def checked_tag_ids(name: str, tag_ids, shape, mask: torch.Tensor | None, num_tag_ids: int, check: bool):
+    """Validate (shape, id range on real tokens; -100 allowed) and return ids with pad slots set to <pad>."""
+    if check:
+        check_integer_tensor(name, tag_ids, shape)
+        real = mask if mask is not None else torch.ones(shape, dtype=torch.bool, device=tag_ids.device)
+        check_range(name, tag_ids, real, 0, num_tag_ids, allowed=IGNORE_INDEX)
+    tag_ids = tag_ids.long()
+    if mask is not None:
+        tag_ids = tag_ids.masked_fill(~mask, PAD_TAG_ID)
+    return tag_ids.masked_fill(tag_ids == IGNORE_INDEX, PAD_TAG_ID)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from .configuration_dpe import DPEMarianConfig
 from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
 from .hub_support import XLPEHubMixin, hf_init
 from .position_attention import PositionOptionsMarianDecoder, apply_position_options
+from .source_tags import SourceTagEncoding, SourceTagsPipelineMixin
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
     decoder_inputs_from_labels,
@@ -160,6 +161,7 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
         super().__init__(config)
         init_marian_encoder_parts(self, config)
         apply_position_options(self, config, is_decoder=False)  # the translation layers; the DPE block stays plain
+        self.source_tags = SourceTagEncoding(config, self.embed_scale) if config.pos_tagger else None  # DPE + POS
         self.dynamic_position = DynamicPositionEncoding(config)
         self.post_init()
 
@@ -172,6 +174,7 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         target_positions: torch.LongTensor | None = None,
         compute_order_loss: bool = False,
+        pos_tag_ids: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> DPEEncoderOutput:
         r"""
@@ -180,10 +183,14 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
             `xlpe.reordering.dpe_target_positions`.
             Only read for the order loss; DPE itself runs from the source alone.
         compute_order_loss (`bool`): return the order loss (Eq. 1) against `target_positions`.
+        pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            POS tag id of each source token, for a model with `config.pos_tagger` (DPE + POS, source_tags.py).
         """
         inputs_embeds = embed_source(self, input_ids, inputs_embeds, attention_mask)
         batch, length = inputs_embeds.shape[:2]
         mask = token_mask(attention_mask, (batch, length), inputs_embeds.device)
+        if self.source_tags is not None:  # X = E[w] * scale + T[tag] * scale
+            inputs_embeds = self.source_tags(inputs_embeds, pos_tag_ids, mask)
         if target_positions is not None and self.config.check_inputs:
             check_integer_tensor("target_positions", target_positions, (batch, length))
             check_range("target_positions", target_positions, mask, 0, length, allowed=IGNORE_INDEX)
@@ -227,12 +234,15 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
         use_cache=None,
         target_positions: torch.LongTensor | None = None,
         compute_order_loss: bool | None = None,
+        pos_tag_ids: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> DPESeq2SeqModelOutput:
         r"""
         target_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
             Target rank of each source token (-100 = none); when given, the order loss (Eq. 1) is returned.
         compute_order_loss (`bool`, *optional*): defaults to `target_positions is not None`.
+        pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            POS tag id of each source token, for a model with `config.pos_tagger` (DPE + POS, source_tags.py).
         """
         if compute_order_loss is None:
             compute_order_loss = target_positions is not None
@@ -242,12 +252,13 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
             past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            encoder_kwargs={"target_positions": target_positions, "compute_order_loss": compute_order_loss},
+            encoder_kwargs={"target_positions": target_positions, "compute_order_loss": compute_order_loss,
+                            "pos_tag_ids": pos_tag_ids},
             **kwargs,
         )
 
 
-class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, GenerationMixin):
+class DPEMarianMTModel(SourceTagsPipelineMixin, XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, GenerationMixin):
     """DPE translation model. Training: `model(**batch)` with `labels` and `target_positions` returns Eq. 2.
     Inference: `generate(**batch)` (DPE needs the source only). `from_pretrained(stock_marian_dir)` upgrades a
     MarianMT checkpoint function-preservingly (gate g = 0, see module doc)."""
@@ -284,6 +295,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, Ge
         labels=None,
         use_cache=None,
         target_positions: torch.LongTensor | None = None,
+        pos_tag_ids: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> DPESeq2SeqLMOutput:
         r"""
@@ -291,6 +303,8 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, Ge
             Target rank of each source token (-100 = none; `xlpe.reordering.dpe_target_positions`). Given together
             with `labels`: the order loss (Eq. 1) is computed and `loss` is Eq. 2. Without: `loss` is the
             translation loss alone. Never needed at inference.
+        pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            POS tag id of each source token, for a model with `config.pos_tagger` (DPE + POS, source_tags.py).
         """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
         decoder_input_ids, use_cache = decoder_inputs_from_labels(
@@ -308,6 +322,7 @@ class DPEMarianMTModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, Ge
             use_cache=use_cache,
             target_positions=target_positions,
             compute_order_loss=labels is not None and target_positions is not None,
+            pos_tag_ids=pos_tag_ids,
             return_dict=True,
             **kwargs,
         )

@@ -73,9 +73,9 @@ from .configuration_mvpe_pos import (
     UNK_TAG_ID,
     MvPEPosConfig,
 )
-from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, check_source_inputs, token_mask
+from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_source_inputs, checked_tag_ids, token_mask
 from .hub_support import XLPEHubMixin
-from .pos_tagging_hub import RawTextTagger
+from .source_tags import SourceTagsPipelineMixin
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
     decoder_inputs_from_labels,
@@ -223,18 +223,6 @@ class AugmentedInput(nn.Module):
         if tag_ids is None:
             tag_ids = torch.full((batch, length), UNK_TAG_ID, dtype=torch.long, device=word_embeds.device)
         return torch.cat([hidden, self.tags(tag_ids).to(hidden.dtype)], dim=-1)  # (...) U V_PoST
-
-
-def checked_tag_ids(name: str, tag_ids, shape, mask: torch.Tensor | None, num_tag_ids: int, check: bool):
-    """Validate (shape, id range on real tokens; -100 allowed) and return ids with pad slots set to <pad>."""
-    if check:
-        check_integer_tensor(name, tag_ids, shape)
-        real = mask if mask is not None else torch.ones(shape, dtype=torch.bool, device=tag_ids.device)
-        check_range(name, tag_ids, real, 0, num_tag_ids, allowed=IGNORE_INDEX)
-    tag_ids = tag_ids.long()
-    if mask is not None:
-        tag_ids = tag_ids.masked_fill(~mask, PAD_TAG_ID)
-    return tag_ids.masked_fill(tag_ids == IGNORE_INDEX, PAD_TAG_ID)
 
 
 class MvPEPosEncoder(MvPEPosPreTrainedModel):
@@ -501,7 +489,7 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         )
 
 
-class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, BartForConditionalGeneration, GenerationMixin):
+class MvPEPosForConditionalGeneration(SourceTagsPipelineMixin, XLPEHubMixin, MvPEPosPreTrainedModel, BartForConditionalGeneration, GenerationMixin):
     """The augmented Transformer for translation. `generate(**batch)` tags generated tokens itself;
     the translation pipeline tags raw source text with `config.pos_tagger` (`prepare_pipeline_inputs`)."""
 
@@ -522,7 +510,6 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
         self._tied_weights_keys = {"lm_head.weight": source}  # honoured only with tie_word_embeddings=True
         for target, shared in (self.model._tied_weights_keys or {}).items():
             self._tied_weights_keys[f"model.{target}"] = f"model.{shared}"
-        self._raw_text_tagger = None
         self.post_init()
 
     @can_return_tuple
@@ -596,24 +583,6 @@ class MvPEPosForConditionalGeneration(XLPEHubMixin, MvPEPosPreTrainedModel, Bart
                 logits = self.model.decoder.tag_logits(input_ids.to(self.device), last=new_tokens)
             model_inputs["decoder_input_pos_tag_ids"] = logits.argmax(-1)
         return model_inputs
-
-    # --- the translation pipeline's hook: tag raw source text ---------------------------------------------
-    def raw_text_tagger(self) -> RawTextTagger:
-        """The configured tagger of raw source text (built once; `.unknown_tags` counts out-of-vocabulary tags)."""
-        if self._raw_text_tagger is None:
-            self._raw_text_tagger = RawTextTagger(self.config.pos_tagger, self.config.pos_tags, self.config.nltk_data)
-        return self._raw_text_tagger
-
-    def prepare_pipeline_inputs(self, texts: list[str], tokenizer, encoded) -> dict:
-        """{"pos_tag_ids": [batch, tokens]} for raw `texts` encoded as `encoded` (called by the pipeline)."""
-        if not self.config.has_tags("encoder"):
-            return {}
-        tagger = self.raw_text_tagger()
-        before = sum(tagger.unknown_tags.values())
-        tag_ids = tagger.token_tag_ids(list(texts), encoded)
-        if sum(tagger.unknown_tags.values()) > before:
-            logger.warning_once(f"tags outside config.pos_tags were mapped to <unk>: {dict(tagger.unknown_tags)}")
-        return {"pos_tag_ids": tag_ids}
 
 
 __all__ = ["MvPEPosForConditionalGeneration", "MvPEPosModel", "MvPEPosPreTrainedModel"]

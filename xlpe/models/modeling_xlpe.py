@@ -53,6 +53,7 @@ from .hub_support import XLPEHubMixin, hf_init
 from .modeling_reorderer import XLPEReordererModel
 from .position_attention import PositionAwareSelfAttention, PositionOptionsMarianDecoder, apply_position_options
 from .reorder_predictor import ReorderPredictor, WordStarts, positions_from_scores, reorder_loss, word_mean_scores
+from .source_tags import SourceTagEncoding, SourceTagsPipelineMixin
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
     decoder_inputs_from_labels,
@@ -196,6 +197,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         if config.xl_strategy in ("head", "combination") and config.xl_heads > 0:
             self.layers[0].self_attn = XLHeadAttention(config)
         apply_position_options(self, config, is_decoder=False)  # Table 1 baselines, Table 4 (position_attention.py)
+        self.source_tags = SourceTagEncoding(config, self.embed_scale) if config.pos_tagger else None  # XL PE + POS
         if self.uses_xl:
             self.xl_position = CrossLingualPositionEncoding(config)
             self.reorder_predictor = ReorderPredictor(
@@ -239,6 +241,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         reorder_positions: torch.LongTensor | None = None,
         compute_reorder_loss: bool = False,
+        pos_tag_ids: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> XLPEEncoderOutput:
         r"""
@@ -246,13 +249,17 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             XL position of each source token (paper Fig. 1b): on non-pad tokens, a permutation of their indices.
             When omitted, the reorder predictor supplies them.
         compute_reorder_loss (`bool`): return the predictor's imitation loss against `reorder_positions`.
+        pos_tag_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            POS tag id of each source token, for a model with `config.pos_tagger` (source_tags.py); ignored otherwise.
         """
         inputs_embeds = embed_source(self, input_ids, inputs_embeds, attention_mask)
         batch, length = inputs_embeds.shape[:2]
+        mask = token_mask(attention_mask, (batch, length), inputs_embeds.device)
+        if self.source_tags is not None:  # X = E[w] * scale + T[tag] * scale
+            inputs_embeds = self.source_tags(inputs_embeds, pos_tag_ids, mask)
         pe_abs = self.embed_positions(inputs_embeds.shape[:-1])
         hidden_states = inputs_embeds + pe_abs
         xl_delta = used_positions = loss = None
-        mask = token_mask(attention_mask, (batch, length), inputs_embeds.device)
         if reorder_positions is not None and self.config.check_inputs:  # checked even where the strategy ignores them
             check_integer_tensor("reorder_positions", reorder_positions, (batch, length))
             check_permutation("reorder_positions", reorder_positions, mask)
@@ -348,12 +355,15 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
         use_cache=None,
         reorder_positions: torch.LongTensor | None = None,
         compute_reorder_loss: bool = False,
+        pos_tag_ids: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> XLPESeq2SeqModelOutput:
         r"""
         reorder_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
             XL position of each source token; predicted from the source when omitted.
         compute_reorder_loss (`bool`): also return the reorder predictor's loss against `reorder_positions`.
+        pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            POS tag id of each source token (a model with `config.pos_tagger`).
         """
         return encode_decode(
             self, XLPESeq2SeqModelOutput, XLPEEncoderOutput,
@@ -361,12 +371,13 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
             past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            encoder_kwargs={"reorder_positions": reorder_positions, "compute_reorder_loss": compute_reorder_loss},
+            encoder_kwargs={"reorder_positions": reorder_positions, "compute_reorder_loss": compute_reorder_loss,
+                            "pos_tag_ids": pos_tag_ids},
             **kwargs,
         )
 
 
-class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel, GenerationMixin):
+class XLPEMarianMTModel(ReordererAttachMixin, SourceTagsPipelineMixin, XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel, GenerationMixin):
     """XL PE translation model. `generate(**batch)` predicts reorderings; `generate(..., reorder_positions=p)`
     uses the given ones. `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
 
@@ -393,6 +404,7 @@ class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrained
         labels=None,
         use_cache=None,
         reorder_positions: torch.LongTensor | None = None,
+        pos_tag_ids: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> XLPESeq2SeqLMOutput:
         r"""
@@ -400,6 +412,9 @@ class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrained
             XL position of each source token (oracle BTG order in training, see `xlpe.reordering`). Omitted:
             predicted from the source. Given together with `labels`: also trains the reorder predictor (without
             them, `loss` carries a zero-weighted term over the predictor's parameters, so that DDP sees them used).
+        pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            POS tag id of each source token, for a model with `config.pos_tagger` (XL PE + POS, source_tags.py):
+            0 pad, 1 unknown, 2 special, 3.. `config.pos_tags`. The translation pipeline tags raw text itself.
         """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
         decoder_input_ids, use_cache = decoder_inputs_from_labels(
@@ -417,6 +432,7 @@ class XLPEMarianMTModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrained
             use_cache=use_cache,
             reorder_positions=reorder_positions,
             compute_reorder_loss=labels is not None and reorder_positions is not None,
+            pos_tag_ids=pos_tag_ids,
             return_dict=True,
             **kwargs,
         )

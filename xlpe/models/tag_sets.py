@@ -26,3 +26,5 @@ JIEBA_TAGS = (
     "r", "rg", "rr", "rz", "s", "t", "tg", "u", "ud", "ug", "uj", "ul", "uv", "uz", "v", "vd", "vg", "vi", "vn",
     "vq", "w", "x", "y", "yg", "z", "zg",
 )  # fmt: skip
+
+BUILT_IN_TAGS = {"nltk-en": PTB_TAGS, "jieba-zh": JIEBA_TAGS}  # a config's pos_tags=None -> the set of its pos_tagger

@@ -222,25 +222,33 @@ def check_splits(splits: dict[str, ParallelSplit], data_args, training_args, tok
 # ---------------------------------------------------------------------------------------------------------
 
 
-def resolve_taggers(data_args, config) -> dict:
-    """{"source": Tagger, "source_spec": name, "target": Tagger | None} for families with POS tags, else {}.
+def resolve_taggers(data_args, config, requested_tagger: str | None = None) -> dict:
+    """{"source": Tagger, "source_spec": name, "target": Tagger | None} for a model that takes POS tags, else {}.
 
-    `config` is a config class (from scratch) or instance (checkpoint); the source tagger defaults to its
-    `pos_tagger` (what its pipeline uses on raw text); the built-in corpus brings a target tagger."""
+    `config` is a config class (from scratch) or instance (checkpoint) of a family with a `pos_tagger` field. The
+    source tagger is --source_tagger, else `requested_tagger` (a `pos_tagger` in --config_overrides), else the
+    config's `pos_tagger` (mvPE+POS: "nltk-en" by default; the Marian families: None, no tags). The built-in
+    corpus brings a target tagger."""
     from ..models.registry import declares_field
 
     config_class = config if isinstance(config, type) else type(config)
     if not declares_field(config_class, "pos_tags"):
+        if data_args.source_tagger or data_args.target_tagger:
+            logger.warning("--source_tagger/--target_tagger ignored: %s takes no POS tags", config_class.__name__)
+        return {}
+    source_spec = data_args.source_tagger or requested_tagger or getattr(config, "pos_tagger", None)
+    if not source_spec:
         return {}
     from ..features.tagging import get_tagger
 
     nltk = {"nltk_data": data_args.nltk_data} if data_args.nltk_data else {}
-    source_spec = data_args.source_tagger or getattr(config, "pos_tagger", None)
     taggers = {"source_spec": source_spec, "source": get_tagger(source_spec, **(nltk if source_spec == "nltk-en" else {})),
                "nltk_data": data_args.nltk_data}  # fmt: skip
-    if data_args.target_tagger:
+    if data_args.target_tagger and declares_field(config_class, "decoder_pos_tags"):
         taggers["target"] = get_tagger(data_args.target_tagger, **(nltk if data_args.target_tagger == "nltk-en" else {}))
-    elif data_args.uses_builtin_corpus():
+    elif data_args.target_tagger:
+        logger.warning("--target_tagger ignored: %s takes source tags only (decoder tags: mvPE+POS)", config_class.__name__)
+    elif data_args.uses_builtin_corpus() and declares_field(config_class, "decoder_pos_tags"):
         from ..features.synthetic import SyntheticTagger
 
         taggers["target"] = SyntheticTagger()
@@ -343,6 +351,20 @@ def _read_reports(path: Path) -> dict:
     return {"train": reports} if "pairs_read" in reports else reports
 
 
+def check_tag_vocabulary(path: str, split: str, report: dict, config, features) -> None:
+    """The tag ids of a prepared split must mean what the model's `pos_tags` say (same tagger, same order)."""
+    from ..models.tag_sets import SPECIAL_TAG_NAMES
+
+    recorded = (report.get("tag_vocabularies") or {}).get("source")
+    if "pos_tag_ids" not in features or recorded is None or getattr(config, "pos_tags", None) is None:
+        return
+    recorded = [tag for tag in recorded if tag not in SPECIAL_TAG_NAMES]
+    if recorded != list(config.pos_tags):
+        raise UsageError(f"--prepared_dataset {path} [{split}] was tagged with another tag set ({len(recorded)} tags, "
+                         f"first {recorded[:5]}) than the model's pos_tags ({len(config.pos_tags)}, first "
+                         f"{list(config.pos_tags)[:5]}): give the --source_tagger it was prepared with")  # fmt: skip
+
+
 def _load_prepared(path: str, features, model, data_args, tokenizer=None):
     import datasets
 
@@ -367,6 +389,7 @@ def _load_prepared(path: str, features, model, data_args, tokenizer=None):
         if missing:
             raise UsageError(f"--prepared_dataset {path} [{name}] lacks {missing} that this model needs; "
                              f"prepare it with xlpe-prepare --features {' '.join(features)}")  # fmt: skip
+        check_tag_vocabulary(path, name, reports.get(name, {}), model.config, features)
         sample = table.select(range(min(len(table), 1000)))
         largest = max((max(ids) for column in ("input_ids", "labels") for ids in sample[column] if ids), default=-1)
         if largest >= model.config.vocab_size:

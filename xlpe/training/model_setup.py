@@ -38,12 +38,7 @@ def family_classes(model_type: str) -> tuple[type, type]:
 def family_overrides(model_args, config_class: type, model_type: str) -> dict:
     """Config fields given on the command line (family fields and --config_overrides), checked by name."""
     overrides = {name: getattr(model_args, name) for name in FAMILY_FIELDS if getattr(model_args, name) is not None}
-    for item in filter(None, (model_args.config_overrides or "").split(",")):
-        key, _, value = item.partition("=")
-        try:
-            overrides[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key.strip()] = value.strip()
+    overrides.update(parse_config_overrides(model_args.config_overrides))
     if "pe_step" in overrides and overrides["pe_step"] != "auto":
         overrides["pe_step"] = float(overrides["pe_step"])
     for name in overrides:
@@ -94,6 +89,7 @@ def build_model(model_args, data_args, tokenizer, checkpoint, taggers):
     config_class, model_class = family_classes(model_type)
     overrides = family_overrides(model_args, config_class, model_type)
     overrides.update(tag_vocabulary_fields(config_class, taggers))
+    overrides.update(untrainable_decoder_tags(config_class, taggers, overrides))
     if model_args.model_name_or_path:  # e.g. a stock MarianMT checkpoint upgraded to this family
         return model_class.from_pretrained(model_args.model_name_or_path, **overrides, **hub)
     if model_args.init_std is not None:
@@ -148,6 +144,23 @@ def initialise_token_embeddings(model, std: float) -> None:
                 module.weight[module.padding_idx].zero_()
 
 
+def untrainable_decoder_tags(config_class, taggers, overrides: dict) -> dict:
+    """mvPE+POS without a target tagger: its hypothesis tagger has no gold tags to learn from, so decoder tags would
+    be an untrained function of the tokens that takes pos_dim of the decoder's width. The default "both" becomes
+    "encoder" (warned); "both"/"decoder" asked for explicitly is refused."""
+    if not taggers or taggers.get("target") is not None or not declares_field(config_class, "decoder_pos_tags"):
+        return {}
+    sides = overrides.get("pos_tag_sides", "both")
+    if sides not in ("both", "decoder"):
+        return {}
+    if "pos_tag_sides" in overrides:
+        raise ValueError(f"pos_tag_sides={sides!r} needs decoder tags to train the hypothesis tagger: give "
+                         "--target_tagger, or use pos_tag_sides=encoder")  # fmt: skip
+    logger.warning("no --target_tagger: POS tags on the encoder only (pos_tag_sides=encoder); decoder tags need a "
+                   "target tagger to train the hypothesis tagger")  # fmt: skip
+    return {"pos_tag_sides": "encoder"}
+
+
 def tag_vocabulary_fields(config_class, taggers) -> dict:
     """Families with POS tags store the taggers' vocabularies (and the source tagger's name) in their config."""
     fields = {}
@@ -178,11 +191,30 @@ def check_vocabulary(tokenizer, model, tokenizer_source: str) -> None:
 
 
 def model_features(model) -> list[str]:
-    """The per-token extra inputs this model's forward takes (what the preparation must compute)."""
+    """The per-token extra inputs this model reads (what the preparation must compute): those its forward takes
+    that its config uses (`uses_extra_input`: e.g. an XL PE model takes `pos_tag_ids` only with a tagger)."""
     from ..features.prepare import FEATURES
 
     parameters = inspect.signature(model.forward).parameters
-    return [feature for feature in FEATURES if feature in parameters]
+    uses = getattr(model.config, "uses_extra_input", lambda name: True)
+    return [feature for feature in FEATURES if feature in parameters and uses(feature)]
+
+
+def parse_config_overrides(text: str | None) -> dict:
+    """--config_overrides "a=1,b=true,c=text" -> {"a": 1, "b": True, "c": "text"} (JSON values, else strings)."""
+    overrides = {}
+    for item in filter(None, (text or "").split(",")):
+        key, _, value = item.partition("=")
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def requested_override(model_args, name: str):
+    """The value of `name` in --config_overrides, or None."""
+    return parse_config_overrides(model_args.config_overrides).get(name)
 
 
 def set_word_starts(model, tokenizer) -> None:

@@ -1,0 +1,81 @@
+"""Source POS-tag encoding of the Marian-based families (XL PE + POS, DPE + POS; fields in
+configuration_source_tags.py, where the choice of *adding* the tags rather than concatenating them is explained).
+
+    X = E[w_t] * scale + T[tag_t] * scale        (then + PE_abs, + the family's position signal)
+
+T is a learned (num_tag_ids x d_model) table, initialised like the token embeddings (N(0, init_std), the <pad>
+row zero) and scaled by the same `embed_scale`, so that tags enter at the words' magnitude. Everything after
+the input sees X: XL PE's reorder predictor too (tags are a strong cue for the reordering), DPE's block.
+
+`SourceTagsPipelineMixin` gives a model the translation pipeline's hook: raw source text is tagged with the
+configured tagger (pos_tagging_hub.RawTextTagger, the projection onto sub-word tokens mvPE+POS uses).
+
+Flat file, single-dot imports only: it travels as Hub custom code with the modeling files.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.utils import logging
+
+from .extra_inputs import checked_tag_ids
+from .pos_tagging_hub import RawTextTagger
+from .tag_sets import PAD_TAG_ID, UNK_TAG_ID
+
+logger = logging.get_logger(__name__)
+
+
+class SourceTagEncoding(nn.Module):
+    """Tag id -> d_model vector T[tag] * scale, added to the scaled token embeddings of the encoder input."""
+
+    def __init__(self, config, embed_scale: float):
+        super().__init__()
+        self.num_tag_ids, self.init_std, self.embed_scale = config.num_source_tag_ids(), config.init_std, embed_scale
+        self.table = nn.Embedding(self.num_tag_ids, config.d_model, padding_idx=PAD_TAG_ID)
+        self.check = config.check_inputs
+
+    @torch.no_grad()
+    def init_own_parameters(self) -> None:
+        self.table.weight.normal_(0.0, self.init_std)
+        self.table.weight[PAD_TAG_ID].zero_()
+
+    def forward(self, inputs_embeds: torch.Tensor, pos_tag_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+        """`inputs_embeds` [batch, T, d] (scaled words) + the tag encoding of `pos_tag_ids` [batch, T] (tag ids on
+        real tokens: 1 unknown, 2 special, 3.. config.pos_tags; pad slots may hold anything). Omitted: every
+        token gets the <unk> tag, with a warning (a tagged model should be given its tags)."""
+        shape = tuple(inputs_embeds.shape[:2])
+        if pos_tag_ids is None:
+            logger.warning_once("no `pos_tag_ids` given to a model with source POS tags (config.pos_tagger): every "
+                                "source token is tagged <unk>")  # fmt: skip
+            pos_tag_ids = torch.full(shape, UNK_TAG_ID, dtype=torch.long, device=inputs_embeds.device)
+            pos_tag_ids = pos_tag_ids.masked_fill(~mask, PAD_TAG_ID)
+        else:
+            pos_tag_ids = checked_tag_ids("pos_tag_ids", pos_tag_ids, shape, mask, self.num_tag_ids, self.check)
+        return inputs_embeds + (self.table(pos_tag_ids) * self.embed_scale).to(inputs_embeds.dtype)
+
+
+class SourceTagsPipelineMixin:
+    """The translation pipeline's hook (`prepare_pipeline_inputs`): tags raw source text with `config.pos_tagger`."""
+
+    _raw_text_tagger: RawTextTagger | None = None
+
+    def raw_text_tagger(self) -> RawTextTagger:
+        """The configured tagger of raw source text (built once; `.unknown_tags` counts out-of-vocabulary tags)."""
+        if self._raw_text_tagger is None:
+            self._raw_text_tagger = RawTextTagger(self.config.pos_tagger, self.config.pos_tags, self.config.nltk_data)
+        return self._raw_text_tagger
+
+    def prepare_pipeline_inputs(self, texts: list[str], tokenizer, encoded) -> dict:
+        """{"pos_tag_ids": [batch, tokens]} for raw `texts` encoded as `encoded`; {} for a model without tags."""
+        if not self.config.uses_extra_input("pos_tag_ids"):
+            return {}
+        tagger = self.raw_text_tagger()
+        before = sum(tagger.unknown_tags.values())
+        tag_ids = tagger.token_tag_ids(list(texts), encoded)
+        if sum(tagger.unknown_tags.values()) > before:
+            logger.warning_once(f"tags outside config.pos_tags were mapped to <unk>: {dict(tagger.unknown_tags)}")
+        return {"pos_tag_ids": tag_ids}
+
+
+__all__ = ["SourceTagEncoding", "SourceTagsPipelineMixin"]
