@@ -168,3 +168,16 @@ def test_mvpe_without_a_target_tagger_tags_the_encoder_only():
     assert untrainable_decoder_tags(XLPEMarianConfig, taggers, {}) == {}
     with pytest.raises(ValueError, match="--target_tagger"):
         untrainable_decoder_tags(MvPEPosConfig, taggers, {"pos_tag_sides": "both"})
+
+
+def test_a_prepared_dataset_tagged_with_another_tag_set_is_refused():
+    from xlpe.training.data import check_tag_vocabulary
+    from xlpe.training.errors import UsageError
+
+    config = XLPEMarianConfig(**TAGGED)
+    same = {"tag_vocabularies": {"source": ["<pad>", "<unk>", "<special>", *PTB_TAGS]}}
+    check_tag_vocabulary("prep", "train", same, config, ["reorder_positions", "pos_tag_ids"])
+    other = {"tag_vocabularies": {"source": ["<pad>", "<unk>", "<special>", "n", "v"]}}
+    with pytest.raises(UsageError, match=r"prep \[train\] was tagged with another tag set \(2 tags"):
+        check_tag_vocabulary("prep", "train", other, config, ["reorder_positions", "pos_tag_ids"])
+    check_tag_vocabulary("prep", "train", other, config, ["reorder_positions"])  # tags not read: no check
