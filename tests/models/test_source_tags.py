@@ -19,8 +19,8 @@ NLTK_DATA = str(SHARED_DIR / "data" / "nltk_data")
 TAGGED = {"pos_tagger": "nltk-en", "nltk_data": NLTK_DATA}
 
 
-class TestXLPEPosFamily(test_modeling_xlpe.TestXLPEFamily):
-    """Every family test with source tags on (Combination, the default strategy)."""
+class TaggedFamily:
+    """Mixed in before a family's tests: every family test with source tags on."""
 
     def make_config(self, tokenizer, **overrides):
         return super().make_config(tokenizer, **{**TAGGED, **overrides})
@@ -36,18 +36,12 @@ class TestXLPEPosFamily(test_modeling_xlpe.TestXLPEFamily):
         super().test_fresh_process_remote_code_and_pipeline(toy_tokenizer, tmp_path)
 
 
-class TestDPEPosFamily(test_modeling_dpe.TestDPEFamily):
-    def make_config(self, tokenizer, **overrides):
-        return super().make_config(tokenizer, **{**TAGGED, **overrides})
+class TestXLPEPosFamily(TaggedFamily, test_modeling_xlpe.TestXLPEFamily):
+    """XL PE + POS (Combination, the default strategy)."""
 
-    def extra_inputs(self, batch):
-        return {**super().extra_inputs(batch), "pos_tag_ids": fake_tags(batch["input_ids"], batch.get("attention_mask"))}
 
-    def test_in_memory_pipeline(self, toy_tokenizer, shared_dir):
-        super().test_in_memory_pipeline(toy_tokenizer)
-
-    def test_fresh_process_remote_code_and_pipeline(self, toy_tokenizer, tmp_path, shared_dir):
-        super().test_fresh_process_remote_code_and_pipeline(toy_tokenizer, tmp_path)
+class TestDPEPosFamily(TaggedFamily, test_modeling_dpe.TestDPEFamily):
+    """DPE + POS."""
 
 
 def source(tokenizer, texts=("the cat sees the dog", "a dog chases the small cat in the garden")):
@@ -181,3 +175,16 @@ def test_a_prepared_dataset_tagged_with_another_tag_set_is_refused():
     with pytest.raises(UsageError, match=r"prep \[train\] was tagged with another tag set \(2 tags"):
         check_tag_vocabulary("prep", "train", other, config, ["reorder_positions", "pos_tag_ids"])
     check_tag_vocabulary("prep", "train", other, config, ["reorder_positions"])  # tags not read: no check
+
+
+def test_taggers_are_resolved_only_for_a_model_that_reads_tags():
+    from types import SimpleNamespace
+
+    from xlpe import MvPEPosConfig
+    from xlpe.training.data import resolve_taggers
+
+    args = SimpleNamespace(source_tagger=None, target_tagger=None, nltk_data=NLTK_DATA, uses_builtin_corpus=lambda: False)
+    assert resolve_taggers(args, XLPEMarianConfig) == {}  # no tagger asked for: XL PE without tags
+    assert resolve_taggers(args, MvPEPosConfig, {"pos_tag_sides": "none"}) == {}  # mvPE alone needs no tagger
+    assert resolve_taggers(args, XLPEMarianConfig, {"pos_tagger": "nltk-en"})["source_spec"] == "nltk-en"
+    assert resolve_taggers(args, MvPEPosConfig)["source_spec"] == "nltk-en"  # mvPE+POS: its default tagger

@@ -222,13 +222,13 @@ def check_splits(splits: dict[str, ParallelSplit], data_args, training_args, tok
 # ---------------------------------------------------------------------------------------------------------
 
 
-def resolve_taggers(data_args, config, requested_tagger: str | None = None) -> dict:
+def resolve_taggers(data_args, config, overrides: dict | None = None) -> dict:
     """{"source": Tagger, "source_spec": name, "target": Tagger | None} for a model that takes POS tags, else {}.
 
-    `config` is a config class (from scratch) or instance (checkpoint) of a family with a `pos_tagger` field. The
-    source tagger is --source_tagger, else `requested_tagger` (a `pos_tagger` in --config_overrides), else the
-    config's `pos_tagger` (mvPE+POS: "nltk-en" by default; the Marian families: None, no tags). The built-in
-    corpus brings a target tagger."""
+    `config` is a config class (from scratch) or instance (checkpoint) of a family with a `pos_tagger` field;
+    `overrides`: the --config_overrides fields. The source tagger is --source_tagger, else a `pos_tagger` in the
+    overrides, else the config's (mvPE+POS: "nltk-en" by default; the Marian families: None, no tags). A model with
+    `pos_tag_sides="none"` (mvPE alone) needs none. The built-in corpus brings a target tagger."""
     from ..models.registry import declares_field
 
     config_class = config if isinstance(config, type) else type(config)
@@ -236,7 +236,10 @@ def resolve_taggers(data_args, config, requested_tagger: str | None = None) -> d
         if data_args.source_tagger or data_args.target_tagger:
             logger.warning("--source_tagger/--target_tagger ignored: %s takes no POS tags", config_class.__name__)
         return {}
-    source_spec = data_args.source_tagger or requested_tagger or getattr(config, "pos_tagger", None)
+    overrides = overrides or {}
+    if overrides.get("pos_tag_sides", getattr(config, "pos_tag_sides", None)) == "none":
+        return {}
+    source_spec = data_args.source_tagger or overrides.get("pos_tagger") or getattr(config, "pos_tagger", None)
     if not source_spec:
         return {}
     from ..features.tagging import get_tagger

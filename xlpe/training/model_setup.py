@@ -212,10 +212,6 @@ def parse_config_overrides(text: str | None) -> dict:
     return overrides
 
 
-def requested_override(model_args, name: str):
-    """The value of `name` in --config_overrides, or None."""
-    return parse_config_overrides(model_args.config_overrides).get(name)
-
 
 def set_word_starts(model, tokenizer) -> None:
     """Give an XL PE reorderer the tokenizer's word starts, so that it ranks whole words (reorder_unit="word").

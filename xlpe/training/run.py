@@ -50,7 +50,7 @@ from .model_setup import (
     set_word_starts,
     check_init_options,
     check_vocabulary,
-    requested_override,
+    parse_config_overrides,
     load_or_train_tokenizer,
     model_features,
     target_config,
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         torch.backends.mha.set_fastpath_enabled(False)
     check_splits(splits, data_args, training_args, bool(model_args.tokenizer_name or model_args.model_name_or_path or checkpoint))
     tokenizer = load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint)
-    taggers = resolve_taggers(data_args, target_config(model_args, checkpoint), requested_override(model_args, "pos_tagger"))
+    taggers = resolve_taggers(data_args, target_config(model_args, checkpoint), parse_config_overrides(model_args.config_overrides))
     try:
         model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
     except ValueError as error:  # a config field out of range (config_checks.py), a checkpoint of another family
