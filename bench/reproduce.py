@@ -191,6 +191,8 @@ def main(argv=None) -> int:
     parser.add_argument("--run", action="store_true", help="with --report: run the groups first")
     parser.add_argument("--benchmarks", default=None, help="write the tables into this BENCHMARKS.md's ## Reproduction")
     parser.add_argument("--section", default="Reproduction", help="with --benchmarks: the section (## title) to write")
+    parser.add_argument("--report_groups", default=None, help="with --report: tables of these groups only (comma-separated; "
+                        "default: every group with results), e.g. table1 for one table of a pair's rows")
     parser.add_argument("--plot_dir", default=str(REPO / "bench"))
     parser.add_argument("--machine", default=None, help="machine description for the report")
     parser.add_argument("--command", default=None, help="the command to record in the report (default: this one)")

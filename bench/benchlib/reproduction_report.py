@@ -156,9 +156,19 @@ def report(args) -> int:
     if not records:
         raise SystemExit(f"no results in {work / 'results.jsonl'}: run the groups first")
     groups = list(dict.fromkeys(r["group"] for r in records))
+    if getattr(args, "report_groups", None):  # e.g. "table1": its rows whichever driver group ran them
+        groups = [g for g in args.report_groups.split(",") if g.strip()]
+        unknown = set(groups) - set(GROUPS)
+        if unknown:
+            raise SystemExit(f"--report_groups: unknown {sorted(unknown)}; known: {', '.join(GROUPS)}")
     lines = []
     for group in groups:
         rows = [r for r in records if r["group"] == group]
+        if not rows:  # a group none of whose runs was run by its own driver: its pairs and modes from the others
+            listed = {spec["name"] for mode in {r["mode"] for r in records} for spec in group_runs(group, MODES[mode])}
+            rows = [r for r in records if r["name"] in listed]
+            lines += group_table(group, rows, work, {r["mode"] for r in rows}) if rows else []
+            continue
         # a run is recorded once (under the group that ran it) and belongs to every group that lists it: vanilla
         # to all groups of its pair, table5-8E to init, ...
         pairs, modes = {r["pair"] for r in rows}, {r["mode"] for r in rows}
