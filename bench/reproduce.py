@@ -21,9 +21,9 @@ Groups (each a list of runs; every group also runs vanilla Marian on its languag
             Combination + relative PE
   relative-pe  vanilla, relative PE, Combination + relative PE (the same runs as in baselines: the short version)
   table4    XL PE Table 4: encoder-free (encoder_layers=0) without PE, + absolute PE, + relative PE, + InXL
-  pos       vanilla, Combination, Combination + source POS tags, mvPE+POS and mvPE alone trained like the others (same
-            steps; tags from the offline taggers: nltk-en for English, jieba-zh for Chinese; tagged rows are left out
-            where the source has none)
+  pos       vanilla, Combination, Combination + source POS tags, mvPE+POS, mvPE alone and the same BART body with the
+            plain sinusoid, trained like the others (same steps; tags from the offline taggers: nltk-en for English,
+            jieba-zh for Chinese; tagged rows are left out where the source has none)
   table1    every row of one pair's table (issue 15): baselines + InXL, HeadXL, Combination with the standalone
             reorderer, the pos group's rows, DPE (lambda 0.5) and 2PT; runs shared by name with the other groups
   reorderer vanilla, Combination (built-in predictor), Combination with the pair's standalone reorderer (xlpe-reorder's

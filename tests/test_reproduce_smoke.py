@@ -269,7 +269,8 @@ def test_tagged_runs_take_the_pairs_offline_taggers(tmp_path, capsys):
     reproduction = load_driver().reproduction
     mode = reproduction.MODES["smoke"]
     names = lambda runs: [spec["name"] for spec in runs]  # noqa: E731
-    assert names(reproduction.group_runs("pos", mode)) == ["vanilla", "combination", "combination+pos", "mvpe_pos-steps", "mvpe-steps"]
+    assert names(reproduction.group_runs("pos", mode)) == ["vanilla", "combination", "combination+pos", "mvpe_pos-steps", "mvpe-steps",
+                                                          "sinusoid-steps"]
     table = reproduction.group_runs("table1", mode)
     assert {"relative", "disan", "in", "head", "combination+relative", "combination+reorderer", "combination+pos",
             "mvpe_pos-steps", "mvpe-steps", "dpe-lambda0.5", "2pt"} <= set(names(table))  # fmt: skip

@@ -108,11 +108,13 @@ def group_runs(group: str, mode: dict) -> list[dict]:
 def tagged_runs(mode: dict) -> list[dict]:
     """XL PE Combination + source POS tags, and mvPE+POS (pos_dim = d/4; decoder tags only where the target
     language has a tagger), both trained like every other run on the pair's "tagged" preparation; and mvPE
-    without tags on the same BART body (the paper's "Transformer + mvPE"), which separates the tags' share."""
+    without tags on the same BART body (the paper's "Transformer + mvPE"), which separates the tags' share, and that
+    body with the plain sinusoid (k = 1, no tags: the paper's Transformer baseline), which separates mvPE's."""
     tags = dict(data="tagged", source_tagger=PAIR_TAGGER, nltk_data=str(NLTK_DATA))
     return [run("combination+pos", "xlpe", xl_strategy="combination", **tags),
             run("mvpe_pos-steps", "mvpe_pos", target_tagger=PAIR_TAGGER, config_overrides=f"pos_dim={mode['d_model'] // 4}", **tags),
-            run("mvpe-steps", "mvpe_pos", config_overrides="pos_tag_sides=none")]  # fmt: skip  (mvPE alone: what the tags add)
+            run("mvpe-steps", "mvpe_pos", config_overrides="pos_tag_sides=none"),  # mvPE alone: what the tags add
+            run("sinusoid-steps", "mvpe_pos", config_overrides="pos_tag_sides=none,pe_step=1")]  # fmt: skip  (k = 1: the same body's vanilla)
 
 
 GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "pos", "table1", "reorderer", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
