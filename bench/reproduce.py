@@ -15,6 +15,8 @@ Groups (each a list of runs; every group also runs vanilla Marian on its languag
                                                                         layers, L + 2 DPE layers (DPE Table 5)
   2pt       two-pass Transformer and its oracle (DPE Table 2)    mvpe   mvPE+POS on en->de (perplexity per epoch,
   noise     Combination trained on 0-20% swapped XL indices              BLEU-1..4, ROUGE, length ratio)
+  dpe-paper DPE as published: the gate fixed at 1 (encoder input X + r, Fig. 4), and the reference code's loss
+            (lambda on the order side, L_order / #target tokens), beside the default DPE (learned gate) at lambda 0.5
   alignment AER on the en-fr Hansards gold set of models trained on Multi30k en->fr, eflomal as a reference row
   xl-combination  vanilla and Combination only (the CI smoke test; the CPU-mode headline comparison)
   baselines XL PE Table 1: relative PE (Shaw: relative only, k = 16), DiSAN-style directional heads, Combination,

@@ -286,3 +286,23 @@ def test_tagged_runs_take_the_pairs_offline_taggers(tmp_path, capsys):
     en_ja = reproduction.for_pair([zh_en["mvpe_pos-steps"]], "en-ja", "pos")[0]
     assert reproduction.resolved_fields(tmp_path, en_ja, mode)["source_tagger"] == "nltk-en"
     assert "target_tagger" not in reproduction.resolved_fields(tmp_path, en_ja, mode)
+
+
+def test_dpe_paper_group_builds_the_published_settings():
+    """`dpe-paper`: DPE with the gate fixed at 1 (the paper's X + r) and with the reference code's loss weighting;
+    the overrides are real DPEMarianConfig fields (a misspelt one would silently train the default model)."""
+    from xlpe.models import DPEMarianConfig
+    from xlpe.training.model_setup import parse_config_overrides
+
+    reproduction = load_driver().reproduction
+    runs = {spec["name"]: spec for spec in reproduction.group_runs("dpe-paper", reproduction.MODES["smoke"])}
+    assert list(runs) == ["vanilla", "dpe-lambda0.5", "dpe-paper-gate", "dpe-reference-loss"]
+    configs = {name: DPEMarianConfig(order_loss_weight=runs[name]["fields"]["order_loss_weight"],
+                                     **parse_config_overrides(runs[name]["fields"].get("config_overrides")))
+               for name in ("dpe-lambda0.5", "dpe-paper-gate", "dpe-reference-loss")}  # fmt: skip
+    assert configs["dpe-lambda0.5"].dpe_learn_gate and not configs["dpe-paper-gate"].dpe_learn_gate
+    reference = configs["dpe-reference-loss"]
+    assert not reference.dpe_learn_gate
+    assert (reference.order_loss_lambda_side, reference.order_loss_normalization) == ("order", "reference")
+    for name, config in configs.items():
+        assert set(parse_config_overrides(runs[name]["fields"].get("config_overrides"))) <= set(config.to_dict()), name

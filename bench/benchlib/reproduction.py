@@ -57,6 +57,12 @@ def group_runs(group: str, mode: dict) -> list[dict]:
                                                   same_as="head" if t == default_tau else None) for t in range(heads + 1)]  # fmt: skip
     if group == "dpe":
         return [run("vanilla", "vanilla")] + [run(f"dpe-lambda{lam}", "dpe", order_loss_weight=lam) for lam in DPE_LAMBDAS]
+    if group == "dpe-paper":  # DPE exactly as published: no gate (X + r, Fig. 4); and the reference code's loss weighting
+        paper = "dpe_learn_gate=false"  # g stays 1: the encoder input is X + r, the paper's architecture throughout
+        return [run("vanilla", "vanilla"), run("dpe-lambda0.5", "dpe", order_loss_weight=0.5),
+                run("dpe-paper-gate", "dpe", order_loss_weight=0.5, config_overrides=paper),
+                run("dpe-reference-loss", "dpe", order_loss_weight=0.5,
+                    config_overrides=f"{paper},order_loss_lambda_side=order,order_loss_normalization=reference")]  # fmt: skip
     if group == "table5":
         return [run("vanilla", "vanilla"), run("table5-base", "vanilla", same_as="vanilla"), deeper_encoder("table5-8E", 2, mode),
                 deeper_encoder("table5-10E", 4, mode), run("table5-DPE", "dpe", order_loss_weight=0.5, same_as="dpe-lambda0.5")]  # fmt: skip
@@ -117,7 +123,7 @@ def tagged_runs(mode: dict) -> list[dict]:
             run("sinusoid-steps", "mvpe_pos", config_overrides="pos_tag_sides=none,pe_step=1")]  # fmt: skip  (k = 1: the same body's vanilla)
 
 
-GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "pos", "table1", "reorderer", "tau", "dpe", "table5", "2pt", "mvpe", "noise", "alignment", "init")
+GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "pos", "table1", "reorderer", "tau", "dpe", "dpe-paper", "table5", "2pt", "mvpe", "noise", "alignment", "init")
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)
