@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -306,3 +307,27 @@ def test_dpe_paper_group_builds_the_published_settings():
     assert (reference.order_loss_lambda_side, reference.order_loss_normalization) == ("order", "reference")
     for name, config in configs.items():
         assert set(parse_config_overrides(runs[name]["fields"].get("config_overrides"))) <= set(config.to_dict()), name
+
+
+def test_every_run_keeps_its_own_hypotheses(tmp_path, capsys):
+    """Each (pair, run, seed) has its own directory (2PT's seeds used to write runs/hypotheses.txt, one file for
+    all of them), and the report refuses a results file whose different models share a hypothesis file, while a run
+    that reuses another's model (`same_as`) may point to that model's file."""
+    driver = load_driver()
+    reproduction = driver.reproduction
+    spec = next(s for s in reproduction.group_runs("2pt", reproduction.MODES["smoke"]) if s["name"] == "2pt")
+    dirs = {reproduction.run_dir(tmp_path, spec, seed, suffix) for seed in (1, 2) for suffix in ("", "-reorderer", "-translator")}
+    assert len(dirs) == 6 and all(d.parent == tmp_path / "runs" for d in dirs)
+
+    shared = tmp_path / "runs" / "hypotheses.txt"
+    shared.parent.mkdir(parents=True)
+    shared.write_text("a\n", encoding="utf-8")
+    record = dict(group="2pt", mode="smoke", name="2pt", pair="de-en", bleu=1.0, chrf=1.0, hypotheses=str(shared),
+                  bleu_signature="s", chrf_signature="c", date="2026-11-25")  # fmt: skip
+    records = [dict(record, key="smoke|de-en|2pt|1", seed=1), dict(record, key="smoke|de-en|2pt|2", seed=2)]
+    reused = dict(record, key="smoke|de-en|2pt-again|1", seed=1, same_as="smoke|de-en|2pt|1")
+    assert sys.modules[driver.report.__module__].shared_hypotheses([records[0], reused]) == {}
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    clash = r"2 runs share the hypothesis file .*hypotheses.txt \(smoke\|de-en\|2pt\|1, smoke\|de-en\|2pt\|2\)"
+    with pytest.raises(SystemExit, match=clash):
+        driver.main(["--report", "--work_dir", str(tmp_path)])

@@ -298,10 +298,16 @@ def train_args(mode: dict, out: Path, seed: int, pair: str, tokenizer: Path, mod
     return args
 
 
+def run_dir(work: Path, spec: dict, seed: int, suffix: str = "") -> Path:
+    """One directory per (pair, run, seed): a run's model, hypotheses and logs; `suffix` names a run's sub-models
+    (2PT's -reorderer and -translator)."""
+    return work / "runs" / f"{spec['pair']}-{spec['name']}{suffix}-seed{seed}"
+
+
 def train(mode, work, spec, seed, extra: list[str], model_type=None, fields=None, suffix="") -> tuple[Path, dict]:
     from xlpe.training.run import main as xlpe_train
 
-    out = work / "runs" / f"{spec['pair']}-{spec['name']}{suffix}-seed{seed}"
+    out = run_dir(work, spec, seed, suffix)
     tokenizer = tokenizer_dir(work, spec["pair"], mode)
     fields = resolved_fields(work, spec, mode) if fields is None else fields
     metrics = xlpe_train(train_args(mode, out, seed, spec["pair"], tokenizer, model_type or spec["model_type"], fields) + extra)
@@ -369,7 +375,11 @@ def two_pass(spec, seed, mode, work):
     hypotheses = translator(list(sources), **generate)
     oracle = translator.oracle_variant()(list(sources), list(alignments), **generate)
     oracle_scores = corpus_bleu_chrf(oracle, references, target_language=spec["pair"].split("-")[1])
-    return out.parent, hypotheses, {"oracle_bleu": oracle_scores["bleu"]["score"], "oracle_chrf": oracle_scores["chrf"]["score"]}
+    # the run's own directory (not runs/, which every 2PT seed shares: each would overwrite the others' hypotheses)
+    out = run_dir(work, spec, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hypotheses_oracle.txt").write_text("\n".join(oracle) + "\n", encoding="utf-8")
+    return out, hypotheses, {"oracle_bleu": oracle_scores["bleu"]["score"], "oracle_chrf": oracle_scores["chrf"]["score"]}
 
 
 def mvpe(spec, seed, mode, work):

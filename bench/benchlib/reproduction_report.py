@@ -150,11 +150,27 @@ def _collect(rows, key):
     return collected
 
 
+def shared_hypotheses(records: list[dict]) -> dict[str, list[str]]:
+    """Hypothesis files that more than one model's record points to ({path: keys}). A run that reuses another's
+    model (`same_as`) shares its file by design; two different models never may: the later one overwrote the
+    earlier one's hypotheses, and every bootstrap on that file would compare the wrong output (the 2PT runs before
+    2026-11-25 wrote all seeds to runs/hypotheses.txt)."""
+    models_by_file: dict[str, set[str]] = {}
+    for r in records:
+        models_by_file.setdefault(r["hypotheses"], set()).add(r.get("same_as") or r["key"])
+    return {path: sorted(keys) for path, keys in models_by_file.items() if len(keys) > 1}
+
+
 def report(args) -> int:
     work = Path(args.work_dir)
     records = read_results(work / "results.jsonl")
     if not records:
         raise SystemExit(f"no results in {work / 'results.jsonl'}: run the groups first")
+    clashes = shared_hypotheses(records)
+    if clashes:
+        path, keys = next(iter(clashes.items()))
+        raise SystemExit(f"{work / 'results.jsonl'}: {len(keys)} runs share the hypothesis file {path} ({', '.join(keys)}): "
+                         "their significance tests would read one run's output; re-run or re-decode them")  # fmt: skip
     groups = list(dict.fromkeys(r["group"] for r in records))
     if getattr(args, "report_groups", None):  # e.g. "table1": its rows whichever driver group ran them
         groups = [g for g in args.report_groups.split(",") if g.strip()]
