@@ -35,11 +35,12 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # the checkout, when run as a script
 
-IGNORE_INDEX = -100
+from xlpe.features.reordering import IGNORE_INDEX  # noqa: E402
 
 
 def tau_b(a: np.ndarray, b: np.ndarray) -> float | None:
-    """Kendall's tau-b of two equally long integer vectors (ties allowed); None when either is constant."""
+    """Kendall's tau-b of two equally long integer vectors (ties allowed); None when either is constant.
+    (Not `xlpe.features.reordering.kendall_tau`: that one takes permutations, and decoded positions may tie.)"""
     da = np.sign(a[:, None] - a[None, :])
     db = np.sign(b[:, None] - b[None, :])
     upper = np.triu(np.ones(da.shape, dtype=bool), 1)
@@ -64,8 +65,10 @@ def probe(model, dataset, batch_size: int = 100) -> dict:
     sums = dict(order_loss=0.0, order_loss_monotone=0.0, order_loss_zero=0.0, closer=0, moved=0, exact_decoded=0,
                 exact_monotone=0, exact_source=0, supervised=0, norm_ratio=0.0)  # fmt: skip
     taus, taus_monotone = [], []
+    dataset = dataset.select_columns(columns)
     for start in range(0, len(dataset), batch_size):
-        rows = [{k: dataset[i][k] for k in columns} for i in range(start, min(start + batch_size, len(dataset)))]
+        chunk = dataset[start : start + batch_size]  # one read per batch, columns as lists
+        rows = [dict(zip(columns, values)) for values in zip(*(chunk[k] for k in columns))]
         batch = collate(rows)
         extra = {"pos_tag_ids": batch["pos_tag_ids"]} if "pos_tag_ids" in batch else {}
         r = model.model.encoder(batch["input_ids"], batch["attention_mask"], **extra).dynamic_positions.float()
