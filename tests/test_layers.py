@@ -193,7 +193,7 @@ def test_every_console_script_points_at_a_cli_function():
 
     scripts = console_scripts()
     assert set(scripts) == {"xlpe-prepare", "xlpe-train", "xlpe-translate", "xlpe-evaluate", "xlpe-push", "xlpe-demo",
-                            "xlpe-reorder"}
+                            "xlpe-reorder", "xlpe-tagger"}
     for name, target in scripts.items():
         module, _, function = target.partition(":")
         assert module.startswith("xlpe.cli."), f"{name} -> {target}: console scripts live in xlpe.cli"

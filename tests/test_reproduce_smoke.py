@@ -277,8 +277,9 @@ def test_tagged_runs_take_the_pairs_offline_taggers(tmp_path, capsys):
             "mvpe_pos-steps", "mvpe-steps", "dpe-lambda0.5", "2pt"} <= set(names(table))  # fmt: skip
     assert len(set(names(table))) == len(table)
     de_en = names(reproduction.for_pair(table, "de-en", "table1"))
-    assert "combination+pos" not in de_en and "mvpe-steps" in de_en
-    assert "no offline POS tagger for 'de'" in capsys.readouterr().out
+    assert "combination+pos" in de_en and "mvpe_pos-steps" in de_en  # German: the tagger trained on UD German-GSD
+    assert not reproduction.has_source_tagger(table[0], "ja-en")  # a language with neither: its tagged rows left out
+    assert "no offline POS tagger for 'ja'" in capsys.readouterr().out
     zh_en = {spec["name"]: spec for spec in reproduction.for_pair(reproduction.group_runs("pos", mode), "zh-en", "pos")}
     assert zh_en["combination+pos"]["data"] == "tagged"
     assert reproduction.resolved_fields(tmp_path, zh_en["mvpe_pos-steps"], mode) == {
@@ -331,3 +332,27 @@ def test_every_run_keeps_its_own_hypotheses(tmp_path, capsys):
     clash = r"2 runs share the hypothesis file .*hypotheses.txt \(smoke\|de-en\|2pt\|1, smoke\|de-en\|2pt\|2\)"
     with pytest.raises(SystemExit, match=clash):
         driver.main(["--report", "--work_dir", str(tmp_path)])
+
+
+def test_a_german_source_is_tagged_by_a_tagger_trained_on_ud_german_gsd(tmp_path, shared_dir, monkeypatch, capsys):
+    """de-en's tagged rows: the tagger is trained once per work dir ("perceptron:<file>", STTS tags), the tagged
+    preparation tags the German source with it, and a tagged XL PE run trains, scores, and ships the tagger file."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
+    driver = load_driver()
+    reproduction = driver.reproduction
+    work = tmp_path / "work"
+    table = reproduction.group_runs("table1", reproduction.MODES["smoke"])
+    spec = {s["name"]: s for s in reproduction.for_pair(table, "de-en", "table1")}
+    fields = reproduction.resolved_fields(work, spec["mvpe_pos-steps"], reproduction.MODES["smoke"])
+    tagger_file = work / "data" / "taggers" / "de-xpos.json"
+    assert fields["source_tagger"] == f"perceptron:{tagger_file}" and fields["target_tagger"] == "nltk-en"
+    assert json.loads(tagger_file.read_text())["details"]["sentences"] == 799 + 977
+    common = ["--mode", "smoke", "--groups", "table1", "--pair", "de-en", "--seeds", "1", "--work_dir", str(work)]
+    assert driver.main(common + ["--only", "smoke|de-en|combination+pos|1"]) == 0
+    record = json.loads((work / "results.jsonl").read_text().splitlines()[-1])
+    assert record["name"] == "combination+pos" and 0.0 <= record["bleu"] <= 100.0
+    model_dir = os.path.dirname(record["hypotheses"])
+    config = json.loads(open(os.path.join(model_dir, "config.json")).read())
+    assert config["pos_tagger"] == "perceptron:pos_tagger.json" and "NN" in config["pos_tags"]  # STTS
+    assert os.path.isfile(os.path.join(model_dir, "pos_tagger.json"))

@@ -10,6 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("XLPE_SHARED_DIR", REPO.parent / "shared")) / "data"
 MULTI30K = DATA / "multi30k"
 NLTK_DATA = DATA / "nltk_data"
+UD_GERMAN_GSD = DATA / "ud_german_gsd"  # dev + test CoNLL-U only: the German tagger's training data
 HANSARDS = DATA / "word_alignment_gold" / "enfr_hansards"
 
 

@@ -61,8 +61,8 @@ def test_cli_modules_and_parsers_do_not_import_heavy_packages():
     code = (
         "import sys\n"
         "import xlpe, xlpe.cli.translate as t, xlpe.cli.evaluate as e, xlpe.cli.push as p, xlpe.cli.demo, xlpe.cli.train\n"
-        "import xlpe.cli.prepare as pr, xlpe.cli.reorder as r\n"
-        "t.build_parser(); e.build_parser(); p._parser(); pr._parser(); r.build_parser()\n"
+        "import xlpe.cli.prepare as pr, xlpe.cli.reorder as r, xlpe.cli.tagger as tg\n"
+        "t.build_parser(); e.build_parser(); p._parser(); pr._parser(); r.build_parser(); tg.build_parser()\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=ENV)

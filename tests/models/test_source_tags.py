@@ -3,6 +3,8 @@ test suite with tags on, the tags really used and checked, the config rules, and
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import SHARED_DIR
@@ -188,3 +190,91 @@ def test_taggers_are_resolved_only_for_a_model_that_reads_tags():
     assert resolve_taggers(args, MvPEPosConfig, {"pos_tag_sides": "none"}) == {}  # mvPE alone needs no tagger
     assert resolve_taggers(args, XLPEMarianConfig, {"pos_tagger": "nltk-en"})["source_spec"] == "nltk-en"
     assert resolve_taggers(args, MvPEPosConfig)["source_spec"] == "nltk-en"  # mvPE+POS: its default tagger
+
+
+# --------------------------------------------------------------------------------------------------------
+# A trained tagger file ("perceptron:<file>", xlpe-tagger) travels inside the checkpoint
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def toy_tagger_file(tmp_path_factory):
+    """A perceptron tagger trained on toy English sentences in the toy tokenizer's words."""
+    from xlpe.features.tagger_training import save_tagger, train_perceptron_tagger
+
+    nouns, verbs = ("cat", "dog", "garden"), ("sees", "chases")
+    sentences = [[("the", "DT"), (a, "NN"), (v, "VBZ"), ("a", "DT"), (b, "NN")] for a in nouns for v in verbs for b in nouns]
+    path = tmp_path_factory.mktemp("tagger") / "toy-en.json"
+    save_tagger(train_perceptron_tagger(sentences * 3, iterations=3), path)
+    return path
+
+
+class FileTagged(test_modeling_xlpe.TestXLPEFamily):
+    """XL PE with a trained tagger file (no "Test" in the name: not collected; the tests below use it)."""
+
+    tagger_file = None
+
+    def make_config(self, tokenizer, **overrides):
+        tags = dict(pos_tagger=f"perceptron:{self.tagger_file}", pos_tags=["DT", "NN", "VBZ"])
+        return super().make_config(tokenizer, **tags, **overrides)
+
+
+def test_save_pretrained_ships_the_tagger_file_and_a_moved_checkpoint_still_tags(toy_tokenizer, toy_tagger_file, tmp_path,
+                                                                                  monkeypatch):  # fmt: skip
+    import shutil
+
+    from xlpe import XLPETranslationPipeline
+
+    tester = FileTagged()
+    tester.tagger_file = toy_tagger_file
+    model = tester.make_model(toy_tokenizer)
+    model.save_pretrained(tmp_path / "first")
+    toy_tokenizer.save_pretrained(tmp_path / "first")
+    assert (tmp_path / "first" / "pos_tagger.json").read_bytes() == toy_tagger_file.read_bytes()
+    saved = json.loads((tmp_path / "first" / "config.json").read_text())
+    assert saved["pos_tagger"] == "perceptron:pos_tagger.json"
+    assert model.config.pos_tagger == f"perceptron:{toy_tagger_file}"  # the model in memory keeps its own
+    shutil.move(tmp_path / "first", tmp_path / "moved")  # nothing outside the checkpoint is needed any more
+    toy_tagger_file.unlink()
+    monkeypatch.chdir(tmp_path)
+    loaded = XLPEMarianMTModel.from_pretrained(tmp_path / "moved").eval()
+    texts = ["the dog sees a cat", "a garden"]
+    encoded = toy_tokenizer(texts, return_tensors="pt", padding=True)
+    tags = loaded.prepare_pipeline_inputs(texts, toy_tokenizer, encoded)["pos_tag_ids"]
+    words = {3: "DT", 4: "NN", 5: "VBZ"}  # ids after <pad>, <unk>, <special>
+    first_tokens = [t for t, w in zip(tags[0].tolist(), encoded.encodings[0].word_ids) if w is not None]
+    assert set(first_tokens) <= set(words) and {words[t] for t in first_tokens} == {"DT", "NN", "VBZ"}
+    translator = XLPETranslationPipeline(model=loaded, tokenizer=toy_tokenizer)
+    assert isinstance(translator("the cat sees a dog", max_new_tokens=4)[0]["translation_text"], str)
+    loaded.save_pretrained(tmp_path / "again")  # re-saving a loaded model copies the file from its own directory
+    assert (tmp_path / "again" / "pos_tagger.json").is_file()
+    from xlpe.training.push import check_upload_folder
+
+    assert not any("POS tagger" in problem for problem in check_upload_folder(tmp_path / "again"))
+    (tmp_path / "again" / "pos_tagger.json").unlink()  # xlpe-push refuses a folder without it
+    problems = " ".join(check_upload_folder(tmp_path / "again"))
+    assert "the POS tagger file of pos_tagger='perceptron:pos_tagger.json' is missing" in problems
+
+
+def test_a_checkpoint_with_a_tagger_file_works_in_a_fresh_process_with_remote_code(toy_tokenizer, toy_tagger_file, tmp_path):
+    tester = FileTagged()
+    tester.tagger_file = toy_tagger_file
+    tester.test_fresh_process_remote_code_and_pipeline(toy_tokenizer, tmp_path)
+    assert (tmp_path / "pos_tagger.json").is_file()
+
+
+def test_xlpe_train_finds_the_tagger_file_of_a_checkpoint(toy_tokenizer, toy_tagger_file, tmp_path):
+    from types import SimpleNamespace
+
+    from xlpe.training.data import resolve_taggers
+    from xlpe.training.model_setup import target_config
+
+    tester = FileTagged()
+    tester.tagger_file = toy_tagger_file
+    tester.make_model(toy_tokenizer).save_pretrained(tmp_path / "ckpt")
+    config = target_config(SimpleNamespace(model_name_or_path=str(tmp_path / "ckpt"), model_type=None, cache_dir=None,
+                                           model_revision="main", token=None, trust_remote_code=False), None)  # fmt: skip
+    args = SimpleNamespace(source_tagger=None, target_tagger=None, nltk_data=None, uses_builtin_corpus=lambda: False)
+    taggers = resolve_taggers(args, config)
+    assert taggers["source_spec"] == "perceptron:pos_tagger.json"
+    assert taggers["source"].tag([["the", "cat", "sees"]]) == [["DT", "NN", "VBZ"]]

@@ -1,5 +1,6 @@
 """The console scripts, one module each (argument parsing and error reporting; the work happens in the
-library): xlpe-prepare, xlpe-train, xlpe-translate, xlpe-evaluate, xlpe-push, xlpe-demo, xlpe-reorder.
+library): xlpe-prepare, xlpe-train, xlpe-translate, xlpe-evaluate, xlpe-push, xlpe-demo, xlpe-reorder,
+xlpe-tagger.
 
 Conventions shared by every command (docs/command_line.md), and the helpers that keep them:
 

@@ -26,7 +26,7 @@ from .reordering import (
     project_positions_to_subwords_flat,
     swap_noise_in_place,
 )
-from .tagging import UNK_TAG_ID, Tagger, get_tagger, subword_tag_ids_flat
+from .tagging import UNK_TAG_ID, Tagger, get_tagger, subword_tag_ids_flat, tagger_identity
 from .tokenization import tokenize_batch
 
 FEATURES = ("reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids")
@@ -76,7 +76,7 @@ class PrepareOptions:
         for feature, tagger, side in (("pos_tag_ids", self.source_tagger, "source"),
                                       ("decoder_pos_tag_ids", self.target_tagger, "target")):  # fmt: skip
             if feature in self.features and not tagger:
-                raise ValueError(f"{feature} needs {side}_tagger (e.g. 'nltk-en', 'jieba-zh', 'spacy:<model>')")
+                raise ValueError(f"{feature} needs {side}_tagger (e.g. 'nltk-en', 'jieba-zh', 'spacy:<model>', 'perceptron:<file>')")
         if self.symmetrization not in SYMMETRIZATIONS:
             raise ValueError(f"unknown symmetrization {self.symmetrization!r}; choose from {list(SYMMETRIZATIONS)}")
         if self.unaligned not in ("right", "left"):
@@ -120,7 +120,7 @@ class PrepareOptions:
         """The options that change the result, JSON-able (for the report and the cache key)."""
         def name(x):  # taggers and aligners given as objects are described by their name
             if x is None or isinstance(x, str):
-                return x
+                return tagger_identity(x)  # (a trained tagger file: name + content digest)
             return getattr(x, "name", getattr(x, "__name__", type(x).__name__))
 
         return dict(features=list(self.features), aligner=name(self.aligner),

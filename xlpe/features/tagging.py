@@ -6,8 +6,10 @@ tagger for English, jieba's tags for Chinese. Here:
 - `TagVocabulary`: ordered tags with reserved ids 0 "<pad>", 1 "<unk>" (a tag the vocabulary lacks; counted),
   2 "<special>" (special tokens such as </s>), then the tags. `to_list()`/`from_list()` round-trip through a
   model config, so ids mean the same at training and inference. `PTB_TAGS` and `JIEBA_TAGS` are built in.
-- Taggers, by name: `get_tagger("nltk-en")`, `get_tagger("jieba-zh")`, `get_tagger("spacy:<model>")`;
-  `register_tagger(name, cls)` adds more. `tagger.tag(list_of_word_lists)` tags pre-split words (batched);
+- Taggers, by name: `get_tagger("nltk-en")`, `get_tagger("jieba-zh")`, `get_tagger("spacy:<model>")`,
+  `get_tagger("perceptron:<file>")` (a tagger trained by `xlpe-tagger train`, tagger_training.py: how a language
+  with no built-in tagger, e.g. German from a UD treebank, gets tags); `register_tagger(name, cls)` adds more.
+  `tagger.tag(list_of_word_lists)` tags pre-split words (batched);
   `tagger.tag_sentence(text)` splits raw text itself and returns (words, tags), for inference pipelines.
 - `subword_tag_ids`: word-level tag ids -> one id per sub-word token (pieces share their word's tag).
 """
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..models.pos_tagging_hub import perceptron_from_file, read_tagger_file, resolve_tagger_file, tagger_file_name
 from ..models.tag_sets import (  # noqa: F401  (re-exported)
     JIEBA_TAGS,
     PAD_TAG,
@@ -252,6 +255,36 @@ class SpacyTagger(Tagger):
         return [t.text for t in tokens], [getattr(t, self._attribute) for t in tokens]
 
 
+def tagger_identity(spec: str | None) -> str | None:
+    """What names a tagger's output, for cache keys: the name, plus a content digest for a trained tagger file
+    (retraining into the same file must not reuse features tagged by the old one)."""
+    path = tagger_file_name(spec)
+    if path is None or not os.path.isfile(path):
+        return spec
+    import hashlib
+
+    with open(path, "rb") as handle:
+        return f"{spec}@sha256:{hashlib.sha256(handle.read()).hexdigest()[:16]}"
+
+
+class PerceptronFileTagger(Tagger):
+    """An averaged-perceptron tagger trained by `xlpe-tagger train` (tagger_training.py), read from its file;
+    the file's tags are the vocabulary. `model_dir`: a saved model that holds the file (its relative name)."""
+
+    def __init__(self, path: str | os.PathLike, model_dir: str | None = None):
+        self.path = resolve_tagger_file(str(path), model_dir)
+        self.name = tagger_identity(f"perceptron:{self.path}")
+        self.data = read_tagger_file(self.path)
+        self._tagger = perceptron_from_file(self.data)
+        self.lowercase = bool(self.data.get("lowercase"))
+        self.vocabulary = TagVocabulary(self.data["tags"])
+
+    def tag(self, sentences):
+        tag = self._tagger.tag
+        return [[t for _, t in tag([w.lower() for w in words] if self.lowercase else list(words))] if words else []
+                for words in sentences]  # fmt: skip
+
+
 TAGGERS: dict[str, type[Tagger]] = {"nltk-en": NLTKPerceptronTagger, "jieba-zh": JiebaTagger}
 
 
@@ -262,11 +295,13 @@ def register_tagger(name: str, tagger_class: type[Tagger]) -> None:
 
 def get_tagger(spec: str | Tagger, **kwargs) -> Tagger:
     """A tagger by name: "nltk-en" (kwargs: nltk_data), "jieba-zh", "spacy:<model>" (kwargs: attribute),
-    or any registered name. A `Tagger` instance is returned as is."""
+    "perceptron:<file>" (kwargs: model_dir), or any registered name. A `Tagger` instance is returned as is."""
     if isinstance(spec, Tagger):
         return spec
     if spec.startswith("spacy:"):
         return SpacyTagger(spec.split(":", 1)[1], **kwargs)
+    if tagger_file_name(spec) is not None:
+        return PerceptronFileTagger(tagger_file_name(spec), **kwargs)
     if spec not in TAGGERS:
-        raise ValueError(f"unknown tagger {spec!r}; available: {sorted(TAGGERS)} or 'spacy:<model>'")
+        raise ValueError(f"unknown tagger {spec!r}; available: {sorted(TAGGERS)}, 'spacy:<model>' or 'perceptron:<file>'")
     return TAGGERS[spec](**kwargs)

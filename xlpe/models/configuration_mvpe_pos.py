@@ -119,7 +119,7 @@ class MvPEPosConfig(ValidatedConfigMixin, BartConfig):
     pos_tag_encoding: str = "sinusoid"  # "sinusoid": the mvPE function of the tag id (Eq. 11); "learned": ablation
     pos_tags: list[str] | None = None  # source tag vocabulary, ids 3.. in order; None -> the pos_tagger's built-in set
     decoder_pos_tags: list[str] | None = None  # target tag vocabulary (e.g. jieba's for Chinese); None -> pos_tags
-    pos_tagger: str = "nltk-en"  # the pipeline's tagger of raw source text: "nltk-en" | "jieba-zh" | "spacy:<model>"
+    pos_tagger: str = "nltk-en"  # the pipeline's tagger of raw source text: "nltk-en" | "jieba-zh" | "spacy:<model>" | "perceptron:<file>"
     nltk_data: str | None = None  # extra nltk.data.path entry for the pipeline's tagger ($XLPE_NLTK_DATA also works)
     # --- decoder tags of generated tokens: the hypothesis tagger (modeling_mvpe_pos.HypothesisTagger) ---
     decoder_tagger_window: int = 4  # it tags token t from tokens t-window+1..t of the hypothesis (causal)

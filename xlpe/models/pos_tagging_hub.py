@@ -5,7 +5,10 @@ the sub-word tokens of a fast tokenizer, returning the `pos_tag_ids` the model e
 
 * taggers: "nltk-en" (NLTK's averaged-perceptron PTB tagger on whitespace-separated words, as `xlpe-prepare`),
   "jieba-zh" (dictionary tag of a pre-segmented word, else jieba's segmentation + tags), "spacy:<model>"
-  (spaCy's fine-grained `tag_`, when spaCy is installed);
+  (spaCy's fine-grained `tag_`, when spaCy is installed), "perceptron:<file>" (an averaged-perceptron tagger
+  trained by `xlpe-tagger train`, e.g. on a UD treebank, for a language with no built-in tagger; on whitespace
+  words). A saved model keeps that file beside its weights as `pos_tagger.json` (`SAVED_TAGGER_FILE`), and a
+  relative file name is looked up in the model's own directory or Hub repo (`resolve_tagger_file`);
 * ids: 0 = "<pad>", 1 = "<unk>", 2 = "<special>", then the model's tags in config order, the same convention as
   `xlpe.tagging.TagVocabulary`. A tag the vocabulary lacks becomes 1 and is counted in `unknown_tags`;
 * projection: a token takes the tag of the tagged word that contains its first non-space character (found from
@@ -20,6 +23,7 @@ loads where they are missing (only tagging then fails, with an error that says w
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import re
 from collections import Counter
@@ -44,6 +48,17 @@ def tag_to_id_map(tags: list[str]) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def whitespace_word_tagger(tag_words: Callable[[list[str]], list[str]]) -> Callable[[str], list[Span]]:
+    """Text -> spans of its whitespace-separated words, tagged by `tag_words` (a list of words -> their tags)."""
+
+    def tag(text: str) -> list[Span]:
+        words = [(match.start(), match.end(), match.group()) for match in re.finditer(r"\S+", text)]
+        tags = tag_words([word for _, _, word in words]) if words else []
+        return [(start, end, word_tag) for (start, end, _), word_tag in zip(words, tags)]
+
+    return tag
+
+
 def nltk_english_tagger(nltk_data: str | None = None) -> Callable[[str], list[Span]]:
     """NLTK's averaged-perceptron PTB tagger over the whitespace-separated words of the text."""
     try:
@@ -61,13 +76,7 @@ def nltk_english_tagger(nltk_data: str | None = None) -> Callable[[str], list[Sp
             "the 'nltk-en' tagger needs NLTK's averaged_perceptron_tagger_eng data: set config.nltk_data or "
             f"$XLPE_NLTK_DATA to a directory holding taggers/averaged_perceptron_tagger_eng ({error})"
         ) from error
-
-    def tag(text: str) -> list[Span]:
-        words = [(match.start(), match.end(), match.group()) for match in re.finditer(r"\S+", text)]
-        tagged = tagger.tag([word for _, _, word in words]) if words else []
-        return [(start, end, word_tag) for (start, end, _), (_, word_tag) in zip(words, tagged)]
-
-    return tag
+    return whitespace_word_tagger(lambda words: [word_tag for _, word_tag in tagger.tag(words)])
 
 
 def jieba_chinese_tagger() -> Callable[[str], list[Span]]:
@@ -117,14 +126,97 @@ def spacy_tagger(model_name: str) -> Callable[[str], list[Span]]:
     return tag
 
 
-def load_tagger(name: str, nltk_data: str | None = None) -> Callable[[str], list[Span]]:
+# ---------------------------------------------------------------------------------------------------------
+# Trained tagger files: "perceptron:<file>" (written by `xlpe-tagger train`)
+# ---------------------------------------------------------------------------------------------------------
+
+PERCEPTRON_PREFIX = "perceptron:"
+TAGGER_FILE_FORMAT = "xlpe-averaged-perceptron-tagger"  # the "format" field of a tagger file (version 1)
+SAVED_TAGGER_FILE = "pos_tagger.json"  # the tagger file's name inside a saved model
+
+
+def tagger_file_name(name: str | None) -> str | None:
+    """The file of a "perceptron:<file>" tagger name, else None."""
+    if isinstance(name, str) and name.startswith(PERCEPTRON_PREFIX):
+        return name[len(PERCEPTRON_PREFIX) :]
+    return None
+
+
+def resolve_tagger_file(path: str, model_dir: str | None = None) -> str:
+    """The tagger file `path` as given when it exists; else the file of that name in `model_dir` (a saved
+    model's directory or Hub repo id, `config._name_or_path`). FileNotFoundError naming both otherwise."""
+    if not path:
+        raise ValueError("pos_tagger 'perceptron:<file>' needs a file name after 'perceptron:'")
+    if os.path.isfile(path):
+        return path
+    if model_dir:
+        local = os.path.join(model_dir, path)
+        if os.path.isfile(local):
+            return local
+        if not os.path.isdir(model_dir):  # a Hub repo: the file beside its weights
+            try:
+                from transformers.utils import cached_file
+
+                found = cached_file(model_dir, path, _raise_exceptions_for_missing_entries=False)
+            except (OSError, ValueError):
+                found = None
+            if found:
+                return found
+    where = f" nor in the model at {model_dir!r}" if model_dir else ""
+    raise FileNotFoundError(f"POS tagger file {path!r} not found (as a path{where})")
+
+
+def read_tagger_file(path: str) -> dict:
+    """The contents of a tagger file, checked: format, tags (list of distinct strings), weights, tagdict."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not a tagger file (invalid JSON at line {error.lineno}: {error.msg})") from None
+    if not isinstance(data, dict) or data.get("format") != TAGGER_FILE_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path}: not a tagger file (format {found!r}, expected {TAGGER_FILE_FORMAT!r})")
+    if data.get("version") != 1:
+        raise ValueError(f"{path}: tagger file version {data.get('version')!r}, this xlpe reads version 1")
+    tags = data.get("tags")
+    if not isinstance(tags, list) or not tags or not all(isinstance(t, str) and t for t in tags) or len(set(tags)) != len(tags):
+        raise ValueError(f"{path}: 'tags' must be a non-empty list of distinct strings")
+    if not isinstance(data.get("weights"), dict) or not isinstance(data.get("tagdict"), dict):
+        raise ValueError(f"{path}: 'weights' and 'tagdict' must be JSON objects")
+    return data
+
+
+def perceptron_from_file(data: dict):
+    """An NLTK `PerceptronTagger` holding the weights of a tagger file (`read_tagger_file`'s dict)."""
+    try:
+        from nltk.tag.perceptron import PerceptronTagger
+    except ImportError as error:
+        raise ImportError("a 'perceptron:<file>' tagger needs nltk: pip install nltk") from error
+    tagger = PerceptronTagger(load=False)
+    tagger.model.weights, tagger.tagdict = data["weights"], data["tagdict"]
+    tagger.classes = tagger.model.classes = set(data["tags"])
+    return tagger
+
+
+def perceptron_file_tagger(path: str, model_dir: str | None = None) -> Callable[[str], list[Span]]:
+    """A trained tagger file's tags over the whitespace-separated words of the text (lowercased first when the
+    tagger was trained on lowercased text)."""
+    data = read_tagger_file(resolve_tagger_file(path, model_dir))
+    tagger, lowercase = perceptron_from_file(data), bool(data.get("lowercase"))
+    return whitespace_word_tagger(lambda words: [t for _, t in tagger.tag([w.lower() for w in words] if lowercase else words)])
+
+
+def load_tagger(name: str, nltk_data: str | None = None, model_dir: str | None = None) -> Callable[[str], list[Span]]:
+    """A raw-text tagger by name; `model_dir` is where a "perceptron:<file>" name may point into."""
     if name == "nltk-en":
         return nltk_english_tagger(nltk_data)
     if name == "jieba-zh":
         return jieba_chinese_tagger()
     if name.startswith("spacy:") and len(name) > len("spacy:"):
         return spacy_tagger(name[len("spacy:") :])
-    raise ValueError(f"unknown pos_tagger {name!r}: expected 'nltk-en', 'jieba-zh' or 'spacy:<model>'")
+    if tagger_file_name(name) is not None:
+        return perceptron_file_tagger(tagger_file_name(name), model_dir)
+    raise ValueError(f"unknown pos_tagger {name!r}: expected 'nltk-en', 'jieba-zh', 'spacy:<model>' or 'perceptron:<file>'")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -135,11 +227,11 @@ def load_tagger(name: str, nltk_data: str | None = None) -> Callable[[str], list
 class RawTextTagger:
     """Raw text + its fast-tokenizer encoding -> `pos_tag_ids` [batch, tokens] (see the module docstring)."""
 
-    def __init__(self, tagger_name: str, tags: list[str], nltk_data: str | None = None):
+    def __init__(self, tagger_name: str, tags: list[str], nltk_data: str | None = None, model_dir: str | None = None):
         self.tagger_name = tagger_name
         self.tag_to_id = tag_to_id_map(list(tags))
         self.unknown_tags: Counter = Counter()  # tagger output outside the vocabulary -> <unk>, counted here
-        self._tag_text = load_tagger(tagger_name, nltk_data)
+        self._tag_text = load_tagger(tagger_name, nltk_data, model_dir)
 
     def tag_ids_of_spans(self, spans: list[Span]) -> list[int]:
         ids = []
@@ -190,4 +282,5 @@ def first_non_space(text: str, start: int) -> int | None:
     return match.start() if match else None
 
 
-__all__ = ["RawTextTagger", "load_tagger", "tag_to_id_map"]
+__all__ = ["PERCEPTRON_PREFIX", "SAVED_TAGGER_FILE", "TAGGER_FILE_FORMAT", "RawTextTagger", "load_tagger", "perceptron_from_file",
+           "read_tagger_file", "resolve_tagger_file", "tag_to_id_map", "tagger_file_name"]

@@ -8,19 +8,24 @@ row zero) and scaled by the same `embed_scale`, so that tags enter at the words'
 the input sees X: XL PE's reorder predictor too (tags are a strong cue for the reordering), DPE's block.
 
 `SourceTagsPipelineMixin` gives a model the translation pipeline's hook: raw source text is tagged with the
-configured tagger (pos_tagging_hub.RawTextTagger, the projection onto sub-word tokens mvPE+POS uses).
+configured tagger (pos_tagging_hub.RawTextTagger, the projection onto sub-word tokens mvPE+POS uses). A trained
+tagger file ("perceptron:<file>") travels with the model: `save_pretrained` writes it beside the weights as
+pos_tagger.json and the saved config names it so, which `from_pretrained` (local or Hub) then finds.
 
 Flat file, single-dot imports only: it travels as Hub custom code with the modeling files.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import torch
 from torch import nn
 from transformers.utils import logging
 
 from .extra_inputs import checked_tag_ids
-from .pos_tagging_hub import RawTextTagger
+from .pos_tagging_hub import PERCEPTRON_PREFIX, SAVED_TAGGER_FILE, RawTextTagger, resolve_tagger_file, tagger_file_name
 from .tag_sets import PAD_TAG_ID, UNK_TAG_ID
 
 logger = logging.get_logger(__name__)
@@ -63,8 +68,26 @@ class SourceTagsPipelineMixin:
     def raw_text_tagger(self) -> RawTextTagger:
         """The configured tagger of raw source text (built once; `.unknown_tags` counts out-of-vocabulary tags)."""
         if self._raw_text_tagger is None:
-            self._raw_text_tagger = RawTextTagger(self.config.pos_tagger, self.config.pos_tags, self.config.nltk_data)
+            self._raw_text_tagger = RawTextTagger(self.config.pos_tagger, self.config.pos_tags, self.config.nltk_data,
+                                                  model_dir=getattr(self.config, "_name_or_path", None) or None)  # fmt: skip
         return self._raw_text_tagger
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus the source tagger's file when it is a trained one
+        ("perceptron:<file>"): copied to `save_directory`/pos_tagger.json, named so in the saved config."""
+        file_name = tagger_file_name(self.config.pos_tagger) if self.config.uses_extra_input("pos_tag_ids") else None
+        if file_name is None or not kwargs.get("is_main_process", True):
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        source = resolve_tagger_file(file_name, getattr(self.config, "_name_or_path", None) or None)
+        os.makedirs(save_directory, exist_ok=True)
+        target = os.path.join(save_directory, SAVED_TAGGER_FILE)
+        if not os.path.exists(target) or not os.path.samefile(source, target):
+            shutil.copyfile(source, target)
+        original, self.config.pos_tagger = self.config.pos_tagger, PERCEPTRON_PREFIX + SAVED_TAGGER_FILE
+        try:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            self.config.pos_tagger = original
 
     def prepare_pipeline_inputs(self, texts: list[str], tokenizer, encoded) -> dict:
         """{"pos_tag_ids": [batch, tokens]} for raw `texts` encoded as `encoded`; {} for a model without tags."""

@@ -117,7 +117,7 @@ class DataTrainingArguments:
     max_predict_samples: int | None = _help("use the first N test pairs", default=None)
     num_beams: int | None = _help("beams at evaluation/prediction (also saved as the model's default)", default=None)
     preprocessing_num_workers: int | None = _help("processes for the feature preparation", default=None)
-    source_tagger: str | None = _help("POS tagger of the source (families with tags): nltk-en | jieba-zh | spacy:<model>", default=None)
+    source_tagger: str | None = _help("POS tagger of the source (families with tags): nltk-en | jieba-zh | spacy:<model> | perceptron:<file> (xlpe-tagger train)", default=None)
     target_tagger: str | None = _help("POS tagger of the target (families with tags)", default=None)
     nltk_data: str | None = _help("extra nltk_data directory for the nltk-en tagger", default=None)
     num_translation_examples: int = _help("test translations printed at the end", default=5)

@@ -244,11 +244,17 @@ def resolve_taggers(data_args, config, overrides: dict | None = None) -> dict:
         return {}
     from ..features.tagging import get_tagger
 
-    nltk = {"nltk_data": data_args.nltk_data} if data_args.nltk_data else {}
-    taggers = {"source_spec": source_spec, "source": get_tagger(source_spec, **(nltk if source_spec == "nltk-en" else {})),
+    model_dir = None if isinstance(config, type) else getattr(config, "_name_or_path", None) or None
+
+    def options(spec: str) -> dict:  # nltk-en: the data directory; a tagger file: the checkpoint that may hold it
+        if spec == "nltk-en":
+            return {"nltk_data": data_args.nltk_data} if data_args.nltk_data else {}
+        return {"model_dir": model_dir} if spec.startswith("perceptron:") else {}
+
+    taggers = {"source_spec": source_spec, "source": get_tagger(source_spec, **options(source_spec)),
                "nltk_data": data_args.nltk_data}  # fmt: skip
     if data_args.target_tagger and declares_field(config_class, "decoder_pos_tags"):
-        taggers["target"] = get_tagger(data_args.target_tagger, **(nltk if data_args.target_tagger == "nltk-en" else {}))
+        taggers["target"] = get_tagger(data_args.target_tagger, **options(data_args.target_tagger))
     elif data_args.target_tagger:
         logger.warning("--target_tagger ignored: %s takes source tags only (decoder tags: mvPE+POS)", config_class.__name__)
     elif data_args.uses_builtin_corpus() and declares_field(config_class, "decoder_pos_tags"):

@@ -70,9 +70,11 @@ def load_or_train_tokenizer(model_args, data_args, training_args, splits, checkp
 def target_config(model_args, checkpoint):
     """The config (instance, when one exists already) or config class of the model to train."""
     if checkpoint or (model_args.model_name_or_path and not model_args.model_type):
-        return AutoConfig.from_pretrained(checkpoint or model_args.model_name_or_path, cache_dir=model_args.cache_dir,
-                                          revision=model_args.model_revision, token=model_args.token,
-                                          trust_remote_code=model_args.trust_remote_code)  # fmt: skip
+        source = checkpoint or model_args.model_name_or_path
+        config = AutoConfig.from_pretrained(source, cache_dir=model_args.cache_dir, revision=model_args.model_revision,
+                                            token=model_args.token, trust_remote_code=model_args.trust_remote_code)  # fmt: skip
+        config._name_or_path = str(source)  # as the model's from_pretrained sets it: where its files (a tagger file) are
+        return config
     return family_classes(model_args.model_type or "xlpe")[0]
 
 

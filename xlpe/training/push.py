@@ -6,6 +6,7 @@ anything is sent (`check_upload_folder`):
 * `config.json` with `auto_map` (config + model classes) and `custom_pipelines["translation"]`;
 * the weights (`model.safetensors`, or shards + index) and `generation_config.json`;
 * the tokenizer (`tokenizer_config.json` plus `tokenizer.json` or sentencepiece files);
+* a trained POS tagger's file when the config names one (`pos_tagger="perceptron:pos_tagger.json"`);
 * the code files: every module named in `auto_map` and `custom_pipelines`, and the sibling files they import
   (`from .x import y`), e.g. `configuration_xlpe.py`, `modeling_xlpe.py`, `pipeline_translation.py`;
 * `README.md`, the model card (`xlpe.model_card`; written here when missing or when asked to regenerate).
@@ -89,6 +90,9 @@ def check_upload_folder(folder: str | Path) -> list[str]:
         problems.append("the tokenizer is missing (save it with tokenizer.save_pretrained(folder))")
     if not (folder / "README.md").is_file():
         problems.append("README.md (model card) is missing")
+    tagger = config.get("pos_tagger")
+    if isinstance(tagger, str) and tagger.startswith("perceptron:") and not (folder / tagger.split(":", 1)[1]).is_file():
+        problems.append(f"the POS tagger file of pos_tagger={tagger!r} is missing (model.save_pretrained(folder) writes it)")
     return problems
 
 
