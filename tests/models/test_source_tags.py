@@ -248,6 +248,9 @@ def test_save_pretrained_ships_the_tagger_file_and_a_moved_checkpoint_still_tags
     assert isinstance(translator("the cat sees a dog", max_new_tokens=4)[0]["translation_text"], str)
     loaded.save_pretrained(tmp_path / "again")  # re-saving a loaded model copies the file from its own directory
     assert (tmp_path / "again" / "pos_tagger.json").is_file()
+    shutil.rmtree(tmp_path / "moved")  # the directory it came from is gone (a rotated-away checkpoint): saving still works
+    loaded.save_pretrained(tmp_path / "later")
+    assert (tmp_path / "later" / "pos_tagger.json").read_bytes() == (tmp_path / "again" / "pos_tagger.json").read_bytes()
     from xlpe.training.push import check_upload_folder
 
     assert not any("POS tagger" in problem for problem in check_upload_folder(tmp_path / "again"))

@@ -18,7 +18,6 @@ Flat file, single-dot imports only: it travels as Hub custom code with the model
 from __future__ import annotations
 
 import os
-import shutil
 
 import torch
 from torch import nn
@@ -72,17 +71,22 @@ class SourceTagsPipelineMixin:
                                                   model_dir=getattr(self.config, "_name_or_path", None) or None)  # fmt: skip
         return self._raw_text_tagger
 
+    _tagger_file: tuple[str, bytes] | None = None  # (pos_tagger, the bytes of its file), read at the first save
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, plus the source tagger's file when it is a trained one
-        ("perceptron:<file>"): copied to `save_directory`/pos_tagger.json, named so in the saved config."""
+        ("perceptron:<file>"): written to `save_directory`/pos_tagger.json, named so in the saved config. The file
+        is read once and kept, so later saves work after the directory it came from is gone (a resumed run
+        whose checkpoint the Trainer rotates away)."""
         file_name = tagger_file_name(self.config.pos_tagger) if self.config.uses_extra_input("pos_tag_ids") else None
         if file_name is None or not kwargs.get("is_main_process", True):
             return super().save_pretrained(save_directory, *args, **kwargs)
-        source = resolve_tagger_file(file_name, getattr(self.config, "_name_or_path", None) or None)
+        if self._tagger_file is None or self._tagger_file[0] != self.config.pos_tagger:
+            with open(resolve_tagger_file(file_name, getattr(self.config, "_name_or_path", None) or None), "rb") as handle:
+                self._tagger_file = (self.config.pos_tagger, handle.read())
         os.makedirs(save_directory, exist_ok=True)
-        target = os.path.join(save_directory, SAVED_TAGGER_FILE)
-        if not os.path.exists(target) or not os.path.samefile(source, target):
-            shutil.copyfile(source, target)
+        with open(os.path.join(save_directory, SAVED_TAGGER_FILE), "wb") as handle:
+            handle.write(self._tagger_file[1])
         original, self.config.pos_tagger = self.config.pos_tagger, PERCEPTRON_PREFIX + SAVED_TAGGER_FILE
         try:
             return super().save_pretrained(save_directory, *args, **kwargs)
