@@ -41,12 +41,12 @@ def run_train(args) -> dict:
 
 
 def run_evaluate(args) -> dict:
-    from ..features.tagger_training import load_tagger_file, read_treebanks, tagging_accuracy
-    from ..models.pos_tagging_hub import read_tagger_file
+    from ..features.tagger_training import read_treebanks, tagging_accuracy
+    from ..models.pos_tagging_hub import perceptron_from_file, read_tagger_file
 
-    lowercase = bool(read_tagger_file(args.tagger).get("lowercase"))
-    return {"tagger": args.tagger, "column": args.column,
-            **tagging_accuracy(load_tagger_file(args.tagger), read_treebanks(args.conllu, args.column, lowercase))}  # fmt: skip
+    data = read_tagger_file(args.tagger)
+    gold = read_treebanks(args.conllu, args.column, bool(data.get("lowercase")))
+    return {"tagger": args.tagger, "column": args.column, **tagging_accuracy(perceptron_from_file(data), gold)}
 
 
 def run_tag(args) -> None:

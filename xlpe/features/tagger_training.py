@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..models.pos_tagging_hub import TAGGER_FILE_FORMAT, perceptron_from_file
+from ..models.pos_tagging_hub import TAGGER_FILE_FORMAT
 
 TAG_COLUMNS = {"upos": 3, "xpos": 4}  # CoNLL-U columns (0-based) of the two tag sets
 PUNCT_TAGS = {"PUNCT", "$.", "$,", "$("}  # UPOS punctuation and STTS's punctuation tags
@@ -179,12 +179,5 @@ def tagging_accuracy(tagger, sentences: Sequence[TaggedSentence]) -> dict:
             "top_confusions": dict(confusions.most_common(5))}  # fmt: skip
 
 
-def load_tagger_file(path: str | os.PathLike):
-    """The NLTK tagger inside a tagger file (for scoring); the `lowercase` flag is in `read_tagger_file`."""
-    from ..models.pos_tagging_hub import read_tagger_file
-
-    return perceptron_from_file(read_tagger_file(str(path)))
-
-
-__all__ = ["TAG_COLUMNS", "load_tagger_file", "read_conllu", "read_treebanks", "save_tagger", "tagging_accuracy",
+__all__ = ["TAG_COLUMNS", "read_conllu", "read_treebanks", "save_tagger", "tagging_accuracy",
            "train_perceptron_tagger"]

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..models.pos_tagging_hub import perceptron_from_file, read_tagger_file, resolve_tagger_file, tagger_file_name
+from ..models.pos_tagging_hub import perceptron_word_tags, read_tagger_file, resolve_tagger_file, tagger_file_name
 from ..models.tag_sets import (  # noqa: F401  (re-exported)
     JIEBA_TAGS,
     PAD_TAG,
@@ -275,14 +275,11 @@ class PerceptronFileTagger(Tagger):
         self.path = resolve_tagger_file(str(path), model_dir)
         self.name = tagger_identity(f"perceptron:{self.path}")
         self.data = read_tagger_file(self.path)
-        self._tagger = perceptron_from_file(self.data)
-        self.lowercase = bool(self.data.get("lowercase"))
+        self._tag_words = perceptron_word_tags(self.data)
         self.vocabulary = TagVocabulary(self.data["tags"])
 
     def tag(self, sentences):
-        tag = self._tagger.tag
-        return [[t for _, t in tag([w.lower() for w in words] if self.lowercase else list(words))] if words else []
-                for words in sentences]  # fmt: skip
+        return [self._tag_words(words) if words else [] for words in sentences]
 
 
 TAGGERS: dict[str, type[Tagger]] = {"nltk-en": NLTKPerceptronTagger, "jieba-zh": JiebaTagger}

@@ -198,12 +198,16 @@ def perceptron_from_file(data: dict):
     return tagger
 
 
-def perceptron_file_tagger(path: str, model_dir: str | None = None) -> Callable[[str], list[Span]]:
-    """A trained tagger file's tags over the whitespace-separated words of the text (lowercased first when the
-    tagger was trained on lowercased text)."""
-    data = read_tagger_file(resolve_tagger_file(path, model_dir))
+def perceptron_word_tags(data: dict) -> Callable[[list[str]], list[str]]:
+    """Words -> their tags by a tagger file's perceptron (`read_tagger_file`'s dict); the words are lowercased
+    first when the tagger was trained on lowercased text."""
     tagger, lowercase = perceptron_from_file(data), bool(data.get("lowercase"))
-    return whitespace_word_tagger(lambda words: [t for _, t in tagger.tag([w.lower() for w in words] if lowercase else words)])
+    return lambda words: [t for _, t in tagger.tag([w.lower() for w in words] if lowercase else list(words))]
+
+
+def perceptron_file_tagger(path: str, model_dir: str | None = None) -> Callable[[str], list[Span]]:
+    """A trained tagger file's tags over the whitespace-separated words of the text."""
+    return whitespace_word_tagger(perceptron_word_tags(read_tagger_file(resolve_tagger_file(path, model_dir))))
 
 
 def load_tagger(name: str, nltk_data: str | None = None, model_dir: str | None = None) -> Callable[[str], list[Span]]:
@@ -283,4 +287,5 @@ def first_non_space(text: str, start: int) -> int | None:
 
 
 __all__ = ["PERCEPTRON_PREFIX", "SAVED_TAGGER_FILE", "TAGGER_FILE_FORMAT", "RawTextTagger", "load_tagger", "perceptron_from_file",
+           "perceptron_word_tags",
            "read_tagger_file", "resolve_tagger_file", "tag_to_id_map", "tagger_file_name"]
