@@ -356,3 +356,39 @@ def test_a_german_source_is_tagged_by_a_tagger_trained_on_ud_german_gsd(tmp_path
     config = json.loads(open(os.path.join(model_dir, "config.json")).read())
     assert config["pos_tagger"] == "perceptron:pos_tagger.json" and "NN" in config["pos_tags"]  # STTS
     assert os.path.isfile(os.path.join(model_dir, "pos_tagger.json"))
+
+
+def test_stacked_runs_are_compared_with_their_parts(tmp_path, capsys):
+    """A stacked run (XL PE + POS, XL PE + relative PE, mvPE + tags) is tested against each of its parts per seed,
+    not only against vanilla: here Combination + POS reproduces the references and beats Combination in every
+    seed, while Combination + relative PE decodes exactly what relative PE does (+0.00, within noise)."""
+    import datasets
+
+    driver = load_driver()
+    report_module = sys.modules[driver.report.__module__]
+    words = "a man rides a red bike down the hill while two dogs run after him in the rain".split()
+    references = [" ".join(words[i % 7:] + words[:i % 7]) for i in range(80)]
+    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"source_text": references, "target_text": references})}).save_to_disk(
+        str(tmp_path / "data" / "de-en" / "clean"))  # fmt: skip
+    garbled = [" ".join(r.split()[::-1][:6]) for r in references]
+    half = [r if i % 2 else g for i, (r, g) in enumerate(zip(references, garbled))]
+    outputs = {"vanilla": garbled, "combination": half, "combination+pos": references, "relative": references,
+               "combination+relative": references}  # fmt: skip
+    records = []
+    for seed in (1, 2, 3):
+        for name, lines in outputs.items():
+            path = tmp_path / "runs" / f"{name}-{seed}.txt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            records.append(dict(group="table1", mode="smoke", name=name, pair="de-en", seed=seed, key=f"smoke|de-en|{name}|{seed}",
+                                kind="train", bleu=1.0, chrf=1.0, hypotheses=str(path), bleu_signature="s", chrf_signature="c",
+                                date="2026-11-26"))  # fmt: skip
+    table = report_module.components_table(records, tmp_path)
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in table if line.startswith("| combination")}
+    assert set(rows) == {("combination+relative", "relative"), ("combination+relative", "combination"), ("combination+pos", "combination")}
+    assert "better (significant in 3/3 seeds" in rows["combination+pos", "combination"]
+    assert "| +0.00 |" in rows["combination+relative", "relative"] and "within noise (significant in 0/3" in rows["combination+relative", "relative"]
+    assert "better (significant in 3/3 seeds" in rows["combination+relative", "combination"]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert driver.main(["--report", "--work_dir", str(tmp_path), "--report_groups", "table1", "--plot_dir", str(tmp_path / "plots")]) == 0
+    assert "| combination+pos | combination | 3 |" in capsys.readouterr().out

@@ -127,6 +127,19 @@ def tagged_runs(mode: dict) -> list[dict]:
             run("sinusoid-steps", "mvpe_pos", config_overrides="pos_tag_sides=none,pe_step=1")]  # fmt: skip  (k = 1: the same body's vanilla)
 
 
+# A stacked or derived run and the runs it is built from: the report tests each against its parts (paired
+# bootstrap per seed), because a gain over vanilla says nothing about what the added piece contributes.
+COMPONENTS = {
+    "combination+relative": ("relative", "combination"),  # XL PE stacked on relative PE: does either piece add?
+    "combination+pos": ("combination",),  # what the source POS tags add to XL PE
+    "combination+reorderer": ("combination",),  # the standalone reorderer against the built-in predictor
+    "mvpe_pos-steps": ("mvpe-steps", "sinusoid-steps"),  # what the tags add to mvPE; mvPE + tags over the same body
+    "mvpe-steps": ("sinusoid-steps",),  # what mvPE adds to the same BART body
+    "noenc+abs": ("noenc-nopos",),  # XL PE Table 4: absolute PE in the encoder-free model
+    "noenc+relative": ("noenc+abs",),
+    "noenc+inxl": ("noenc+abs",),
+}
+
 GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "pos", "table1", "reorderer", "tau", "dpe", "dpe-paper", "table5", "2pt", "mvpe", "noise", "alignment", "init")
 
 # ---------------------------------------------------------------------------------------------------------

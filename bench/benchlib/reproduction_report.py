@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .data import REPO
-from .reproduction import GROUPS, MODES, group_runs, read_results
+from .reproduction import COMPONENTS, GROUPS, MODES, group_runs, read_results
 from .tables import mean_std, replace_section, run_dates
 
 
@@ -48,14 +48,9 @@ def group_table(group: str, records: list[dict], work: Path, modes: set[str]) ->
         if name == "vanilla":
             verdict, delta, pcol = "baseline", "-", "-"
         else:
-            significant = sum(p < 0.05 for p in pvalues)
             delta = f"{statistics.mean(deltas):+.2f} / {statistics.mean(chrf_deltas):+.2f}" if deltas else "-"
             pcol = ", ".join(f"{p:.3f} / {q:.3f}" for p, q in zip(pvalues, chrf_pvalues)) or "-"
-            same_sign = all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
-            direction = "better" if deltas and statistics.mean(deltas) > 0 else "worse"
-            verdict = (f"{direction} (significant in {significant}/{len(pvalues)} seeds, p<0.05)" if pvalues and significant == len(pvalues) and same_sign
-                       else f"within noise (significant in {significant}/{len(pvalues)} seeds)")  # fmt: skip
-            verdict += "; one seed: indicative only" if len(pvalues) == 1 else ""
+            verdict = verdict_of(deltas, pvalues)
         reused = sorted({r["same_as"].split("|")[2] for r in rows if r.get("same_as")})
         label = f"{name} (= {', '.join(reused)})" if reused else name  # the same model: its result, not a new run
         lines.append(f"| {label} | {rows[0]['pair']} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
@@ -63,6 +58,44 @@ def group_table(group: str, records: list[dict], work: Path, modes: set[str]) ->
     extra = extra_tables(group, records, work)
     signatures = sorted({r["bleu_signature"] for r in records} | {r["chrf_signature"] for r in records})
     return lines + [""] + extra + ["Signatures: " + "; ".join(f"`{s}`" for s in signatures), ""]
+
+
+def verdict_of(deltas: list[float], pvalues: list[float]) -> str:
+    """Our rule: a difference is real only when it is significant (p < 0.05) in every seed, with one sign."""
+    significant = sum(p < 0.05 for p in pvalues)
+    same_sign = all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
+    direction = "better" if deltas and statistics.mean(deltas) > 0 else "worse"
+    verdict = (f"{direction} (significant in {significant}/{len(pvalues)} seeds, p<0.05)" if pvalues and significant == len(pvalues) and same_sign
+               else f"within noise (significant in {significant}/{len(pvalues)} seeds)")  # fmt: skip
+    return verdict + ("; one seed: indicative only" if len(pvalues) == 1 else "")
+
+
+def paired_against(rows: list[dict], parts: list[dict], work: Path) -> tuple[list[float], list[float]]:
+    """Per seed that both have: (run − part) BLEU delta and the paired bootstrap p of the run against the part."""
+    deltas, pvalues = [], []
+    for r in sorted(rows, key=lambda r: r["seed"]):
+        part = next((b for b in parts if b["seed"] == r["seed"] and b["pair"] == r["pair"] and b["mode"] == r["mode"]), None)
+        sig = significance(r, part, reference_texts(work, r["pair"], r["mode"]), r["pair"].split("-")[1])
+        if sig:
+            deltas.append(sig["BLEU"]["delta"]), pvalues.append(sig["BLEU"]["p_value"])
+    return deltas, pvalues
+
+
+def components_table(records: list[dict], work: Path) -> list[str]:
+    """Each stacked run of the table against each of its parts (COMPONENTS), not only against vanilla: the
+    delta per seed says what the added piece contributes on top of the other."""
+    names = set(r["name"] for r in records)
+    lines = []
+    for name, parts in COMPONENTS.items():
+        for part in (p for p in parts if name in names and p in names):
+            deltas, pvalues = paired_against([r for r in records if r["name"] == name], [r for r in records if r["name"] == part], work)
+            if deltas:
+                per_seed = ", ".join(f"{d:+.2f} (p {p:.3f})" for d, p in zip(deltas, pvalues))
+                lines.append(f"| {name} | {part} | {len(deltas)} | {statistics.mean(deltas):+.2f} | {per_seed} | {verdict_of(deltas, pvalues)} |")
+    if not lines:
+        return []
+    return ["| stacked run | against its part | seeds | ΔBLEU | ΔBLEU (bootstrap p) per seed | verdict (BLEU) |",
+            "|---|---|---|---|---|---|", *lines, ""]  # fmt: skip
 
 
 def oracle_table(records: list[dict], work: Path) -> list[str]:
@@ -87,7 +120,7 @@ def oracle_table(records: list[dict], work: Path) -> list[str]:
 
 
 def extra_tables(group: str, records: list[dict], work: Path | None = None) -> list[str]:
-    lines = oracle_table(records, work) if work is not None else []
+    lines = oracle_table(records, work) + components_table(records, work) if work is not None else []
     rows = [r for r in records if r["kind"] == "two_pass"]
     if rows:  # the 2pt group, and every table with its row (table1)
         lines += ["| 2PT row | BLEU | chrF |", "|---|---|---|",
