@@ -64,6 +64,11 @@ def test_train_aligns_with_eflomal_when_no_alignments_are_given(corpus, tmp_path
                  "--epochs", "1", "--training-loss", "btg_crf", *TINY]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert report["pairs_kept"] == 120 and (tmp_path / "r" / "model.safetensors").is_file()
+    # a tenth held out (default --calibration-pairs 500) to choose the order prior, saved in the config
+    assert (report["training_pairs"], report["calibration_pairs"]) == (108, 12)
+    calibration = json.loads((tmp_path / "r" / "reorderer_training.json").read_text())["order_prior_calibration"]
+    assert report["order_prior"] == calibration["chosen"] == json.loads((tmp_path / "r" / "config.json").read_text())["order_prior"]
+    assert calibration["held_out_pairs"] == 12 and "0.0" in calibration["by_prior"]
     assert json.loads((tmp_path / "r" / "config.json").read_text())["training_loss"] == "btg_crf"
 
 
@@ -132,6 +137,9 @@ def test_bad_inputs_give_one_line_and_exit_2(reorderer, corpus, tmp_path, capsys
     assert f"{bad_orders}:1: expected a permutation" in message
     run_expecting_usage_error(["predict", "--reorderer", str(tmp_path / "nowhere"), "--input", str(long_input)], capsys)
     run_expecting_usage_error(["evaluate", "--source", str(source), "--target", str(target)], capsys)
+    message = run_expecting_usage_error(["train", "--source", str(source), "--target", str(target), "--output_dir",
+                                         str(tmp_path / "y"), "--calibration-pairs", "-1"], capsys)  # fmt: skip
+    assert "--calibration_pairs must be >= 0, got -1" in message
 
 
 def test_attach_ships_the_reorderer_inside_an_xlpe_checkpoint(reorderer, tmp_path, toy_tokenizer, capsys):

@@ -39,3 +39,73 @@ def test_training_needs_oracle_positions(reversed_corpus, toy_tokenizer, tmp_pat
     model = build_reorderer(toy_tokenizer, **TINY)
     with pytest.raises(ValueError, match="reorder_positions"):
         train_reorderer(model, reversed_corpus.remove_columns("reorder_positions"), tmp_path, ReordererTraining())
+
+
+def test_sentence_taus_match_kendall_tau_of_the_decoded_orders(reversed_corpus, toy_tokenizer):
+    """The batched tau of the calibration equals features.reordering.kendall_tau of each decoded word order
+    against the oracle word order; the source order scores -1 on a reversed corpus, and so does a huge prior."""
+    import numpy as np
+    import torch
+
+    from xlpe.features.predicted_reordering import collate
+    from xlpe.features.reordering import kendall_tau
+    from xlpe.training.reorderer import sentence_taus
+
+    torch.manual_seed(0)
+    model = build_reorderer(toy_tokenizer, **TINY).eval()
+    taus, sentences = sentence_taus(model, reversed_corpus, priors=(0.0, 1e6), batch_size=5)
+    words = [len(s.split()) for s in TOY_SENTENCES * 3]
+    assert sentences == sum(n >= 2 for n in words) and set(taus) == {0.0, 1e6, "monotone"}
+    batch = collate([{k: reversed_corpus[i][k] for k in ("input_ids", "reorder_positions")} for i in range(len(reversed_corpus))],
+                    model.config.pad_token_id)  # fmt: skip
+    positions, counts = model.word_positions(batch["input_ids"], batch["attention_mask"])
+    expected = [kendall_tau(positions[row, :n].tolist(), list(range(n))[::-1]) for row, n in enumerate(counts.tolist()) if n >= 2]
+    np.testing.assert_allclose(taus[0.0], expected, atol=1e-9)
+    assert taus["monotone"] == taus[1e6] == [-1.0] * sentences
+
+
+def test_order_prior_is_chosen_by_the_one_standard_error_rule(monkeypatch, reversed_corpus, toy_tokenizer):
+    """one_se takes the largest prior whose tau is within one standard error of the best; "best" the best; the
+    choice is written into the model's config. Bad rules and priors are ValueErrors."""
+    import xlpe.training.reorderer as training
+
+    rng = __import__("numpy").random.default_rng(0)
+    centred = lambda: (lambda e: e - e.mean())(rng.normal(0, 0.05, 400))  # noqa: E731  (per-sentence scatter, mean 0)
+    noise = rng.normal(0, 0.1, 400)  # shared by all priors: the sentences' own difficulty
+    # best 0.5 (0.602); 0.0 and 1.0 are 0.002 below it, within one SE (about 0.0035); 2.0 is 0.1 below
+    fake = {0.0: 0.600 + noise + centred(), 0.5: 0.602 + noise + centred(), 1.0: 0.600 + noise + centred(),
+            2.0: 0.502 + noise + centred(), "monotone": 0.3 + noise}  # fmt: skip
+    monkeypatch.setattr(training, "sentence_taus", lambda model, dataset, priors, batch_size: ({p: list(fake[p]) for p in (*priors, "monotone")}, 400))
+    model = build_reorderer(toy_tokenizer, **TINY)
+    result = training.calibrate_order_prior(model, reversed_corpus, priors=(0.0, 0.5, 1.0, 2.0))
+    by_prior = result["by_prior"]
+    best = max(by_prior, key=lambda p: by_prior[p]["kendall_tau"])
+    assert result["best"] == float(best) == 0.5
+    within = [float(p) for p, v in by_prior.items() if by_prior[best]["kendall_tau"] - v["kendall_tau"] <= v["tau_standard_error_vs_best"]]
+    assert result["chosen"] == max(within) == 1.0 and model.config.order_prior == 1.0
+    assert 2.0 not in within and abs(result["monotone_kendall_tau"] - 0.3) < 0.02
+    assert training.calibrate_order_prior(model, reversed_corpus, priors=(0.0, 0.5, 1.0, 2.0), rule="best")["chosen"] == float(best)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        training.calibrate_order_prior(model, reversed_corpus, rule="median")
+    with pytest.raises(ValueError, match="priors must be finite numbers >= 0"):
+        training.calibrate_order_prior(model, reversed_corpus, priors=(0.0, -1.0))
+
+
+def test_training_calibrates_the_order_prior_on_held_out_pairs(reversed_corpus, toy_tokenizer, tmp_path):
+    """calibration_split holds out a seeded tenth at most; train_reorderer with those pairs saves the chosen prior
+    in the model's config and every prior's tau in reorderer_training.json."""
+    from xlpe.models.modeling_reorderer import XLPEReordererModel
+    from xlpe.training.reorderer import ORDER_PRIORS, calibration_split
+
+    train, held = calibration_split(reversed_corpus, 500, seed=3)
+    assert len(held) == len(reversed_corpus) // 10 and len(train) + len(held) == len(reversed_corpus)
+    assert held["input_ids"] == calibration_split(reversed_corpus, 500, seed=3)[1]["input_ids"]  # a resumed run: the same pairs
+    assert not set(map(tuple, held["input_ids"])) & set(map(tuple, train["input_ids"])) or len(set(map(tuple, reversed_corpus["input_ids"]))) < len(reversed_corpus)
+    assert calibration_split(reversed_corpus, 0, seed=3) == (reversed_corpus, None)
+    with pytest.raises(ValueError, match="calibration pairs must be >= 0"):
+        calibration_split(reversed_corpus, -1, seed=3)
+    options = ReordererTraining(epochs=1, batch_size=8, extra={"disable_tqdm": True})
+    model = train_reorderer(build_reorderer(toy_tokenizer, **TINY), train, tmp_path, options, calibration_dataset=held)
+    report = json.loads((tmp_path / "reorderer_training.json").read_text())["order_prior_calibration"]
+    assert set(report["by_prior"]) == {str(p) for p in ORDER_PRIORS} and report["held_out_pairs"] == len(held)
+    assert report["chosen"] in ORDER_PRIORS and XLPEReordererModel.from_pretrained(tmp_path).config.order_prior == report["chosen"] == model.config.order_prior

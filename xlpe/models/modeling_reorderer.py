@@ -67,6 +67,15 @@ def _encoder(config: XLPEReordererConfig, layers: int) -> nn.TransformerEncoder 
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
 
+def word_keys(reorder_positions: torch.Tensor, slot: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, W] oracle key of each word: the smallest XL position of its pieces (`slot`: each token's word, `width`
+    for fixed and pad tokens); sorting the keys gives the oracle word order."""
+    big = torch.iinfo(torch.long).max
+    oracle = torch.full((slot.shape[0], width + 1), big, dtype=torch.long, device=slot.device)
+    oracle.scatter_reduce_(1, slot, reorder_positions.long(), reduce="amin")
+    return oracle[:, :width]
+
+
 class XLPEReordererPreTrainedModel(PreTrainedModel):
     config_class = XLPEReordererConfig
     config: XLPEReordererConfig
@@ -183,11 +192,7 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
     def order_loss(self, logits, reorder_positions, slot, width, word_mask, counts):
         """(training loss, number of rows whose oracle is not BTG-reachable). A word's oracle key is the smallest XL
         position of its pieces (a word's pieces are contiguous in the oracle)."""
-        batch = logits.shape[0]
-        big = torch.iinfo(torch.long).max
-        oracle = torch.full((batch, width + 1), big, dtype=torch.long, device=logits.device)
-        oracle.scatter_reduce_(1, slot, reorder_positions.long(), reduce="amin")
-        oracle = oracle[:, :width]
+        oracle = word_keys(reorder_positions, slot, width)
         pairs = torch.triu(word_mask[:, :, None] & word_mask[:, None, :], diagonal=1)
         before = oracle[:, :, None] < oracle[:, None, :]
         num_pairs = pairs.sum().clamp(min=1)
@@ -213,20 +218,25 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
     def word_positions(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
         """([B, W] XL position of each word (slots past a row's word count keep their index), [B] word counts)."""
         out = self.forward(input_ids, attention_mask)
-        logits, counts = out.pair_logits, out.word_counts
-        if self.config.order_prior:  # l[a, c] (a < c) is "keep a before c": shift every pair toward the source order
+        return self.decode(out.pair_logits, out.word_counts), out.word_counts
+
+    @torch.no_grad()
+    def decode(self, logits: torch.Tensor, counts: torch.Tensor, order_prior: float | None = None) -> torch.Tensor:
+        """[B, W] XL position of each word from pair log-odds (`forward`'s `pair_logits`), decoded with the
+        config's decoder; `order_prior` (default: the config's) is added to every "keep in source order" log-odds."""
+        prior = self.config.order_prior if order_prior is None else order_prior
+        if prior:  # l[a, c] (a < c) is "keep a before c": shift every pair toward the source order
             upper = torch.triu(torch.ones_like(logits, dtype=torch.bool), diagonal=1)
-            logits = logits + self.config.order_prior * (upper.to(logits.dtype) - upper.transpose(1, 2).to(logits.dtype))
+            logits = logits + prior * (upper.to(logits.dtype) - upper.transpose(1, 2).to(logits.dtype))
         if self.config.decoder == "btg":
-            return btg_decode(logits, counts), counts
+            return btg_decode(logits, counts)
         width = logits.shape[1]
         valid = torch.arange(width, device=logits.device)[None, :] < counts[:, None]
         expected_rank = (torch.sigmoid(logits) * valid[:, :, None]).sum(dim=1)  # sum_c P(c before a)
         index = torch.arange(width, device=logits.device).expand_as(expected_rank)
         expected_rank = torch.where(valid, expected_rank, width + index.float())
         order = torch.sort(expected_rank, dim=1, stable=True).indices
-        positions = torch.empty_like(order).scatter_(1, order, index.contiguous())
-        return positions, counts
+        return torch.empty_like(order).scatter_(1, order, index.contiguous())
 
     @torch.no_grad()
     def predict_positions(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -238,4 +248,4 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
         return positions_from_scores(scores, movable)
 
 
-__all__ = ["ReordererOutput", "XLPEReordererModel", "XLPEReordererPreTrainedModel"]
+__all__ = ["ReordererOutput", "XLPEReordererModel", "XLPEReordererPreTrainedModel", "word_keys"]

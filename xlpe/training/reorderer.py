@@ -7,6 +7,7 @@ resumable) -> a directory with the reorderer, its tokenizer and `reorderer_train
 Running a trained reorderer lives in `xlpe.features.predicted_reordering` (it makes features).
 `jackknife_positions` gives every training example positions predicted by a reorderer that never saw it
 (k folds), the remedy for the train/test mismatch of XL PE (oracle positions in training, predicted at test).
+`calibrate_order_prior` picks the decoding prior for the source order (config `order_prior`) on held-out pairs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..models.configuration_reorderer import XLPEReordererConfig
 from ..models.hub_support import apply_umask_to_weights
 from ..features.predicted_reordering import collate, predict_token_positions, tokenizer_fingerprint
 from ..features.text_files import write_text_atomic
-from ..models.modeling_reorderer import XLPEReordererModel
+from ..models.modeling_reorderer import XLPEReordererModel, word_keys
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +77,11 @@ def _training_columns(dataset):
 
 
 def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | Path, options: ReordererTraining,
-                    tokenizer=None, eval_dataset=None, resume: bool = True) -> XLPEReordererModel:  # fmt: skip
+                    tokenizer=None, eval_dataset=None, resume: bool = True, calibration_dataset=None) -> XLPEReordererModel:  # fmt: skip
     """Train on a prepared dataset (`input_ids`, `reorder_positions`); save model (+ tokenizer) to output_dir.
-    `resume`: continue from the newest checkpoint in output_dir when there is one."""
+    `resume`: continue from the newest checkpoint in output_dir when there is one. `calibration_dataset`: held-out
+    pairs (never trained on) on which the decoding prior `order_prior` is chosen (`calibrate_order_prior`) before
+    the model is saved; the choice and every prior's tau go into reorderer_training.json."""
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -104,14 +107,102 @@ def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | 
     if checkpoint:
         logger.info("resuming reorderer training from %s", checkpoint)
     result = trainer.train(resume_from_checkpoint=checkpoint)
+    calibration = None
+    if calibration_dataset is not None and len(calibration_dataset):
+        calibration = calibrate_order_prior(model, calibration_dataset, batch_size=options.batch_size)
+        logger.info("order prior %s chosen on %d held-out pairs (tau %.3f; best %s at tau %.3f)", calibration["chosen"],
+                    calibration["held_out_pairs"], calibration["by_prior"][str(calibration["chosen"])]["kendall_tau"],
+                    calibration["best"], calibration["by_prior"][str(calibration["best"])]["kendall_tau"])  # fmt: skip
     model.save_pretrained(output_dir)
     apply_umask_to_weights(output_dir)  # safetensors leaves its file owner-only (0600)
     if tokenizer is not None:
         tokenizer.save_pretrained(output_dir)
     report = {"train_pairs": len(train_dataset), "train_runtime_s": result.metrics.get("train_runtime"),
               "train_loss": result.metrics.get("train_loss"), "options": asdict(options), "resumed_from": checkpoint}  # fmt: skip
+    if calibration is not None:
+        report["order_prior_calibration"] = calibration
     write_text_atomic(output_dir / "reorderer_training.json", json.dumps(report, indent=2) + "\n")
     return model
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Calibration: the decoding prior for the source order, chosen on held-out pairs
+# ----------------------------------------------------------------------------------------------------------
+
+ORDER_PRIORS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)  # candidate log-odds in favour of keeping a word pair in source order
+CALIBRATION_RULES = ("one_se", "best")  # one_se: the largest prior within one standard error of the best tau
+
+
+def calibration_split(dataset, wanted: int, seed: int):
+    """(training pairs, held-out calibration pairs or None): `wanted` pairs drawn at random (seeded, so a resumed
+    run holds out the same ones), at most a tenth of the dataset; None when that is 0."""
+    if wanted < 0:
+        raise ValueError(f"calibration pairs must be >= 0, got {wanted}")
+    held = min(wanted, len(dataset) // 10)
+    if held == 0:
+        return dataset, None
+    order = np.random.default_rng(seed).permutation(len(dataset))
+    return dataset.select(np.sort(order[held:])), dataset.select(np.sort(order[:held]))
+
+
+@torch.no_grad()
+def sentence_taus(model: XLPEReordererModel, dataset, priors=ORDER_PRIORS, batch_size: int = 64) -> tuple[dict, int]:
+    """({prior: [per-sentence word-level Kendall tau against the oracle]}, sentences) for the sentences of 2+ words
+    of a prepared dataset (`input_ids`, `reorder_positions`); the pair scores are computed once per batch and
+    decoded with every prior. The key "monotone" holds the source order's own taus (a reference)."""
+    model.eval()
+    device = next(model.parameters()).device
+    taus = {prior: [] for prior in (*priors, "monotone")}
+    rows = _training_columns(dataset)
+    for start in range(0, len(rows), batch_size):
+        batch = collate([rows[i] for i in range(start, min(start + batch_size, len(rows)))], model.config.pad_token_id)
+        ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+        out = model(ids, mask)
+        movable, word, counts = model.words(ids, mask)
+        width = out.pair_logits.shape[1]
+        oracle = word_keys(batch["reorder_positions"].to(device), torch.where(movable, word, width), width)
+        valid = torch.arange(width, device=device)[None, :] < counts[:, None]
+        pairs = torch.triu(valid[:, :, None] & valid[:, None, :], diagonal=1)
+        oracle_before = oracle[:, :, None] < oracle[:, None, :]
+        n_pairs = pairs.sum(dim=(1, 2))
+        keep = n_pairs > 0
+        for prior in (*priors, "monotone"):
+            if prior == "monotone":
+                predicted = torch.arange(width, device=device).expand(len(ids), width)
+            else:
+                predicted = model.decode(out.pair_logits, counts, order_prior=prior)
+            discordant = ((predicted[:, :, None] < predicted[:, None, :]) != oracle_before) & pairs
+            tau = 1.0 - 2.0 * discordant.sum(dim=(1, 2)).double() / n_pairs.clamp(min=1).double()
+            taus[prior].extend(tau[keep].tolist())
+    return taus, len(taus[priors[0]])
+
+
+def calibrate_order_prior(model: XLPEReordererModel, dataset, priors=ORDER_PRIORS, batch_size: int = 64,
+                          rule: str = "one_se") -> dict:  # fmt: skip
+    """Choose `order_prior` on held-out pairs and set it in `model.config`. Every prior is scored by mean word-level
+    Kendall tau against the oracle; "best" takes the highest, "one_se" (default) the largest prior whose tau is
+    within one standard error (of the paired per-sentence difference) of the best: when the data cannot tell
+    them apart, the decoding closer to the source order, whose mistakes cost a translation model least."""
+    if rule not in CALIBRATION_RULES:
+        raise ValueError(f"rule must be one of {CALIBRATION_RULES}, got {rule!r}")
+    if not priors or any(not np.isfinite(p) or p < 0 for p in priors):
+        raise ValueError(f"priors must be finite numbers >= 0, got {priors}")
+    taus, sentences = sentence_taus(model, dataset, tuple(priors), batch_size)
+    if sentences == 0:
+        raise ValueError("the calibration dataset has no sentence of 2 or more words")
+    mean = {p: float(np.mean(taus[p])) for p in priors}
+    best = max(priors, key=lambda p: (mean[p], -p))  # ties: the smaller prior
+    by_prior, within = {}, []
+    for prior in priors:
+        diff = np.asarray(taus[best]) - np.asarray(taus[prior])
+        se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+        by_prior[str(prior)] = {"kendall_tau": mean[prior], "tau_standard_error_vs_best": se}
+        if mean[best] - mean[prior] <= se:
+            within.append(prior)
+    chosen = max(within) if rule == "one_se" else best
+    model.config.order_prior = float(chosen)
+    return {"chosen": float(chosen), "best": float(best), "rule": rule, "held_out_pairs": len(dataset),
+            "sentences_scored": sentences, "by_prior": by_prior, "monotone_kendall_tau": float(np.mean(taus["monotone"]))}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -137,4 +228,5 @@ def jackknife_positions(dataset, tokenizer, folds: int, options: ReordererTraini
     return predicted
 
 
-__all__ = ["ReordererTraining", "build_reorderer", "jackknife_positions", "train_reorderer"]
+__all__ = ["CALIBRATION_RULES", "ORDER_PRIORS", "ReordererTraining", "build_reorderer", "calibrate_order_prior",
+           "calibration_split", "jackknife_positions", "sentence_taus", "train_reorderer"]
