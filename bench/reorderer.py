@@ -102,6 +102,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--train_limit", type=int, help="first N training pairs only")
     parser.add_argument("--epochs", type=float, default=None, help="default: ReordererTraining's")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--calibration_pairs", type=int, default=500, help="training pairs held out (at most a tenth) "
+                        "to choose the order prior on, as xlpe-reorder train does; 0: prior 0")  # fmt: skip
     parser.add_argument("--config", type=json.loads, default={}, metavar="JSON",
                         help='reorderer config fields, e.g. \'{"pair_scorer": "mlp"}\'')  # fmt: skip
     args = parser.parse_args(argv)
@@ -110,7 +112,7 @@ def main(argv=None) -> dict:
     from transformers import AutoTokenizer
 
     from xlpe.models.modeling_reorderer import XLPEReordererModel
-    from xlpe.training.reorderer import ReordererTraining, build_reorderer, train_reorderer
+    from xlpe.training.reorderer import ReordererTraining, build_reorderer, calibration_split, train_reorderer
 
     output = Path(args.output_dir)
     if args.raw:
@@ -124,21 +126,29 @@ def main(argv=None) -> dict:
         reorderer = XLPEReordererModel.from_pretrained(output)
     else:
         train = data["train"] if args.train_limit is None else data["train"].select(range(args.train_limit))
+        train, held_out = calibration_split(train, args.calibration_pairs, args.seed)
         options = ReordererTraining(seed=args.seed, **({"epochs": args.epochs} if args.epochs else {}))
         reorderer = build_reorderer(tokenizer, **args.config)
         started = time.perf_counter()
-        train_reorderer(reorderer, train, output, options, tokenizer=tokenizer)
-        record.update(train_pairs=len(train), train_seconds=round(time.perf_counter() - started, 1), config=args.config,
-                      epochs=options.epochs)  # fmt: skip
+        train_reorderer(reorderer, train, output, options, tokenizer=tokenizer, calibration_dataset=held_out)
+        record.update(train_pairs=len(train), calibration_pairs=len(held_out) if held_out is not None else 0,
+                      train_seconds=round(time.perf_counter() - started, 1), config=args.config, epochs=options.epochs)  # fmt: skip
     sources, oracle = oracle_word_positions(data["test"])
     rows = {}
     decoders = ("btg", "rank") if "pairwise" in reorderer.config.training_loss else ("btg",)  # rank: pair probabilities
+    prior = reorderer.config.order_prior  # chosen on held-out pairs when trained here
+    record["order_prior"] = prior
     for decoder in decoders:
         reorderer.config.decoder = decoder
         started = time.perf_counter()
         predicted, _ = predict_word_positions(reorderer, tokenizer, sources, long_lines="monotone")
-        rows[f"standalone reorderer, {decoder} decoder"] = reordering_quality(predicted, oracle, min_items=2)
+        rows[f"standalone reorderer, {decoder} decoder, order prior {prior}"] = reordering_quality(predicted, oracle, min_items=2)
         record[f"predict_sentences_per_second_{decoder}"] = round(len(sources) / (time.perf_counter() - started), 1)
+    if prior:  # the same model without the prior, beside it
+        reorderer.config.order_prior, reorderer.config.decoder = 0.0, decoders[0]
+        predicted, _ = predict_word_positions(reorderer, tokenizer, sources, long_lines="monotone")
+        rows[f"standalone reorderer, {decoders[0]} decoder, order prior 0"] = reordering_quality(predicted, oracle, min_items=2)
+        reorderer.config.order_prior = prior
     if args.model:
         rows["built-in ranking predictor (in-model)"] = reordering_quality(builtin_predictor_positions(args.model, sources), oracle, min_items=2)
     for item in args.orders:

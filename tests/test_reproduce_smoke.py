@@ -188,8 +188,11 @@ def test_reorderer_words_driver(tmp_path, capsys):
     record = bench.main(["--prepared", str(prepared), "--tokenizer", str(tmp_path / "run"), "--output_dir",
                          str(tmp_path / "reorderer"), "--model", str(tmp_path / "run"), "--epochs", "1",
                          "--config", '{"training_loss": "pairwise+btg_crf"}'])  # fmt: skip
-    assert set(record["rows"]) == {"standalone reorderer, btg decoder", "standalone reorderer, rank decoder",
-                                   "built-in ranking predictor (in-model)", "monotone"}  # fmt: skip
+    prior = record["order_prior"]  # chosen on a held-out tenth of the training pairs
+    named = {f"standalone reorderer, btg decoder, order prior {prior}", f"standalone reorderer, rank decoder, order prior {prior}",
+             "built-in ranking predictor (in-model)", "monotone"} | ({"standalone reorderer, btg decoder, order prior 0"} if prior else set())  # fmt: skip
+    held_out = len(__import__("datasets").load_from_disk(str(prepared))["train"]) // 10
+    assert set(record["rows"]) == named and record["calibration_pairs"] == held_out > 0
     assert all(-1.0 <= row["kendall_tau"] <= 1.0 and row["sentences"] > 0 for row in record["rows"].values())
     # xlpe-train --reorderer: the trained model decodes its test split with the standalone reorderer's positions
     metrics = xlpe_train(["--model_name_or_path", str(tmp_path / "run"), "--reorderer", str(tmp_path / "reorderer"),
@@ -218,7 +221,7 @@ def test_reorderer_bench_prepares_raw_files(tmp_path):
     spec.loader.exec_module(bench)
     record = bench.main(["--raw", *files, "--output_dir", str(tmp_path / "out"), "--epochs", "1",
                          "--config", '{"d_model": 32, "ffn_dim": 64, "token_layers": 1}'])  # fmt: skip
-    assert record["train_pairs"] == 50 and record["rows"]["monotone"]["sentences"] == 10
+    assert (record["train_pairs"], record["calibration_pairs"]) == (45, 5) and record["rows"]["monotone"]["sentences"] == 10
     assert (tmp_path / "out" / "prepared" / "tokenizer" / "tokenizer.json").is_file()
 
 
@@ -392,3 +395,30 @@ def test_stacked_runs_are_compared_with_their_parts(tmp_path, capsys):
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     assert driver.main(["--report", "--work_dir", str(tmp_path), "--report_groups", "table1", "--plot_dir", str(tmp_path / "plots")]) == 0
     assert "| combination+pos | combination | 3 |" in capsys.readouterr().out
+
+
+def test_reorderer_calibration_bench_redecodes_the_runs(tmp_path, shared_dir, monkeypatch, capsys):
+    """bench/reorderer_calibration.py on a smoke work dir: the pair reorderer (calibrated on the validation split
+    when trained) is calibrated again, the run is re-decoded at its own prior line for line, at prior 0 and at the
+    chosen prior, and the comparisons land in a JSON file."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
+    driver = load_driver()
+    work = tmp_path / "work"
+    assert driver.main(["--mode", "smoke", "--groups", "reorderer", "--seeds", "1", "--work_dir", str(work)]) == 0
+    trained = json.loads((work / "data" / "de-en" / "reorderer" / "reorderer_training.json").read_text())["order_prior_calibration"]
+    assert trained["held_out_pairs"] > 0 and str(trained["chosen"]) in trained["by_prior"]
+    spec = importlib.util.spec_from_file_location("reorderer_calibration", REPO_ROOT / "bench" / "reorderer_calibration.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    capsys.readouterr()
+    result = bench.main(["--work_dir", str(work), "--pair", "de-en", "--mode", "smoke", "--prior", "1.0"])
+    out = capsys.readouterr().out
+    assert result["decoded_prior"] == 1.0 and set(result["test_kendall_tau"]) >= {"0.0", "1.0", "monotone"}
+    seed = result["seeds"][1]
+    assert seed["identical_lines_as_run"] == 30  # the smoke test split
+    assert seed["prior_as_run"] == trained["chosen"] and 0.0 <= seed["p_vs_prior_0"] <= 1.0
+    assert json.loads((work / "reorderer_calibration_de-en.json").read_text())["decoded_prior"] == 1.0
+    assert "| prior | tau, validation |" in out and "re-decoded identically: 30 lines of 30" in out
+    assert sorted(p.name for p in (work / "calibration" / "de-en").iterdir() if p.name.startswith("seed")) == sorted(
+        {f"seed1-prior{p}" for p in (0.0, trained["chosen"], 1.0)})

@@ -269,7 +269,9 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
 
 def reorderer_dir(work: Path, pair: str, mode: dict) -> Path:
     """The standalone reorderer of a pair (`xlpe-reorder`'s model, default design), trained once on the clean
-    preparation's training split with the pair's tokenizer, seed 0, `reorderer_epochs` epochs."""
+    preparation's training split with the pair's tokenizer, seed 0, `reorderer_epochs` epochs; its decoding prior
+    for the source order chosen on the validation split (`calibrate_order_prior`, as `xlpe-reorder train` does on
+    held-out pairs). Reorderers trained before 2026-11-26 (every table up to then) decode with prior 0."""
     import datasets
     from transformers import AutoTokenizer
 
@@ -278,9 +280,9 @@ def reorderer_dir(work: Path, pair: str, mode: dict) -> Path:
     path = work / "data" / pair / "reorderer"
     if not (path / "model.safetensors").is_file():
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(work, pair, mode))
-        train = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))["train"]
-        train_reorderer(build_reorderer(tokenizer), train, path, ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
-                        tokenizer=tokenizer)  # fmt: skip
+        clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
+        train_reorderer(build_reorderer(tokenizer), clean["train"], path, ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
+                        tokenizer=tokenizer, calibration_dataset=clean["validation"])  # fmt: skip
     return path
 
 
