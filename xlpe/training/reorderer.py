@@ -23,6 +23,7 @@ import torch
 from ..models.configuration_reorderer import XLPEReordererConfig
 from ..models.hub_support import apply_umask_to_weights
 from ..features.predicted_reordering import collate, predict_token_positions, tokenizer_fingerprint
+from ..features.reordering import kendall_tau_flat
 from ..features.text_files import write_text_atomic
 from ..models.modeling_reorderer import XLPEReordererModel, word_keys
 
@@ -161,19 +162,15 @@ def sentence_taus(model: XLPEReordererModel, dataset, priors=ORDER_PRIORS, batch
         movable, word, counts = model.words(ids, mask)
         width = out.pair_logits.shape[1]
         oracle = word_keys(batch["reorder_positions"].to(device), torch.where(movable, word, width), width)
+        in_oracle_order = torch.argsort(oracle, dim=1, stable=True)  # slots past the word count (largest keys) last
         valid = torch.arange(width, device=device)[None, :] < counts[:, None]
-        pairs = torch.triu(valid[:, :, None] & valid[:, None, :], diagonal=1)
-        oracle_before = oracle[:, :, None] < oracle[:, None, :]
-        n_pairs = pairs.sum(dim=(1, 2))
-        keep = n_pairs > 0
-        for prior in (*priors, "monotone"):
-            if prior == "monotone":
-                predicted = torch.arange(width, device=device).expand(len(ids), width)
-            else:
-                predicted = model.decode(out.pair_logits, counts, order_prior=prior)
-            discordant = ((predicted[:, :, None] < predicted[:, None, :]) != oracle_before) & pairs
-            tau = 1.0 - 2.0 * discordant.sum(dim=(1, 2)).double() / n_pairs.clamp(min=1).double()
-            taus[prior].extend(tau[keep].tolist())
+        lengths = counts.cpu().numpy()
+        offsets, keep = np.concatenate([[0], np.cumsum(lengths)]), lengths >= 2
+        orders = {prior: model.decode(out.pair_logits, counts, order_prior=prior) for prior in priors}
+        orders["monotone"] = torch.arange(width, device=device).expand(len(ids), width)
+        for prior, predicted in orders.items():  # tau of the predicted positions read in oracle order = tau vs the oracle
+            read = predicted.gather(1, in_oracle_order)[valid].cpu().numpy()
+            taus[prior].extend(kendall_tau_flat(read, offsets)[keep].tolist())
     return taus, len(taus[priors[0]])
 
 
