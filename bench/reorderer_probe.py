@@ -2,12 +2,20 @@
 
     python bench/reorderer_probe.py fit --prepared runs/enja3 --reorderer runs/reo3-btg_crf            # test vs train fit
     python bench/reorderer_probe.py ensemble --prepared runs/enja3 --reorderer runs/reo3-btg_crf runs/reo3-pairwise
+    python bench/reorderer_probe.py hypothesis --prepared runs/enja3 --hypotheses runs/vanilla/generated_predictions.txt \\
+        [--reorderer runs/reo3-btg_crf] [--model runs/vanilla]
     python bench/reorderer_probe.py pos --prepared runs/enja3 --tokenizer runs/enja3/tokenizer --output_dir runs/reo3-pos
 
 * `fit`: word-level tau / FRS / exact match on the test split and on the first `--train_rows` training pairs,
   against the oracle the features carry (a word's oracle key is the smallest XL position of its pieces, as in
   training). A large train-test gap says the model generalises poorly; a low train score says it underfits.
 * `ensemble`: the same scores for the mean of several reorderers' pair log-odds, decoded by the BTG CKY.
+* `hypothesis`: orders read off a machine translation instead of predicted from the source: each test source is
+  aligned with its hypothesis (`--hypotheses`, one line per test sentence) by eflomal, jointly with the training
+  pairs and seeded, and the BTG oracle of those links is scored against the test oracle. The same alignment with the
+  reference in place of the hypothesis (another seed) is the ceiling: how well a second alignment run agrees with
+  the oracle at all. With `--reorderer`, also that reorderer's pair log-odds with a vote of weight gamma for the order
+  the hypothesis gives each word pair, decoded by the BTG CKY (gamma scanned on the test split: an upper bound).
 * `pos`: a probe, not a feature: the default reorderer (btg_crf, seed `--seed`) with an English POS-tag embedding
   (NLTK's perceptron tagger, `../shared/data/nltk_data`) added to every piece's token embedding, trained and scored
   as `fit` does. Tags are read off the words the tokenizer's pieces spell.
@@ -148,13 +156,108 @@ def pos_probe(args, data) -> dict:
     return fit_report([model], data, args.train_rows)
 
 
+def hypothesis_probe(args, data) -> dict:
+    from reorderer import oracle_word_positions
+
+    from xlpe.features.alignment import align_with_eflomal
+    from xlpe.features.reordering import oracle_xl_positions
+
+    sources, oracle = oracle_word_positions(data["test"])
+    hypotheses = Path(args.hypotheses).read_text(encoding="utf-8").splitlines()
+    if len(hypotheses) != len(sources):
+        raise SystemExit(f"--hypotheses: {len(hypotheses)} lines, the test split has {len(sources)} sentences")
+    train = data["train"] if not args.train_limit else data["train"].select(range(args.train_limit))
+    train_sources = [" ".join(t.split()) for t in train["source_text"]]
+    train_targets = [" ".join(t.split()) for t in train["target_text"]]
+    references = [" ".join(t.split()) for t in data["test"]["target_text"]]
+    hypothesis_orders: list = []
+    result = {"hypotheses": args.hypotheses, "train_pairs": len(train_sources), "alignment_seed": args.seed}
+    for name, targets, seed in (("hypothesis", [" ".join(h.split()) for h in hypotheses], args.seed),
+                                ("reference, aligned again", references, args.seed + 1)):
+        links = align_with_eflomal(train_sources + sources, train_targets + targets, seed=seed)[len(train_sources):]
+        orders = [oracle_xl_positions(sorted(zip(flat[::2], flat[1::2])), len(text.split())) for flat, text in zip(links, sources)]
+        quality = reordering_quality(orders, oracle, min_items=2)
+        result[name] = {k: round(quality[k], 4) for k in ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")}
+        if name == "hypothesis":
+            hypothesis_orders = orders
+    if args.model:  # the same read off the translation model's own cross-attention (forced decoding of its hypotheses)
+        orders = attention_orders(args.model, sources, [" ".join(h.split()) for h in hypotheses])
+        quality = reordering_quality(orders, oracle, min_items=2)
+        result["hypothesis, cross-attention links"] = {k: round(quality[k], 4) for k in
+                                                       ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")}
+    if args.write_orders:
+        Path(args.write_orders).write_text("".join(" ".join(map(str, sorted(range(len(o)), key=o.__getitem__))) + "\n"
+                                                   for o in hypothesis_orders), encoding="utf-8")
+    if args.reorderer:  # the reorderer's pair log-odds plus gamma for every pair the hypothesis puts in that order
+        from xlpe.models.modeling_reorderer import XLPEReordererModel
+
+        model = XLPEReordererModel.from_pretrained(args.reorderer[0]).eval()
+        for gamma, predicted in voted_orders(model, data["test"], hypothesis_orders, HYPOTHESIS_WEIGHTS).items():
+            quality = reordering_quality(predicted, oracle, min_items=2)
+            result[f"reorderer + hypothesis, gamma {gamma}"] = {k: round(quality[k], 4) for k in
+                                                                ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")}
+    return result
+
+
+HYPOTHESIS_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
+
+
+@torch.no_grad()
+def attention_orders(model_dir: str, sources: list[str], hypotheses: list[str]) -> list[list[int]]:
+    """BTG oracle of links read off cross-attention: each hypothesis piece t links the source word of the piece that
+    the last decoder layer (mean over heads) attends to most at step t + 1 (the step that has seen piece t)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from xlpe.features.reordering import oracle_xl_positions
+    from xlpe.features.tokenization import tokenize_with_word_ids
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    (source_ids, source_words), (target_ids, target_words) = (tokenize_with_word_ids(tokenizer, sources),
+                                                              tokenize_with_word_ids(tokenizer, hypotheses, target=True))
+    orders = []
+    for ids, words, labels, label_words, text in zip(source_ids, source_words, target_ids, target_words, sources):
+        start = torch.tensor([[model.config.decoder_start_token_id]])
+        decoder_input = torch.cat([start, torch.tensor([labels[:-1]])], dim=1)
+        attention = model(input_ids=torch.tensor([ids]), decoder_input_ids=decoder_input, output_attentions=True).cross_attentions[-1][0].mean(0)
+        attention = torch.cat([attention[1:], attention[-1:]]).masked_fill(torch.tensor(words)[None, :] < 0, -1.0)
+        best = attention.argmax(-1).tolist()
+        links = sorted({(words[best[t]], w) for t, w in enumerate(label_words) if w >= 0})
+        orders.append(oracle_xl_positions(links, len(text.split())))
+    return orders
+
+
+@torch.no_grad()
+def voted_orders(model, test, hint_positions, gammas, batch_size: int = 128) -> dict:
+    """BTG-decoded word positions of `model`'s pair log-odds l[a, c] + gamma * sign(hint[c] - hint[a]) per gamma."""
+    result = {gamma: [] for gamma in gammas}
+    for start in range(0, len(test), batch_size):
+        rows = [{k: v for k, v in test[i].items() if k in COLUMNS[:2]} for i in range(start, min(start + batch_size, len(test)))]
+        batch = collate(rows, model.config.pad_token_id)
+        logits = model(batch["input_ids"], batch["attention_mask"]).pair_logits
+        _, _, counts = model.words(batch["input_ids"], batch["attention_mask"])
+        vote = torch.zeros_like(logits)
+        for row in range(len(rows)):
+            hint = torch.tensor(hint_positions[start + row], dtype=logits.dtype)
+            if len(hint) != int(counts[row]):
+                raise SystemExit(f"test sentence {start + row + 1}: the reorderer sees {int(counts[row])} words, the hint has {len(hint)}")
+            vote[row, : len(hint), : len(hint)] = torch.sign(hint[None, :] - hint[:, None])
+        for gamma in gammas:
+            positions = btg_decode(logits + gamma * vote, counts)
+            result[gamma] += [positions[row, : int(counts[row])].tolist() for row in range(len(rows))]
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("probe", choices=("fit", "ensemble", "pos"))
+    parser.add_argument("probe", choices=("fit", "ensemble", "pos", "hypothesis"))
     parser.add_argument("--prepared", required=True, help="xlpe-prepare output with train and test splits")
     parser.add_argument("--reorderer", nargs="+", help="trained reorderer directories (fit: the first; ensemble: all)")
     parser.add_argument("--tokenizer", help="pos: the corpus's tokenizer")
     parser.add_argument("--output_dir", help="pos: where the probe model is trained")
+    parser.add_argument("--hypotheses", help="hypothesis: one translation per test sentence")
+    parser.add_argument("--model", help="hypothesis: the translation model that wrote them (adds links read off its cross-attention)")
+    parser.add_argument("--write_orders", help="hypothesis: write the orders read off the hypotheses here (xlpe-reorder predict format)")
     parser.add_argument("--train_rows", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--train_limit", type=int, help="pos: first N training pairs only (a smoke run)")
@@ -166,6 +269,8 @@ def main() -> None:
     data = datasets.load_from_disk(args.prepared)
     if args.probe == "pos":
         result = pos_probe(args, data)
+    elif args.probe == "hypothesis":
+        result = hypothesis_probe(args, data)
     else:
         paths = args.reorderer[:1] if args.probe == "fit" else args.reorderer
         models = [XLPEReordererModel.from_pretrained(p) for p in paths]

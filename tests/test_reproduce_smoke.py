@@ -422,3 +422,33 @@ def test_reorderer_calibration_bench_redecodes_the_runs(tmp_path, shared_dir, mo
     assert "| prior | tau, validation |" in out and "re-decoded identically: 30 lines of 30" in out
     assert sorted(p.name for p in (work / "calibration" / "de-en").iterdir() if p.name.startswith("seed")) == sorted(
         {f"seed1-prior{p}" for p in (0.0, trained["chosen"], 1.0)})
+
+
+def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path, shared_dir, monkeypatch):
+    """Issue 17 item 5: the `train-positions` group trains Combination on the oracle, on k-fold predicted (jackknifed)
+    positions, and on a mix, every one decoded with the pair reorderer. The jackknifed split keeps the oracle beside the
+    predicted positions; the mixed split takes each row from one of the two, about half from each."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
+    import datasets
+
+    driver = load_driver()
+    reproduction = driver.reproduction
+    work = tmp_path / "work"
+    assert driver.main(["--mode", "smoke", "--groups", "train-positions", "--seeds", "1", "--work_dir", str(work)]) == 0
+    records = {r["name"]: r for r in map(json.loads, (work / "results.jsonl").read_text().splitlines())}
+    assert set(records) == {"vanilla", "combination+reorderer", "combination-jackknife+reorderer", "combination-mixed+reorderer"}
+    assert {records[n]["data"] for n in records} == {"clean", "jackknife", "jackknife-mixed"}
+    assert all(r["fields"].get("reorderer") == reproduction.PAIR_REORDERER for n, r in records.items() if n != "vanilla")
+    clean = datasets.load_from_disk(str(work / "data" / "de-en" / "clean"))["train"]["reorder_positions"]
+    jackknifed = datasets.load_from_disk(str(work / "data" / "de-en" / "jackknife"))["train"]
+    mixed = datasets.load_from_disk(str(work / "data" / "de-en" / "jackknife-mixed"))["train"]
+    assert jackknifed["oracle_reorder_positions"] == clean == mixed["oracle_reorder_positions"]
+    predicted = jackknifed["reorder_positions"]
+    assert all(sorted(p) == sorted(o) for p, o in zip(predicted, clean))  # a permutation of the same positions
+    differs = [p != o for p, o in zip(predicted, clean)]
+    assert any(differs)  # five one-epoch smoke reorderers do not reproduce the oracle
+    took_predicted = [m == p for m, p, d in zip(mixed["reorder_positions"], predicted, differs) if d]
+    assert all(m in (p, o) for m, p, o in zip(mixed["reorder_positions"], predicted, clean))
+    assert 0.2 < sum(took_predicted) / len(took_predicted) < 0.8
+    assert reproduction.COMPONENTS["combination-jackknife+reorderer"] == ("combination+reorderer",)

@@ -109,6 +109,11 @@ def group_runs(group: str, mode: dict) -> list[dict]:
     if group == "reorderer":  # issue 17: Combination with the standalone reorderer (trained once per pair) at test time
         return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination"),
                 run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER)]  # fmt: skip
+    if group == "train-positions":  # issue 17 item 5: what the model trains on, when a reorderer gives its test positions
+        return [run("vanilla", "vanilla"),
+                run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER),
+                run("combination-jackknife+reorderer", "xlpe", data="jackknife", xl_strategy="combination", reorderer=PAIR_REORDERER),
+                run("combination-mixed+reorderer", "xlpe", data="jackknife-mixed", xl_strategy="combination", reorderer=PAIR_REORDERER)]  # fmt: skip
     if group == "alignment":
         return [run("vanilla", "vanilla", pair="en-fr")] + [run(s, "xlpe", pair="en-fr", xl_strategy=s)
                                                              for s in ("in", "head", "combination")]  # fmt: skip
@@ -133,6 +138,8 @@ COMPONENTS = {
     "combination+relative": ("relative", "combination"),  # XL PE stacked on relative PE: does either piece add?
     "combination+pos": ("combination",),  # what the source POS tags add to XL PE
     "combination+reorderer": ("combination",),  # the standalone reorderer against the built-in predictor
+    "combination-jackknife+reorderer": ("combination+reorderer",),  # trained on k-fold predicted positions vs on the oracle
+    "combination-mixed+reorderer": ("combination+reorderer", "combination-jackknife+reorderer"),
     "mvpe_pos-steps": ("mvpe-steps", "sinusoid-steps"),  # what the tags add to mvPE; mvPE + tags over the same body
     "mvpe-steps": ("sinusoid-steps",),  # what mvPE adds to the same BART body
     "noenc+abs": ("noenc-nopos",),  # XL PE Table 4: absolute PE in the encoder-free model
@@ -140,7 +147,7 @@ COMPONENTS = {
     "noenc+inxl": ("noenc+abs",),
 }
 
-GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "pos", "table1", "reorderer", "tau", "dpe", "dpe-paper", "table5", "2pt", "mvpe", "noise", "alignment", "init")
+GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "pos", "table1", "reorderer", "train-positions", "tau", "dpe", "dpe-paper", "table5", "2pt", "mvpe", "noise", "alignment", "init")
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)
@@ -231,7 +238,8 @@ def tokenizer_dir(work: Path, pair: str, mode: dict) -> Path:
 
 def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
     """The prepared DatasetDict of a pair ("clean"; "noise<r>": the training split's XL indices swapped at
-    ratio r, validation/test clean, alignments reused from the clean preparation)."""
+    ratio r, validation/test clean, alignments reused from the clean preparation; "jackknife" / "jackknife-mixed":
+    the clean preparation with predicted training positions, `jackknifed_split`)."""
     import datasets
     from transformers import AutoTokenizer
 
@@ -255,6 +263,10 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
         features = options.pop("features") + ("pos_tag_ids",) + (("decoder_pos_tag_ids",) if target else ())
         prepared, reports = prepare_splits(splits, tokenizer, **options, features=features, source_tagger=source,
                                            target_tagger=target, nltk_data=str(NLTK_DATA))  # fmt: skip
+    elif data in ("jackknife", "jackknife-mixed"):  # the clean preparation, training positions predicted (k-fold)
+        clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
+        prepared, reports = dict(clean), {"train": {"positions": data, "folds": JACKKNIFE_FOLDS}}
+        prepared["train"] = jackknifed_split(work, pair, data, mode, clean, tokenizer)
     else:
         clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
         train = clean["train"]
@@ -265,6 +277,31 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
     datasets.DatasetDict(prepared).save_to_disk(str(path))
     (path / "report.json").write_text(json.dumps(reports, indent=2, default=str))
     return path
+
+
+JACKKNIFE_FOLDS = 5  # data "jackknife": every training pair's positions from a reorderer trained on the other 4 folds
+MIXED_SHARE = 0.5  # data "jackknife-mixed": this share of the training pairs (drawn with seed 0) jackknifed, the rest oracle
+
+
+def jackknifed_split(work: Path, pair: str, data: str, mode: dict, clean, tokenizer):
+    """The clean training split with k-fold predicted `reorder_positions` (`jackknife_positions`, the pair
+    reorderer's design and epochs, seed 0; "jackknife-mixed": only a `MIXED_SHARE` of the pairs); the oracle
+    positions stay beside them as `oracle_reorder_positions`. Issue 17 item 5: the train/test position mismatch."""
+    import numpy as np
+
+    from xlpe.training.reorderer import ReordererTraining, jackknife_positions
+
+    train = clean["train"]
+    predicted_file = work / "data" / pair / "jackknife-positions.json"
+    if not predicted_file.is_file():
+        predicted = jackknife_positions(train, tokenizer, JACKKNIFE_FOLDS, ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
+                                        work / "data" / pair / "jackknife-folds")  # fmt: skip
+        predicted_file.write_text(json.dumps(predicted))
+    predicted = json.loads(predicted_file.read_text())
+    if data == "jackknife-mixed":
+        use = np.random.default_rng(0).random(len(train)) < MIXED_SHARE
+        predicted = [p if u else o for p, u, o in zip(predicted, use.tolist(), train["reorder_positions"])]
+    return train.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", predicted)
 
 
 def reorderer_dir(work: Path, pair: str, mode: dict) -> Path:
