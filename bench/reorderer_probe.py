@@ -248,7 +248,7 @@ def voted_orders(model, test, hint_positions, gammas, batch_size: int = 128) -> 
     return result
 
 
-def main() -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("probe", choices=("fit", "ensemble", "pos", "hypothesis"))
     parser.add_argument("--prepared", required=True, help="xlpe-prepare output with train and test splits")
@@ -261,7 +261,7 @@ def main() -> None:
     parser.add_argument("--train_rows", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--train_limit", type=int, help="pos: first N training pairs only (a smoke run)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import datasets
 
     from xlpe.models.modeling_reorderer import XLPEReordererModel
@@ -276,6 +276,7 @@ def main() -> None:
         models = [XLPEReordererModel.from_pretrained(p) for p in paths]
         result = {"reorderers": paths, **fit_report(models, data, args.train_rows)}
     print(json.dumps(result, indent=1))
+    return result
 
 
 if __name__ == "__main__":

@@ -452,3 +452,23 @@ def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path
     assert all(m in (p, o) for m, p, o in zip(mixed["reorder_positions"], predicted, clean))
     assert 0.2 < sum(took_predicted) / len(took_predicted) < 0.8
     assert reproduction.COMPONENTS["combination-jackknife+reorderer"] == ("combination+reorderer",)
+    # the hypothesis probe on the same work dir: orders read off the vanilla run's translations, the reference aligned
+    # again (the ceiling), the pair reorderer with a vote for the translation's pair orders, cross-attention links
+    spec = importlib.util.spec_from_file_location("reorderer_probe", REPO_ROOT / "bench" / "reorderer_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    vanilla = work / "runs" / "de-en-vanilla-seed1"
+    orders = tmp_path / "hypothesis.order"
+    result = probe.main(["hypothesis", "--prepared", str(work / "data" / "de-en" / "clean"), "--hypotheses",
+                         str(vanilla / "hypotheses.txt"), "--reorderer", str(work / "data" / "de-en" / "reorderer"),
+                         "--model", str(vanilla), "--write_orders", str(orders)])  # fmt: skip
+    test = datasets.load_from_disk(str(work / "data" / "de-en" / "clean"))["test"]
+    several = sum(len(text.split()) > 1 for text in test["source_text"])
+    rows = [k for k in result if isinstance(result[k], dict)]
+    assert {"hypothesis", "reference, aligned again", "hypothesis, cross-attention links"} <= set(rows)
+    assert len([k for k in rows if k.startswith("reorderer + hypothesis")]) == len(probe.HYPOTHESIS_WEIGHTS)
+    assert all(result[k]["sentences"] == several and -1 <= result[k]["kendall_tau"] <= 1 for k in rows)
+    assert result["reference, aligned again"]["kendall_tau"] > 0.5  # de-en: nearly monotone, the aligner agrees with itself
+    lines = orders.read_text().splitlines()
+    assert len(lines) == len(test) and all(sorted(map(int, line.split())) == list(range(len(text.split())))
+                                           for line, text in zip(lines, test["source_text"]))  # fmt: skip
