@@ -4,6 +4,7 @@
     python bench/reorderer_probe.py ensemble --prepared runs/enja3 --reorderer runs/reo3-btg_crf runs/reo3-pairwise
     python bench/reorderer_probe.py hypothesis --prepared runs/enja3 --hypotheses runs/vanilla/generated_predictions.txt \\
         [--reorderer runs/reo3-btg_crf] [--model runs/vanilla]
+    python bench/reorderer_probe.py positions --prepared runs/jackknifed/data --reorderer runs/reo3-btg_crf
     python bench/reorderer_probe.py pos --prepared runs/enja3 --tokenizer runs/enja3/tokenizer --output_dir runs/reo3-pos
 
 * `fit`: word-level tau / FRS / exact match on the test split and on the first `--train_rows` training pairs,
@@ -16,6 +17,9 @@
   reference in place of the hypothesis (another seed) is the ceiling: how well a second alignment run agrees with
   the oracle at all. With `--reorderer`, also that reorderer's pair log-odds with a vote of weight gamma for the order
   the hypothesis gives each word pair, decoded by the BTG CKY (gamma scanned on the test split: an upper bound).
+* `positions`: how close a prepared training split's `reorder_positions` are to the `oracle_reorder_positions` kept
+  beside them (a jackknifed split, `xlpe-reorder jackknife`), at the word level (words as `--reorderer` splits them),
+  with the monotone order beside it.
 * `pos`: a probe, not a feature: the default reorderer (btg_crf, seed `--seed`) with an English POS-tag embedding
   (NLTK's perceptron tagger, `../shared/data/nltk_data`) added to every piece's token embedding, trained and scored
   as `fit` does. Tags are read off the words the tokenizer's pieces spell.
@@ -156,6 +160,31 @@ def pos_probe(args, data) -> dict:
     return fit_report([model], data, args.train_rows)
 
 
+@torch.no_grad()
+def positions_probe(model, split, batch_size: int = 512) -> dict:
+    from xlpe.models.modeling_reorderer import word_keys
+
+    if "oracle_reorder_positions" not in split.column_names:
+        raise SystemExit("positions: the train split has no oracle_reorder_positions (a jackknifed split keeps them)")
+    given, oracle = [], []
+    for start in range(0, len(split), batch_size):
+        rows = split[start : start + batch_size]
+        batch = collate([{"input_ids": i, "attention_mask": [1] * len(i), "reorder_positions": p}
+                         for i, p in zip(rows["input_ids"], rows["reorder_positions"])], model.config.pad_token_id)  # fmt: skip
+        movable, word, counts = model.words(batch["input_ids"], batch["attention_mask"])
+        width = int(counts.max())
+        slot = torch.where(movable, word, width)
+        width_oracle = batch["input_ids"].shape[1]
+        oracle_positions = torch.tensor([p + list(range(len(p), width_oracle)) for p in rows["oracle_reorder_positions"]])
+        for keys, out in ((word_keys(batch["reorder_positions"], slot, width), given), (word_keys(oracle_positions, slot, width), oracle)):
+            out += [keys[row, : int(counts[row])].tolist() for row in range(len(counts))]
+    result = {}
+    for name, predicted in (("reorder_positions", given), ("monotone", [list(range(len(o))) for o in oracle])):
+        quality = reordering_quality(predicted, oracle, min_items=2)
+        result[name] = {k: round(quality[k], 4) for k in ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")}
+    return result
+
+
 def hypothesis_probe(args, data) -> dict:
     from reorderer import oracle_word_positions
 
@@ -250,7 +279,7 @@ def voted_orders(model, test, hint_positions, gammas, batch_size: int = 128) -> 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("probe", choices=("fit", "ensemble", "pos", "hypothesis"))
+    parser.add_argument("probe", choices=("fit", "ensemble", "pos", "hypothesis", "positions"))
     parser.add_argument("--prepared", required=True, help="xlpe-prepare output with train and test splits")
     parser.add_argument("--reorderer", nargs="+", help="trained reorderer directories (fit: the first; ensemble: all)")
     parser.add_argument("--tokenizer", help="pos: the corpus's tokenizer")
@@ -271,6 +300,8 @@ def main(argv=None) -> dict:
         result = pos_probe(args, data)
     elif args.probe == "hypothesis":
         result = hypothesis_probe(args, data)
+    elif args.probe == "positions":
+        result = positions_probe(XLPEReordererModel.from_pretrained(args.reorderer[0]), data["train"])
     else:
         paths = args.reorderer[:1] if args.probe == "fit" else args.reorderer
         models = [XLPEReordererModel.from_pretrained(p) for p in paths]

@@ -472,3 +472,11 @@ def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path
     lines = orders.read_text().splitlines()
     assert len(lines) == len(test) and all(sorted(map(int, line.split())) == list(range(len(text.split())))
                                            for line, text in zip(lines, test["source_text"]))  # fmt: skip
+    # the positions probe: the jackknifed training positions scored against the oracle kept beside them
+    scored = probe.main(["positions", "--prepared", str(work / "data" / "de-en" / "jackknife"), "--reorderer",
+                         str(work / "data" / "de-en" / "reorderer")])  # fmt: skip
+    several_train = sum(len(text.split()) > 1 for text in jackknifed["source_text"])
+    assert scored["reorder_positions"]["sentences"] == scored["monotone"]["sentences"] == several_train
+    assert scored["reorder_positions"]["exact_match"] < 1.0  # some rows differ from the oracle (asserted above)
+    with pytest.raises(SystemExit, match="no oracle_reorder_positions"):
+        probe.main(["positions", "--prepared", str(work / "data" / "de-en" / "clean"), "--reorderer", str(work / "data" / "de-en" / "reorderer")])
