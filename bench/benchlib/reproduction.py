@@ -287,9 +287,7 @@ def jackknifed_split(work: Path, pair: str, data: str, mode: dict, clean, tokeni
     """The clean training split with k-fold predicted `reorder_positions` (`jackknife_positions`, the pair
     reorderer's design and epochs, seed 0; "jackknife-mixed": only a `MIXED_SHARE` of the pairs); the oracle
     positions stay beside them as `oracle_reorder_positions`. Issue 17 item 5: the train/test position mismatch."""
-    import numpy as np
-
-    from xlpe.training.reorderer import ReordererTraining, jackknife_positions
+    from xlpe.training.reorderer import ReordererTraining, jackknife_positions, mix_positions
 
     train = clean["train"]
     predicted_file = work / "data" / pair / "jackknife-positions.json"
@@ -299,8 +297,7 @@ def jackknifed_split(work: Path, pair: str, data: str, mode: dict, clean, tokeni
         predicted_file.write_text(json.dumps(predicted))
     predicted = json.loads(predicted_file.read_text())
     if data == "jackknife-mixed":
-        use = np.random.default_rng(0).random(len(train)) < MIXED_SHARE
-        predicted = [p if u else o for p, u, o in zip(predicted, use.tolist(), train["reorder_positions"])]
+        predicted = mix_positions(predicted, train["reorder_positions"], 1.0 - MIXED_SHARE, seed=0)
     return train.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", predicted)
 
 

@@ -191,3 +191,15 @@ def test_jackknife_writes_a_dataset_with_predicted_training_positions(reorderer,
     message = run_expecting_usage_error(["jackknife", "--prepared", str(tmp_path / "prepared"), "--tokenizer",
                                          str(reorderer), "--folds", "1", "--output_dir", str(tmp_path / "x")], capsys)  # fmt: skip
     assert "--folds must be >= 2" in message
+    assert main(["jackknife", "--prepared", str(tmp_path / "prepared"), "--tokenizer", str(reorderer), "--folds", "2",
+                 "--output_dir", str(tmp_path / "mixed"), "--epochs", "1", "--oracle-share", "0.5", *TINY[:6]]) == 0  # fmt: skip
+    mixed = datasets.load_from_disk(str(tmp_path / "mixed" / "data"))["train"]
+    from xlpe.training.reorderer import mix_positions
+
+    oracle_rows = [row == [1] for row in mix_positions([[0]] * 40, [[1]] * 40, 0.5, seed=1)]  # --seed's default draw
+    assert 0 < sum(oracle_rows) < 40
+    for m, o, ids, keep in zip(mixed["reorder_positions"], mixed["oracle_reorder_positions"], mixed["input_ids"], oracle_rows):
+        assert sorted(m) == list(range(len(ids))) and (m == o or not keep)
+    message = run_expecting_usage_error(["jackknife", "--prepared", str(tmp_path / "prepared"), "--tokenizer", str(reorderer),
+                                         "--output_dir", str(tmp_path / "y"), "--oracle-share", "1.5"], capsys)  # fmt: skip
+    assert "--oracle-share must be in [0, 1], got 1.5" in message

@@ -8,7 +8,10 @@ import pytest
 from conftest import TOY_SENTENCES
 
 from xlpe.features.prepare import prepare_dataset
-from xlpe.training.reorderer import ReordererTraining, build_reorderer, jackknife_positions, train_reorderer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xlpe.training.reorderer import ReordererTraining, build_reorderer, jackknife_positions, mix_positions, train_reorderer
 
 TINY = dict(d_model=32, ffn_dim=64, pair_dim=16, token_layers=1, word_layers=0)
 
@@ -33,6 +36,30 @@ def test_jackknifed_positions_cover_every_example_with_a_valid_order(reversed_co
     assert report["train_pairs"] == len(reversed_corpus) - len(reversed_corpus) // 3  # trained without its fold
     with pytest.raises(ValueError, match="folds must be >= 2"):
         jackknife_positions(reversed_corpus, toy_tokenizer, 1, options, tmp_path)
+
+
+@settings(max_examples=50, deadline=None)
+@given(lengths=st.lists(st.integers(1, 6), min_size=1, max_size=40), share=st.floats(0.0, 1.0), seed=st.integers(0, 9))
+def test_mixed_positions_take_each_example_whole_from_one_side(lengths, share, seed):
+    """The mixed remedy: every example is either its predicted or its oracle list, never a blend; the same seed draws
+    the same examples; share 0 is all predicted, share 1 all oracle."""
+    oracle = [list(range(n)) for n in lengths]
+    predicted = [list(reversed(range(n))) for n in lengths]
+    mixed = mix_positions(predicted, oracle, share, seed)
+    assert all(m in (p, o) for m, p, o in zip(mixed, predicted, oracle))
+    assert mixed == mix_positions(predicted, oracle, share, seed)
+    assert mix_positions(predicted, oracle, 0.0, seed) == predicted and mix_positions(predicted, oracle, 1.0, seed) == oracle
+
+
+def test_mixed_positions_share_and_bad_arguments():
+    oracle = [[0, 1, 2]] * 2000
+    predicted = [[2, 1, 0]] * 2000
+    kept = sum(m == o for m, o in zip(mix_positions(predicted, oracle, 0.3, 0), oracle)) / len(oracle)
+    assert abs(kept - 0.3) < 0.04
+    with pytest.raises(ValueError, match=r"oracle_share must be in \[0, 1\], got 1.5"):
+        mix_positions(predicted, oracle, 1.5, 0)
+    with pytest.raises(ValueError, match="2000 predicted position lists but 1 oracle ones"):
+        mix_positions(predicted, oracle[:1], 0.5, 0)
 
 
 def test_training_needs_oracle_positions(reversed_corpus, toy_tokenizer, tmp_path):

@@ -10,7 +10,8 @@
     jackknife --prepared P --folds K --output_dir J   a copy of a prepared dataset (`xlpe-prepare`) whose train
               split's reorder_positions are predicted, each fold by a reorderer trained on the other folds
               (the oracle kept as oracle_reorder_positions): `xlpe-train --prepared_dataset J/data` then trains the
-              translation model on test-like positions (J/data)
+              translation model on test-like positions (J/data); `--oracle-share S` keeps the oracle positions
+              of a share S of the pairs (the mixed remedy)
     evaluate  --reorderer R --source S --target T [--alignments A]   word-level Kendall tau, fuzzy reordering
               score and exact match against the oracle, for the reorderer and for the monotone order (JSON on
               stdout, a table on stderr); --orders F scores an order file of another preorderer (e.g. lader)
@@ -169,7 +170,7 @@ def run_jackknife(args) -> dict:
     from transformers import AutoTokenizer
 
     from ..features.text_files import atomic_output_dir
-    from ..training.reorderer import ReordererTraining, jackknife_positions
+    from ..training.reorderer import ReordererTraining, jackknife_positions, mix_positions
 
     output = Path(args.output_dir)
     data_dir, work_dir = output / "data", output / "folds"
@@ -192,6 +193,8 @@ def run_jackknife(args) -> dict:
         predicted = jackknife_positions(train, tokenizer, args.folds, options, work_dir,
                                         d_model=args.d_model, token_layers=args.token_layers, word_layers=args.word_layers,
                                         **_given(training_loss=args.training_loss))  # fmt: skip
+    if args.oracle_share:
+        predicted = mix_positions(predicted, train["reorder_positions"], args.oracle_share, args.seed)
     train = train.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", predicted)
     data["train"] = train
     with atomic_output_dir(data_dir, overwrite=args.overwrite_output) as staging:
@@ -302,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     jackknife.add_argument("--folds", type=int, default=5)
     jackknife.add_argument("--output_dir", "--output-dir", required=True, help="directory: data/ (the new dataset) and "
                            "folds/ (a reorderer per fold; an unfinished run is resumed)")  # fmt: skip
+    jackknife.add_argument("--oracle-share", "--oracle_share", type=float, default=0.0, metavar="S",
+                           help="share of the training pairs (drawn with --seed) that keep their oracle positions: "
+                                "0 (default) all jackknifed; e.g. 0.5 the mixed remedy")  # fmt: skip
     jackknife.add_argument("--overwrite_output", action="store_true", help="replace a finished --output_dir "
                            "(one with data/): its folds are trained afresh")  # fmt: skip
     for command in (train, jackknife):
@@ -357,6 +363,8 @@ def check_arguments(args) -> str | None:
         return f"{args.command}: --epochs and --learning_rate must be > 0, got {args.epochs} and {args.learning_rate}"
     if args.command == "jackknife" and args.folds < 2:
         return "jackknife: --folds must be >= 2"
+    if args.command == "jackknife" and not 0.0 <= args.oracle_share <= 1.0:
+        return f"jackknife: --oracle-share must be in [0, 1], got {args.oracle_share}"
     if args.command in ("predict", "evaluate") and args.output:
         try:
             check_output(args.output, "--output", args.overwrite_output)
