@@ -128,7 +128,7 @@ def main(argv=None) -> dict:
         train = data["train"] if args.train_limit is None else data["train"].select(range(args.train_limit))
         train, held_out = calibration_split(train, args.calibration_pairs, args.seed)
         options = ReordererTraining(seed=args.seed, **({"epochs": args.epochs} if args.epochs else {}))
-        reorderer = build_reorderer(tokenizer, **args.config)
+        reorderer = build_reorderer(tokenizer, seed=args.seed, **args.config)
         started = time.perf_counter()
         train_reorderer(reorderer, train, output, options, tokenizer=tokenizer, calibration_dataset=held_out)
         record.update(train_pairs=len(train), calibration_pairs=len(held_out) if held_out is not None else 0,

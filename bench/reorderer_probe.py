@@ -93,7 +93,7 @@ def pos_probe(args, data) -> dict:
     os.environ.setdefault(NLTK_DATA_ENV, str(DATA / "nltk_data"))
     tokenizer, tagger = AutoTokenizer.from_pretrained(args.tokenizer), get_tagger("nltk-en")
     torch.manual_seed(args.seed)
-    plain = build_reorderer(tokenizer)
+    plain = build_reorderer(tokenizer, seed=args.seed)
     starts = plain.word_starts.flags.tolist()
     fixed = {tokenizer.eos_token_id, tokenizer.pad_token_id}
 

@@ -315,7 +315,7 @@ def reorderer_dir(work: Path, pair: str, mode: dict) -> Path:
     if not (path / "model.safetensors").is_file():
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(work, pair, mode))
         clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
-        train_reorderer(build_reorderer(tokenizer), clean["train"], path, ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
+        train_reorderer(build_reorderer(tokenizer, seed=0), clean["train"], path, ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
                         tokenizer=tokenizer, calibration_dataset=clean["validation"])  # fmt: skip
     return path
 

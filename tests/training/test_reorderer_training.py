@@ -36,6 +36,23 @@ def test_jackknifed_positions_cover_every_example_with_a_valid_order(reversed_co
     assert report["train_pairs"] == len(reversed_corpus) - len(reversed_corpus) // 3  # trained without its fold
     with pytest.raises(ValueError, match="folds must be >= 2"):
         jackknife_positions(reversed_corpus, toy_tokenizer, 1, options, tmp_path)
+    # the same seed gives the same positions in the same process (each fold's initial weights drawn from its own seed)
+    assert jackknife_positions(reversed_corpus, toy_tokenizer, 3, options, tmp_path / "again", **TINY) == predicted
+
+
+def test_build_reorderer_draws_its_weights_from_its_seed_and_leaves_the_callers_rng_alone(toy_tokenizer):
+    import torch
+
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    first = build_reorderer(toy_tokenizer, seed=5, **TINY)
+    assert torch.equal(torch.rand(3), expected_next)  # the caller's stream continues as if nothing had run
+    torch.rand(100)  # another history
+    same, other = build_reorderer(toy_tokenizer, seed=5, **TINY), build_reorderer(toy_tokenizer, seed=6, **TINY)
+    for (name, a), b, c in zip(first.state_dict().items(), same.state_dict().values(), other.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert any(not torch.equal(a, c) for a, c in zip(first.state_dict().values(), other.state_dict().values()))
 
 
 @settings(max_examples=50, deadline=None)

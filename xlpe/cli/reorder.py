@@ -87,7 +87,7 @@ def run_train(args) -> dict:
     if checkpoint:  # same architecture as the interrupted run
         model = XLPEReordererModel.from_pretrained(checkpoint)
     else:
-        model = build_reorderer(tokenizer, d_model=args.d_model, token_layers=args.token_layers,
+        model = build_reorderer(tokenizer, seed=args.seed, d_model=args.d_model, token_layers=args.token_layers,
                                 word_layers=args.word_layers, decoder=args.decoder, pair_scorer=args.pair_scorer,
                                 **_given(training_loss=args.training_loss))  # fmt: skip
     options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,

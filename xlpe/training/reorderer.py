@@ -38,9 +38,11 @@ COLUMNS = ("input_ids", "attention_mask", "reorder_positions")
 DEFAULT_TRAINING_LOSS = "btg_crf"  # structured training (BENCHMARKS.md: +0.05 FRS on en->ja over "pairwise", same tau)
 
 
-def build_reorderer(tokenizer, **config_fields) -> XLPEReordererModel:
+def build_reorderer(tokenizer, seed: int = 0, **config_fields) -> XLPEReordererModel:
     """A fresh reorderer for `tokenizer`'s ids, with its word starts read from the tokenizer; trained as a CRF over
-    BTG permutations unless `training_loss` says otherwise (a rank decoder gets the pairwise loss it needs)."""
+    BTG permutations unless `training_loss` says otherwise (a rank decoder gets the pairwise loss it needs). `seed`
+    draws the initial weights under a forked RNG (the caller's random state is left alone): the same seed gives the
+    same reorderer whatever ran before it in the process (k jackknife folds in one process, a driver's history)."""
     if "training_loss" not in config_fields:
         config_fields["training_loss"] = "pairwise" if config_fields.get("decoder") == "rank" else DEFAULT_TRAINING_LOSS
     from ..features.tokenization import word_start_flags
@@ -49,7 +51,9 @@ def build_reorderer(tokenizer, **config_fields) -> XLPEReordererModel:
         vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), **config_fields,
     )  # fmt: skip
-    model = XLPEReordererModel(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = XLPEReordererModel(config)
     flags = word_start_flags(tokenizer)
     if flags is None:
         raise ValueError("the tokenizer marks no word boundaries (▁, Ġ or ##): the reorderer needs whole words")
@@ -213,14 +217,15 @@ def calibrate_order_prior(model: XLPEReordererModel, dataset, priors=ORDER_PRIOR
 def jackknife_positions(dataset, tokenizer, folds: int, options: ReordererTraining, work_dir: str | Path,
                         **config_fields) -> list[list[int]]:  # fmt: skip
     """Predicted `reorder_positions` for every example of `dataset`, each from a reorderer trained on the other
-    folds (`folds` >= 2). Costs `folds` reorderer trainings; resumable per fold (work_dir/fold-K)."""
+    folds (`folds` >= 2); fold K's reorderer starts from seed `options.seed + K`, so a rerun gives the same positions.
+    Costs `folds` reorderer trainings; resumable per fold (work_dir/fold-K)."""
     if folds < 2:
         raise ValueError(f"folds must be >= 2, got {folds}")
     assignment = np.random.default_rng(options.seed).permutation(len(dataset)) % folds
     predicted: list[list[int] | None] = [None] * len(dataset)
     for fold in range(folds):
         held_out = np.flatnonzero(assignment == fold)
-        model = build_reorderer(tokenizer, **config_fields)
+        model = build_reorderer(tokenizer, seed=options.seed + fold, **config_fields)
         train_reorderer(model, dataset.select(np.flatnonzero(assignment != fold)), Path(work_dir) / f"fold-{fold}", options)
         positions = predict_token_positions(model, dataset.select(held_out)["input_ids"])
         for index, row in zip(held_out.tolist(), positions):
