@@ -46,6 +46,13 @@ from xlpe.features.predicted_reordering import collate  # noqa: E402
 from xlpe.models.btg_chart import btg_decode  # noqa: E402
 
 COLUMNS = ("input_ids", "attention_mask", "reorder_positions", "pos_tag_ids")
+SCORES = ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")
+
+
+def scored(predicted, oracle) -> dict:
+    """Word-level quality of `predicted` orders against `oracle` (sentences of 2+ words), rounded for a table."""
+    quality = reordering_quality(predicted, oracle, min_items=2)
+    return {k: round(quality[k], 4) for k in SCORES}
 
 
 @torch.no_grad()
@@ -67,8 +74,7 @@ def score(models, dataset, batch_size: int = 128) -> dict:
             n = int(counts[row])
             oracle.append(np.argsort(np.argsort(keys[row, :n].numpy(), kind="stable"), kind="stable").tolist())
             predicted.append(positions[row, :n].tolist())
-    quality = reordering_quality(predicted, oracle, min_items=2)
-    return {k: round(quality[k], 4) for k in ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")}
+    return scored(predicted, oracle)
 
 
 def pad_tags(rows, batch) -> torch.Tensor:
@@ -180,8 +186,7 @@ def positions_probe(model, split, batch_size: int = 512) -> dict:
             out += [keys[row, : int(counts[row])].tolist() for row in range(len(counts))]
     result = {}
     for name, predicted in (("reorder_positions", given), ("monotone", [list(range(len(o))) for o in oracle])):
-        quality = reordering_quality(predicted, oracle, min_items=2)
-        result[name] = {k: round(quality[k], 4) for k in ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")}
+        result[name] = scored(predicted, oracle)
     return result
 
 
@@ -205,15 +210,12 @@ def hypothesis_probe(args, data) -> dict:
                                 ("reference, aligned again", references, args.seed + 1)):
         links = align_with_eflomal(train_sources + sources, train_targets + targets, seed=seed)[len(train_sources):]
         orders = [oracle_xl_positions(sorted(zip(flat[::2], flat[1::2])), len(text.split())) for flat, text in zip(links, sources)]
-        quality = reordering_quality(orders, oracle, min_items=2)
-        result[name] = {k: round(quality[k], 4) for k in ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")}
+        result[name] = scored(orders, oracle)
         if name == "hypothesis":
             hypothesis_orders = orders
     if args.model:  # the same read off the translation model's own cross-attention (forced decoding of its hypotheses)
         orders = attention_orders(args.model, sources, [" ".join(h.split()) for h in hypotheses])
-        quality = reordering_quality(orders, oracle, min_items=2)
-        result["hypothesis, cross-attention links"] = {k: round(quality[k], 4) for k in
-                                                       ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")}
+        result["hypothesis, cross-attention links"] = scored(orders, oracle)
     if args.write_orders:
         Path(args.write_orders).write_text("".join(" ".join(map(str, sorted(range(len(o)), key=o.__getitem__))) + "\n"
                                                    for o in hypothesis_orders), encoding="utf-8")
@@ -222,9 +224,7 @@ def hypothesis_probe(args, data) -> dict:
 
         model = XLPEReordererModel.from_pretrained(args.reorderer[0]).eval()
         for gamma, predicted in voted_orders(model, data["test"], hypothesis_orders, HYPOTHESIS_WEIGHTS).items():
-            quality = reordering_quality(predicted, oracle, min_items=2)
-            result[f"reorderer + hypothesis, gamma {gamma}"] = {k: round(quality[k], 4) for k in
-                                                                ("kendall_tau", "fuzzy_reordering_score", "exact_match", "sentences")}
+            result[f"reorderer + hypothesis, gamma {gamma}"] = scored(predicted, oracle)
     return result
 
 
