@@ -175,14 +175,17 @@ def positions_probe(model, split, batch_size: int = 512) -> dict:
     given, oracle = [], []
     for start in range(0, len(split), batch_size):
         rows = split[start : start + batch_size]
-        batch = collate([{"input_ids": i, "attention_mask": [1] * len(i), "reorder_positions": p}
-                         for i, p in zip(rows["input_ids"], rows["reorder_positions"])], model.config.pad_token_id)  # fmt: skip
+
+        def padded(column):  # one batch of the split with `column` as its reorder_positions, padded by collate
+            return collate([{"input_ids": i, "attention_mask": [1] * len(i), "reorder_positions": p}
+                            for i, p in zip(rows["input_ids"], rows[column])], model.config.pad_token_id)  # fmt: skip
+
+        batch = padded("reorder_positions")
         movable, word, counts = model.words(batch["input_ids"], batch["attention_mask"])
         width = int(counts.max())
         slot = torch.where(movable, word, width)
-        width_oracle = batch["input_ids"].shape[1]
-        oracle_positions = torch.tensor([p + list(range(len(p), width_oracle)) for p in rows["oracle_reorder_positions"]])
-        for keys, out in ((word_keys(batch["reorder_positions"], slot, width), given), (word_keys(oracle_positions, slot, width), oracle)):
+        for positions, out in ((batch["reorder_positions"], given), (padded("oracle_reorder_positions")["reorder_positions"], oracle)):
+            keys = word_keys(positions, slot, width)
             out += [keys[row, : int(counts[row])].tolist() for row in range(len(counts))]
     result = {}
     for name, predicted in (("reorder_positions", given), ("monotone", [list(range(len(o))) for o in oracle])):
@@ -203,19 +206,19 @@ def hypothesis_probe(args, data) -> dict:
     train = data["train"] if not args.train_limit else data["train"].select(range(args.train_limit))
     train_sources = [" ".join(t.split()) for t in train["source_text"]]
     train_targets = [" ".join(t.split()) for t in train["target_text"]]
+    hypotheses = [" ".join(h.split()) for h in hypotheses]
     references = [" ".join(t.split()) for t in data["test"]["target_text"]]
-    hypothesis_orders: list = []
-    result = {"hypotheses": args.hypotheses, "train_pairs": len(train_sources), "alignment_seed": args.seed}
-    for name, targets, seed in (("hypothesis", [" ".join(h.split()) for h in hypotheses], args.seed),
-                                ("reference, aligned again", references, args.seed + 1)):
+
+    def aligned_orders(targets: list[str], seed: int) -> list[list[int]]:  # BTG oracle of each source aligned with its target
         links = align_with_eflomal(train_sources + sources, train_targets + targets, seed=seed)[len(train_sources):]
-        orders = [oracle_xl_positions(sorted(zip(flat[::2], flat[1::2])), len(text.split())) for flat, text in zip(links, sources)]
-        result[name] = scored(orders, oracle)
-        if name == "hypothesis":
-            hypothesis_orders = orders
+        return [oracle_xl_positions(sorted(zip(flat[::2], flat[1::2])), len(text.split())) for flat, text in zip(links, sources)]
+
+    hypothesis_orders = aligned_orders(hypotheses, args.seed)
+    result = {"hypotheses": args.hypotheses, "train_pairs": len(train_sources), "alignment_seed": args.seed,
+              "hypothesis": scored(hypothesis_orders, oracle),
+              "reference, aligned again": scored(aligned_orders(references, args.seed + 1), oracle)}  # fmt: skip
     if args.model:  # the same read off the translation model's own cross-attention (forced decoding of its hypotheses)
-        orders = attention_orders(args.model, sources, [" ".join(h.split()) for h in hypotheses])
-        result["hypothesis, cross-attention links"] = scored(orders, oracle)
+        result["hypothesis, cross-attention links"] = scored(attention_orders(args.model, sources, hypotheses), oracle)
     if args.write_orders:
         Path(args.write_orders).write_text("".join(" ".join(map(str, sorted(range(len(o)), key=o.__getitem__))) + "\n"
                                                    for o in hypothesis_orders), encoding="utf-8")
@@ -261,7 +264,8 @@ def voted_orders(model, test, hint_positions, gammas, batch_size: int = 128) -> 
     """BTG-decoded word positions of `model`'s pair log-odds l[a, c] + gamma * sign(hint[c] - hint[a]) per gamma."""
     result = {gamma: [] for gamma in gammas}
     for start in range(0, len(test), batch_size):
-        rows = [{k: v for k, v in test[i].items() if k in COLUMNS[:2]} for i in range(start, min(start + batch_size, len(test)))]
+        columns = test[start : start + batch_size]
+        rows = [{"input_ids": i, "attention_mask": m} for i, m in zip(columns["input_ids"], columns["attention_mask"])]
         batch = collate(rows, model.config.pad_token_id)
         logits = model(batch["input_ids"], batch["attention_mask"]).pair_logits
         _, _, counts = model.words(batch["input_ids"], batch["attention_mask"])

@@ -287,7 +287,7 @@ def jackknifed_split(work: Path, pair: str, data: str, mode: dict, clean, tokeni
     """The clean training split with k-fold predicted `reorder_positions` (`jackknife_positions`, the pair
     reorderer's design and epochs, seed 0; "jackknife-mixed": only a `MIXED_SHARE` of the pairs); the oracle
     positions stay beside them as `oracle_reorder_positions`. Issue 17 item 5: the train/test position mismatch."""
-    from xlpe.training.reorderer import ReordererTraining, jackknife_positions, mix_positions
+    from xlpe.training.reorderer import ReordererTraining, jackknife_positions, mix_positions, with_predicted_positions
 
     train = clean["train"]
     predicted_file = work / "data" / pair / "jackknife-positions.json"
@@ -298,7 +298,7 @@ def jackknifed_split(work: Path, pair: str, data: str, mode: dict, clean, tokeni
     predicted = json.loads(predicted_file.read_text())
     if data == "jackknife-mixed":
         predicted = mix_positions(predicted, train["reorder_positions"], 1.0 - MIXED_SHARE, seed=0)
-    return train.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", predicted)
+    return with_predicted_positions(train, predicted)
 
 
 def reorderer_dir(work: Path, pair: str, mode: dict) -> Path:

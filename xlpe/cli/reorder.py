@@ -170,7 +170,7 @@ def run_jackknife(args) -> dict:
     from transformers import AutoTokenizer
 
     from ..features.text_files import atomic_output_dir
-    from ..training.reorderer import ReordererTraining, jackknife_positions, mix_positions
+    from ..training.reorderer import ReordererTraining, jackknife_positions, mix_positions, with_predicted_positions
 
     output = Path(args.output_dir)
     data_dir, work_dir = output / "data", output / "folds"
@@ -195,8 +195,7 @@ def run_jackknife(args) -> dict:
                                         **_given(training_loss=args.training_loss))  # fmt: skip
     if args.oracle_share:
         predicted = mix_positions(predicted, train["reorder_positions"], args.oracle_share, args.seed)
-    train = train.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", predicted)
-    data["train"] = train
+    train = data["train"] = with_predicted_positions(train, predicted)
     with atomic_output_dir(data_dir, overwrite=args.overwrite_output) as staging:
         data.save_to_disk(str(staging))
     marker.unlink()

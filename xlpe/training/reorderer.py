@@ -245,5 +245,12 @@ def mix_positions(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[
     return [list(p) if use else list(o) for p, o, use in zip(predicted, oracle, use_predicted.tolist())]
 
 
+def with_predicted_positions(split, predicted: Sequence[Sequence[int]]):
+    """`split` (a prepared Dataset) training on `predicted` positions: they become `reorder_positions` and the oracle
+    ones stay beside them as `oracle_reorder_positions` (what `xlpe-reorder jackknife` writes)."""
+    return split.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", list(predicted))
+
+
 __all__ = ["CALIBRATION_RULES", "ORDER_PRIORS", "ReordererTraining", "build_reorderer", "calibrate_order_prior",
-           "calibration_split", "jackknife_positions", "mix_positions", "sentence_taus", "train_reorderer"]
+           "calibration_split", "jackknife_positions", "mix_positions", "sentence_taus", "train_reorderer",
+           "with_predicted_positions"]
