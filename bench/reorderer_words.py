@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"{args.model}: the tokenizer marks no word boundaries; nothing to compare")
     model.config.reorder_unit = "word"
     set_word_starts(model, tokenizer)  # what xlpe-train does for a model it trains
-    word_start = model.get_encoder().word_starts.flags
+    word_start = model.get_encoder().word_starts.flags.bool()
     print("| reorderer ranks | test BLEU | chrF | token τ vs oracle | multi-piece words split |")
     print("|---|---|---|---|---|")
     for unit, label in (("token", "pieces (reorder_unit=token)"), ("word", "words (reorder_unit=word)")):

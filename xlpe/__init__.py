@@ -4,7 +4,8 @@ word order.
 The package follows the data flow (ARCHITECTURE.md): `features` (text -> model inputs), `models` (the
 families; what travels to the Hub as remote code), `training`, `evaluation`, and `cli` (the console scripts).
 
-`import xlpe` registers every model family with the Auto classes (`AutoConfig`, `AutoModel`,
+`import xlpe` warns (one line) when the installed transformers release is outside the range the package was tested
+with (README, "Compatibility"), and registers every model family with the Auto classes (`AutoConfig`, `AutoModel`,
 `AutoModelForSeq2SeqLM`), marks the classes for Hub custom code (so `save_pretrained` writes `auto_map`
 and the code files), and registers the in-memory pipeline task "xlpe-translation" (all in `xlpe.models`) —
 as soon as transformers is imported: at once when it already is, otherwise right after the process first imports
@@ -38,9 +39,43 @@ _EXPORTS = {
 }  # fmt: skip
 
 
+def untested_transformers(installed: str | None = None, accepted: str | None = None) -> str | None:
+    """One line saying that the installed transformers release is outside the range this package was tested with
+    (its `install_requires`, setup.cfg: the releases CI runs, README "Compatibility"), or None when it is inside,
+    or when either fact is unknown (xlpe run from a source tree that was never installed)."""
+    from importlib import metadata
+
+    try:
+        installed = installed or metadata.version("transformers")
+        if accepted is None:
+            accepted = next(
+                requirement for requirement in metadata.requires("xlpe") or []
+                if requirement.startswith("transformers") and "extra ==" not in requirement
+            )  # fmt: skip
+    except (metadata.PackageNotFoundError, StopIteration):
+        return None
+    from packaging.requirements import Requirement
+
+    specifier = Requirement(accepted.split(";")[0]).specifier
+    if specifier.contains(installed, prereleases=True):
+        return None
+    return (f"xlpe {__version__} is tested with transformers {specifier} but {installed} is installed: results may "
+            f"differ silently; pip install \"transformers{specifier}\"")  # fmt: skip
+
+
 def register() -> None:
-    """Register the families with the transformers Auto classes and pipelines (idempotent): imports `xlpe.models`."""
+    """Register the families with the transformers Auto classes and pipelines (idempotent): imports `xlpe.models`.
+    Warns once (one line) when the installed transformers release is outside the tested range."""
+    global _checked_release
+    if not _checked_release:
+        _checked_release = True
+        message = untested_transformers()
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=2)
     importlib.import_module(f"{__name__}.models")
+
+
+_checked_release = False
 
 
 class _RegisterAfterTransformers(importlib.abc.MetaPathFinder):

@@ -234,6 +234,31 @@ def test_model_ranks_whole_words_once_word_starts_are_set(toy_tokenizer, tmp_pat
         XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_unit="sentence")
 
 
+def test_word_start_table_is_no_bool_tensor_and_old_bool_checkpoints_load(toy_tokenizer, tmp_path):
+    """The table is uint8 in the state (no bool tensor: transformers' save/load tests and state-dict tools expect
+    none); a checkpoint written when it was bool loads to the same flags and the same positions."""
+    from safetensors.torch import load_file, save_file
+
+    from xlpe.features.tokenization import word_start_flags
+
+    torch.manual_seed(4)
+    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_unit="word")).eval()
+    model.get_encoder().word_starts.set_from(word_start_flags(toy_tokenizer))
+    assert not any(tensor.dtype == torch.bool for tensor in model.state_dict().values())
+    model.save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    state = load_file(weights)
+    key = next(name for name in state if name.endswith("word_starts.flags"))
+    state[key] = state[key].bool()  # what checkpoints of xlpe <= 0.5 hold
+    save_file(state, weights, metadata={"format": "pt"})
+    loaded = XLPEMarianMTModel.from_pretrained(tmp_path).eval()
+    assert loaded.get_encoder().word_starts.flags.dtype == torch.uint8
+    assert torch.equal(loaded.get_encoder().word_starts.flags, model.get_encoder().word_starts.flags)
+    batch = toy_tokenizer(["the children play with a red ball in the garden"], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(loaded.get_encoder()(**batch).reorder_positions, model.get_encoder()(**batch).reorder_positions)
+
+
 @pytest.mark.parametrize("kind", ["pairwise", "mse"])
 def test_predictor_learns_oracle_order(toy_tokenizer, kind):
     torch.manual_seed(0)

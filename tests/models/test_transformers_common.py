@@ -1,8 +1,9 @@
 """transformers' own common model tests run on every family, as a model file in transformers is tested:
-`ModelTesterMixin` (vendored at v5.23.0) and `GenerationTesterMixin` (vendored from upstream main at 5.16.0.dev0,
-the closest copy obtainable; see tests/transformers_testing/README.md), with one ModelTester per family (tiny
-config, inputs including valid extra ids), plus `GenerationChecks`, the one generation property the mixins do not
-check (cached and uncached decoding agree).
+`ModelTesterMixin` of the installed release (vendored per release: 5.23.0 and 5.24.0) and `GenerationTesterMixin`
+(vendored from upstream main at 5.16.0.dev0, the closest copy obtainable; see tests/transformers_testing/README.md),
+with one ModelTester per family (tiny config, inputs including valid extra ids), plus `GenerationChecks`, the one
+generation property the mixins do not check (cached and uncached decoding agree; every position stack:
+test_generation_consistency.py).
 
 Stock `MarianMTModel` / `BartForConditionalGeneration` run through the same testers when
 `XLPE_STOCK_BASELINE=1` (not in CI: they only establish which upstream tests the stock models skip or fail here).
@@ -29,8 +30,11 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_L
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the vendored package
 
+from transformers_testing import modeling_common  # noqa: E402
 from transformers_testing.generation.test_utils import GenerationTesterMixin  # noqa: E402
-from transformers_testing.test_modeling_common import ModelTesterMixin, ids_tensor  # noqa: E402
+
+_upstream = modeling_common()  # upstream's test_modeling_common.py of the installed release (skips if none)
+ModelTesterMixin, ids_tensor = _upstream.ModelTesterMixin, _upstream.ids_tensor
 
 from xlpe.models.configuration_dpe import DPEMarianConfig  # noqa: E402
 from xlpe.models.configuration_mvpe_pos import MvPEPosConfig  # noqa: E402
@@ -181,10 +185,6 @@ class GenerationChecks:
 # The test classes
 # ---------------------------------------------------------------------------------------------------------
 
-GC_REASON = ("upstream's Marian and BART tests skip it too: 'This architecture seem to not compute gradients "
-             "properly when using GC' (transformers PR 27124)")  # fmt: skip
-
-
 class CommonFamilyTests(ModelTesterMixin, GenerationTesterMixin, GenerationChecks):
     is_encoder_decoder = True
     test_missing_keys = False  # as upstream's Marian and BART tests
@@ -199,21 +199,6 @@ class CommonFamilyTests(ModelTesterMixin, GenerationTesterMixin, GenerationCheck
             patch = unittest.mock.patch.dict(table, {base.config_class.model_type: model_class.__name__})
             patch.start()
             self.addCleanup(patch.stop)
-
-    def test_torch_save_load(self):
-        """Upstream's test reads `state_dict()[key]` (calling the dict) for bool tensors, a typo that stock Marian
-        and BART never reach (they have no bool buffer; XL PE's `word_starts.flags` is one): the same property,
-        torch.save/torch.load with both serialisations round-trips every tensor exactly, checked here."""
-        config, _ = self.model_tester.prepare_config_and_inputs_for_common()
-        for model_class in self.all_model_classes:
-            state_dict = model_class(copy.deepcopy(config)).state_dict()
-            with tempfile.TemporaryDirectory() as directory:
-                path = os.path.join(directory, "pytorch_model.bin")
-                for zipfile in (True, False):
-                    torch.save(state_dict, path, _use_new_zipfile_serialization=zipfile)
-                    loaded = torch.load(path, weights_only=True)
-                    for key, value in state_dict.items():
-                        self.assertTrue(torch.equal(value, loaded[key]), f"{key} not identical")
 
     def test_attention_outputs(self):
         """Upstream's test, adapted as upstream adapts it for models with extra outputs: it checks the number of
@@ -235,15 +220,12 @@ class CommonFamilyTests(ModelTesterMixin, GenerationTesterMixin, GenerationCheck
                 stack.enter_context(patch)
             super().test_attention_outputs()
 
-    @unittest.skip(reason=GC_REASON)
     def test_training_gradient_checkpointing(self):
         pass
 
-    @unittest.skip(reason=GC_REASON)
     def test_training_gradient_checkpointing_use_reentrant_false(self):
         pass
 
-    @unittest.skip(reason=GC_REASON)
     def test_training_gradient_checkpointing_use_reentrant_true(self):
         pass
 

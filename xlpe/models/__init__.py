@@ -12,6 +12,7 @@ One file pair per family (the configuration, then the model):
 Shared building blocks (written once, imported by the families):
     seq2seq_scaffold.py   encoder-decoder body, generation head, output assembly, the translation loss
     extra_inputs.py       the per-token extra inputs (names, sides, pad rules) and their checks
+    transformers_compat.py  what differs between the accepted transformers releases (the decoder cache's name)
     sinusoid.py           sinusoid tables (absolute, mvPE step k)
     reorder_predictor.py  the in-model reorderer that supplies XL positions at test time (built-in, small)
     configuration_position_options.py, position_attention.py   relative PE, DiSAN-style heads, no absolute PE

@@ -65,6 +65,7 @@ from .seq2seq_scaffold import (
     translation_loss,
     weight_by_global_tokens,
 )
+from .transformers_compat import renamed_cache_argument, take_cache
 
 # ---------------------------------------------------------------------------------------------------------
 # The DPE block and the order loss
@@ -221,6 +222,7 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
         self.post_init()
 
     @can_return_tuple
+    @renamed_cache_argument
     def forward(
         self,
         input_ids=None,
@@ -229,6 +231,7 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
         decoder_attention_mask=None,
         encoder_outputs=None,
         past_key_values=None,
+        cache=None,
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         use_cache=None,
@@ -250,7 +253,8 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
             self, DPESeq2SeqModelOutput, DPEEncoderOutput,
             input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
+            past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             encoder_kwargs={"target_positions": target_positions, "compute_order_loss": compute_order_loss,
                             "pos_tag_ids": pos_tag_ids},
@@ -282,6 +286,7 @@ class DPEMarianMTModel(SourceTagsPipelineMixin, XLPEHubMixin, DPEMarianPreTraine
         return translation_weight * translation_loss + order_weight * order_loss
 
     @can_return_tuple
+    @renamed_cache_argument
     def forward(
         self,
         input_ids=None,
@@ -290,6 +295,7 @@ class DPEMarianMTModel(SourceTagsPipelineMixin, XLPEHubMixin, DPEMarianPreTraine
         decoder_attention_mask=None,
         encoder_outputs=None,
         past_key_values=None,
+        cache=None,
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         labels=None,
@@ -316,7 +322,7 @@ class DPEMarianMTModel(SourceTagsPipelineMixin, XLPEHubMixin, DPEMarianPreTraine
             decoder_input_ids=decoder_input_ids,
             encoder_outputs=encoder_outputs,
             decoder_attention_mask=decoder_attention_mask,
-            past_key_values=past_key_values,
+            cache=take_cache(past_key_values, cache),
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,

@@ -86,6 +86,7 @@ from .seq2seq_scaffold import (
     weight_by_global_tokens,
 )
 from .sinusoid import SinusoidalPositions
+from .transformers_compat import CACHE_FIELD, cache_kwargs, renamed_cache_argument, take_cache
 
 logger = logging.get_logger(__name__)
 
@@ -310,23 +311,24 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
         self.post_init()
 
     def tag_logits(self, token_ids: torch.Tensor | None = None, last: int | None = None, inputs_embeds=None,
-                   past_key_values=None) -> torch.Tensor:  # fmt: skip
+                   cache=None) -> torch.Tensor:  # fmt: skip
         """The hypothesis tagger's logits for `token_ids` or their word embeddings `inputs_embeds` (a running
-        hypothesis or teacher-forced inputs). With a `past_key_values` cache, the windows of the first tokens reach
-        back into the tokens of earlier calls (kept on the cache), so a cached step tags as the whole sequence would."""
+        hypothesis or teacher-forced inputs). With a decoder `cache`, the windows of the first tokens reach back
+        into the tokens of earlier calls (kept on the cache), so a cached step tags as the whole sequence would."""
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(token_ids)
         fill = self.embed_tokens(torch.full((1, 1), self.hypothesis_tagger.fill_id, device=inputs_embeds.device))
-        context = getattr(past_key_values, TAGGER_CONTEXT, None) if past_key_values is not None else None
+        context = getattr(cache, TAGGER_CONTEXT, None) if cache is not None else None
         logits = self.hypothesis_tagger(inputs_embeds, fill, context, last)
         keep = self.hypothesis_tagger.window - 1
-        if past_key_values is not None and keep > 0:
+        if cache is not None and keep > 0:
             seen = inputs_embeds if context is None else torch.cat([context, inputs_embeds], dim=1)
-            setattr(past_key_values, TAGGER_CONTEXT, seen[:, -keep:].detach())
+            setattr(cache, TAGGER_CONTEXT, seen[:, -keep:].detach())
         return logits
 
     @merge_with_config_defaults
     @capture_outputs
+    @renamed_cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -337,32 +339,33 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         pos_tag_ids: torch.LongTensor | None = None,
+        cache=None,
         **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
         pos_tag_ids (`torch.LongTensor` of shape `(batch_size, target_sequence_length)`, *optional*):
             tag id of each decoder INPUT token (aligned with `input_ids`). Omitted: the hypothesis tagger tags
             `input_ids` (or `inputs_embeds`); with a cache, its windows reach back into earlier calls' tokens.
+        past_key_values / cache: the decoder cache, under either transformers release's name (transformers_compat.py).
         """
+        cache = take_cache(past_key_values, cache)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of decoder_input_ids or decoder_inputs_embeds")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         batch, length = inputs_embeds.shape[:2]
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = cache.get_seq_length() if cache is not None else 0
         if attention_mask is None:
             attention_mask = torch.ones(batch, past_length + length, device=inputs_embeds.device)
         if self.hypothesis_tagger is not None and pos_tag_ids is None:
-            pos_tag_ids = self.tag_logits(inputs_embeds=inputs_embeds, past_key_values=past_key_values).argmax(-1)
+            pos_tag_ids = self.tag_logits(inputs_embeds=inputs_embeds, cache=cache).argmax(-1)
         hidden_states = self.layernorm_embedding(self.embed_inputs(inputs_embeds, past_length, pos_tag_ids))
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
-        self_attn_cache = (
-            past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else past_key_values
-        )
+        self_attn_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         attention_mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, past_key_values=self_attn_cache
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, **cache_kwargs(self_attn_cache)
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
@@ -373,10 +376,9 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
                 continue
             hidden_states = layer(
                 hidden_states, attention_mask, encoder_hidden_states,
-                encoder_attention_mask=encoder_attention_mask, past_key_values=past_key_values, use_cache=use_cache,
-                **kwargs,
+                encoder_attention_mask=encoder_attention_mask, **cache_kwargs(cache), use_cache=use_cache, **kwargs,
             )
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, past_key_values=past_key_values)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_FIELD: cache})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -414,9 +416,9 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         super().set_input_embeddings(value)
 
     def decoder_input_tags(self, decoder_input_ids, decoder_pos_tag_ids=None, decoder_input_pos_tag_ids=None,
-                           decoder_inputs_embeds=None, past_key_values=None):  # fmt: skip
+                           decoder_inputs_embeds=None, cache=None):  # fmt: skip
         """(tags of decoder_input_ids, tagger logits or None, tag_loss or None); see the module docstring. The
-        tokens may come as `decoder_inputs_embeds` (word embeddings) instead; `past_key_values`: see `tag_logits`."""
+        tokens may come as `decoder_inputs_embeds` (word embeddings) instead; `cache`: see `tag_logits`."""
         if self.decoder.hypothesis_tagger is None:
             return None, None, None
         num_tag_ids, check = self.decoder.embed_inputs.num_tag_ids, self.config.check_inputs
@@ -434,7 +436,7 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             )
             gold = shift_tags_right(gold)
         embeds = decoder_inputs_embeds if decoder_input_ids is None else None
-        logits = self.decoder.tag_logits(decoder_input_ids, inputs_embeds=embeds, past_key_values=past_key_values)
+        logits = self.decoder.tag_logits(decoder_input_ids, inputs_embeds=embeds, cache=cache)
         tags = gold if gold is not None and self.config.decoder_tags_in_training == "gold" else logits.argmax(-1)
         loss = None
         if gold is not None:
@@ -442,6 +444,7 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         return tags, logits, loss
 
     @can_return_tuple
+    @renamed_cache_argument
     def forward(
         self,
         input_ids=None,
@@ -450,6 +453,7 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         decoder_attention_mask=None,
         encoder_outputs=None,
         past_key_values=None,
+        cache=None,
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         use_cache=None,
@@ -473,16 +477,17 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
                 raise ValueError("pass `decoder_input_ids`, `decoder_inputs_embeds` or `input_ids`")
             decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
         use_cache = use_cache if use_cache is not None else self.config.use_cache
-        if use_cache and past_key_values is None:  # made here: the tagger keeps its window context on it
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        cache = take_cache(past_key_values, cache)
+        if use_cache and cache is None:  # made here: the tagger keeps its window context on it
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         tags, tag_logits, tag_loss = self.decoder_input_tags(
-            decoder_input_ids, decoder_pos_tag_ids, decoder_input_pos_tag_ids, decoder_inputs_embeds, past_key_values
+            decoder_input_ids, decoder_pos_tag_ids, decoder_input_pos_tag_ids, decoder_inputs_embeds, cache
         )
         return encode_decode(
             self, MvPEPosSeq2SeqModelOutput, BaseModelOutput,
             input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
+            cache=cache, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache, encoder_kwargs={"pos_tag_ids": pos_tag_ids}, decoder_kwargs={"pos_tag_ids": tags},
             extras={"decoder_input_pos_tag_ids": tags, "tag_logits": tag_logits, "tag_loss": tag_loss},
             **kwargs,
@@ -513,6 +518,7 @@ class MvPEPosForConditionalGeneration(SourceTagsPipelineMixin, XLPEHubMixin, MvP
         self.post_init()
 
     @can_return_tuple
+    @renamed_cache_argument
     def forward(
         self,
         input_ids=None,
@@ -521,6 +527,7 @@ class MvPEPosForConditionalGeneration(SourceTagsPipelineMixin, XLPEHubMixin, MvP
         decoder_attention_mask=None,
         encoder_outputs=None,
         past_key_values=None,
+        cache=None,
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         labels=None,
@@ -551,7 +558,7 @@ class MvPEPosForConditionalGeneration(SourceTagsPipelineMixin, XLPEHubMixin, MvP
             decoder_input_ids=decoder_input_ids,
             encoder_outputs=encoder_outputs,
             decoder_attention_mask=decoder_attention_mask,
-            past_key_values=past_key_values,
+            cache=take_cache(past_key_values, cache),
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -572,11 +579,12 @@ class MvPEPosForConditionalGeneration(SourceTagsPipelineMixin, XLPEHubMixin, MvP
         return lm_output(MvPEPosSeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
     # --- generation: tags of the running hypothesis -------------------------------------------------------
-    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, **kwargs):
-        """`input_ids` is the whole (beam-reordered) hypothesis: its new tokens are tagged from it."""
+    def prepare_inputs_for_generation(self, input_ids, **kwargs):
+        """`input_ids` is the whole (beam-reordered) hypothesis: its new tokens are tagged from it. The cache passes
+        through under the name the installed transformers gives it."""
         kwargs.pop("decoder_pos_tag_ids", None)  # gold target tags (Seq2SeqTrainer passes whole batches): unused
         kwargs.pop("decoder_input_pos_tag_ids", None)
-        model_inputs = super().prepare_inputs_for_generation(input_ids, past_key_values=past_key_values, **kwargs)
+        model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         if self.model.decoder.hypothesis_tagger is not None:
             new_tokens = model_inputs["decoder_input_ids"].shape[1]
             with torch.no_grad():

@@ -124,7 +124,7 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
         mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         movable = mask & ~torch.isin(input_ids, self.fixed_ids.to(input_ids.device))
         first = torch.cumsum(movable.long(), dim=1) == 1
-        starts = (self.word_starts.flags[input_ids] | first) & movable
+        starts = (self.word_starts(input_ids) | first) & movable
         word = torch.cumsum(starts.long(), dim=1) - 1
         return movable, torch.where(movable, word, -1), starts.sum(dim=1)
 

@@ -68,6 +68,7 @@ from .seq2seq_scaffold import (
     translation_loss,
     weight_by_global_tokens,
 )
+from .transformers_compat import renamed_cache_argument, take_cache
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -277,7 +278,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
                 used_positions = self.reorderer_positions(input_ids, mask)
             elif predict:
                 if self.config.reorder_unit == "word" and input_ids is not None:
-                    scores = word_mean_scores(scores, self.word_starts.flags[input_ids], movable)
+                    scores = word_mean_scores(scores, self.word_starts(input_ids), movable)
                 used_positions = positions_from_scores(scores, movable)
             else:
                 used_positions = reorder_positions.long()
@@ -342,6 +343,7 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
         self.post_init()
 
     @can_return_tuple
+    @renamed_cache_argument
     def forward(
         self,
         input_ids=None,
@@ -350,6 +352,7 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
         decoder_attention_mask=None,
         encoder_outputs=None,
         past_key_values=None,
+        cache=None,
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         use_cache=None,
@@ -369,7 +372,8 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
             self, XLPESeq2SeqModelOutput, XLPEEncoderOutput,
             input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
+            past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             encoder_kwargs={"reorder_positions": reorder_positions, "compute_reorder_loss": compute_reorder_loss,
                             "pos_tag_ids": pos_tag_ids},
@@ -391,6 +395,7 @@ class XLPEMarianMTModel(ReordererAttachMixin, SourceTagsPipelineMixin, XLPEHubMi
         self.post_init()
 
     @can_return_tuple
+    @renamed_cache_argument
     def forward(
         self,
         input_ids=None,
@@ -399,6 +404,7 @@ class XLPEMarianMTModel(ReordererAttachMixin, SourceTagsPipelineMixin, XLPEHubMi
         decoder_attention_mask=None,
         encoder_outputs=None,
         past_key_values=None,
+        cache=None,
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         labels=None,
@@ -426,7 +432,7 @@ class XLPEMarianMTModel(ReordererAttachMixin, SourceTagsPipelineMixin, XLPEHubMi
             decoder_input_ids=decoder_input_ids,
             encoder_outputs=encoder_outputs,
             decoder_attention_mask=decoder_attention_mask,
-            past_key_values=past_key_values,
+            cache=take_cache(past_key_values, cache),
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,

@@ -34,6 +34,7 @@ from transformers.models.marian.modeling_marian import MarianAttention, MarianDe
 
 from .hub_support import hf_init
 from .seq2seq_scaffold import InitOwnParametersMixin
+from .transformers_compat import renamed_cache_argument, take_cache
 
 BIAS_ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")  # the ones that take an additive float bias
 
@@ -93,7 +94,7 @@ class NoPositions(nn.Module):
     def init_own_parameters(self) -> None:
         hf_init.zeros_(self.zero)
 
-    def forward(self, input_shape, past_key_values_length: int = 0, position_ids=None) -> torch.Tensor:
+    def forward(self, input_shape, cache_length: int = 0, position_ids=None) -> torch.Tensor:
         return self.zero.expand(input_shape[1], -1)
 
 
@@ -122,7 +123,12 @@ class PositionAwareSelfAttention(MarianAttention):
         shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         return tuple(linear(hidden_states).view(shape).transpose(1, 2) for linear in (self.q_proj, self.k_proj, self.v_proj))
 
-    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
+    @renamed_cache_argument
+    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, cache=None,
+                **kwargs):  # fmt: skip
+        """`past_key_values` / `cache`: the decoder cache under the name of either transformers release (one of
+        them; transformers_compat.py)."""
+        past_key_values = take_cache(past_key_values, cache)
         if key_value_states is not None:
             raise ValueError(f"{type(self).__name__} is a self-attention: key_value_states must be None")
         position_kwargs = {name: kwargs.pop(name) for name in ("xl_position_delta",) if name in kwargs}

@@ -78,17 +78,21 @@ def positions_from_scores(scores: torch.Tensor, movable: torch.Tensor) -> torch.
 
 
 class WordStarts(nn.Module):
-    """Which token ids begin a whitespace word (a vocabulary-sized bool table, saved with the weights), so the
+    """Which token ids begin a whitespace word (a vocabulary-sized table saved with the weights), so the
     predictor can rank whole words. Until the tokenizer's table is set (`set_from`; `xlpe-train` does it), every
-    token counts as a word start: ranking is per token, as in checkpoints made before the table existed."""
+    token counts as a word start: ranking is per token, as in checkpoints made before the table existed.
+
+    Stored as uint8 (1 = begins a word), not bool: transformers' own save/load tests, and tools that read a state
+    dict, expect no bool tensors in a model's state (stock models keep none). Checkpoints that saved a bool table
+    load into it unchanged (the values copy across dtypes); `forward` gives the bool lookup."""
 
     def __init__(self, vocab_size: int):
         super().__init__()
-        self.register_buffer("flags", torch.ones(vocab_size, dtype=torch.bool))
+        self.register_buffer("flags", torch.ones(vocab_size, dtype=torch.uint8))
 
     @torch.no_grad()
     def init_own_parameters(self) -> None:
-        self.flags.fill_(True)
+        self.flags.fill_(1)
 
     @torch.no_grad()
     def set_from(self, flags) -> None:
@@ -96,6 +100,10 @@ class WordStarts(nn.Module):
         if flags.shape != self.flags.shape:
             raise ValueError(f"word-start flags must have one entry per vocabulary id ({self.flags.shape[0]}), got {tuple(flags.shape)}")
         self.flags.copy_(flags)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Bool tensor shaped like `input_ids`: True where the token begins a word."""
+        return self.flags[input_ids].bool()
 
 
 def word_mean_scores(scores: torch.Tensor, word_start: torch.Tensor, movable: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,8 @@ Return types: the families' `forward`s are decorated with transformers' `can_ret
 gives `output.to_tuple()`, as in stock Marian/BART); inside, encoder, decoder and base model are always called
 with `return_dict=True`, so the plumbing reads fields by name whatever the caller or `config.return_dict` asked.
 
-Flat file, imports only torch/transformers and its sibling `extra_inputs.py` (the input checks): it travels as Hub custom code with the modeling files.
+Flat file, imports only torch/transformers and its siblings `extra_inputs.py` (the input checks) and
+`transformers_compat.py` (the cache's name per release): it travels as Hub custom code with the modeling files.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from transformers.models.marian.modeling_marian import (
 )
 
 from .extra_inputs import check_source_inputs, check_target_inputs
+from .transformers_compat import CACHE_FIELD, cache_kwargs, output_cache, take_cache
 
 _MODEL_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqModelOutput)}
 _LM_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqLMOutput)}
@@ -165,6 +167,7 @@ def encode_decode(
     decoder_attention_mask=None,
     encoder_outputs=None,
     past_key_values=None,
+    cache=None,
     inputs_embeds=None,
     decoder_inputs_embeds=None,
     use_cache=None,
@@ -174,7 +177,9 @@ def encode_decode(
     **kwargs,
 ):
     """Encoder (skipped when `encoder_outputs` are given) then decoder; returns `output_class`. Its extra fields
-    come from `extras` when given there, else from the encoder output's field of the same name."""
+    come from `extras` when given there, else from the encoder output's field of the same name. The decoder cache
+    comes as `past_key_values` or `cache` (transformers_compat.py) and goes on under the installed release's name."""
+    cache = take_cache(past_key_values, cache)
     if encoder_outputs is None:
         encoder_outputs = model.encoder(
             input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
@@ -182,13 +187,13 @@ def encode_decode(
         )
     elif not isinstance(encoder_outputs, BaseModelOutput):
         encoder_outputs = encoder_output_class(*encoder_outputs)
-    check_target_inputs(model.config, decoder_input_ids, past_length=cached_length(past_key_values))
+    check_target_inputs(model.config, decoder_input_ids, past_length=cached_length(cache))
     decoder_outputs = model.decoder(
         input_ids=decoder_input_ids,
         attention_mask=decoder_attention_mask,
         encoder_hidden_states=encoder_outputs[0],
         encoder_attention_mask=attention_mask,
-        past_key_values=past_key_values,
+        **cache_kwargs(cache),
         inputs_embeds=decoder_inputs_embeds,
         use_cache=use_cache,
         **(decoder_kwargs or {}),
@@ -201,7 +206,7 @@ def encode_decode(
     }
     return output_class(
         last_hidden_state=decoder_outputs.last_hidden_state,
-        past_key_values=decoder_outputs.past_key_values,
+        **{CACHE_FIELD: output_cache(decoder_outputs)},
         decoder_hidden_states=decoder_outputs.hidden_states,
         decoder_attentions=decoder_outputs.attentions,
         cross_attentions=decoder_outputs.cross_attentions,
@@ -212,14 +217,14 @@ def encode_decode(
     )
 
 
-def cached_length(past_key_values) -> int | None:
+def cached_length(cache) -> int | None:
     """Tokens already in the decoder's KV cache: an int in eager mode with a dynamic cache, else None (not read
     under torch.compile, and a static cache's length is a tensor: reading it would sync)."""
-    if past_key_values is None:
+    if cache is None:
         return 0
     if torch.compiler.is_compiling():
         return None
-    length = past_key_values.get_seq_length()
+    length = cache.get_seq_length()
     return length if isinstance(length, int) else None
 
 
@@ -286,7 +291,7 @@ def lm_output(output_class, outputs, logits, loss, **losses):
     return output_class(
         loss=loss,
         logits=logits,
-        past_key_values=outputs.past_key_values,
+        **{CACHE_FIELD: output_cache(outputs)},
         decoder_hidden_states=outputs.decoder_hidden_states,
         decoder_attentions=outputs.decoder_attentions,
         cross_attentions=outputs.cross_attentions,
