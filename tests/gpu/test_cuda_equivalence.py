@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from xlpe.models.transformers_compat import cache_kwargs, output_cache
+
 pytestmark = pytest.mark.gpu
 
 DEVICE = os.environ.get("XLPE_TEST_DEVICE", "cuda")
@@ -190,7 +192,7 @@ def test_compiled_cached_decode_step_matches_eager(bench, name):
                                                               attention_mask=batch.attention_mask))  # fmt: skip
         ids = torch.cat([start, first.logits[:, -1:].argmax(-1)], dim=1)
         step = model.prepare_inputs_for_generation(ids, encoder_outputs=encoder_outputs, use_cache=True,
-                                                   attention_mask=batch.attention_mask, past_key_values=first.past_key_values)  # fmt: skip
+                                                   attention_mask=batch.attention_mask, **cache_kwargs(output_cache(first)))  # fmt: skip
         torch._dynamo.reset()
         compiled = torch.compile(model, backend=COMPILE_BACKEND)
         eager_logits = model(**copy.deepcopy(step)).logits  # the cache grows in place: each call gets its own copy

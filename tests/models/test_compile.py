@@ -17,6 +17,8 @@ import test_source_tags
 import torch
 import torch._dynamo as dynamo
 
+from xlpe.models.transformers_compat import cache_kwargs, output_cache
+
 TESTERS = {"xlpe": test_modeling_xlpe.TestXLPEFamily, "dpe": test_modeling_dpe.TestDPEFamily,
            "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily, "xlpe+pos": test_source_tags.TestXLPEPosFamily}  # fmt: skip
 SOURCES = ["the cat sees the dog", "a dog chases the small cat in the garden"]  # different lengths: padding
@@ -33,7 +35,7 @@ def training_and_decode_inputs(tester, model, tokenizer):
                                                               attention_mask=source["attention_mask"]))  # fmt: skip
         ids = torch.cat([start, first.logits[:, -1:].argmax(-1)], dim=1)
         step = model.prepare_inputs_for_generation(ids, encoder_outputs=encoder_outputs, use_cache=True,
-                                                   attention_mask=source["attention_mask"], past_key_values=first.past_key_values)  # fmt: skip
+                                                   attention_mask=source["attention_mask"], **cache_kwargs(output_cache(first)))  # fmt: skip
     return batch, step
 
 

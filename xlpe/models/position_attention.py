@@ -128,7 +128,7 @@ class PositionAwareSelfAttention(MarianAttention):
                 **kwargs):  # fmt: skip
         """`past_key_values` / `cache`: the decoder cache under the name of either transformers release (one of
         them; transformers_compat.py)."""
-        past_key_values = take_cache(past_key_values, cache)
+        cache = take_cache(past_key_values, cache)
         if key_value_states is not None:
             raise ValueError(f"{type(self).__name__} is a self-attention: key_value_states must be None")
         position_kwargs = {name: kwargs.pop(name) for name in ("xl_position_delta",) if name in kwargs}
@@ -136,10 +136,10 @@ class PositionAwareSelfAttention(MarianAttention):
         # a query's position: the cache length before this step plus its index. Taken before `update`, which
         # advances a static cache's length tensor in place
         query_positions = torch.arange(query.shape[2], device=query.device)
-        if past_key_values is not None:
-            cache = past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else past_key_values
-            query_positions = query_positions + cache.get_seq_length(self.layer_idx)
-            key, value = cache.update(key, value, self.layer_idx)
+        if cache is not None:
+            layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+            query_positions = query_positions + layer_cache.get_seq_length(self.layer_idx)
+            key, value = layer_cache.update(key, value, self.layer_idx)
         if self.relative is None and not self.directional:
             interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
             output, weights = interface(self, query, key, value, attention_mask,
