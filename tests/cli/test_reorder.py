@@ -52,9 +52,18 @@ def test_train_writes_a_loadable_reorderer_and_resumes(reorderer, corpus, capsys
     os.umask(umask)
     assert (reorderer / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask  # the user's umask, not 0600
     source, target, alignments, _ = corpus
+    argv = ["train", "--source", str(source), "--target", str(target), "--alignments", str(alignments),
+            "--output_dir", str(reorderer), "--epochs", "12", "--learning-rate", "3e-3", *TINY]  # fmt: skip
+    report = (reorderer / "reorderer_training.json").read_text()
     capsys.readouterr()
-    assert main(["train", "--source", str(source), "--target", str(target), "--alignments", str(alignments),
-                 "--output_dir", str(reorderer), "--epochs", "12", "--learning-rate", "3e-3", *TINY]) == 0  # fmt: skip
+    assert main(argv) == 0  # the same data and options: the finished reorderer is reused, not retrained
+    captured = capsys.readouterr()
+    assert "already holds this reorderer (same data and options): reused" in captured.err
+    assert json.loads(captured.out)["reused"] is True and json.loads(captured.out)["training_pairs"] == 108
+    assert (reorderer / "reorderer_training.json").read_text() == report
+    for name in ("reorderer_training.json", "config.json", "model.safetensors"):  # killed after its last checkpoint
+        (reorderer / name).unlink()
+    assert main(argv) == 0  # resumed from that checkpoint
     assert "checkpoint-" in json.loads((reorderer / "reorderer_training.json").read_text())["resumed_from"]
 
 

@@ -256,3 +256,17 @@ def test_random_tensors_give_output_or_a_value_error(models, family):
             assert torch.isfinite(output.loss)
 
     run()
+
+
+def test_mvpe_pos_decoder_ids_outside_the_vocabulary_are_named(models):
+    """The hypothesis tagger embeds `decoder_input_ids` before the shared decoder check: they are checked first
+    (was an IndexError from the embedding lookup); cached decode steps feed back the model's own ids, unchecked."""
+    model, batch = models["mvpe_pos"]
+    assert model.model.decoder.hypothesis_tagger is not None
+    decoder_input_ids = batch["labels"].clamp(min=0)
+    source = {k: v for k, v in batch.items() if k not in ("labels", "decoder_pos_tag_ids")}
+    model(**source, decoder_input_ids=decoder_input_ids)  # in range: fine
+    with pytest.raises(ValueError, match=r"`decoder_input_ids` must be token ids in \[0, "):
+        model(**source, decoder_input_ids=_set(decoder_input_ids, (0, 1), model.config.vocab_size + 3))
+    with pytest.raises(ValueError, match="`decoder_input_ids` must be token ids"):
+        model(**source, decoder_input_ids=_set(decoder_input_ids, (1, 0), -2))

@@ -40,6 +40,27 @@ def test_jackknifed_positions_cover_every_example_with_a_valid_order(reversed_co
     assert jackknife_positions(reversed_corpus, toy_tokenizer, 3, options, tmp_path / "again", **TINY) == predicted
 
 
+def test_jackknife_fold_checkpoints_made_otherwise_are_refused_before_any_training(reversed_corpus, toy_tokenizer, tmp_path):
+    """A resume into a work dir whose folds were trained with other folds, seed, data or options would give
+    examples positions from a reorderer trained on them: each fold-K records what made it, checked first."""
+    from xlpe.features.artefacts import ArtefactMismatch
+
+    options = ReordererTraining(epochs=1, batch_size=8, extra={"disable_tqdm": True})
+    reseeded = ReordererTraining(epochs=1, batch_size=8, seed=2, extra={"disable_tqdm": True})
+    jackknife_positions(reversed_corpus, toy_tokenizer, 2, options, tmp_path, **TINY)
+    record = json.loads((tmp_path / "fold-1" / "xlpe_artefact.json").read_text())
+    assert record["kind"] == "jackknife-fold" and (record["options"]["fold"], record["options"]["folds"]) == (1, 2)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    for folds, changed, fields, fact in ((3, options, TINY, "option folds"),
+                                         (2, reseeded, TINY, "option seed"),
+                                         (2, options, {**TINY, "d_model": 16}, "option d_model")):  # fmt: skip
+        with pytest.raises(ArtefactMismatch, match=rf"jackknife fold 0 .*\({fact}: .*pass --overwrite_output"):
+            jackknife_positions(reversed_corpus, toy_tokenizer, folds, changed, tmp_path, **fields)
+    with pytest.raises(ArtefactMismatch, match=r"other data \(input train:"):
+        jackknife_positions(reversed_corpus.select(range(10)), toy_tokenizer, 2, options, tmp_path, **TINY)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
 def test_build_reorderer_draws_its_weights_from_its_seed_and_leaves_the_callers_rng_alone(toy_tokenizer):
     import torch
 

@@ -46,14 +46,14 @@ FILE_OPTIONS = ("hyp", "ref", "baseline", "source", "pred", "oracle", "links", "
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _load_model(model_dir: str, device: str = "cpu"):
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+def _load_model(args):
+    """The model and tokenizer of `--model`, checked to belong together (xlpe.evaluation.model_loading: the
+    tokenizer recorded in the config, `--ignore_tokenizer_mismatch` overrides), on `--device`."""
+    from ..evaluation.model_loading import load_model_and_tokenizer
 
-    from .. import models  # noqa: F401  (registers the xlpe families with the Auto classes)
-
-    check_model_path(model_dir, "--model")
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).to(device).eval()
-    return model, AutoTokenizer.from_pretrained(model_dir)
+    check_model_path(args.model, "--model")
+    model, tokenizer = load_model_and_tokenizer(args.model, ignore_tokenizer_mismatch=args.ignore_tokenizer_mismatch)
+    return model.to(args.device), tokenizer
 
 
 def _read(path: str, flag: str, allow_empty: bool = False) -> list[str]:
@@ -116,7 +116,7 @@ def run_significance(args) -> dict:
 
 
 def run_perplexity(args) -> dict:
-    model, tokenizer = _load_model(args.model, args.device)
+    model, tokenizer = _load_model(args)
     sources, references = _read(args.source, "--source"), _read(args.ref[0], "--ref")
     _parallel(("--source", args.source, sources), ("--ref", args.ref[0], references))
     batches = ev.text_batches(tokenizer, sources, references, args.batch_size, model)
@@ -151,19 +151,24 @@ def run_alignment(args) -> dict:
         raise CommandLineError(f"--gold_dir {args.gold_dir}: no such directory")
     test_set = aq.load_alignment_test_set(args.gold_dir)
     test_set = test_set.reversed() if args.reverse else test_set
+    full_count, gold_file = len(test_set.gold), next(Path(args.gold_dir).glob("*.gold"))
+    limited = f" (or {min(args.limit, full_count)} with --limit {args.limit})" if args.limit else ""
     if args.limit:
         n = args.limit
         test_set = aq.AlignmentTestSet(test_set.name, test_set.sources[:n], test_set.targets[:n], test_set.gold[:n])
     diagonal = [aq.diagonal_alignment(len(s), len(t)) for s, t in zip(test_set.sources, test_set.targets)]
     if args.links:
         predicted = aq.read_links(args.links, one_based=args.one_based)
-        if len(predicted) < len(test_set.gold):
-            raise CommandLineError(f"--links {args.links} has {len(predicted)} lines, the gold alignments "
-                                   f"{len(test_set.gold)}")  # fmt: skip
+        # one line per gold sentence pair: the whole gold set, or exactly the first N with --limit N
+        if len(predicted) != full_count and not (args.limit and len(predicted) == len(test_set.gold)):
+            raise CommandLineError(f"line counts differ: --links {args.links} has {len(predicted)} lines, the gold "
+                                   f"alignments {gold_file} have {full_count}{limited} (one line per sentence pair)")  # fmt: skip
         predicted = predicted[: len(test_set.gold)]
+        aq.check_links_inside(predicted, args.links, [len(s) for s in test_set.sources],
+                              [len(t) for t in test_set.targets], args.one_based)  # fmt: skip
         method = f"links from {args.links}"
     elif args.model:
-        model, tokenizer = _load_model(args.model, args.device)
+        model, tokenizer = _load_model(args)
         predicted = aq.attention_alignments(model, tokenizer, test_set.sources, test_set.targets, args.batch_size,
                                             args.layer, args.projection)
         layer = "penultimate" if args.layer is None else args.layer
@@ -177,13 +182,21 @@ def run_alignment(args) -> dict:
             "diagonal_baseline": aq.alignment_error_rate(diagonal, test_set.gold)}
 
 
-def _read_positions(path: str, flag: str) -> list[list[int]]:
+def _read_positions(path: str, flag: str, permutations: bool = False) -> list[list[int]]:
+    """Integer positions, one sentence per line; with `permutations`, each line must be one of 0..n-1."""
     positions = []
     for number, line in enumerate(_read(path, flag), start=1):
         try:
             positions.append([int(v) for v in line.split()])
         except ValueError:
             raise CommandLineError(f"{flag} {path}:{number}: not a line of integer positions: {line[:60]!r}") from None
+    if permutations:
+        from ..evaluation.alignment_quality import check_permutations
+
+        try:
+            check_permutations(positions, path)
+        except ValueError as error:
+            raise CommandLineError(f"{flag} {error}") from None
     return positions
 
 
@@ -191,14 +204,16 @@ def run_reordering(args) -> dict:
     from ..evaluation import alignment_quality as aq
 
     if args.pred and args.oracle:
-        predicted, oracle = _read_positions(args.pred, "--pred"), _read_positions(args.oracle, "--oracle")
+        predicted, oracle = _read_positions(args.pred, "--pred", permutations=True), _read_positions(args.oracle, "--oracle")
         _parallel(("--pred", args.pred, predicted), ("--oracle", args.oracle, oracle))
         return aq.reordering_quality(predicted, oracle)
     if not (args.model and args.source and args.links):
         raise CommandLineError("reordering: give --pred and --oracle, or --model, --source and --links")
-    model, tokenizer = _load_model(args.model, args.device)
     sources = [line.strip(" ").split(" ") for line in _read(args.source, "--source")]
     links = aq.read_links(args.links, one_based=args.one_based)
+    _parallel(("--source", args.source, sources), ("--links", args.links, links))
+    aq.check_links_inside(links, args.links, [len(words) for words in sources], one_based=args.one_based)
+    model, tokenizer = _load_model(args)  # (after the files: their errors come first, and fast)
     predicted, oracle = aq.predicted_and_oracle_reorderings(model, tokenizer, sources, links, args.batch_size)
     return {"level": "sub-word tokens (special tokens excluded)", **aq.reordering_quality(predicted, oracle)}
 
@@ -244,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--model", required=required, help="saved model directory (with tokenizer)")
         sub.add_argument("--batch_size", type=int, default=16)
         sub.add_argument("--device", default="cpu")
+        sub.add_argument("--ignore_tokenizer_mismatch", action="store_true",
+                         help="use the tokenizer beside the model even when it is not the one it was trained with")
 
     sub = command("bleu", run_bleu, "BLEU and chrF with signatures")
     text_args(sub)

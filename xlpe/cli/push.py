@@ -1,5 +1,8 @@
 """`xlpe-push`: upload a trained model directory to the Hub (weights, tokenizer, remote code, model card);
-`xlpe.training.push` does the work. `--dry_run` checks and completes the folder without uploading."""
+`xlpe.training.push` does the work. `--dry_run` checks and completes the folder without uploading.
+
+A push that cannot happen (HF_HUB_OFFLINE set, no token, the Hub unreachable or refusing the token, a folder
+without tokenizer or weights) is one line and exit status 2, and leaves the folder as it was."""
 
 from __future__ import annotations
 
@@ -55,11 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             files, left_out = upload_file_list(args.model_dir)
             print(json.dumps({"folder": args.model_dir, "ready": True, "files": files, "left_out": left_out}))
             return 0
-    except (CommandLineError, ValueError, OSError) as error:  # ValueError: a folder that cannot be completed
-        return user_error(PROG, error)
-    info = push_model(args.model_dir, args.repo_id, token=args.token, private=args.private or None,
-                      endpoint=args.endpoint, revision=args.revision, commit_message=args.commit_message,
-                      card_kwargs=card_kwargs, regenerate_card=args.regenerate_card)
+        # the Hub's usability (offline, token, reachable) is checked before the folder is written to
+        info = push_model(args.model_dir, args.repo_id, token=args.token, private=args.private or None,
+                          endpoint=args.endpoint, revision=args.revision, commit_message=args.commit_message,
+                          card_kwargs=card_kwargs, regenerate_card=args.regenerate_card)
+    except (CommandLineError, ValueError, OSError) as error:  # ValueError: a folder that cannot be completed,
+        return user_error(PROG, " ".join(str(error).split()))  # a Hub that cannot be used (PushError)
     print(json.dumps({"repo_id": args.repo_id, "commit_url": str(info.commit_url), "oid": info.oid}))
     return 0
 

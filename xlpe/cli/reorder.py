@@ -21,6 +21,15 @@ line and exit with status 2. `--output` files are written beside their name and 
 an existing one is replaced only with `--overwrite_output`. So is jackknife's J/data; a finished J (one with
 J/data) is replaced only with `--overwrite_output` (its folds trained afresh), an unfinished one is resumed fold by
 fold, as `train` resumes from its last checkpoint.
+
+Reuse (docs/command_line.md, "Reruns, resumes and reused artefacts"): `train`'s R and `jackknife`'s J/folds (and
+each J/folds/fold-K) record what made them (xlpe_artefact.json: digests of the data, alignments and tokenizer, and every
+option that shapes the model; none may change on resume) and are locked while a run writes them. A rerun with the
+same record reuses a finished R (one line says so) or resumes an unfinished R or J; a difference is a one-line error
+naming it, and `--overwrite_output` starts afresh (in R it removes only what `train` writes there; a directory
+holding another kind of artefact, a translation model say, is never replaced), as it does for a finished R or J.
+`--no-resume` restarts a `train` run of the same record. predict, evaluate and attach refuse by name a --reorderer that is not a finished reorderer written by
+`train` (a translation model, a jackknife fold, an unfinished run) and attach a --model that is not an XL PE model.
 """
 
 from __future__ import annotations
@@ -45,19 +54,171 @@ logger = logging.getLogger("xlpe.reorder")
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Reuse: what made train's --output_dir and jackknife's J/folds, checked before any work (xlpe.features.artefacts)
+# ---------------------------------------------------------------------------------------------------------
+
+
+JACKKNIFE_UNFINISHED = "UNFINISHED"  # in J/folds/ while a jackknife run into J has not written J/data yet
+LOCK_NAME, RECORD_NAME = ".xlpe.lock", "xlpe_artefact.json"  # = xlpe.features.artefacts' (not imported here: --help)
+
+
+def train_record(args, given_tokenizer=None):
+    """The ArtefactRecord of kind "reorderer" a `train` run into --output_dir writes: digests of the source, target
+    and alignment files and of the given tokenizer (else how the joint one is trained), and every option that shapes
+    the model (model, training, preparation, calibration)."""
+    from ..features.artefacts import ArtefactRecord, file_digest
+    from ..features.tokenization import tokenizer_fingerprint
+    from ..training.reorderer import REORDERER_KIND, default_training_loss
+
+    inputs = {"source": file_digest(args.source), "target": file_digest(args.target)}
+    options = {"max_length": args.max_length, "decoder": args.decoder, "pair_scorer": args.pair_scorer,
+               "d_model": args.d_model, "token_layers": args.token_layers, "word_layers": args.word_layers,
+               "training_loss": args.training_loss or default_training_loss(args.decoder), "seed": args.seed,
+               "epochs": args.epochs, "batch_size": args.batch_size, "learning_rate": args.learning_rate,
+               "calibration_pairs": args.calibration_pairs}  # fmt: skip
+    if args.alignments:
+        inputs["alignments"] = file_digest(args.alignments)
+    else:
+        options["alignments"] = {"eflomal_runs": args.alignment_runs}
+    if given_tokenizer is not None:
+        inputs["tokenizer"] = tokenizer_fingerprint(given_tokenizer)
+    else:
+        options["tokenizer"] = {"trained": args.tokenizer_model, "vocab_size": args.vocab_size}
+    return ArtefactRecord(REORDERER_KIND, inputs=inputs, options=options)
+
+
+def _train_plan(output: Path, expected, args) -> str:
+    """What `train` does with --output_dir (checked before any work; the caller holds its lock): "fresh", "resume"
+    or "reuse"; an ArtefactMismatch (one line, naming --overwrite_output) for a reorderer made otherwise or
+    files of an unrecorded one; a ValueError for a directory holding another kind of artefact (never replaced)."""
+    from ..features.artefacts import ArtefactMismatch, read_record, verify_artefact, write_record
+    from ..training.reorderer import REORDERER_KIND, REPORT_NAME, clear_owned, model_type_of, owned_entries
+
+    flag = f"--output_dir {output}"
+    record = read_record(output)  # a damaged one: ArtefactMismatch naming the file and line
+    model_type = model_type_of(output)
+    kind = record.kind if record is not None else model_type if model_type not in (None, "xlpe_reorderer") else None
+    if kind is not None and kind != REORDERER_KIND:
+        raise ValueError(f"{flag}: holds a {kind}, not a reorderer; choose another directory (--overwrite_output "
+                         "replaces only a reorderer)")  # fmt: skip
+    finished = (output / REPORT_NAME).is_file() and (output / "config.json").is_file()
+    if record is None and not owned_entries(output):
+        plan = "fresh"  # a new or empty directory (or one with the user's own files only: they stay)
+    elif args.overwrite_output and (finished or not _matches(output, expected)):
+        logger.info("--overwrite_output: replacing the reorderer in %s (trained afresh)", output)
+        plan = "fresh"
+    else:
+        verify_artefact(output, expected, override="--overwrite_output", what=flag)
+        plan = "restart" if args.no_resume else "reuse" if finished else "resume"
+    if plan in ("fresh", "restart"):
+        clear_owned(output)
+        write_record(output, expected)
+        return "fresh"
+    if plan == "resume" and not list(output.glob("checkpoint-*")) and (output / "config.json").is_file():
+        raise ArtefactMismatch(f"{flag}: holds a reorderer without its training report ({REPORT_NAME}); pass "
+                               "--overwrite_output to train it anew", str(output), "report")  # fmt: skip
+    return plan
+
+
+def _matches(directory: Path, expected) -> bool:
+    from ..features.artefacts import ArtefactMismatch, verify_artefact
+
+    try:
+        verify_artefact(directory, expected, override="")
+    except ArtefactMismatch:
+        return False
+    return True
+
+
+def _reused_train_result(output: Path) -> dict:
+    from ..training.reorderer import REPORT_NAME
+
+    def read(path: Path) -> dict:
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            where = f":{error.lineno}" if isinstance(error, json.JSONDecodeError) else ""
+            raise ValueError(f"{path}{where}: damaged ({error}); pass --overwrite_output to train it anew") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}: expected a JSON object; pass --overwrite_output to train it anew")
+        return value
+
+    report, config = read(output / REPORT_NAME), read(output / "config.json")
+    summary = {key: report.get(key) for key in ("pairs_read", "pairs_kept", "pairs_skipped")}
+    return {"output_dir": str(output), "reused": True, **summary, "training_pairs": report.get("train_pairs"),
+            "calibration_pairs": report.get("calibration_pairs", 0), "order_prior": config.get("order_prior"),
+            "oracle_mean_kendall_tau_vs_monotone": report.get("oracle_mean_kendall_tau_vs_monotone")}  # fmt: skip
+
+
+def jackknife_record(args, train, tokenizer):
+    """The ArtefactRecord of kind "jackknife" in J/folds: digests of the prepared train split and the tokenizer, and the
+    options of its folds (--oracle_share too: the only one a resume may change, it mixes after the folds)."""
+    from ..features.artefacts import ArtefactRecord
+    from ..features.tokenization import tokenizer_fingerprint
+    from ..training.reorderer import JACKKNIFE_KIND, dataset_digest, default_training_loss
+
+    options = {"folds": args.folds, "seed": args.seed, "epochs": args.epochs, "batch_size": args.batch_size,
+               "learning_rate": args.learning_rate, "d_model": args.d_model, "token_layers": args.token_layers,
+               "word_layers": args.word_layers, "training_loss": args.training_loss or default_training_loss(None),
+               "oracle_share": args.oracle_share}  # fmt: skip
+    inputs = {"train": dataset_digest(train), "tokenizer": tokenizer_fingerprint(tokenizer)}
+    return ArtefactRecord(JACKKNIFE_KIND, inputs=inputs, options=options)
+
+
+def _jackknife_plan(work_dir: Path, expected, args) -> None:
+    """Make J/folds ready for this run (the caller holds its lock): a finished J (replaced: --overwrite_output is
+    checked by `check_arguments`) starts afresh (J/folds emptied; J/data stays readable until the new one replaces
+    it); an unfinished one is resumed when its record matches (--oracle_share may change), else it is an
+    ArtefactMismatch naming --overwrite_output (its fold checkpoints were trained on other folds, data or options),
+    with which it starts afresh."""
+    from ..features.artefacts import ArtefactMismatch, verify_artefact, write_record
+
+    marker = work_dir / JACKKNIFE_UNFINISHED
+    started = marker.exists() or any(p.name not in (LOCK_NAME, RECORD_NAME) for p in work_dir.iterdir())
+    if (work_dir.parent / "data").exists() and not marker.exists():  # finished
+        logger.info("replacing the finished jackknife in %s: its folds are trained afresh", work_dir.parent)
+        _empty(work_dir)
+    elif started:
+        try:
+            changed = verify_artefact(work_dir, expected, override="--overwrite_output", changeable=["oracle_share"],
+                                      what=f"--output_dir {work_dir.parent} (an unfinished jackknife)")  # fmt: skip
+        except ArtefactMismatch as mismatch:
+            if not args.overwrite_output:
+                raise
+            logger.info("--overwrite_output: %s; its folds are trained afresh", str(mismatch).split("; pass")[0])
+            _empty(work_dir)
+        else:
+            logger.info("resuming the unfinished jackknife in %s", work_dir.parent)
+            for name, before, after in changed:
+                print(f"xlpe-reorder jackknife: resuming with --{name} {after} (was {before}): it only mixes the "
+                      "folds' positions", file=sys.stderr)  # fmt: skip
+    write_record(work_dir, expected)
+
+
+def _empty(directory: Path) -> None:
+    """Remove what `directory` holds but its lock (held by this run), the record first."""
+    import shutil
+
+    (directory / RECORD_NAME).unlink(missing_ok=True)
+    for path in directory.iterdir():
+        if path.name != LOCK_NAME:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Subcommands
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _tokenizer_for_training(args, sources: list[str], targets: list[str]):
+def _tokenizer_for_training(args, sources: list[str], targets: list[str], given=None):
     from transformers import AutoTokenizer
 
     from ..features.tokenization import train_joint_tokenizer
 
     output = Path(args.output_dir)
-    if args.tokenizer:
-        return AutoTokenizer.from_pretrained(args.tokenizer)
-    if (output / "tokenizer.json").is_file():  # resuming: the tokenizer trained by the first run
+    if given is not None:
+        return given
+    if (output / "tokenizer.json").is_file():  # resuming (the record matched): the tokenizer trained by the first run
         return AutoTokenizer.from_pretrained(output)
     logger.info("training a joint %s tokenizer (%d pieces) on %d pairs", args.tokenizer_model, args.vocab_size, len(sources))
     tokenizer = train_joint_tokenizer(sources + targets, vocab_size=args.vocab_size, model=args.tokenizer_model,
@@ -68,23 +229,41 @@ def _tokenizer_for_training(args, sources: list[str], targets: list[str]):
 
 
 def run_train(args) -> dict:
+    from transformers import AutoTokenizer
+
+    from ..features.artefacts import directory_lock
+    from ..features.corpus import read_parallel_files
+
+    split = read_parallel_files(args.source, args.target, args.alignments)
+    given = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else None
+    expected = train_record(args, given)
+    output = Path(args.output_dir)
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"--output_dir {output}: is a file, expected a directory")
+    with directory_lock(output, "xlpe-reorder train"):
+        plan = _train_plan(output, expected, args)
+        if plan == "reuse":
+            print(f"xlpe-reorder train: {output} already holds this reorderer (same data and options): reused, "
+                  "not retrained; pass --overwrite_output to train it anew", file=sys.stderr)  # fmt: skip
+            return _reused_train_result(output)
+        return _train(args, split, output, given, resume=plan == "resume")
+
+
+def _train(args, split, output: Path, given, resume: bool) -> dict:
     from transformers.trainer_utils import get_last_checkpoint
 
-    from ..features.corpus import read_parallel_files
     from ..features.prepare import prepare_splits
     from ..models.modeling_reorderer import XLPEReordererModel
     from ..training.reorderer import ReordererTraining, build_reorderer, calibration_split, train_reorderer
 
-    split = read_parallel_files(args.source, args.target, args.alignments)
-    tokenizer = _tokenizer_for_training(args, split.sources, split.targets)
+    tokenizer = _tokenizer_for_training(args, split.sources, split.targets, given)
     data, report = prepare_splits({"train": split}, tokenizer, features=["reorder_positions"], max_length=args.max_length,
                                   alignment_runs=args.alignment_runs, cache_dir=args.cache_dir, keep_text=False,
                                   seed=args.seed)  # fmt: skip
     report = report["train"]
     logger.info("oracle orders: kept %d of %d pairs, skipped %s", report["pairs_kept"], report["pairs_read"], report["pairs_skipped"])
-    output = Path(args.output_dir)
-    checkpoint = get_last_checkpoint(str(output)) if output.is_dir() and not args.no_resume else None
-    if checkpoint:  # same architecture as the interrupted run
+    checkpoint = get_last_checkpoint(str(output)) if resume else None
+    if checkpoint:  # same architecture as the interrupted run (the record matched)
         model = XLPEReordererModel.from_pretrained(checkpoint)
     else:
         model = build_reorderer(tokenizer, seed=args.seed, d_model=args.d_model, token_layers=args.token_layers,
@@ -93,12 +272,15 @@ def run_train(args) -> dict:
     options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
                                 seed=args.seed)  # fmt: skip
     train, held_out = calibration_split(data["train"], args.calibration_pairs, args.seed)  # seeded: a resumed run holds out the same
+    summary = {"pairs_read": report["pairs_read"], "pairs_kept": report["pairs_kept"],
+               "pairs_skipped": report["pairs_skipped"], "calibration_pairs": len(held_out) if held_out is not None else 0,
+               "oracle_mean_kendall_tau_vs_monotone": report.get("mean_kendall_tau")}  # fmt: skip
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout carries the JSON only
-        model = train_reorderer(model, train, output, options, tokenizer=tokenizer, resume=not args.no_resume,
-                                calibration_dataset=held_out)  # fmt: skip
+        model = train_reorderer(model, train, output, options, tokenizer=tokenizer, resume=resume,
+                                calibration_dataset=held_out, report_extra=summary)  # fmt: skip
     return {"output_dir": str(output), "pairs_read": report["pairs_read"], "pairs_kept": report["pairs_kept"],
             "pairs_skipped": report["pairs_skipped"], "training_pairs": len(train),
-            "calibration_pairs": len(held_out) if held_out is not None else 0, "order_prior": model.config.order_prior,
+            "calibration_pairs": summary["calibration_pairs"], "order_prior": model.config.order_prior,
             "oracle_mean_kendall_tau_vs_monotone": report.get("mean_kendall_tau")}  # fmt: skip
 
 
@@ -111,9 +293,9 @@ def _load_reorderer(path: str, order_prior: float | None = None):
     from transformers import AutoTokenizer
 
     from ..models.modeling_reorderer import XLPEReordererModel
+    from ..training.reorderer import check_reorderer_dir
 
-    if not Path(path, "config.json").is_file():
-        raise FileNotFoundError(f"--reorderer {path}: no reorderer there (config.json missing)")
+    check_reorderer_dir(path, "--reorderer")  # a translation model, a fold, an unfinished run: refused by name
     model = XLPEReordererModel.from_pretrained(path).eval()
     if order_prior is not None:
         model.config.order_prior = order_prior
@@ -145,9 +327,23 @@ def run_attach(args) -> dict:
 
     from ..training.model_setup import attach_reorderer
 
-    if not Path(args.model, "config.json").is_file():
+    from ..training.reorderer import check_reorderer_dir, model_type_of
+
+    check_reorderer_dir(args.reorderer, "--reorderer")  # before the model is loaded or anything written
+    model_type = model_type_of(args.model)
+    if model_type is None:
         raise FileNotFoundError(f"--model {args.model}: no model there (config.json missing)")
-    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model), AutoTokenizer.from_pretrained(args.model)
+    if model_type == "xlpe_reorderer":
+        raise ValueError(f"--model {args.model}: holds a reorderer, not an XL PE translation model (--model and "
+                         "--reorderer swapped?)")  # fmt: skip
+    try:
+        model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model), AutoTokenizer.from_pretrained(args.model)
+    except (ValueError, OSError, KeyError) as error:
+        raise ValueError(f"--model {args.model}: cannot load a translation model with its tokenizer "
+                         f"(model_type {model_type}): {str(error).splitlines()[0] if str(error) else type(error).__name__}") from None  # fmt: skip
+    if not hasattr(model, "attach_reorderer"):
+        raise ValueError(f"--model {args.model}: holds a {model_type} model, not an XL PE model: a reorderer "
+                         "gives positions to XL PE models only")  # fmt: skip
     attach_reorderer(model, args.reorderer, tokenizer)
     output = args.output_dir or args.model
     model.save_pretrained(output)
@@ -155,20 +351,17 @@ def run_attach(args) -> dict:
     return {"model": str(output), "reorderer": args.reorderer}
 
 
-JACKKNIFE_UNFINISHED = "UNFINISHED"  # in J/folds/ while a jackknife run into J has not written J/data yet
-
-
 def run_jackknife(args) -> dict:
     """J/folds/fold-K (one reorderer per fold, its checkpoints written as it trains) and then J/data (the dataset,
     written aside and renamed into place). J/folds/UNFINISHED marks a run that has not finished: its folds are
-    resumed. A finished J (J/data, no marker) is replaced only with --overwrite_output (checked before any work,
-    `check_arguments`): its fold work is discarded and the folds are trained afresh, while its J/data stays
-    readable until the new one replaces it."""
-    import shutil
-
+    resumed when J/folds' record (`jackknife_record`) and each fold's (`fold_records`) match this run. A finished J
+    (J/data, no marker) is replaced only with --overwrite_output (checked before any work, `check_arguments`): its
+    fold work is discarded and the folds are trained afresh, while its J/data stays readable until the new one
+    replaces it. J/folds is locked while the run writes J."""
     import datasets
     from transformers import AutoTokenizer
 
+    from ..features.artefacts import directory_lock
     from ..features.text_files import atomic_output_dir
     from ..training.reorderer import ReordererTraining, jackknife_positions, mix_positions, with_predicted_positions
 
@@ -182,23 +375,20 @@ def run_jackknife(args) -> dict:
         raise ValueError(f"--prepared {args.prepared}: the train split has no reorder_positions (xlpe-prepare --features reorder_positions)")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
-    if data_dir.exists() and not marker.exists():  # a finished run, replaced (--overwrite_output): start afresh
-        logger.info("replacing the finished jackknife in %s: its folds are trained afresh", output)
-        shutil.rmtree(work_dir, ignore_errors=True)
-    elif marker.exists():
-        logger.info("resuming the unfinished jackknife in %s", output)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(marker, "a jackknife run writing ../data has not finished: rerunning it resumes the folds\n")
-    with contextlib.redirect_stdout(sys.stderr):
-        predicted = jackknife_positions(train, tokenizer, args.folds, options, work_dir,
-                                        d_model=args.d_model, token_layers=args.token_layers, word_layers=args.word_layers,
-                                        **_given(training_loss=args.training_loss))  # fmt: skip
-    if args.oracle_share:
-        predicted = mix_positions(predicted, train["reorder_positions"], args.oracle_share, args.seed)
-    train = data["train"] = with_predicted_positions(train, predicted)
-    with atomic_output_dir(data_dir, overwrite=args.overwrite_output) as staging:
-        data.save_to_disk(str(staging))
-    marker.unlink()
+    expected = jackknife_record(args, train, tokenizer)
+    with directory_lock(work_dir, "xlpe-reorder jackknife"):
+        _jackknife_plan(work_dir, expected, args)
+        write_text_atomic(marker, "a jackknife run writing ../data has not finished: rerunning it resumes the folds\n")
+        with contextlib.redirect_stdout(sys.stderr):
+            predicted = jackknife_positions(train, tokenizer, args.folds, options, work_dir,
+                                            d_model=args.d_model, token_layers=args.token_layers, word_layers=args.word_layers,
+                                            **_given(training_loss=args.training_loss))  # fmt: skip
+        if args.oracle_share:
+            predicted = mix_positions(predicted, train["reorder_positions"], args.oracle_share, args.seed)
+        train = data["train"] = with_predicted_positions(train, predicted)
+        with atomic_output_dir(data_dir, overwrite=args.overwrite_output) as staging:
+            data.save_to_disk(str(staging))
+        marker.unlink()
     return {"output": str(data_dir), "train_pairs": len(train), "folds": args.folds}
 
 
@@ -283,7 +473,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--decoder", default="btg", choices=("btg", "rank"), help="btg: exact CKY (default); rank")
     train.add_argument("--pair-scorer", default="biaffine", choices=("biaffine", "mlp"))
     train.add_argument("--cache-dir", help="reuse identical earlier preparations from here")
-    train.add_argument("--no-resume", action="store_true", help="start afresh even if --output_dir has checkpoints")
+    train.add_argument("--no-resume", action="store_true", help="start this run afresh (same data and options) even "
+                       "if --output_dir has its checkpoints or its finished reorderer")  # fmt: skip
+    train.add_argument("--overwrite_output", action="store_true", help="train afresh in place of a finished reorderer "
+                       "in --output_dir or of one made from other data or options (default: the finished one is "
+                       "reused, another is a one-line error naming the difference)")  # fmt: skip
     train.add_argument("--calibration-pairs", type=int, default=500, metavar="N",
                        help="pairs held out (at most a tenth) to choose the decoding prior for the source order by "
                             "word-level Kendall tau; 0: no calibration, order prior 0")  # fmt: skip
@@ -307,8 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
     jackknife.add_argument("--oracle-share", "--oracle_share", type=float, default=0.0, metavar="S",
                            help="share of the training pairs (drawn with --seed) that keep their oracle positions: "
                                 "0 (default) all jackknifed; e.g. 0.5 the mixed remedy")  # fmt: skip
-    jackknife.add_argument("--overwrite_output", action="store_true", help="replace a finished --output_dir "
-                           "(one with data/): its folds are trained afresh")  # fmt: skip
+    jackknife.add_argument("--overwrite_output", action="store_true", help="replace a finished --output_dir (one "
+                           "with data/) or an unfinished one made from other data or options: its folds are trained "
+                           "afresh (an unfinished one made alike is resumed)")  # fmt: skip
     for command in (train, jackknife):
         command.add_argument("--epochs", type=float, default=3.0)
         command.add_argument("--batch-size", type=int, default=64)

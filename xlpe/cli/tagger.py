@@ -6,7 +6,7 @@
               accuracy on --dev when given)
     evaluate  --tagger T.json --conllu F [F ...] [--column upos|xpos]   word accuracy against a treebank (JSON)
     tag       --tagger T.json --input F [--output O]   one line of tags per input line (whitespace words;
-              an empty line gives an empty line)
+              an empty line gives an empty line; lines end at \\n only, as every xlpe reader splits them)
 
 Use the file as `--source_tagger perceptron:T.json` (xlpe-train, xlpe-prepare) or `pos_tagger="perceptron:T.json"`
 in a config; a saved model keeps a copy (pos_tagger.json), so its pipeline tags raw text with no extra step.
@@ -51,14 +51,14 @@ def run_evaluate(args) -> dict:
 
 def run_tag(args) -> None:
     from ..features.tagging import PerceptronFileTagger
-    from ..features.text_files import write_text_atomic
+    from ..features.text_files import decode_text_lines, read_text_lines, write_text_atomic
 
     tagger = PerceptronFileTagger(args.tagger)
-    if args.input == "-":
-        lines = sys.stdin.read().splitlines()
+    if args.input == "-":  # lines end at \n only (never at \r, U+2028, a form feed): one line of tags per line
+        stream = getattr(sys.stdin, "buffer", None)
+        lines = decode_text_lines(stream.read() if stream is not None else sys.stdin.read().encode("utf-8"), "<stdin>")
     else:
-        with open(args.input, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
+        lines = read_text_lines(args.input)
     text = "".join(" ".join(tags) + "\n" for tags in tagger.tag([line.split() for line in lines]))
     if args.output:
         write_text_atomic(args.output, text)

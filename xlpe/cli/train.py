@@ -99,6 +99,8 @@ def _given_values(argv: list[str]) -> dict[str, str]:
             given = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
         except ValueError as error:
             raise CommandLineError(f"arguments file {argv[0]}: not valid JSON ({error})") from error
+        if not isinstance(given, dict):
+            raise CommandLineError(f"arguments file {argv[0]}: must hold a JSON object of argument names and values")
         return {key: value for key, value in given.items() if isinstance(value, str)}
     values = {}
     for index, item in enumerate(argv):

@@ -6,8 +6,13 @@
 The model is loaded with `from_pretrained` and run through `XLPETranslationPipeline`, so everything a model
 needs beyond the text comes from the text: XL PE predicts its reorderings, mvPE+POS tags the source with its
 configured tagger, DPE predicts its positions. Sentences are batched by length (fewer pad tokens; the output
-order is the input order), empty lines stay empty, a progress bar goes to stderr. `--trust_remote_code` loads
-models whose code is not in this package (e.g. a Hub repository of another version).
+order is the input order), empty lines stay empty, a progress bar goes to stderr. `--trust_remote_code` runs
+the model's own code (the folder's or Hub repository's `*.py`, e.g. of another version) instead of this package's.
+
+Before a sentence is translated the tokenizer beside the model is checked against the one the model was trained
+with (`config.json` `tokenizer_fingerprint`; `--ignore_tokenizer_mismatch` overrides), and a tokenizer larger
+than the model's vocabulary or padding on the left is refused (xlpe.evaluation.model_loading). A `--model` that
+is no local directory and that the Hub cannot serve is one line saying so.
 
 Input is read by `xlpe.features.text_files` (lines end at `\\n` or CRLF, never at a bare `\\r`; a byte-order mark
 is dropped; bytes that are not UTF-8 are a one-line error naming file, line and byte offset). A sentence longer
@@ -43,25 +48,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=32, help="sentences per forward pass (default 32)")
     parser.add_argument("--max_new_tokens", type=int, default=None, help="default: 1.5 x source length + 10")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
-    parser.add_argument("--trust_remote_code", action="store_true", help="allow the model folder's own code")
+    parser.add_argument("--trust_remote_code", action="store_true", help="run the model folder's (or Hub repository's) "
+                        "own code instead of the installed package's")
+    parser.add_argument("--ignore_tokenizer_mismatch", action="store_true", help="use the tokenizer beside the model "
+                        "even when it is not the one the model was trained with (config.json tokenizer_fingerprint)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--overwrite_output", action="store_true", help="replace an existing --output file")
     return canonical_flags(parser)
 
 
-def load_pipeline(model_name: str, device: str | None = None, trust_remote_code: bool = False):
-    """`XLPETranslationPipeline` around `from_pretrained(model_name)` (the families are registered with the Auto
-    classes by the package import that loaded this module)."""
+def load_pipeline(model_name: str, device: str | None = None, trust_remote_code: bool = False,
+                  ignore_tokenizer_mismatch: bool = False):
+    """`XLPETranslationPipeline` around the model and tokenizer of `model_name`, loaded and checked to belong
+    together by `xlpe.evaluation.model_loading` (the tokenizer recorded in the config, its size, its padding
+    side; `--trust_remote_code` runs the folder's own code)."""
     import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from ..models.pipeline_translation import (
-        XLPETranslationPipeline,  # (imports xlpe.models: families registered)
-    )
+    from ..evaluation.model_loading import load_model_and_tokenizer
+    from ..models.pipeline_translation import XLPETranslationPipeline
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_name, trust_remote_code=trust_remote_code).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_name, trust_remote_code=trust_remote_code)
+    model, tokenizer = load_model_and_tokenizer(model_name, trust_remote_code, ignore_tokenizer_mismatch)
     return XLPETranslationPipeline(model=model, tokenizer=tokenizer, device=torch.device(device))
 
 
@@ -139,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.output != "-":
             check_output(args.output, "--output", args.overwrite_output)
         lines = read_input(args.input)
-        translator = load_pipeline(args.model, args.device, args.trust_remote_code)
+        translator = load_pipeline(args.model, args.device, args.trust_remote_code, args.ignore_tokenizer_mismatch)
     except (CommandLineError, ValueError, OSError) as error:  # OSError: what from_pretrained raises
         return user_error(PROG, error)
     generate_kwargs = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v is not None}

@@ -90,6 +90,29 @@ def read_links(path: str | Path, one_based: bool = False) -> list[set[Link]]:
     return links
 
 
+def check_links_inside(links: Sequence[Iterable[Link]], path: str | Path, source_lengths: Sequence[int],
+                       target_lengths: Sequence[int] | None = None, one_based: bool = False) -> None:
+    """ValueError naming `path:line` and the link when a link of line k does not index inside sentence pair k
+    (source word i < source_lengths[k], target word j < target_lengths[k] when given, both >= 0): a links file
+    of other sentences, or one shifted by a line, is refused instead of being scored."""
+    offset = 1 if one_based else 0
+    for number, (line_links, source_length) in enumerate(zip(links, source_lengths), start=1):
+        target_length = target_lengths[number - 1] if target_lengths is not None else None
+        for i, j in sorted(line_links):
+            if i < 0 or j < 0 or i >= source_length or (target_length is not None and j >= target_length):
+                words = f"{source_length} source" + (f" and {target_length} target" if target_length is not None else "")
+                raise ValueError(f"{path}:{number}: link {i + offset}-{j + offset} lies outside the sentence pair "
+                                 f"({words} words{', 1-based' if one_based else ', 0-based'})")  # fmt: skip
+
+
+def check_permutations(rows: Sequence[Sequence[int]], path: str | Path) -> None:
+    """ValueError naming `path:line` unless every row is a permutation of 0..n-1 (n = its length)."""
+    for number, row in enumerate(rows, start=1):
+        if sorted(row) != list(range(len(row))):
+            raise ValueError(f"{path}:{number}: not a permutation of 0..{len(row) - 1}: {' '.join(map(str, row[:20]))}"
+                             f"{' ...' if len(row) > 20 else ''}")  # fmt: skip
+
+
 @dataclass
 class AlignmentTestSet:
     name: str
@@ -364,6 +387,8 @@ __all__ = [
     "GoldAlignment",
     "alignment_error_rate",
     "attention_alignments",
+    "check_links_inside",
+    "check_permutations",
     "diagonal_alignment",
     "encode_words",
     "format_links",

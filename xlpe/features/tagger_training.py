@@ -18,7 +18,6 @@ the global random state is restored afterwards).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
@@ -27,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..models.pos_tagging_hub import TAGGER_FILE_FORMAT
+from .text_files import read_text_lines
 
 TAG_COLUMNS = {"upos": 3, "xpos": 4}  # CoNLL-U columns (0-based) of the two tag sets
 PUNCT_TAGS = {"PUNCT", "$.", "$,", "$("}  # UPOS punctuation and STTS's punctuation tags
@@ -37,10 +37,6 @@ TaggedSentence = list[tuple[str, str]]  # (whitespace word, tag) pairs
 # ---------------------------------------------------------------------------------------------------------
 # Reading CoNLL-U
 # ---------------------------------------------------------------------------------------------------------
-
-
-def _open_text(path: str | os.PathLike):
-    return gzip.open(path, "rt", encoding="utf-8") if str(path).endswith(".gz") else open(path, encoding="utf-8")
 
 
 def _word_tag(parts: Sequence[tuple[str, str]]) -> str:
@@ -71,43 +67,41 @@ def read_conllu(path: str | os.PathLike, column: str = "upos", lowercase: bool =
         if "SpaceAfter=No" not in misc.split("|"):
             close_word()
 
-    with _open_text(path) as handle:
-        for number, line in enumerate(handle, 1):
-            line = line.rstrip("\n")
-            if not line.strip():  # end of sentence
-                close_word()
-                if words:
-                    sentences.append(list(words))
-                words.clear()
+    for number, line in enumerate(read_text_lines(path), 1):  # lines end at \n only (text_files.py)
+        if not line.strip():  # end of sentence
+            close_word()
+            if words:
+                sentences.append(list(words))
+            words.clear()
+            span = None
+            continue
+        if line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 10:
+            raise ValueError(f"{path}:{number}: expected 10 tab-separated CoNLL-U fields, got {len(fields)}")
+        token_id, form, tag, misc = fields[0], fields[1], fields[index], fields[9]
+        first, dash, last = token_id.partition("-")
+        if "." in token_id and token_id.replace(".", "", 1).isdigit():  # an empty node: not in the text
+            continue
+        if dash:  # a multi-word token: its surface form, tagged by its first syntactic word
+            if not (first.isdigit() and last.isdigit() and int(first) < int(last)) or not form:
+                raise ValueError(f"{path}:{number}: bad multi-word token {token_id!r} {form!r}")
+            span = (form, misc, int(first), int(last))
+            continue
+        if not token_id.isdigit():
+            raise ValueError(f"{path}:{number}: bad token id {token_id!r}")
+        if not form or tag in ("", "_"):
+            raise ValueError(f"{path}:{number}: empty form or {column} tag")
+        if span is not None and span[2] <= int(token_id) <= span[3]:
+            if int(token_id) == span[2]:
+                parts.append((span[0].lower() if lowercase else span[0], tag))
+            if int(token_id) == span[3]:
+                if "SpaceAfter=No" not in span[1].split("|"):
+                    close_word()
                 span = None
-                continue
-            if line.startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) != 10:
-                raise ValueError(f"{path}:{number}: expected 10 tab-separated CoNLL-U fields, got {len(fields)}")
-            token_id, form, tag, misc = fields[0], fields[1], fields[index], fields[9]
-            first, dash, last = token_id.partition("-")
-            if "." in token_id and token_id.replace(".", "", 1).isdigit():  # an empty node: not in the text
-                continue
-            if dash:  # a multi-word token: its surface form, tagged by its first syntactic word
-                if not (first.isdigit() and last.isdigit() and int(first) < int(last)) or not form:
-                    raise ValueError(f"{path}:{number}: bad multi-word token {token_id!r} {form!r}")
-                span = (form, misc, int(first), int(last))
-                continue
-            if not token_id.isdigit():
-                raise ValueError(f"{path}:{number}: bad token id {token_id!r}")
-            if not form or tag in ("", "_"):
-                raise ValueError(f"{path}:{number}: empty form or {column} tag")
-            if span is not None and span[2] <= int(token_id) <= span[3]:
-                if int(token_id) == span[2]:
-                    parts.append((span[0].lower() if lowercase else span[0], tag))
-                if int(token_id) == span[3]:
-                    if "SpaceAfter=No" not in span[1].split("|"):
-                        close_word()
-                    span = None
-                continue
-            add(form, tag, misc)
+            continue
+        add(form, tag, misc)
     close_word()
     if words:
         sentences.append(list(words))

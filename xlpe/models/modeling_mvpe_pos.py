@@ -73,11 +73,19 @@ from .configuration_mvpe_pos import (
     UNK_TAG_ID,
     MvPEPosConfig,
 )
-from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_source_inputs, checked_tag_ids, token_mask
+from .extra_inputs import (
+    IGNORE_INDEX,
+    check_integer_tensor,
+    check_source_inputs,
+    check_target_inputs,
+    checked_tag_ids,
+    token_mask,
+)
 from .hub_support import XLPEHubMixin
 from .source_tags import SourceTagsPipelineMixin
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
+    cached_length,
     decoder_inputs_from_labels,
     encode_decode,
     lm_output,
@@ -429,6 +437,8 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             return tags, None, None
         if inputs is None:
             return None, None, None
+        if decoder_input_ids is not None:  # the tagger embeds them before encode_decode checks them: check here
+            check_target_inputs(self.config, decoder_input_ids, past_length=cached_length(cache))
         gold = None
         if decoder_pos_tag_ids is not None:
             gold = checked_tag_ids(

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -239,6 +240,59 @@ def explicit_keys(argv: list[str], given: dict | None) -> set[str]:
     return {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in argv if a.startswith("--")}
 
 
+def _json_kinds(hint) -> set | None:
+    """The JSON value types a field of type `hint` takes (None: not checked here, e.g. a config object)."""
+    import enum
+    import typing
+
+    kinds = set()
+    for option in typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,):
+        origin = typing.get_origin(option) or option
+        if origin is typing.Literal:
+            kinds.update(type(value) for value in typing.get_args(option))
+        elif isinstance(origin, type) and issubclass(origin, enum.Enum):
+            kinds.add(str)
+        elif origin in (bool, int, float, str, list, dict, type(None)):
+            kinds.add(origin)
+        else:
+            return None
+    return kinds
+
+
+def read_arguments_file(path: Path) -> dict:
+    """`xlpe-train args.json`: a JSON object of argument names and values of the arguments' types; a damaged file,
+    an unknown name or a value of another type is a UsageError naming the file and line."""
+    import typing
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        given = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: cannot be read ({type(error).__name__})") from None
+    if not isinstance(given, dict):
+        raise UsageError(f"{path}: the arguments file must hold a JSON object of argument names and values, got {type(given).__name__}")
+    from .reuse import key_line
+
+    hints = {}
+    for cls in (ModelArguments, DataTrainingArguments, XLPETrainingArguments):
+        hints.update(typing.get_type_hints(cls))
+    names = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "text", "list": "a list",
+             "dict": "an object", "NoneType": "null"}  # fmt: skip
+    for key, value in given.items():
+        if key not in hints:
+            raise UsageError(f"{path}:{key_line(text, key)}: unknown argument {key!r} (see xlpe-train --help)")
+        kinds = _json_kinds(hints[key])
+        if kinds is None:
+            continue
+        fits = type(value) in kinds or (type(value) is int and float in kinds)
+        if not fits:
+            wanted = " or ".join(names.get(kind.__name__, kind.__name__) for kind in sorted(kinds, key=lambda k: k.__name__))
+            raise UsageError(f"{path}:{key_line(text, key)}: {key!r} must be {wanted}, got {json.dumps(value)}")
+    return given
+
+
 def parse_arguments(argv: list[str] | None = None, recipe: str | None = None, with_validation: bool = True):
     """(model_args, data_args, training_args) from the command line or one JSON file, with the built-in
     corpus' recipe and the named recipe (`--recipe`, or `recipe` chosen by the caller) filling what was not
@@ -256,7 +310,7 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, XLPETrainingArguments))
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
-        given = json.loads(Path(argv[0]).read_text())
+        given = read_arguments_file(Path(argv[0]))
     else:
         given = None
     explicit = explicit_keys(argv, given)
@@ -288,7 +342,9 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
     check_batching(training_args, explicit)
     if data_args.prepared_dataset:  # raw data flags refused; its saved tokenizer and languages filled in
         from .data import use_prepared_dataset
+        from .reuse import check_prepared_dataset
 
+        check_prepared_dataset(data_args.prepared_dataset)  # whole: JSON files parse, Arrow files read to the end
         use_prepared_dataset(data_args, model_args)
     training_args.explicit_do = {k for k in ("do_train", "do_eval", "do_predict") if k in explicit}
     if not training_args.explicit_do:  # (an eval_strategy alone turns do_eval on: not a choice of stages)

@@ -5,7 +5,8 @@
 listed in `xlpe.extra_inputs.EXTRA_INPUTS` out of the features, lets the stock collator do its job, then pads
 each extra key to the padded length of the side it is aligned with (source → `input_ids`, target → `labels`),
 on the tokenizer's padding side, with the key's pad rule. Length mismatches are reported with the example
-index instead of producing a ragged tensor.
+index instead of producing a ragged tensor; so is an extra key present in some examples but not in others
+(every example is read, not only the first).
 """
 
 from __future__ import annotations
@@ -36,8 +37,21 @@ class XLPEDataCollator(DataCollatorForSeq2Seq):
             spec = ExtraInput(spec.name, spec.side, int(self.pad_values[key]), spec.doc)
         return spec
 
+    @staticmethod
+    def _extra_keys(features: list[dict[str, Any]]) -> list[str]:
+        """The extra keys of the batch, read from every example: a key that some examples have and others lack
+        is a ValueError naming it and the first example without it (never silently dropped, never a KeyError)."""
+        keys = [key for key in EXTRA_INPUTS if any(key in f for f in features)]
+        for key in keys:
+            missing = next((index for index, f in enumerate(features) if key not in f), None)
+            if missing is not None:
+                having = next(index for index, f in enumerate(features) if key in f)
+                raise ValueError(f"example {missing} has no `{key}` but example {having} has: every example of a "
+                                 "batch needs the same extra inputs (prepare all splits with the same --features)")  # fmt: skip
+        return keys
+
     def __call__(self, features: list[dict[str, Any]], return_tensors=None) -> dict[str, torch.Tensor]:
-        extra_keys = [key for key in EXTRA_INPUTS if key in features[0]]
+        extra_keys = self._extra_keys(features)
         extras = {key: [list(f.pop(key)) for f in features] for key in extra_keys}
         reference_lengths = {
             "source": [len(f["input_ids"]) for f in features],

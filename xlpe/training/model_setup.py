@@ -257,8 +257,12 @@ def attach_reorderer(model, reorderer_dir: str, tokenizer) -> None:
 
     if not hasattr(model, "attach_reorderer"):
         raise UsageError(f"--reorderer applies to XL PE models, not {type(model).__name__}")
-    if not Path(reorderer_dir, "config.json").is_file():
-        raise UsageError(f"--reorderer {reorderer_dir}: no reorderer there (config.json missing)")
+    from .reorderer import check_reorderer_dir
+
+    try:  # a translation model, a jackknife fold, an unfinished run: refused by name, never loaded as random weights
+        check_reorderer_dir(reorderer_dir, "--reorderer")
+    except (ValueError, FileNotFoundError) as error:
+        raise UsageError(str(error)) from None
     reorderer = XLPEReordererModel.from_pretrained(reorderer_dir)
     try:
         check_tokenizer_match(reorderer.config, tokenizer, "the translation model's tokenizer")

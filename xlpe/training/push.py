@@ -14,12 +14,17 @@ anything is sent (`check_upload_folder`):
 A folder saved by `model.save_pretrained` of this package has all of it except the tokenizer and card. If
 config entries or code files are missing (a folder written by other code), the model is loaded and saved
 again in place, which writes them. Then `HfApi.create_repo(exist_ok=True)` and `HfApi.upload_folder`.
+
+Nothing is written to the folder before the Hub is known to be usable: the Hub switched off (HF_HUB_OFFLINE), no
+token, a folder that cannot be completed (no tokenizer, no weights), an unreachable endpoint or a refused token
+(`create_repo` is the first request) are each one `PushError`/ValueError line with the folder unchanged.
 `HF_ENDPOINT` or `endpoint=` select the server (the tests use a local one).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -140,11 +145,80 @@ def push_model(
     `CommitInfo` of the upload.
     """
     card_kwargs = {"repo_id": repo_id, **dict(card_kwargs or {})}
+    if api is None:  # (a caller's own api brings its own endpoint and token)
+        token = check_hub_access(token)
+        api = HfApi(endpoint=endpoint, token=token)
+    check_fixable(local_dir)
+    try:  # the first request: an unreachable Hub or a refused token fails here, before the folder is touched
+        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    except (OSError, *_http_errors()) as error:
+        raise PushError(f"{repo_id}: the Hub refused or could not be reached ({_one_line(error)}); nothing was "
+                        f"written to {local_dir} or uploaded") from None  # fmt: skip
     prepare_upload_folder(local_dir, card_kwargs, regenerate_card=regenerate_card)
-    api = api or HfApi(endpoint=endpoint, token=token)
-    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-    return api.upload_folder(repo_id=repo_id, folder_path=str(local_dir), repo_type="model", revision=revision,
-                             commit_message=commit_message, ignore_patterns=list(ignore_patterns))
+    try:
+        return api.upload_folder(repo_id=repo_id, folder_path=str(local_dir), repo_type="model", revision=revision,
+                                 commit_message=commit_message, ignore_patterns=list(ignore_patterns))
+    except (OSError, *_http_errors()) as error:
+        raise PushError(f"{repo_id}: the upload failed ({_one_line(error)}); the folder was completed for it "
+                        f"(model card, code files) and can be pushed again") from None  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Before anything is written: the Hub can be used, the folder can be completed
+# ---------------------------------------------------------------------------------------------------------
+
+
+class PushError(ValueError):
+    """The Hub cannot be used (offline, no token, unreachable, refused): one line, said before the model folder
+    is written to."""
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return (text[:200] + "...") if len(text) > 200 else text or type(error).__name__
+
+
+def _http_errors() -> tuple[type, ...]:
+    """The HTTP client's transport errors (connection refused, DNS, timeout): not OSErrors."""
+    found = []
+    for name in ("httpx2", "httpx"):
+        try:
+            found.append(__import__(name).HTTPError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
+
+
+def hub_is_offline() -> bool:
+    """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set now, or huggingface_hub told so at import."""
+    from huggingface_hub import constants
+
+    now = any(os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return now or bool(constants.HF_HUB_OFFLINE)
+
+
+def check_hub_access(token: str | None = None) -> str:
+    """The token to upload with (`token`, else HF_TOKEN or the saved login); PushError when the Hub is switched
+    off or no token is found, so that a push that cannot happen changes nothing."""
+    from huggingface_hub import get_token
+
+    if hub_is_offline():
+        raise PushError("the Hub is switched off (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set): unset it to push; "
+                        "nothing was written or uploaded")  # fmt: skip
+    token = token or get_token()
+    if not token:
+        raise PushError("no Hub token: pass --token, set HF_TOKEN or log in (`hf auth login`); nothing was written "
+                        "or uploaded")  # fmt: skip
+    return token
+
+
+def check_fixable(folder: str | Path) -> None:
+    """ValueError listing what `prepare_upload_folder` could not fix (a missing tokenizer or weights), before it
+    writes anything: only config entries, code files and the card are completed there."""
+    fixable = lambda p: "auto_map" in p or "custom_pipelines" in p or p.endswith(".py is missing") or p.startswith("README.md")
+    problems = [p for p in check_upload_folder(folder) if not fixable(p)]
+    if problems:
+        raise ValueError(f"{folder} cannot be uploaded: " + "; ".join(problems))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -10,6 +10,12 @@ Running a trained reorderer lives in `xlpe.features.predicted_reordering` (it ma
 `mix_positions` keeps the oracle for a share of them (the "mixed" remedy). Both measured against the oracle in
 BENCHMARKS.md ("Training positions"): within noise, so the oracle stays the default.
 `calibrate_order_prior` picks the decoding prior for the source order (config `order_prior`) on held-out pairs.
+
+Reuse (xlpe.features.artefacts, docs/command_line.md "Reruns, resumes and reused artefacts"): a reorderer directory
+written by `xlpe-reorder train` carries an ArtefactRecord of kind "reorderer" (the CLI builds it); every jackknife
+fold directory one of kind "jackknife-fold" (its fold, the folds, seed, data and tokenizer digests, options),
+verified before a fold is resumed. `check_reorderer_dir` refuses by name anything that is not a finished
+reorderer (a translation model, a fold, an unfinished run) before it is loaded.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..features.artefacts import (RECORD_NAME, ArtefactRecord, canonical_json, lines_digest, read_record,
+                                  verify_artefact, write_record)  # fmt: skip
 from ..models.configuration_reorderer import XLPEReordererConfig
 from ..models.hub_support import apply_umask_to_weights
 from ..features.predicted_reordering import collate, predict_token_positions, tokenizer_fingerprint
@@ -38,13 +46,18 @@ COLUMNS = ("input_ids", "attention_mask", "reorder_positions")
 DEFAULT_TRAINING_LOSS = "btg_crf"  # structured training (BENCHMARKS.md: +0.05 FRS on en->ja over "pairwise", same tau)
 
 
+def default_training_loss(decoder: str | None) -> str:
+    """The loss `build_reorderer` trains with when none is given: a rank decoder needs the pairwise one."""
+    return "pairwise" if decoder == "rank" else DEFAULT_TRAINING_LOSS
+
+
 def build_reorderer(tokenizer, seed: int = 0, **config_fields) -> XLPEReordererModel:
     """A fresh reorderer for `tokenizer`'s ids, with its word starts read from the tokenizer; trained as a CRF over
     BTG permutations unless `training_loss` says otherwise (a rank decoder gets the pairwise loss it needs). `seed`
     draws the initial weights under a forked RNG (the caller's random state is left alone): the same seed gives the
     same reorderer whatever ran before it in the process (k jackknife folds in one process, a driver's history)."""
     if "training_loss" not in config_fields:
-        config_fields["training_loss"] = "pairwise" if config_fields.get("decoder") == "rank" else DEFAULT_TRAINING_LOSS
+        config_fields["training_loss"] = default_training_loss(config_fields.get("decoder"))
     from ..features.tokenization import word_start_flags
 
     config = XLPEReordererConfig(
@@ -85,11 +98,13 @@ def _training_columns(dataset):
 
 
 def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | Path, options: ReordererTraining,
-                    tokenizer=None, eval_dataset=None, resume: bool = True, calibration_dataset=None) -> XLPEReordererModel:  # fmt: skip
+                    tokenizer=None, eval_dataset=None, resume: bool = True, calibration_dataset=None,
+                    report_extra: dict | None = None) -> XLPEReordererModel:  # fmt: skip
     """Train on a prepared dataset (`input_ids`, `reorder_positions`); save model (+ tokenizer) to output_dir.
     `resume`: continue from the newest checkpoint in output_dir when there is one. `calibration_dataset`: held-out
     pairs (never trained on) on which the decoding prior `order_prior` is chosen (`calibrate_order_prior`) before
-    the model is saved; the choice and every prior's tau go into reorderer_training.json."""
+    the model is saved; the choice and every prior's tau go into reorderer_training.json (with `report_extra`),
+    written last: its presence marks a finished run."""
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -129,7 +144,8 @@ def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | 
               "train_loss": result.metrics.get("train_loss"), "options": asdict(options), "resumed_from": checkpoint}  # fmt: skip
     if calibration is not None:
         report["order_prior_calibration"] = calibration
-    write_text_atomic(output_dir / "reorderer_training.json", json.dumps(report, indent=2) + "\n")
+    report.update(report_extra or {})
+    write_text_atomic(output_dir / REPORT_NAME, json.dumps(report, indent=2) + "\n")
     return model
 
 
@@ -215,22 +231,42 @@ def calibrate_order_prior(model: XLPEReordererModel, dataset, priors=ORDER_PRIOR
 
 
 def jackknife_positions(dataset, tokenizer, folds: int, options: ReordererTraining, work_dir: str | Path,
-                        **config_fields) -> list[list[int]]:  # fmt: skip
+                        override: str = "--overwrite_output", **config_fields) -> list[list[int]]:  # fmt: skip
     """Predicted `reorder_positions` for every example of `dataset`, each from a reorderer trained on the other
     folds (`folds` >= 2); fold K's reorderer starts from seed `options.seed + K`, so a rerun gives the same positions.
-    Costs `folds` reorderer trainings; resumable per fold (work_dir/fold-K)."""
+    Costs `folds` reorderer trainings; resumable per fold (work_dir/fold-K). Each fold directory records what made
+    it (`fold_record`); one made otherwise (other folds, seed, data, tokenizer or options: its checkpoints were
+    trained on examples now held out) is an ArtefactMismatch naming `override`, before any training."""
     if folds < 2:
         raise ValueError(f"folds must be >= 2, got {folds}")
+    config_fields.setdefault("training_loss", default_training_loss(config_fields.get("decoder")))
+    records = fold_records(dataset, tokenizer, folds, options, config_fields)
+    for fold, record in enumerate(records):  # all checked before the first one trains
+        fold_dir = Path(work_dir) / f"fold-{fold}"
+        if fold_dir.is_dir() and any(fold_dir.iterdir()):
+            verify_artefact(fold_dir, record, override=override, what=f"jackknife fold {fold} ({fold_dir})")
     assignment = np.random.default_rng(options.seed).permutation(len(dataset)) % folds
     predicted: list[list[int] | None] = [None] * len(dataset)
     for fold in range(folds):
         held_out = np.flatnonzero(assignment == fold)
         model = build_reorderer(tokenizer, seed=options.seed + fold, **config_fields)
+        write_record(Path(work_dir) / f"fold-{fold}", records[fold])
         train_reorderer(model, dataset.select(np.flatnonzero(assignment != fold)), Path(work_dir) / f"fold-{fold}", options)
         positions = predict_token_positions(model, dataset.select(held_out)["input_ids"])
         for index, row in zip(held_out.tolist(), positions):
             predicted[index] = row
     return predicted
+
+
+def fold_records(dataset, tokenizer, folds: int, options: ReordererTraining, config_fields: dict) -> list[ArtefactRecord]:
+    """The record of each jackknife fold directory: the training data and tokenizer (digests), the fold, the
+    number of folds and every option that shapes the fold's reorderer (seed included: it draws the folds)."""
+    from ..features.tokenization import tokenizer_fingerprint as segmentation_fingerprint
+
+    inputs = {"train": dataset_digest(dataset), "tokenizer": segmentation_fingerprint(tokenizer)}
+    training = {name: value for name, value in asdict(options).items() if name != "logging_steps"}  # (shapes nothing)
+    shared = {**training, **config_fields, "folds": folds}  # (no config field is named as a training one)
+    return [ArtefactRecord(FOLD_KIND, inputs=inputs, options={**shared, "fold": fold}) for fold in range(folds)]
 
 
 def mix_positions(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]], oracle_share: float,
@@ -251,6 +287,81 @@ def with_predicted_positions(split, predicted: Sequence[Sequence[int]]):
     return split.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", list(predicted))
 
 
-__all__ = ["CALIBRATION_RULES", "ORDER_PRIORS", "ReordererTraining", "build_reorderer", "calibrate_order_prior",
-           "calibration_split", "jackknife_positions", "mix_positions", "sentence_taus", "train_reorderer",
+# ----------------------------------------------------------------------------------------------------------
+# Records and checks of reorderer directories (xlpe.features.artefacts)
+# ----------------------------------------------------------------------------------------------------------
+
+REORDERER_KIND, JACKKNIFE_KIND, FOLD_KIND = "reorderer", "jackknife", "jackknife-fold"
+REPORT_NAME = "reorderer_training.json"  # written last by train_reorderer: a finished run
+# what `xlpe-reorder train` writes into its --output_dir: all that --overwrite_output / --no-resume remove there
+OWNED_PATTERNS = (RECORD_NAME, REPORT_NAME, "checkpoint-*", "config.json", "generation_config.json", "model*.safetensors*",
+                  "tokenizer*", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "vocab.*",
+                  "merges.txt", "spiece.model", "training_args.bin")  # fmt: skip
+
+
+def dataset_digest(dataset, columns: Sequence[str] = ("input_ids", "reorder_positions")) -> str:
+    """Digest of a prepared dataset's rows (the given columns, in order): one canonical JSON line per row."""
+    rows = dataset.select_columns(list(columns))
+    return lines_digest(canonical_json([row[c] for c in columns]) for batch in rows.iter(batch_size=1024)
+                        for row in (dict(zip(batch, values)) for values in zip(*batch.values())))  # fmt: skip
+
+
+def model_type_of(directory: str | Path) -> str | None:
+    """`model_type` of `directory`/config.json; None without one; ValueError naming the file when unreadable."""
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a readable model config ({error})") from None
+    return str(config.get("model_type")) if isinstance(config, dict) else None
+
+
+def owned_entries(directory: str | Path) -> list[Path]:
+    """The entries of `directory` that `xlpe-reorder train` writes (OWNED_PATTERNS); nothing else."""
+    directory = Path(directory)
+    return sorted({path for pattern in OWNED_PATTERNS for path in directory.glob(pattern)})
+
+
+def clear_owned(directory: str | Path) -> None:
+    """Remove what `xlpe-reorder train` wrote in `directory`, the record first (a run killed meanwhile leaves a
+    directory that is refused, not one that passes for finished); other files stay."""
+    import shutil
+
+    directory = Path(directory)
+    (directory / RECORD_NAME).unlink(missing_ok=True)
+    for path in owned_entries(directory):
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+
+
+def check_reorderer_dir(path: str | Path, flag: str = "--reorderer") -> None:
+    """Refuse (ValueError or FileNotFoundError, one line naming `flag`) anything but a finished reorderer written
+    by `xlpe-reorder train`: a missing directory, a translation model or other model_type, a jackknife fold or
+    other artefact (by its record's kind), an unfinished run, a config without the tokenizer fingerprint that
+    ties the reorderer to its token ids. A reorderer of an older version (no record) passes on its config."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{flag} {path}: no such directory")
+    record = read_record(path)
+    if record is not None and record.kind != REORDERER_KIND:
+        raise ValueError(f"{flag} {path}: holds a {record.kind}, not a reorderer written by `xlpe-reorder train`")
+    model_type = model_type_of(path)
+    if record is not None and (model_type is None or not (path / REPORT_NAME).is_file()):
+        raise ValueError(f"{flag} {path}: an unfinished `xlpe-reorder train` run; rerun it to finish it")
+    if model_type is None:
+        raise FileNotFoundError(f"{flag} {path}: no reorderer there (config.json missing)")
+    if model_type != XLPEReordererConfig.model_type:
+        raise ValueError(f"{flag} {path}: holds a {model_type} model, not a reorderer written by `xlpe-reorder "
+                         f"train` (model_type {XLPEReordererConfig.model_type})")  # fmt: skip
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if not config.get("tokenizer_fingerprint"):
+        raise ValueError(f"{flag} {path}: its config.json records no tokenizer_fingerprint, so its token ids "
+                         "cannot be checked; retrain it with `xlpe-reorder train`")  # fmt: skip
+
+
+__all__ = ["CALIBRATION_RULES", "FOLD_KIND", "JACKKNIFE_KIND", "ORDER_PRIORS", "OWNED_PATTERNS", "REORDERER_KIND",
+           "REPORT_NAME", "ReordererTraining", "build_reorderer", "calibrate_order_prior", "calibration_split",
+           "check_reorderer_dir", "clear_owned", "dataset_digest", "default_training_loss", "fold_records",
+           "jackknife_positions", "mix_positions", "model_type_of", "owned_entries", "sentence_taus", "train_reorderer",
            "with_predicted_positions"]

@@ -39,10 +39,13 @@ from .errors import UsageError
 from .callbacks import ValidationEarlyStopping
 from ..models.hub_support import apply_umask_to_weights
 from ..features.text_files import write_text_atomic
+from ..features.artefacts import record_path
 from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_averaged_model
 from .collator import XLPEDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
 from .recipes import NO_RECIPE, choose_recipe, describe_fast_defaults
+from .reuse import (ApplyResumedFrequencies, check_checkpoint, check_config_file, held_results, locked_output_dir,
+                    run_record, verify_resume, write_run_record)  # fmt: skip
 from .model_setup import (
     apply_generation_options,
     attach_reorderer,
@@ -66,29 +69,34 @@ logger = logging.getLogger("xlpe.train")
 
 
 def resolve_checkpoint(training_args) -> str | None:
-    """The checkpoint to resume from (`--resume_from_checkpoint DIR|last`), or None; refuses to mix a new run
-    into an output_dir that holds another run's checkpoints."""
+    """The checkpoint to resume from (`--resume_from_checkpoint DIR|last`), checked whole (`reuse.check_checkpoint`),
+    or None; refuses to mix a new training run into an output_dir that holds another run's results (checkpoints,
+    a model, train results) unless --overwrite_output_dir (which deletes the checkpoints and the old record)."""
     output_dir = Path(training_args.output_dir)
     existing = list_checkpoints(output_dir) if output_dir.is_dir() else []
     resume = training_args.resume_from_checkpoint
     if resume in ("last", "latest", "true", "True"):
         complete = [p for p in existing if (p / "trainer_state.json").is_file()]  # written last: a kill mid-save
         if not complete:
-            raise ValueError(f"--resume_from_checkpoint {resume}: {output_dir} has no complete checkpoint-* directory")
+            raise UsageError(f"--resume_from_checkpoint {resume}: {output_dir} has no complete checkpoint-* directory")
+        check_checkpoint(str(complete[-1]), training_args)
         return str(complete[-1])
     if resume:
         if not (Path(resume) / "trainer_state.json").is_file():
-            raise ValueError(f"--resume_from_checkpoint {resume} is not a checkpoint directory (no trainer_state.json)")
+            raise UsageError(f"--resume_from_checkpoint {resume} is not a checkpoint directory (no trainer_state.json)")
+        check_checkpoint(resume, training_args)
         return resume
-    if existing and training_args.do_train:
-        if not training_args.overwrite_output_dir:
-            raise ValueError(
-                f"--output_dir {output_dir} already holds checkpoints {[p.name for p in existing]}: pass "
-                "--resume_from_checkpoint last to continue that run, or --overwrite_output_dir to start over"
-            )
-        if training_args.process_index == 0:
-            for path in existing:
-                shutil.rmtree(path)
+    held = held_results(output_dir) if training_args.do_train else []
+    if held and not training_args.overwrite_output_dir:
+        if existing:
+            raise UsageError(f"--output_dir {output_dir} already holds checkpoints {[p.name for p in existing]}: pass "
+                             "--resume_from_checkpoint last to continue that run, or --overwrite_output_dir to start over")  # fmt: skip
+        raise UsageError(f"--output_dir {output_dir} already holds a finished run ({', '.join(held)}): pass "
+                         "--overwrite_output_dir to replace it, or choose another --output_dir")  # fmt: skip
+    if held and training_args.process_index == 0:
+        for path in existing:
+            shutil.rmtree(path)
+        record_path(output_dir).unlink(missing_ok=True)
     return None
 
 
@@ -126,14 +134,26 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     started = time.time()
     model_args, data_args, training_args = parse_arguments(argv)
     setup_logging(training_args)
+    with locked_output_dir(training_args, f"xlpe-train --output_dir {training_args.output_dir}"):  # the whole run
+        return _main(argv, callbacks, started, model_args, data_args, training_args)
+
+
+def _main(argv, callbacks, started, model_args, data_args, training_args) -> dict:
     logger.info("model: %s | data: %s", model_args, data_args)
     set_seed(training_args.seed)
     checkpoint = resolve_checkpoint(training_args)
     check_init_options(model_args, checkpoint)
+    for flag in ("model_name_or_path", "config_name"):  # a hand-edited config.json: file and line, not a traceback
+        if getattr(model_args, flag) and Path(getattr(model_args, flag)).is_dir():
+            check_config_file(getattr(model_args, flag), f"--{flag} {getattr(model_args, flag)}")
     Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
 
     splits = load_raw_splits(data_args, model_args)
     model_args, data_args, training_args = apply_recipe(argv, (model_args, data_args, training_args), splits, checkpoint)
+    if training_args.do_train:  # what made this run, kept beside it; a resume must match it (reuse.py)
+        record = verify_resume(model_args, data_args, training_args, checkpoint) if checkpoint else \
+            run_record(model_args, data_args, training_args)
+        write_run_record(training_args, record)
     report_cuda_defaults(training_args)
     if training_args.torch_compile:
         # nn.TransformerEncoderLayer's inference fast path (the XL PE reorder predictor, in the evaluation loss)
@@ -146,9 +166,16 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     taggers = resolve_taggers(data_args, target_config(model_args, checkpoint), parse_config_overrides(model_args.config_overrides))
     try:
         model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
-    except ValueError as error:  # a config field out of range (config_checks.py), a checkpoint of another family
-        raise UsageError(f"model: {str(error).strip().splitlines()[0]}") from error
+    except UsageError:
+        raise
+    except (ValueError, TypeError, OSError) as error:  # a config field out of range (config_checks.py), of a wrong
+        source = checkpoint or model_args.model_name_or_path or model_args.config_name  # type, another family
+        where = f" ({Path(source) / 'config.json'})" if source and Path(source).is_dir() else ""
+        raise UsageError(f"model{where}: {(str(error).strip().splitlines() or [type(error).__name__])[0]}") from error
     check_vocabulary(tokenizer, model, checkpoint or model_args.tokenizer_name or model_args.model_name_or_path or "trained here")
+    from ..evaluation.model_loading import record_tokenizer_fingerprint  # (config.json: xlpe-translate checks it)
+
+    record_tokenizer_fingerprint(model.config, tokenizer)
     set_word_starts(model, tokenizer)
     if model_args.reorderer:
         attach_reorderer(model, model_args.reorderer, tokenizer)
@@ -170,7 +197,8 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         data_collator=make_collator(tokenizer, model, data_args, training_args),
         compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize) if training_args.predict_with_generate else None,
         eval_with_oracle_positions=training_args.eval_with_oracle_positions, callbacks=[
-            *(callbacks or []), *([ValidationEarlyStopping(training_args.early_stopping_patience)]
+            *(callbacks or []), *([ApplyResumedFrequencies()] if checkpoint else []),
+            *([ValidationEarlyStopping(training_args.early_stopping_patience)]
                                   if training_args.early_stopping_patience and training_args.do_train else [])],
     )  # fmt: skip
     trainer_ref.append(trainer)
