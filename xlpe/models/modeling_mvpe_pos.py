@@ -437,8 +437,6 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             return tags, None, None
         if inputs is None:
             return None, None, None
-        if decoder_input_ids is not None:  # the tagger embeds them before encode_decode checks them: check here
-            check_target_inputs(self.config, decoder_input_ids, past_length=cached_length(cache))
         gold = None
         if decoder_pos_tag_ids is not None:
             gold = checked_tag_ids(
@@ -490,6 +488,8 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         cache = take_cache(past_key_values, cache)
         if use_cache and cache is None:  # made here: the tagger keeps its window context on it
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        # checked once, here: the hypothesis tagger embeds the ids before encode_decode would check them
+        check_target_inputs(self.config, decoder_input_ids, past_length=cached_length(cache))
         tags, tag_logits, tag_loss = self.decoder_input_tags(
             decoder_input_ids, decoder_pos_tag_ids, decoder_input_pos_tag_ids, decoder_inputs_embeds, cache
         )
@@ -498,7 +498,7 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
             cache=cache, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache, encoder_kwargs={"pos_tag_ids": pos_tag_ids}, decoder_kwargs={"pos_tag_ids": tags},
+            use_cache=use_cache, check_targets=False, encoder_kwargs={"pos_tag_ids": pos_tag_ids}, decoder_kwargs={"pos_tag_ids": tags},
             extras={"decoder_input_pos_tag_ids": tags, "tag_logits": tag_logits, "tag_loss": tag_loss},
             **kwargs,
         )

@@ -171,6 +171,7 @@ def encode_decode(
     inputs_embeds=None,
     decoder_inputs_embeds=None,
     use_cache=None,
+    check_targets: bool = True,
     encoder_kwargs: dict | None = None,
     decoder_kwargs: dict | None = None,
     extras: dict | None = None,
@@ -178,7 +179,8 @@ def encode_decode(
 ):
     """Encoder (skipped when `encoder_outputs` are given) then decoder; returns `output_class`. Its extra fields
     come from `extras` when given there, else from the encoder output's field of the same name. The decoder cache
-    comes as `past_key_values` or `cache` (transformers_compat.py) and goes on under the installed release's name."""
+    comes as `past_key_values` or `cache` (transformers_compat.py) and goes on under the installed release's name.
+    `check_targets=False`: the caller has checked `decoder_input_ids` already (one host sync, not two)."""
     cache = take_cache(past_key_values, cache)
     if encoder_outputs is None:
         encoder_outputs = model.encoder(
@@ -187,7 +189,8 @@ def encode_decode(
         )
     elif not isinstance(encoder_outputs, BaseModelOutput):
         encoder_outputs = encoder_output_class(*encoder_outputs)
-    check_target_inputs(model.config, decoder_input_ids, past_length=cached_length(cache))
+    if check_targets:
+        check_target_inputs(model.config, decoder_input_ids, past_length=cached_length(cache))
     decoder_outputs = model.decoder(
         input_ids=decoder_input_ids,
         attention_mask=decoder_attention_mask,
