@@ -72,3 +72,35 @@ def test_prepare_cli_alignment_seed_gives_identical_preparations(tmp_path, capsy
         main([*argv[:-2], "--eflomal-options", json.dumps({"seed": 4}), "--alignment-seed", "3", "--output", str(tmp_path / "three")])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip() == "xlpe-prepare: error: --alignment-seed 3 but --eflomal-options has seed 4: give one"
+
+
+def synthetic_pairs(size: int = 120):
+    from xlpe.features.synthetic import generate_corpus
+
+    sources, targets, _ = generate_corpus(size, seed=4)
+    return sources, targets
+
+
+def test_a_cache_path_with_a_space_or_colon_still_seeds(tmp_path, monkeypatch):
+    """The user's sequence: XDG_CACHE_HOME under a folder with a space (and a colon); two seeded runs must give the
+    same links (LD_PRELOAD splits at spaces and colons: the library is built where it can be named)."""
+    from xlpe.features import eflomal_seed
+
+    odd = tmp_path / "my cache:dir"
+    odd.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(odd))
+    library = eflomal_seed.seed_library()
+    assert " " not in library and ":" not in library and os.path.isfile(library)
+    sources, targets = synthetic_pairs()
+    first, again = (align_with_eflomal(sources, targets, seed=3, **FAST) for _ in range(2))
+    assert first == again
+
+
+def test_a_library_that_is_not_preloaded_is_an_error_not_an_unseeded_run(tmp_path, monkeypatch):
+    from xlpe.features import eflomal_seed
+
+    missing = tmp_path / "no-such-library.so"
+    monkeypatch.setattr(eflomal_seed, "seed_library", lambda: str(missing))
+    sources, targets = synthetic_pairs(40)
+    with pytest.raises(ValueError, match=r"did not load the seed library .*no-such-library\.so"):
+        align_with_eflomal(sources, targets, seed=3, **FAST)

@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
                             f"default {json.dumps(DEFAULT_SHARD_EFLOMAL_OPTIONS)} (half eflomal's cost); '{{}}': eflomal's "
                             "own settings (agreement and cost: docs/corpus_scale.md)")  # fmt: skip
     scale.add_argument("--keep-work-dir", action="store_true", help="keep the work directory after the merge")
+    scale.add_argument("--overwrite-work-dir", action="store_true",
+                       help="with --stage plan or all: remove a work directory planned from other files or flags and "
+                            "plan anew (every stage checks the inputs and flags against the plan)")  # fmt: skip
     p.add_argument("--keep-text", nargs="?", const="all", default="eval", choices=("all", "eval", "none"),
                    help="splits that keep text, line number and alignment columns: eval (default: every split but "
                         "train, what scoring needs), all (also --keep-text alone) or none")  # fmt: skip
@@ -154,6 +157,8 @@ def _check_combination(args) -> None:
         check_output(args.output, "--output", args.overwrite_output)
     elif not Path(args.output).parent.is_dir():
         raise ValueError(f"--output {args.output}: no such directory {Path(args.output).parent}")
+    if args.overwrite_work_dir and args.stage not in ("all", "plan"):
+        raise ValueError(f"--overwrite-work-dir replaces the plan: give it with --stage plan (or all), not --stage {args.stage}")
     if args.shard_index and args.stage != "shards":
         raise ValueError(f"--shard-index picks shards to run with --stage shards, not with --stage {args.stage}")
     file_flags = [_flag(split, kind) for split in FILE_SPLITS for kind in ("source", "target", "alignments")]
@@ -177,6 +182,7 @@ def _check_combination(args) -> None:
     if args.splits and not args.dataset:
         raise ValueError("--splits selects splits of --dataset; files name their split by flag (--validation-source ...)")
     sharded_flags = [f for f, v in (("--shard-size N", args.shard_size != "auto"), ("--stage", args.stage != "all"),
+                                    ("--overwrite-work-dir", args.overwrite_work_dir),
                                     ("--shard-eflomal-options", args.shard_eflomal_options is not None)) if v]  # fmt: skip
     if args.dataset and sharded_flags:
         raise ValueError(f"{' and '.join(sharded_flags)} shard --source/--target files; --dataset is prepared in one "
@@ -265,9 +271,11 @@ def _run_sharded(args, options: dict) -> int:
         shard_size = sharded.DEFAULT_SHARD_SIZE if args.shard_size == "auto" else args.shard_size
         plan = sharded.plan_preparation(work, _split_files(args), tokenizer=tokenizer, tokenizer_options=tokenizer_options,
                                         shard_size=shard_size, alignment_sample=args.alignment_sample,
-                                        tokenizer_sample=args.tokenizer_sample, **options)  # fmt: skip
-    else:  # shards and merge jobs follow the plan; they only check that they were given the same options
-        plan = sharded.load_plan(work, options)
+                                        tokenizer_sample=args.tokenizer_sample, overwrite_work_dir=args.overwrite_work_dir,
+                                        **options)  # fmt: skip
+    else:  # shards and merge jobs follow the plan; they check that they were given the same files and options (and
+        # the shards check their lines, the merge every input file, against the plan's digests)
+        plan = sharded.load_plan(work, options, _split_files(args))
     if args.stage == "plan":
         print(f"{PROG}: planned {len(plan['shards'])} shards in {work} (indices 0-{len(plan['shards']) - 1}); run them "
               f"with --stage shards --shard-index K, then --stage merge", file=sys.stderr)  # fmt: skip

@@ -2,6 +2,9 @@
 tokenizer (`tokenization.tokenizer_fingerprint`, canonical) and options, and an identical later run loads it
 instead of aligning again; a tokenizer trained for a preparation is kept under a key of its training text and
 options, so that an identical later run gets the very same tokenizer (and so the same feature fingerprint).
+Keys are digests of unambiguous encodings (`artefacts.digest` of canonical JSON, `artefacts.lines_digest` of the
+texts: line boundaries included), so two different inputs never share an entry whatever characters their lines
+hold; `CACHE_KEY_VERSION` is part of every key.
 
 Every entry carries `checksum.json` (the SHA-256 of each of its files), written last, before the entry is renamed
 into place; an entry is verified before it is used. One that fails (a file changed, truncated or missing, no
@@ -12,13 +15,13 @@ finish together the first one's entry is kept."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
 from pathlib import Path
 
+from .artefacts import digest, file_digest, lines_digest
 from .corpus import ParallelSplit
 from .example_features import PREPARATION_VERSION
 from .text_files import staging_dir
@@ -27,16 +30,26 @@ from .tokenization import SCORE_DECIMALS, tokenizer_fingerprint
 logger = logging.getLogger(__name__)
 
 
+CACHE_KEY_VERSION = 2  # 2: keys are digests of unambiguous encodings (1 joined texts with "\n": entries of
+#   version 1 are never found under a version 2 key, so they are harmless misses)
+
+
 def _fingerprint(splits: dict[str, ParallelSplit], tokenizer, described_options: dict) -> str:
-    digest = hashlib.sha256(f"xlpe-prepare v{PREPARATION_VERSION}".encode())
-    for name, split in splits.items():
-        digest.update(name.encode())
-        for texts in (split.sources, split.targets):
-            digest.update("\n".join(texts).encode() + b"\0")
-        digest.update(json.dumps(split.alignments).encode())
-    digest.update(tokenizer_fingerprint(tokenizer).encode())
-    digest.update(json.dumps(described_options, sort_keys=True, default=str).encode())
-    return digest.hexdigest()[:20]
+    """The preparation cache's key: a digest of the canonical JSON of every fact that decides the prepared data
+    (split names, each side's `lines_digest`, the links, the tokenizer's fingerprint, the options): no two
+    different inputs encode alike, whatever characters (newlines, NULs) the texts hold."""
+    facts = {"key": f"xlpe-prepare cache v{CACHE_KEY_VERSION}", "preparation": PREPARATION_VERSION,
+             "splits": [[name, lines_digest(split.sources), lines_digest(split.targets),
+                         None if split.alignments is None else digest(_links_json(split.alignments))]
+                        for name, split in splits.items()],
+             "tokenizer": tokenizer_fingerprint(tokenizer),
+             "options": json.loads(json.dumps(described_options, sort_keys=True, default=str))}  # fmt: skip
+    return digest(facts)[:20]
+
+
+def _links_json(alignments) -> list:
+    """Links as JSON (flat int lists, numpy arrays or pairs), one entry per pair."""
+    return [links.tolist() if hasattr(links, "tolist") else list(links) for links in alignments]
 
 
 CHECKSUM_FILE = "checksum.json"
@@ -46,11 +59,7 @@ def _tree_digest(path: Path) -> dict[str, str]:
     """{relative path: SHA-256} of every file under `path` except the checksum file."""
     digests = {}
     for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != CHECKSUM_FILE):
-        digest = hashlib.sha256()
-        with open(file, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digests[file.relative_to(path).as_posix()] = digest.hexdigest()
+        digests[file.relative_to(path).as_posix()] = file_digest(file)
     return digests
 
 
@@ -155,13 +164,12 @@ def _save_cache(cache_dir, fingerprint: str, prepared: dict, reports: dict, repl
 
 
 def tokenizer_cache_key(texts: list[str], options: dict) -> str:
-    """Key of a tokenizer trained on `texts` with `options` (train_joint_tokenizer's keyword arguments)."""
+    """Key of a tokenizer trained on `texts` with `options` (train_joint_tokenizer's keyword arguments): a digest
+    of the options, the library version and the texts' `lines_digest` (line boundaries included)."""
     import tokenizers
 
-    digest = hashlib.sha256(f"xlpe-tokenizer scores{SCORE_DECIMALS} tokenizers{tokenizers.__version__}".encode())
-    digest.update(json.dumps(options, sort_keys=True).encode())
-    digest.update("\n".join(texts).encode())
-    return digest.hexdigest()[:20]
+    return digest({"key": f"xlpe-tokenizer v{CACHE_KEY_VERSION}", "scores": SCORE_DECIMALS,
+                   "tokenizers": tokenizers.__version__, "options": options, "texts": lines_digest(texts)})[:20]  # fmt: skip
 
 
 def load_cached_tokenizer(cache_dir, key: str):

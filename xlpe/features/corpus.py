@@ -68,7 +68,11 @@ def load_parallel_dataset(
 
     path = Path(name_or_path)
     if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "state.json").exists()):
-        loaded = datasets.load_from_disk(str(path))
+        try:
+            loaded = datasets.load_from_disk(str(path))
+        except Exception as error:  # noqa: BLE001  (a damaged directory: Arrow, JSON or file errors, named in one line)
+            raise ValueError(f"{path}: a damaged datasets directory, it does not load ({type(error).__name__}: "
+                             f"{' '.join(str(error).split())[:300]})") from None  # fmt: skip
     else:
         loaded = datasets.load_dataset(name_or_path, config_name)
     if isinstance(loaded, datasets.Dataset):

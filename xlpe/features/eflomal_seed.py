@@ -16,6 +16,12 @@ arguments, under three changes:
 The environment reaches only the eflomal processes (a per-thread stand-in for the `subprocess` module inside
 `eflomal.cython`), never this process or other children. Linux (LD_PRELOAD) with a C compiler (`$CC`, `cc` or
 `gcc`); elsewhere a seed is refused with a ValueError that says so.
+
+Never a silently unseeded run: LD_PRELOAD splits its value at spaces and colons and the dynamic linker only warns
+(on the child's stderr) when it cannot preload, so the library lives where its path has neither (the user cache
+when it qualifies, else a private folder under the temporary directory), and the library's constructor touches the
+file named by `XLPE_EFLOMAL_SEED_MARK`: an eflomal process that ran without it (the library not preloaded) is a
+ValueError naming the library.
 """
 
 from __future__ import annotations
@@ -30,18 +36,30 @@ import threading
 from pathlib import Path
 
 SEED_VARIABLE = "XLPE_EFLOMAL_SEED"
+MARK_VARIABLE = "XLPE_EFLOMAL_SEED_MARK"  # the library's constructor creates this file: proof it was preloaded
 
 SEED_LIBRARY_SOURCE = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* xlpe: answers fopen("/dev/urandom") with a SplitMix64 stream of $XLPE_EFLOMAL_SEED (the n-th open gets the
    n-th stream); any other fopen is the C library's. */
 static uint64_t opens;
+
+/* proof of loading: create the file $XLPE_EFLOMAL_SEED_MARK names (the caller refuses a run without it) */
+__attribute__((constructor)) static void xlpe_mark_loaded(void) {
+    const char *mark = getenv("XLPE_EFLOMAL_SEED_MARK");
+    if (mark && *mark) {
+        int fd = open(mark, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) close(fd);
+    }
+}
 
 FILE *fopen(const char *path, const char *mode) {
     static FILE *(*next_fopen)(const char *, const char *);
@@ -76,11 +94,13 @@ def check_seed(seed) -> int:
 
 
 def seed_library() -> str:
-    """Path of the preloaded library, built on first use into $XDG_CACHE_HOME/xlpe (default ~/.cache/xlpe)."""
+    """Path of the preloaded library, built on first use into $XDG_CACHE_HOME/xlpe (default ~/.cache/xlpe), or,
+    when that path holds a character LD_PRELOAD splits at (a space, a colon), into a private folder under the
+    temporary directory (`_library_folder`)."""
     if not sys.platform.startswith("linux"):
         raise ValueError(f"a seeded eflomal alignment (eflomal_options seed) needs Linux (LD_PRELOAD); this is {sys.platform}")
     digest = hashlib.sha256(SEED_LIBRARY_SOURCE.encode()).hexdigest()[:12]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlpe"
+    cache = _library_folder()
     library = cache / f"eflomal-seed-{digest}.so"
     with _build_lock:
         if library.is_file():
@@ -104,6 +124,31 @@ def seed_library() -> str:
     return str(library)
 
 
+def _preloadable(path: Path) -> bool:
+    """Can LD_PRELOAD name `path`? It splits at spaces and colons (and a value is one line)."""
+    return not any(c.isspace() or c == ":" for c in str(path))
+
+
+def _library_folder() -> Path:
+    """Where the library is built: the user cache when LD_PRELOAD can name a file there, else
+    <tmp>/xlpe-eflomal-seed-<uid> (made private: 0700, ours), else a ValueError saying what to change."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").absolute() / "xlpe"
+    if _preloadable(cache):
+        return cache
+    private = Path(tempfile.gettempdir()).absolute() / f"xlpe-eflomal-seed-{os.getuid()}"
+    if not _preloadable(private):
+        raise ValueError(f"a seeded eflomal alignment preloads a library (LD_PRELOAD), whose path cannot hold a space or "
+                         f"a colon: neither {cache} nor {private} qualifies; set XDG_CACHE_HOME or TMPDIR to a "
+                         "folder without them")  # fmt: skip
+    private.mkdir(mode=0o700, exist_ok=True)
+    status = private.lstat()
+    if not private.is_dir() or private.is_symlink() or status.st_uid != os.getuid() or status.st_mode & 0o022:
+        raise ValueError(f"a seeded eflomal alignment builds its library in {private} (the cache path {cache} holds a "
+                         "space or a colon), and that folder is not a private directory of this user; set "
+                         "XDG_CACHE_HOME to a folder without spaces or colons")  # fmt: skip
+    return private
+
+
 def seeded_environment(seed: int) -> dict[str, str]:
     """What an eflomal process needs to draw from `seed`."""
     return {"LD_PRELOAD": seed_library(), SEED_VARIABLE: str(check_seed(seed)), "OMP_NUM_THREADS": "1"}
@@ -117,9 +162,17 @@ class _SubprocessForThisThread:
 
     def run(self, *args, **kwargs):
         extra = getattr(_local, "environment", None)
-        if extra:
-            kwargs["env"] = {**(kwargs.get("env") or os.environ), **extra}
-        return subprocess.run(*args, **kwargs)
+        if not extra:
+            return subprocess.run(*args, **kwargs)
+        with tempfile.TemporaryDirectory(prefix="xlpe-seed-mark-") as folder:
+            mark = os.path.join(folder, "loaded")
+            kwargs["env"] = {**(kwargs.get("env") or os.environ), **extra, MARK_VARIABLE: mark}
+            result = subprocess.run(*args, **kwargs)
+            if not os.path.exists(mark):  # the dynamic linker ignored LD_PRELOAD (it only warns): not seeded
+                raise ValueError(f"seeded eflomal: the process did not load the seed library {extra['LD_PRELOAD']} "
+                                 "(LD_PRELOAD ignored: a missing or foreign library?), so its links are not "
+                                 "reproducible; delete the library to have it built again, or leave the seed out")  # fmt: skip
+        return result
 
 
 def _install() -> None:

@@ -5,20 +5,24 @@
                         (or save the one given); align: a corpus within the alignment sample is aligned whole here
                         (Pharaoh files the shards read), a larger one gets eflomal priors learned from one alignment
                         of a sample (`alignment.alignment_priors`); write `plan.json` last, so a plan on disk is whole
-    shards  any jobs    shard k reads only its line range, and runs the in-memory pipeline on it
+    shards  any jobs    shard k reads only its line range, checked against the plan's digest of it (a file edited
+                        since planning is refused), and runs the in-memory pipeline on it
                         (`prepare._prepare_splits`: filter, links from the plan or eflomal with the priors at the
                         whole corpus's iteration counts, features); its dataset and report go to shards/<k>/ with
-                        checksums, written aside and renamed into place: a killed job leaves no half shard, and a
-                        finished shard is never redone
-    merge   one job     every shard verified, each split's shards concatenated in line order, the shard reports
-                        merged (`merge_reports`), written as `save_prepared` writes an unsharded preparation
+                        checksums and a record of its plan and lines, written aside and renamed into place: a killed
+                        job leaves no half shard; a finished shard is verified and kept, a damaged one made anew
+    merge   one job     every shard and input file verified, each split's shards concatenated in line order, the
+                        shard reports merged (`merge_reports`), written as `save_prepared` writes an unsharded
+                        preparation
 
     WORK/plan.json  WORK/tokenizer/  WORK/alignment_priors.txt | WORK/alignments.<split>.txt
     WORK/shards/00000/{data/, report.json, checksum.json}
 
 Jobs share nothing but the work directory, so shards run in any order, on any machines that see it (a Slurm array:
 `examples/slurm/prepare_array.sbatch`), and a run that was killed resumes where it stopped: the same request finds
-the plan and the finished shards and does the rest (a different request is refused, naming what differs).
+the plan and the finished shards and does the rest (a different request, or input files whose content changed, is
+refused, naming what differs; --overwrite-work-dir plans anew). WORK/xlpe_artefact.json records what made the plan
+(artefacts.py).
 Memory is bounded by one shard (plus the samples in the plan stage), whatever the corpus size.
 
 Same dataset, however it is run: shard k's features depend only on its lines, the plan's tokenizer and priors and
@@ -30,7 +34,6 @@ model.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -43,6 +46,8 @@ from pathlib import Path
 import numpy as np
 
 from .alignment import PriorsAligner, align_with_eflomal_flat, alignment_priors_flat, eflomal_links, format_pharaoh_flat, parse_pharaoh_line
+from .artefacts import (RECORD_NAME, ArtefactMismatch, ArtefactRecord, differences, digest, file_digest, lines_digest,
+                        read_record, verify_artefact, write_record)
 from .cache import CHECKSUM_FILE, verify_entry, write_checksum
 from .corpus import ParallelSplit, filter_pairs
 from .example_features import PREPARATION_VERSION, PrepareOptions
@@ -50,7 +55,9 @@ from .text_files import read_text_line_range, scan_text_file, staging_dir, write
 from .tokenization import tokenizer_fingerprint
 
 PLAN_FILE, PRIORS_FILE, TOKENIZER_DIR, SHARDS_DIR = "plan.json", "alignment_priors.txt", "tokenizer", "shards"
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: per-shard input digests, the work directory's artefact record, shard records
+PLAN_KIND, SHARD_KIND = "xlpe-prepare plan", "xlpe-prepare shard"
+REPLAN = "--overwrite-work-dir (with --stage plan or all)"  # the override of a work directory's checks
 DEFAULT_SHARD_SIZE = 100_000  # pairs per shard: ~1 GB peak on 2 cores, minutes of work
 DEFAULT_ALIGNMENT_SAMPLE = 200_000  # pairs aligned once: the whole of a smaller corpus, else a sample for the priors
 DEFAULT_TOKENIZER_SAMPLE = 200_000  # training pairs a tokenizer trained here sees (held-out compression as with 500k)
@@ -73,9 +80,18 @@ def _scan_split(files: dict[str, str | None], shard_size: int) -> dict:
     counts = {side: scan.lines for side, scan in scans.items()}
     if len(set(counts.values())) > 1:
         raise ValueError("parallel files differ in line count: " + ", ".join(f"{files[s]} has {n} lines" for s, n in counts.items()))
-    return {"lines": counts["source"], **{side: str(files.get(side)) if files.get(side) else None for side in SIDES},
-            "sha256": {side: scan.sha256 for side, scan in scans.items()},
-            "offsets": {side: scan.line_offsets for side, scan in scans.items()}}  # fmt: skip
+    split = {"lines": counts["source"], **{side: str(files.get(side)) if files.get(side) else None for side in SIDES},
+             "sha256": {side: scan.sha256 for side, scan in scans.items()},
+             "offsets": {side: scan.line_offsets for side, scan in scans.items()}}  # fmt: skip
+    split["shard_digests"] = {side: _range_digests(split, side, shard_size) for side in scans}
+    return split
+
+
+def _range_digests(split: dict, side: str, shard_size: int) -> list[str]:
+    """`lines_digest` of every shard's line range of one side: what a shard job checks the lines it reads against
+    (a file edited after planning is refused, not paired with the plan's alignments and tokenizer)."""
+    return [lines_digest(_read_lines(split, side, start, min(start + shard_size, split["lines"]), shard_size))
+            for start in range(0, split["lines"], shard_size)]  # fmt: skip
 
 
 def _read_lines(split: dict, side: str, start: int, stop: int, shard_size: int) -> list[str]:
@@ -151,11 +167,12 @@ def _plan_alignment(work: Path, plan: dict, options: PrepareOptions, sample_size
             split = plan["splits"][name]
             split["alignments"], split["alignment_origin"] = str(path), f"eflomal ({options.symmetrization}), whole corpus"
             split["offsets"]["alignments"] = scan_text_file(path, plan["shard_size"]).line_offsets
+            split["shard_digests"]["alignments"] = _range_digests(split, "alignments", plan["shard_size"])
         plan["aligned_whole"] = {"pairs": len(keep), "seconds": round(time.perf_counter() - started, 1)}
         return
     forward, reverse = eflomal_links(kept_sources, kept_targets, **(options.eflomal_options or {}))
     write_text_atomic(work / PRIORS_FILE, alignment_priors_flat(kept_sources, kept_targets, forward, reverse))
-    plan["priors"] = {"file": PRIORS_FILE, "sample_pairs": len(keep), "corpus_pairs": total,
+    plan["priors"] = {"file": PRIORS_FILE, "sha256": file_digest(work / PRIORS_FILE), "sample_pairs": len(keep), "corpus_pairs": total,
                       "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
 
 
@@ -167,9 +184,40 @@ def _request(scanned: dict, options: dict, shard_size: int, samples: dict, token
             "tokenizer": tokenizer_fingerprint(tokenizer) if tokenizer is not None else {"train": tokenizer_options}}  # fmt: skip
 
 
+def _plan_record(request: dict) -> ArtefactRecord:
+    """The work directory's artefact record: the inputs by content ("<split> <side>": SHA-256 of the decompressed
+    bytes) and every option of the request (plan format, shard size, samples, tokenizer, preparation options)."""
+    inputs = {f"{name} {side}": sha for name, split in request["inputs"].items() for side, sha in split["sha256"].items()}
+    options = {**request["options"], "plan_version": request["plan_version"], "shard_size": request["shard_size"],
+               "samples": request["samples"], "tokenizer": request["tokenizer"],
+               "xlpe_prepare_version": request["xlpe_prepare_version"]}  # fmt: skip
+    return ArtefactRecord(kind=PLAN_KIND, inputs=inputs, options=options)
+
+
+def _input_path(plan_or_files: dict, fact: str) -> str:
+    """The file behind an input fact ("input train source") of a plan's splits or a files dict."""
+    split, side = fact.split(" ", 1)[1].rsplit(" ", 1)
+    return str((plan_or_files.get(split) or {}).get(side) or fact)
+
+
+def _verify_plan_inputs(work: Path, expected: ArtefactRecord, files: dict) -> None:
+    """The plan stage found a plan in `work`: its record must match this request (inputs by content, options)."""
+    try:
+        verify_artefact(work, expected, override=REPLAN, what=f"work directory {work}")
+    except ArtefactMismatch as error:
+        if not error.fact.startswith("input "):
+            raise
+        old = read_record(work).inputs.get(error.fact.split(" ", 1)[1])
+        new = expected.inputs.get(error.fact.split(" ", 1)[1])
+        raise ArtefactMismatch(f"{_input_path(files, error.fact)}: changed since the plan in {work} was made from it "
+                               f"(SHA-256 {str(old)[:12]}, now {str(new)[:12]}); pass {REPLAN}, or restore the file",
+                               error.path, error.fact) from None  # fmt: skip
+
+
 def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, tokenizer=None, tokenizer_options=None,
                      shard_size: int = DEFAULT_SHARD_SIZE, alignment_sample: int = DEFAULT_ALIGNMENT_SAMPLE,
-                     tokenizer_sample: int = DEFAULT_TOKENIZER_SAMPLE, cache_dir=None, **options) -> dict:  # fmt: skip
+                     tokenizer_sample: int = DEFAULT_TOKENIZER_SAMPLE, cache_dir=None, overwrite_work_dir: bool = False,
+                     **options) -> dict:  # fmt: skip
     """Plan a sharded preparation in `work_dir`, or find the identical plan there (resume). Returns the plan.
 
     Args:
@@ -183,7 +231,8 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
             eflomal (with priors) or the given alignment files. `shard_eflomal_options` (also here): eflomal.Aligner
             arguments for the shards aligned from priors only, over `eflomal_options`; None (default):
             `DEFAULT_SHARD_EFLOMAL_OPTIONS`, {}: eflomal's own settings (agreement and cost in BENCHMARKS.md, issue 16).
-    A work directory holding a plan of another request is a ValueError naming what differs."""
+    A work directory holding a plan of another request (other options, or input files whose content changed) is
+    an ArtefactMismatch (a ValueError) naming what differs; `overwrite_work_dir` removes it and plans anew."""
     for name, value in (("shard_size", shard_size), ("alignment_sample", alignment_sample), ("tokenizer_sample", tokenizer_sample)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -201,12 +250,12 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
     samples = {"alignment": alignment_sample, "tokenizer": tokenizer_sample}
     request = _request(scanned, _request_options({**options, "shard_eflomal_options": shard_eflomal_options}), shard_size, samples,
                        tokenizer, tokenizer_options)  # fmt: skip
+    expected = _plan_record(request)
+    if overwrite_work_dir and work.exists():
+        _remove_work_dir(work)
     if (work / PLAN_FILE).exists():
-        plan = json.loads((work / PLAN_FILE).read_text())
-        if plan["request"] != request:
-            differing = _differences(request, plan["request"])
-            raise ValueError(f"work directory {work} holds a preparation of another request (differs in: "
-                             f"{', '.join(differing)}); remove it or choose another --work-dir")  # fmt: skip
+        plan = load_plan(work)
+        _verify_plan_inputs(work, expected, files)
         logger.info("xlpe-prepare: resuming the plan in %s (%d of %d shards done)", work, len(finished_shards(work, plan)),
                     len(plan["shards"]))  # fmt: skip
         return plan
@@ -236,6 +285,7 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
         alignment.result()  # raises what the alignment raised
     timings["plan"] = round(time.perf_counter() - started, 3)
     plan["timings_s"] = timings
+    write_record(work, expected)  # before the plan: a plan on disk has its record
     write_text_atomic(work / PLAN_FILE, json.dumps(plan, indent=1, default=str))  # last: a plan on disk is whole
     logger.info("xlpe-prepare: planned %d shards of up to %d pairs in %s", len(shards), shard_size, work)
     return plan
@@ -266,32 +316,86 @@ def _check_shard_eflomal_options(shard_options, eflomal_options) -> dict:
     return dict(shard_options)
 
 
-def _differences(new: dict, old: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two requests (nested dicts followed; `seed` appears once)."""
-    found = []
-    for key in sorted(new.keys() | old.keys()):
-        a, b = new.get(key), old.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            found += _differences(a, b, f"{prefix}{key}.")
-        elif a != b and not (prefix == "" and key == "seed"):
-            found.append(f"{prefix}{key}")
-    return found
+def _remove_work_dir(work: Path) -> None:
+    """--overwrite-work-dir: the work directory goes (renamed aside first, so a half-removed one is never reused).
+    A directory that holds files but nothing of a preparation is refused (a mistyped --work-dir)."""
+    ours = any((work / name).exists() for name in (PLAN_FILE, RECORD_NAME, SHARDS_DIR, TOKENIZER_DIR))
+    if not ours and any(work.iterdir()):
+        raise ValueError(f"--work-dir {work}: holds files but no xlpe-prepare work; not removing it (choose another --work-dir)")
+    retired = work.with_name(f".{work.name}.replaced{os.getpid()}")
+    os.replace(work, retired)
+    shutil.rmtree(retired, ignore_errors=True)
 
 
-def load_plan(work_dir, options: dict | None = None) -> dict:
-    """The plan in `work_dir` (a ValueError when there is none). With `options`, a ValueError when they differ
-    from the plan's (a shard job started with other flags than the plan job)."""
-    path = Path(work_dir) / PLAN_FILE
+_PLAN_KEYS = {"request": dict, "shard_size": int, "splits": dict, "shards": list, "options": dict}
+
+
+def _read_plan(work: Path) -> dict:
+    """plan.json, checked: valid JSON (else file:line), the keys a plan has, this plan version, and the work
+    directory's record made from the same request (a plan.json edited or copied in is refused)."""
+    path = work / PLAN_FILE
     if not path.is_file():
-        raise ValueError(f"--work-dir {work_dir}: no {PLAN_FILE} (run the plan stage first: --stage plan)")
-    plan = json.loads(path.read_text())
+        raise ValueError(f"--work-dir {work}: no {PLAN_FILE} (run the plan stage first: --stage plan)")
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: not a valid plan ({error.msg}); pass {REPLAN}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text, not a plan; pass {REPLAN}") from None
+    wrong = [key for key, kind in _PLAN_KEYS.items() if not isinstance(plan, dict) or not isinstance(plan.get(key), kind)]
+    if wrong:
+        raise ValueError(f"{path}: not a plan written by xlpe-prepare (no valid {', '.join(wrong)}); pass {REPLAN}")
+    version = plan["request"].get("plan_version")
+    if version != PLAN_VERSION:
+        raise ValueError(f"{path}: a plan of another xlpe version (plan version {version}, now {PLAN_VERSION}); pass {REPLAN}")
+    try:
+        verify_artefact(work, _plan_record(plan["request"]), override=REPLAN, what=f"work directory {work}")
+    except ArtefactMismatch as error:
+        if error.fact == "record":  # none, or a damaged one: its own message names it
+            raise
+        raise ArtefactMismatch(f"{path} does not match the record of what made {work} ({error.fact}: edited, or copied "
+                               f"from another work directory); pass {REPLAN}", error.path, error.fact) from None  # fmt: skip
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError(f"{path}: not a plan written by xlpe-prepare (a malformed request); pass {REPLAN}") from None
+    return plan
+
+
+def _check_files(work: Path, plan: dict, files: dict) -> None:
+    """The files a shard or merge job was given are the plan's (a job never reads other files than it was told)."""
+    if sorted(files) != sorted(plan["splits"]):
+        raise ValueError(f"--work-dir {work} was planned for the splits {', '.join(sorted(plan['splits']))}, this job was "
+                         f"given {', '.join(sorted(files)) or 'none'}; give every stage the same files")  # fmt: skip
+    for name, given in files.items():
+        planned = plan["splits"][name]
+        for side in SIDES:
+            if side == "alignments" and planned.get("alignment_origin"):  # links aligned in the plan: none given
+                continue
+            want, got = planned.get(side), given.get(side)
+            if (want is None) != (got is None) or (want and Path(want).resolve() != Path(got).resolve()):
+                flag = f"--{'' if name == 'train' else name + '-'}{side}"
+                raise ValueError(f"{flag} {got}: --work-dir {work} was planned from {want}; give every stage the same "
+                                 f"files, or re-plan with {REPLAN}")  # fmt: skip
+
+
+def load_plan(work_dir, options: dict | None = None, files: dict | None = None) -> dict:
+    """The plan in `work_dir`, checked (`_read_plan`: a ValueError naming the file when there is none or it is
+    damaged). With `options`, an ArtefactMismatch when they differ from the plan's (a shard job started with other
+    flags than the plan job); with `files` ({split: {side: path}}), a ValueError when they are not the plan's."""
+    work = Path(work_dir)
+    plan = _read_plan(work)
+    if files is not None:
+        _check_files(work, plan, files)
     if options is not None:
         shard_options = _check_shard_eflomal_options(options.get("shard_eflomal_options"), options.get("eflomal_options"))
-        differing = _differences(_request_options({**options, "shard_eflomal_options": shard_options}),
-                                 plan["request"]["options"])  # fmt: skip
-        if differing:
-            raise ValueError(f"--work-dir {work_dir} was planned with other options (differing: {', '.join(differing)}); "
-                             "give every stage the same flags")  # fmt: skip
+        given = _request_options({**options, "shard_eflomal_options": shard_options})
+        recorded = _plan_record(plan["request"])
+        changed = differences(recorded, _plan_record({**plan["request"], "options": given}))
+        if changed:
+            fact, old, new = changed[0]
+            more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+            raise ArtefactMismatch(f"--work-dir {work} was planned with other options ({fact}: {json.dumps(old, default=str)}, "
+                                   f"now {json.dumps(new, default=str)}{more}); give every stage the same flags, or "
+                                   f"re-plan with {REPLAN}", str(work), fact)  # fmt: skip
     return plan
 
 
@@ -304,6 +408,40 @@ def _shard_dir(work: Path, index: int) -> Path:
     return work / SHARDS_DIR / f"{index:05d}"
 
 
+def _shard_record(plan: dict, shard: dict) -> ArtefactRecord:
+    """What made a shard: the plan (its request's digest) and its lines (the plan's digests of them)."""
+    digests = plan["splits"][shard["split"]]["shard_digests"]
+    block = shard["start"] // plan["shard_size"]
+    return ArtefactRecord(kind=SHARD_KIND, inputs={"plan": _plan_fingerprint(plan), **{side: d[block] for side, d in digests.items()}},
+                          options={key: shard[key] for key in ("index", "split", "start", "stop")})  # fmt: skip
+
+
+def shard_problem(work_dir, plan: dict, shard: dict) -> str | None:
+    """Why shard `shard` of `plan` cannot be used (not prepared yet, damaged, made for another plan), or None."""
+    path = _shard_dir(Path(work_dir), shard["index"])
+    if not _is_finished(path):
+        return "not prepared yet"
+    problem = verify_entry(path)
+    if problem is not None:
+        return f"damaged: {problem}"
+    try:
+        verify_artefact(path, _shard_record(plan, shard), override="--stage shards", what=str(path))
+    except ArtefactMismatch as error:
+        return f"made for another plan or lines ({error.fact})"
+    return None
+
+
+def _discard_shard(work: Path, index: int, problem: str) -> None:
+    path = _shard_dir(work, index)
+    logger.warning("xlpe-prepare: shard %d (%s) is %s: making it anew", index, path, problem)
+    retired = path.with_name(f".{path.name}.discarded{os.getpid()}")
+    try:
+        os.replace(path, retired)
+    except OSError:  # another job discarded it first
+        return
+    shutil.rmtree(retired, ignore_errors=True)
+
+
 def finished_shards(work_dir, plan: dict) -> set[int]:
     """Indices of the shards whose directory is in place (renamed into place only when complete)."""
     work = Path(work_dir)
@@ -314,18 +452,44 @@ def _is_finished(path: Path) -> bool:
     return (path / CHECKSUM_FILE).is_file()  # written last, inside the staging directory renamed into place
 
 
-def _load_tokenizer(work: Path):
+def _load_tokenizer(work: Path, plan: dict | None = None):
+    """WORK/tokenizer/, checked against the fingerprint the plan recorded (a replaced or damaged one is refused)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(work / TOKENIZER_DIR))
+    path = work / TOKENIZER_DIR
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: the plan's tokenizer does not load ({' '.join(str(error).split())[:200]}); "
+                         f"re-plan: --stage plan {REPLAN.split(' ')[0]}") from None  # fmt: skip
+    recorded = ((plan or {}).get("tokenizer") or {}).get("fingerprint")
+    if recorded is not None and tokenizer_fingerprint(tokenizer) != recorded:
+        raise ValueError(f"{path}: not the tokenizer the plan was made with (changed since); re-plan: --stage plan "
+                         f"{REPLAN.split(' ')[0]}")  # fmt: skip
+    return tokenizer
+
+
+def _checked_lines(plan: dict, shard: dict, side: str) -> list[str]:
+    """A shard's lines of one side, checked against the digest the plan recorded for them: a file edited since
+    planning is a ValueError naming it and the lines (never paired with the plan's alignments and tokenizer)."""
+    split, size, start, stop = plan["splits"][shard["split"]], plan["shard_size"], shard["start"], shard["stop"]
+    try:
+        lines = _read_lines(split, side, start, stop, size)
+    except ValueError as error:  # fewer lines than planned, or text that no longer decodes there
+        raise ValueError(f"{split[side]}: changed since the plan was made ({' '.join(str(error).split())}); re-plan: "
+                         f"--stage plan {REPLAN.split(' ')[0]}") from None  # fmt: skip
+    if lines_digest(lines) != split["shard_digests"][side][start // size]:
+        raise ValueError(f"{split[side]}: lines {start + 1}-{stop} changed since the plan was made (shard "
+                         f"{shard['index']}); restore the file, or re-plan: --stage plan {REPLAN.split(' ')[0]}")  # fmt: skip
+    return lines
 
 
 def _shard_split(plan: dict, shard: dict) -> ParallelSplit:
-    split, size, start, stop = plan["splits"][shard["split"]], plan["shard_size"], shard["start"], shard["stop"]
-    sources, targets = (_read_lines(split, side, start, stop, size) for side in ("source", "target"))
+    split, start = plan["splits"][shard["split"]], shard["start"]
+    sources, targets = (_checked_lines(plan, shard, side) for side in ("source", "target"))
     result = ParallelSplit(sources, targets, split["source"], split["target"], line_offset=start)
     if split["alignments"]:
-        lines = _read_lines(split, "alignments", start, stop, size)
+        lines = _checked_lines(plan, shard, "alignments")
         result.alignments = [parse_pharaoh_line(line, len(s.split()), len(t.split()), split["alignments"], start + k + 1)
                              for k, (line, s, t) in enumerate(zip(lines, sources, targets))]  # fmt: skip
         result.alignment_origin = split.get("alignment_origin", split["alignments"])
@@ -354,13 +518,14 @@ def run_shard(work_dir, plan: dict, index: int, tokenizer=None, prealigned=None)
     if _is_finished(final):
         return False
     shard = plan["shards"][index]
-    tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(work)
+    tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(work, plan)
     split, aligned = prealigned if prealigned is not None else align_shard(work, plan, index)
     prepared, reports = _prepare_splits({shard["split"]: split}, tokenizer, _shard_options(work, plan), aligned)
     with staging_dir(final, create_parent=True) as staging:
         prepared[shard["split"]].save_to_disk(str(staging / "data"))
         report = {**reports[shard["split"]], "shard": shard}
         (staging / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str))
+        write_record(staging, _shard_record(plan, shard))
         write_checksum(staging)
         try:
             os.rename(staging, final)
@@ -381,6 +546,11 @@ def align_shard(work_dir, plan: dict, index: int) -> tuple[ParallelSplit, dict]:
     _check_index(plan, index)
     shard = plan["shards"][index]
     split = _shard_split(plan, shard)
+    if plan.get("priors"):
+        priors = Path(work_dir) / plan["priors"]["file"]
+        if not priors.is_file() or file_digest(priors) != plan["priors"].get("sha256"):
+            raise ValueError(f"{priors}: missing or changed since the plan was made (the priors every shard starts from); "
+                             f"re-plan: --stage plan {REPLAN.split(' ')[0]}")  # fmt: skip
     return split, filter_and_align({shard["split"]: split}, _shard_options(Path(work_dir), plan))
 
 
@@ -401,21 +571,30 @@ def run_shards(work_dir, plan: dict, indices=None, progress: bool = True, overla
     from tqdm.auto import tqdm
 
     work = Path(work_dir)
-    done = finished_shards(work, plan)
-    todo = [i for i in (range(len(plan["shards"])) if indices is None else indices) if i not in done]
-    for index in todo:
+    candidates = list(range(len(plan["shards"])) if indices is None else indices)
+    for index in candidates:
         _check_index(plan, index)
-    tokenizer, ran = (_load_tokenizer(work) if todo else None), []
+    done = finished_shards(work, plan) & set(candidates)
+    for index in sorted(done):  # a finished shard is verified: a damaged or foreign one is made anew
+        problem = shard_problem(work, plan, plan["shards"][index])
+        if problem is not None:
+            _discard_shard(work, index, problem)
+            done.discard(index)
+    todo = [i for i in dict.fromkeys(candidates) if i not in done]
+    tokenizer, ran = (_load_tokenizer(work, plan) if todo else None), []
     pairs = sum(plan["shards"][i]["stop"] - plan["shards"][i]["start"] for i in todo)
     bars_were_on = datasets.utils.logging.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # one bar for the whole run, not one per shard and stage
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xlpe-align") if overlap and len(todo) > 1 else None
     try:
+        # the first shard is read (its lines checked against the plan) and aligned before the bar starts: an input
+        # edited since planning is a one-line error, not one after a progress bar
+        first = align_shard(work, plan, todo[0]) if todo else None
         with tqdm(total=pairs, unit="pairs", desc="xlpe-prepare shards", disable=not progress or not todo) as bar:
             pending = None
             for position, index in enumerate(todo):
                 shard, started = plan["shards"][index], time.perf_counter()
-                prealigned = pending.result() if pending is not None else None
+                prealigned = pending.result() if pending is not None else (first if position == 0 else None)
                 pending = None
                 if pool is not None and position + 1 < len(todo) and not _is_finished(_shard_dir(work, todo[position + 1])):
                     pending = pool.submit(align_shard, work, plan, todo[position + 1])
@@ -465,10 +644,35 @@ def merge_reports(reports: list[dict]) -> dict:
     return merged
 
 
-def merge_shards(work_dir, output, overwrite: bool = True, label=None, started: float | None = None):
+def _check_input_files(plan: dict) -> None:
+    """Every input file still has the content the plan was made from (one streaming pass each): the merged
+    dataset is the preparation of the files as they are, or a ValueError names the one that changed."""
+    for split in plan["splits"].values():
+        for side, sha in split["sha256"].items():
+            now = scan_text_file(split[side], plan["shard_size"]).sha256
+            if now != sha:
+                raise ValueError(f"{split[side]}: changed since the plan was made (SHA-256 {sha[:12]}, now {now[:12]}); "
+                                 f"restore it, or re-plan: --stage plan {REPLAN.split(' ')[0]}")  # fmt: skip
+
+
+def _load_shard(work: Path, index: int):
+    import datasets
+
+    path = _shard_dir(work, index) / "data"
+    try:
+        return datasets.load_from_disk(str(path))
+    except Exception as error:  # noqa: BLE001  (verified, yet unreadable: named, never a traceback)
+        raise ValueError(f"{path}: the shard's dataset does not load ({type(error).__name__}: "
+                         f"{' '.join(str(error).split())[:200]}); run --stage shards --shard-index {index} again") from None  # fmt: skip
+
+
+def merge_shards(work_dir, output, overwrite: bool = True, label=None, started: float | None = None,
+                 check_inputs: bool = True):  # fmt: skip
     """Verify every shard, concatenate each split's shards in line order and write `output` as `save_prepared`
     does (splits, report.json with merged reports, tokenizer/). Returns (output path, {split: report}).
-    A missing or damaged shard is a ValueError naming it (run it again with --stage shards --shard-index).
+    A missing, damaged or foreign shard is a ValueError naming it and the command that makes it anew (--stage
+    shards --shard-index K: `run_shards` verifies finished shards and redoes a bad one); `check_inputs` (default)
+    rescans the input files: one edited since planning is a ValueError naming it.
     `label(reports)` may add to the reports before they are written; `started` (perf_counter) adds the wall time."""
     import datasets
 
@@ -476,19 +680,18 @@ def merge_shards(work_dir, output, overwrite: bool = True, label=None, started: 
 
     work = Path(work_dir)
     plan = load_plan(work)
-    problems = []
-    for shard in plan["shards"]:
-        path = _shard_dir(work, shard["index"])
-        problem = verify_entry(path) if path.is_dir() else "not prepared yet"
-        if problem:
-            problems.append(f"{shard['index']} ({problem})")
+    problems = [(shard["index"], problem) for shard in plan["shards"] if (problem := shard_problem(work, plan, shard))]
     if problems:
-        raise ValueError(f"cannot merge {work}: shard {', '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}; "
-                         f"run them with --stage shards --shard-index ...")  # fmt: skip
+        named = ", ".join(f"{index} ({problem})" for index, problem in problems[:5]) + (" ..." if len(problems) > 5 else "")
+        raise ValueError(f"cannot merge {work}: shard {named}; run them with the same flags and --stage shards "
+                         f"--shard-index {' '.join(str(index) for index, _ in problems)} (a damaged shard is made anew), "
+                         "then --stage merge")  # fmt: skip
+    if check_inputs:
+        _check_input_files(plan)
     prepared, reports = {}, {}
     for name in plan["splits"]:
         shards = [s for s in plan["shards"] if s["split"] == name]
-        parts = [datasets.load_from_disk(str(_shard_dir(work, s["index"]) / "data")) for s in shards]
+        parts = [_load_shard(work, s["index"]) for s in shards]
         shard_reports = [json.loads((_shard_dir(work, s["index"]) / "report.json").read_text()) for s in shards]
         if not parts:  # an empty file: no shard
             continue
@@ -500,11 +703,11 @@ def merge_shards(work_dir, output, overwrite: bool = True, label=None, started: 
             reports[name]["timings_s"]["wall"] = round(time.perf_counter() - started, 3)
     if label is not None:
         label(reports)
-    return save_prepared(output, prepared, reports, _load_tokenizer(work), overwrite=overwrite), reports
+    return save_prepared(output, prepared, reports, _load_tokenizer(work, plan), overwrite=overwrite), reports
 
 
 def _plan_fingerprint(plan: dict) -> str:
-    return hashlib.sha256(json.dumps(plan["request"], sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return digest(json.loads(json.dumps(plan["request"], default=str)))[:20]
 
 
 def prepare_in_shards(work_dir, output, files, *, overwrite: bool = True, progress: bool = True, **plan_options):

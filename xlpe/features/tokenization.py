@@ -408,11 +408,13 @@ class _WordPieceCache:
         good_tokens = ~bad[token_chunk]
         word = (np.r_[0, np.cumsum(sizes)[:-1]][token_chunk] + word_ids)[good_tokens]
         lengths = np.bincount(word, minlength=len(words)).astype(np.int64)
-        pieces, unsafe = ids[good_tokens], np.zeros(len(words), dtype=bool)
+        # every word is checked, not only those of bad chunks: a chunk's first word whose normalised text starts with
+        # the Metaspace mark ("▁" alone) is segmented alike there and alone, but not after a space in a sentence
+        pieces, unsafe = ids[good_tokens], self._unsafe(words)
         redo = np.flatnonzero(bad[word_chunk])
         if len(redo):  # splice the words of bad chunks, encoded one by one, in at their places
-            redo_pieces, redo_lengths, redo_unsafe = self._encode_one_by_one([words[k] for k in redo.tolist()])
-            lengths[redo], unsafe[redo] = redo_lengths, redo_unsafe
+            redo_pieces, redo_lengths, _ = self._encode_one_by_one([words[k] for k in redo.tolist()])
+            lengths[redo] = redo_lengths
             owner = np.r_[np.repeat(np.flatnonzero(~bad[word_chunk]), lengths[~bad[word_chunk]]), np.repeat(redo, redo_lengths)]
             pieces = np.concatenate([pieces, redo_pieces])[np.argsort(owner, kind="stable")]
         return pieces, lengths, unsafe | (lengths == 0)
@@ -425,6 +427,11 @@ class _WordPieceCache:
         encodings = self.backend.encode_batch(words, add_special_tokens=False)
         lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
         pieces = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int64, count=int(lengths.sum()))
+        return pieces, lengths, self._unsafe(words)
+
+    def _unsafe(self, words: list[str]) -> np.ndarray:
+        """Per word: is it segmented otherwise in a sentence than alone? Its normalised text starts with a space or
+        the Metaspace mark, or it holds an added token's text (see `_encode_one_by_one`)."""
         normalize = self.backend.normalizer.normalize_str if self.backend.normalizer is not None else str
         starts = (" ", self.replacement)
         unsafe = np.zeros(len(words), dtype=bool)
@@ -433,7 +440,7 @@ class _WordPieceCache:
             if text.startswith(starts) or any(content in word or (normalized and content in text)
                                               for content, normalized in self.added):  # fmt: skip
                 unsafe[k] = True
-        return pieces, lengths, unsafe
+        return unsafe
 
     def codes(self, words: list[str]) -> np.ndarray:
         """The cache index of every word (new words tokenised and added; a full cache starts again)."""
@@ -441,7 +448,7 @@ class _WordPieceCache:
         missing = codes < 0
         if missing.any():
             new = list(dict.fromkeys(itertools.compress(words, missing)))
-            if self.words + len(new) > WORD_CACHE_LIMIT:
+            if self.words and self.words + len(new) > WORD_CACHE_LIMIT:  # (a batch alone over the limit: held whole)
                 self.clear()
                 return self.codes(words)
             self._add(new)
