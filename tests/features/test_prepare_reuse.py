@@ -297,3 +297,34 @@ def test_cli_damaged_shard_then_the_advised_command_then_merge(tmp_path, capsys)
     assert main([*flags, "--stage", "merge"]) == 0
     assert len(datasets.load_from_disk(str(tmp_path / "out"))["train"]) == sum(
         len(datasets.load_from_disk(str(path / "data"))) for path in sorted((tmp_path / "out.work" / "shards").iterdir()))
+
+
+def test_cli_work_dir_in_use_refuses_a_replan_or_merge_but_not_another_shard_job(tmp_path, capsys):
+    """Shard jobs share the work directory (a shared lock beside it); planning anew and merging hold it alone: a
+    re-plan with --overwrite-work-dir or a merge while a shard job runs is one line (exit 2) and removes nothing;
+    another shard job runs beside it; a merge or plan in progress refuses shard jobs."""
+    from xlpe.cli.prepare import main
+    from xlpe.features.artefacts import directory_lock
+
+    files = write_corpus(tmp_path)
+    flags = ["--source", files["train"]["source"], "--target", files["train"]["target"], "--alignments",
+             files["train"]["alignments"], "--output", str(tmp_path / "out"), "--tokenizer-model", "bpe",
+             "--tokenizer-vocab-size", "300", "--shard-size", "100", "--keep-work-dir"]  # fmt: skip
+    assert main([*flags, "--stage", "plan"]) == 0
+    work, lock = tmp_path / "out.work", tmp_path / ".out.work.xlpe.lock"
+    plan_before = (work / "plan.json").read_bytes()
+    with directory_lock(work, "xlpe-prepare --stage shards", shared=True, lock_file=lock):  # a shard job runs
+        for stage in (["--stage", "plan", "--overwrite-work-dir"], ["--stage", "merge"]):
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as refused:
+                main([*flags, *stage])
+            error = capsys.readouterr().err.strip()
+            assert refused.value.code == 2 and len(error.splitlines()) == 1 and "is in use" in error, error
+        assert (work / "plan.json").read_bytes() == plan_before  # nothing removed
+        assert main([*flags, "--stage", "shards", "--shard-index", "0"]) == 0  # another shard job: fine
+    with directory_lock(work, "xlpe-prepare --stage merge", lock_file=lock):  # a merge runs
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as refused:
+            main([*flags, "--stage", "shards", "--shard-index", "1"])
+        assert refused.value.code == 2 and "xlpe-prepare --stage merge (pid" in capsys.readouterr().err
+    assert main([*flags, "--stage", "shards"]) == 0 and main([*flags, "--stage", "merge"]) == 0

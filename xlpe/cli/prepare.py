@@ -256,13 +256,22 @@ def _is_sharded(args) -> bool:
 
 
 def _run_sharded(args, options: dict) -> int:
-    """The sharded preparation (xlpe.features.sharded), stage by stage."""
-    import shutil
-
+    """The sharded preparation (xlpe.features.sharded), stage by stage, under the work directory's lock."""
     from ..features import sharded
+    from ..features.artefacts import directory_lock
 
     options = {**options, "shard_eflomal_options": args.shard_eflomal_options}
     work = Path(args.work_dir or f"{args.output}.work")
+    # beside the work directory (planning anew and merging remove it): shard jobs share it, planning and merging
+    # hold it alone, so a re-plan or a merge never removes the work of shard jobs still running
+    lock = Path(work.parent, f".{work.name}.xlpe.lock")
+    with directory_lock(work, f"xlpe-prepare --stage {args.stage}", shared=args.stage == "shards", lock_file=lock):
+        return _run_sharded_stages(args, options, work, sharded)
+
+
+def _run_sharded_stages(args, options: dict, work: Path, sharded) -> int:
+    import shutil
+
     if args.stage in ("all", "plan"):
         tokenizer = _tokenizer(args, {})[0] if args.tokenizer else None
         tokenizer_options = {} if args.tokenizer else {"vocab_size": args.tokenizer_vocab_size or TOKENIZER_TRAINING["tokenizer_vocab_size"],

@@ -15,7 +15,9 @@ length-prefixed UTF-8 lines, `file_digest` of a file's bytes.
 
 `directory_lock(path, command)`: an exclusive advisory lock (`fcntl.flock`) on `<path>/.xlpe.lock`; a second
 process asking for it fails at once with `DirectoryInUse` naming the holder (pid, command, start time). The lock
-goes with the process (a killed run leaves no stale lock).
+goes with the process (a killed run leaves no stale lock). `shared=True` lets several jobs share a directory
+(the shard jobs of one plan) while excluding an exclusive holder; `lock_file` puts the lock beside a directory
+that the locked command itself removes or replaces.
 
 Lowest layer but `models/`: imports nothing from xlpe.
 """
@@ -198,27 +200,46 @@ def verify_artefact(directory: str | os.PathLike, expected: ArtefactRecord, *, o
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _holder(text: str) -> str:
+    """The recorded holder of a lock ("CMD (pid N, since T)") if that process still lives, else a generic name."""
+    import re
+
+    match = re.search(r"\(pid (\d+),", text)
+    if match:
+        try:
+            os.kill(int(match.group(1)), 0)
+            return text
+        except (ProcessLookupError, PermissionError, ValueError):
+            pass
+    return "another xlpe process"
+
+
 @contextlib.contextmanager
-def directory_lock(directory: str | os.PathLike, command: str) -> Iterator[Path]:
-    """Hold `<directory>/.xlpe.lock` exclusively for the block; another holder -> DirectoryInUse at once."""
+def directory_lock(directory: str | os.PathLike, command: str, *, shared: bool = False,
+                   lock_file: str | os.PathLike | None = None) -> Iterator[Path]:  # fmt: skip
+    """Hold `<directory>/.xlpe.lock` (or `lock_file`) for the block; a conflicting holder -> DirectoryInUse at once.
+
+    `shared=True` takes a shared lock: any number of shared holders (e.g. the shard jobs of one plan) run together,
+    and an exclusive holder (planning anew, merging) waits for none of them: it is refused while any holds it."""
     import fcntl
 
     path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    lock_path = path / LOCK_NAME
+    lock_path = Path(lock_file) if lock_file is not None else path / LOCK_NAME
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(lock_path, "a+", encoding="utf-8")
     try:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = _holder(handle.read().strip())
             raise DirectoryInUse(f"{path} is in use by {holder}: wait for it to finish or choose another directory") from None
-        handle.seek(0)
-        handle.truncate()
-        started = datetime.datetime.now().isoformat(timespec="seconds")
-        handle.write(f"{command} (pid {os.getpid()}, since {started})\n")
-        handle.flush()
+        if not shared:  # the one holder says who it is (shared holders leave the last exclusive holder's line)
+            handle.seek(0)
+            handle.truncate()
+            started = datetime.datetime.now().isoformat(timespec="seconds")
+            handle.write(f"{command} (pid {os.getpid()}, since {started})\n")
+            handle.flush()
         yield lock_path
     finally:
         handle.close()  # releases the lock
