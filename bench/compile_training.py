@@ -1,10 +1,14 @@
-"""Training-step speed of every family, eager vs `torch.compile` (inductor), on a tiny CPU model.
+"""Training-step speed of every family, eager vs `torch.compile` (inductor), on a tiny CPU model, and how often
+the compiled step compiles over batches of changing shapes.
 
-    python bench/compile_training.py [--steps 20] [--d_model 64]
+    python bench/compile_training.py [--steps 20] [--d_model 64] [--shapes 10] [--backend inductor]
 
 One step = forward with labels and the family's extra inputs + backward + AdamW step, batch 16 x 24 tokens.
 Stock MarianMT and BART (same sizes, same batch) are timed the same way beside the families, so their speed-ups
-compare. Prints a Markdown table (median step time after warm-up; the first compiled steps include compilation)."""
+compare. Prints a Markdown table (median step time after warm-up; the first compiled steps include compilation)
+and, with `--shapes N`, the graphs dynamo makes over N batches of different (sentences, length) shapes, with and
+without the batch/length dimensions marked dynamic as `xlpe-train --torch_compile` marks them
+(`xlpe.training.trainer.mark_dynamic_dimensions`)."""
 
 import argparse
 import statistics
@@ -19,6 +23,7 @@ from xlpe.models.configuration_xlpe import XLPEMarianConfig
 from xlpe.models.modeling_dpe import DPEMarianMTModel
 from xlpe.models.modeling_mvpe_pos import MvPEPosForConditionalGeneration
 from xlpe.models.modeling_xlpe import XLPEMarianMTModel
+from xlpe.training.trainer import mark_dynamic_dimensions
 
 
 def family_setups(d_model, batch, length, vocab=256):
@@ -57,13 +62,52 @@ def step_times(model, inputs, steps, compiled):
     return times
 
 
+def shaped(inputs, batch, length):
+    """`inputs` cut or tiled to `batch` sentences x `length` tokens (every tensor of the step, same content)."""
+    return {key: value.repeat(2, 2)[:batch, :length].contiguous() for key, value in inputs.items()}
+
+
+def graphs_over_shapes(model, inputs, count, marked, backend):
+    """Graphs dynamo makes while the compiled train step runs over `count` shapes (the batch size and the length
+    change at different steps, as token batches do); `marked`: dimensions marked dynamic before each step."""
+    from torch._dynamo.utils import counters
+
+    shapes = [(8, 12), (8, 16), (12, 16), (12, 10)] + [(4 + 3 * k % 13, 6 + 5 * k % 31) for k in range(count)]
+    torch._dynamo.reset()
+    counters.clear()
+    forward = torch.compile(model, backend=backend)
+    for batch, length in shapes[:count]:
+        step = shaped(inputs, batch, length)
+        if "reorder_positions" in step:  # a permutation again after cutting
+            step["reorder_positions"] = torch.arange(length).expand(batch, length).contiguous()
+        if "target_positions" in step:
+            step["target_positions"] = torch.arange(length).flip(0).expand(batch, length).contiguous()
+        forward(**(mark_dynamic_dimensions(step) if marked else step)).loss.backward()
+    graphs = counters["stats"]["unique_graphs"]
+    torch._dynamo.reset()
+    return graphs
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--d_model", type=int, default=64)
+    parser.add_argument("--shapes", type=int, default=0, help="also count graphs over this many batch shapes")
+    parser.add_argument("--backend", default="inductor", help="for --shapes (aot_eager: no code generation)")
+    parser.add_argument("--no-speed", action="store_true", help="only the --shapes table")
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.shapes:
+        print(f"| model | graphs over {args.shapes} shapes, dimensions marked dynamic | unmarked |")
+        print("|---|---|---|")
+        for name, (model, inputs) in family_setups(args.d_model, 16, 24).items():
+            model.train()
+            counts = [graphs_over_shapes(model, inputs, args.shapes, marked, args.backend) for marked in (True, False)]
+            print(f"| {name} | {counts[0]} | {counts[1]} |", flush=True)
+        if args.no_speed:
+            return
+        print()
     print("| family | eager step (ms) | compiled step (ms) | speed-up | first compiled step (s) |")
     print("|---|---|---|---|---|")
     for name, (model, inputs) in family_setups(args.d_model, 16, 24).items():

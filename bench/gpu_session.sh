@@ -1,188 +1,283 @@
 #!/usr/bin/env bash
-# One script for a GPU session (issue 21): the CUDA tests, the speed bench at Transformer-base (eager and with the
-# fast switches, stock rows beside every family), and the fast `xlpe-train` throughput run, each stage under its own
-# time limit, everything written under $OUT (files come back from the GPU machine from there). bench/README.md,
-# "GPU session", gives the exact device-tool calls and the carry list.
+# shellcheck disable=SC2317  # the stage functions are called by name (stage_$stage)
+# One script for a GPU session (issues 21, 38): the CUDA tests, the speed bench at Transformer-base (eager and
+# compiled, stock rows beside every family), and `xlpe-train`'s CUDA-default throughput run. Every stage runs under
+# a hard limit that leaves room in a 10-minute device call (XLPE_STAGE_LIMIT, 420 s) and gives each of its runs a
+# share of what is left; every finished run or bench row is appended as one JSON line to $OUT/<stage>.jsonl (the
+# folder the device tool brings back), so a stage cut short keeps what it finished. bench/README.md, "GPU
+# session", gives the three device-tool calls of a first run and their carry lists.
 #
-#   bash bench/gpu_session.sh prepare                 # HERE (CPU machine, network): wheels -> .whl/, data -> .gpu_data/
-#   bash bench/gpu_session.sh setup tests             # on the GPU machine: one or more stages, in the order given
-#   bash bench/gpu_session.sh --dry-run all           # print what every stage would run, run nothing
-#   bash bench/gpu_session.sh --cpu setup bench train # every stage at tiny sizes on the CPU (checks the plumbing)
+#   bash bench/gpu_session.sh prepare              # HERE (network): wheels -> .whl/ and .whl-arrow/, data -> .gpu_data/
+#   bash bench/gpu_session.sh setup tests          # on the GPU machine: stages in the order given
+#   bash bench/gpu_session.sh --dry-run all        # the SAME command lines, executed on the CPU at tiny sizes
+#   bash bench/gpu_session.sh --print all          # print the GPU command lines, run nothing
 #
-# Stages: prepare (local) | setup | tests | bench | bench-compiled | bench-compiled-others | train; `all` = setup
-# tests bench bench-compiled bench-compiled-others train (about 40 minutes: more than one 10-minute call, so a session
-# runs them in the groups bench/README.md lists). Output under $OUT (default: a temporary folder): session.log
-# (every stage's console output, appended), env.txt, speed_eager.json, speed_compiled.json,
-# speed_compiled_others.json, train_throughput.json: at most 8 files, as the device tool returns.
-# Per-stage limits (seconds): XLPE_LIMIT_TESTS (420), XLPE_LIMIT_BENCH (540), XLPE_LIMIT_TRAIN (540).
+# Stages: prepare (here) | setup | tests | bench | bench-compiled | bench-compiled-others | train; `all` = setup
+# tests bench bench-compiled bench-compiled-others train. Outputs under $OUT (default: a temporary folder):
+# session.log (all console output), env.txt, setup.jsonl, tests.jsonl, bench.jsonl, bench-compiled.jsonl,
+# bench-compiled-others.jsonl, train.jsonl (a device call brings back at most 8 files).
+# Exit status: 0, or 1 when a stage failed (setup: a wheel not installed, or not the intended transformers).
 set -uo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 REPO=$(pwd)
-DRY=0
-CPU=0
+MODE=gpu  # gpu | dry (the same commands on the CPU at tiny sizes) | print (print them, run nothing)
 STAGES=()
 for arg in "$@"; do
   case "$arg" in
-    --dry-run) DRY=1 ;;
-    --cpu) CPU=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --dry-run|--cpu) MODE=dry ;;
+    --print) MODE=print ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     all) STAGES+=(setup tests bench bench-compiled bench-compiled-others train) ;;
     prepare|setup|tests|bench|bench-compiled|bench-compiled-others|train) STAGES+=("$arg") ;;
     *) echo "gpu_session.sh: unknown stage '$arg' (prepare, setup, tests, bench, bench-compiled, bench-compiled-others, train, all)" >&2; exit 2 ;;
   esac
 done
 if [ ${#STAGES[@]} -eq 0 ]; then echo "gpu_session.sh: name at least one stage (--help)" >&2; exit 2; fi
+MODE_SIZES=$MODE; if [ "$MODE" = print ]; then MODE_SIZES=${PRINT_AS:-gpu}; fi  # PRINT_AS=dry: the dry run's lines
 
 OUT=${OUT:-$(mktemp -d /tmp/gpu_session.XXXXXX)}
 mkdir -p "$OUT"
 LOG="$OUT/session.log"
 PY=${PYTHON:-python3}
-WHEELS=".whl"
+# wheels for the GPU image (python 3.12, torch 2.11, transformers 5.17, tokenizers 0.23, huggingface_hub 1.33, pytest,
+# hypothesis, pandas, xxhash, an older pyarrow): transformers 5.23 (the package needs >=5.23,<=5.24), `datasets` and
+# its needs, `parameterized` (the model tests). pyarrow (49 MB) has its own folder: with transformers and the data it
+# would pass the device tool's 64 MiB carry limit, so the `train` call carries it apart (bench/README.md).
+WHEEL_SPECS=${XLPE_WHEELS:-"transformers==5.23.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 parameterized==0.9.0"}
+ARROW_SPECS=${XLPE_ARROW_WHEELS:-"pyarrow==24.0.0"}
+TRANSFORMERS_WANTED=${XLPE_TRANSFORMERS:-5.23.0}  # what `import transformers` must give after setup ("" = any)
+WHEEL_DIRS=${XLPE_WHEEL_DIRS:-".whl .whl-arrow"}
+WHEEL_PY=${XLPE_WHEEL_PYTHON:-3.12}  # the GPU image's python (KINDS.md: 3.12.3)
 DATA=".gpu_data"
-# wheels for the GPU image (torch 2.11, transformers 5.17, accelerate, tokenizers 0.23, huggingface_hub 1.33, sentencepiece,
-# sacrebleu, pyarrow, pandas, xxhash are there): transformers 5.23, the version this package is developed and tested
-# on (5.17's Marian decoder branches on a tensor for LayerDrop in training: a graph break in every Marian-based model,
-# stock or not; 5.23 needs huggingface_hub >= 1.31 and tokenizers 0.23, which the image has), and `datasets` (xlpe-train
-# reads and caches features with it) with its own needs. XLPE_WHEELS="datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19"
-# keeps the image's transformers.
-WHEEL_SPECS=${XLPE_WHEELS:-"transformers==5.23.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19"}
-LIMIT_TESTS=${XLPE_LIMIT_TESTS:-420}
-LIMIT_BENCH=${XLPE_LIMIT_BENCH:-540}
-LIMIT_TRAIN=${XLPE_LIMIT_TRAIN:-540}
-if [ "$CPU" = 1 ]; then DEVICE=cpu; SIZE=tiny; else DEVICE=cuda; SIZE=base; fi
+STAGE_LIMIT=${XLPE_STAGE_LIMIT:-420}  # per stage: + setup (< 60 s) + machine start fits a 10-minute call
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
+if [ "$MODE_SIZES" = gpu ]; then
+  DEVICE=cuda; SIZE=base; BACKEND=inductor; SITE=${XLPE_SITE:-/tmp/site}
+  TEST_ENV=(); SPEED_TINY=(); TRAIN_DATA=(--prepared_dataset "$DATA/enja"); TRAIN_SIZE=(--recipe base); TRAIN_STEPS=300; LOG_STEPS=25
+else  # the dry run: the same commands, tiny, on the CPU; installs into a scratch folder, never /tmp/site
+  DEVICE=cpu; SIZE=tiny; BACKEND=aot_eager; SITE=${XLPE_SITE:-$OUT/dry_site}
+  TEST_ENV=(XLPE_TEST_DEVICE=cpu XLPE_TEST_COMPILE_BACKEND=aot_eager)
+  SPEED_TINY=(--repeats 2 --warmup 1 --warmup-max-cycles 2 --stable-window 1 --gen-batches 1 --no-memory)
+  TRAIN_DATA=(--max_train_samples 256)
+  TRAIN_SIZE=(--d_model 32 --ffn_dim 64 --attention_heads 2 --encoder_layers 1 --decoder_layers 1 --tokenizer_vocab_size 300)
+  TRAIN_STEPS=6; LOG_STEPS=2
+fi
+FAILED=0
 
-run() {  # run (or, with --dry-run, print) one command under a time limit, its output appended to session.log
+say() { echo "$*" | tee -a "$LOG"; }
+
+run() {  # run (or print) one command under a hard limit; its output appended to session.log; returns its status
   local limit=$1; shift
-  echo "\$ timeout $limit $*" | tee -a "$LOG"
-  if [ "$DRY" = 1 ]; then return 0; fi
-  timeout --signal=INT --kill-after=20 "$limit" "$@" 2>&1 | tee -a "$LOG"
+  say "\$ timeout $limit $*"
+  if [ "$MODE" = print ]; then return 0; fi
+  timeout --signal=INT --kill-after=15 "$limit" "$@" 2>&1 | tee -a "$LOG"
   local status=${PIPESTATUS[0]}
-  echo "# exit status $status" | tee -a "$LOG"
-  return 0  # a failed stage is reported, the next stage still runs
+  say "# exit status $status$([ "$status" = 124 ] && echo ' (time limit)')"
+  return "$status"
 }
 
-stage_prepare() {  # on the CPU machine, with network: what the bare GPU machine needs and cannot fetch
-  grep -qxF "/$WHEELS/" .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo "/$WHEELS/" >> .git/info/exclude; }
-  grep -qxF "/$DATA/" .git/info/exclude 2>/dev/null || echo "/$DATA/" >> .git/info/exclude
-  # shellcheck disable=SC2086
-  run 600 $PY -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    --platform any -d "$WHEELS" $WHEEL_SPECS
+jsonl() {  # jsonl FILE KEY=VALUE... [--json-file PATH]: append one JSON line (values as text; a file's JSON embedded)
+  [ "$MODE" = print ] && return 0
+  "$PY" - "$@" <<'EOF'
+import json, sys, time
+from pathlib import Path
+target, record, args = Path(sys.argv[1]), {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, sys.argv[2:]
+while args:
+    item = args.pop(0)
+    if item == "--json-file":
+        path = Path(args.pop(0))
+        try:
+            record["result"] = json.loads(path.read_text()) if path.is_file() else None
+        except ValueError as error:  # cut off while writing
+            record["result"] = f"unreadable: {error}"
+    else:
+        key, _, value = item.partition("=")
+        record[key] = value
+with target.open("a") as handle:
+    handle.write(json.dumps(record) + "\n")
+EOF
+}
+
+left() { echo $((STAGE_LIMIT - (SECONDS - STAGE_START))); }  # seconds this stage has left
+
+stage_prepare() {  # HERE, with network: what the bare GPU machine needs and cannot fetch
+  for folder in .whl .whl-arrow "$DATA"; do
+    mkdir -p .git/info; grep -qxF "/$folder/" .git/info/exclude 2>/dev/null || echo "/$folder/" >> .git/info/exclude
+  done
+  local spec folder bad=0
+  for spec in $WHEEL_SPECS $ARROW_SPECS; do  # one by one: each failure named
+    folder=.whl; case " $ARROW_SPECS " in *" $spec "*) folder=.whl-arrow ;; esac
+    if ! run 300 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$WHEEL_PY" --implementation cp \
+        "${PLATFORMS[@]}" -d "$folder" "$spec"; then say "# FAILED: pip download $spec"; bad=1; fi
+  done
   local shared=${XLPE_SHARED_DIR:-$REPO/../shared}/data/small_parallel_enja
   if [ -d "$DATA/enja" ]; then
-    echo "# $DATA/enja exists (delete it to prepare again)" | tee -a "$LOG"
+    say "# $DATA/enja exists (delete it to prepare again)"
+  elif [ ! -d "$shared" ]; then
+    say "# FAILED: $shared not found (XLPE_SHARED_DIR): no throughput corpus"; bad=1
   else
-    # the issue's throughput corpus: 50k en->ja pairs (Tanaka), BPE 16k as `--recipe base`, XL PE and DPE features
-    run 1200 $PY -m xlpe.cli.prepare --source "$shared/train.en.gz" --target "$shared/train.ja.gz" \
+    # the throughput corpus: 20k en->ja pairs (Tanaka; ~7 MB prepared, so it travels beside pyarrow), BPE 16k as
+    # `--recipe base`, XL PE and DPE features
+    local slice; slice=$(mktemp -d)
+    gzip -dc "$shared/train.en.gz" | head -n 20000 > "$slice/train.en"
+    gzip -dc "$shared/train.ja.gz" | head -n 20000 > "$slice/train.ja"
+    run 1200 "$PY" -m xlpe.cli.prepare --source "$slice/train.en" --target "$slice/train.ja" \
       --validation_source "$shared/dev.en" --validation_target "$shared/dev.ja" --test_source "$shared/test.en" \
       --test_target "$shared/test.ja" --source_lang en --target_lang ja --tokenizer_vocab_size 16000 \
-      --tokenizer_model bpe --features reorder_positions target_positions --output "$DATA/enja"
+      --tokenizer_model bpe --features reorder_positions target_positions --output "$DATA/enja" || bad=1
+    rm -rf "$slice"
   fi
-  [ "$DRY" = 1 ] || du -sh "$WHEELS" "$DATA" | tee -a "$LOG"
-  echo "# carry: [\"$WHEELS\", \"$DATA\"]" | tee -a "$LOG"
+  [ "$MODE" = print ] || du -sh .whl .whl-arrow "$DATA" 2>/dev/null | tee -a "$LOG"
+  say "# carry: tests and bench calls [\".whl\"]; the train call [\".whl-arrow\", \"$DATA\"] (bench/README.md)"
+  return "$bad"
 }
 
-stage_setup() {  # on the GPU machine: the carried wheels into /tmp/site, versions and the device into env.txt
-  if [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-    run 180 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl
-  fi
-  {
-    date -u
-    [ "$DRY" = 1 ] || nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1
-    [ "$DRY" = 1 ] || $PY - <<'EOF' 2>&1
-import importlib, platform, torch
+stage_setup() {  # the carried wheels into $SITE one by one; the transformers imported checked; env.txt
+  local folder wheel bad=0 found=0
+  for folder in $WHEEL_DIRS; do
+    for wheel in "$folder"/*.whl; do
+      [ -e "$wheel" ] || continue
+      found=1
+      if run 180 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+          --only-binary=:all: --python-version "$WHEEL_PY" --implementation cp "${PLATFORMS[@]}" "$wheel"; then
+        jsonl "$OUT/setup.jsonl" wheel="$(basename "$wheel")" status=installed
+      else
+        say "# FAILED: $wheel did not install (built for another Python or platform than $WHEEL_PY?)"
+        jsonl "$OUT/setup.jsonl" wheel="$(basename "$wheel")" status=failed
+        bad=1
+      fi
+    done
+  done
+  [ "$found" = 1 ] || say "# no wheels in $WHEEL_DIRS: the image's packages (and what $SITE already holds)"
+  [ "$MODE" = print ] && return 0
+  # the transformers that imports (from $SITE, first on PYTHONPATH) must be the intended one, else every number
+  # below would silently be the image's 5.17
+  local report
+  report=$("$PY" - "$TRANSFORMERS_WANTED" <<'EOF' 2>&1
+import importlib, platform, sys
+import torch
+wanted = sys.argv[1]
 print("python", platform.python_version(), "| torch", torch.__version__, "| cuda", torch.version.cuda,
       "| device", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
-for name in ("transformers", "accelerate", "datasets", "tokenizers", "sacrebleu", "triton", "xdist", "xlpe"):
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"SMs {p.multi_processor_count} | memory {p.total_memory / 2**30:.1f} GiB | capability {p.major}.{p.minor}")
+for name in ("transformers", "datasets", "pyarrow", "accelerate", "tokenizers", "huggingface_hub", "sacrebleu",
+             "triton", "pytest", "parameterized", "hypothesis", "xdist", "xlpe"):
     try:
         module = importlib.import_module(name)
         print(name, getattr(module, "__version__", "?"), getattr(module, "__file__", ""))
-    except Exception as error:  # a missing package is reported, not fatal: only `train` needs datasets
+    except Exception as error:
         print(name, "NOT IMPORTABLE:", type(error).__name__, error)
+import transformers
+if wanted and transformers.__version__ != wanted:
+    print(f"FAILED: transformers {transformers.__version__} imported from {transformers.__file__}, not {wanted}: "
+          "its wheel did not install (see above) or this call carried none and the machine was not warm")
+    sys.exit(1)
 EOF
-  } | tee -a "$LOG" > "$OUT/env.txt"
+  )
+  local status=$?
+  { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1; echo "$report"; } > "$OUT/env.txt"
+  say "$report"
+  jsonl "$OUT/setup.jsonl" check=transformers wanted="$TRANSFORMERS_WANTED" status="$([ "$status" = 0 ] && echo ok || echo failed)"
+  [ "$status" = 0 ] || bad=1
+  return "$bad"
 }
 
 stage_tests() {  # the `gpu` tests: CPU ≡ CUDA, bf16, eager ≡ sdpa, cache, save/load, compiled train and decode steps
   local parallel=()
-  if [ "$DRY" = 1 ] || $PY -c "import xdist" 2>/dev/null; then parallel=(-n 6); fi  # compilation is CPU-bound
-  local device=()
-  if [ "$CPU" = 1 ]; then device=(env XLPE_TEST_DEVICE=cpu XLPE_TEST_COMPILE_BACKEND=aot_eager); fi
-  run "$LIMIT_TESTS" "${device[@]}" $PY -m pytest tests/gpu -m gpu -q -p no:cacheprovider -rfEs "${parallel[@]}"
+  if [ "$MODE" = print ] || "$PY" -c "import xdist" 2>/dev/null; then parallel=(-n 6); fi  # compilation is CPU-bound
+  # one JSON line per finished test (bench/benchlib/pytest_jsonl.py); the limit leaves 20 s to write the summary
+  run "$(($(left) - 20))" env "${TEST_ENV[@]}" XLPE_JSONL="$OUT/tests.jsonl" PYTHONPATH="$REPO/bench:$PYTHONPATH" \
+    "$PY" -m pytest tests/gpu -m gpu -q -p no:cacheprovider -p benchlib.pytest_jsonl -rfEs "${parallel[@]}"
 }
 
-speed() {  # bench/speed.py at Transformer-base, bf16 autocast, fused AdamW, real-length token batches
-  local name=$1; shift
-  local tiny=()
-  if [ "$CPU" = 1 ]; then tiny=(--repeats 2 --warmup 1 --warmup-max-cycles 2 --stable-window 1 --gen-batches 1 --no-memory); fi
-  run "$LIMIT_BENCH" env PYTHONUNBUFFERED=1 $PY bench/speed.py --device "$DEVICE" --dtype bfloat16 --size "$SIZE" \
-    --optimizer fused --time-budget $((LIMIT_BENCH - 120)) --json "$OUT/speed_$name.json" --no-plot "${tiny[@]}" "$@"
+speed_rows() {  # speed_rows STAGE SWITCHES... -- INVOCATION...: one bench/speed.py per invocation, the time left shared
+  local stage=$1; shift
+  local switches=() rows=() status=0
+  while [ "$1" != -- ]; do switches+=("$1"); shift; done; shift
+  rows=("$@")
+  local i budget limit name
+  for i in "${!rows[@]}"; do
+    limit=$(( ($(left) - 10) / (${#rows[@]} - i) ))  # this invocation's share of what is left
+    if [ "$limit" -lt 60 ]; then say "# skipped ${rows[$i]}: $limit s left for it"; jsonl "$OUT/$stage.jsonl" rows="${rows[$i]}" status=skipped; continue; fi
+    budget=$((limit * 3 / 4))  # speed.py's own plan (warm-up cap, repeats) keeps inside 3/4 of the hard limit
+    name="$OUT/${stage}_$i.json"
+    IFS='|' read -r -a picked <<< "${rows[$i]}"
+    run "$limit" env PYTHONUNBUFFERED=1 "$PY" bench/speed.py --device "$DEVICE" --dtype bfloat16 --size "$SIZE" \
+      --optimizer fused --time-budget "$budget" --warmup-max-s $((budget / 4)) --json "$name" --no-plot \
+      "${SPEED_TINY[@]}" "${switches[@]}" "${picked[@]}" || status=1
+    jsonl "$OUT/$stage.jsonl" rows="${rows[$i]}" status="$([ "$status" = 0 ] && echo ok || echo failed)" --json-file "$name"
+    [ "$MODE" = print ] || rm -f "$name"  # its content is in the JSON line (a call brings back at most 8 files)
+  done
+  return "$status"
 }
 
 stage_bench() {  # every family and its stock baseline, eager (the `xlpe-train --torch_compile False` setting)
-  speed eager
+  speed_rows bench -- "--families|xlpe" "--families|dpe" "--families|mvpe_pos"
 }
 
-stage_bench_compiled() {  # XL PE with the fast switches: compiled train step; stock Marian's switch ladder beside it
-  local backend=()
-  if [ "$CPU" = 1 ]; then backend=(--compile-backend aot_eager); fi
-  speed compiled --compile "${backend[@]}" --rows "XL PE combination;XL PE combination, external positions (no predictor)" \
-    --stock-ladder --skip-generation
+stage_bench_compiled() {  # XL PE with the fast switches: compiled train step beside compiled stock Marian
+  speed_rows bench-compiled --compile --compile-backend "$BACKEND" --skip-generation -- \
+    "--families|xlpe|--rows|XL PE combination" "--families|xlpe|--rows|XL PE combination, external positions (no predictor)"
 }
 
 stage_bench_compiled_others() {  # DPE (vs Marian 8E) and mvPE+POS (vs BART), compiled
-  local backend=()
-  if [ "$CPU" = 1 ]; then backend=(--compile-backend aot_eager); fi
-  speed compiled_others --compile "${backend[@]}" --families dpe,mvpe_pos --rows "DPE;mvPE+POS" --skip-generation
+  speed_rows bench-compiled-others --compile --compile-backend "$BACKEND" --skip-generation -- \
+    "--families|dpe|--rows|DPE" "--families|mvpe_pos|--rows|mvPE+POS"
 }
 
 stage_train() {  # `xlpe-train` with its CUDA defaults: stock Marian, then XL PE Combination; tokens/s and MFU
-  local data=(--prepared_dataset "$DATA/enja") size=(--recipe base) steps=400
-  if [ "$CPU" = 1 ]; then
-    data=(--max_train_samples 256) size=(--d_model 32 --ffn_dim 64 --attention_heads 2 --encoder_layers 1 --decoder_layers 1 --tokenizer_vocab_size 300) steps=6
-  fi
-  for model_type in vanilla xlpe; do
+  local model_type limit status=0 runs=(vanilla xlpe) i
+  for i in "${!runs[@]}"; do
+    model_type=${runs[$i]}
+    limit=$(( ($(left) - 10) / (${#runs[@]} - i) ))
     rm -rf "/tmp/throughput_$model_type"
-    # 16k-token batches (the recipe's 4096 leaves an 80 GB GPU idle); no evaluation or checkpoints: a throughput run
-    run "$((LIMIT_TRAIN / 2))" env PYTHONUNBUFFERED=1 $PY -m xlpe.cli.train "${data[@]}" "${size[@]}" --model_type "$model_type" \
-      --max_tokens 16384 --max_steps "$steps" --logging_steps 50 --do_train --eval_strategy no --save_strategy no \
-      --report_to none --disable_tqdm True --output_dir "/tmp/throughput_$model_type"
-  done
-  [ "$DRY" = 1 ] && return 0
-  $PY - "$OUT/train_throughput.json" <<'EOF' 2>&1 | tee -a "$LOG"
-import json, sys
+    # 16k-token batches; no evaluation or checkpoints: a throughput run; each log line printed (disable_tqdm)
+    run "$limit" env PYTHONUNBUFFERED=1 "$PY" -m xlpe.cli.train "${TRAIN_DATA[@]}" "${TRAIN_SIZE[@]}" --model_type "$model_type" \
+      --max_tokens 16384 --max_steps "$TRAIN_STEPS" --logging_steps "$LOG_STEPS" --do_train --eval_strategy no --save_strategy no \
+      --report_to none --disable_tqdm True --output_dir "/tmp/throughput_$model_type" | tee "$OUT/.train_$model_type.log" || status=1
+    [ "$MODE" = print ] && continue
+    "$PY" - "$OUT/.train_$model_type.log" "$OUT/train.jsonl" "$model_type" "/tmp/throughput_$model_type" <<'EOF' | tee -a "$LOG"
+import ast, json, sys
 from pathlib import Path
-runs = {}
-for model_type in ("vanilla", "xlpe"):
-    folder = Path(f"/tmp/throughput_{model_type}")
-    run = {}
-    for name in ("train_results.json", "cuda_defaults.json"):
-        if (folder / name).is_file():
-            run[name.removesuffix(".json")] = json.loads((folder / name).read_text())
-    state = folder / "trainer_state.json"
-    if state.is_file():
-        run["log"] = [line for line in json.loads(state.read_text())["log_history"] if "loss" in line]
-    runs[model_type] = run
-Path(sys.argv[1]).write_text(json.dumps(runs, indent=1))
-for model_type, run in runs.items():
-    results, lines = run.get("train_results", {}), run.get("log", [])
-    steady = sorted(line["target_tokens_per_second"] for line in lines[1:] if "target_tokens_per_second" in line)
-    mfu = sorted(line["mfu"] for line in lines[1:] if "mfu" in line)
-    # the first interval holds the compilation: the steady rate is the median of the later ones
-    print(f"{model_type}: steady target tokens/s {steady[len(steady) // 2] if steady else None}, steady MFU "
-          f"{mfu[len(mfu) // 2] if mfu else None}; whole run (compilation included) "
-          f"{results.get('train_target_tokens_per_second')} tokens/s, MFU {results.get('train_mfu')}, padding "
-          f"{results.get('train_padding_waste')}; per interval {[line.get('target_tokens_per_second') for line in lines]}")
+log, target, model_type, folder = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+lines = []  # the Trainer prints each log dict when tqdm is off; a run cut by its limit keeps the lines it printed
+for line in log.read_text(errors="replace").splitlines():
+    line = line.strip()
+    if line.startswith("{") and line.endswith("}"):
+        try:
+            lines.append(ast.literal_eval(line))
+        except (ValueError, SyntaxError):
+            pass
+record = {"run": model_type, "log": [entry for entry in lines if "loss" in entry]}
+for name in ("train_results.json", "cuda_defaults.json"):
+    if (folder / name).is_file():
+        record[name.removesuffix(".json")] = json.loads((folder / name).read_text())
+steady = sorted(e["target_tokens_per_second"] for e in record["log"][1:] if "target_tokens_per_second" in e)
+mfu = sorted(e["mfu"] for e in record["log"][1:] if "mfu" in e)
+# the first interval holds the compilation: the steady rate is the median of the later ones
+record["steady_target_tokens_per_second"] = steady[len(steady) // 2] if steady else None
+record["steady_mfu"] = mfu[len(mfu) // 2] if mfu else None
+with target.open("a") as handle:
+    handle.write(json.dumps(record) + "\n")
+print(f"{model_type}: steady target tokens/s {record['steady_target_tokens_per_second']}, steady MFU {record['steady_mfu']}, "
+      f"{len(record['log'])} log lines, finished: {'train_results' in record}")
 EOF
+    rm -f "$OUT/.train_$model_type.log"
+  done
+  return "$status"
 }
 
-export PYTHONPATH="/tmp/site:$REPO${PYTHONPATH:+:$PYTHONPATH}"
-echo "# gpu_session.sh ${STAGES[*]} (device $DEVICE, size $SIZE$([ "$DRY" = 1 ] && echo ', dry run')) -> $OUT" | tee -a "$LOG"
+export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
+if [ "$MODE" = dry ]; then export PYTHONPATH="$REPO${PYTHONPATH#"$SITE:$REPO"}"; fi  # the dry site holds 3.12 wheels
+say "# gpu_session.sh ${STAGES[*]} (mode $MODE: device $DEVICE, size $SIZE, stage limit $STAGE_LIMIT s) -> $OUT"
 for stage in "${STAGES[@]}"; do
-  echo "== $stage" | tee -a "$LOG"
-  started=$SECONDS
-  "stage_${stage//-/_}"
-  echo "== $stage done in $((SECONDS - started)) s" | tee -a "$LOG"
+  say "== $stage"
+  STAGE_START=$SECONDS
+  if ! "stage_${stage//-/_}"; then FAILED=1; say "# FAILED: stage $stage"; fi
+  say "== $stage done in $((SECONDS - STAGE_START)) s"
 done
-echo "# outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+echo "# outputs in $OUT: $(cd "$OUT" && echo *)"
+exit $FAILED

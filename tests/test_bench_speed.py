@@ -65,7 +65,7 @@ def test_token_batches_have_real_lengths_and_the_family_inputs():
 
 
 def test_gpu_session_dry_run_lists_every_stage(tmp_path):
-    result = subprocess.run(["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--dry-run", "all"],
+    result = subprocess.run(["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--print", "all"],
                             capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
                             env={**os.environ, "OUT": str(tmp_path)})  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -73,7 +73,24 @@ def test_gpu_session_dry_run_lists_every_stage(tmp_path):
         assert f"== {stage}" in result.stdout
     assert "pytest tests/gpu" in result.stdout and "bench/speed.py --device cuda" in result.stdout
     assert "xlpe.cli.train" in result.stdout
-    bad = subprocess.run(["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--dry-run", "nonsense"],
+    bad = subprocess.run(["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--print", "nonsense"],
                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
                          env={**os.environ, "OUT": str(tmp_path)})  # fmt: skip
     assert bad.returncode == 2 and "unknown stage 'nonsense'" in bad.stderr
+
+
+def test_xlpe_step_ratio_check_reports_both_clocks_and_the_checks_off_ratio():
+    """bench/xlpe_step_ratio.py (issue 38's regression check) at tiny dims: one batch of the asked shape, ratios of
+    medians on both clocks, with and without the input checks. Timings are not asserted (shared machine)."""
+    spec = importlib.util.spec_from_file_location("xlpe_step_ratio", REPO_ROOT / "bench" / "xlpe_step_ratio.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    threads = torch.get_num_threads()
+    try:
+        (result,) = check.main(["--size", "tiny", "--threads", "1", "--pairs", "2", "--warmup", "1", "--length", "12"])
+    finally:
+        torch.set_num_threads(threads)
+    assert result["shape"] == (32, 12) and result["labels"] == (32, 12)
+    for key in ("wall_ratio", "wall_ratio_unchecked", "cpu_ratio", "cpu_ratio_unchecked"):
+        assert 0 < result[key] < float("inf"), key
+    assert set(result["wall"]) == {"stock", "xlpe", "xlpe_unchecked"}

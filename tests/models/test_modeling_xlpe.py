@@ -388,3 +388,24 @@ def test_over_long_input_is_a_clear_error(toy_tokenizer):
     model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
     with pytest.raises(ValueError, match="max_position_embeddings"):
         model(input_ids=torch.full((1, 70), 5), decoder_input_ids=torch.zeros(1, 1, dtype=torch.long))
+
+
+def test_fixed_token_ids_are_a_buffer_that_follows_the_model(toy_tokenizer, tmp_path):
+    """The ids that never move (EOS, pad, `reorder_fixed_token_ids`) are a non-persistent long buffer made in
+    `__init__`: right after `.to(dtype)`, after `from_pretrained` (meta-device loading refills it) and not in the
+    state dict, so checkpoints are as before; the movable tokens it gives are the special-token-free real ones."""
+    config = XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_fixed_token_ids=[5])
+    model = XLPEMarianMTModel(config)
+    expected = sorted({config.eos_token_id, config.pad_token_id, 5})
+    encoder = model.get_encoder()
+    assert encoder.fixed_tokens.ids.tolist() == expected == encoder.fixed_token_ids
+    assert not any("fixed_tokens" in name for name in model.state_dict())
+    model.to(torch.bfloat16)
+    assert encoder.fixed_tokens.ids.dtype == torch.long and encoder.fixed_tokens.ids.tolist() == expected
+    model.to(torch.float32).save_pretrained(tmp_path)
+    loaded = XLPEMarianMTModel.from_pretrained(tmp_path).get_encoder()
+    assert loaded.fixed_tokens.ids.dtype == torch.long and loaded.fixed_tokens.ids.tolist() == expected
+    ids = torch.tensor([[7, 5, 8, config.eos_token_id, config.pad_token_id]])
+    mask = torch.tensor([[True, True, True, True, False]])
+    assert loaded.movable_tokens(ids, mask).tolist() == [[True, False, True, False, False]]
+    assert loaded.movable_tokens(ids.int(), mask).tolist() == [[True, False, True, False, False]]  # int32 ids too

@@ -351,3 +351,44 @@ def test_gradient_accumulation_trains_like_one_big_batch(tmp_path):
     assert gap < 1e-6, gap
     logged = [[e["loss"] for e in log_history(tmp_path / name) if "loss" in e] for name in ("big", "acc")]
     assert logged[0] == pytest.approx(logged[1], rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation in the training dtype (issue 38)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class RecordEncoderDtype(TrainerCallback):
+    """Records, for every encoder call inside the evaluation's `generate()`, whether CPU autocast is on and its
+    dtype (hooks set when the trainer is built)."""
+
+    def __init__(self):
+        self.in_generate, self.calls = False, []
+
+    def on_init_end(self, args, state, control, model=None, **kwargs):
+        def record(module, inputs):
+            if self.in_generate:
+                self.calls.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+
+        model.get_encoder().register_forward_pre_hook(record)
+        generate = model.generate
+
+        def generate_recorded(*args, **kwargs):
+            self.in_generate = True
+            try:
+                return generate(*args, **kwargs)
+            finally:
+                self.in_generate = False
+
+        model.generate = generate_recorded
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_evaluation_generates_in_the_training_dtype_encoder_included(bf16, tmp_path):
+    """`--bf16`: every encoder call of the dev-set `generate()` runs under bf16 autocast (accelerate's wrapper of
+    `forward` covers only the decoder steps); without it, fp32."""
+    recorder = RecordEncoderDtype()
+    main(tiny(tmp_path, "--max_steps", "1", "--do_train", "--do_eval", "--do_predict", "False", "--save_strategy", "no",
+              "--bf16", str(bf16), "--use_cpu", "--max_eval_samples", "4"), callbacks=[recorder])  # fmt: skip
+    assert recorder.calls, "generate() was not called by the evaluation"
+    assert all(call == (True, torch.bfloat16) for call in recorder.calls) if bf16 else not any(on for on, _ in recorder.calls)

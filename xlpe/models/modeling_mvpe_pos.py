@@ -433,7 +433,10 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         inputs = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
         if decoder_input_pos_tag_ids is not None:
             shape = tuple(decoder_input_pos_tag_ids.shape) if inputs is None else tuple(inputs.shape[:2])
-            tags = checked_tag_ids("decoder_input_pos_tag_ids", decoder_input_pos_tag_ids, shape, None, num_tag_ids, check)
+            # a decoding step (the cache holds earlier tokens) feeds back the tags `prepare_inputs_for_generation`
+            # took by argmax, always in range: their value check (a host sync per step) runs on the first call only
+            step_check = check and not cached_length(cache)
+            tags = checked_tag_ids("decoder_input_pos_tag_ids", decoder_input_pos_tag_ids, shape, None, num_tag_ids, step_check)
             return tags, None, None
         if inputs is None:
             return None, None, None
@@ -597,8 +600,10 @@ class MvPEPosForConditionalGeneration(SourceTagsPipelineMixin, XLPEHubMixin, MvP
         model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         if self.model.decoder.hypothesis_tagger is not None:
             new_tokens = model_inputs["decoder_input_ids"].shape[1]
+            # only the tokens the new tokens' windows reach (window - 1 before them): O(window) per step, not O(T)
+            recent = input_ids[:, -(self.model.decoder.hypothesis_tagger.window - 1 + new_tokens):]
             with torch.no_grad():
-                logits = self.model.decoder.tag_logits(input_ids.to(self.device), last=new_tokens)
+                logits = self.model.decoder.tag_logits(recent.to(self.device), last=new_tokens)
             model_inputs["decoder_input_pos_tag_ids"] = logits.argmax(-1)
         return model_inputs
 

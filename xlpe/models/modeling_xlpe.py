@@ -144,6 +144,29 @@ class XLHeadAttention(PositionAwareSelfAttention):
         return tuple(project(linear, delta) for linear, delta in zip((self.q_proj, self.k_proj, self.v_proj), deltas))
 
 
+class FixedTokens(nn.Module):
+    """The token ids that keep their place in every reordering (EOS, pad, `config.reorder_fixed_token_ids`), as a
+    non-persistent long buffer: made once in `__init__` and moved by `.to(device)` (never cast by `.to(dtype)`,
+    it is an integer tensor), so the forward neither builds a tensor from a Python list (a blocking host-to-device
+    copy on an accelerator) nor writes state, which under torch.compile would fail a guard and recompile. Not in
+    the state dict (checkpoints are unchanged); refilled by `init_own_parameters`, which `_init_weights` calls at
+    `post_init` and for `from_pretrained`'s meta-device loading (seq2seq_scaffold.SelfInitialisingModulesMixin)."""
+
+    def __init__(self, config: XLPEMarianConfig):
+        super().__init__()
+        fixed = {config.eos_token_id, config.pad_token_id, *(config.reorder_fixed_token_ids or [])}
+        self.token_ids = sorted(i for i in fixed if isinstance(i, int))
+        self.register_buffer("ids", torch.tensor(self.token_ids, dtype=torch.long), persistent=False)
+
+    @torch.no_grad()
+    def init_own_parameters(self) -> None:
+        hf_init.copy_(self.ids, torch.tensor(self.token_ids, dtype=torch.long, device=self.ids.device))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Bool tensor shaped like `input_ids`: True where the token is a fixed one."""
+        return torch.isin(input_ids, self.ids)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Outputs
 # ---------------------------------------------------------------------------------------------------------
@@ -209,21 +232,18 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         # a standalone reorderer (attach_reorderer) predicts the positions instead of the built-in predictor
         self.reorderer = XLPEReordererModel(XLPEReordererConfig.from_dict(config.reorderer_config)) if (
             self.uses_xl and config.reorderer_config) else None  # fmt: skip
-        fixed = {config.eos_token_id, config.pad_token_id, *(config.reorder_fixed_token_ids or [])}
-        self.fixed_token_ids = sorted(i for i in fixed if isinstance(i, int))
-        self._fixed_ids_cache: dict = {}  # (device, dtype) -> tensor of fixed_token_ids, built once per device
+        self.fixed_tokens = FixedTokens(config)
         self.post_init()
+
+    @property
+    def fixed_token_ids(self) -> list[int]:
+        return self.fixed_tokens.token_ids
 
     def movable_tokens(self, input_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
         """Real tokens that take part in reordering (special tokens keep their place)."""
         if input_ids is None:
             return mask
-        # cached: building it per call is a blocking host-to-device copy (a host sync) on accelerators
-        key = (input_ids.device, input_ids.dtype)
-        fixed = self._fixed_ids_cache.get(key)
-        if fixed is None:
-            fixed = self._fixed_ids_cache[key] = torch.tensor(self.fixed_token_ids, device=input_ids.device, dtype=input_ids.dtype)
-        return mask & ~torch.isin(input_ids, fixed)
+        return mask & ~self.fixed_tokens(input_ids)
 
     @torch.compiler.disable  # CKY loops over span lengths: runs eagerly, once per source batch
     def reorderer_positions(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -227,9 +227,11 @@ def describe_device(training_args) -> dict | None:
     if device.type != "cuda":
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
+    properties = torch.cuda.get_device_properties(index)  # SMs (a MIG slice has fewer) and memory: recipes fit to them
     return {"type": "cuda", "name": torch.cuda.get_device_name(index),
             "capability": list(torch.cuda.get_device_capability(index)),
-            "compile": importlib.util.find_spec("triton") is not None, "cpus": os.cpu_count() or 1}  # fmt: skip
+            "compile": importlib.util.find_spec("triton") is not None, "cpus": os.cpu_count() or 1,
+            "multi_processor_count": properties.multi_processor_count, "memory": properties.total_memory}  # fmt: skip
 
 
 def explicit_keys(argv: list[str], given: dict | None) -> set[str]:
@@ -325,14 +327,15 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
     check_data_sources(data_args)
     defaults = {"dataset_name": BUILTIN_DATASET, **builtin_recipe(model_args)} if data_args.uses_builtin_corpus() else {}
     recipe = recipe or training_args.recipe
+    device = describe_device(training_args)
     if recipe and recipe != NO_RECIPE:
         from_scratch = model_args.model_name_or_path is None and model_args.config_name is None
-        defaults.update(recipe_settings(recipe, from_scratch, with_validation, training_args.predict_with_generate), recipe=recipe)
+        defaults.update(recipe_settings(recipe, from_scratch, with_validation, training_args.predict_with_generate,
+                                        device=device), recipe=recipe)  # fmt: skip
         if "max_tokens" not in explicit and explicit & {"per_device_train_batch_size", "train_sampling_strategy"}:
             defaults.pop("max_tokens")  # an explicit sentence batching replaces the recipe's token batches
     defaults = {key: value for key, value in defaults.items() if key not in explicit or key == "dataset_name"}
     # on CUDA: bf16, fused AdamW, torch.compile, token batches unless given (recipes.cuda_fast_defaults)
-    device = describe_device(training_args)
     sharded = bool(training_args.fsdp or training_args.deepspeed or os.environ.get("ACCELERATE_USE_FSDP") == "true")
     fast = cuda_fast_defaults(device, explicit | set(defaults), sharded=sharded)
     defaults.update(fast["applied"])
@@ -375,6 +378,8 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
         data_args.bleu_tokenize = check_bleu_tokenizer(data_args.target_lang, data_args.bleu_tokenize)
     if "tensorboard" in (training_args.report_to or []) and importlib.util.find_spec("tensorboard") is None:
         raise ValueError("--report_to tensorboard needs the tensorboard package: pip install tensorboard (or xlpe[eval])")
+    if "dataloader_persistent_workers" not in explicit and training_args.dataloader_num_workers > 0:
+        training_args.dataloader_persistent_workers = True  # workers kept across epochs, not forked again each one
     if "dataloader_pin_memory" not in explicit and not torch.cuda.is_available():
         training_args.dataloader_pin_memory = False  # pinning is meaningless on CPU (and warns every epoch)
     if os.environ.get("ACCELERATE_USE_CPU") == "True" and training_args.world_size == 1:

@@ -59,21 +59,103 @@ class TokenBatchEpoch(TrainerCallback):
 # Throughput: target tokens/s and model FLOPs utilisation (issue 21)
 # ---------------------------------------------------------------------------------------------------------
 
-# Dense (no sparsity) bf16 tensor-core peak of one GPU in TFLOP/s, from the vendor's data sheets; matched against
-# `torch.cuda.get_device_name()` in this order (first substring found wins: "H100 PCIe" before "H100").
-PEAK_DENSE_BF16_TFLOPS = (
-    ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("GH200", 989.0), ("H200", 989.0), ("H100", 989.0),  # H100 SXM
-    ("H800", 989.0), ("B200", 2250.0), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.0), ("L4", 121.0),
-    ("A10", 125.0),
-)  # fmt: skip
+# Dense (no sparsity) peak of one whole GPU in TFLOP/s by math mode, from the vendor's data sheets, keyed by the
+# exact canonical name `canonical_gpu_name` makes of `torch.cuda.get_device_name()` ("NVIDIA L40" is the L40, never
+# the L4); with the part's full SM count, against which a MIG slice (fewer SMs) is scaled. Math modes: "bfloat16"
+# and "float16" (tensor cores), "tf32" (fp32 matmuls on tensor cores: `--tf32 True` /
+# `torch.backends.cuda.matmul.allow_tf32`), "float32" (CUDA cores). None: the data sheet gives no figure.
+GPU_PEAKS: dict[str, dict] = {
+    "H100 SXM": dict(bfloat16=989.4, float16=989.4, tf32=494.7, float32=66.9, sms=132),
+    "H100 PCIe": dict(bfloat16=756.0, float16=756.0, tf32=378.0, float32=51.2, sms=114),
+    "H100 NVL": dict(bfloat16=835.0, float16=835.0, tf32=417.5, float32=60.0, sms=132),
+    "H200 SXM": dict(bfloat16=989.4, float16=989.4, tf32=494.7, float32=66.9, sms=132),
+    "H200 NVL": dict(bfloat16=835.0, float16=835.0, tf32=417.5, float32=60.0, sms=132),
+    "GH200": dict(bfloat16=989.4, float16=989.4, tf32=494.7, float32=66.9, sms=132),
+    "H800 SXM": dict(bfloat16=989.4, float16=989.4, tf32=494.7, float32=66.9, sms=132),
+    "H800 PCIe": dict(bfloat16=756.0, float16=756.0, tf32=378.0, float32=51.2, sms=114),
+    "A100 SXM": dict(bfloat16=312.0, float16=312.0, tf32=156.0, float32=19.5, sms=108),
+    "A100 PCIe": dict(bfloat16=312.0, float16=312.0, tf32=156.0, float32=19.5, sms=108),
+    "A800 SXM": dict(bfloat16=312.0, float16=312.0, tf32=156.0, float32=19.5, sms=108),
+    "A800 PCIe": dict(bfloat16=312.0, float16=312.0, tf32=156.0, float32=19.5, sms=108),
+    "B200": dict(bfloat16=2250.0, float16=2250.0, tf32=1100.0, float32=None, sms=148),
+    "L40S": dict(bfloat16=362.0, float16=362.0, tf32=183.0, float32=91.6, sms=142),
+    "L40": dict(bfloat16=181.0, float16=181.0, tf32=90.5, float32=90.5, sms=142),
+    "L4": dict(bfloat16=121.0, float16=121.0, tf32=60.0, float32=30.3, sms=58),
+    "A10": dict(bfloat16=125.0, float16=125.0, tf32=62.5, float32=31.2, sms=72),
+}  # fmt: skip
+# the dense bf16 column alone (the figure `xlpe-train` divides by in a bf16 run)
+PEAK_DENSE_BF16_TFLOPS: dict[str, float] = {name: peaks["bfloat16"] for name, peaks in GPU_PEAKS.items()}
+MATH_MODES = ("bfloat16", "float16", "tf32", "float32")
+# parts sold in SXM and PCIe (or NVL) boards under one model number; any other model is its own entry
+_BOARD_VARIANTS = {"H100": "SXM", "H200": "SXM", "H800": "SXM", "A100": "SXM", "A800": "SXM"}
 
 
-def peak_tflops(device_name: str | None) -> float | None:
-    """Dense bf16 peak (TFLOP/s) of the GPU called `device_name` (None: unknown device, or not a GPU)."""
-    for key, value in PEAK_DENSE_BF16_TFLOPS:
-        if device_name and key.lower() in device_name.lower():
-            return value
-    return None
+def canonical_gpu_name(device_name: str | None) -> str | None:
+    """The `GPU_PEAKS` key of a device name as CUDA reports it (None: not a part in the table). The model is the
+    first word after the vendor ("NVIDIA", "Tesla"), matched exactly, so "L40" is not "L4" nor "A10G" "A10";
+    memory sizes ("80GB"), memory kinds ("HBM3") and a MIG profile ("MIG 1g.10gb") are ignored; for parts
+    sold as several boards the board ("PCIe", "NVL"; otherwise SXM) is read from the rest of the name.
+    E.g. "NVIDIA H100 80GB HBM3" -> "H100 SXM", "NVIDIA A100-PCIE-40GB" -> "A100 PCIe", "NVIDIA L40" -> "L40"."""
+    if not device_name:
+        return None
+    words = device_name.upper().replace("-", " ").replace("_", " ").split()
+    while words and words[0] in ("NVIDIA", "TESLA", "GEFORCE", "QUADRO"):
+        words = words[1:]
+    if "MIG" in words:
+        words = words[: words.index("MIG")]
+    if not words:
+        return None
+    model, rest = words[0], set(words[1:])
+    if model in _BOARD_VARIANTS:
+        board = "PCIe" if "PCIE" in rest else "NVL" if "NVL" in rest else _BOARD_VARIANTS[model]
+        name = f"{model} {board}"
+    else:
+        name = model
+    return name if name in GPU_PEAKS else None
+
+
+def math_mode(bf16: bool = False, fp16: bool = False, tf32: bool | None = None) -> str:
+    """The math mode a training run's matmuls take: bf16/fp16 autocast, else tf32 when fp32 matmuls may use
+    tensor cores (`tf32`; None: read torch's current setting), else float32."""
+    if bf16:
+        return "bfloat16"
+    if fp16:
+        return "float16"
+    if tf32 is None:
+        import torch
+
+        tf32 = bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != "highest"
+    return "tf32" if tf32 else "float32"
+
+
+def device_peak(device_name: str | None, dtype: str = "bfloat16", multi_processor_count: int | None = None) -> tuple[float | None, str]:
+    """(peak TFLOP/s, what it is) of the device called `device_name` for matmuls in `dtype` (a `MATH_MODES`
+    entry), or (None, why there is none). A MIG slice (the name says "MIG", or `multi_processor_count` is below
+    the part's full SM count) gets the part's peak scaled by its share of the SMs; a slice whose SM count is
+    not given has no peak. Raises ValueError for an unknown `dtype`."""
+    if dtype not in MATH_MODES:
+        raise ValueError(f"math mode {dtype!r} is not one of {list(MATH_MODES)}")
+    part = canonical_gpu_name(device_name)
+    if part is None:
+        return None, f"{device_name or 'no GPU'} is not in callbacks.GPU_PEAKS"
+    peaks = GPU_PEAKS[part]
+    peak = peaks[dtype]
+    if peak is None:
+        return None, f"no dense {dtype} peak of the {part} in callbacks.GPU_PEAKS"
+    full = peaks["sms"]
+    mig = "MIG" in device_name.upper().replace("-", " ").split()
+    if multi_processor_count is not None and multi_processor_count < full:
+        share = multi_processor_count / full
+        return round(peak * share, 1), f"dense {dtype} peak of the {part} ({peak:g}) x {multi_processor_count}/{full} SMs (a MIG slice)"
+    if mig:
+        return None, f"{device_name} is a MIG slice and its SM count is unknown"
+    return peak, f"dense {dtype} peak of the {part}"
+
+
+def peak_tflops(device_name: str | None, dtype: str = "bfloat16", multi_processor_count: int | None = None) -> float | None:
+    """Dense peak (TFLOP/s) of the GPU called `device_name` in math mode `dtype` (None: unknown device, not a
+    GPU, a MIG slice of unknown size, or no figure for that mode). `device_peak` says why."""
+    return device_peak(device_name, dtype, multi_processor_count)[0]
 
 
 def train_flops_per_token(config) -> tuple[float, float] | None:
@@ -109,6 +191,7 @@ class Throughput(TrainerCallback):
     def __init__(self, config=None, peak: float | None = None):
         self.flops = train_flops_per_token(config) if config is not None else None
         self.peak = peak  # TFLOP/s of one device; None: looked up at on_train_begin
+        self.peak_source = "given" if peak else None  # what the peak is (`device_peak`), or why there is none
         self.world_size = 1
         self._mark = self._last_step_end = None
         self._interval = self._total = 0.0
@@ -117,7 +200,11 @@ class Throughput(TrainerCallback):
         import torch
 
         if self.peak is None and args.device.type == "cuda":
-            self.peak = peak_tflops(torch.cuda.get_device_name(args.device))
+            properties = torch.cuda.get_device_properties(args.device)
+            mode = math_mode(bool(getattr(args, "bf16", False)), bool(getattr(args, "fp16", False)), getattr(args, "tf32", None))
+            self.peak, self.peak_source = device_peak(properties.name, mode, properties.multi_processor_count)
+            if self.peak is None:
+                logger.info("MFU not reported: %s", self.peak_source)
         self.world_size = max(int(args.world_size), 1)
         self._mark = self._last_step_end = time.perf_counter()
         self._interval = self._total = 0.0
@@ -173,7 +260,8 @@ class Throughput(TrainerCallback):
         seconds = self._total or fallback_seconds or 0.0
         metrics = self.rates(source_tokens, target_tokens, seconds, prefix="train_")
         if "train_mfu" in metrics:
-            metrics["train_mfu_peak_tflops"] = self.peak * self.world_size  # the dense bf16 figure MFU divides by
+            metrics["train_mfu_peak_tflops"] = self.peak * self.world_size  # the dense figure MFU divides by
+            metrics["train_mfu_peak"] = self.peak_source  # which figure: part, math mode, MIG share
         if metrics and self._total:
             metrics["train_seconds_training"] = round(self._total, 2)
         return metrics

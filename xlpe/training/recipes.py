@@ -17,6 +17,11 @@ docs/training.md, "Recipes".
 
 from __future__ import annotations
 
+import logging
+import math
+
+logger = logging.getLogger("xlpe.train")
+
 RECIPE_NAMES = ("small", "base", "big")
 NO_RECIPE = "none"  # `--recipe none`: no recipe at all (transformers' defaults + explicit flags; the benches' choice)
 SMALL_DATA_PAIRS = 100_000  # on a GPU, fewer training pairs than this get `small` (Multi30k-size corpora)
@@ -57,14 +62,20 @@ EVALUATION_KEYS = ("eval_strategy", "eval_steps", "metric_for_best_model", "grea
                    "generation_num_beams")  # fmt: skip
 
 
-def recipe_settings(name: str, from_scratch: bool, with_validation: bool = True, with_bleu: bool = True) -> dict:
+def recipe_settings(name: str, from_scratch: bool, with_validation: bool = True, with_bleu: bool = True,
+                    device: dict | None = None) -> dict:
     """Argument defaults of recipe `name`: without the architecture/tokenizer for a model not built from scratch,
     without periodic evaluation and early stopping when there is no validation split, early stopping on the
-    validation loss when evaluation does not generate (no BLEU)."""
+    validation loss when evaluation does not generate (no BLEU); on a CUDA `device` (`arguments.describe_device`)
+    with its token batch (and, for `small` from scratch, its width) fitted to the device (`fit_recipe_to_device`)."""
     if name not in RECIPES:
         raise ValueError(f"--recipe {name!r} is not a recipe; choose one of {list(RECIPE_NAMES)} or {NO_RECIPE!r}")
     model, training = RECIPES[name]
     settings = {**(model if from_scratch else {}), **_COMMON, **training}
+    if device and device.get("type") == "cuda":
+        settings, notes = fit_recipe_to_device(name, settings, device)
+        for note in notes:
+            logger.info("recipe %s on %s: %s", name, device.get("name", "CUDA device"), note)
     if not with_validation:
         settings = {key: value for key, value in settings.items() if key not in EVALUATION_KEYS}
     elif not with_bleu:
@@ -84,6 +95,98 @@ def choose_recipe(train_pairs: int | None, on_gpu: bool) -> tuple[str, str]:
     if train_pairs < BIG_DATA_PAIRS:
         return "base", f"GPU, {train_pairs:,} training pairs (between {SMALL_DATA_PAIRS:,} and {BIG_DATA_PAIRS:,})"
     return "big", f"GPU, {train_pairs:,} training pairs >= {BIG_DATA_PAIRS:,}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A recipe fitted to the GPU (issue 38): a token batch that keeps the device busy, a wider `small` on big GPUs
+# ---------------------------------------------------------------------------------------------------------
+
+GPU_FILL_MICROSECONDS = 20.0  # a step's FFN matmul should take >= this at the device's peak (a launch is ~5 us)
+GPU_MAX_TOKENS = 32768  # most tokens per step a recipe gets on one GPU (above: the model is widened instead)
+GPU_MEMORY_SHARE = 0.5  # share of the device memory the estimated activations of one step may take
+# `small` on a GPU where its d 256 would need more than GPU_MAX_TOKENS to fill the device: the same depth at
+# Transformer-base width (IWSLT'14-style dropout 0.3 for < 100k pairs; base's peak learning rate for d 512)
+SMALL_WIDE_MODEL = dict(d_model=512, attention_heads=8, ffn_dim=2048, dropout=0.3)
+SMALL_WIDE_TRAINING = dict(learning_rate=7e-4)
+
+
+def step_bytes_per_token(d_model: int, ffn_dim: int, layers: int, vocab: int) -> float:
+    """Rough bytes of saved activations per (padded) token of a training step under bf16 autocast: per layer
+    ~40 d-wide and 6 FFN-wide values of 2 bytes kept for the backward pass (attention, norms, dropout masks,
+    the FFN), and ~10 bytes per vocabulary entry for the output logits (bf16 logits, fp32 copy for the loss,
+    and its gradient). An estimate to keep the batch well inside the device memory, not a measurement."""
+    return layers * (40.0 * d_model + 6.0 * ffn_dim) + 10.0 * vocab
+
+
+def fill_tokens(device: dict, d_model: int, ffn_dim: int) -> tuple[float | None, str]:
+    """(tokens, why): the tokens a step needs for its FFN matmul (tokens x d x FFN, 2 FLOPs per MAC) to take
+    GPU_FILL_MICROSECONDS at the CUDA `device`'s dense peak ({"name", "capability", "multi_processor_count"};
+    bf16 on compute capability >= 8.0, fp32 below; `callbacks.device_peak`, a MIG slice scaled by its SMs).
+    A device of unknown peak: 128 tokens per SM (one tile row each); of unknown SM count too: None."""
+    from .callbacks import device_peak
+
+    mode = "bfloat16" if tuple(device.get("capability") or (0, 0)) >= (8, 0) else "float32"
+    sms = device.get("multi_processor_count")
+    peak, _ = device_peak(device.get("name"), mode, sms)
+    if peak:
+        wanted = peak * 1e12 * GPU_FILL_MICROSECONDS * 1e-6 / (2.0 * d_model * ffn_dim)
+        return wanted, f"{wanted:,.0f} tokens keep a {d_model}x{ffn_dim} FFN matmul >= {GPU_FILL_MICROSECONDS:g} us at {peak:g} TFLOP/s ({mode})"
+    if sms:
+        return 128.0 * sms, f"peak unknown: 128 tokens per SM x {sms} SMs"
+    return None, "peak and SM count unknown"
+
+
+def device_token_batch(device: dict, d_model: int, ffn_dim: int, layers: int, vocab: int, floor: int) -> tuple[int, str]:
+    """(tokens per step, why) for a model of these dimensions on a CUDA `device` (`fill_tokens`'s fields and
+    "memory", bytes): the power of two >= `fill_tokens`, never below `floor` (the recipe's own batch), at most
+    GPU_MAX_TOKENS and what GPU_MEMORY_SHARE of the memory holds (`step_bytes_per_token`); `floor` when the
+    device's peak and SM count are unknown."""
+    wanted, why = fill_tokens(device, d_model, ffn_dim)
+    if wanted is None:
+        return floor, why + ": the recipe's batch"
+    tokens = max(2 ** math.ceil(math.log2(max(wanted, 1.0))), floor)
+    cap = GPU_MAX_TOKENS
+    memory = device.get("memory")
+    if memory:
+        fits = int(GPU_MEMORY_SHARE * memory / step_bytes_per_token(d_model, ffn_dim, layers, vocab)) // 1024 * 1024
+        if fits < cap:
+            cap, why = max(fits, floor), why + f"; {fits:,} fit in {GPU_MEMORY_SHARE:.0%} of {memory / 2**30:.0f} GiB"
+    return min(tokens, cap), why
+
+
+def fit_recipe_to_device(name: str, settings: dict, device: dict) -> tuple[dict, list[str]]:
+    """Recipe `name`'s `settings` (from `recipe_settings`) fitted to a CUDA `device` and the notes saying how.
+    A recipe's batch is sized for the papers' GPUs (4096 tokens per GPU, `small` 2048 for CPU): on one large
+    GPU a step of a d 256 model on 2048 tokens is bound by kernel launches, not arithmetic. So:
+
+    * `small` with its architecture (a model from scratch) is widened to SMALL_WIDE_MODEL (d 512, FFN 2048,
+      3+3 layers) when its own width would need more than GPU_MAX_TOKENS tokens a step to fill the device
+      (an H100/H200: ~38k tokens at d 256; an A100 or L4 keeps d 256);
+    * `max_tokens` becomes `device_token_batch` for the model's width (H100: 16,384 at d 512 or base; A100:
+      16,384 at d 256; L4: 8,192), never below the recipe's own.
+
+    Settings without `max_tokens` (a sentence batching replaced it) keep their batch. Pure: testable with a
+    fake device."""
+    settings, notes = dict(settings), []
+    if "max_tokens" not in settings:
+        return settings, notes
+    model = RECIPES[name][0]
+    d_model, ffn_dim = settings.get("d_model", model["d_model"]), settings.get("ffn_dim", model["ffn_dim"])
+    layers = settings.get("encoder_layers", model["encoder_layers"]) + settings.get("decoder_layers", model["decoder_layers"])
+    vocab = settings.get("tokenizer_vocab_size", model["tokenizer_vocab_size"])
+    floor = settings["max_tokens"]
+    if name == "small" and "d_model" in settings:
+        wanted, _ = fill_tokens(device, d_model, ffn_dim)
+        if wanted is not None and wanted > GPU_MAX_TOKENS:
+            settings.update(SMALL_WIDE_MODEL, **SMALL_WIDE_TRAINING)
+            d_model, ffn_dim = SMALL_WIDE_MODEL["d_model"], SMALL_WIDE_MODEL["ffn_dim"]
+            notes.append(f"d {model['d_model']} would need {wanted:,.0f} > {GPU_MAX_TOKENS:,} tokens a step to fill the GPU: "
+                         + ", ".join(f"{key} {value}" for key, value in {**SMALL_WIDE_MODEL, **SMALL_WIDE_TRAINING}.items()))
+    tokens, why = device_token_batch(device, d_model, ffn_dim, layers, vocab, floor)
+    if tokens != floor:
+        settings["max_tokens"] = tokens
+        notes.append(f"max_tokens {tokens:,} instead of {floor:,} ({why})")
+    return settings, notes
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -296,19 +296,20 @@ def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> t
 def report_cuda_defaults(training_args) -> None:
     """Print, once, which fast switches the run got on CUDA (`recipes.cuda_fast_defaults`) and the peak its MFU
     divides by, and keep the decision in `output_dir/cuda_defaults.json` (as `recipe.json` keeps the recipe)."""
-    from .callbacks import peak_tflops
+    from .callbacks import device_peak, math_mode
 
     decision = getattr(training_args, "cuda_defaults", None)
     device = (decision or {}).get("device")
     if not device or training_args.process_index != 0:
         return
-    peak = peak_tflops(device.get("name"))
-    print(describe_fast_defaults(decision, device) + (f" MFU against {peak:g} TFLOP/s (dense bf16 peak)." if peak else
-          " MFU not reported: the device's peak is not in callbacks.PEAK_DENSE_BF16_TFLOPS."), flush=True)  # fmt: skip
+    mode = math_mode(bool(training_args.bf16), bool(training_args.fp16), training_args.tf32)
+    peak, source = device_peak(device.get("name"), mode, device.get("multi_processor_count"))
+    print(describe_fast_defaults(decision, device) + (f" MFU against {peak:g} TFLOP/s ({source})." if peak else
+          f" MFU not reported: {source}."), flush=True)  # fmt: skip
     if training_args.do_train:
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
         write_text_atomic(Path(training_args.output_dir) / "cuda_defaults.json",
-                          json.dumps({**decision, "peak_tflops": peak}, indent=2))  # fmt: skip
+                          json.dumps({**decision, "peak_tflops": peak, "peak": source}, indent=2))  # fmt: skip
 
 
 def _training_pairs(splits: dict, data_args) -> int | None:

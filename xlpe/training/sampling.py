@@ -10,7 +10,8 @@ order of the batches, every epoch anew (`set_epoch`), reproducibly from the seed
 
 `TokenBatchSampler` (`--max_tokens N`) makes batches by token count instead of sentence count: examples
 sorted by length are cut into batches whose padded size (longest side x sentences) stays within N, served in
-random order; it shards its batches over data-parallel processes itself and reports the padding it leaves.
+random order (a one-sentence batch only where the budget forces it: `torch.compile` would specialise it); it
+shards its batches over data-parallel processes itself and reports the padding it leaves.
 """
 
 from __future__ import annotations
@@ -167,7 +168,8 @@ class TokenBatchSampler(torch.utils.data.Sampler):
 
 def batch_sizes(sorted_lengths: np.ndarray, max_tokens: int, num_replicas: int = 1) -> np.ndarray:
     """Greedy cut of ascending `sorted_lengths` into consecutive batches with (longest x count) <= max_tokens,
-    one step per distinct length; then the biggest batches are halved until the count divides by
+    one step per distinct length; one-sentence batches take a sentence from the batch before them where the
+    budget allows (`pair_single_sentences`); then the biggest batches are halved until the count divides by
     `num_replicas` or every batch is one sentence."""
     sizes: list[int] = []
     open_count = 0
@@ -185,12 +187,34 @@ def batch_sizes(sorted_lengths: np.ndarray, max_tokens: int, num_replicas: int =
             sizes += [capacity] * full
     if open_count:
         sizes.append(open_count)
-    sizes_array = np.asarray(sizes, dtype=np.int64)
+    sizes_array = pair_single_sentences(np.asarray(sizes, dtype=np.int64), sorted_lengths, max_tokens)
     while len(sizes_array) % num_replicas and sizes_array.max() > 1:
         largest = int(np.argmax(sizes_array))
         half = sizes_array[largest] // 2  # halves stay adjacent: the cut remains one pass over sorted lengths
         sizes_array = np.concatenate([sizes_array[:largest], [sizes_array[largest] - half, half], sizes_array[largest + 1 :]])
     return sizes_array
+
+
+def pair_single_sentences(sizes: np.ndarray, sorted_lengths: np.ndarray, max_tokens: int) -> np.ndarray:
+    """`sizes` (a cut of ascending `sorted_lengths`) where a one-sentence batch gets a second sentence when two of
+    its length fit `max_tokens`: the boundaries between it and the nearest earlier batch of >= 3 sentences move
+    one sentence back (the batches in between have two and keep two). Every batch keeps its budget (the others
+    only trade their longest sentence for a shorter one), the cut stays one pass over sorted lengths, and a
+    one-sentence batch is left only where the budget forces it. Why: `torch.compile` specialises a dimension of
+    size 1, so a one-sentence batch would compile the training step once more (the leftover at the end of the
+    cut makes one in about one epoch in `capacity`)."""
+    sizes = sizes.copy()
+    ends = np.cumsum(sizes)
+    for k in np.flatnonzero(sizes == 1).tolist():
+        if 2 * int(sorted_lengths[ends[k] - 1]) > max_tokens:
+            continue
+        donor = k - 1
+        while donor >= 0 and sizes[donor] == 2:
+            donor -= 1
+        if donor >= 0 and sizes[donor] >= 3:
+            sizes[donor] -= 1
+            sizes[k] += 1
+    return sizes
 
 
 def example_side_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,14 @@ Two things the stock trainer does not do:
   `target_positions`) and every target-side one are withheld, so the model predicts its reorderings as it
   must on raw text. `eval_with_oracle_positions=True` passes the oracle positions (an upper bound).
   The evaluation *loss* is still teacher-forced with every gold input (so `eval_reorder_loss` exists).
+  `generate()` runs in the training dtype (`--bf16`/`--fp16`: autocast around the whole call, encoder included;
+  accelerate's wrapper of `forward` alone leaves generate's encoder call in fp32). It runs eager: the decode step
+  with a growing dynamic cache (and beam reordering) would recompile under `torch.compile` as the cache grows.
+* **One compiled graph for every batch shape.** Under `--torch_compile` the batch and length dimensions of the
+  inputs are marked dynamic before each step (`_prepare_inputs`), so the training step is traced once instead
+  of static, then dynamic at the second shape, then again for the next dimension that first changes
+  (tests/training/test_compile_counts.py counts them against stock models). The padding counters of each step
+  stay on the device or on the host (`_count_padding`): no host-device copy or sync per step.
 * **Label smoothing keeps the auxiliary losses.** The stock trainer applies `--label_smoothing_factor` by
   taking `labels` out of the inputs and smoothing the logits itself; the families compute their auxiliary
   losses (reorder predictor, DPE order loss, hypothesis tagger) only when `labels` reach `forward`, so they
@@ -106,7 +114,7 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         self._example_indices: list[torch.Tensor] = []
         self._indexed_views: dict[int, tuple] = {}  # id(dataset) -> (dataset, the same with example_index)
         self.token_sampler: TokenBatchSampler | None = None  # --max_tokens: built with the training dataloader
-        self._padding = {"interval": None, "total": None}  # (real, padded, real target) training tokens, on device
+        self._padding = {"interval": None, "total": None}  # ((real, real target) tokens on device, padded tokens: int)
         self.add_callback(TokenBatchEpoch(self))
         self.throughput = Throughput(getattr(unwrapped, "config", None))  # target tokens/s and MFU in the logs
         self.add_callback(self.throughput)
@@ -190,6 +198,18 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
             wrapper.num_processes, wrapper.process_index = 1, 0  # the sampler already gave this process its share
         return prepared
 
+    # --- torch.compile: one graph for every batch shape ---------------------------------------------------------
+    def _prepare_inputs(self, inputs):
+        """The stock preparation (to the device); under `--torch_compile` the batch and length dimensions of every
+        input tensor are also marked dynamic (`torch._dynamo.maybe_mark_dynamic`), so the compiled step is traced
+        once for every shape instead of static first, dynamic at the second shape, and again when another
+        dimension first changes (module docstring). A dimension of size 1 is still specialised by torch (one more
+        graph for a one-sentence batch; `TokenBatchSampler` makes none unless the budget forces it)."""
+        inputs = super()._prepare_inputs(inputs)
+        if self.args.torch_compile:
+            mark_dynamic_dimensions(inputs)
+        return inputs
+
     # --- padding actually trained on -------------------------------------------------------------------------
     def _count_padding(self, inputs: dict) -> None:
         """Adds the real and the padded tokens of a training batch (source and target) to the counters."""
@@ -204,14 +224,19 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         if real is None:
             return
         target = target if target is not None else real * 0
-        counts = torch.stack([real.double(), real.new_tensor(padded, dtype=torch.float64), target.double()])  # built once, added twice
+        # real and target tokens stay on the device (no sync); the padded count is known on the host (shapes): it
+        # stays a Python int, since a tensor made from it would be a blocking host-to-device copy every step
+        counts = torch.stack([real.double(), target.double()])  # built once, added twice
         for bucket in ("interval", "total"):
-            self._padding[bucket] = counts if self._padding[bucket] is None else self._padding[bucket] + counts
+            previous = self._padding[bucket]
+            self._padding[bucket] = (counts, padded) if previous is None else (previous[0] + counts, previous[1] + padded)
 
     def _pop_padding(self, bucket: str) -> tuple[float, float, float]:
         """(real, padded, real target) tokens since the last call, summed over processes."""
         counts, self._padding[bucket] = self._padding[bucket], None
-        real, padded, target = (0.0, 0.0, 0.0) if counts is None else tuple(counts.tolist())
+        real, padded, target = 0.0, 0.0, 0.0
+        if counts is not None:  # (real, target) on the device, padded on the host
+            (real, target), padded = counts[0].tolist(), float(counts[1])
         if self.args.world_size > 1:  # every process reaches this point together
             gathered = gather_object([(real, padded, target)])
             real, padded, target = (sum(g[k] for g in gathered) for k in range(3))
@@ -353,7 +378,10 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         gen_kwargs = {key: value for key, value in gen_kwargs.items() if value is not None}
         gen_kwargs.setdefault("synced_gpus", is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self.model))
         with torch.no_grad():
-            with _full_parameters(self.model):  # FSDP1: generate() bypasses the wrapper and would see the shards
+            # FSDP1: generate() bypasses the wrapper and would see the shards. Autocast (--bf16/--fp16): the training
+            # dtype for the whole of generate(); accelerate's forward wrapper covers only the decoder steps, not the
+            # encoder, which generate() calls itself (module docstring)
+            with _full_parameters(self.model), self.accelerator.autocast():
                 generated = self.model.generate(**generation_inputs(inputs, self.eval_with_oracle_positions), **gen_kwargs)
             loss, labels = None, inputs.get("labels")  # (the stock label smoother pops them in compute_loss)
             if labels is not None:
@@ -363,8 +391,20 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Helpers: whole parameters for generate() under FSDP, datasets that carry their example index
+# Helpers: dynamic dimensions, whole parameters for generate() under FSDP, datasets that carry their example index
 # ---------------------------------------------------------------------------------------------------------
+
+
+def mark_dynamic_dimensions(inputs: dict) -> dict:
+    """Marks the batch and length dimensions (0 and 1) of every tensor in `inputs` dynamic for `torch.compile`
+    (`maybe_mark_dynamic`: no error where torch specialises one, e.g. a size of 1); returns `inputs`. One graph
+    then serves batches whose source and target lengths are equal at the first trace and differ later, too
+    (tests/training/test_compile_counts.py; see `XLPESeq2SeqTrainer._prepare_inputs`)."""
+    for value in inputs.values():
+        if isinstance(value, torch.Tensor):
+            for dim in range(min(value.dim(), 2)):
+                torch._dynamo.maybe_mark_dynamic(value, dim)
+    return inputs
 
 
 def _full_parameters(model):

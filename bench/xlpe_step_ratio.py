@@ -1,0 +1,126 @@
+"""The XL PE Combination train step against stock MarianMT of the same dims, as one quick number (issue 38 item 6).
+
+    python bench/xlpe_step_ratio.py                      # 2 threads, 40 interleaved pairs, wall clock
+    python bench/xlpe_step_ratio.py --threads 1          # + process CPU time, robust to other load on the machine
+    python bench/xlpe_step_ratio.py --runs 3             # three independent measurements (spread)
+
+Setup: d_model 256, 3+3 layers, 4 heads, FFN 1024, vocabulary 8000 (bench/speed.py's `small` dims); one
+sentence batch of 32 x 24 tokens (source and target lengths uniform in [12, 24], the longest 24, EOS
+included; `batch_from_lengths`, seed 0); XL PE Combination with
+tau = H/4 as bench/speed.py's "XL PE combination" row, trained on oracle positions, so the reorder predictor and
+its loss run. A train step is forward + backward + AdamW, eager, fp32. After a warm-up, `--pairs` steps of each
+model are interleaved (XL PE then stock, then stock then XL PE, ...); the ratio is median(XL PE step) /
+median(stock step), on the wall clock (`time.perf_counter`) and on process CPU time (`time.process_time`; with
+one thread it is what the step cost whatever else runs on the machine). The XL PE model runs twice in the same
+interleave: with `config.check_inputs=True` (the default; its input checks sync once per call) and with the
+checks off (stock models have none), same weights.
+
+This is bench/speed.py's train measurement cut down to one row and one batch shape, for bisecting a regression;
+bench/speed.py's rows remain the reported numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib.speed_models import SIZES, batch_from_lengths, marian_kwargs, xl_spec  # noqa: E402
+from transformers import MarianConfig, MarianMTModel  # noqa: E402
+
+
+def make_batch(sentences: int, length: int, vocab_size: int, seed: int):
+    """`sentences` x `length` source and target: lengths uniform in [length/2, length], the first row full."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(length // 2, length + 1, (2, sentences), generator=gen)
+    lengths[:, 0] = length
+    return batch_from_lengths(lengths[0], lengths[1], vocab_size, gen)
+
+
+def build_models(dims: dict, seed: int) -> dict:
+    torch.manual_seed(seed)
+    stock = MarianMTModel(MarianConfig(**marian_kwargs(dims)))
+    torch.manual_seed(seed)
+    checked = xl_spec("combination").build(dims)
+    unchecked = copy.deepcopy(checked)
+    unchecked.config.check_inputs = False
+    return {"stock": stock, "xlpe": checked, "xlpe_unchecked": unchecked}
+
+
+def step_fn(name: str, model, batch):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    extra = {} if name == "stock" else {"reorder_positions": batch.reorder_positions}
+    model.train()
+
+    def step() -> None:
+        loss = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, **extra).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def measure(args) -> dict:
+    dims = dict(SIZES[args.size])
+    batch = make_batch(args.batch_size, args.length, dims["vocab_size"], args.seed)
+    models = build_models(dims, args.seed)
+    steps = {name: step_fn(name, model, batch) for name, model in models.items()}
+    for _ in range(args.warmup):
+        for step in steps.values():
+            step()
+    wall = {name: [] for name in steps}
+    cpu = {name: [] for name in steps}
+    names = list(steps)
+    for pair in range(args.pairs):
+        for name in names if pair % 2 == 0 else names[::-1]:
+            w0, c0 = time.perf_counter(), time.process_time()
+            steps[name]()
+            cpu[name].append(time.process_time() - c0)
+            wall[name].append(time.perf_counter() - w0)
+    result = {"shape": tuple(batch.input_ids.shape), "labels": tuple(batch.labels.shape)}
+    for clock, times in (("wall", wall), ("cpu", cpu)):
+        result[clock] = {name: statistics.median(values) for name, values in times.items()}
+        result[clock + "_ratio"] = result[clock]["xlpe"] / result[clock]["stock"]
+        result[clock + "_ratio_unchecked"] = result[clock]["xlpe_unchecked"] / result[clock]["stock"]
+    return result
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="small", choices=sorted(SIZES), help="model dims (bench/speed.py's sizes)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=40, help="interleaved steps of each model")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each model first")
+    parser.add_argument("--runs", type=int, default=1, help="independent measurements (fresh models each)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--length", type=int, default=24, help="longest source/target sentence (tokens)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    results = []
+    for run in range(args.runs):
+        result = measure(args)
+        results.append(result)
+        print(f"run {run + 1}: batch {result['shape']} -> {result['labels']}, {args.threads} thread(s), "
+              f"{args.pairs} pairs | median ms stock {1e3 * result['wall']['stock']:.1f}, XL PE "
+              f"{1e3 * result['wall']['xlpe']:.1f} | ratio wall {result['wall_ratio']:.3f} (checks off "
+              f"{result['wall_ratio_unchecked']:.3f}), cpu {result['cpu_ratio']:.3f} (checks off "
+              f"{result['cpu_ratio_unchecked']:.3f})", flush=True)  # fmt: skip
+    if args.runs > 1:
+        for key in ("wall_ratio", "wall_ratio_unchecked", "cpu_ratio", "cpu_ratio_unchecked"):
+            values = [r[key] for r in results]
+            print(f"{key}: median {statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})")
+    return results
+
+
+if __name__ == "__main__":
+    main()
