@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,22 @@ def test_trust_remote_code_runs_the_folders_own_code(model_dir, tmp_path, monkey
 
 
 # ------------------------------------------------------------------------------ 3. a mistyped model path
+
+
+@pytest.mark.parametrize("field, value, words", [("d_model", -4, "negative dimension"),
+                                                ("encoder_layers", "two", "expected int"),
+                                                ("xl_strategy", "bogus", "xl_strategy must be one of")])  # fmt: skip
+def test_a_hand_edited_config_is_one_line_naming_the_file(model_dir, tmp_path, capsys, field, value, words):
+    """A config.json edited by hand into values no model can be built from: one line naming the file, exit 2."""
+    edited = tmp_path / "edited"
+    shutil.copytree(model_dir, edited)
+    config = json.loads((edited / "config.json").read_text())
+    config[field] = value
+    (edited / "config.json").write_text(json.dumps(config))
+    status, output = translate(edited, tmp_path)
+    message = one_error_line(capsys, "xlpe-translate")
+    assert status == 2 and f"{edited / 'config.json'}: no model can be built" in message and words in message, message
+    assert not output.exists()
 
 
 def test_a_mistyped_local_path_is_named_as_missing_not_as_a_failed_download(tmp_path, monkeypatch, capsys):

@@ -101,6 +101,20 @@ def load_model(name: str, trust_remote_code: bool = False):
     return AutoModelForSeq2SeqLM.from_pretrained(name, trust_remote_code=trust_remote_code).eval()
 
 
+def _configuration_error(name: str, error: Exception) -> ModelLoadError | None:
+    """A one-line ModelLoadError for a configuration that cannot build a model or tokenizer (a hand-edited
+    `config.json`: a negative width, a string where a number belongs, a value the family refuses), else None."""
+    if isinstance(error, ModelLoadError) or not (
+        isinstance(error, (TypeError, RuntimeError, ValueError, AttributeError))
+        or type(error).__name__ == "StrictDataclassFieldValidationError"  # huggingface_hub: a field of the wrong type
+    ):
+        return None
+    where = str(Path(name).expanduser() / "config.json") if _is_local(name) else f"{name} (config.json)"
+    reason = " ".join(str(error).split()) or type(error).__name__
+    return ModelLoadError(f"{where}: no model can be built from this configuration ({type(error).__name__}: "
+                          f"{reason[:200]})")  # fmt: skip
+
+
 def load_model_and_tokenizer(name: str, trust_remote_code: bool = False, ignore_tokenizer_mismatch: bool = False):
     """(model, tokenizer) of `name`, checked by `check_model_tokenizer` before the weights are loaded. A name that
     is no local directory and that the Hub cannot serve is a one-line ModelLoadError saying both (not the Hub
@@ -109,9 +123,15 @@ def load_model_and_tokenizer(name: str, trust_remote_code: bool = False, ignore_
 
     try:
         config_dict, _ = PretrainedConfig.get_config_dict(name)
-        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
-        check_model_tokenizer(config_dict, tokenizer, name, ignore_tokenizer_mismatch)
-        model = load_model(name, trust_remote_code)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+            check_model_tokenizer(config_dict, tokenizer, name, ignore_tokenizer_mismatch)
+            model = load_model(name, trust_remote_code)
+        except Exception as error:
+            converted = _configuration_error(name, error)
+            if converted is None:
+                raise
+            raise converted from None
     except OSError as error:
         if _is_local(name):
             raise
