@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from conftest import save_tiny_xlpe_model
 from xlpe.cli.reorder import main
 
 WORDS = "the cat dog sees chases small red ball man reads book garden child plays with a big old".split()
@@ -63,18 +64,6 @@ def trained(tmp_path_factory):
     return root, pair_a, pair_b
 
 
-def tiny_xlpe_model(tokenizer, directory):
-    from xlpe import XLPEMarianConfig, XLPEMarianMTModel
-
-    config = XLPEMarianConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
-                              encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=16,
-                              decoder_ffn_dim=16, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
-                              eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)  # fmt: skip
-    XLPEMarianMTModel(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
-
-
 # ---------------------------------------------------------------------------------------------------------
 # train: an --output_dir holding a reorderer made from other data or options
 # ---------------------------------------------------------------------------------------------------------
@@ -111,7 +100,7 @@ def test_train_restarts_with_no_resume_and_refuses_foreign_or_unrecorded_directo
 
     root, pair_a, _ = trained
     # a translation model directory is never replaced by a reorderer, even with --overwrite_output
-    model = tiny_xlpe_model(AutoTokenizer.from_pretrained(root / "r"), tmp_path / "model")
+    model = save_tiny_xlpe_model(AutoTokenizer.from_pretrained(root / "r"), tmp_path / "model")
     before = snapshot(model)
     for more in ([], ["--overwrite_output"]):
         message = user_error(train_argv(pair_a, model, *more), capsys)
@@ -206,7 +195,7 @@ def test_attach_predict_evaluate_refuse_what_is_not_a_reorderer(trained, tmp_pat
     root, pair_a, _ = trained
     reorderer = root / "r"
     tokenizer = AutoTokenizer.from_pretrained(reorderer)
-    model = tiny_xlpe_model(tokenizer, tmp_path / "model")
+    model = save_tiny_xlpe_model(tokenizer, tmp_path / "model")
     before = snapshot(model)
     message = user_error(["attach", "--reorderer", str(model), "--model", str(model)], capsys)
     assert message == (f"xlpe-reorder attach: error: --reorderer {model}: holds a xlpe_marian model, not a reorderer "
