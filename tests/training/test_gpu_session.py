@@ -60,7 +60,7 @@ def test_setup_installs_wheels_one_by_one_and_fails_loudly(tmp_path):
     assert records[0]["status"] == "failed" and records[-1] == {**records[-1], "check": "transformers", "status": "failed"}
 
 
-@pytest.mark.skipif(os.environ.get("RUN_SLOW") != "1", reason="slow (~5 min on 2 cores): set RUN_SLOW=1")
+@pytest.mark.skipif(os.environ.get("RUN_SLOW") != "1", reason="slow (~3 min on 2 quiet cores): set RUN_SLOW=1")
 def test_the_whole_dry_run_passes_end_to_end(tmp_path):
     result = session("--dry-run", "all", env={"OUT": str(tmp_path)}, timeout=1800)
     assert result.returncode == 0, result.stdout[-4000:]
