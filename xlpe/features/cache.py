@@ -83,14 +83,21 @@ def verify_entry(path: Path) -> str | None:
     return None
 
 
-def _discard(path: Path, problem: str) -> None:
-    logger.warning("xlpe-prepare: cache entry %s is corrupt (%s): removing it and rebuilding", path, problem)
-    retired = path.with_name(f".{path.name}.corrupt{os.getpid()}")
+def retire_directory(path: Path, label: str) -> bool:
+    """Remove the directory `path`: renamed aside first (`.NAME.LABEL<pid>`), so no reader ever sees a half-removed
+    one, then deleted. False when it was gone already (another process retired it first)."""
+    retired = path.with_name(f".{path.name}.{label}{os.getpid()}")
     try:
         os.replace(path, retired)
-    except OSError:  # another process removed it first
-        return
+    except OSError:
+        return False
     shutil.rmtree(retired, ignore_errors=True)
+    return True
+
+
+def _discard(path: Path, problem: str) -> None:
+    logger.warning("xlpe-prepare: cache entry %s is corrupt (%s): removing it and rebuilding", path, problem)
+    retire_directory(path, "corrupt")
 
 
 def _load_verified(path: Path | None, load):

@@ -48,7 +48,7 @@ import numpy as np
 from .alignment import PriorsAligner, align_with_eflomal_flat, alignment_priors_flat, eflomal_links, format_pharaoh_flat, parse_pharaoh_line
 from .artefacts import (RECORD_NAME, ArtefactMismatch, ArtefactRecord, differences, digest, file_digest, lines_digest,
                         read_record, verify_artefact, write_record)
-from .cache import CHECKSUM_FILE, verify_entry, write_checksum
+from .cache import CHECKSUM_FILE, retire_directory, verify_entry, write_checksum
 from .corpus import ParallelSplit, filter_pairs
 from .example_features import PREPARATION_VERSION, PrepareOptions
 from .text_files import read_text_line_range, scan_text_file, staging_dir, write_text_atomic
@@ -322,9 +322,8 @@ def _remove_work_dir(work: Path) -> None:
     ours = any((work / name).exists() for name in (PLAN_FILE, RECORD_NAME, SHARDS_DIR, TOKENIZER_DIR))
     if not ours and any(work.iterdir()):
         raise ValueError(f"--work-dir {work}: holds files but no xlpe-prepare work; not removing it (choose another --work-dir)")
-    retired = work.with_name(f".{work.name}.replaced{os.getpid()}")
-    os.replace(work, retired)
-    shutil.rmtree(retired, ignore_errors=True)
+    if not retire_directory(work, "replaced"):
+        raise ValueError(f"--work-dir {work}: could not be moved aside to be replaced")
 
 
 _PLAN_KEYS = {"request": dict, "shard_size": int, "splits": dict, "shards": list, "options": dict}
@@ -434,12 +433,7 @@ def shard_problem(work_dir, plan: dict, shard: dict) -> str | None:
 def _discard_shard(work: Path, index: int, problem: str) -> None:
     path = _shard_dir(work, index)
     logger.warning("xlpe-prepare: shard %d (%s) is %s: making it anew", index, path, problem)
-    retired = path.with_name(f".{path.name}.discarded{os.getpid()}")
-    try:
-        os.replace(path, retired)
-    except OSError:  # another job discarded it first
-        return
-    shutil.rmtree(retired, ignore_errors=True)
+    retire_directory(path, "discarded")  # False: another job discarded it first
 
 
 def finished_shards(work_dir, plan: dict) -> set[int]:
