@@ -109,9 +109,10 @@ def test_recipe_without_validation_split_trains_without_periodic_evaluation(tmp_
     assert not [e for e in log_history(tmp_path / "run") if "eval_bleu" in e]
 
 
-def test_early_stopping_on_bleu_and_the_final_model_is_the_average_of_the_last_checkpoints(tmp_path, caplog):
+def test_early_stopping_on_bleu_and_the_final_model_is_the_average_of_the_last_checkpoints(tmp_path, caplog, capsys):
     """lr ~0: BLEU never improves after the first evaluation, so patience 2 stops at the third of 20 steps; the
-    final model is the average of the last checkpoints saved (3 of the 5 asked: the run stopped early)."""
+    final model is the average of the last checkpoints saved (3 of the 5 asked: the run stopped early); the
+    end-of-run line says so."""
     with caplog.at_level(logging.INFO, logger="xlpe.train"):
         main(tiny(tmp_path, "--do_train", "--do_eval", "--max_steps", "20", "--eval_strategy", "steps", "--eval_steps", "1",
                   "--save_steps", "1", "--save_total_limit", "5", "--average_last_checkpoints", "5", "--learning_rate", "1e-12",
@@ -119,9 +120,21 @@ def test_early_stopping_on_bleu_and_the_final_model_is_the_average_of_the_last_c
     run = tmp_path / "run"
     state = json.loads((run / "trainer_state.json").read_text())
     assert state["global_step"] == 3 and "early stopping at step 3" in caplog.text
+    assert "xlpe-train: training ended at step 3: early stopping: eval_bleu did not improve for 2 evaluations" in capsys.readouterr().out
     averaged = json.loads((run / "averaged_checkpoints.json").read_text())["checkpoints"]
     assert averaged == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
     final = load_file(run / "model.safetensors")
     saved = [load_file(run / name / "model.safetensors") for name in averaged]
     name = "model.encoder.xl_position.gate"
     assert torch.allclose(final[name], sum(s[name] for s in saved) / 3)
+
+
+def test_a_run_that_max_steps_ends_is_not_reported_as_early_stopping(tmp_path, caplog, capsys):
+    """Issue 39: --max_steps ended a run (early stopping armed, patience not used up); the log must not say
+    "early stopping", and the end-of-run line names --max_steps."""
+    with caplog.at_level(logging.INFO, logger="xlpe.train"):
+        main(tiny(tmp_path, "--do_train", "--do_eval", "--max_steps", "2", "--eval_strategy", "steps", "--eval_steps", "1",
+                  "--save_steps", "1", "--early_stopping_patience", "5", "--max_eval_samples", "4"))  # fmt: skip
+    assert "early stopping at step" not in caplog.text
+    out = capsys.readouterr().out
+    assert "xlpe-train: training ended at step 2: --max_steps 2 reached; eval_bleu" in out and "over 2 evaluations" in out

@@ -27,6 +27,7 @@ from ..features.text_files import (  # (standard library only)
     check_output,
     write_text_atomic,
 )
+from ..features.language_codes import check_language_code
 from . import (
     CommandLineError,
     canonical_flags,
@@ -339,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_language_code(getattr(args, "lang", None), "--lang")  # `english` would pick a wrong BLEU tokenizer
         if args.command in ("bleu", "significance", "mvpe-metrics"):  # the BLEU tokenizer must run: say so first
             ev.check_bleu_tokenizer(args.lang, getattr(args, "tokenize", None))
         _check_input_files(args)

@@ -153,6 +153,10 @@ def _check_combination(args) -> None:
     from ..features.text_files import check_output
 
     _check_numbers(args)
+    from ..features.language_codes import check_language_code
+
+    check_language_code(args.source_lang, "--source_lang")
+    check_language_code(args.target_lang, "--target_lang")
     if args.stage in ("all", "merge"):
         check_output(args.output, "--output", args.overwrite_output)
     elif not Path(args.output).parent.is_dir():

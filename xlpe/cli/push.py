@@ -46,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CommandLineError(f"model_dir {args.model_dir}: no such local directory")
         for path in args.eval_results:
             check_input_file(path, "--eval_results")
+        from ..features.language_codes import check_language_code
+
+        for code in args.languages or ():
+            check_language_code(code, "--language")
         card_kwargs = {
             "repo_id": args.repo_id, "languages": args.languages, "license": args.license, "datasets": args.datasets,
             "base_model": args.base_model, "example_source": args.example_source,

@@ -19,6 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..features.language_codes import check_language_code
 from . import CommandLineError, check_input_file, check_model_path, user_error
 
 PROG = "xlpe-train"
@@ -26,6 +27,7 @@ PROG = "xlpe-train"
 # checked before anything heavy is imported (dash spellings are normalised first)
 MODEL_OPTIONS = ("model_name_or_path", "tokenizer_name", "config_name", "reorderer")
 FILE_SUFFIX = "_file"
+LANGUAGE_OPTIONS = ("source_lang", "target_lang")
 
 
 def __getattr__(name: str):  # old `xlpe.train` names, imported only when asked for (they import torch)
@@ -117,8 +119,8 @@ def _given_values(argv: list[str]) -> dict[str, str]:
 
 
 def check_paths(argv: list[str]) -> None:
-    """CommandLineError for a missing input file or a model/tokenizer/config path that does not exist
-    locally (and cannot be a Hub id), before torch is imported."""
+    """CommandLineError for a missing input file, a model/tokenizer/config path that does not exist locally
+    (and cannot be a Hub id), or a language that is not a code, before torch is imported."""
     for name, value in _given_values(argv).items():
         if name in MODEL_OPTIONS and value and not value.startswith(("builtin:",)):
             check_model_path(value, f"--{name}")
@@ -126,6 +128,11 @@ def check_paths(argv: list[str]) -> None:
             check_input_file(value, f"--{name}")
         elif name == "prepared_dataset" and value and not Path(value).is_dir():
             raise CommandLineError(f"--prepared_dataset {value}: no such local directory (an xlpe-prepare output)")
+        elif name in LANGUAGE_OPTIONS:
+            try:
+                check_language_code(value, f"--{name}")
+            except ValueError as error:
+                raise CommandLineError(str(error)) from None
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..evaluation.metrics import check_bleu_tokenizer
+from ..features.language_codes import check_language_code
 from .errors import UsageError
 from .recipes import NO_RECIPE, RECIPE_NAMES, cuda_fast_defaults, recipe_settings
 
@@ -325,6 +326,8 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
 
     model_args, data_args, training_args = parse({})
     check_data_sources(data_args)
+    for name in ("source_lang", "target_lang"):  # `french` or `ffr` would pick tokenizers by a wrong code
+        check_language_code(getattr(data_args, name), f"--{name}")
     defaults = {"dataset_name": BUILTIN_DATASET, **builtin_recipe(model_args)} if data_args.uses_builtin_corpus() else {}
     recipe = recipe or training_args.recipe
     device = describe_device(training_args)

@@ -3,6 +3,8 @@
 * `ValidationEarlyStopping` is transformers' `EarlyStoppingCallback` (its state is saved in checkpoints and
   restored on resume) without the requirement to load the best checkpoint at the end: here the final model
   is the average of the last checkpoints (`--average_last_checkpoints`) or the last one.
+* `RunOutcome` prints, when training ends, what ended it (early stopping, `--max_steps`, the epochs) and what
+  the validation metric did (first, best, last: `describe_run_end`).
 * `Throughput` measures the training time between log lines (evaluation and checkpointing left out) and turns
   the trainer's token counts into `target_tokens_per_second` and, on a GPU of known peak, `mfu` (model FLOPs
   utilisation) in every training log line, and `train_target_tokens_per_second` / `train_mfu` at the end.
@@ -23,7 +25,11 @@ logger = logging.getLogger("xlpe.train")
 
 
 class ValidationEarlyStopping(EarlyStoppingCallback):
-    """Stop when `metric_for_best_model` (BLEU by default) has not improved for `patience` evaluations."""
+    """Stop when `metric_for_best_model` (BLEU by default) has not improved for `patience` evaluations.
+    `stopped_at` is the step at which *this* callback stopped the run (None when something else ended it:
+    `--max_steps`, the epochs), so the end-of-run message (`RunOutcome`) says what really happened."""
+
+    stopped_at: int | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         if args.metric_for_best_model is None or args.eval_strategy == "no":
@@ -36,9 +42,61 @@ class ValidationEarlyStopping(EarlyStoppingCallback):
 
     def on_evaluate(self, args, state, control, metrics, **kwargs):
         super().on_evaluate(args, state, control, metrics, **kwargs)
-        if control.should_training_stop:
+        # (control.should_training_stop is also set by the last step of --max_steps: only the counter says that
+        # the metric stopped improving)
+        if self.early_stopping_patience_counter >= self.early_stopping_patience and self.stopped_at is None:
+            self.stopped_at = state.global_step
             logger.warning("early stopping at step %d: eval_%s has not improved on %s for %d evaluations", state.global_step,
-                        args.metric_for_best_model.removeprefix("eval_"), state.best_metric, self.early_stopping_patience)  # fmt: skip
+                           args.metric_for_best_model.removeprefix("eval_"), state.best_metric, self.early_stopping_patience)  # fmt: skip
+
+
+def describe_run_end(step: int, max_steps: int, history: list[tuple[int, float]], metric: str | None,
+                     early_stopped_at: int | None, patience: int | None = None, greater_is_better: bool = True) -> str:
+    """One sentence saying why training ended and what the validation metric did: early stopping (and on which
+    best value), or the step/epoch budget, with the metric's first, best and last values (`history`: (step, value)
+    of every periodic evaluation). Pure: `RunOutcome` prints it."""
+    if early_stopped_at is not None:
+        reason = f"early stopping: eval_{metric} did not improve for {patience} evaluations"
+    elif max_steps > 0 and step >= max_steps:
+        reason = f"--max_steps {max_steps} reached"
+    else:
+        reason = "the last epoch (--num_train_epochs) done"
+    text = f"training ended at step {step}: {reason}"
+    if history and metric:
+        (first_step, first), (last_step, last) = history[0], history[-1]
+        best_step, best = (max if greater_is_better else min)(history, key=lambda item: item[1])
+        moved = "rose" if last > first else "fell" if last < first else "stayed"
+        text += (f"; eval_{metric} {moved} from {first:g} (step {first_step}) to {last:g} (step {last_step}) over "
+                 f"{len(history)} evaluation{'s' if len(history) != 1 else ''}, best {best:g} at step {best_step}")
+        if early_stopped_at is None and best_step == last_step and len(history) > 1:
+            text += " (still improving: more steps may help)"
+    return text
+
+
+class RunOutcome(TrainerCallback):
+    """Prints, when training ends, why it ended (`describe_run_end`) with the validation metric of every periodic
+    evaluation (from the trainer's log history, so a resumed run counts the evaluations before the resume too):
+    never "early stopping" for a run that `--max_steps` ended."""
+
+    def __init__(self, early_stopping: ValidationEarlyStopping | None = None):
+        self.early_stopping = early_stopping
+
+    @staticmethod
+    def history(log_history: list[dict], metric: str) -> list[tuple[int, float]]:
+        """(step, value) of `eval_<metric>` in a trainer log history, one per step, in step order."""
+        values = {entry["step"]: float(entry[f"eval_{metric}"]) for entry in log_history
+                  if isinstance(entry.get(f"eval_{metric}"), (int, float)) and "step" in entry}  # fmt: skip
+        return sorted(values.items())
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        metric = (args.metric_for_best_model or "").removeprefix("eval_") or None
+        stopper = self.early_stopping
+        print("xlpe-train: " + describe_run_end(
+            state.global_step, args.max_steps, self.history(state.log_history, metric) if metric else [], metric,
+            stopper.stopped_at if stopper else None, stopper.early_stopping_patience if stopper else None,
+            args.greater_is_better is not False), flush=True)  # fmt: skip
 
 
 class TokenBatchEpoch(TrainerCallback):

@@ -36,7 +36,7 @@ from transformers import AutoConfig, set_seed
 
 from .arguments import parse_arguments
 from .errors import UsageError
-from .callbacks import ValidationEarlyStopping
+from .callbacks import RunOutcome, ValidationEarlyStopping
 from ..models.hub_support import apply_umask_to_weights
 from ..features.text_files import write_text_atomic
 from ..features.artefacts import record_path
@@ -190,6 +190,8 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         write_text_atomic(Path(training_args.output_dir) / "preparation_report.json", json.dumps(reports, indent=2, default=str))
 
     trainer_ref: list = []
+    stopper = ValidationEarlyStopping(training_args.early_stopping_patience) \
+        if training_args.early_stopping_patience and training_args.do_train else None
     trainer = XLPESeq2SeqTrainer(
         model=model, args=training_args, processing_class=tokenizer,
         train_dataset=prepared.get("train") if training_args.do_train else None,
@@ -198,8 +200,7 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize) if training_args.predict_with_generate else None,
         eval_with_oracle_positions=training_args.eval_with_oracle_positions, callbacks=[
             *(callbacks or []), *([ApplyResumedFrequencies()] if checkpoint else []),
-            *([ValidationEarlyStopping(training_args.early_stopping_patience)]
-                                  if training_args.early_stopping_patience and training_args.do_train else [])],
+            *([stopper] if stopper else []), RunOutcome(stopper)],
     )  # fmt: skip
     trainer_ref.append(trainer)
     for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
