@@ -1,6 +1,6 @@
 """The console scripts, one module each (argument parsing and error reporting; the work happens in the
 library): xlpe-prepare, xlpe-train, xlpe-translate, xlpe-evaluate, xlpe-push, xlpe-demo, xlpe-reorder,
-xlpe-tagger.
+xlpe-tagger, xlpe-export.
 
 Conventions shared by every command (docs/command_line.md), and the helpers that keep them:
 
@@ -10,6 +10,8 @@ Conventions shared by every command (docs/command_line.md), and the helpers that
 * **One flag spelling.** Long options are spelled with underscores (`--output_dir`, run_translation's
   convention, which `xlpe-train` inherits from `HfArgumentParser`); the dash spelling (`--output-dir`) is
   accepted everywhere as an alias (`canonical_flags`). Help shows the underscore spelling.
+* **A mistyped flag gets a suggestion**: `unrecognized arguments: --sorce (did you mean --source?)`
+  (`suggest_option`; installed on every parser by `canonical_flags`, and used by `xlpe-train` before torch).
 * **User errors** (a missing input file, a model path that does not exist, a bad option combination) print
   one line `PROG: error: ...` on stderr and exit with status 2, without a traceback (`user_error`,
   `check_input_file`, `check_model_path`).
@@ -21,6 +23,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+from ..training.errors import suggest_option, unknown_flags_message  # (standard library only)
 
 # ---------------------------------------------------------------------------------------------------------
 # One flag spelling: --under_score, with --dash-spelling accepted as an alias
@@ -53,7 +57,36 @@ def canonical_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                 raise ValueError(f"{parser.prog}: {option} would name two options ({owner.dest} and {action.dest})")
             parser._option_string_actions[option] = action
         action.option_strings = shown
+    _suggest_on_unknown_flags(parser)
     return parser
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A mistyped flag: "did you mean"
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _all_options(parser: argparse.ArgumentParser) -> list[str]:
+    options = list(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in set(action.choices.values()):
+                options += _all_options(subparser)
+    return options
+
+
+def _suggest_on_unknown_flags(parser: argparse.ArgumentParser) -> None:
+    """Make `parser.error` add "did you mean" to argparse's "unrecognized arguments" (subcommands' flags
+    included: argparse reports their unknown flags through the top parser)."""
+    plain_error = parser.error
+
+    def error(message: str):
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            message = unknown_flags_message(message[len(prefix):].split(), _all_options(parser))
+        plain_error(message)
+
+    parser.error = error
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -117,4 +150,4 @@ def check_model_path(value: str, flag: str) -> None:
 
 
 __all__ = ["CommandLineError", "canonical_flags", "check_input_file", "check_model_path", "hub_is_offline",
-           "looks_like_local_path", "user_error"]
+           "looks_like_local_path", "suggest_option", "unknown_flags_message", "user_error"]

@@ -1,10 +1,13 @@
 """`xlpe-train`: the console script (the run itself is `xlpe.training.run.main`). A user error found before
 any work prints one line and exits 2; a finished multi-process run tears its process group down cleanly.
 
-`--help` is answered without importing torch when it can be: the help text (hundreds of options, most of them
-transformers' `Seq2SeqTrainingArguments`, which import torch) is produced by the real argument parser once and
-kept in `$XDG_CACHE_HOME/xlpe/help/` (default `~/.cache/xlpe/help/`), keyed by the versions of Python, xlpe and
-transformers, the source of `xlpe/training/`, and the terminal width: a changed parser never shows a stale text.
+`--help` is answered without importing torch: the help text (hundreds of options, most of them transformers'
+`Seq2SeqTrainingArguments`, which import torch) ships with the package (`train_help.txt`, served while its key,
+the Python and transformers versions and the argument sources, matches); otherwise it is produced by the real
+argument parser once and kept in `$XDG_CACHE_HOME/xlpe/help/` (default `~/.cache/xlpe/help/`), keyed by the
+versions of Python, xlpe and transformers, the source of `xlpe/training/`, and the terminal width: a changed
+parser never shows a stale text. The same text gives the option names that a mistyped flag is checked against
+before torch is imported ("did you mean").
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 from pathlib import Path
 
 from ..features.language_codes import check_language_code
-from . import CommandLineError, check_input_file, check_model_path, user_error
+from . import CommandLineError, check_input_file, check_model_path, unknown_flags_message, user_error
 
 PROG = "xlpe-train"
 # options whose value must name a model, tokenizer or config (a local directory or a Hub id) or an input file;
@@ -47,28 +50,52 @@ def __getattr__(name: str):  # old `xlpe.train` names, imported only when asked 
 # ---------------------------------------------------------------------------------------------------------
 
 
+SNAPSHOT = Path(__file__).with_name("train_help.txt")  # the help text as shipped (`write_help_snapshot`)
+SNAPSHOT_COLUMNS = 100  # the width the shipped text is wrapped at
+# the files whose code shapes the help text (the argument dataclasses and the recipe names they list)
+HELP_SOURCES = ("arguments.py", "recipes.py", "errors.py")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        return "?"
+
+
 def _help_cache_file() -> Path:
     digest = hashlib.sha256()
     training = Path(__file__).resolve().parents[1] / "training"
     for source in sorted(training.glob("*.py")) + [Path(__file__).resolve()]:
         digest.update(source.name.encode() + source.read_bytes())
-    versions = []
-    for package in ("xlpe", "transformers"):
-        try:
-            versions.append(importlib.metadata.version(package))
-        except importlib.metadata.PackageNotFoundError:  # pragma: no cover
-            versions.append("?")
+    versions = [_version("xlpe"), _version("transformers")]
     width = shutil.get_terminal_size().columns
     digest.update(f"{sys.version_info[:2]}|{versions}|{width}".encode())
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlpe" / "help"
     return root / f"xlpe-train-{digest.hexdigest()[:20]}.txt"
 
 
-def help_text() -> str:
-    """The text of `xlpe-train --help`, from the cache or (once) from the real argument parser."""
-    cache = _help_cache_file()
+def snapshot_key() -> str:
+    """What the shipped help text must have been made from to be served: Python's minor version (argparse's
+    layout), the transformers release (its training arguments) and the sources in `HELP_SOURCES`."""
+    digest = hashlib.sha256()
+    training = Path(__file__).resolve().parents[1] / "training"
+    for name in HELP_SOURCES:
+        digest.update(name.encode() + (training / name).read_bytes())
+    python = ".".join(map(str, sys.version_info[:2]))
+    return f"python {python}, transformers {_version('transformers')}, sources {digest.hexdigest()[:16]}"
+
+
+def _snapshot_text() -> str | None:
+    """The shipped help text when it was made from the code and releases in use (`snapshot_key`), else None."""
     with contextlib.suppress(OSError):
-        return cache.read_text(encoding="utf-8")
+        key, _, text = SNAPSHOT.read_text(encoding="utf-8").partition("\n")
+        if key == f"# {snapshot_key()}":
+            return text
+    return None
+
+
+def _build_help_text() -> str:
     from ..training.arguments import parse_arguments
 
     buffer, program = io.StringIO(), sys.argv[0]
@@ -78,13 +105,69 @@ def help_text() -> str:
             parse_arguments(["--help"])
     finally:
         sys.argv[0] = program
-    text = buffer.getvalue()
+    return buffer.getvalue()
+
+
+def help_text() -> str:
+    """The text of `xlpe-train --help`: from the cache, else the shipped snapshot (a fresh install answers at
+    once), else (once) from the real argument parser, then cached."""
+    cache = _help_cache_file()
+    with contextlib.suppress(OSError):
+        return cache.read_text(encoding="utf-8")
+    text = _snapshot_text()
+    if text is not None:
+        return text
+    text = _build_help_text()
     with contextlib.suppress(OSError):  # an unwritable cache only costs speed
         cache.parent.mkdir(parents=True, exist_ok=True)
         partial = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, cache)
     return text
+
+
+def write_help_snapshot(path: Path = SNAPSHOT) -> Path:
+    """Write the shipped help text (wrapped at `SNAPSHOT_COLUMNS`) with its `snapshot_key`; run after changing
+    the training arguments: `python -c "from xlpe.cli.train import write_help_snapshot; write_help_snapshot()"`
+    (`tests/cli/test_first_hour_cli.py` fails while the snapshot is stale)."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(SNAPSHOT_COLUMNS)
+    try:
+        text = _build_help_text()
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS")
+        else:
+            os.environ["COLUMNS"] = saved
+    path.write_text(f"# {snapshot_key()}\n{text}", encoding="utf-8")
+    return path
+
+
+def known_options(text: str) -> set[str]:
+    """The long options a help text lists (the option lines of its sections, every spelling)."""
+    options = set()
+    for line in text.splitlines():
+        if line.startswith("  -"):
+            for item in line.strip().split(", "):
+                if item.startswith("--"):
+                    options.add(item.split()[0])
+    return options
+
+
+def check_flags(argv: list[str], options: set[str]) -> None:
+    """CommandLineError naming an unknown long flag with the closest known one; a unique prefix of a known
+    option is left to argparse (which accepts it)."""
+    unknown = []
+    for item in argv:
+        if not item.startswith("--") or item == "--":
+            continue
+        name = item.split("=", 1)[0]
+        spellings = {name, "--" + name[2:].replace("-", "_")}
+        if spellings & options or any(option.startswith(spelling) for option in options for spelling in spellings):
+            continue
+        unknown.append(name)
+    if unknown:
+        raise CommandLineError(unknown_flags_message(unknown, options))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -142,6 +225,8 @@ def cli(argv: list[str] | None = None) -> int:
         sys.stdout.write(help_text())
         return 0
     try:
+        if not (len(argv) == 1 and argv[0].endswith(".json")):
+            check_flags(argv, known_options(help_text()))
         check_paths(argv)
     except CommandLineError as error:
         return user_error(PROG, error)

@@ -8,6 +8,7 @@ given explicitly on the command line (or in the JSON file) wins over both (`expl
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import logging
@@ -22,7 +23,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..evaluation.metrics import check_bleu_tokenizer
 from ..features.language_codes import check_language_code
-from .errors import UsageError
+from .errors import UsageError, unknown_flags_message
 from .recipes import NO_RECIPE, RECIPE_NAMES, cuda_fast_defaults, recipe_settings
 
 logger = logging.getLogger("xlpe.train")
@@ -322,7 +323,13 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
         if given is not None:
             return parser.parse_dict({**extra, **given})
         flags = [item for key, value in extra.items() for item in (f"--{key}", str(value))]
-        return parser.parse_args_into_dataclasses(args=flags + argv)
+        try:
+            return parser.parse_args_into_dataclasses(args=flags + argv)
+        except ValueError as error:  # unknown flags: the closest known ones ("did you mean")
+            _, marker, unused = str(error).partition("not used by the HfArgumentParser: ")
+            if not marker:
+                raise
+            raise UsageError(unknown_flags_message(ast.literal_eval(unused), parser._option_string_actions)) from None
 
     model_args, data_args, training_args = parse({})
     check_data_sources(data_args)
