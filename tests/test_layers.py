@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xlpe"
-LAYERS = {"models": 0, "features": 1, "evaluation": 2, "training": 3, "cli": 4}
+LAYERS = {"models": 0, "features": 1, "evaluation": 2, "export": 2, "training": 3, "cli": 4}
 TOP = len(LAYERS)  # xlpe/__init__.py and the deprecation shim: above every layer
 SECTION_BANNER = "# " + "-" * 40  # the start of a `# ----...` section banner
 
@@ -193,7 +193,7 @@ def test_every_console_script_points_at_a_cli_function():
 
     scripts = console_scripts()
     assert set(scripts) == {"xlpe-prepare", "xlpe-train", "xlpe-translate", "xlpe-evaluate", "xlpe-push", "xlpe-demo",
-                            "xlpe-reorder", "xlpe-tagger"}
+                            "xlpe-reorder", "xlpe-tagger", "xlpe-export"}
     for name, target in scripts.items():
         module, _, function = target.partition(":")
         assert module.startswith("xlpe.cli."), f"{name} -> {target}: console scripts live in xlpe.cli"

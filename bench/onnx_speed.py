@@ -1,0 +1,145 @@
+"""CPU inference speed of exported models (issue 42): sentences/s of PyTorch `generate`, ONNX fp32 and ONNX int8,
+for each family and for stock MarianMT exported the same way, in one run; the int8 BLEU change; whether fp32
+ONNX translations are identical to PyTorch's.
+
+    python bench/onnx_speed.py --model marian=runs/vanilla --model xlpe=runs/xlpe --model dpe=runs/dpe \\
+        --model mvpe_pos=runs/mvpe_pos --threads 2 --num_beams 5 --limit 200 --repeats 3 --output bench/onnx_speed.json
+
+Each model is exported (`xlpe.export.export_directory`, fp32 + int8) into `--export_root`, then every (model,
+engine) pair translates the same `--limit` sentences of the built-in corpus' test split (raw text in, text out:
+tokenizer, front end, search and detokenisation all counted) in length-sorted batches of `--batch_size`,
+interleaved across repeats (A B C ... then ... C B A) so that drift on a shared machine cancels. Reported per pair:
+median sentences/s over repeats (wall clock; process CPU seconds beside it), the per-repeat ratio against the stock
+model's same engine (median), BLEU (sacrebleu) and, for ONNX fp32, the share of translations identical to
+PyTorch's. `--model NAME=DIR`: the first NAME given as `--baseline` (default "marian") is the denominator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", required=True, help="NAME=DIR of a trained model (repeatable)")
+    parser.add_argument("--baseline", default="marian", help="the NAME that ratios divide by (default marian)")
+    parser.add_argument("--export_root", default="/tmp/xlpe-onnx-bench", help="where the exports are written")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--num_beams", type=int, default=5)
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--limit", type=int, default=200, help="test sentences (built-in corpus, test split)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--output", default=None, help="JSON results file")
+    return parser.parse_args(argv)
+
+
+class TorchTranslator:
+    """PyTorch `generate` on the same batches: tokenizer + the model's pipeline inputs + generate + decode."""
+
+    def __init__(self, directory: str):
+        from xlpe.evaluation.model_loading import load_model_and_tokenizer
+
+        self.model, self.tokenizer = load_model_and_tokenizer(directory)
+        self.limit = int(self.model.config.max_position_embeddings)
+
+    def translate(self, texts, **kwargs):
+        import torch
+
+        inputs = self.tokenizer(texts, padding=True, truncation=True, max_length=self.limit, return_tensors="pt")
+        prepare = getattr(self.model, "prepare_pipeline_inputs", None)
+        extra = prepare(texts, self.tokenizer, inputs) if prepare is not None else {}
+        kwargs.setdefault("max_new_tokens", min(int(1.5 * inputs["input_ids"].shape[1]) + 10, self.limit))
+        with torch.no_grad():
+            ids = self.model.generate(**inputs, **extra, **kwargs)
+        return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+
+def translate_all(translator, texts, batch_size, num_beams):
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i].split()))
+    output = [""] * len(texts)
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        for index, text in zip(batch, translator.translate([texts[i] for i in batch], num_beams=num_beams)):
+            output[index] = text
+    return output
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import sacrebleu
+    import torch
+
+    from xlpe.export.exporter import export_directory
+    from xlpe.export.runtime import OnnxTranslator
+    from xlpe.features.synthetic import synthetic_splits
+
+    torch.set_num_threads(args.threads)
+    models = dict(item.split("=", 1) for item in args.model)
+    if args.baseline not in models:
+        sys.exit(f"--baseline {args.baseline}: not among --model names {sorted(models)}")
+    pairs = synthetic_splits()["test"][: args.limit]
+    sources, references = [p.source for p in pairs], [p.target for p in pairs]
+    engines = {}
+    for name, directory in models.items():
+        export = Path(args.export_root) / name
+        started = time.perf_counter()
+        export_directory(directory, export, quantize="int8", overwrite=True)
+        print(f"{name}: exported in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        engines[(name, "pytorch")] = TorchTranslator(directory)
+        engines[(name, "onnx-fp32")] = OnnxTranslator(export, threads=args.threads)
+        engines[(name, "onnx-int8")] = OnnxTranslator(export, precision="int8", threads=args.threads)
+    keys = list(engines)
+    outputs, wall, cpu = {}, {k: [] for k in keys}, {k: [] for k in keys}
+    for key in keys:  # warm-up: one batch each
+        engines[key].translate(sources[: args.batch_size], num_beams=args.num_beams)
+    for repeat in range(args.repeats):
+        for key in keys if repeat % 2 == 0 else keys[::-1]:
+            started, started_cpu = time.perf_counter(), time.process_time()
+            outputs[key] = translate_all(engines[key], sources, args.batch_size, args.num_beams)
+            wall[key].append(time.perf_counter() - started)
+            cpu[key].append(time.process_time() - started_cpu)
+            print(f"repeat {repeat} {key}: {len(sources) / wall[key][-1]:.1f} sent/s", file=sys.stderr)
+    rows = []
+    for name, engine in keys:
+        base = (args.baseline, engine)
+        ratios = [len(sources) / w / (len(sources) / b) for w, b in zip(wall[(name, engine)], wall[base])]
+        hyp = outputs[(name, engine)]
+        rows.append({
+            "model": name, "engine": engine, "sentences": len(sources),
+            "sentences_per_s": round(len(sources) / statistics.median(wall[(name, engine)]), 2),
+            "cpu_s_per_sentence": round(statistics.median(cpu[(name, engine)]) / len(sources), 4),
+            "ratio_vs_baseline_same_engine": round(statistics.median(ratios), 3),
+            "speedup_vs_own_pytorch": round(statistics.median(wall[(name, "pytorch")]) / statistics.median(wall[(name, engine)]), 2),
+            "bleu": round(sacrebleu.corpus_bleu(hyp, [references]).score, 2),
+            "identical_to_pytorch": round(sum(a == b for a, b in zip(hyp, outputs[(name, "pytorch")])) / len(hyp), 4),
+        })  # fmt: skip
+    result = {
+        "date": str(date.today()), "command": "python " + " ".join(sys.argv), "threads": args.threads,
+        "num_beams": args.num_beams, "batch_size": args.batch_size, "repeats": args.repeats,
+        "machine": "2 CPU cores, shared with other jobs (wall clock: medians over interleaved repeats)",
+        "torch": torch.__version__, "onnxruntime": __import__("onnxruntime").__version__, "rows": rows,
+    }  # fmt: skip
+    for row in rows:
+        int8, fp32 = row, next(r for r in rows if r["model"] == row["model"] and r["engine"] == "pytorch")
+        row["bleu_change_vs_pytorch"] = round(int8["bleu"] - fp32["bleu"], 2)
+    text = json.dumps(result, indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    print("\n| model | engine | sentences/s | x own PyTorch | ratio vs stock (same engine) | BLEU | Δ BLEU vs PyTorch | identical to PyTorch |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['model']} | {row['engine']} | {row['sentences_per_s']} | {row['speedup_vs_own_pytorch']} | "
+              f"{row['ratio_vs_baseline_same_engine']} | {row['bleu']} | {row['bleu_change_vs_pytorch']:+.2f} | "
+              f"{row['identical_to_pytorch']:.1%} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

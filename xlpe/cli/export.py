@@ -1,0 +1,94 @@
+"""`xlpe-export`: a trained model -> ONNX graphs, tokenizer and manifest for serving without PyTorch's generate
+(`xlpe.export`; docs/deployment.md).
+
+    xlpe-export --model runs/demo --output runs/demo-onnx --quantize int8     # export (fp32 + int8 copies)
+    xlpe-export --verify runs/demo-onnx --model runs/demo                      # check an export against its model
+    xlpe-export --translate runs/demo-onnx --input test.en --num_beams 4        # raw text in, translations out
+
+Export refuses, in one line with exit status 2, a model it cannot handle (another model type, a standalone
+reorderer, a search option the exported search does not reproduce), a `--model` that does not exist and an existing
+`--output` without `--overwrite_output`. `--verify` checks the graph files and tokenizer against the export's
+manifest and, with `--model`, that the model's configuration and weights are the exported ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import CommandLineError, canonical_flags, check_input_file, check_model_path, user_error
+
+PROG = "xlpe-export"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--output", help="export: the directory to write")
+    mode.add_argument("--verify", metavar="EXPORT_DIR", help="check an export directory (against --model when given)")
+    mode.add_argument("--translate", metavar="EXPORT_DIR", help="translate --input with an export directory")
+    parser.add_argument("--model", help="the trained model directory (export: required; --verify: optional)")
+    parser.add_argument("--quantize", choices=["int8"], default=None, help="also write dynamic int8 copies of the graphs")
+    parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    parser.add_argument("--overwrite_output", action="store_true", help="replace an existing --output directory")
+    parser.add_argument("--input", default="-", help="--translate: UTF-8 text, one sentence per line ('-' = stdin)")
+    parser.add_argument("--precision", choices=["fp32", "int8"], default="fp32", help="--translate: which graphs")
+    parser.add_argument("--num_beams", type=int, default=None, help="--translate: beam size (default: the model's)")
+    parser.add_argument("--batch_size", type=int, default=32, help="--translate: sentences per batch (default 32)")
+    parser.add_argument("--threads", type=int, default=None, help="--translate: onnxruntime threads (default: all cores)")
+    return canonical_flags(parser)
+
+
+def translate(args) -> int:
+    from ..export.runtime import OnnxTranslator
+    from .translate import length_sorted_batches, read_input
+
+    translator = OnnxTranslator(args.translate, precision=args.precision, threads=args.threads)
+    lines = read_input(args.input)
+    words = [" ".join(line.split()) for line in lines]
+    output = [""] * len(lines)
+    kwargs = {"num_beams": args.num_beams} if args.num_beams else {}
+    for batch in length_sorted_batches(words, args.batch_size):
+        for index, text in zip(batch, translator.translate([words[i] for i in batch], **kwargs)):
+            output[index] = text
+    sys.stdout.write("".join(text + "\n" for text in output))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for flag, value in (("--num_beams", args.num_beams), ("--batch_size", args.batch_size), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            return user_error(PROG, f"{flag} must be >= 1, got {value}")
+    try:
+        if args.output is not None and args.model is None:
+            raise CommandLineError("--output needs --model (the trained model directory to export)")
+        if args.model is not None:
+            check_model_path(args.model, "--model")
+        for flag in ("verify", "translate"):
+            path = getattr(args, flag)
+            if path is not None:
+                check_model_path(path, f"--{flag}")
+        if args.translate is not None:
+            check_input_file(args.input, "--input")
+            return translate(args)
+        if args.verify is not None:
+            from ..export.manifest import verify_export
+
+            manifest = verify_export(args.verify, args.model)
+            against = f" and matches {args.model}" if args.model else ""
+            print(f"{args.verify}: {len(manifest['graphs']) + len(manifest.get('int8_graphs') or {})} graphs and the "
+                  f"tokenizer match the manifest{against}")  # fmt: skip
+            return 0
+        from ..export.exporter import export_directory
+
+        manifest = export_directory(args.model, args.output, args.quantize, args.opset, args.overwrite_output)
+    except (CommandLineError, ValueError, OSError) as error:
+        return user_error(PROG, error)
+    files = [*manifest["graphs"], *(manifest.get("int8_graphs") or {})]
+    print(f"{args.output}: {', '.join(files)} (opset {args.opset}) + tokenizer and export_manifest.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Deployment: ONNX export of a translation model and fast CPU inference from the export (docs/deployment.md).
+
+* `graphs`: the three ONNX graphs (encoder with the family's extra inputs, decoder without and with past key
+  values), the wrappers the TorchScript exporter traces, and the export itself;
+* `onnx_fixes`: the symbolics and the graph pass that the exporter and onnxruntime need (no model code changes);
+* `exporter`: a saved model -> an export directory (`xlpe-export`), with tokenizer, front-end files and int8 copies;
+* `manifest`: what an export records (model config and weight digests, tools, opset, graph digests) and checks;
+* `search`: greedy and beam search in numpy, reproducing transformers' `generate`;
+* `runtime`: `OnnxTranslator`, raw text -> translations with onnxruntime and the Python front end.
+
+Layer: beside `evaluation` (it uses `models`, `features` and `evaluation.model_loading`); only `cli` imports it.
+"""
+
+from __future__ import annotations
+
+_EXPORTS = {
+    "OnnxTranslator": "runtime", "SearchSettings": "search", "export_directory": "exporter", "export_model": "exporter",
+    "verify_export": "manifest", "read_manifest": "manifest",
+}  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

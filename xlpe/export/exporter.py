@@ -1,0 +1,145 @@
+"""`export_model`: a saved translation model -> an export directory (what `xlpe-export` writes).
+
+    OUT/
+      encoder_model.onnx  decoder_model.onnx  decoder_with_past_model.onnx     fp32 graphs (graphs.py)
+      *_int8.onnx                                   with --quantize int8: onnxruntime's dynamic int8 quantization
+      tokenizer files, config.json, generation_config.json
+      reorderer/                                    XL PE with an attached reorderer: the reorderer (front end)
+      pos_tagger.json                               a trained source tagger ("perceptron:<file>"), when the model has one
+      export_manifest.json                          where it came from, digests, layout, front end (manifest.py)
+
+Which models: the three families of this package in every position option, and stock MarianMT (the baseline of
+the speed comparison). Refused by name, before any work: another `model_type` (a standalone reorderer directory
+is told to attach itself to an XL PE model first), a model that is not an encoder-decoder, and a generation
+config with a search option the exported search does not reproduce (search.py). The directory is written beside
+`OUT` and renamed into place when complete; an existing `OUT` is replaced only with `overwrite=True`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from .graphs import DEFAULT_OPSET, GRAPH_FILES, export_graphs, graph_layout
+from .manifest import FORMAT, FORMAT_VERSION, config_digest, file_digest, tool_versions, weights_digest, write_manifest
+from .search import SearchSettings
+
+EXPORTABLE_TYPES = ("xlpe_marian", "dpe_marian", "mvpe_pos", "marian")  # the families' model types, stock MarianMT
+QUANTIZATIONS = ("int8",)
+REORDERER_DIR = "reorderer"
+
+
+def int8_name(file_name: str) -> str:
+    return file_name.replace(".onnx", "_int8.onnx")
+
+
+def check_output(output: Path, overwrite: bool) -> None:
+    if Path(output).exists() and not overwrite:
+        raise ValueError(f"output {output}: exists (pass overwrite=True / --overwrite_output to replace it)")
+
+
+def check_exportable(model) -> None:
+    """ValueError naming what makes `model` impossible to export (module docstring)."""
+    config = model.config
+    model_type = getattr(config, "model_type", None)
+    if model_type == "xlpe_reorderer":
+        raise ValueError("model_type 'xlpe_reorderer' is a standalone reorderer, not a translation model: attach it to "
+                         "an XL PE model (xlpe-reorder attach --reorderer DIR --model MODEL) and export that model")  # fmt: skip
+    if model_type not in EXPORTABLE_TYPES:
+        raise ValueError(f"model_type {model_type!r} cannot be exported: expected one of {', '.join(EXPORTABLE_TYPES)}")
+    if not getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"is_encoder_decoder is {getattr(config, 'is_encoder_decoder', None)!r}: only encoder-decoder "
+                         "translation models can be exported")  # fmt: skip
+    SearchSettings.from_generation_config(model.generation_config.to_dict())  # refuses unsupported search options
+
+
+def _source_front_end(model, layout, model_dir: Path | None, output: Path) -> dict:
+    """What the Python front end runs before the encoder graph, with its files copied into `output`."""
+    config, front = model.config, {"reorderer": None, "source_tagger": None}
+    if layout.reorder_positions:
+        model.get_encoder().reorderer.save_pretrained(output / REORDERER_DIR)
+        front["reorderer"] = REORDERER_DIR
+    if layout.source_tags:
+        from ..models.pos_tagging_hub import PERCEPTRON_PREFIX, SAVED_TAGGER_FILE, resolve_tagger_file, tagger_file_name
+
+        tagger = config.pos_tagger
+        file_name = tagger_file_name(tagger)
+        if file_name is not None:
+            shutil.copyfile(resolve_tagger_file(file_name, str(model_dir) if model_dir else None), output / SAVED_TAGGER_FILE)
+            tagger = PERCEPTRON_PREFIX + SAVED_TAGGER_FILE
+        front["source_tagger"] = {"pos_tagger": tagger, "pos_tags": list(config.pos_tags),
+                                  "nltk_data": getattr(config, "nltk_data", None)}  # fmt: skip
+    return front
+
+
+def quantize_int8(directory: Path) -> dict:
+    """Dynamic int8 copies of the graphs (onnxruntime.quantization: int8 weights of MatMul/Gemm, activations
+    quantized per call); returns {file: {"sha256": ...}}."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    written = {}
+    for file_name in GRAPH_FILES:
+        target = directory / int8_name(file_name)
+        quantize_dynamic(str(directory / file_name), str(target), weight_type=QuantType.QInt8)
+        written[target.name] = {"sha256": file_digest(target)}
+    return written
+
+
+def export_model(model, tokenizer, output, quantize: str | None = None, opset: int = DEFAULT_OPSET,
+                 overwrite: bool = False, model_dir=None) -> dict:  # fmt: skip
+    """Export a loaded `model` (eval mode) and its `tokenizer` into the directory `output`; returns the manifest.
+    `model_dir`: where the model was loaded from (recorded; a trained source tagger's file is read from it)."""
+    from ..features.predicted_reordering import tokenizer_fingerprint
+
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize must be one of {QUANTIZATIONS} or None, got {quantize!r}")
+    check_exportable(model)
+    output = Path(output)
+    check_output(output, overwrite)
+    staging = output.with_name(output.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    model.eval()
+    layout = graph_layout(model)
+    had_checks = getattr(model.config, "check_inputs", None)
+    try:
+        if had_checks is not None:
+            model.config.check_inputs = False  # value checks sync with the host: not part of a graph
+        graphs = export_graphs(model, layout, staging, opset)
+    finally:
+        if had_checks is not None:
+            model.config.check_inputs = had_checks
+    for file_name, entry in graphs.items():
+        entry["sha256"] = file_digest(staging / file_name)
+    tokenizer.save_pretrained(staging)
+    model.config.save_pretrained(staging)
+    model.generation_config.save_pretrained(staging)
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "opset": opset, "tools": tool_versions(),
+        "model": {"model_type": model.config.model_type, "source": str(model_dir) if model_dir else None,
+                  "config_digest": config_digest(model.config), "weights_digest": weights_digest(model),
+                  "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+                  "max_position_embeddings": getattr(model.config, "max_position_embeddings", None)},
+        "layout": layout.to_dict(), "graphs": graphs, "int8_graphs": quantize_int8(staging) if quantize else {},
+        "generation_config": model.generation_config.to_dict(),
+        "front_end": _source_front_end(model, layout, Path(model_dir) if model_dir else None, staging),
+    }  # fmt: skip
+    write_manifest(staging, manifest)
+    if output.exists():
+        shutil.rmtree(output)
+    staging.rename(output)
+    return manifest
+
+
+def export_directory(model_dir, output, quantize: str | None = None, opset: int = DEFAULT_OPSET,
+                     overwrite: bool = False) -> dict:  # fmt: skip
+    """Load the model and tokenizer saved in `model_dir` (checked to belong together: evaluation.model_loading)
+    and export them (`export_model`)."""
+    from ..evaluation.model_loading import load_model_and_tokenizer
+
+    check_output(Path(output), overwrite)  # before the (slow) load
+    model, tokenizer = load_model_and_tokenizer(str(model_dir))
+    return export_model(model, tokenizer, output, quantize, opset, overwrite, model_dir=model_dir)
+
+
+__all__ = ["EXPORTABLE_TYPES", "check_exportable", "export_directory", "export_model", "int8_name", "quantize_int8"]

@@ -1,0 +1,246 @@
+"""The ONNX graphs of a translation model: what each one takes and gives, the `torch.nn.Module` wrappers that the
+exporter traces, and the export itself (`torch.onnx.export`, the TorchScript-based exporter: `dynamo=False`).
+
+Three graphs per model (the layout optimum and transformers.js use for Marian, plus the family's extra inputs):
+
+* `encoder_model.onnx`: `input_ids`, `attention_mask` [batch, source] and the family's extra source inputs ->
+  `last_hidden_state`. XL PE with the built-in predictor computes its positions inside the graph (scores, word
+  means, a stable ranking: `TopK`, whose ties ONNX orders by index as `torch.sort(stable=True)` does); XL PE with
+  an attached standalone reorderer takes `reorder_positions` (the front end decodes them: runtime.py); a model
+  with source POS tags (`pos_tagger`, mvPE+POS `pos_tag_sides` encoder/both) takes `pos_tag_ids`.
+* `decoder_model.onnx` (the first step, no cache): `decoder_input_ids` [batch, target], `encoder_hidden_states`,
+  `encoder_attention_mask` -> `logits` of the last position [batch, vocab] and the cache
+  (`present.<layer>.decoder.key|value`, `present.<layer>.encoder.key|value`).
+* `decoder_with_past_model.onnx` (every later step): `decoder_input_ids` [batch, 1], `encoder_attention_mask`
+  and `past_key_values.<layer>.decoder|encoder.key|value` -> `logits` [batch, vocab] and the grown self-attention
+  cache (`present.<layer>.decoder.key|value`; the cross-attention cache never changes, the caller keeps it).
+
+mvPE+POS with decoder tags: both decoder graphs also take `tagger_input_ids` [batch, window - 1 + target], the
+last tokens of the running hypothesis left-filled with the pad id, and run the hypothesis tagger on them inside
+the graph (what `prepare_inputs_for_generation` does in PyTorch), so the decoder's tags follow their beam.
+
+The wrappers call the model's own `forward` with a transformers `EncoderDecoderCache` built from the explicit
+tensors: no model code is copied, and what the export traces is what `generate` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .onnx_fixes import exportable_attention, fix_graph, register_symbolics
+
+ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE = "encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"
+GRAPH_FILES = (ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE)
+DEFAULT_OPSET = 17
+
+
+@dataclass(frozen=True)
+class GraphLayout:
+    """What the graphs of one model take: its family's extra inputs and the shape of its cache."""
+
+    family: str
+    source_tags: bool  # encoder input `pos_tag_ids`
+    reorder_positions: bool  # encoder input `reorder_positions` (an attached standalone reorderer decodes them)
+    predicted_positions: bool  # XL PE: the encoder graph also gives the `reorder_positions` it used
+    tagger_window: int  # mvPE+POS decoder tags: window of the hypothesis tagger (0: none)
+    decoder_layers: int
+    decoder_heads: int
+    head_dim: int
+
+    @property
+    def encoder_inputs(self) -> list[str]:
+        extra = (["reorder_positions"] if self.reorder_positions else []) + (["pos_tag_ids"] if self.source_tags else [])
+        return ["input_ids", "attention_mask", *extra]
+
+    @property
+    def encoder_outputs(self) -> list[str]:
+        return ["last_hidden_state"] + (["reorder_positions"] if self.predicted_positions else [])
+
+    def cache_names(self, prefix: str, sides=("decoder", "encoder")) -> list[str]:
+        return [f"{prefix}.{layer}.{side}.{kind}" for layer in range(self.decoder_layers) for side in sides
+                for kind in ("key", "value")]  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def graph_layout(model) -> GraphLayout:
+    """The `GraphLayout` of a loaded model (an xlpe family or stock MarianMT)."""
+    config = model.config
+    family = config.model_type
+    uses = getattr(config, "uses_extra_input", lambda name: False)
+    encoder = model.get_encoder()
+    decoder_tags = family == "mvpe_pos" and model.model.decoder.hypothesis_tagger is not None
+    return GraphLayout(
+        family=family,
+        source_tags=bool(uses("pos_tag_ids")),
+        reorder_positions=getattr(encoder, "reorderer", None) is not None,
+        predicted_positions=bool(getattr(encoder, "uses_xl", False)) and getattr(encoder, "reorderer", None) is None,
+        tagger_window=int(config.decoder_tagger_window) if decoder_tags else 0,
+        decoder_layers=int(config.decoder_layers),
+        decoder_heads=int(config.decoder_attention_heads),
+        head_dim=int(config.d_model) // int(config.decoder_attention_heads),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Wrappers: explicit tensors in and out, the model's own forward inside
+# ---------------------------------------------------------------------------------------------------------
+
+
+class EncoderGraph(nn.Module):
+    """input_ids, attention_mask (+ the layout's extra inputs, in `GraphLayout.encoder_inputs` order) -> states."""
+
+    def __init__(self, model, layout: GraphLayout):
+        super().__init__()
+        self.encoder, self.layout = model.get_encoder(), layout
+        self.eval()  # the exporter restores a wrapper's mode on the model inside it: keep eval
+
+    def forward(self, input_ids, attention_mask, *extra):
+        kwargs = dict(zip(self.layout.encoder_inputs[2:], extra))
+        outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **kwargs)
+        if self.layout.predicted_positions:
+            return outputs.last_hidden_state, outputs.reorder_positions
+        return outputs.last_hidden_state
+
+
+class DecoderGraph(nn.Module):
+    """One decoder call with an explicit cache: the first step (`with_past=False`) or a later one."""
+
+    def __init__(self, model, layout: GraphLayout, with_past: bool):
+        super().__init__()
+        self.model, self.layout, self.with_past = model, layout, with_past
+        self.eval()
+
+    def tags(self, tagger_input_ids, new_tokens: int):
+        """The hypothesis tagger's tags of the last `new_tokens` tokens (modeling_mvpe_pos.HypothesisTagger)."""
+        return self.model.model.decoder.tag_logits(tagger_input_ids, last=new_tokens).argmax(-1)
+
+    def forward(self, decoder_input_ids, encoder_hidden_states, encoder_attention_mask, *rest):
+        from transformers.cache_utils import EncoderDecoderCache
+        from transformers.modeling_outputs import BaseModelOutput
+
+        tagger_input_ids = rest[0] if self.layout.tagger_window else None
+        past = rest[1:] if self.layout.tagger_window else rest
+        kwargs = {}
+        if tagger_input_ids is not None:
+            kwargs["decoder_input_pos_tag_ids"] = self.tags(tagger_input_ids, decoder_input_ids.shape[1])
+        if self.with_past:
+            cache = EncoderDecoderCache([tuple(past[4 * i : 4 * i + 4]) for i in range(self.layout.decoder_layers)])
+        else:
+            cache = None
+        outputs = self.model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
+            attention_mask=encoder_attention_mask, decoder_input_ids=decoder_input_ids, past_key_values=cache,
+            use_cache=True, return_dict=True, **kwargs,
+        )  # fmt: skip
+        cache = outputs.past_key_values if hasattr(outputs, "past_key_values") else outputs.cache
+        present = []
+        for i in range(self.layout.decoder_layers):
+            own, cross = cache.self_attention_cache.layers[i], cache.cross_attention_cache.layers[i]
+            present += [own.keys, own.values] + ([] if self.with_past else [cross.keys, cross.values])
+        return (outputs.logits[:, -1, :], *present)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Export
+# ---------------------------------------------------------------------------------------------------------
+
+
+def example_inputs(model, layout: GraphLayout, batch: int = 2, source: int = 7, target: int = 3):
+    """Tensors to trace with (shapes only matter: every axis but the model's widths is dynamic)."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    special = {config.pad_token_id, config.eos_token_id}
+    low = max(i for i in special if i is not None) + 1
+    input_ids = torch.randint(low, config.vocab_size, (batch, source), generator=generator)
+    input_ids[:, -1] = config.eos_token_id
+    mask = torch.ones_like(input_ids)
+    encoder = [input_ids, mask]
+    if layout.reorder_positions:
+        encoder.append(torch.arange(source).flip(0).expand(batch, source).contiguous())
+    if layout.source_tags:
+        encoder.append(torch.full_like(input_ids, 3))
+    hidden = torch.randn(batch, source, config.d_model, generator=generator)
+    decoder_ids = torch.randint(low, config.vocab_size, (batch, target), generator=generator)
+    first = [decoder_ids, hidden, mask]
+    step = [decoder_ids[:, -1:], hidden, mask]
+    if layout.tagger_window:
+        first.append(torch.randint(low, config.vocab_size, (batch, layout.tagger_window - 1 + target), generator=generator))
+        step.append(torch.randint(low, config.vocab_size, (batch, layout.tagger_window), generator=generator))
+    shape = (batch, layout.decoder_heads, None, layout.head_dim)
+    for _ in range(layout.decoder_layers):
+        for length in (target, target, source, source):
+            step.append(torch.randn(*shape[:2], length, shape[3], generator=generator))
+    return encoder, first, step
+
+
+def _dynamic_axes(names: list[str]) -> dict:
+    axes = {}
+    for name in names:
+        if name.startswith(("past_key_values", "present")):
+            axes[name] = {0: "batch", 2: "cache" if ".decoder." in name else "source"}
+        elif name in ("encoder_hidden_states", "last_hidden_state", "reorder_positions"):
+            axes[name] = {0: "batch", 1: "source"}
+        elif name == "logits":
+            axes[name] = {0: "batch"}
+        elif name == "decoder_input_ids":
+            axes[name] = {0: "batch", 1: "target"}
+        elif name == "tagger_input_ids":
+            axes[name] = {0: "batch", 1: "tagger_window"}
+        else:  # source-side per-token inputs
+            axes[name] = {0: "batch", 1: "source"}
+    return axes
+
+
+def export_graphs(model, layout: GraphLayout, directory, opset: int = DEFAULT_OPSET) -> dict:
+    """Write the three graphs of `model` (eval mode, input checks off) into `directory`; returns
+    {file: {"inputs": [...], "outputs": [...]}}."""
+    from pathlib import Path
+
+    if not 14 <= opset <= 20:  # 14: the exporter's scaled_dot_product_attention; 20: what onnxruntime 1.2x runs fully
+        raise ValueError(f"opset must be between 14 and 20, got {opset}")
+    directory = Path(directory)
+    encoder_inputs, first_inputs, step_inputs = example_inputs(model, layout)
+    tagger = ["tagger_input_ids"] if layout.tagger_window else []
+    specs = {
+        ENCODER_FILE: (EncoderGraph(model, layout), encoder_inputs, layout.encoder_inputs, layout.encoder_outputs),
+        DECODER_FILE: (DecoderGraph(model, layout, with_past=False), first_inputs,
+                       ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask", *tagger],
+                       ["logits", *layout.cache_names("present")]),
+        DECODER_WITH_PAST_FILE: (DecoderGraph(model, layout, with_past=True), step_inputs,
+                                 ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask", *tagger,
+                                  *layout.cache_names("past_key_values")],
+                                 ["logits", *layout.cache_names("present", sides=("decoder",))]),
+    }  # fmt: skip
+    register_symbolics(opset)
+    written, fastpath = {}, torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)  # nn.TransformerEncoder's fused op has no ONNX form
+    try:
+        with exportable_attention(model):
+            _export_all(specs, directory, opset, written)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+    return written
+
+
+def _export_all(specs: dict, directory, opset: int, written: dict) -> None:
+    import warnings
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on Python values taken from shapes
+        for file_name, (module, inputs, input_names, output_names) in specs.items():
+            torch.onnx.export(
+                module, tuple(inputs), str(directory / file_name), input_names=input_names, output_names=output_names,
+                dynamic_axes=_dynamic_axes(input_names + output_names), opset_version=opset, dynamo=False,
+                do_constant_folding=True,
+            )  # fmt: skip
+            fix_graph(directory / file_name)
+            written[file_name] = {"inputs": input_names, "outputs": output_names}
+
+
+__all__ = ["DECODER_FILE", "DECODER_WITH_PAST_FILE", "DEFAULT_OPSET", "ENCODER_FILE", "GRAPH_FILES", "DecoderGraph",
+           "EncoderGraph", "GraphLayout", "export_graphs", "graph_layout"]  # fmt: skip

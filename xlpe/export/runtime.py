@@ -1,0 +1,190 @@
+"""Translating with an export directory: onnxruntime runs the graphs, a small Python front end supplies the
+family's extra inputs, and search.py decodes.
+
+    from xlpe.export import OnnxTranslator
+    translator = OnnxTranslator("runs/demo-onnx")                 # checks the files against the manifest
+    translator.translate(["the cat sees the dog"], num_beams=4)    # raw text in, text out
+    translator.generate(input_ids, attention_mask, num_beams=4)    # token ids, as model.generate gives them
+
+The front end (what runs outside the graphs), reused from the model package rather than copied:
+
+* the tokenizer saved beside the graphs (right padding, as the models expect);
+* source POS tags (XL PE + POS, DPE + POS, mvPE+POS on the encoder side): `RawTextTagger` of
+  `xlpe/models/pos_tagging_hub.py` with the model's tagger (a trained "perceptron:" tagger travels in the
+  export; NLTK's English tagger needs its data installed, as for the PyTorch model);
+* an attached standalone reorderer (XL PE): its scorer and exact BTG (CKY) decoding run in PyTorch
+  (`XLPEReordererModel.predict_positions`, the code the PyTorch model calls): the chart is a Python loop over
+  span lengths that has no efficient ONNX form. XL PE's built-in predictor runs inside the encoder graph.
+
+Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs. The
+cache lives in numpy between steps; beam search reorders the self-attention cache by the rows `search` names.
+Raw-text batches follow `XLPETranslationPipeline`: whitespace-normalised lines, sources cut at the model's
+position limit, and when neither `max_new_tokens` nor `max_length` is given, 1.5 x source length + 10 new
+tokens (at most the limit).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .exporter import int8_name
+from .graphs import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout
+from .manifest import read_manifest, verify_files
+from .search import SearchSettings, search
+
+PRECISIONS = ("fp32", "int8")
+
+
+def session_options(threads: int | None):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return options
+
+
+class OnnxTranslator:
+    """An export directory, loaded for translation (module docstring). `precision`: "fp32" or "int8" (exported
+    with `--quantize int8`); `threads`: onnxruntime's intra-op threads (default: all cores); `verify`: check the
+    graph files and the tokenizer against the manifest first (a ValueError naming the file)."""
+
+    def __init__(self, directory, precision: str = "fp32", threads: int | None = None, verify: bool = True):
+        import onnxruntime as ort
+        from transformers import AutoTokenizer
+
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        self.directory = Path(directory)
+        self.manifest = read_manifest(self.directory)
+        if precision == "int8" and not self.manifest.get("int8_graphs"):
+            raise ValueError(f"precision='int8': {self.directory} has no int8 graphs (export with --quantize int8)")
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
+        if verify:
+            verify_files(self.directory, self.manifest, self.tokenizer)
+        self.layout = GraphLayout(**self.manifest["layout"])
+        self.generation_config = dict(self.manifest["generation_config"])
+        SearchSettings.from_generation_config(self.generation_config)
+        options, providers = session_options(threads), ["CPUExecutionProvider"]
+
+        def load(file_name):
+            name = int8_name(file_name) if precision == "int8" else file_name
+            return ort.InferenceSession(str(self.directory / name), options, providers=providers)
+
+        self.encoder, self.decoder, self.decoder_with_past = load(ENCODER_FILE), load(DECODER_FILE), load(DECODER_WITH_PAST_FILE)
+        self.inputs = {session: {i.name for i in session.get_inputs()} for session in (self.encoder, self.decoder, self.decoder_with_past)}
+        self._reorderer = self._tagger = None
+
+    # --- the front end ------------------------------------------------------------------------------------
+
+    def source_limit(self) -> int:
+        limit = self.manifest["model"].get("max_position_embeddings")
+        return int(limit) if limit else int(self.tokenizer.model_max_length)
+
+    def reorderer(self):
+        """The attached standalone reorderer (PyTorch, eval mode), loaded once."""
+        if self._reorderer is None:
+            from ..models.modeling_reorderer import XLPEReordererModel
+
+            self._reorderer = XLPEReordererModel.from_pretrained(str(self.directory / self.manifest["front_end"]["reorderer"])).eval()
+        return self._reorderer
+
+    def tagger(self):
+        """The model's raw-text POS tagger (`RawTextTagger`), built once."""
+        if self._tagger is None:
+            from ..models.pos_tagging_hub import RawTextTagger
+
+            spec = self.manifest["front_end"]["source_tagger"]
+            self._tagger = RawTextTagger(spec["pos_tagger"], spec["pos_tags"], spec.get("nltk_data"), model_dir=str(self.directory))
+        return self._tagger
+
+    def encode_text(self, texts: list[str]) -> dict:
+        """Token ids, mask and the family's extra source inputs of raw `texts` (numpy int64 arrays)."""
+        encoded = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.source_limit(), return_tensors="np")
+        inputs = {"input_ids": encoded["input_ids"].astype(np.int64), "attention_mask": encoded["attention_mask"].astype(np.int64)}
+        if self.layout.source_tags:
+            inputs["pos_tag_ids"] = self.tagger().token_tag_ids(list(texts), encoded).numpy()
+        return inputs
+
+    def source_inputs(self, input_ids, attention_mask, pos_tag_ids=None, reorder_positions=None) -> dict:
+        """The encoder graph's feeds; `reorder_positions` of an attached reorderer are decoded here when not given."""
+        import torch
+
+        feeds = {"input_ids": np.asarray(input_ids, dtype=np.int64), "attention_mask": np.asarray(attention_mask, dtype=np.int64)}
+        if self.layout.source_tags:
+            if pos_tag_ids is None:
+                raise ValueError("pos_tag_ids: this model reads source POS tags; give them or use translate() on raw text")
+            feeds["pos_tag_ids"] = np.asarray(pos_tag_ids, dtype=np.int64)
+        if self.layout.reorder_positions:
+            if reorder_positions is None:
+                with torch.no_grad():
+                    reorder_positions = self.reorderer().predict_positions(
+                        torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"])).numpy()  # fmt: skip
+            feeds["reorder_positions"] = np.asarray(reorder_positions, dtype=np.int64)
+        return feeds
+
+    # --- graphs and search --------------------------------------------------------------------------------
+
+    def _run(self, session, feeds: dict):
+        return session.run(None, {name: value for name, value in feeds.items() if name in self.inputs[session]})
+
+    def _tagger_ids(self, sequences: np.ndarray, new_tokens: int) -> np.ndarray:
+        """The last window - 1 + new tokens of each hypothesis, left-filled with the pad id (the tagger's fill)."""
+        width = self.layout.tagger_window - 1 + new_tokens
+        fill = np.full((sequences.shape[0], width), self.generation_config["pad_token_id"], dtype=np.int64)
+        return np.concatenate([fill, sequences], axis=1)[:, -width:]
+
+    def generate(self, input_ids, attention_mask, pos_tag_ids=None, reorder_positions=None, **generate_kwargs) -> np.ndarray:
+        """Token ids [batch, length] (the decoder start token first) for a right-padded batch, as `model.generate`
+        with the same arguments (`num_beams`, `max_new_tokens`, `max_length`, `length_penalty`, ...) would give."""
+        feeds = self.source_inputs(input_ids, attention_mask, pos_tag_ids, reorder_positions)
+        settings = SearchSettings.from_generation_config(self.generation_config, **generate_kwargs)
+        limit = self.manifest["model"].get("max_position_embeddings")
+        if limit and settings.max_length - 1 > limit:  # decoder inputs: every token but the last
+            raise ValueError(f"max_length={settings.max_length} (max_new_tokens + 1) needs {settings.max_length - 1} "
+                             f"decoder positions, more than the model's max_position_embeddings={limit}")  # fmt: skip
+        hidden = self._run(self.encoder, feeds)[0]
+        beams, mask = settings.num_beams, feeds["attention_mask"]
+        if beams > 1:
+            hidden, mask = np.repeat(hidden, beams, axis=0), np.repeat(mask, beams, axis=0)
+        state = {"encoder_hidden_states": hidden, "encoder_attention_mask": mask}
+        names = self.layout.cache_names("past_key_values")
+
+        def next_logits(sequences: np.ndarray, reorder):
+            step = dict(state)
+            if reorder is None:  # first step: the whole prompt, no cache
+                step["decoder_input_ids"] = sequences
+                if self.layout.tagger_window:
+                    step["tagger_input_ids"] = self._tagger_ids(sequences, sequences.shape[1])
+                logits, *present = self._run(self.decoder, step)
+                state.update(zip(names, present))
+                return logits
+            for name in names:
+                if ".decoder." in name:
+                    step[name] = state[name][reorder]  # cross-attention rows never change within a sentence
+            step["decoder_input_ids"] = sequences[:, -1:]
+            if self.layout.tagger_window:
+                step["tagger_input_ids"] = self._tagger_ids(sequences, 1)
+            logits, *present = self._run(self.decoder_with_past, step)
+            state.update(zip([n for n in names if ".decoder." in n], present))
+            return logits
+
+        return search(next_logits, feeds["input_ids"].shape[0], settings)
+
+    def translate(self, texts: list[str], **generate_kwargs) -> list[str]:
+        """Translations of raw `texts` (one batch; pipeline conventions, module docstring)."""
+        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+            raise ValueError(f"texts must be a list of strings, got {type(texts).__name__}")
+        words = [" ".join(text.split()) for text in texts]
+        inputs = self.encode_text(words)
+        if "max_new_tokens" not in generate_kwargs and "max_length" not in generate_kwargs:
+            generate_kwargs["max_new_tokens"] = min(int(1.5 * inputs["input_ids"].shape[1]) + 10, self.source_limit())
+        ids = self.generate(**inputs, **generate_kwargs)
+        return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+
+__all__ = ["OnnxTranslator", "PRECISIONS"]

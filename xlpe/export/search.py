@@ -1,0 +1,216 @@
+"""Greedy and beam search in numpy over any next-token function, reproducing transformers' `generate` (5.x) for the
+options a translation model's generation config uses, so that an exported model translates token for token as
+PyTorch does:
+
+* `max_length` / `max_new_tokens` (the decoder prompt is the start token), `min_length`, `min_new_tokens`;
+* `bad_words_ids` of single tokens (Marian bans its pad; EOS is never banned, as in `NoBadWordsLogitsProcessor`);
+* `forced_bos_token_id` (step 1) and `forced_eos_token_id` (the last step);
+* beam search with `num_beams`, `length_penalty`, `early_stopping` (True, False or "never"): the vectorised
+  search of `GenerationMixin._beam_search` (2 x num_beams candidates per step, finished hypotheses kept in a
+  second bank, the early-stop heuristic), step for step; a stable top-k (ties by the lower index).
+
+Anything else (sampling, repetition penalties, n-gram blocking, several returned sequences, multi-token bad
+words) is refused by name (`SearchSettings.from_generation_config`): silently ignoring it would translate
+differently from PyTorch.
+
+`next_logits(sequences, reorder)` is the model: given the running hypotheses [rows, length] (the last column is the
+new token; rows = batch x beams) and, after the first step, the row each hypothesis came from (to reorder a
+cache), it returns the next-token logits [rows, vocab] as float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NEG = -1.0e9  # transformers' "impossible" score in beam search
+
+UNSUPPORTED = {  # generation-config field -> the value under which it does nothing
+    "do_sample": False, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "num_return_sequences": 1, "num_beam_groups": 1, "diversity_penalty": 0.0,
+    "sequence_bias": None, "suppress_tokens": None, "begin_suppress_tokens": None, "exponential_decay_length_penalty": None,
+    "constraints": None, "force_words_ids": None, "guidance_scale": None, "renormalize_logits": False,
+    "remove_invalid_values": False,
+}  # fmt: skip
+
+
+ACCEPTED = {"decoder_start_token_id", "eos_token_id", "pad_token_id", "max_length", "max_new_tokens", "num_beams",
+            "min_length", "min_new_tokens", "length_penalty", "early_stopping", "bad_words_ids", "forced_bos_token_id",
+            "forced_eos_token_id", "use_cache"}  # fmt: skip
+
+
+@dataclass
+class SearchSettings:
+    """The decoding options of one `generate` call (module docstring)."""
+
+    decoder_start_token_id: int
+    eos_token_ids: list[int]
+    pad_token_id: int | None
+    max_length: int = 20
+    num_beams: int = 1
+    min_length: int = 0
+    min_new_tokens: int = 0
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+    bad_token_ids: list[int] = field(default_factory=list)
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | None = None
+
+    @classmethod
+    def from_generation_config(cls, config: dict, **overrides) -> SearchSettings:
+        """Settings from a generation config (dict) and a call's arguments (`num_beams`, `max_new_tokens`,
+        `max_length`, ...); ValueError naming any option this search does not reproduce."""
+        merged = {k: v for k, v in {**config, **overrides}.items() if v is not None}  # None: generate's default
+        for name, neutral in UNSUPPORTED.items():
+            value = merged.get(name, neutral)
+            if value is not None and value != neutral and not (neutral is None and value in ([], {})):
+                raise ValueError(f"{name}={value!r}: the exported model's search supports greedy and beam search only "
+                                 f"(expected {name}={neutral!r})")  # fmt: skip
+        unknown = set(overrides) - ACCEPTED - set(UNSUPPORTED)
+        if unknown:
+            raise ValueError(f"unknown generation arguments: {sorted(unknown)}")
+        eos = merged.get("eos_token_id")
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        bad = []
+        for sequence in merged.get("bad_words_ids") or []:
+            if len(sequence) != 1:
+                raise ValueError(f"bad_words_ids={merged['bad_words_ids']!r}: only single-token bad words are supported "
+                                 "by the exported model's search")  # fmt: skip
+            if sequence[0] not in eos:  # as NoBadWordsLogitsProcessor: EOS is never banned
+                bad.append(int(sequence[0]))
+        max_length = merged.get("max_length", 20)
+        if merged.get("max_new_tokens") is not None:
+            max_length = 1 + int(merged["max_new_tokens"])  # the decoder prompt is the start token
+        settings = cls(
+            decoder_start_token_id=int(merged["decoder_start_token_id"]), eos_token_ids=[int(i) for i in eos],
+            pad_token_id=merged.get("pad_token_id"), max_length=int(max_length), num_beams=int(merged.get("num_beams") or 1),
+            min_length=int(merged.get("min_length") or 0), min_new_tokens=int(merged.get("min_new_tokens") or 0),
+            length_penalty=float(merged.get("length_penalty", 1.0)), early_stopping=merged.get("early_stopping", False),
+            bad_token_ids=bad, forced_bos_token_id=merged.get("forced_bos_token_id"),
+            forced_eos_token_id=merged.get("forced_eos_token_id"),
+        )  # fmt: skip
+        for name in ("max_length", "num_beams"):
+            if getattr(settings, name) < 1 + (name == "max_length"):
+                raise ValueError(f"{name} must be >= {1 + (name == 'max_length')}, got {getattr(settings, name)}")
+        return settings
+
+    def process(self, scores: np.ndarray, cur_len: int) -> np.ndarray:
+        """The logits processors of `generate`, in its order, on scores [rows, vocab] at length `cur_len`."""
+        scores = scores.copy()
+        if self.bad_token_ids:
+            scores[:, self.bad_token_ids] = -np.inf
+        if self.eos_token_ids and (cur_len < self.min_length or cur_len - 1 < self.min_new_tokens):
+            scores[:, self.eos_token_ids] = -np.inf
+        if self.forced_bos_token_id is not None and cur_len == 1:
+            scores[:] = -np.inf
+            scores[:, self.forced_bos_token_id] = 0
+        if self.forced_eos_token_id is not None and cur_len == self.max_length - 1:
+            scores[:] = -np.inf
+            scores[:, self.forced_eos_token_id] = 0
+        return scores
+
+    def ends(self, tokens: np.ndarray) -> np.ndarray:
+        return np.isin(tokens, self.eos_token_ids) if self.eos_token_ids else np.zeros(tokens.shape, dtype=bool)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest values of each row, largest first, ties by the lower index."""
+    if k < values.shape[1]:
+        candidates = np.argpartition(-values, k - 1, axis=1)[:, :k]
+    else:
+        candidates = np.broadcast_to(np.arange(values.shape[1]), values.shape)
+    chosen = np.take_along_axis(values, candidates, axis=1)
+    order = np.lexsort((candidates, -chosen), axis=1)
+    return np.take_along_axis(candidates, order, axis=1)
+
+
+def greedy_search(next_logits: Callable, batch: int, settings: SearchSettings) -> np.ndarray:
+    """[batch, length] token ids, the start token first, finished rows padded (as `generate` with num_beams=1)."""
+    sequences = np.full((batch, 1), settings.decoder_start_token_id, dtype=np.int64)
+    unfinished = np.ones(batch, dtype=bool)
+    reorder = None
+    while True:
+        cur_len = sequences.shape[1]
+        scores = settings.process(next_logits(sequences, reorder).astype(np.float32), cur_len)
+        tokens = scores.argmax(axis=-1)
+        if settings.eos_token_ids:
+            tokens = np.where(unfinished, tokens, settings.pad_token_id)
+        sequences = np.concatenate([sequences, tokens[:, None]], axis=1)
+        unfinished &= ~settings.ends(tokens)
+        reorder = np.arange(batch)
+        if not unfinished.any() or sequences.shape[1] >= settings.max_length:
+            return sequences
+
+
+def beam_search(next_logits: Callable, batch: int, settings: SearchSettings) -> np.ndarray:
+    """[batch, length] the best hypothesis of each row (`GenerationMixin._beam_search`, step for step)."""
+    beams, max_length, penalty, early = settings.num_beams, settings.max_length, settings.length_penalty, settings.early_stopping
+    keep = max(2, 1 + len(settings.eos_token_ids)) * beams
+    fill = settings.pad_token_id or (settings.eos_token_ids[0] if settings.eos_token_ids else -1)
+    running = np.full((batch, beams, max_length), fill, dtype=np.int64)
+    running[:, :, 0] = settings.decoder_start_token_id
+    finished_sequences = running.copy()
+    running_scores = np.zeros((batch, beams), dtype=np.float32)
+    running_scores[:, 1:] = NEG
+    finished_scores = np.full((batch, beams), NEG, dtype=np.float32)
+    finished = np.zeros((batch, beams), dtype=bool)
+    lengths = np.zeros((batch, beams), dtype=np.int64)  # generated tokens of each finished hypothesis
+    improvable = np.ones((batch, 1), dtype=bool)
+    rows = np.arange(batch)[:, None]
+    cur_len, reorder = 1, None
+    while True:
+        flat = running[:, :, :cur_len].reshape(batch * beams, cur_len)
+        log_probs = settings.process(log_softmax(next_logits(flat, reorder).astype(np.float32)), cur_len)
+        vocab = log_probs.shape[-1]
+        totals = (log_probs.reshape(batch, beams, vocab) + running_scores[:, :, None]).reshape(batch, beams * vocab)
+        chosen = top_k(totals, keep)
+        topk_scores = np.take_along_axis(totals, chosen, axis=1)
+        source_beam, token = chosen // vocab, chosen % vocab
+        candidates = running[rows, source_beam].copy()  # [batch, keep, max_length]
+        candidates[:, :, cur_len] = token
+        hits = settings.ends(token) | (cur_len + 1 >= max_length)
+        # the running beams of the next step: the best candidates that did not stop
+        live_scores = topk_scores + hits.astype(np.float32) * NEG
+        next_beams = top_k(live_scores, beams)
+        running = np.take_along_axis(candidates, next_beams[:, :, None], axis=1)
+        running_scores = np.take_along_axis(live_scores, next_beams, axis=1)
+        came_from = np.take_along_axis(source_beam, next_beams, axis=1)
+        # the finished bank: candidates among the top `beams` that stopped, scored with the length penalty
+        just_finished = hits & (np.arange(keep) < beams)[None, :]
+        scored = topk_scores / np.float32((cur_len + 1 - 1) ** penalty)
+        full = np.all(finished, axis=-1, keepdims=True) & (early is True)
+        scored = scored + full.astype(np.float32) * NEG + (~improvable).astype(np.float32) * NEG
+        scored = scored + (~just_finished).astype(np.float32) * NEG
+        merged_scores = np.concatenate([finished_scores, scored], axis=1)
+        best = top_k(merged_scores, beams)
+        finished_sequences = np.take_along_axis(np.concatenate([finished_sequences, candidates], axis=1), best[:, :, None], axis=1)
+        finished_scores = np.take_along_axis(merged_scores, best, axis=1)
+        lengths = np.take_along_axis(np.concatenate([lengths, np.full((batch, keep), cur_len)], axis=1), best, axis=1)
+        finished = np.take_along_axis(np.concatenate([finished, just_finished], axis=1), best, axis=1)
+        reorder = (came_from + rows * beams).reshape(-1)
+        cur_len += 1
+        # the early-stop heuristic (`_check_early_stop_heuristic`)
+        hypothetical = max_length - 1 if early == "never" and penalty > 0.0 else cur_len - 1
+        best_running = running_scores[:, :1] / np.float32(hypothetical**penalty)
+        worst_finished = np.where(finished, finished_scores.min(axis=1, keepdims=True), NEG)
+        improvable = improvable & np.any(best_running > worst_finished, axis=-1, keepdims=True)
+        open_beams = not (np.all(finished) and early is True)
+        if not (improvable.any() and open_beams and not np.all(hits)):
+            break
+    length = 1 + int(lengths[:, 0].max())
+    return finished_sequences[:, 0, :length]
+
+
+def search(next_logits: Callable, batch: int, settings: SearchSettings) -> np.ndarray:
+    """Greedy search for `num_beams=1`, beam search otherwise."""
+    return (greedy_search if settings.num_beams == 1 else beam_search)(next_logits, batch, settings)
+
+
+__all__ = ["SearchSettings", "beam_search", "greedy_search", "search"]
