@@ -149,7 +149,8 @@ def parse_args(argv=None):
     p.add_argument("--weights", default="float32", choices=["float32", "bfloat16"],
                    help="bfloat16: bf16 weights and AdamW state (no autocast)")
     p.add_argument("--optimizer", default=None, choices=["default", "foreach", "fused"],
-                   help="AdamW implementation (default: fused on cuda, torch's default on cpu)")
+                   help="AdamW implementation (default: fused, on every device: what xlpe-train and any Trainer run, "
+                        "transformers' default optim being adamw_torch_fused with torch >= 2.8, CPU included)")
     p.add_argument("--compile", action="store_true", help="torch.compile the train step's forward + loss (every model)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (inductor; aot_eager for tests)")
     p.add_argument("--compile-shapes", default="batch", choices=["batch", "auto", "static"],
@@ -211,7 +212,7 @@ def parse_args(argv=None):
     if args.weights == "bfloat16" and args.dtype == "bfloat16":
         p.error("--weights bfloat16 already computes in bf16; drop --dtype bfloat16 (autocast)")
     cuda = args.device == "cuda"
-    defaults = {"optimizer": "fused" if cuda else "default", "batches": 8 if cuda else 2, "warmup": 3 if cuda else 2,
+    defaults = {"optimizer": "fused", "batches": 8 if cuda else 2, "warmup": 3 if cuda else 2,
                 "warmup_max_cycles": 30 if cuda else 4, "warmup_max_s": 300.0 if cuda else 60.0,
                 "stable_window": 3 if cuda else 2}  # fmt: skip
     for key, value in defaults.items():

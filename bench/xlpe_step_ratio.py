@@ -8,7 +8,10 @@ Setup: d_model 256, 3+3 layers, 4 heads, FFN 1024, vocabulary 8000 (bench/speed.
 sentence batch of 32 x 24 tokens (source and target lengths uniform in [12, 24], the longest 24, EOS
 included; `batch_from_lengths`, seed 0); XL PE Combination with
 tau = H/4 as bench/speed.py's "XL PE combination" row, trained on oracle positions, so the reorder predictor and
-its loss run. A train step is forward + backward + AdamW, eager, fp32. After a warm-up, `--pairs` steps of each
+its loss run. A train step is forward + backward + AdamW, eager, fp32; AdamW is the fused implementation
+(`--optimizer fused`, the default), which is what `xlpe-train` and any Trainer run on CPU as on CUDA
+(transformers' default `optim` is `adamw_torch_fused` with torch >= 2.8); `--optimizer default` times torch's
+per-parameter loop instead, whose cost grows with the number of parameter tensors (XL PE has 21 more than stock). After a warm-up, `--pairs` steps of each
 model are interleaved (XL PE then stock, then stock then XL PE, ...); the ratio is median(XL PE step) /
 median(stock step), on the wall clock (`time.perf_counter`) and on process CPU time (`time.process_time`; with
 one thread it is what the step cost whatever else runs on the machine). The XL PE model runs twice in the same
@@ -55,8 +58,11 @@ def build_models(dims: dict, seed: int) -> dict:
     return {"stock": stock, "xlpe": checked, "xlpe_unchecked": unchecked}
 
 
-def step_fn(name: str, model, batch):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+OPTIMIZERS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "default": {}}
+
+
+def step_fn(name: str, model, batch, optimizer_name: str = "fused"):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **OPTIMIZERS[optimizer_name])
     extra = {} if name == "stock" else {"reorder_positions": batch.reorder_positions}
     model.train()
 
@@ -66,6 +72,7 @@ def step_fn(name: str, model, batch):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    step.optimizer = optimizer
     return step
 
 
@@ -73,7 +80,7 @@ def measure(args) -> dict:
     dims = dict(SIZES[args.size])
     batch = make_batch(args.batch_size, args.length, dims["vocab_size"], args.seed)
     models = build_models(dims, args.seed)
-    steps = {name: step_fn(name, model, batch) for name, model in models.items()}
+    steps = {name: step_fn(name, model, batch, args.optimizer) for name, model in models.items()}
     for _ in range(args.warmup):
         for step in steps.values():
             step()
@@ -104,6 +111,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=24, help="longest source/target sentence (tokens)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--optimizer", default="fused", choices=sorted(OPTIMIZERS),
+                        help="AdamW implementation (fused: what the Trainer runs; default: torch's per-parameter loop)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     results = []
@@ -111,7 +120,7 @@ def main(argv=None) -> list[dict]:
         result = measure(args)
         results.append(result)
         print(f"run {run + 1}: batch {result['shape']} -> {result['labels']}, {args.threads} thread(s), "
-              f"{args.pairs} pairs | median ms stock {1e3 * result['wall']['stock']:.1f}, XL PE "
+              f"{args.pairs} pairs, AdamW {args.optimizer} | median ms stock {1e3 * result['wall']['stock']:.1f}, XL PE "
               f"{1e3 * result['wall']['xlpe']:.1f} | ratio wall {result['wall_ratio']:.3f} (checks off "
               f"{result['wall_ratio_unchecked']:.3f}), cpu {result['cpu_ratio']:.3f} (checks off "
               f"{result['cpu_ratio_unchecked']:.3f})", flush=True)  # fmt: skip

@@ -94,3 +94,8 @@ def test_xlpe_step_ratio_check_reports_both_clocks_and_the_checks_off_ratio():
     for key in ("wall_ratio", "wall_ratio_unchecked", "cpu_ratio", "cpu_ratio_unchecked"):
         assert 0 < result[key] < float("inf"), key
     assert set(result["wall"]) == {"stock", "xlpe", "xlpe_unchecked"}
+    models = check.build_models(dict(check.SIZES["tiny"]), seed=0)
+    batch = check.make_batch(4, 8, check.SIZES["tiny"]["vocab_size"], seed=0)
+    # fused AdamW by default: what the Trainer runs (transformers' default optim), CPU included
+    assert check.step_fn("stock", models["stock"], batch).optimizer.defaults["fused"] is True
+    assert not check.step_fn("xlpe", models["xlpe"], batch, "default").optimizer.defaults["fused"]

@@ -11,7 +11,7 @@ from transformers import MarianConfig, MarianMTModel
 from family_tester import FamilyTests, tiny_kwargs
 from xlpe import XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel
 from xlpe.models.modeling_xlpe import CrossLingualPositionEncoding
-from xlpe.models.reorder_predictor import positions_from_scores, reorder_loss, word_mean_scores
+from xlpe.models.reorder_predictor import ReorderPredictor, positions_from_scores, reorder_loss, word_mean_scores
 from xlpe.models.sinusoid import sinusoid_table
 
 def reversed_positions(batch):
@@ -257,6 +257,49 @@ def test_word_start_table_is_no_bool_tensor_and_old_bool_checkpoints_load(toy_to
     batch = toy_tokenizer(["the children play with a red ball in the garden"], return_tensors="pt")
     with torch.no_grad():
         assert torch.equal(loaded.get_encoder()(**batch).reorder_positions, model.get_encoder()(**batch).reorder_positions)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_predictor_layers_compute_the_transformer_encoder_function(layers):
+    """The predictor runs its `nn.TransformerEncoderLayer`s through `pre_norm_layer_forward` (fewer small ops):
+    the same function as the modules' own forward, in eval mode (fast path and regular path), in training mode
+    without dropout, and gradients alike; padded rows, a one-token row and an all-pad row included."""
+    torch.manual_seed(0)
+    predictor = ReorderPredictor(d_model=32, hidden_size=16, num_layers=layers, num_heads=4, dropout=0.0)
+    x = torch.randn(4, 7, 32)
+    mask = torch.ones(4, 7, dtype=torch.bool)
+    mask[1, 4:] = False
+    mask[2, 1:] = False
+    mask[3, :] = False
+
+    def reference(inputs, rows=4):
+        hidden = predictor.encoder(predictor.input_proj(inputs), src_key_padding_mask=~mask[:rows])
+        return predictor.score(predictor.final_norm(hidden)).squeeze(-1)
+
+    real = mask[:3]
+    for training in (False, True):
+        predictor.train(training)
+        expected, actual = reference(x), predictor(x, mask)
+        torch.testing.assert_close(actual[:3][real], expected[:3][real], atol=1e-5, rtol=1e-5)
+        assert torch.isfinite(actual).all()  # the all-pad row: finite, and nothing reads it
+        grads = torch.autograd.grad(actual[:3][real].sum(), list(predictor.parameters()))
+        expected_grads = torch.autograd.grad(expected[:3][real].sum(), list(predictor.parameters()))
+        for got, want in zip(grads, expected_grads):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    predictor.eval()
+    with torch.no_grad():  # nn.TransformerEncoder's fused inference fast path
+        torch.testing.assert_close(predictor(x[:3], mask[:3])[real], reference(x[:3], rows=3)[real], atol=1e-5, rtol=1e-5)
+    assert [name for name, _ in predictor.named_parameters()] == [name for name, _ in ReorderPredictor(32, 16, layers, 4, 0.1).named_parameters()]
+
+
+def test_predictor_dropout_is_applied_in_training_only():
+    torch.manual_seed(0)
+    predictor = ReorderPredictor(d_model=32, hidden_size=16, num_layers=1, num_heads=4, dropout=0.5)
+    x, mask = torch.randn(2, 6, 32), torch.ones(2, 6, dtype=torch.bool)
+    predictor.eval()
+    assert torch.equal(predictor(x, mask), predictor(x, mask))
+    predictor.train()
+    assert not torch.equal(predictor(x, mask), predictor(x, mask))
 
 
 @pytest.mark.parametrize("kind", ["pairwise", "mse"])

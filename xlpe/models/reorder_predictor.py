@@ -55,8 +55,42 @@ class ReorderPredictor(nn.Module):
         """[batch, len, d_model] embeddings (+ absolute PE), [batch, len] bool mask → [batch, len] scores."""
         hidden = self.input_proj(position_aware_embeddings)
         if len(self.encoder.layers) > 0:  # reorder_predictor_layers=0: linear scorer (TransformerEncoder needs >= 1)
-            hidden = self.encoder(hidden, src_key_padding_mask=~token_mask)
+            keys = key_padding_bias(token_mask)
+            for layer in self.encoder.layers:
+                hidden = pre_norm_layer_forward(layer, hidden, keys)
         return self.score(self.final_norm(hidden)).squeeze(-1).float()
+
+
+def key_padding_bias(token_mask: torch.Tensor) -> torch.Tensor:
+    """[batch, 1, 1, len] bool: which keys a query may attend to (SDPA's boolean `attn_mask`). A row with no real
+    token lets every key through, so no softmax row is empty (nn.MultiheadAttention gives such rows zeros; here
+    they are pad rows whose scores nothing reads)."""
+    return (token_mask | ~token_mask.any(dim=1, keepdim=True))[:, None, None, :]
+
+
+def pre_norm_layer_forward(layer: nn.TransformerEncoderLayer, hidden: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """What `nn.TransformerEncoderLayer(norm_first=True, batch_first=True)` computes, on its own parameters:
+
+        x = x + dropout(MHA(LN1(x)));   x = x + dropout(W2 dropout(act(W1 LN2(x))))
+
+    written as one packed Q/K/V projection and `F.scaled_dot_product_attention` (attention dropout as its
+    `dropout_p`). Same parameters (so checkpoints and their state-dict keys are unchanged) and the same function
+    (equal to the module's output in eval mode; a test checks it), with a third fewer autograd nodes than
+    `nn.MultiheadAttention`'s general path (input checks, mask merging, per-call reshapes): the predictor runs at
+    every training step of a small model, where those small ops are most of its cost (BENCHMARKS.md, CPU
+    train-step ratio). The reshapes are batch-agnostic, so the ONNX exporter traces it with dynamic axes."""
+    attention = layer.self_attn
+    batch, length, width = hidden.shape
+    heads = attention.num_heads
+    dropout = layer.dropout.p if layer.training else 0.0
+    normed = layer.norm1(hidden)
+    qkv = F.linear(normed, attention.in_proj_weight, attention.in_proj_bias)
+    q, k, v = qkv.view(batch, length, 3, heads, width // heads).permute(2, 0, 3, 1, 4).unbind(0)
+    attended = F.scaled_dot_product_attention(q, k, v, attn_mask=keys, dropout_p=attention.dropout if layer.training else 0.0)
+    attended = attention.out_proj(attended.transpose(1, 2).reshape(batch, length, width))
+    hidden = hidden + F.dropout(attended, dropout, layer.training)
+    inner = F.dropout(layer.activation(layer.linear1(layer.norm2(hidden))), dropout, layer.training)
+    return hidden + F.dropout(layer.linear2(inner), dropout, layer.training)
 
 
 def positions_from_scores(scores: torch.Tensor, movable: torch.Tensor) -> torch.Tensor:
