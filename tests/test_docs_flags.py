@@ -30,7 +30,16 @@ def _parser_options(parser: argparse.ArgumentParser) -> set[str]:
 
 def shown_options() -> dict[str, set[str]]:
     """{command: the long options its --help shows, in the spelling it shows (the first of each option line)}."""
-    from xlpe.cli import demo, evaluate, prepare, push, reorder, tagger, train, translate
+    from xlpe.cli import (
+        demo,
+        evaluate,
+        prepare,
+        push,
+        reorder,
+        tagger,
+        train,
+        translate,
+    )
 
     shown = {"xlpe-translate": _parser_options(translate.build_parser()), "xlpe-evaluate": _parser_options(evaluate.build_parser()),
              "xlpe-push": _parser_options(push._parser()), "xlpe-prepare": _parser_options(prepare._parser()),
@@ -38,7 +47,7 @@ def shown_options() -> dict[str, set[str]]:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.suppress(SystemExit):
         demo.main(["--help"])
-    first_spellings = lambda text: {line.split()[0].rstrip(",") for line in text.splitlines() if line.startswith("  --")}  # noqa: E731
+    first_spellings = lambda text: {line.split()[0].rstrip(",") for line in text.splitlines() if line.startswith("  --")}
     shown["xlpe-demo"] = first_spellings(buffer.getvalue())
     shown["xlpe-train"] = first_spellings(train.help_text())
     return {command: options | {"--help"} for command, options in shown.items()}

@@ -87,3 +87,15 @@ def test_library_parser_suggests_too():
 
     with pytest.raises(UsageError, match=r"unrecognized arguments: --warmup_stepz 3 \(did you mean --warmup_steps\?\)"):
         parse_arguments(["--output_dir", "x", "--warmup_stepz", "3"])
+
+
+def test_reorder_train_help_shows_its_defaults():
+    """The issue: `xlpe-reorder train` defaults to 3 epochs (~50 minutes on 10k pairs), which --help did not show."""
+    from xlpe.cli.reorder import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    text = " ".join(subparsers.choices["train"].format_help().split())
+    for shown in ("--epochs EPOCHS passes over the training pairs", "(default: 3.0)", "sentence pairs a step (default: 64)",
+                  "(default: 0.001)", "(default: 256)", "pieces of the trained tokenizer (default: 8000)"):
+        assert shown in text, shown

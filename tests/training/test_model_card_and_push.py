@@ -256,7 +256,7 @@ def test_training_card_has_scores_signatures_data_and_a_correct_loading_example(
     assert by_split[("test", "chrf")].metric_config == test_scores["chrf"]["signature"]
     text = card.text
     assert "No evaluation results" not in text
-    assert "| builtin:synthetic | validation | BLEU | 31.25 |" in text
+    assert "| builtin:synthetic | validation |  | BLEU | 31.25 |" in text
     assert "tok:13a" in text and "| train | 1,200 | 1,190 | 10 |" in text
     assert "Recipe: `builtin" in text and "| learning_rate | `0.002` |" in text and "| max_source_length | `64` |" in text
     assert "`evaluation.kendall_tau` = 0.71" in text and '| `training_loss` | `"btg_crf"` |' in text

@@ -78,7 +78,7 @@ def write_jsonl(path, rows):
 @pytest.mark.parametrize(
     "make_args, message",
     [
-        (lambda d: ["--source_lang", "xx"], r"--source_lang 'xx' is not a language of the built-in corpus.*\['en', 'sov'\]"),
+        (lambda d: ["--source_lang", "fr"], r"--source_lang 'fr' is not a language of the built-in corpus.*\['en', 'sov'\]"),
         (lambda d: ["--train_file", write_jsonl(d / "t.jsonl", [{"translation": {"en": "a b", "de": "c d"}}]),
                     "--source_lang", "en", "--target_lang", "fr"], r"--target_lang 'fr' is not a language of .*\['de', 'en'\]"),
         (lambda d: ["--train_file", write_jsonl(d / "t.jsonl", [{"en": "a b", "de": "c d"}]), "--source_lang", "en",

@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--dataset", help="Hub dataset id or local datasets directory (its splits)")
     src.add_argument("--dataset-config", help="dataset configuration name (e.g. de-en)")
     src.add_argument("--splits", nargs="+", help="dataset splits to prepare (default: all)")
+    src.add_argument("--name", help="what this data is called in the model card of a model trained on it (e.g. "
+                                    "'Multi30k fr-en, 10k pairs'; recorded in the report; default: --dataset, else "
+                                    "the training files' names)")
     src.add_argument("--source-lang", help="source language (e.g. de): the key in --dataset; recorded for xlpe-train")
     src.add_argument("--target-lang", help="target language (e.g. en): picks xlpe-train's BLEU tokenizer, the card's")
     src.add_argument("--source-column"), src.add_argument("--target-column")
@@ -225,13 +228,15 @@ def _tokenizer(args, splits):
     tokenizer = train_tokenizer_for_splits(splits, vocab_size=options["tokenizer_vocab_size"], model=options["tokenizer_model"],
                                            model_max_length=args.max_length, cache_dir=args.cache_dir)  # fmt: skip
     return tokenizer, (f"trained here on the train split: joint {options['tokenizer_model']}, {len(tokenizer)} pieces "
-                       f"(--tokenizer-vocab-size {options['tokenizer_vocab_size']})")  # fmt: skip
+                       f"(--tokenizer_vocab_size {options['tokenizer_vocab_size']})")  # fmt: skip
 
 
 def _label_reports(args, reports: dict, tokenizer_origin: str) -> None:
     for report in reports.values():
         report["tokenizer"] = {**report.get("tokenizer", {}), "origin": tokenizer_origin, "path": PREPARED_TOKENIZER_DIR}
         report["languages"] = {"source": args.source_lang, "target": args.target_lang}
+        report["dataset_name"] = args.name or args.dataset or " + ".join(
+            f"{Path(path).parent.name}/{Path(path).name}".lstrip("/") for path in (args.source, args.target) if path)
 
 
 def _split_files(args) -> dict:

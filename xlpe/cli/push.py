@@ -26,13 +26,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--endpoint", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
     parser.add_argument("--revision", help="branch to commit to (default: main)")
     parser.add_argument("--commit_message", default="Upload xlpe translation model")
-    card = parser.add_argument_group("model card (written when README.md is missing or with --regenerate_card)")
+    card = parser.add_argument_group("model card (a card xlpe-train wrote is rendered again with REPO_ID unless "
+                                     "edited since; another is written when README.md is missing or with "
+                                     "--regenerate_card)")
     card.add_argument("--regenerate_card", action="store_true")
     card.add_argument("--language", nargs="+", dest="languages", help="ISO codes, source first: de en")
     card.add_argument("--license", default="apache-2.0")
     card.add_argument("--dataset", nargs="+", dest="datasets", help="training data (Hub ids or names)")
     card.add_argument("--base_model", help="Hub id of the checkpoint the model was initialised from")
-    card.add_argument("--example_source", default="Hello world!", help="source sentence for the usage snippets")
+    card.add_argument("--example_source", help="source sentence for the usage snippets (default: the first test "
+                                               "sentence of the run when xlpe-train wrote the card)")
     card.add_argument("--eval_results", nargs="+", default=[],
                       help="JSON files written by `xlpe-evaluate bleu ... --dataset_name ... --dataset_type ...`")
     parser.add_argument("--dry_run", action="store_true", help="complete and check the folder, do not upload")

@@ -459,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a reorderer on parallel text")
+    defaults_shown = argparse.ArgumentDefaultsHelpFormatter  # (the epochs, sizes and rates a run gets unless given)
+    train = sub.add_parser("train", help="train a reorderer on parallel text", formatter_class=defaults_shown)
     train.add_argument("--source", required=True, help="source-side text, one sentence of whitespace words per line")
     train.add_argument("--target", required=True, help="target-side text, parallel to --source")
     train.add_argument("--alignments", help="Pharaoh i-j file parallel to --source (default: run eflomal)")
@@ -492,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--model", required=True, help="XL PE model directory (trained with the same tokenizer)")
     attach.add_argument("--output_dir", "--output-dir", help="where to save the model with its reorderer (default: --model)")
 
-    jackknife = sub.add_parser("jackknife", help="k-fold predicted positions for a prepared training split")
+    jackknife = sub.add_parser("jackknife", help="k-fold predicted positions for a prepared training split",
+                               formatter_class=defaults_shown)
     jackknife.add_argument("--prepared", required=True, help="xlpe-prepare output (save_to_disk directory)")
     jackknife.add_argument("--tokenizer", required=True, help="the tokenizer it was prepared with")
     jackknife.add_argument("--folds", type=int, default=5)
@@ -505,13 +507,14 @@ def build_parser() -> argparse.ArgumentParser:
                            "with data/) or an unfinished one made from other data or options: its folds are trained "
                            "afresh (an unfinished one made alike is resumed)")  # fmt: skip
     for command in (train, jackknife):
-        command.add_argument("--epochs", type=float, default=3.0)
-        command.add_argument("--batch-size", type=int, default=64)
-        command.add_argument("--learning-rate", type=float, default=1e-3)
-        command.add_argument("--d-model", type=int, default=256)
-        command.add_argument("--token-layers", type=int, default=3)
-        command.add_argument("--word-layers", type=int, default=1)
-        command.add_argument("--seed", type=int, default=1)
+        command.add_argument("--epochs", type=float, default=3.0, help="passes over the training pairs (the progress "
+                             "bar shows the steps they make)")  # fmt: skip
+        command.add_argument("--batch-size", type=int, default=64, help="sentence pairs a step")
+        command.add_argument("--learning-rate", type=float, default=1e-3, help="peak learning rate")
+        command.add_argument("--d-model", type=int, default=256, help="width of the token and word encoders")
+        command.add_argument("--token-layers", type=int, default=3, help="Transformer layers over the sub-words")
+        command.add_argument("--word-layers", type=int, default=1, help="Transformer layers over the words")
+        command.add_argument("--seed", type=int, default=1, help="seed of the initialisation, batches and held-out pairs")
         command.add_argument("--training-loss", default=None, choices=TRAINING_LOSSES,
                              help="btg_crf (default; pairwise with --decoder rank): likelihood of the oracle among all "
                                   "BTG permutations; pairwise: local BCE per word pair (0.3's); pairwise+btg_crf: both")  # fmt: skip

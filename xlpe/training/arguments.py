@@ -89,6 +89,9 @@ class DataTrainingArguments:
     target_lang: str | None = _help("target language key (e.g. de)", default=None)
     dataset_name: str | None = _help(f"Hub dataset id, local datasets directory, or {BUILTIN_DATASET}", default=None)
     dataset_config_name: str | None = _help("dataset configuration (e.g. de-en)", default=None)
+    dataset_label: str | None = _help("what the training data is called in the model card (e.g. 'Multi30k fr-en, "
+                                      "10k pairs'); default: the name xlpe-prepare recorded (--name), the "
+                                      "--dataset_name, or the training files' names", default=None)  # fmt: skip
     train_file: str | None = _help('jsonlines {"translation": {src: ..., tgt: ...}} (optional "alignment")', default=None)
     validation_file: str | None = _help("jsonlines validation file", default=None)
     test_file: str | None = _help("jsonlines test file", default=None)
@@ -147,6 +150,9 @@ class XLPETrainingArguments(Seq2SeqTrainingArguments):
                                    "sentences) per batch and process, instead of --per_device_train_batch_size", default=None)  # fmt: skip
     early_stopping_patience: int | None = _help("stop after N evaluations without a better --metric_for_best_model "
                                                 "(default bleu); needs --eval_strategy steps", default=None)  # fmt: skip
+    eval_subset: int | None = _help("periodic evaluations during training score only the first N validation "
+                                    "sentences (bounded cost; early stopping reads them); the final evaluation "
+                                    "scores the whole split. Recipe small: 200", default=None)  # fmt: skip
     eval_with_oracle_positions: bool = _help("validation: give generate() the gold reorderings (an upper bound; default: "
                                              "predicted). The test split of an XL PE model is scored both ways anyway", default=False)  # fmt: skip
 

@@ -3,6 +3,7 @@
 * `ValidationEarlyStopping` is transformers' `EarlyStoppingCallback` (its state is saved in checkpoints and
   restored on resume) without the requirement to load the best checkpoint at the end: here the final model
   is the average of the last checkpoints (`--average_last_checkpoints`) or the last one.
+* `RunClock` sums the wall time of training over resumed segments (recorded in every checkpoint), for the card.
 * `RunOutcome` prints, when training ends, what ended it (early stopping, `--max_steps`, the epochs) and what
   the validation metric did (first, best, last: `describe_run_end`).
 * `Throughput` measures the training time between log lines (evaluation and checkpointing left out) and turns
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -97,6 +99,46 @@ class RunOutcome(TrainerCallback):
             state.global_step, args.max_steps, self.history(state.log_history, metric) if metric else [], metric,
             stopper.stopped_at if stopper else None, stopper.early_stopping_patience if stopper else None,
             args.greater_is_better is not False), flush=True)  # fmt: skip
+
+
+class RunClock(TrainerCallback):
+    """Wall time of training summed over resumed segments: every checkpoint records (`xlpe_elapsed.json`) the
+    seconds trained up to it and the segment count; a run resumed from it starts from those. The time between
+    the last checkpoint and a kill is not counted (those steps were trained again). `total()`: (seconds, segments)."""
+
+    FILE = "xlpe_elapsed.json"
+
+    def __init__(self, resumed_from: str | None = None):
+        import json
+        from pathlib import Path
+
+        self.base, self.segments = 0.0, 1
+        recorded = Path(resumed_from) / self.FILE if resumed_from else None
+        if recorded is not None and recorded.is_file():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                data = json.loads(recorded.read_text(encoding="utf-8"))
+                self.base, self.segments = float(data["seconds"]), int(data["segments"]) + 1
+        elif resumed_from:
+            self.segments = 2  # resumed from a checkpoint without the record: the earlier time is unknown
+        self.unknown_before = bool(resumed_from) and not (recorded is not None and recorded.is_file())
+        self.started = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def seconds(self) -> float:
+        return self.base + (time.perf_counter() - self.started if self.started is not None else 0.0)
+
+    def on_save(self, args, state, control, **kwargs):
+        import json
+        from pathlib import Path
+
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and checkpoint.is_dir():
+            (checkpoint / self.FILE).write_text(json.dumps({"seconds": round(self.seconds(), 2), "segments": self.segments}))
+
+    def total(self) -> tuple[float, int]:
+        return self.seconds(), self.segments
 
 
 class TokenBatchEpoch(TrainerCallback):

@@ -12,8 +12,9 @@ the tokenizer, and `pipeline("translation", ...)`).
 
 `write_training_card` is what `xlpe-train` calls at the end of a run: it gathers the test scores
 (`test_scores.json`), the final validation scores (`eval_bleu`/`eval_chrf`, whose signature is that of the
-metric the run used: same target language, BLEU tokenizer, one reference), the pairs kept per split
-(`preparation_report.json`) and the training arguments.
+metric the run used: same target language, BLEU tokenizer, one reference), the pairs kept and the sentences
+scored per split and the training arguments in force (what it says and where each figure comes from:
+`run_card`).
 
 Evaluation entries (`eval_results`) are dicts in the shape `xlpe-evaluate bleu` prints: metric keys whose
 value has a "score" (and "signature"), plus `dataset_name`, `dataset_type`, `dataset_split`,
@@ -217,8 +218,10 @@ def build_model_card(
     data: Mapping | None = None,
     recipe: str | None = None,
     summary: str | None = None,
-    example_source: str = "Hello world!",
+    example_source: str | None = "Hello world!",
     template_path: str | Path | None = None,
+    preprocessing: str | None = None,
+    translations_file: str | None = None,
 ) -> ModelCard:
     """The model card of a trained model (a `PreTrainedModel` or the directory it was saved to).
 
@@ -233,7 +236,11 @@ def build_model_card(
         data: pairs per split, {split: {"pairs_read", "pairs_kept", "pairs_skipped"}} (`data_sizes`) or {split: N}.
         recipe: the named training recipe the run used, if any (shown with the settings).
         summary: one paragraph at the top; a default names the family and languages.
-        example_source: the sentence used in the usage snippets.
+        example_source: the sentence used in the usage snippets (a source-language sentence).
+        preprocessing: the preprocessing in prose (tokenizer, aligner, filters), shown with the data.
+        translations_file: the file beside the card with the test translations, linked from the evaluation.
+    An evaluation entry's `sentences` (the sentences scored) is shown in its row; so is a data split's
+    `sentences_scored`.
     """
     config = model_or_dir.config if hasattr(model_or_dir, "config") else AutoConfig.from_pretrained(model_or_dir)
     family = family_of(config)
@@ -259,7 +266,8 @@ def build_model_card(
          "split": entry.get("dataset_split") or "", "metric": METRIC_NAMES.get(metric, metric),
          "value": f"{value:.2f}",
          "signature": (signature or "n/a").replace("|", "\\|"),  # a bare | would split the table cell
-         "signature_plain": signature or "n/a"}
+         "signature_plain": signature or "n/a",
+         "sentences": f"{entry['sentences']:,}" if isinstance(entry.get("sentences"), int) else ""}
         for entry in entries for metric, value, signature in _metric_items(entry)
     ]
     family_title = FAMILY_TITLES.get(family, family)
@@ -274,8 +282,9 @@ def build_model_card(
         parameters=f"{parameters:,}" if parameters else None,
         variant_settings=settings, architecture=architecture,
         training=[(key, value) for key, value in (training or {}).items()],
-        eval_rows=eval_rows, repo_id=name, example_source=example_source.replace('"', '\\"'),
+        eval_rows=eval_rows, repo_id=name, example_source=(example_source or "Hello world!").replace('"', '\\"'),
         data_rows=_data_rows(data), recipe=recipe, reorderer=reorderer_summary(config),
+        preprocessing=preprocessing, translations_file=translations_file,
     )
 
 
@@ -284,7 +293,7 @@ def _data_rows(data: Mapping | None) -> list[dict]:
     for split, value in (data or {}).items():
         value = value if isinstance(value, Mapping) else {"pairs_kept": value}
         rows.append({"split": split, **{key: "" if value.get(key) is None else f"{value[key]:,}"
-                                        for key in ("pairs_read", "pairs_kept", "pairs_skipped")}})  # fmt: skip
+                                        for key in ("pairs_read", "pairs_kept", "pairs_skipped", "sentences_scored")}})  # fmt: skip
     return rows
 
 
@@ -295,41 +304,44 @@ def write_model_card(directory: str | Path, **kwargs) -> Path:
     return path
 
 
-TRAINING_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "max_steps", "num_train_epochs",
-                   "per_device_train_batch_size", "gradient_accumulation_steps", "weight_decay", "label_smoothing_factor",
-                   "max_grad_norm", "optim", "seed", "average_last_checkpoints", "fp16", "bf16")
-DATA_FIELDS = ("max_source_length", "max_target_length", "num_beams", "bleu_tokenize", "source_prefix")
+def write_training_card(output_dir, model_args, data_args, training_args, metrics: Mapping,
+                        facts: Mapping | None = None) -> Path:
+    """The card `xlpe-train` writes into `output_dir` at the end of a run, from what the run did
+    (`run_card`: data name, sentences scored, arguments in force, optimizer as run, time across resumes,
+    preprocessing, test translations, an example from the test split); recorded in `xlpe_card.json` so that
+    `xlpe-push` can render it again with the Hub id. `facts`: what the run measured (`run_card.training_settings`)."""
+    from .run_card import (TRANSLATIONS_FILE, _prepared_reports, dataset_label, example_source, preprocessing_text,
+                           render_recorded_card, training_settings)  # fmt: skip
 
-
-def write_training_card(output_dir, model_args, data_args, training_args, metrics: Mapping) -> Path:
-    """The card `xlpe-train` writes into `output_dir` at the end of a run (module docstring)."""
     output_dir = Path(output_dir)
-    dataset = str(data_args.dataset_name or data_args.train_file or data_args.train_source_file
-                  or data_args.prepared_dataset)  # fmt: skip
+    report_file = output_dir / "preparation_report.json"
+    report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else {}
+    prepared = _prepared_reports(data_args)
+    dataset = dataset_label(data_args, prepared or report)
     entries = []
     scores_file = output_dir / "test_scores.json"
     if scores_file.is_file():
         test_scores = json.loads(scores_file.read_text(encoding="utf-8"))
-        entries.append(evaluation_entry({k: v for k, v in test_scores.items() if k != "oracle_positions"},
-                                        dataset, dataset, "test"))  # fmt: skip
+        entries.append({**evaluation_entry({k: v for k, v in test_scores.items() if k != "oracle_positions"},
+                                           dataset, dataset, "test"), "sentences": metrics.get("predict_samples")})  # fmt: skip
     validation = validation_entry(metrics, dataset, data_args.target_lang, getattr(data_args, "bleu_tokenize", None))
     if validation is not None:
-        entries.insert(0, validation)
-    training = {k: getattr(training_args, k) for k in TRAINING_FIELDS if getattr(training_args, k, None) not in (None, "")}
-    training = {k: getattr(v, "value", v) for k, v in training.items()}  # enums (scheduler, optimizer) by value
-    training.update({k: getattr(data_args, k) for k in DATA_FIELDS if getattr(data_args, k, None) is not None})
-    if isinstance(metrics.get("train_runtime"), (int, float)):
-        training["train_runtime_seconds"] = round(float(metrics["train_runtime"]))
-    report_file = output_dir / "preparation_report.json"
-    report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else {}
+        entries.insert(0, {**validation, "sentences": metrics.get("eval_samples")})
+    data = data_sizes(report)
+    for split, key in (("validation", "eval_samples"), ("test", "predict_samples")):
+        if split in data and isinstance(metrics.get(key), int):
+            data[split]["sentences_scored"] = metrics[key]
     recipe = getattr(training_args, "recipe", None) or getattr(model_args, "recipe", None) or getattr(data_args, "recipe", None)
     if recipe is None and getattr(data_args, "uses_builtin_corpus", lambda: False)():
         recipe = "builtin (defaults for the built-in synthetic corpus)"
     base_model = model_args.model_name_or_path
     base_model = None if base_model is None or Path(base_model).exists() else base_model  # Hub ids only
     languages = [lang for lang in (data_args.source_lang, data_args.target_lang) if lang]
-    return write_model_card(output_dir, languages=languages or None, datasets=[dataset], eval_results=entries,
-                            training=training, data=data_sizes(report), recipe=recipe, base_model=base_model)  # fmt: skip
+    card = dict(languages=languages or None, datasets=[dataset], eval_results=entries, data=data, recipe=recipe,
+                training=training_settings(training_args, data_args, facts or {}), base_model=base_model,
+                preprocessing=preprocessing_text(prepared or report, data_args), example_source=example_source(output_dir),
+                translations_file=TRANSLATIONS_FILE if (output_dir / TRANSLATIONS_FILE).is_file() else None)  # fmt: skip
+    return render_recorded_card(output_dir, card)
 
 
 __all__ = ["build_model_card", "data_sizes", "evaluation_entry", "family_of", "find_template", "reorderer_summary",

@@ -31,6 +31,7 @@ from pathlib import Path
 from huggingface_hub import HfApi
 
 from .model_card import write_model_card
+from .run_card import rerender_for_push
 
 # Training leftovers that do not belong in a model repository.
 DEFAULT_IGNORE_PATTERNS = ["checkpoint-*/**", "runs/**", "optimizer.pt", "scheduler.pt", "rng_state*.pth", "*.lock",
@@ -112,7 +113,9 @@ def prepare_upload_folder(folder: str | Path, card_kwargs: Mapping | None = None
         )
 
         AutoModelForSeq2SeqLM.from_pretrained(folder).save_pretrained(folder)  # writes config entries + code files
-    if regenerate_card or not (folder / "README.md").is_file():
+    # a card xlpe-train wrote is rendered again from what it recorded, with the Hub id (unless edited since)
+    if not rerender_for_push(folder, card_kwargs or {}, regenerate=regenerate_card) and \
+            (regenerate_card or not (folder / "README.md").is_file()):
         write_model_card(folder, **dict(card_kwargs or {}))
     problems = check_upload_folder(folder)
     if problems:

@@ -40,7 +40,7 @@ KIND = "training-run"
 
 # options of the arguments dataclasses left out of the record: where things are cached, credentials, speed only
 NOT_RECORDED = {"cache_dir", "token", "trust_remote_code", "use_fast_tokenizer", "overwrite_cache",
-                "preprocessing_num_workers", "nltk_data", "num_translation_examples"}  # fmt: skip
+                "preprocessing_num_workers", "nltk_data", "num_translation_examples", "dataset_label"}  # fmt: skip
 # options naming an input: recorded as the digest of what they name (a local file or directory), not the path
 PATH_OPTIONS = ("model_name_or_path", "config_name", "tokenizer_name", "reorderer", "dataset_name", "prepared_dataset")
 # training arguments that shape the optimisation (the others are output, logging and device plumbing)
@@ -55,7 +55,8 @@ RESUME_CHANGEABLE = ("max_steps", "num_train_epochs", "logging_steps", "eval_ste
                      "eval_strategy", "save_strategy", "logging_strategy", "early_stopping_patience",
                      "average_last_checkpoints", "per_device_eval_batch_size", "max_eval_samples", "max_predict_samples",
                      "num_beams", "val_max_target_length", "generation_max_length", "generation_num_beams",
-                     "bleu_tokenize", "eval_with_oracle_positions", "bf16", "fp16", "tf32", "torch_compile")  # fmt: skip
+                     "bleu_tokenize", "eval_with_oracle_positions", "bf16", "fp16", "tf32", "torch_compile",
+                     "eval_subset")  # fmt: skip
 RESULTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "train_results.json", "trainer_state.json")
 LARGE_FILE = 256 << 20  # bytes: bigger files are fingerprinted by size, head and tail (a model's weights)
 

@@ -36,7 +36,7 @@ from transformers import AutoConfig, set_seed
 
 from .arguments import parse_arguments
 from .errors import UsageError
-from .callbacks import RunOutcome, ValidationEarlyStopping
+from .callbacks import RunClock, RunOutcome, ValidationEarlyStopping
 from ..models.hub_support import apply_umask_to_weights
 from ..features.text_files import write_text_atomic
 from ..features.artefacts import record_path
@@ -58,6 +58,8 @@ from .model_setup import (
     model_features,
     target_config,
 )
+from .plan import RunPlan
+from .run_card import describe_optimizer, write_test_translations
 from .trainer import XLPESeq2SeqTrainer, decode_ids, make_compute_metrics
 
 logger = logging.getLogger("xlpe.train")
@@ -190,17 +192,19 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         write_text_atomic(Path(training_args.output_dir) / "preparation_report.json", json.dumps(reports, indent=2, default=str))
 
     trainer_ref: list = []
+    clock = RunClock(checkpoint)
     stopper = ValidationEarlyStopping(training_args.early_stopping_patience) \
         if training_args.early_stopping_patience and training_args.do_train else None
     trainer = XLPESeq2SeqTrainer(
         model=model, args=training_args, processing_class=tokenizer,
         train_dataset=prepared.get("train") if training_args.do_train else None,
-        eval_dataset=prepared.get("validation") if training_args.do_eval else None,
+        eval_dataset=periodic_eval_dataset(prepared, training_args) if training_args.do_eval else None,
         data_collator=make_collator(tokenizer, model, data_args, training_args),
         compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize) if training_args.predict_with_generate else None,
         eval_with_oracle_positions=training_args.eval_with_oracle_positions, callbacks=[
             *(callbacks or []), *([ApplyResumedFrequencies()] if checkpoint else []),
-            *([stopper] if stopper else []), RunOutcome(stopper)],
+            *([stopper] if stopper else []), RunOutcome(stopper), clock,
+            *([run_plan(prepared, model, data_args, training_args)] if training_args.do_train else [])],
     )  # fmt: skip
     trainer_ref.append(trainer)
     for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
@@ -209,8 +213,13 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
 
             callback.logging_dir = str(Path(training_args.output_dir) / default_logdir())
     all_metrics: dict = {}
+    facts: dict = {"device": describe_device_for_card(training_args)}  # what the run did, for the model card
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=checkpoint)
+        seconds, segments = clock.total()
+        facts.update(optimizer=describe_optimizer(trainer.optimizer), global_step=trainer.state.global_step,
+                     epoch=trainer.state.epoch, training_seconds=None if clock.unknown_before else seconds,
+                     segments=segments)  # fmt: skip
         trainer.save_model()
         apply_umask_to_weights(training_args.output_dir)  # stock (vanilla) models too: safetensors writes 0600
         metrics = {**result.metrics, **trainer.padding_metrics(result.metrics.get("train_runtime")),
@@ -223,15 +232,45 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
             average_into(trainer, training_args)
     generation = dict(max_length=data_args.val_max_target_length or data_args.max_target_length, num_beams=data_args.num_beams)
     if training_args.do_eval and "validation" in prepared:
-        metrics = {**trainer.evaluate(metric_key_prefix="eval", **generation), "eval_samples": len(prepared["validation"])}
+        metrics = {**trainer.evaluate(prepared["validation"], metric_key_prefix="eval", **generation),
+                   "eval_samples": len(prepared["validation"])}  # (the whole split, not the periodic subset)
         trainer.log_metrics("eval", metrics), trainer.save_metrics("eval", metrics)
         all_metrics.update(metrics)
     if training_args.do_predict and "test" in prepared:
         all_metrics.update(predict_and_report(trainer, prepared["test"], tokenizer, data_args, generation))
     if trainer.is_world_process_zero():
-        write_card(training_args.output_dir, model_args, data_args, training_args, all_metrics)
+        write_card(training_args.output_dir, model_args, data_args, training_args, all_metrics, facts)
         print(f"xlpe-train: done in {time.time() - started:.0f} s; model and tokenizer in {training_args.output_dir}")
     return all_metrics
+
+
+def periodic_eval_dataset(prepared: dict, training_args):
+    """The validation sentences the periodic evaluations score: the first `--eval_subset` of the split (all
+    without it); the final evaluation scores the whole split."""
+    validation, subset = prepared.get("validation"), getattr(training_args, "eval_subset", None)
+    if validation is None or not subset or subset >= len(validation):
+        return validation
+    return validation.select(range(subset))
+
+
+def run_plan(prepared: dict, model, data_args, training_args) -> RunPlan:
+    """The `RunPlan` callback with this run's sizes: periodic and final validation sentences, test sentences (twice
+    for an XL PE model whose test split has oracle positions: predicted and oracle), batching and beams."""
+    validation, test = prepared.get("validation"), prepared.get("test")
+    periodic = periodic_eval_dataset(prepared, training_args) if training_args.do_eval else None
+    tests = 0
+    if training_args.do_predict and test is not None:
+        tests = min(len(test), data_args.max_predict_samples or len(test))
+        if "reorder_positions" in test.column_names and getattr(model.config, "xl_strategy", "none") != "none":
+            tests *= 2
+    accumulation = training_args.gradient_accumulation_steps
+    batching = (f"token batches of {training_args.max_tokens:,} tokens" if training_args.max_tokens else
+                f"{training_args.per_device_train_batch_size} pairs a batch") + (f" x {accumulation} accumulated" if accumulation > 1 else "")  # fmt: skip
+    beams = data_args.num_beams or getattr(model.generation_config, "num_beams", 1) or 1
+    return RunPlan(eval_sentences=len(periodic) if periodic is not None and training_args.eval_strategy == "steps" else 0,
+                   validation_total=len(validation) if validation is not None else 0,
+                   final_sentences=len(validation) if training_args.do_eval and validation is not None else 0,
+                   test_sentences=tests, batching=batching, final_beams=beams)  # fmt: skip
 
 
 def make_collator(tokenizer, model, data_args, training_args) -> XLPEDataCollator:
@@ -313,6 +352,15 @@ def report_cuda_defaults(training_args) -> None:
                           json.dumps({**decision, "peak_tflops": peak, "peak": source}, indent=2))  # fmt: skip
 
 
+def describe_device_for_card(training_args) -> str:
+    """`cpu (2 threads)` or the GPU's name, times the processes."""
+    import torch
+
+    device = training_args.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    return name + (f" x {training_args.world_size} processes" if training_args.world_size > 1 else "")
+
+
 def _training_pairs(splits: dict, data_args) -> int | None:
     """Training pairs read (None when unknown: a prepared dataset that cannot be opened here)."""
     if "train" in splits:
@@ -361,6 +409,7 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
             metrics.update({f"{prefix}_bleu": round(scores["bleu"]["score"], 2), f"{prefix}_chrf": round(scores["chrf"]["score"], 2)})
             all_scores[prefix] = scores
             if not oracle:
+                write_test_translations(output_dir, sources, references, hypotheses)  # beside the card
                 for k in range(min(data_args.num_translation_examples, len(hypotheses))):
                     print(f"\nsource:     {sources[k]}\nreference:  {references[k]}\ntranslation: {hypotheses[k]}")
             label = "test" + (" (oracle positions)" if oracle else "")
@@ -375,7 +424,7 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
     return metrics
 
 
-def write_card(output_dir, model_args, data_args, training_args, metrics) -> None:
+def write_card(output_dir, model_args, data_args, training_args, metrics, facts=None) -> None:
     """README.md model card (`model_card.write_training_card`: validation and test scores with signatures, recipe,
     settings, data sizes, reorderer); skipped for stock (vanilla) models."""
     try:
@@ -385,4 +434,4 @@ def write_card(output_dir, model_args, data_args, training_args, metrics) -> Non
     except (ImportError, ValueError, OSError) as error:
         logger.info("no model card written: %s", error)
         return
-    write_training_card(output_dir, model_args, data_args, training_args, metrics)
+    write_training_card(output_dir, model_args, data_args, training_args, metrics, facts)

@@ -1,0 +1,68 @@
+"""Issue 39, item 1: xlpe-train states its plan (steps, evaluations and their size) before training, estimates the
+run's wall time from the first measured steps and again after the first evaluation, and the periodic evaluation is
+bounded (`--eval_subset`, recipe small: 200 sentences) while the final evaluation scores the whole split."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from test_recipes import text_files
+from test_train import tiny
+
+from xlpe.training.plan import (
+    RunShape,
+    beam_factor,
+    estimate_line,
+    estimate_run,
+    periodic_evaluations,
+    plan_line,
+)
+from xlpe.training.recipes import recipe_settings
+from xlpe.training.run import main
+
+
+def test_periodic_evaluations_are_counted_in_the_steps_left():
+    assert periodic_evaluations(0, 1200, 200, True) == 6
+    assert periodic_evaluations(400, 1200, 200, True) == 4  # a resume from step 400
+    assert periodic_evaluations(0, 1199, 200, True) == 5 and periodic_evaluations(0, 1200, 200, False) == 0
+
+
+def test_estimate_splits_the_run_and_names_what_dominates():
+    shape = RunShape(steps=1200, evaluations=6, eval_sentences=200, eval_beams=1, final_sentences=1014,
+                     test_sentences=1000, final_beams=4)  # fmt: skip
+    early = estimate_run(shape, 1.5, None)
+    assert early["total"] == 1800 and early["dominant"] == "training" and "periodic evaluations" not in early
+    full = estimate_run(shape, 1.5, 20.0)
+    assert full["periodic evaluations"] == 120
+    assert full["final evaluation + test"] == pytest.approx(20.0 / 200 * beam_factor(4) * 2014)
+    assert full["total"] == pytest.approx(1800 + 120 + full["final evaluation + test"])
+    assert sum(full["shares"].values()) == pytest.approx(1.0)
+    line = estimate_line(full, "after the first evaluation")
+    assert line.startswith("estimate after the first evaluation: ") and "training dominates" in line
+    assert "periodic evaluations 2.0 min (5%)" in line
+
+
+def test_plan_line_states_steps_evaluations_and_what_follows():
+    shape = RunShape(1200, 6, 200, 1, 1014, 2000, 4)
+    assert plan_line(shape, "token batches of 2,048 tokens", 1014) == (
+        "plan: 1,200 training steps (token batches of 2,048 tokens), 6 periodic evaluations on 200 of 1,014 "
+        "validation sentences (greedy); then the final evaluation on 1,014 validation sentences and the test split's "
+        "2,000 sentences (4 beams); time estimate after the first steps")
+
+
+def test_the_small_recipe_bounds_its_periodic_evaluation():
+    assert recipe_settings("small", True)["eval_subset"] == 200
+    assert "eval_subset" not in recipe_settings("small", True, with_validation=False)
+
+
+def test_a_run_prints_its_plan_and_estimates_and_the_final_evaluation_scores_the_whole_split(tmp_path, capsys):
+    metrics = main(tiny(tmp_path, *text_files(tmp_path, 40), "--do_train", "--do_eval", "--max_steps", "6",
+                        "--eval_strategy", "steps", "--eval_steps", "3", "--eval_subset", "3", "--max_eval_samples", "8"))  # fmt: skip
+    out = capsys.readouterr().out
+    assert "xlpe-train: plan: 6 training steps (8 pairs a batch), 2 periodic evaluations on 3 of 8 validation " \
+           "sentences (greedy); then the final evaluation on 8 validation sentences (2 beams)" in out
+    assert re.search(r"xlpe-train: estimate after the first evaluation \(\d+ s, step 3\): .* in all on this machine: "
+                     r"training .*, periodic evaluations .*, final evaluation \+ test .*; \w.* dominates", out)
+    assert re.search(r"xlpe-train: training took .*, 2 periodic evaluations .* of it \(\d+%\); estimated .* for that part", out)
+    assert metrics["eval_samples"] == 8  # the final evaluation: the whole (limited) split, not the subset

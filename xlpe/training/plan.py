@@ -1,0 +1,176 @@
+"""`xlpe-train` says what it will do and how long it will take, before and while it does it (issue 39).
+
+`RunPlan` prints, on the main process:
+
+1. **the plan**, when training starts: steps, batching, the periodic evaluations (how many, on how many validation
+   sentences, greedy or beam), and the final evaluation and test translation that follow;
+2. **an estimate** once the first `measure_steps` steps are timed (seconds per step after a warm-up step), and
+   **again after the first periodic evaluation** (its measured duration): the wall time of the whole run on this
+   machine, split into training, periodic evaluations, and final evaluation + test, with the share of each and what
+   dominates. The final evaluation and the test are extrapolated from the measured periodic evaluation, per
+   sentence, times `BEAM_COST` per extra beam (beam search costs more than greedy; the factor is stated);
+3. **the outcome** when training ends: the time it took against the last estimate of the training part.
+
+`estimate_run` is the pure arithmetic (tested on its own); `plan_line` the plan's text.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger("xlpe.train")
+
+# a sentence decoded with B beams costs 1 + BEAM_COST x (B - 1) times a greedy one (batched beam search on CPU,
+# measured on the small recipe: 4 beams ~2.5x greedy); used only to extrapolate the final evaluation and the test
+BEAM_COST = 0.5
+
+
+def beam_factor(beams: int | None) -> float:
+    return 1.0 + BEAM_COST * (max(int(beams or 1), 1) - 1)
+
+
+def periodic_evaluations(start_step: int, max_steps: int, eval_steps: int | None, evaluating: bool) -> int:
+    """How many periodic evaluations fall in steps (start_step, max_steps] (every `eval_steps` steps)."""
+    if not evaluating or not eval_steps or max_steps <= start_step:
+        return 0
+    return max_steps // eval_steps - start_step // eval_steps
+
+
+@dataclass
+class RunShape:
+    """What the run will do: steps left, periodic evaluations and their sentences and beams, the final
+    evaluation's and the test's sentences and beams."""
+
+    steps: int
+    evaluations: int
+    eval_sentences: int
+    eval_beams: int
+    final_sentences: int
+    test_sentences: int
+    final_beams: int
+
+
+def estimate_run(shape: RunShape, seconds_per_step: float, seconds_per_evaluation: float | None) -> dict:
+    """{part: seconds} of the run from the measured seconds per step and per periodic evaluation (None: not measured
+    yet, the evaluation parts are then left out), with "total", "shares" ({part: share of total}) and "dominant"."""
+    parts = {"training": shape.steps * seconds_per_step}
+    if seconds_per_evaluation is not None:
+        parts["periodic evaluations"] = shape.evaluations * seconds_per_evaluation
+        per_sentence = seconds_per_evaluation / max(shape.eval_sentences, 1) / beam_factor(shape.eval_beams)
+        parts["final evaluation + test"] = (per_sentence * beam_factor(shape.final_beams)
+                                            * (shape.final_sentences + shape.test_sentences))  # fmt: skip
+    total = sum(parts.values())
+    shares = {name: value / total if total else 0.0 for name, value in parts.items()}
+    return {**parts, "total": total, "shares": shares, "dominant": max(parts, key=parts.get)}
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plan_line(shape: RunShape, batching: str, eval_subset_of: int | None) -> str:
+    """The plan in one paragraph."""
+    text = f"plan: {shape.steps:,} training steps ({batching})"
+    if shape.evaluations:
+        of = f" of {eval_subset_of:,}" if eval_subset_of and eval_subset_of > shape.eval_sentences else ""
+        decoding = "greedy" if shape.eval_beams <= 1 else f"{shape.eval_beams} beams"
+        text += (f", {shape.evaluations} periodic evaluation{'s' if shape.evaluations != 1 else ''} on "
+                 f"{shape.eval_sentences:,}{of} validation sentences ({decoding})")  # fmt: skip
+    after = [f"the final evaluation on {shape.final_sentences:,} validation sentences" if shape.final_sentences else "",
+             f"the test split's {shape.test_sentences:,} sentences" if shape.test_sentences else ""]  # fmt: skip
+    after = [part for part in after if part]
+    if after:
+        text += f"; then {' and '.join(after)} ({shape.final_beams} beams)"
+    return text + "; time estimate after the first steps"
+
+
+def estimate_line(estimate: dict, when: str) -> str:
+    parts = ", ".join(f"{name} {_duration(estimate[name])} ({100 * estimate['shares'][name]:.0f}%)"
+                      for name in estimate["shares"])  # fmt: skip
+    measured = "" if "periodic evaluations" in estimate else " (evaluations not measured yet)"
+    return f"estimate {when}: {_duration(estimate['total'])} in all on this machine{measured}: {parts}; {estimate['dominant']} dominates"
+
+
+class RunPlan(TrainerCallback):
+    """Prints the plan, the estimates and the outcome (module docstring). Sizes come from `xlpe-train`'s run:
+    validation sentences of the periodic evaluations (`eval_sentences`, of `validation_total`), of the final
+    evaluation (`final_sentences`) and the test (`test_sentences`)."""
+
+    def __init__(self, eval_sentences: int, validation_total: int, final_sentences: int, test_sentences: int,
+                 batching: str, final_beams: int = 1, measure_steps: int = 20, echo=print):
+        self.sizes = (eval_sentences, validation_total, final_sentences, test_sentences)
+        self.final_beams = final_beams
+        self.batching, self.measure_steps, self.echo = batching, measure_steps, echo
+        self.shape: RunShape | None = None
+        self.step_seconds = self.eval_seconds = None
+        self.estimate: dict | None = None
+        self._first_step = self._timed_from = self._last_step_end = self._train_start = None
+        self._evaluation_seconds: list[float] = []
+
+    def _say(self, state, text: str) -> None:
+        if state.is_world_process_zero:
+            self.echo(f"xlpe-train: {text}", flush=True)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        eval_sentences, validation_total, final_sentences, test_sentences = self.sizes
+        evaluating = getattr(args.eval_strategy, "value", args.eval_strategy) == "steps"
+        self.shape = RunShape(
+            steps=max(state.max_steps - state.global_step, 0),
+            evaluations=periodic_evaluations(state.global_step, state.max_steps, args.eval_steps, evaluating and eval_sentences > 0),
+            eval_sentences=eval_sentences, eval_beams=int(args.generation_num_beams or 1),
+            final_sentences=final_sentences, test_sentences=test_sentences,
+            final_beams=int(self.final_beams or 1),
+        )  # fmt: skip
+        self._first_step, self._train_start = state.global_step, time.perf_counter()
+        stopping = getattr(args, "early_stopping_patience", None) and self.shape.evaluations
+        self._say(state, plan_line(self.shape, self.batching, validation_total) +
+                  (" (an upper bound: early stopping may end the run sooner)" if stopping else ""))  # fmt: skip
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        done = state.global_step - self._first_step
+        if done == 1:  # the first step warms up (allocations, compilation): timed from its end
+            self._timed_from = now
+        elif self.step_seconds is None and self._timed_from is not None and done >= self.measure_steps:
+            self.step_seconds = (now - self._timed_from) / (done - 1)
+            self.estimate = estimate_run(self.shape, self.step_seconds, None)
+            self._say(state, estimate_line(self.estimate, f"after {done} steps ({self.step_seconds:.2f} s a step)"))
+        self._last_step_end = now
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if self._last_step_end is None or self._train_start is None:  # not during training
+            return
+        seconds = time.perf_counter() - self._last_step_end
+        self._evaluation_seconds.append(seconds)
+        if self.eval_seconds is None:
+            self.eval_seconds = seconds
+            if self.step_seconds is None:  # evaluated before the steps were timed: time them up to here
+                done = state.global_step - self._first_step
+                self.step_seconds = (self._last_step_end - (self._timed_from or self._train_start)) / max(done - 1, 1)
+            self.estimate = estimate_run(self.shape, self.step_seconds, self.eval_seconds)
+            self._say(state, estimate_line(self.estimate, f"after the first evaluation ({seconds:.0f} s, step {state.global_step})"))
+        self._last_step_end = time.perf_counter()  # (the next evaluation is timed from the next step's end)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._train_start is None:
+            return
+        took = time.perf_counter() - self._train_start
+        evaluations = sum(self._evaluation_seconds)
+        text = (f"training took {_duration(took)}, {len(self._evaluation_seconds)} periodic evaluations "
+                f"{_duration(evaluations)} of it ({100 * evaluations / took:.0f}%)" if took else "training took 0 s")  # fmt: skip
+        if self.estimate is not None:
+            planned = self.estimate["training"] + self.estimate.get("periodic evaluations", 0.0)
+            text += f"; estimated {_duration(planned)} for that part"
+        self._say(state, text)
+
+
+__all__ = ["BEAM_COST", "RunPlan", "RunShape", "beam_factor", "estimate_line", "estimate_run", "periodic_evaluations",
+           "plan_line"]
