@@ -22,6 +22,9 @@ Groups (each a list of runs; every group also runs vanilla Marian on its languag
   baselines XL PE Table 1: relative PE (Shaw: relative only, k = 16), DiSAN-style directional heads, Combination,
             Combination + relative PE
   relative-pe  vanilla, relative PE, Combination + relative PE (the same runs as in baselines: the short version)
+  xl-forms  XL order in relative and rotary form: relative PE (k = 16) and RoPE alone (no sinusoid), XL-relative and
+            XL-RoPE (tau heads of layer 1, and of every layer), each against its non-XL counterpart; XL-relative and
+            XL-RoPE with the pair's standalone reorderer at test time
   table4    XL PE Table 4: encoder-free (encoder_layers=0) without PE, + absolute PE, + relative PE, + InXL
   pos       vanilla, Combination, Combination + source POS tags, mvPE+POS, mvPE alone and the same BART body with the
             plain sinusoid, trained like the others (same steps; tags from the offline taggers: nltk-en for English,

@@ -313,6 +313,38 @@ def test_dpe_paper_group_builds_the_published_settings():
         assert set(parse_config_overrides(runs[name]["fields"].get("config_overrides"))) <= set(config.to_dict()), name
 
 
+def test_xl_forms_group_builds_xl_relative_and_rotary_models_beside_their_parts():
+    """`xl-forms` (issue 41): every XL run is a real XL PE config in relative or rotary form (tau heads of layer 1,
+    or every layer), compared with its non-XL counterpart; the reorderer rows take the pair's reorderer."""
+    from xlpe.models import XLPEMarianConfig, XLPEMarianMTModel
+    from xlpe.training.model_setup import parse_config_overrides
+
+    reproduction = load_driver().reproduction
+    mode = reproduction.MODES["smoke"]
+    runs = {spec["name"]: spec for spec in reproduction.group_runs("xl-forms", mode)}
+    assert list(runs) == ["vanilla", "relative", "rope", "xl-relative", "xl-relative-all", "xl-rope", "xl-rope-all",
+                          "xl-relative+reorderer", "xl-rope+reorderer"]  # fmt: skip
+    expected = {"xl-relative": ("relative", "first"), "xl-relative-all": ("relative", "all"), "xl-rope": ("rotary", "first"),
+                "xl-rope-all": ("rotary", "all"), "xl-relative+reorderer": ("relative", "first"), "xl-rope+reorderer": ("rotary", "first")}  # fmt: skip
+    small = dict(d_model=16, encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=2, decoder_layers=1,
+                 encoder_ffn_dim=16, decoder_ffn_dim=16, vocab_size=30, pad_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+                 reorder_predictor_hidden_size=8)  # fmt: skip
+    for name in ("relative", "rope", *expected):
+        fields = dict(runs[name]["fields"])
+        overrides = parse_config_overrides(fields.pop("config_overrides"))
+        config = XLPEMarianConfig(**small, xl_strategy=fields.pop("xl_strategy"), **overrides)
+        assert set(overrides) <= set(config.to_dict()), name  # no misspelt field
+        model = XLPEMarianMTModel(config)
+        if name in expected:
+            assert (config.xl_position_form, config.xl_position_layers) == expected[name]
+            xl_layers = [layer.self_attn.xl_heads > 0 for layer in model.model.encoder.layers]
+            assert xl_layers == ([True, True] if expected[name][1] == "all" else [True, False]), name
+            assert fields.get("reorderer") == (reproduction.PAIR_REORDERER if name.endswith("+reorderer") else None)
+        assert not config.absolute_positions  # every row of the group compares position forms without a sinusoid
+    for name, parts in {"xl-relative": ("relative",), "xl-rope": ("rope",), "xl-rope-all": ("rope", "xl-rope")}.items():
+        assert reproduction.COMPONENTS[name] == parts
+
+
 def test_every_run_keeps_its_own_hypotheses(tmp_path, capsys):
     """Each (pair, run, seed) has its own directory (2PT's seeds used to write runs/hypotheses.txt, one file for
     all of them), and the report refuses a results file whose different models share a hypothesis file, while a run

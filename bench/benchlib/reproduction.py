@@ -29,6 +29,9 @@ MODES = {
 
 
 RELATIVE_PE = "relative_attention_max_distance=16"  # Shaw et al.'s clipping distance, as a --config_overrides item
+ROPE = "rotary_attention=true,absolute_positions=false"  # RoPE on both sides, no sinusoid (as the `relative` run)
+XL_RELATIVE = "xl_position_form=relative,xl_relative_max_distance=16"  # XL distances in the tau heads, k = 16
+XL_ROTARY = "xl_position_form=rotary"  # XL angles in the tau heads
 PAIR_REORDERER = "@pair-reorderer"  # a run field: the standalone reorderer of the run's pair (reorderer_dir)
 PAIR_TAGGER = "@pair-tagger"  # run fields source_tagger / target_tagger: the offline tagger of that language
 TAGGERS = {"en": "nltk-en", "zh": "jieba-zh"}  # the built-in taggers that work offline here
@@ -94,6 +97,17 @@ def group_runs(group: str, mode: dict) -> list[dict]:
         relative = RELATIVE_PE
         return [run("vanilla", "vanilla"), run("relative", "xlpe", xl_strategy="none", config_overrides=f"{relative},absolute_positions=false"),
                 run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative)]  # fmt: skip
+    if group == "xl-forms":  # issue 41: XL order as Shaw distances or RoPE angles in the tau heads, against their parts
+        relative = f"{RELATIVE_PE},absolute_positions=false"
+        xl_relative, xl_rotary = f"{relative},{XL_RELATIVE}", f"{ROPE},{XL_ROTARY}"
+        return [run("vanilla", "vanilla"), run("relative", "xlpe", xl_strategy="none", config_overrides=relative),
+                run("rope", "xlpe", xl_strategy="none", config_overrides=ROPE),
+                run("xl-relative", "xlpe", xl_strategy="head", config_overrides=xl_relative),
+                run("xl-relative-all", "xlpe", xl_strategy="head", config_overrides=f"{xl_relative},xl_position_layers=all"),
+                run("xl-rope", "xlpe", xl_strategy="head", config_overrides=xl_rotary),
+                run("xl-rope-all", "xlpe", xl_strategy="head", config_overrides=f"{xl_rotary},xl_position_layers=all"),
+                run("xl-relative+reorderer", "xlpe", xl_strategy="head", config_overrides=xl_relative, reorderer=PAIR_REORDERER),
+                run("xl-rope+reorderer", "xlpe", xl_strategy="head", config_overrides=xl_rotary, reorderer=PAIR_REORDERER)]  # fmt: skip
     if group == "table4":  # XL PE Table 4: the encoder-free model (Tang et al.) without PE, + absolute, + relative, + InXL
         return [run("vanilla", "vanilla"),
                 run("noenc-nopos", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides="absolute_positions=false"),
@@ -142,12 +156,18 @@ COMPONENTS = {
     "combination-mixed+reorderer": ("combination+reorderer", "combination-jackknife+reorderer"),
     "mvpe_pos-steps": ("mvpe-steps", "sinusoid-steps"),  # what the tags add to mvPE; mvPE + tags over the same body
     "mvpe-steps": ("sinusoid-steps",),  # what mvPE adds to the same BART body
+    "xl-relative": ("relative",),  # XL distances in the tau heads against relative PE alone (issue 41)
+    "xl-relative-all": ("relative", "xl-relative"),
+    "xl-rope": ("rope",),  # XL angles in the tau heads against RoPE alone
+    "xl-rope-all": ("rope", "xl-rope"),
+    "xl-relative+reorderer": ("xl-relative",),  # the standalone reorderer's positions against the built-in predictor's
+    "xl-rope+reorderer": ("xl-rope",),
     "noenc+abs": ("noenc-nopos",),  # XL PE Table 4: absolute PE in the encoder-free model
     "noenc+relative": ("noenc+abs",),
     "noenc+inxl": ("noenc+abs",),
 }
 
-GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "table4", "pos", "table1", "reorderer", "train-positions", "tau", "dpe", "dpe-paper", "table5", "2pt", "mvpe", "noise", "alignment", "init")
+GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "xl-forms", "table4", "pos", "table1", "reorderer", "train-positions", "tau", "dpe", "dpe-paper", "table5", "2pt", "mvpe", "noise", "alignment", "init")
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)

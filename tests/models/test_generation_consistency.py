@@ -37,6 +37,12 @@ STACKS = {  # name -> (config class, model class, config fields)
         XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="combination", xl_heads=2, relative_attention_sides="decoder", **RELATIVE),
     ),
     "marian-relative-only-no-absolute": (XLPEMarianConfig, XLPEMarianMTModel, dict(xl_strategy="none", absolute_positions=False, **RELATIVE)),
+    "marian-rotary-only-no-absolute": (XLPEMarianConfig, XLPEMarianMTModel, dict(xl_strategy="none", absolute_positions=False, rotary_attention=True)),
+    "xlpe-xl-rotary+rotary-no-absolute": (XLPEMarianConfig, XLPEMarianMTModel, dict(
+        XL, xl_strategy="head", xl_heads=2, xl_position_form="rotary", rotary_attention=True, absolute_positions=False)),
+    "xlpe-xl-relative-every-layer+relative": (XLPEMarianConfig, XLPEMarianMTModel, dict(
+        XL, xl_strategy="head", xl_heads=2, xl_position_form="relative", xl_position_layers="all", xl_relative_max_distance=3, **RELATIVE)),
+    "dpe+rotary-decoder": (DPEMarianConfig, DPEMarianMTModel, dict(dpe_layers=1, rotary_attention=True, rotary_attention_sides="decoder")),
     "xlpe-combination+directional": (XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="combination", xl_heads=2, directional_attention=True)),
     "xlpe-combination+source-tags": (XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="combination", xl_heads=2, **TAGS)),
     "dpe": (DPEMarianConfig, DPEMarianMTModel, dict(dpe_layers=1)),

@@ -1,5 +1,5 @@
 """Config fields of the position options every Marian-based family takes (the XL PE paper's Table 1 baselines and
-Table 4 setting; the modules are in position_attention.py): one declaration, mixed into each family's config.
+Table 4 setting, and rotary positions; the modules are in position_attention.py): one declaration, mixed into each family's config.
 
 This file travels as Hub custom code next to the configuration files: it imports only from transformers' siblings
 here (no `xlpe` import).
@@ -24,12 +24,17 @@ class PositionOptionsConfigMixin:
     relative_attention_values: bool = True  # also a^V on the values (Shaw Eq. 3); False: keys only, SDPA throughout
     relative_attention_sides: str = "both"  # which self-attentions get relative representations: "encoder" | "decoder" | "both"
     directional_attention: bool = False  # DiSAN-style: half the encoder heads see j <= i, the other half j >= i
+    rotary_attention: bool = False  # RoPE (Su et al. 2021, Eq. 34): self-attention Q/K rotated by position angles
+    rotary_attention_sides: str = "both"  # which self-attentions rotate: "encoder" | "decoder" | "both"
+    rotary_base: float = 10000.0  # base of the rotary frequencies w_k = base^(-2k/d_head)
 
     def validate_position_options(self) -> None:
         """The rules every family shares (docs/xl_pe.md, "Baselines and stacking")."""
         check_choice("relative_attention_sides", self.relative_attention_sides, RELATIVE_ATTENTION_SIDES)
         check_number("relative_attention_max_distance", self.relative_attention_max_distance, 0, integer=True)
-        for name in ("absolute_positions", "relative_attention_values", "directional_attention"):
+        check_choice("rotary_attention_sides", self.rotary_attention_sides, RELATIVE_ATTENTION_SIDES)
+        check_number("rotary_base", self.rotary_base, 1.0, low_inclusive=False)
+        for name in ("absolute_positions", "relative_attention_values", "directional_attention", "rotary_attention"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.directional_attention and self.encoder_layers == 0:
@@ -39,6 +44,16 @@ class PositionOptionsConfigMixin:
                 "directional_attention splits the encoder heads into forward and backward ones: it needs "
                 f"encoder_attention_heads >= 2, got {self.encoder_attention_heads}"
             )
+        if self.rotary_attention:
+            for side in ("encoder", "decoder"):
+                heads = getattr(self, f"{side}_attention_heads")
+                if self.rotary_attention_sides in (side, "both") and (self.d_model // heads) % 2 != 0:
+                    raise ValueError(
+                        f"rotary_attention rotates pairs of a head's dimensions: d_model / {side}_attention_heads "
+                        f"= {self.d_model} / {heads} must be even"
+                    )
+            if self.rotary_attention_sides == "encoder" and self.encoder_layers == 0:
+                raise ValueError("rotary_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention")
         if self.relative_attention_max_distance > 0 and self.relative_attention_sides == "encoder" and self.encoder_layers == 0:
             raise ValueError("relative_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention")
 

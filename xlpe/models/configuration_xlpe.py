@@ -17,6 +17,8 @@ from .configuration_source_tags import SourceTagsConfigMixin
 XL_STRATEGIES = ("none", "in", "head", "combination")
 XL_FUSIONS = ("diagonal", "full")
 XL_TRAIN_POSITIONS = ("oracle", "predicted")
+XL_POSITION_FORMS = ("absolute", "relative", "rotary")
+XL_POSITION_LAYERS = ("first", "all")
 REORDER_LOSSES = ("pairwise", "mse")
 REORDER_UNITS = ("word", "token")
 
@@ -34,6 +36,10 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
     # --- where the XL signal enters (Sec. 3.2) ---
     xl_strategy: str = "combination"  # "none" | "in" (Eq. 7-8) | "head" (Eq. 9-11) | "combination" (footnote 2)
     xl_heads: int | None = None  # tau: first-layer heads fed X+PE_XL (Eq. 9-11); None -> H // 4 (paper: 4 of 16)
+    # --- how the XL heads see XL positions (docs/xl_pe.md, "XL order in relative and rotary form") ---
+    xl_position_form: str = "absolute"  # "absolute": X + PE_XL (Eq. 9); "relative": Shaw distances of XL positions; "rotary": RoPE angles of them
+    xl_position_layers: str = "first"  # relative/rotary form: the tau heads of layer 1 ("first", HeadXL's place) or of every encoder layer ("all")
+    xl_relative_max_distance: int = 16  # k clipping the XL distances of the relative form: clip(xl_j - xl_i, -k, k)
     # --- the InXL fusion PE_In-XL = tanh(PE_abs U + PE_XL V) (Eq. 7) ---
     xl_fusion: str = "diagonal"  # "diagonal": U, V are d-vectors (2d params, the paper's +0.01M); "full": d x d
     xl_fusion_init_scale: float = 0.5  # U and V start as this times identity: tanh((PE_abs + PE_XL) / 2)
@@ -73,12 +79,31 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         check_choice("xl_train_positions", self.xl_train_positions, XL_TRAIN_POSITIONS)
         check_choice("reorder_unit", self.reorder_unit, REORDER_UNITS)
         check_choice("reorder_loss", self.reorder_loss, REORDER_LOSSES)
+        check_choice("xl_position_form", self.xl_position_form, XL_POSITION_FORMS)
+        check_choice("xl_position_layers", self.xl_position_layers, XL_POSITION_LAYERS)
+        check_number("xl_relative_max_distance", self.xl_relative_max_distance, 1, integer=True)
         heads = self.encoder_attention_heads
         check_number(f"xl_heads (tau, of encoder_attention_heads={heads})", self.xl_heads, 0, heads, integer=True)
         if self.xl_strategy in ("none", "in") and self.xl_heads != 0:
             raise ValueError(
                 f"xl_heads={self.xl_heads} only applies to xl_strategy 'head' or 'combination', "
                 f"not {self.xl_strategy!r}: set xl_heads=0 or change the strategy"
+            )
+        if self.xl_position_form != "absolute" and (self.xl_strategy != "head" or self.xl_heads == 0):
+            raise ValueError(
+                f"xl_position_form={self.xl_position_form!r} gives XL distances/angles to the tau XL heads: it needs "
+                f"xl_strategy='head' and xl_heads >= 1, got xl_strategy={self.xl_strategy!r}, xl_heads={self.xl_heads} "
+                "(InXL and Combination add an absolute PE_In-XL, Eq. 7: use xl_position_form='absolute' for them)"
+            )
+        if self.xl_position_layers == "all" and self.xl_position_form == "absolute":
+            raise ValueError(
+                "xl_position_layers='all' applies to xl_position_form 'relative' or 'rotary'; the absolute form feeds "
+                "X + PE_XL to the heads of layer 1 only (Eq. 9): set xl_position_layers='first'"
+            )
+        if self.xl_position_form == "rotary" and (self.d_model // self.encoder_attention_heads) % 2 != 0:
+            raise ValueError(
+                "xl_position_form='rotary' rotates pairs of a head's dimensions: d_model / encoder_attention_heads = "
+                f"{self.d_model} / {self.encoder_attention_heads} must be even"
             )
         self.validate_position_options()
         self.validate_source_tags()
@@ -100,11 +125,11 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         """The shared rules (configuration_position_options.py), then XL PE's (docs/xl_pe.md, "Baselines and stacking")."""
         super().validate_position_options()
         uses_xl = self.xl_strategy == "in" or (self.xl_strategy in ("head", "combination") and self.xl_heads > 0)
-        if uses_xl and not self.absolute_positions:
+        if uses_xl and not self.absolute_positions and self.xl_position_form == "absolute":
             raise ValueError(
                 f"xl_strategy={self.xl_strategy!r} needs absolute_positions=True: XL PE fuses PE_abs with PE_XL "
                 "(Eq. 7) and its first layer's residual carries X + PE_abs (Eq. 9); use xl_strategy='none' for a "
-                "model without absolute positions"
+                "model without absolute positions, or xl_position_form 'relative' / 'rotary', which need no PE_abs"
             )
         if self.xl_strategy in ("head", "combination") and self.xl_heads > 0 and self.encoder_layers == 0:
             raise ValueError(

@@ -40,6 +40,7 @@ from transformers.models.marian.modeling_marian import (
     MarianModel,
     MarianMTModel,
     MarianPreTrainedModel,
+    MarianSinusoidalPositionalEmbedding,
 )
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
@@ -218,9 +219,14 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         self.uses_xl = config.xl_strategy == "in" or (
             config.xl_strategy in ("head", "combination") and config.xl_heads > 0
         )
-        if config.xl_strategy in ("head", "combination") and config.xl_heads > 0:
+        self.xl_form = config.xl_position_form if self.uses_xl else "absolute"
+        if config.xl_strategy in ("head", "combination") and config.xl_heads > 0 and self.xl_form == "absolute":
             self.layers[0].self_attn = XLHeadAttention(config)
-        apply_position_options(self, config, is_decoder=False)  # Table 1 baselines, Table 4 (position_attention.py)
+        # XL heads in relative/rotary form (position_attention.py): layer 1's, or every layer's
+        self.xl_layers = () if self.xl_form == "absolute" else (
+            tuple(range(config.encoder_layers)) if config.xl_position_layers == "all" else (0,))  # fmt: skip
+        apply_position_options(self, config, is_decoder=False, xl_heads=config.xl_heads, xl_form=self.xl_form,
+                               xl_layers=self.xl_layers)  # Table 1 baselines, Table 4, XL relative/rotary heads
         self.source_tags = SourceTagEncoding(config, self.embed_scale) if config.pos_tagger else None  # XL PE + POS
         if self.uses_xl:
             self.xl_position = CrossLingualPositionEncoding(config)
@@ -229,6 +235,9 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
                 config.reorder_predictor_heads, config.reorder_predictor_dropout,
             )
             self.word_starts = WordStarts(config.vocab_size)
+            # without absolute PE (relative/rotary XL forms) the predictor still needs to know where tokens are
+            self.predictor_positions = None if config.absolute_positions else MarianSinusoidalPositionalEmbedding(
+                config.max_position_embeddings, config.d_model)  # fmt: skip
         # a standalone reorderer (attach_reorderer) predicts the positions instead of the built-in predictor
         self.reorderer = XLPEReordererModel(XLPEReordererConfig.from_dict(config.reorderer_config)) if (
             self.uses_xl and config.reorderer_config) else None  # fmt: skip
@@ -290,7 +299,9 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             external = predict and self.reorderer is not None and input_ids is not None
             scores = None
             if (predict and not external) or compute_reorder_loss:
-                predictor_input = hidden_states.detach() if self.config.reorder_predictor_detach_input else hidden_states
+                predictor_input = hidden_states if self.predictor_positions is None else \
+                    inputs_embeds + self.predictor_positions(inputs_embeds.shape[:-1])
+                predictor_input = predictor_input.detach() if self.config.reorder_predictor_detach_input else predictor_input
                 scores = self.reorder_predictor(predictor_input, mask)
             if compute_reorder_loss and reorder_positions is not None:
                 loss = reorder_loss(scores, reorder_positions, movable, self.config.reorder_loss)
@@ -304,6 +315,9 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
                 used_positions = reorder_positions.long()
             index = torch.arange(length, device=inputs_embeds.device)
             used_positions = torch.where(mask, used_positions, index)  # pad slots: any value was allowed
+        if self.uses_xl and self.xl_form != "absolute":  # the XL heads' distances / angles: no PE_XL
+            xl_layer_kwargs = {"xl_positions": used_positions, "xl_gate": self.xl_position.gate}
+        elif self.uses_xl:
             pe_xl = F.embedding(used_positions, self.embed_positions.weight)
             pe_xl_side = self.xl_position(pe_abs, pe_xl).to(inputs_embeds.dtype)
             if self.config.xl_strategy == "in":
@@ -317,8 +331,10 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
-        first_layer = {"xl_position_delta": xl_delta} if xl_delta is not None else None
-        hidden_states = run_encoder_layers(self, hidden_states, attention_mask, first_layer, **kwargs)
+        layer_kwargs = {index: xl_layer_kwargs for index in self.xl_layers} if self.xl_layers else {}
+        if xl_delta is not None:
+            layer_kwargs = {0: {"xl_position_delta": xl_delta}}
+        hidden_states = run_encoder_layers(self, hidden_states, attention_mask, layer_kwargs, **kwargs)
         return XLPEEncoderOutput(last_hidden_state=hidden_states, reorder_positions=used_positions, reorder_loss=loss)
 
 

@@ -16,6 +16,16 @@
   feature-wise attention and fusion gate are not reproduced: the heads' outputs meet in the usual output
   projection.
 
+* Rotary position embeddings, RoPE (Su et al., 2021, Eq. 34): query and key of head h at position m are rotated
+  pair-wise by the angles m * w_k, w_k = base^(-2k/d_h), so q_m . k_n depends on n - m only. Layout: the pairs
+  are (k, k + d_h/2) ("rotate half", as GPT-NeoX and LLaMA; the paper's Eq. 34 pairs neighbours (2k, 2k+1), the
+  same function up to a fixed permutation of the head's Q/K columns). Keys are rotated before they enter the
+  cache, so a cached decoding rotates each key once. Attention itself is unchanged: SDPA and flash run it.
+* Cross-lingual order in relative or rotary form (XL PE, `xl_position_form`): in the first `xl_heads` heads the
+  distances (relative) or angles (rotary) come from each token's XL position (its index in the reordered
+  sentence) instead of its source index, scaled by XL PE's gate g (g = 0: those heads see no XL term, the
+  function-preserving upgrade). The other heads keep the layer's own options (plain relative / rotary / none).
+
 Decoder self-attention keeps its cache: a query's position is the cache length before this step plus its
 index, so `generate` with a cache computes what a full forward computes.
 
@@ -55,14 +65,18 @@ class RelativePositionRepresentations(nn.Module):
                 hf_init.normal_(table, std=table.shape[-1] ** -0.5)
 
     def buckets(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
-        """(L_q, L_k) indices clip(j - i, -k, k) + k."""
-        distance = key_positions[None, :] - query_positions[:, None]
+        """Indices clip(j - i, -k, k) + k: (L_q, L_k) from (L_q,) and (L_k,) positions; from (B, L_q, 1) and
+        (B, 1, L_k) positions (XL positions, one order per row), (B, L_q, L_k)."""
+        if query_positions.dim() == 1:
+            query_positions, key_positions = query_positions[:, None], key_positions[None, :]
+        distance = key_positions - query_positions
         return distance.clamp(-self.max_distance, self.max_distance) + self.max_distance
 
     def key_bias(self, query: torch.Tensor, buckets: torch.Tensor, scaling: float) -> torch.Tensor:
-        """q_i a^K_ij * scaling, shape (B, H, L_q, L_k): the second term of Eq. 4."""
+        """q_i a^K_ij * scaling, shape (B, H, L_q, L_k): the second term of Eq. 4 (`buckets` (L_q, L_k) or
+        (B, 1, L_q, L_k))."""
         per_bucket = torch.matmul(query, self.keys.to(query.dtype).t()) * scaling  # (B, H, L_q, 2k+1)
-        index = buckets.expand(*per_bucket.shape[:2], *buckets.shape)
+        index = buckets.expand(*per_bucket.shape[:2], *buckets.shape[-2:])
         return per_bucket.gather(-1, index)
 
     def value_term(self, weights: torch.Tensor, buckets: torch.Tensor) -> torch.Tensor:
@@ -98,15 +112,52 @@ class NoPositions(nn.Module):
         return self.zero.expand(input_shape[1], -1)
 
 
-class PositionAwareSelfAttention(MarianAttention):
-    """Marian self-attention with relative position representations and/or directional heads.
+class RotaryPositions(nn.Module):
+    """RoPE (Su et al., 2021, Eq. 34) in the rotate-half layout: x -> x * cos(p w) + rotate_half(x) * sin(p w)."""
 
-    Same parameter names as `MarianAttention` (stock weights load) plus `relative.keys` / `relative.values`.
-    Subclasses change how Q/K/V are projected (`project`), e.g. XL PE's HeadXL attention.
+    def __init__(self, head_dim: int, base: float):
+        super().__init__()
+        if head_dim % 2 != 0:
+            raise ValueError(f"rotary positions rotate pairs of a head's dimensions: the head size must be even, got {head_dim}")
+        self.head_dim, self.base = head_dim, base
+        self.register_buffer("inverse_frequencies", self.frequencies(), persistent=False)
+
+    def frequencies(self, device=None) -> torch.Tensor:
+        """w_k = base^(-2k/d_h), k = 0 .. d_h/2 - 1 (Eq. 15 of Su et al.)."""
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=device) / self.head_dim
+        return self.base ** -exponents
+
+    @torch.no_grad()
+    def init_own_parameters(self) -> None:
+        hf_init.copy_(self.inverse_frequencies, self.frequencies(self.inverse_frequencies.device))
+
+    def forward(self, states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """`states` (B, H, L, d_h) rotated by `positions`: (L,) for every row and head, or (B, H|1, L), which may
+        be fractional (XL positions scaled by the gate). Angles in fp32, then cast to the states' dtype."""
+        angles = positions.to(torch.float32)[..., None] * self.inverse_frequencies  # (..., L, d_h/2)
+        cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(states.dtype)
+        sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(states.dtype)
+        first, second = states.chunk(2, dim=-1)
+        return states * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+def heads_split(num_heads: int, xl_heads: int, device) -> torch.Tensor:
+    """(H, 1, 1) bool: True for the first `xl_heads` heads (the XL heads), broadcastable over (B, H, L_q, L_k)."""
+    return (torch.arange(num_heads, device=device) < xl_heads)[:, None, None]
+
+
+class PositionAwareSelfAttention(MarianAttention):
+    """Marian self-attention with relative position representations, rotary positions and/or directional heads,
+    and (XL PE's relative/rotary forms) XL heads whose distances or angles come from the XL positions.
+
+    Same parameter names as `MarianAttention` (stock weights load) plus `relative.keys` / `relative.values` and
+    `xl_relative.keys` / `xl_relative.values`. Subclasses change how Q/K/V are projected (`project`), e.g. XL
+    PE's HeadXL attention. `forward` takes `xl_positions` (B, L) and `xl_gate` (a scalar tensor) for the XL heads.
     """
 
     def __init__(self, config, num_heads: int, *, is_decoder: bool = False, layer_idx: int | None = None,
-                 relative: bool = False, directional: bool = False):  # fmt: skip
+                 relative: bool = False, directional: bool = False, rotary: bool = False,
+                 xl_heads: int = 0, xl_form: str | None = None):  # fmt: skip
         super().__init__(config.d_model, num_heads, dropout=config.attention_dropout, is_decoder=is_decoder,
                          is_causal=is_decoder, config=config, layer_idx=layer_idx)  # fmt: skip
         distance = getattr(config, "relative_attention_max_distance", 0)
@@ -115,6 +166,15 @@ class PositionAwareSelfAttention(MarianAttention):
             if relative and distance > 0 else None
         )  # fmt: skip
         self.directional = directional
+        if xl_form not in (None, "relative", "rotary") or (xl_form is None) != (xl_heads == 0):
+            raise ValueError(f"XL heads take xl_form 'relative' or 'rotary' with xl_heads >= 1, got {xl_form!r} and {xl_heads}")
+        self.xl_heads, self.xl_form = xl_heads, xl_form
+        self.xl_relative = RelativePositionRepresentations(
+            config.xl_relative_max_distance, self.head_dim, config.relative_attention_values
+        ) if xl_form == "relative" else None  # fmt: skip
+        needs_rotation = rotary or xl_form == "rotary"
+        self.rotary = rotary  # plain RoPE on the heads that are not XL heads (all heads when there are none)
+        self.rotary_positions = RotaryPositions(self.head_dim, config.rotary_base) if needs_rotation else None
 
     # --- Q/K/V (overridden by HeadXL) ----------------------------------------------------------------------
 
@@ -132,6 +192,9 @@ class PositionAwareSelfAttention(MarianAttention):
         if key_value_states is not None:
             raise ValueError(f"{type(self).__name__} is a self-attention: key_value_states must be None")
         position_kwargs = {name: kwargs.pop(name) for name in ("xl_position_delta",) if name in kwargs}
+        xl = {name: kwargs.pop(name, None) for name in ("xl_positions", "xl_gate")}
+        if self.xl_form is None or xl["xl_positions"] is None:
+            xl = None  # no XL heads here, or none asked for (xl_gate = 0 is still an XL call)
         query, key, value = self.project(hidden_states, **position_kwargs)
         # a query's position: the cache length before this step plus its index. Taken before `update`, which
         # advances a static cache's length tensor in place
@@ -139,19 +202,37 @@ class PositionAwareSelfAttention(MarianAttention):
         if cache is not None:
             layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             query_positions = query_positions + layer_cache.get_seq_length(self.layer_idx)
+        if self.rotary_positions is not None and (self.rotary or xl is not None):  # new keys sit where the new
+            # queries do: rotated before they enter the cache
+            rotation = self.rotation_positions(query_positions, xl)
+            query, key = self.rotary_positions(query, rotation), self.rotary_positions(key, rotation)
+        if cache is not None:
             key, value = layer_cache.update(key, value, self.layer_idx)
-        if self.relative is None and not self.directional:
+        xl_relative = xl if self.xl_relative is not None else None
+        if self.relative is None and not self.directional and xl_relative is None:
             interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
             output, weights = interface(self, query, key, value, attention_mask,
                                         dropout=self.dropout if self.training else 0.0, scaling=self.scaling, **kwargs)  # fmt: skip
         else:
-            output, weights = self.attend_with_positions(query, key, value, attention_mask, query_positions, **kwargs)
+            output, weights = self.attend_with_positions(query, key, value, attention_mask, query_positions, xl_relative, **kwargs)
         output = self.out_proj(output.reshape(*hidden_states.shape[:-1], -1).contiguous())
         return output, weights
 
+    def rotation_positions(self, query_positions: torch.Tensor, xl: dict | None) -> torch.Tensor:
+        """Positions whose angles rotate Q and K: the query index (L,) without XL heads; with them (B, H, L): the
+        XL heads take g * XL position, the others the index (plain RoPE on) or 0 (no rotation)."""
+        if xl is None or self.xl_form != "rotary":
+            return query_positions
+        xl_positions = xl["xl_positions"].to(torch.float32) * xl["xl_gate"].to(torch.float32)
+        others = query_positions.to(torch.float32) if self.rotary else torch.zeros_like(query_positions, dtype=torch.float32)
+        is_xl = heads_split(self.num_heads, self.xl_heads, query_positions.device)[None, :, :, 0]  # (1, H, 1)
+        return torch.where(is_xl, xl_positions[:, None, :], others)
+
     # --- attention with a position bias ---------------------------------------------------------------------
 
-    def attend_with_positions(self, query, key, value, attention_mask, query_positions, **kwargs):
+    def attend_with_positions(self, query, key, value, attention_mask, query_positions, xl_relative=None, **kwargs):
+        """Attention with an additive bias: padding/causal mask, relative key term (Shaw Eq. 4; in the XL heads
+        from the XL positions' distances, times g), directional masks; the relative value term (Eq. 3) after."""
         implementation = self.config._attn_implementation
         if implementation not in BIAS_ATTENTION_IMPLEMENTATIONS:
             raise ValueError(
@@ -161,19 +242,34 @@ class PositionAwareSelfAttention(MarianAttention):
         dtype = query.dtype
         key_positions = torch.arange(key.shape[2], device=query.device)
         bias = self.padding_bias(attention_mask, query_positions, key_positions, dtype)
-        buckets = None
+        buckets = xl_buckets = None
+        # with XL relative heads the plain representations serve the other heads only
+        plain_heads = ~heads_split(self.num_heads, self.xl_heads, query.device) if xl_relative is not None else None
         if self.relative is not None:
             buckets = self.relative.buckets(query_positions, key_positions)
-            bias = bias + self.relative.key_bias(query, buckets, self.scaling)
+            key_term = self.relative.key_bias(query, buckets, self.scaling)
+            bias = bias + (key_term if plain_heads is None else key_term * plain_heads)
+        if xl_relative is not None:  # (B, 1, L, L) distances of XL positions; encoder only (no cache)
+            xl_positions, gate = xl_relative["xl_positions"], xl_relative["xl_gate"].to(dtype)
+            xl_buckets = self.xl_relative.buckets(xl_positions[:, :, None], xl_positions[:, None, :])[:, None]
+            xl_term = self.xl_relative.key_bias(query[:, : self.xl_heads], xl_buckets, self.scaling) * gate
+            bias = bias + torch.cat([xl_term, xl_term.new_zeros(*xl_term.shape[:1], self.num_heads - self.xl_heads,
+                                                                 *xl_term.shape[2:])], dim=1)  # fmt: skip
         if self.directional:
             bias = bias + directional_bias(self.num_heads, query_positions, key_positions, dtype)
         bias = bias.clamp(min=torch.finfo(dtype).min)  # two masks summed stay finite: a fully masked row is uniform
-        values_term = self.relative is not None and self.relative.values is not None
-        if values_term or implementation == "eager":
+        plain_values = self.relative is not None and self.relative.values is not None
+        xl_values = xl_relative is not None and self.xl_relative.values is not None
+        if plain_values or xl_values or implementation == "eager":
             output, weights = eager_attention_forward(self, query, key, value, bias,
                                                       dropout=self.dropout if self.training else 0.0, scaling=self.scaling)  # fmt: skip
-            if values_term:
-                output = output + self.relative.value_term(weights, buckets).transpose(1, 2)
+            if plain_values:
+                term = self.relative.value_term(weights, buckets)
+                output = output + (term if plain_heads is None else term * plain_heads).transpose(1, 2)
+            if xl_values:
+                term = self.xl_relative.value_term(weights[:, : self.xl_heads], xl_buckets) * gate
+                output = output + torch.cat([term, term.new_zeros(*term.shape[:1], self.num_heads - self.xl_heads,
+                                                                  *term.shape[2:])], dim=1).transpose(1, 2)  # fmt: skip
             return output, weights
         return ALL_ATTENTION_FUNCTIONS["sdpa"](self, query, key, value, bias.contiguous(), dropout=self.dropout if self.training else 0.0,
                                               scaling=self.scaling, is_causal=False)  # fmt: skip
@@ -192,23 +288,29 @@ class PositionAwareSelfAttention(MarianAttention):
         return bias
 
 
-def apply_position_options(model_part: nn.Module, config, *, is_decoder: bool) -> None:
+def apply_position_options(model_part: nn.Module, config, *, is_decoder: bool, xl_heads: int = 0,
+                           xl_form: str | None = None, xl_layers: tuple[int, ...] = ()) -> None:  # fmt: skip
     """Apply the config's position options to an encoder or decoder (Marian layout: `embed_positions`, `layers`):
-    `absolute_positions=False` replaces the sinusoid by `NoPositions`; relative representations (on the sides
-    `relative_attention_sides` names) and directional heads (encoder only) replace each layer's self-attention by
-    `PositionAwareSelfAttention`. A self-attention that is already position-aware (HeadXL) is left alone."""
+    `absolute_positions=False` replaces the sinusoid by `NoPositions`; relative representations and rotary
+    positions (on the sides `relative_attention_sides` / `rotary_attention_sides` name) and directional heads
+    (encoder only) replace each layer's self-attention by `PositionAwareSelfAttention`; so do XL heads in relative
+    or rotary form (`xl_heads` of the layers `xl_layers`, XL PE's encoder). A self-attention that is already
+    position-aware (HeadXL) is left alone."""
     if not config.absolute_positions:
         model_part.embed_positions = NoPositions(config.d_model)
     side = "decoder" if is_decoder else "encoder"
     relative = config.relative_attention_max_distance > 0 and config.relative_attention_sides in (side, "both")
+    rotary = config.rotary_attention and config.rotary_attention_sides in (side, "both")
     directional = not is_decoder and config.directional_attention
-    if not (relative or directional):
+    if not (relative or rotary or directional or xl_layers):
         return
     heads = config.decoder_attention_heads if is_decoder else config.encoder_attention_heads
     for index, layer in enumerate(model_part.layers):
         if not isinstance(layer.self_attn, PositionAwareSelfAttention):
+            xl = {"xl_heads": xl_heads, "xl_form": xl_form} if index in xl_layers else {}
             layer.self_attn = PositionAwareSelfAttention(config, heads, is_decoder=is_decoder, layer_idx=index,
-                                                         relative=relative, directional=directional)  # fmt: skip
+                                                         relative=relative, directional=directional, rotary=rotary,
+                                                         **xl)  # fmt: skip
 
 
 class PositionOptionsMarianDecoder(InitOwnParametersMixin, MarianDecoder):
@@ -226,6 +328,7 @@ __all__ = [
     "PositionAwareSelfAttention",
     "PositionOptionsMarianDecoder",
     "RelativePositionRepresentations",
+    "RotaryPositions",
     "apply_position_options",
     "directional_bias",
 ]

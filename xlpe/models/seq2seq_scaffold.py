@@ -113,12 +113,13 @@ def embed_source(encoder: nn.Module, input_ids, inputs_embeds, attention_mask=No
     return inputs_embeds
 
 
-def run_encoder_layers(encoder: nn.Module, hidden_states, attention_mask, first_layer_kwargs=None, **kwargs):
-    """The encoder layers with LayerDrop in training; `first_layer_kwargs` go to layer 0 only."""
+def run_encoder_layers(encoder: nn.Module, hidden_states, attention_mask, layer_kwargs=None, **kwargs):
+    """The encoder layers with LayerDrop in training; `layer_kwargs` maps a layer's index to keyword arguments for
+    that layer only (XL PE: HeadXL's delta for layer 0, the XL heads' positions)."""
     for index, layer in enumerate(encoder.layers):
         if encoder.training and encoder.layerdrop > 0.0 and torch.rand([]) < encoder.layerdrop:
             continue
-        extra = first_layer_kwargs if index == 0 and first_layer_kwargs else {}
+        extra = layer_kwargs.get(index, {}) if layer_kwargs else {}
         hidden_states = layer(hidden_states, attention_mask, **extra, **kwargs)
     return hidden_states
 
