@@ -273,7 +273,13 @@ def all_specs(families: list[str], dims: dict) -> list[Spec]:
                   variant(", relative PE k=16, keys only", "none", "keys only: an SDPA bias", relative_attention_max_distance=16,
                           relative_attention_values=False),
                   variant(", DiSAN-style heads", "none", "directional masks on the encoder heads (SDPA bias)", directional_attention=True),
-                  variant(", relative PE k=16", "combination", "XL PE + relative PE", relative_attention_max_distance=16)]  # fmt: skip
+                  variant(", relative PE k=16", "combination", "XL PE + relative PE", relative_attention_max_distance=16),
+                  variant(", RoPE", "none", "rotary positions on both sides, no sinusoid (SDPA)", rotary_attention=True,
+                          absolute_positions=False),
+                  variant(", XL-RoPE", "head", "RoPE; the tau heads of layer 1 rotated by the XL positions, predictor on",
+                          xl_position_form="rotary", rotary_attention=True, absolute_positions=False),
+                  variant(", XL-relative k=16", "head", "relative PE; the tau heads of layer 1 on XL distances, predictor on",
+                          xl_position_form="relative", relative_attention_max_distance=16, absolute_positions=False)]  # fmt: skip
     if "dpe" in families:
         from xlpe.models.configuration_dpe import (
             DPEMarianConfig,  # registered by `import xlpe` when present
