@@ -11,7 +11,9 @@ tokenizer, front end, search and detokenisation all counted) in length-sorted ba
 interleaved across repeats (A B C ... then ... C B A) so that drift on a shared machine cancels. Reported per pair:
 median sentences/s over repeats (wall clock; process CPU seconds beside it), the per-repeat ratio against the stock
 model's same engine (median), BLEU (sacrebleu) and, for ONNX fp32, the share of translations identical to
-PyTorch's. `--model NAME=DIR`: the first NAME given as `--baseline` (default "marian") is the denominator.
+PyTorch's. `--model NAME=DIR`: the NAME given as `--baseline` (default "marian") is the denominator. `--random NAME=FAMILY`
+adds a random-init model of a family with the baseline's dimensions, for speed rows under `--fixed_new_tokens N` (every
+engine decodes exactly N tokens a sentence, so untrained and trained models do the same work).
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ def parse_args(argv=None):
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--limit", type=int, default=200, help="test sentences (built-in corpus, test split)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--random", action="append", default=[], metavar="NAME=FAMILY",
+                        help="also a random-init model of FAMILY (xlpe, dpe, mvpe_pos) with the baseline's dimensions, "
+                             "tokenizer and generation config (speed only: use with --fixed_new_tokens)")
+    parser.add_argument("--fixed_new_tokens", type=int, default=None,
+                        help="decode exactly N tokens per sentence (min_new_tokens = max_new_tokens = N) in every "
+                             "engine, so that models of any training state decode the same number of steps")
+    parser.add_argument("--nltk_data", default=None, help="nltk data folder for a random mvpe_pos model's tagger")
     parser.add_argument("--output", default=None, help="JSON results file")
     return parser.parse_args(argv)
 
@@ -60,18 +69,47 @@ class TorchTranslator:
         return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
 
 
-def translate_all(translator, texts, batch_size, num_beams):
+def random_model(family: str, baseline_dir: str, directory: Path, nltk_data: str | None) -> str:
+    """A random-init model of `family` with the baseline's dimensions, tokenizer and generation config, saved."""
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, MarianConfig
+
+    from xlpe import (DPEMarianConfig, DPEMarianMTModel, MvPEPosConfig, MvPEPosForConditionalGeneration, XLPEMarianConfig,
+                      XLPEMarianMTModel)  # fmt: skip
+
+    classes = {"xlpe": (XLPEMarianConfig, XLPEMarianMTModel), "dpe": (DPEMarianConfig, DPEMarianMTModel),
+               "mvpe_pos": (MvPEPosConfig, MvPEPosForConditionalGeneration)}  # fmt: skip
+    base = MarianConfig.from_pretrained(baseline_dir)
+    fields = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+              "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings", "pad_token_id", "eos_token_id",
+              "decoder_start_token_id", "forced_eos_token_id")  # fmt: skip
+    extra = {"nltk_data": nltk_data} if family == "mvpe_pos" else {}
+    config_class, model_class = classes[family]
+    torch.manual_seed(0)
+    model = model_class(config_class(**{f: getattr(base, f) for f in fields}, **extra)).eval()
+    model.generation_config = GenerationConfig.from_pretrained(baseline_dir)
+    model.save_pretrained(directory)
+    AutoTokenizer.from_pretrained(baseline_dir).save_pretrained(directory)
+    return str(directory)
+
+
+def translate_all(translator, texts, batch_size, num_beams, **kwargs):
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i].split()))
     output = [""] * len(texts)
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
-        for index, text in zip(batch, translator.translate([texts[i] for i in batch], num_beams=num_beams)):
+        for index, text in zip(batch, translator.translate([texts[i] for i in batch], num_beams=num_beams, **kwargs)):
             output[index] = text
     return output
 
 
 def main(argv=None) -> int:
+    import os
+
     args = parse_args(argv)
+    # shared machine: idle threads sleep, in both runtimes (PyTorch's OpenMP threads spinning against other jobs made
+    # a 2-thread generate ~50x slower than 1-thread; set before torch is imported)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import sacrebleu
     import torch
 
@@ -83,6 +121,10 @@ def main(argv=None) -> int:
     models = dict(item.split("=", 1) for item in args.model)
     if args.baseline not in models:
         sys.exit(f"--baseline {args.baseline}: not among --model names {sorted(models)}")
+    for item in args.random:
+        name, family = item.split("=", 1)
+        models[name] = random_model(family, models[args.baseline], Path(args.export_root) / f"{name}-model", args.nltk_data)
+    fixed = {"max_new_tokens": args.fixed_new_tokens, "min_new_tokens": args.fixed_new_tokens} if args.fixed_new_tokens else {}
     pairs = synthetic_splits()["test"][: args.limit]
     sources, references = [p.source for p in pairs], [p.target for p in pairs]
     engines = {}
@@ -92,16 +134,16 @@ def main(argv=None) -> int:
         export_directory(directory, export, quantize="int8", overwrite=True)
         print(f"{name}: exported in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         engines[(name, "pytorch")] = TorchTranslator(directory)
-        engines[(name, "onnx-fp32")] = OnnxTranslator(export, threads=args.threads)
-        engines[(name, "onnx-int8")] = OnnxTranslator(export, precision="int8", threads=args.threads)
+        engines[(name, "onnx-fp32")] = OnnxTranslator(export, threads=args.threads, spin_wait=False)
+        engines[(name, "onnx-int8")] = OnnxTranslator(export, precision="int8", threads=args.threads, spin_wait=False)
     keys = list(engines)
     outputs, wall, cpu = {}, {k: [] for k in keys}, {k: [] for k in keys}
     for key in keys:  # warm-up: one batch each
-        engines[key].translate(sources[: args.batch_size], num_beams=args.num_beams)
+        engines[key].translate(sources[: args.batch_size], num_beams=args.num_beams, **fixed)
     for repeat in range(args.repeats):
         for key in keys if repeat % 2 == 0 else keys[::-1]:
             started, started_cpu = time.perf_counter(), time.process_time()
-            outputs[key] = translate_all(engines[key], sources, args.batch_size, args.num_beams)
+            outputs[key] = translate_all(engines[key], sources, args.batch_size, args.num_beams, **fixed)
             wall[key].append(time.perf_counter() - started)
             cpu[key].append(time.process_time() - started_cpu)
             print(f"repeat {repeat} {key}: {len(sources) / wall[key][-1]:.1f} sent/s", file=sys.stderr)
@@ -122,12 +164,14 @@ def main(argv=None) -> int:
     result = {
         "date": str(date.today()), "command": "python " + " ".join(sys.argv), "threads": args.threads,
         "num_beams": args.num_beams, "batch_size": args.batch_size, "repeats": args.repeats,
-        "machine": "2 CPU cores, shared with other jobs (wall clock: medians over interleaved repeats)",
+        "fixed_new_tokens": args.fixed_new_tokens, "random_init": args.random,
+        "machine": "2 CPU cores, shared with other jobs (wall clock: medians over interleaved repeats); "
+                   "OMP_WAIT_POLICY=PASSIVE and onnxruntime allow_spinning=0",
         "torch": torch.__version__, "onnxruntime": __import__("onnxruntime").__version__, "rows": rows,
     }  # fmt: skip
-    for row in rows:
-        int8, fp32 = row, next(r for r in rows if r["model"] == row["model"] and r["engine"] == "pytorch")
-        row["bleu_change_vs_pytorch"] = round(int8["bleu"] - fp32["bleu"], 2)
+    for row in rows:  # BLEU of each engine minus the same model's PyTorch BLEU
+        pytorch = next(r for r in rows if r["model"] == row["model"] and r["engine"] == "pytorch")
+        row["bleu_change_vs_pytorch"] = round(row["bleu"] - pytorch["bleu"], 2)
     text = json.dumps(result, indent=2)
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")

@@ -130,7 +130,7 @@ def test_raw_text_translation_int8_and_cli(toy_tokenizer, tmp_path):
     for num_beams in (1, 3):
         expected = [r["translation_text"].strip() for r in pipeline(texts, num_beams=num_beams, batch_size=len(texts))]
         assert translator.translate(texts, num_beams=num_beams) == expected
-    int8 = OnnxTranslator(tmp_path / "onnx", precision="int8", threads=1)
+    int8 = OnnxTranslator(tmp_path / "onnx", precision="int8", threads=2, spin_wait=False)
     assert len(int8.translate(texts)) == 3
     manifest = json.loads((tmp_path / "onnx" / MANIFEST_FILE).read_text())
     for name, entry in manifest["graphs"].items():  # int8 weights: the quantized graph is smaller

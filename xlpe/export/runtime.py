@@ -37,7 +37,7 @@ from .search import SearchSettings, search
 PRECISIONS = ("fp32", "int8")
 
 
-def session_options(threads: int | None):
+def session_options(threads: int | None, spin_wait: bool = True):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -45,15 +45,19 @@ def session_options(threads: int | None):
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    if not spin_wait:  # idle threads sleep instead of spinning: much faster on a machine shared with other work
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
 
 class OnnxTranslator:
     """An export directory, loaded for translation (module docstring). `precision`: "fp32" or "int8" (exported
-    with `--quantize int8`); `threads`: onnxruntime's intra-op threads (default: all cores); `verify`: check the
-    graph files and the tokenizer against the manifest first (a ValueError naming the file)."""
+    with `--quantize int8`); `threads`: onnxruntime's intra-op threads (default: all cores); `spin_wait=False`: idle
+    threads sleep (for a machine shared with other work); `verify`: check the graph files and the tokenizer against
+    the manifest first (a ValueError naming the file)."""
 
-    def __init__(self, directory, precision: str = "fp32", threads: int | None = None, verify: bool = True):
+    def __init__(self, directory, precision: str = "fp32", threads: int | None = None, verify: bool = True,
+                 spin_wait: bool = True):  # fmt: skip
         import onnxruntime as ort
         from transformers import AutoTokenizer
 
@@ -69,7 +73,7 @@ class OnnxTranslator:
         self.layout = GraphLayout(**self.manifest["layout"])
         self.generation_config = dict(self.manifest["generation_config"])
         SearchSettings.from_generation_config(self.generation_config)
-        options, providers = session_options(threads), ["CPUExecutionProvider"]
+        options, providers = session_options(threads, spin_wait), ["CPUExecutionProvider"]
 
         def load(file_name):
             name = int8_name(file_name) if precision == "int8" else file_name
