@@ -116,7 +116,7 @@ def test_stock_marian_and_attached_reorderer(stack_tokenizer, tmp_path):
     assert_same_generation(stock, OnnxTranslator(tmp_path / "stock", threads=1), source)
 
 
-def test_raw_text_translation_int8_and_cli(toy_tokenizer, tmp_path):
+def test_raw_text_translation_int8_and_cli(toy_tokenizer, tmp_path, capsys):
     from xlpe import XLPETranslationPipeline
     from xlpe.cli.export import main
     from xlpe.evaluation.model_loading import load_model_and_tokenizer
@@ -138,6 +138,32 @@ def test_raw_text_translation_int8_and_cli(toy_tokenizer, tmp_path):
     assert {i.op_type for i in __import__("onnx").load(str(tmp_path / "onnx" / "decoder_model_int8.onnx")).graph.node} & {
         "MatMulInteger", "DynamicQuantizeLinear"}  # fmt: skip
     assert verify_export(tmp_path / "onnx", model_dir)["model"]["model_type"] == "xlpe_marian"
+    source = tmp_path / "source.txt"
+    source.write_text("".join(text + "\n" for text in [texts[2], "", *texts[:2]]), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["--translate", str(tmp_path / "onnx"), "--input", str(source), "--num_beams", "3", "--threads", "1"]) == 0
+    expected = translator.translate(texts, num_beams=3)
+    assert capsys.readouterr().out.split("\n")[:4] == [expected[2], "", *expected[:2]]
+
+
+def test_raw_text_with_source_pos_tags(toy_tokenizer, shared_dir, tmp_path):
+    """mvPE+POS tags raw source text in the front end with the model's own tagger (NLTK's, from the shared data)."""
+    from xlpe import MvPEPosConfig, MvPEPosForConditionalGeneration, XLPETranslationPipeline
+
+    torch.manual_seed(0)
+    config = MvPEPosConfig(vocab_size=len(toy_tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+                           encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                           max_position_embeddings=64, pad_token_id=toy_tokenizer.pad_token_id,
+                           eos_token_id=toy_tokenizer.eos_token_id, decoder_start_token_id=toy_tokenizer.pad_token_id,
+                           pos_dim=4, decoder_tagger_window=3, decoder_tagger_hidden_size=8,
+                           nltk_data=str(shared_dir / "data" / "nltk_data"))  # fmt: skip
+    model = MvPEPosForConditionalGeneration(config).eval()
+    manifest = export_model(model, toy_tokenizer, tmp_path / "onnx")
+    assert manifest["front_end"]["source_tagger"]["pos_tagger"] == "nltk-en" and manifest["layout"]["tagger_window"] == 3
+    texts = ["the cat sees the dog", "a dog chases the small cat"]
+    expected = XLPETranslationPipeline(model=model, tokenizer=toy_tokenizer)(texts, num_beams=2, batch_size=2)
+    actual = OnnxTranslator(tmp_path / "onnx", threads=1).translate(texts, num_beams=2)
+    assert actual == [r["translation_text"].strip() for r in expected]
 
 
 def test_bad_input_is_refused_by_name(toy_tokenizer, tmp_path, capsys):
