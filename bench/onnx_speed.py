@@ -74,8 +74,14 @@ def random_model(family: str, baseline_dir: str, directory: Path, nltk_data: str
     import torch
     from transformers import AutoTokenizer, GenerationConfig, MarianConfig
 
-    from xlpe import (DPEMarianConfig, DPEMarianMTModel, MvPEPosConfig, MvPEPosForConditionalGeneration, XLPEMarianConfig,
-                      XLPEMarianMTModel)  # fmt: skip
+    from xlpe import (
+        DPEMarianConfig,
+        DPEMarianMTModel,
+        MvPEPosConfig,
+        MvPEPosForConditionalGeneration,
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+    )
 
     classes = {"xlpe": (XLPEMarianConfig, XLPEMarianMTModel), "dpe": (DPEMarianConfig, DPEMarianMTModel),
                "mvpe_pos": (MvPEPosConfig, MvPEPosForConditionalGeneration)}  # fmt: skip

@@ -9,7 +9,6 @@ import json
 import os
 import sys
 
-import numpy as np
 import pytest
 import torch
 from conftest import REPO_ROOT, save_tiny_xlpe_model
@@ -18,12 +17,12 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "models"))
-from test_generation_consistency import EOS, PAD, STACKS, VOCAB, build  # noqa: E402  (one set of stacks)
+from test_generation_consistency import EOS, PAD, STACKS, VOCAB, build
 
-from xlpe.export.exporter import check_exportable, export_directory, export_model  # noqa: E402
-from xlpe.export.manifest import MANIFEST_FILE, verify_export  # noqa: E402
-from xlpe.export.runtime import OnnxTranslator  # noqa: E402
-from xlpe.export.search import SearchSettings  # noqa: E402
+from xlpe.export.exporter import check_exportable, export_directory, export_model
+from xlpe.export.manifest import MANIFEST_FILE, verify_export
+from xlpe.export.runtime import OnnxTranslator
+from xlpe.export.search import SearchSettings
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +85,8 @@ def test_length_penalty_early_stopping_min_tokens_and_bad_words(stack_tokenizer,
     model, source = build("xlpe-combination")
     export_model(model, stack_tokenizer, tmp_path / "onnx")
     translator = OnnxTranslator(tmp_path / "onnx", threads=1)
-    for extra in (dict(length_penalty=0.6, early_stopping=True), dict(length_penalty=2.0, early_stopping="never"),
-                  dict(min_new_tokens=4, bad_words_ids=[[5], [7]]), dict(forced_eos_token_id=EOS)):  # fmt: skip
+    for extra in ({"length_penalty": 0.6, "early_stopping": True}, {"length_penalty": 2.0, "early_stopping": "never"},
+                  {"min_new_tokens": 4, "bad_words_ids": [[5], [7]]}, {"forced_eos_token_id": EOS}):  # fmt: skip
         assert_same_generation(model, translator, source, seed=3, beams=(1, 4), **extra)
 
 
@@ -133,7 +132,7 @@ def test_raw_text_translation_int8_and_cli(toy_tokenizer, tmp_path, capsys):
     int8 = OnnxTranslator(tmp_path / "onnx", precision="int8", threads=2, spin_wait=False)
     assert len(int8.translate(texts)) == 3
     manifest = json.loads((tmp_path / "onnx" / MANIFEST_FILE).read_text())
-    for name, entry in manifest["graphs"].items():  # int8 weights: the quantized graph is smaller
+    for name in manifest["graphs"]:  # int8 weights: the quantized graph is smaller
         assert (tmp_path / "onnx" / name.replace(".onnx", "_int8.onnx")).stat().st_size < (tmp_path / "onnx" / name).stat().st_size
     assert {i.op_type for i in __import__("onnx").load(str(tmp_path / "onnx" / "decoder_model_int8.onnx")).graph.node} & {
         "MatMulInteger", "DynamicQuantizeLinear"}  # fmt: skip
@@ -148,7 +147,11 @@ def test_raw_text_translation_int8_and_cli(toy_tokenizer, tmp_path, capsys):
 
 def test_raw_text_with_source_pos_tags(toy_tokenizer, shared_dir, tmp_path):
     """mvPE+POS tags raw source text in the front end with the model's own tagger (NLTK's, from the shared data)."""
-    from xlpe import MvPEPosConfig, MvPEPosForConditionalGeneration, XLPETranslationPipeline
+    from xlpe import (
+        MvPEPosConfig,
+        MvPEPosForConditionalGeneration,
+        XLPETranslationPipeline,
+    )
 
     torch.manual_seed(0)
     config = MvPEPosConfig(vocab_size=len(toy_tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,

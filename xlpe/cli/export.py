@@ -16,7 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import CommandLineError, canonical_flags, check_input_file, check_model_path, user_error
+from . import (
+    CommandLineError,
+    canonical_flags,
+    check_input_file,
+    check_model_path,
+    user_error,
+)
 
 PROG = "xlpe-export"
 

@@ -27,4 +27,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["OnnxTranslator", "SearchSettings", "export_directory", "export_model", "read_manifest", "verify_export"]

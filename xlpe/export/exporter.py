@@ -21,7 +21,15 @@ import shutil
 from pathlib import Path
 
 from .graphs import DEFAULT_OPSET, GRAPH_FILES, export_graphs, graph_layout
-from .manifest import FORMAT, FORMAT_VERSION, config_digest, file_digest, tool_versions, weights_digest, write_manifest
+from .manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    config_digest,
+    file_digest,
+    tool_versions,
+    weights_digest,
+    write_manifest,
+)
 from .search import SearchSettings
 
 EXPORTABLE_TYPES = ("xlpe_marian", "dpe_marian", "mvpe_pos", "marian")  # the families' model types, stock MarianMT
@@ -60,7 +68,12 @@ def _source_front_end(model, layout, model_dir: Path | None, output: Path) -> di
         model.get_encoder().reorderer.save_pretrained(output / REORDERER_DIR)
         front["reorderer"] = REORDERER_DIR
     if layout.source_tags:
-        from ..models.pos_tagging_hub import PERCEPTRON_PREFIX, SAVED_TAGGER_FILE, resolve_tagger_file, tagger_file_name
+        from ..models.pos_tagging_hub import (
+            PERCEPTRON_PREFIX,
+            SAVED_TAGGER_FILE,
+            resolve_tagger_file,
+            tagger_file_name,
+        )
 
         tagger = config.pos_tagger
         file_name = tagger_file_name(tagger)
@@ -85,9 +98,9 @@ def fp32_nodes(path: Path) -> list[str]:
 def quantize_int8(directory: Path) -> dict:
     """Dynamic int8 copies of the graphs (onnxruntime.quantization: int8 weights of MatMul/Gemm, activations
     quantized per call; `fp32_nodes` kept in fp32); returns {file: {"sha256": ..., "kept_fp32": [...]}}."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     written, root = {}, logging.getLogger()
     level = root.level

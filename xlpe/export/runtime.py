@@ -191,4 +191,4 @@ class OnnxTranslator:
         return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
 
 
-__all__ = ["OnnxTranslator", "PRECISIONS"]
+__all__ = ["PRECISIONS", "OnnxTranslator"]
