@@ -99,3 +99,40 @@ def test_reorder_train_help_shows_its_defaults():
     for shown in ("--epochs EPOCHS passes over the training pairs", "(default: 3.0)", "sentence pairs a step (default: 64)",
                   "(default: 0.001)", "(default: 256)", "pieces of the trained tokenizer (default: 8000)"):
         assert shown in text, shown
+
+
+def test_reorder_train_reuses_the_prepared_alignments(tmp_path, monkeypatch, capsys):
+    """`xlpe-reorder train --prepared DIR` trains on the oracle orders xlpe-prepare made from its alignments, with
+    its tokenizer: eflomal does not run again; a wrong --tokenizer and --alignments beside it are refused."""
+    import warnings
+
+    from conftest import write_multi30k_slice
+
+    from xlpe.cli import prepare, reorder
+    from xlpe.features import prepare as features_prepare
+
+    write_multi30k_slice(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert prepare.main(["--source", "train.de", "--target", "train.en", "--source_lang", "de", "--target_lang", "en",
+                             "--output", "prepared"]) == 0  # fmt: skip
+
+    def no_aligning(*args, **kwargs):
+        raise AssertionError("eflomal ran again")
+
+    monkeypatch.setattr(features_prepare, "align_with_eflomal_flat", no_aligning)
+    tiny = ["--d_model", "16", "--token_layers", "1", "--word_layers", "1", "--batch_size", "16", "--epochs", "1",
+            "--calibration_pairs", "0"]  # fmt: skip
+    capsys.readouterr()
+    assert reorder.main(["train", "--prepared", "prepared", "--tokenizer", "prepared/tokenizer", "--output_dir", "r", *tiny]) == 0
+    captured = capsys.readouterr()
+    assert "120 pairs of prepared's train split" in captured.err and "nothing is aligned again" in captured.err
+    assert (tmp_path / "r" / "config.json").is_file()
+    assert reorder.main(["train", "--prepared", "prepared", "--output_dir", "r", *tiny]) == 0  # same record: reused
+    assert "already holds this reorderer" in capsys.readouterr().err
+    for extra, message in ((["--source", "train.de", "--target", "train.en"], "give --source and --target (text), or --prepared"),
+                           (["--alignments", "a"], "--prepared brings its alignments")):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            reorder.main(["train", "--prepared", "prepared", *extra, "--output_dir", "r2", *tiny])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err

@@ -78,6 +78,12 @@ def test_early_stopping_and_epochs_are_named():
     assert "eval_loss fell from 2 (step 10) to 1.5 (step 30)" in loss and "best 1.5 at step 30" in loss
 
 
+def test_a_flat_metric_is_said_to_stay():
+    assert describe_run_end(60, 60, [(30, 0.01), (60, 0.01)], "bleu", None, 3) == (
+        "training ended at step 60: --max_steps 60 reached; eval_bleu stayed at 0.01 from step 30 to step 60 over 2 "
+        "evaluations, best 0.01 at step 30")
+
+
 def test_history_comes_from_the_whole_log_including_before_a_resume():
     log = [{"loss": 3.0, "step": 50}, {"eval_bleu": 5.96, "step": 100}, {"eval_bleu": 9.0, "step": 200},
            {"eval_bleu": 14.23, "step": 300}, {"train_runtime": 9.0, "step": 300}]

@@ -70,7 +70,13 @@ def train_record(args, given_tokenizer=None):
     from ..features.tokenization import tokenizer_fingerprint
     from ..training.reorderer import REORDERER_KIND, default_training_loss
 
-    inputs = {"source": file_digest(args.source), "target": file_digest(args.target)}
+    prepared = getattr(args, "prepared_train", None)
+    if prepared is not None:  # the prepared train split (its oracle orders come from xlpe-prepare's alignments)
+        from ..training.reorderer import dataset_digest
+
+        inputs = {"prepared_train": dataset_digest(prepared)}
+    else:
+        inputs = {"source": file_digest(args.source), "target": file_digest(args.target)}
     options = {"max_length": args.max_length, "decoder": args.decoder, "pair_scorer": args.pair_scorer,
                "d_model": args.d_model, "token_layers": args.token_layers, "word_layers": args.word_layers,
                "training_loss": args.training_loss or default_training_loss(args.decoder), "seed": args.seed,
@@ -78,7 +84,7 @@ def train_record(args, given_tokenizer=None):
                "calibration_pairs": args.calibration_pairs}  # fmt: skip
     if args.alignments:
         inputs["alignments"] = file_digest(args.alignments)
-    else:
+    elif prepared is None:
         options["alignments"] = {"eflomal_runs": args.alignment_runs}
     if given_tokenizer is not None:
         inputs["tokenizer"] = tokenizer_fingerprint(given_tokenizer)
@@ -234,8 +240,11 @@ def run_train(args) -> dict:
     from ..features.artefacts import directory_lock
     from ..features.corpus import read_parallel_files
 
-    split = read_parallel_files(args.source, args.target, args.alignments)
-    given = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else None
+    if args.prepared:
+        split, given = None, _prepared_for_training(args)
+    else:
+        split = read_parallel_files(args.source, args.target, args.alignments)
+        given = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else None
     expected = train_record(args, given)
     output = Path(args.output_dir)
     if output.exists() and not output.is_dir():
@@ -249,6 +258,38 @@ def run_train(args) -> dict:
         return _train(args, split, output, given, resume=plan == "resume")
 
 
+def _prepared_for_training(args):
+    """The tokenizer of `--prepared` (checked against --tokenizer when both are given); sets `args.prepared_train`
+    (its train split, the columns a reorderer trains on) and `args.prepared_report` (its train report)."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    from ..features.tokenization import tokenizer_fingerprint
+
+    folder = Path(args.prepared)
+    loaded = datasets.load_from_disk(str(folder))
+    train = loaded["train"] if isinstance(loaded, datasets.DatasetDict) else loaded
+    if "reorder_positions" not in train.column_names:
+        raise ValueError(f"--prepared {folder}: the train split has no reorder_positions (xlpe-prepare --features "
+                         "reorder_positions)")  # fmt: skip
+    if not (folder / "tokenizer").is_dir():
+        raise ValueError(f"--prepared {folder}: has no tokenizer/ (an xlpe-prepare --output has)")
+    tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    if args.tokenizer:
+        given = AutoTokenizer.from_pretrained(args.tokenizer)
+        if tokenizer_fingerprint(given) != tokenizer_fingerprint(tokenizer):
+            raise ValueError(f"--tokenizer {args.tokenizer} is not the tokenizer --prepared {folder} was made with "
+                             f"({folder / 'tokenizer'}): the oracle orders are over its pieces")  # fmt: skip
+    report_file = folder / "report.json"
+    reports = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else {}
+    args.prepared_report = reports.get("train", reports) if isinstance(reports, dict) else {}
+    args.prepared_train = train.select_columns([c for c in ("input_ids", "attention_mask", "labels", "reorder_positions")
+                                                if c in train.column_names])  # fmt: skip
+    print(f"xlpe-reorder train: {len(train):,} pairs of {folder}'s train split with the oracle orders xlpe-prepare made "
+          "(its alignments reused: nothing is aligned again)", file=sys.stderr)  # fmt: skip
+    return tokenizer
+
+
 def _train(args, split, output: Path, given, resume: bool) -> dict:
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -256,11 +297,17 @@ def _train(args, split, output: Path, given, resume: bool) -> dict:
     from ..models.modeling_reorderer import XLPEReordererModel
     from ..training.reorderer import ReordererTraining, build_reorderer, calibration_split, train_reorderer
 
-    tokenizer = _tokenizer_for_training(args, split.sources, split.targets, given)
-    data, report = prepare_splits({"train": split}, tokenizer, features=["reorder_positions"], max_length=args.max_length,
-                                  alignment_runs=args.alignment_runs, cache_dir=args.cache_dir, keep_text=False,
-                                  seed=args.seed)  # fmt: skip
-    report = report["train"]
+    if split is None:  # --prepared: its train split, oracle orders from xlpe-prepare's alignments
+        tokenizer, data = given, {"train": args.prepared_train}
+        recorded = getattr(args, "prepared_report", {}) or {}
+        report = {"pairs_read": recorded.get("pairs_read", len(data["train"])), "pairs_kept": len(data["train"]),
+                  "pairs_skipped": recorded.get("pairs_skipped", {}), "mean_kendall_tau": recorded.get("mean_kendall_tau")}  # fmt: skip
+    else:
+        tokenizer = _tokenizer_for_training(args, split.sources, split.targets, given)
+        data, report = prepare_splits({"train": split}, tokenizer, features=["reorder_positions"], max_length=args.max_length,
+                                      alignment_runs=args.alignment_runs, cache_dir=args.cache_dir, keep_text=False,
+                                      seed=args.seed)  # fmt: skip
+        report = report["train"]
     logger.info("oracle orders: kept %d of %d pairs, skipped %s", report["pairs_kept"], report["pairs_read"], report["pairs_skipped"])
     checkpoint = get_last_checkpoint(str(output)) if resume else None
     if checkpoint:  # same architecture as the interrupted run (the record matched)
@@ -461,8 +508,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     defaults_shown = argparse.ArgumentDefaultsHelpFormatter  # (the epochs, sizes and rates a run gets unless given)
     train = sub.add_parser("train", help="train a reorderer on parallel text", formatter_class=defaults_shown)
-    train.add_argument("--source", required=True, help="source-side text, one sentence of whitespace words per line")
-    train.add_argument("--target", required=True, help="target-side text, parallel to --source")
+    train.add_argument("--source", help="source-side text, one sentence of whitespace words per line")
+    train.add_argument("--target", help="target-side text, parallel to --source")
+    train.add_argument("--prepared", help="instead of --source/--target: an xlpe-prepare output; trains on its train "
+                                          "split's oracle orders, made from the alignments xlpe-prepare computed "
+                                          "(nothing is aligned again), with its tokenizer (DIR/tokenizer, or "
+                                          "--tokenizer when it is the same one)")  # fmt: skip
     train.add_argument("--alignments", help="Pharaoh i-j file parallel to --source (default: run eflomal)")
     train.add_argument("--output_dir", "--output-dir", required=True, help="where the reorderer and checkpoints go")
     train.add_argument("--tokenizer", help="tokenizer to read ids with (the XL PE model's, to ship it inside that "
@@ -544,6 +595,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_arguments(args) -> str | None:
     """The first user error in the arguments (before any work), as one line, or None."""
+    if args.command == "train":
+        if bool(args.prepared) == bool(args.source or args.target):
+            return "train: give --source and --target (text), or --prepared (an xlpe-prepare output), not both"
+        if not args.prepared and not (args.source and args.target):
+            return "train: --source and --target go together"
+        if args.prepared and args.alignments:
+            return "train: --prepared brings its alignments (its oracle orders); --alignments goes with --source/--target"
+        if args.prepared and not Path(args.prepared).is_dir():
+            return f"train: --prepared {args.prepared}: no such directory (an xlpe-prepare --output)"
     if args.command == "evaluate" and bool(args.reorderer) == bool(args.orders):
         return "evaluate: give exactly one of --reorderer and --orders"
     if args.command == "evaluate" and bool(args.context_source) != bool(args.context_target):

@@ -67,9 +67,14 @@ def describe_run_end(step: int, max_steps: int, history: list[tuple[int, float]]
     if history and metric:
         (first_step, first), (last_step, last) = history[0], history[-1]
         best_step, best = (max if greater_is_better else min)(history, key=lambda item: item[1])
-        moved = "rose" if last > first else "fell" if last < first else "stayed"
-        text += (f"; eval_{metric} {moved} from {first:g} (step {first_step}) to {last:g} (step {last_step}) over "
-                 f"{len(history)} evaluation{'s' if len(history) != 1 else ''}, best {best:g} at step {best_step}")
+        count = f"{len(history)} evaluation{'s' if len(history) != 1 else ''}"
+        if last == first:
+            text += f"; eval_{metric} stayed at {last:g} from step {first_step} to step {last_step} over {count}"
+        else:
+            moved = "rose" if last > first else "fell"
+            text += (f"; eval_{metric} {moved} from {first:g} (step {first_step}) to {last:g} (step {last_step}) over "
+                     f"{count}")  # fmt: skip
+        text += f", best {best:g} at step {best_step}"
         if early_stopped_at is None and best_step == last_step and len(history) > 1:
             text += " (still improving: more steps may help)"
     return text

@@ -87,7 +87,8 @@ def choose_recipe(train_pairs: int | None, on_gpu: bool) -> tuple[str, str]:
     """(recipe, reason) for a model trained from scratch without `--recipe`: the size the device can train in
     hours and the data can feed without overfitting at once."""
     if not on_gpu:
-        return "small", "no GPU: a Transformer-base takes about a day on CPU; `small` trains in under an hour"
+        return "small", ("no GPU: a Transformer-base takes about a day on CPU; `small` is sized for a CPU (the plan "
+                         "below estimates the run's time on this machine)")  # fmt: skip
     if train_pairs is None:
         return "base", "GPU, training-set size unknown"
     if train_pairs < SMALL_DATA_PAIRS:
