@@ -41,7 +41,7 @@ RECIPES: dict[str, tuple[dict, dict]] = {
              tokenizer_model="bpe", tokenizer_vocab_size=6000),
         dict(learning_rate=1e-3, warmup_steps=400, max_tokens=2048, max_steps=1200, logging_steps=50, eval_steps=200,
              save_steps=200, save_total_limit=3, average_last_checkpoints=3, early_stopping_patience=3,
-             generation_num_beams=1, eval_subset=200),  # (200 greedy sentences: a few % of a CPU run, measured)
+             generation_num_beams=1, eval_subset=200),  # 200 greedy sentences: ~80 s on 2 cores against ~20 min for the 200 steps between evaluations (~6%; fr-en, measured)
     ),
     "base": (
         dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1,
