@@ -74,7 +74,7 @@ def test_the_card_describes_the_run_across_a_resume_and_is_rendered_again_for_th
 
 
 def test_an_edited_card_is_left_alone_at_push(tmp_path):
-    from xlpe.training.run_card import rerender_for_push
+    from xlpe.training.model_card import rerender_for_push
 
     (tmp_path / CARD_INPUTS).write_text(json.dumps({"card": {}, "readme_sha256": "0" * 64}))
     (tmp_path / "README.md").write_text("my own words\n")

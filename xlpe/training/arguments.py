@@ -31,6 +31,11 @@ logger = logging.getLogger("xlpe.train")
 BUILTIN_DATASET = "builtin:synthetic"
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The three argument groups (run_translation's names)
+# ---------------------------------------------------------------------------------------------------------
+
+
 def _help(text: str, **kwargs):
     return field(metadata={"help": text}, **kwargs)
 
@@ -157,6 +162,11 @@ class XLPETrainingArguments(Seq2SeqTrainingArguments):
                                              "predicted). The test split of an XL PE model is scored both ways anyway", default=False)  # fmt: skip
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Checks across the groups, recipes, device
+# ---------------------------------------------------------------------------------------------------------
+
+
 def check_batching(training_args, explicit: set[str]) -> None:
     """`--max_tokens` replaces sentence batches: it must be positive and not given with a sentence batching."""
     if training_args.max_tokens is None:
@@ -240,6 +250,11 @@ def describe_device(training_args) -> dict | None:
             "capability": list(torch.cuda.get_device_capability(index)),
             "compile": importlib.util.find_spec("triton") is not None, "cpus": os.cpu_count() or 1,
             "multi_processor_count": properties.multi_processor_count, "memory": properties.total_memory}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Parsing: command line, JSON arguments file
+# ---------------------------------------------------------------------------------------------------------
 
 
 def explicit_keys(argv: list[str], given: dict | None) -> set[str]:

@@ -23,6 +23,7 @@ value has a "score" (and "signature"), plus `dataset_name`, `dataset_type`, `dat
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -34,6 +35,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig, PretrainedConfig
 
 from ..models.registry import MODEL_FAMILIES
+from .run_card import CARD_INPUTS
 
 TEMPLATE_NAME = "model_card_template.md"
 FAMILY_TITLES = {"xlpe": "XL PE (cross-lingual position representation)", "dpe": "DPE (dynamic position encoding)",
@@ -311,7 +313,7 @@ def write_training_card(output_dir, model_args, data_args, training_args, metric
     preprocessing, test translations, an example from the test split); recorded in `xlpe_card.json` so that
     `xlpe-push` can render it again with the Hub id. `facts`: what the run measured (`run_card.training_settings`)."""
     from .run_card import (TRANSLATIONS_FILE, _prepared_reports, dataset_label, example_source, preprocessing_text,
-                           render_recorded_card, training_settings)  # fmt: skip
+                           training_settings)  # fmt: skip
 
     output_dir = Path(output_dir)
     report_file = output_dir / "preparation_report.json"
@@ -344,5 +346,44 @@ def write_training_card(output_dir, model_args, data_args, training_args, metric
     return render_recorded_card(output_dir, card)
 
 
-__all__ = ["build_model_card", "data_sizes", "evaluation_entry", "family_of", "find_template", "reorderer_summary",
-           "validation_entry", "variant_settings", "write_model_card", "write_training_card"]
+# ---------------------------------------------------------------------------------------------------------
+# Record, render, render again at push (run_card.py says what the card holds; this file renders it)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def render_recorded_card(directory, card: Mapping) -> Path:
+    """Render the card from recorded keyword arguments (`build_model_card`'s) into `directory/README.md`, and
+    record them with the digest of what was written."""
+    from ..features.text_files import write_text_atomic
+
+    directory = Path(directory)
+    path = write_model_card(directory, **card)
+    write_text_atomic(directory / CARD_INPUTS, json.dumps({"card": dict(card), "readme_sha256": _digest(path)},
+                                                          indent=2, ensure_ascii=False, default=str))  # fmt: skip
+    return path
+
+
+def rerender_for_push(folder, card_kwargs: Mapping, regenerate: bool = False) -> bool:
+    """For a folder whose card `xlpe-train` wrote (`xlpe_card.json`): render it again with the push's arguments
+    (the Hub id; languages, datasets, ... when given) unless the README was edited since (then it is left as is,
+    unless `regenerate`). Returns whether the card was rendered."""
+    folder = Path(folder)
+    record_file, readme = folder / CARD_INPUTS, folder / "README.md"
+    if not record_file.is_file():
+        return False
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    untouched = readme.is_file() and _digest(readme) == record.get("readme_sha256")
+    if not (regenerate or untouched or not readme.is_file()):
+        return False
+    given = {key: value for key, value in dict(card_kwargs).items() if value not in (None, [], (), "")}
+    render_recorded_card(folder, {**record["card"], **given})
+    return True
+
+
+__all__ = ["build_model_card", "data_sizes", "evaluation_entry", "family_of", "find_template", "render_recorded_card",
+           "reorderer_summary", "rerender_for_push", "validation_entry", "variant_settings", "write_model_card",
+           "write_training_card"]

@@ -31,7 +31,7 @@ from pathlib import Path
 from huggingface_hub import HfApi
 
 from .model_card import write_model_card
-from .run_card import rerender_for_push
+from .model_card import rerender_for_push
 
 # Training leftovers that do not belong in a model repository.
 DEFAULT_IGNORE_PATTERNS = ["checkpoint-*/**", "runs/**", "optimizer.pt", "scheduler.pt", "rng_state*.pth", "*.lock",

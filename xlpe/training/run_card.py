@@ -20,7 +20,6 @@ the Hub id, so the usage example names the repository and not the local folder (
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -183,45 +182,5 @@ def write_test_translations(output_dir, sources, references, hypotheses) -> Path
     return path
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Record, render, render again at push
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def render_recorded_card(directory, card: Mapping) -> Path:
-    """Render the card from recorded keyword arguments (`build_model_card`'s) into `directory/README.md`, and
-    record them with the digest of what was written."""
-    from ..features.text_files import write_text_atomic
-    from .model_card import write_model_card
-
-    directory = Path(directory)
-    path = write_model_card(directory, **card)
-    write_text_atomic(directory / CARD_INPUTS, json.dumps({"card": dict(card), "readme_sha256": _digest(path)},
-                                                          indent=2, ensure_ascii=False, default=str))  # fmt: skip
-    return path
-
-
-def rerender_for_push(folder, card_kwargs: Mapping, regenerate: bool = False) -> bool:
-    """For a folder whose card `xlpe-train` wrote (`xlpe_card.json`): render it again with the push's arguments
-    (the Hub id; languages, datasets, ... when given) unless the README was edited since (then it is left as is,
-    unless `regenerate`). Returns whether the card was rendered."""
-    folder = Path(folder)
-    record_file, readme = folder / CARD_INPUTS, folder / "README.md"
-    if not record_file.is_file():
-        return False
-    record = json.loads(record_file.read_text(encoding="utf-8"))
-    untouched = readme.is_file() and _digest(readme) == record.get("readme_sha256")
-    if not (regenerate or untouched or not readme.is_file()):
-        return False
-    given = {key: value for key, value in dict(card_kwargs).items() if value not in (None, [], (), "")}
-    render_recorded_card(folder, {**record["card"], **given})
-    return True
-
-
 __all__ = ["CARD_INPUTS", "TRANSLATIONS_FILE", "dataset_label", "describe_optimizer", "example_source",
-           "preprocessing_text", "render_recorded_card", "rerender_for_push", "training_settings",
-           "write_test_translations"]
+           "preprocessing_text", "training_settings", "write_test_translations"]
