@@ -44,6 +44,7 @@ def parse_args(argv=None):
                         help="decode exactly N tokens per sentence (min_new_tokens = max_new_tokens = N) in every "
                              "engine, so that models of any training state decode the same number of steps")
     parser.add_argument("--nltk_data", default=None, help="nltk data folder for a random mvpe_pos model's tagger")
+    parser.add_argument("--int8_scheme", default=None, help="int8 quantization settings (default: xlpe-export's)")
     parser.add_argument("--output", default=None, help="JSON results file")
     return parser.parse_args(argv)
 
@@ -119,11 +120,12 @@ def main(argv=None) -> int:
     import sacrebleu
     import torch
 
-    from xlpe.export.exporter import export_directory
+    from xlpe.export.exporter import DEFAULT_INT8_SCHEME, export_directory
     from xlpe.export.runtime import OnnxTranslator
     from xlpe.features.synthetic import synthetic_splits
 
     torch.set_num_threads(args.threads)
+    int8_scheme = args.int8_scheme or DEFAULT_INT8_SCHEME
     models = dict(item.split("=", 1) for item in args.model)
     if args.baseline not in models:
         sys.exit(f"--baseline {args.baseline}: not among --model names {sorted(models)}")
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
     for name, directory in models.items():
         export = Path(args.export_root) / name
         started = time.perf_counter()
-        export_directory(directory, export, quantize="int8", overwrite=True)
+        export_directory(directory, export, quantize="int8", overwrite=True, int8_scheme=int8_scheme)
         print(f"{name}: exported in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         engines[(name, "pytorch")] = TorchTranslator(directory)
         engines[(name, "onnx-fp32")] = OnnxTranslator(export, threads=args.threads, spin_wait=False)
@@ -170,7 +172,7 @@ def main(argv=None) -> int:
     result = {
         "date": str(date.today()), "command": "python " + " ".join(sys.argv), "threads": args.threads,
         "num_beams": args.num_beams, "batch_size": args.batch_size, "repeats": args.repeats,
-        "fixed_new_tokens": args.fixed_new_tokens, "random_init": args.random,
+        "fixed_new_tokens": args.fixed_new_tokens, "random_init": args.random, "int8_scheme": int8_scheme,
         "machine": "2 CPU cores, shared with other jobs (wall clock: medians over interleaved repeats); "
                    "OMP_WAIT_POLICY=PASSIVE and onnxruntime allow_spinning=0",
         "torch": torch.__version__, "onnxruntime": __import__("onnxruntime").__version__, "rows": rows,

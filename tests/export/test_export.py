@@ -216,3 +216,51 @@ def test_bad_input_is_refused_by_name(toy_tokenizer, tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("xlpe-export: error: ") and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "x").exists() and not (tmp_path / "x.partial").exists()  # refused before any work
+
+
+def test_int8_schemes(toy_tokenizer, tmp_path, capsys):
+    """`int8_scheme` (xlpe-export --int8_scheme): per-channel weight scales, the embedding table left fp32 by the
+    *-nogather schemes, the scheme recorded in the manifest; the int8 copies translate; bad names are refused."""
+    import onnx
+    from onnx import numpy_helper
+
+    from xlpe.cli.export import INT8_SCHEME_NAMES, main
+    from xlpe.export.exporter import DEFAULT_INT8_SCHEME, INT8_SCHEMES
+
+    assert tuple(INT8_SCHEMES) == INT8_SCHEME_NAMES and DEFAULT_INT8_SCHEME in INT8_SCHEMES
+    model_dir = save_tiny_xlpe_model(toy_tokenizer, tmp_path / "model")
+    texts = ["the cat sees the dog", "a dog chases the small cat"]
+
+    def weight_scales(graph):  # the int8 weights' scales: one per matrix (per tensor) or one per output column
+        names = {n.input[1] for n in graph.node if n.op_type == "MatMulInteger"}
+        scales = [numpy_helper.to_array(i) for i in graph.initializer if i.name.endswith("_scale") and i.data_type == 1]
+        return names, scales
+
+    cli = ["--model", str(model_dir), "--quantize", "int8"]
+    exports = {"tensor": lambda out: export_directory(model_dir, out, quantize="int8", int8_scheme="tensor"),
+               "channel-nogather": lambda out: main([*cli, "--output", str(out), "--int8_scheme", "channel-nogather"]),
+               DEFAULT_INT8_SCHEME: lambda out: main([*cli, "--output", str(out)])}  # fmt: skip
+    for scheme, export_to in exports.items():
+        export = tmp_path / scheme
+        result = export_to(export)  # the manifest (export_directory) or the exit status (the CLI)
+        assert result == 0 or isinstance(result, dict), result
+        manifest = verify_export(export, model_dir)
+        assert {entry["scheme"] for entry in manifest["int8_graphs"].values()} == {scheme}
+        graph = onnx.load(str(export / "decoder_model_int8.onnx")).graph
+        names, scales = weight_scales(graph)
+        assert names, scheme
+        assert any(s.size > 1 for s in scales) == INT8_SCHEMES[scheme]["per_channel"], scheme
+        gathers_int8 = [n for n in graph.node if n.op_type == "DequantizeLinear"]  # a quantized embedding table
+        assert bool(gathers_int8) == (INT8_SCHEMES[scheme]["op_types"] is None), scheme
+        assert not any("/lm_head/" in n.name for n in graph.node if n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul"))
+        assert len(OnnxTranslator(export, precision="int8", threads=1, spin_wait=False).translate(texts)) == 2
+
+    with pytest.raises(ValueError, match="int8_scheme must be one of"):
+        export_directory(model_dir, tmp_path / "bad", quantize="int8", int8_scheme="int4")
+    capsys.readouterr()
+    for argv, message in ((["--int8_scheme", "int4", "--quantize", "int8"], "--int8_scheme must be one of"),
+                          (["--int8_scheme", "channel"], "--int8_scheme needs --quantize int8")):  # fmt: skip
+        assert main(["--model", str(model_dir), "--output", str(tmp_path / "bad"), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("xlpe-export: error: ") and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "bad").exists()

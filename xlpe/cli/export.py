@@ -2,6 +2,7 @@
 (`xlpe.export`; docs/deployment.md).
 
     xlpe-export --model runs/demo --output runs/demo-onnx --quantize int8     # export (fp32 + int8 copies)
+    xlpe-export --model runs/demo --output runs/demo-onnx --quantize int8 --int8_scheme tensor   # other int8 settings
     xlpe-export --verify runs/demo-onnx --model runs/demo                      # check an export against its model
     xlpe-export --translate runs/demo-onnx --input test.en --num_beams 4        # raw text in, translations out
 
@@ -25,6 +26,7 @@ from . import (
 )
 
 PROG = "xlpe-export"
+INT8_SCHEME_NAMES = ("tensor", "tensor-nogather", "channel", "channel-reduce", "channel-nogather")  # exporter.INT8_SCHEMES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--translate", metavar="EXPORT_DIR", help="translate --input with an export directory")
     parser.add_argument("--model", help="the trained model directory (export: required; --verify: optional)")
     parser.add_argument("--quantize", choices=["int8"], default=None, help="also write dynamic int8 copies of the graphs")
+    parser.add_argument("--int8_scheme", default=None, metavar="SCHEME",
+                        help="with --quantize int8: the quantization settings, one of "
+                             + ", ".join(INT8_SCHEME_NAMES) + " (default channel: per-channel weight scales; docs/deployment.md)")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     parser.add_argument("--overwrite_output", action="store_true", help="replace an existing --output directory")
     parser.add_argument("--input", default="-", help="--translate: UTF-8 text, one sentence per line ('-' = stdin)")
@@ -69,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.output is not None and args.model is None:
             raise CommandLineError("--output needs --model (the trained model directory to export)")
+        if args.int8_scheme is not None:
+            if args.quantize is None:
+                raise CommandLineError("--int8_scheme needs --quantize int8")
+            if args.int8_scheme not in INT8_SCHEME_NAMES:
+                raise CommandLineError(f"--int8_scheme must be one of {', '.join(INT8_SCHEME_NAMES)}, got {args.int8_scheme!r}")
         if args.model is not None:
             check_model_path(args.model, "--model")
         for flag in ("verify", "translate"):
@@ -88,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from ..export.exporter import export_directory
 
-        manifest = export_directory(args.model, args.output, args.quantize, args.opset, args.overwrite_output)
+        scheme = {"int8_scheme": args.int8_scheme} if args.int8_scheme else {}
+        manifest = export_directory(args.model, args.output, args.quantize, args.opset, args.overwrite_output, **scheme)
     except (CommandLineError, ValueError, OSError) as error:
         return user_error(PROG, error)
     files = [*manifest["graphs"], *(manifest.get("int8_graphs") or {})]

@@ -3,6 +3,7 @@
     OUT/
       encoder_model.onnx  decoder_model.onnx  decoder_with_past_model.onnx     fp32 graphs (graphs.py)
       *_int8.onnx                                   with --quantize int8: onnxruntime's dynamic int8 quantization
+                                                    (settings: --int8_scheme, INT8_SCHEMES; default per-channel)
       tokenizer files, config.json, generation_config.json
       reorderer/                                    XL PE with an attached reorderer: the reorderer (front end)
       pos_tagger.json                               a trained source tagger ("perceptron:<file>"), when the model has one
@@ -95,35 +96,72 @@ def fp32_nodes(path: Path) -> list[str]:
     return [node.name for node in graph.node if node.op_type in ("MatMul", "Gemm") and "/lm_head/" in node.name]
 
 
-def quantize_int8(directory: Path) -> dict:
-    """Dynamic int8 copies of the graphs (onnxruntime.quantization: int8 weights of MatMul/Gemm, activations
-    quantized per call; `fp32_nodes` kept in fp32); returns {file: {"sha256": ..., "kept_fp32": [...]}}."""
+# int8 schemes (onnxruntime `quantize_dynamic` settings; the weights of MatMul/Gemm are int8, their activations are
+# quantized per call, per tensor, over the whole batch x beams): "tensor": one weight scale a matrix, the embedding
+# Gather quantized too; "channel": one weight scale per output column (per_channel=True); "channel-reduce": per
+# channel, 7-bit weights (reduce_range=True); "*-nogather": only MatMul/Gemm quantized (the embedding table, which
+# Marian ties to the output projection, stays fp32). `fp32_nodes` (the output projection) is kept in fp32 by all.
+# Default "channel": on 1500 held-out sentences (two batchings) its int8 BLEU change was -0.07..+0.02 for the four
+# trained toy models (stock Marian, XL PE, DPE, mvPE+POS), "tensor" -0.13..+0.09; on the 300-sentence test split
+# every scheme moved by up to 0.3-0.7 with the batching (2-14 sentences change): bench/onnx_int8.py, BENCHMARKS.md.
+INT8_SCHEMES = {
+    "tensor": {"per_channel": False, "reduce_range": False, "op_types": None},
+    "tensor-nogather": {"per_channel": False, "reduce_range": False, "op_types": ["MatMul", "Gemm"]},
+    "channel": {"per_channel": True, "reduce_range": False, "op_types": None},
+    "channel-reduce": {"per_channel": True, "reduce_range": True, "op_types": None},
+    "channel-nogather": {"per_channel": True, "reduce_range": False, "op_types": ["MatMul", "Gemm"]},
+}
+DEFAULT_INT8_SCHEME = "channel"
+
+
+def check_int8_scheme(scheme: str) -> str:
+    if scheme not in INT8_SCHEMES:
+        raise ValueError(f"int8_scheme must be one of {sorted(INT8_SCHEMES)}, got {scheme!r}")
+    return scheme
+
+
+def quantize_graph(source: Path, target: Path, scheme: str = DEFAULT_INT8_SCHEME) -> list[str]:
+    """One graph's dynamic int8 copy under `scheme` (INT8_SCHEMES); returns the node names kept in fp32."""
     import logging
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    written, root = {}, logging.getLogger()
+    settings = INT8_SCHEMES[check_int8_scheme(scheme)]
+    keep = fp32_nodes(Path(source))
+    root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # its advice to pre-process (shape inference) is for static-shape vision models
     try:
-        for file_name in GRAPH_FILES:
-            target = directory / int8_name(file_name)
-            keep = fp32_nodes(directory / file_name)
-            quantize_dynamic(str(directory / file_name), str(target), weight_type=QuantType.QInt8, nodes_to_exclude=keep)
-            written[target.name] = {"sha256": file_digest(target), "kept_fp32": keep}
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, nodes_to_exclude=keep,
+                         per_channel=settings["per_channel"], reduce_range=settings["reduce_range"],
+                         op_types_to_quantize=settings["op_types"])  # fmt: skip
     finally:
         root.setLevel(level)
+    return keep
+
+
+def quantize_int8(directory: Path, scheme: str = DEFAULT_INT8_SCHEME) -> dict:
+    """Dynamic int8 copies of the graphs (onnxruntime.quantization: int8 weights of MatMul/Gemm, activations
+    quantized per call; `fp32_nodes` kept in fp32; `scheme`: one of INT8_SCHEMES); returns
+    {file: {"sha256": ..., "kept_fp32": [...], "scheme": scheme}}."""
+    written = {}
+    for file_name in GRAPH_FILES:
+        target = directory / int8_name(file_name)
+        keep = quantize_graph(directory / file_name, target, scheme)
+        written[target.name] = {"sha256": file_digest(target), "kept_fp32": keep, "scheme": scheme}
     return written
 
 
 def export_model(model, tokenizer, output, quantize: str | None = None, opset: int = DEFAULT_OPSET,
-                 overwrite: bool = False, model_dir=None) -> dict:  # fmt: skip
+                 overwrite: bool = False, model_dir=None, int8_scheme: str = DEFAULT_INT8_SCHEME) -> dict:  # fmt: skip
     """Export a loaded `model` (eval mode) and its `tokenizer` into the directory `output`; returns the manifest.
-    `model_dir`: where the model was loaded from (recorded; a trained source tagger's file is read from it)."""
+    `model_dir`: where the model was loaded from (recorded; a trained source tagger's file is read from it);
+    `int8_scheme`: the quantization settings of the int8 copies (INT8_SCHEMES)."""
     from ..features.predicted_reordering import tokenizer_fingerprint
 
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be one of {QUANTIZATIONS} or None, got {quantize!r}")
+    check_int8_scheme(int8_scheme)
     check_exportable(model)
     output = Path(output)
     check_output(output, overwrite)
@@ -151,7 +189,7 @@ def export_model(model, tokenizer, output, quantize: str | None = None, opset: i
                   "config_digest": config_digest(model.config), "weights_digest": weights_digest(model),
                   "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
                   "max_position_embeddings": getattr(model.config, "max_position_embeddings", None)},
-        "layout": layout.to_dict(), "graphs": graphs, "int8_graphs": quantize_int8(staging) if quantize else {},
+        "layout": layout.to_dict(), "graphs": graphs, "int8_graphs": quantize_int8(staging, int8_scheme) if quantize else {},
         "generation_config": model.generation_config.to_dict(),
         "front_end": _source_front_end(model, layout, Path(model_dir) if model_dir else None, staging),
     }  # fmt: skip
@@ -163,14 +201,15 @@ def export_model(model, tokenizer, output, quantize: str | None = None, opset: i
 
 
 def export_directory(model_dir, output, quantize: str | None = None, opset: int = DEFAULT_OPSET,
-                     overwrite: bool = False) -> dict:  # fmt: skip
+                     overwrite: bool = False, int8_scheme: str = DEFAULT_INT8_SCHEME) -> dict:  # fmt: skip
     """Load the model and tokenizer saved in `model_dir` (checked to belong together: evaluation.model_loading)
     and export them (`export_model`)."""
     from ..evaluation.model_loading import load_model_and_tokenizer
 
+    check_int8_scheme(int8_scheme)
     check_output(Path(output), overwrite)  # before the (slow) load
     model, tokenizer = load_model_and_tokenizer(str(model_dir))
-    return export_model(model, tokenizer, output, quantize, opset, overwrite, model_dir=model_dir)
+    return export_model(model, tokenizer, output, quantize, opset, overwrite, model_dir=model_dir, int8_scheme=int8_scheme)
 
 
-__all__ = ["EXPORTABLE_TYPES", "check_exportable", "export_directory", "export_model", "int8_name", "quantize_int8"]
+__all__ = ["DEFAULT_INT8_SCHEME", "EXPORTABLE_TYPES", "INT8_SCHEMES", "check_exportable", "export_directory", "export_model", "int8_name", "quantize_graph", "quantize_int8"]
