@@ -65,7 +65,7 @@ def assert_same_generation(model, translator, source, seed=1, beams=(1, 3), **ex
 # every option at least once (CI time); XLPE_EXPORT_ALL_STACKS=1 runs all of them (measured: all pass)
 COVERING = ("xlpe-inxl", "xlpe-combination+relative", "xlpe-combination+directional", "xlpe-combination+source-tags",
             "marian-relative-only-no-absolute", "dpe+relative+directional", "dpe+source-tags", "mvpe_pos-both-sides",
-            "mvpe_pos-decoder-tags-learned")  # fmt: skip
+            "mvpe_pos-decoder-tags-learned", "xlpe-xl-rotary+rotary-no-absolute")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(STACKS) if os.environ.get("XLPE_EXPORT_ALL_STACKS") else COVERING)

@@ -15,7 +15,7 @@ Shared building blocks (written once, imported by the families):
     transformers_compat.py  what differs between the accepted transformers releases (the decoder cache's name)
     sinusoid.py           sinusoid tables (absolute, mvPE step k)
     reorder_predictor.py  the in-model reorderer that supplies XL positions at test time (built-in, small)
-    configuration_position_options.py, position_attention.py   relative PE, DiSAN-style heads, no absolute PE
+    configuration_position_options.py, position_attention.py   relative PE, RoPE, DiSAN-style heads, no absolute PE, XL heads
                           (the XL PE paper's baselines) as options of every Marian-based family
     configuration_source_tags.py, source_tags.py   source POS tags added to the input of every Marian-based
                           family (XL PE + POS, DPE + POS)
