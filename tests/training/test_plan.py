@@ -51,6 +51,16 @@ def test_plan_line_states_steps_evaluations_and_what_follows():
         "2,000 sentences (4 beams); time estimate after the first steps")
 
 
+def test_an_xl_test_split_decoded_twice_is_said_and_estimated_as_such():
+    """An XL PE model whose test split has oracle positions decodes it twice (predicted, then oracle): the plan says
+    the split's size and that it is decoded twice, and the estimate counts both passes."""
+    shape = RunShape(800, 0, 0, 1, 200, 300, 4, test_passes=2)
+    assert "the test split's 300 sentences (twice: predicted, then oracle positions) (4 beams)" in plan_line(shape, "64 pairs a batch", 200)
+    once = estimate_run(RunShape(800, 4, 100, 1, 200, 300, 4), 0.1, 10.0)
+    twice = estimate_run(RunShape(800, 4, 100, 1, 200, 300, 4, test_passes=2), 0.1, 10.0)
+    assert twice["final evaluation + test"] == pytest.approx(once["final evaluation + test"] * (200 + 2 * 300) / (200 + 300))
+
+
 def test_the_small_recipe_bounds_its_periodic_evaluation():
     assert recipe_settings("small", True)["eval_subset"] == 200
     assert "eval_subset" not in recipe_settings("small", True, with_validation=False)

@@ -54,6 +54,7 @@ class RunShape:
     final_sentences: int
     test_sentences: int
     final_beams: int
+    test_passes: int = 1  # 2 for an XL PE model whose test split has oracle positions: predicted, then oracle
 
 
 def estimate_run(shape: RunShape, seconds_per_step: float, seconds_per_evaluation: float | None) -> dict:
@@ -64,7 +65,7 @@ def estimate_run(shape: RunShape, seconds_per_step: float, seconds_per_evaluatio
         parts["periodic evaluations"] = shape.evaluations * seconds_per_evaluation
         per_sentence = seconds_per_evaluation / max(shape.eval_sentences, 1) / beam_factor(shape.eval_beams)
         parts["final evaluation + test"] = (per_sentence * beam_factor(shape.final_beams)
-                                            * (shape.final_sentences + shape.test_sentences))  # fmt: skip
+                                            * (shape.final_sentences + shape.test_sentences * shape.test_passes))  # fmt: skip
     total = sum(parts.values())
     shares = {name: value / total if total else 0.0 for name, value in parts.items()}
     return {**parts, "total": total, "shares": shares, "dominant": max(parts, key=parts.get)}
@@ -88,7 +89,8 @@ def plan_line(shape: RunShape, batching: str, eval_subset_of: int | None, early_
         text += (f", {shape.evaluations} periodic evaluation{'s' if shape.evaluations != 1 else ''} on "
                  f"{shape.eval_sentences:,}{of} validation sentences ({decoding})")  # fmt: skip
     after = [f"the final evaluation on {shape.final_sentences:,} validation sentences" if shape.final_sentences else "",
-             f"the test split's {shape.test_sentences:,} sentences" if shape.test_sentences else ""]  # fmt: skip
+             f"the test split's {shape.test_sentences:,} sentences" + (
+                 " (twice: predicted, then oracle positions)" if shape.test_passes > 1 else "") if shape.test_sentences else ""]  # fmt: skip
     after = [part for part in after if part]
     if after:
         text += f"; then {' and '.join(after)} ({shape.final_beams} beams)"
@@ -108,8 +110,9 @@ class RunPlan(TrainerCallback):
     evaluation (`final_sentences`) and the test (`test_sentences`)."""
 
     def __init__(self, eval_sentences: int, validation_total: int, final_sentences: int, test_sentences: int,
-                 batching: str, final_beams: int = 1, measure_steps: int = 20, echo=print):
+                 batching: str, final_beams: int = 1, measure_steps: int = 20, echo=print, test_passes: int = 1):
         self.sizes = (eval_sentences, validation_total, final_sentences, test_sentences)
+        self.test_passes = test_passes
         self.final_beams = final_beams
         self.batching, self.measure_steps, self.echo = batching, measure_steps, echo
         self.shape: RunShape | None = None
@@ -131,7 +134,7 @@ class RunPlan(TrainerCallback):
             evaluations=periodic_evaluations(state.global_step, state.max_steps, args.eval_steps, evaluating and eval_sentences > 0),
             eval_sentences=eval_sentences, eval_beams=int(args.generation_num_beams or 1),
             final_sentences=final_sentences, test_sentences=test_sentences,
-            final_beams=int(self.final_beams or 1),
+            final_beams=int(self.final_beams or 1), test_passes=self.test_passes,
         )  # fmt: skip
         self._first_step, self._train_start = state.global_step, time.perf_counter()
         self._last_step_end, self._training = self._train_start, True

@@ -258,11 +258,11 @@ def run_plan(prepared: dict, model, data_args, training_args) -> RunPlan:
     for an XL PE model whose test split has oracle positions: predicted and oracle), batching and beams."""
     validation, test = prepared.get("validation"), prepared.get("test")
     periodic = periodic_eval_dataset(prepared, training_args) if training_args.do_eval else None
-    tests = 0
+    tests, passes = 0, 1
     if training_args.do_predict and test is not None:
         tests = min(len(test), data_args.max_predict_samples or len(test))
         if "reorder_positions" in test.column_names and getattr(model.config, "xl_strategy", "none") != "none":
-            tests *= 2
+            passes = 2
     accumulation = training_args.gradient_accumulation_steps
     batching = (f"token batches of {training_args.max_tokens:,} tokens" if training_args.max_tokens else
                 f"{training_args.per_device_train_batch_size} pairs a batch") + (f" x {accumulation} accumulated" if accumulation > 1 else "")  # fmt: skip
@@ -270,7 +270,7 @@ def run_plan(prepared: dict, model, data_args, training_args) -> RunPlan:
     return RunPlan(eval_sentences=len(periodic) if periodic is not None and training_args.eval_strategy == "steps" else 0,
                    validation_total=len(validation) if validation is not None else 0,
                    final_sentences=len(validation) if training_args.do_eval and validation is not None else 0,
-                   test_sentences=tests, batching=batching, final_beams=beams)  # fmt: skip
+                   test_sentences=tests, test_passes=passes, batching=batching, final_beams=beams)  # fmt: skip
 
 
 def make_collator(tokenizer, model, data_args, training_args) -> XLPEDataCollator:
