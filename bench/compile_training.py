@@ -27,9 +27,21 @@ from xlpe.training.trainer import mark_dynamic_dimensions
 
 
 def family_setups(d_model, batch, length, vocab=256):
-    common = dict(vocab_size=vocab, d_model=d_model, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                  decoder_attention_heads=4, encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model,
-                  max_position_embeddings=64, pad_token_id=1, eos_token_id=2, decoder_start_token_id=1, dropout=0.1)
+    common = dict(
+        vocab_size=vocab,
+        d_model=d_model,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        dropout=0.1,
+    )
     ids = torch.randint(3, vocab, (batch, length))
     labels = torch.randint(3, vocab, (batch, length))
     base = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
@@ -41,9 +53,10 @@ def family_setups(d_model, batch, length, vocab=256):
         "xlpe": (XLPEMarianMTModel(XLPEMarianConfig(**common)), {**base, "reorder_positions": positions}),
         "dpe": (DPEMarianMTModel(DPEMarianConfig(**common)), {**base, "target_positions": positions}),
         "stock BART": (BartForConditionalGeneration(BartConfig(**bart)), base),
-        "mvpe_pos": (MvPEPosForConditionalGeneration(MvPEPosConfig(**common, pos_tags=["A", "B", "C"], pos_dim=16,
-                                                                   pe_step=1.0)),
-                     {**base, "pos_tag_ids": tags, "decoder_pos_tag_ids": tags}),
+        "mvpe_pos": (
+            MvPEPosForConditionalGeneration(MvPEPosConfig(**common, pos_tags=["A", "B", "C"], pos_dim=16, pe_step=1.0)),
+            {**base, "pos_tag_ids": tags, "decoder_pos_tag_ids": tags},
+        ),
     }
 
 
@@ -111,10 +124,10 @@ def main():
     print("| family | eager step (ms) | compiled step (ms) | speed-up | first compiled step (s) |")
     print("|---|---|---|---|---|")
     for name, (model, inputs) in family_setups(args.d_model, 16, 24).items():
-        eager = step_times(model, inputs, args.steps, compiled=False)[args.warmup:]
+        eager = step_times(model, inputs, args.steps, compiled=False)[args.warmup :]
         torch._dynamo.reset()
         compiled = step_times(model, inputs, args.steps, compiled=True)
-        first, compiled = compiled[0], compiled[args.warmup:]
+        first, compiled = compiled[0], compiled[args.warmup :]
         e, c = statistics.median(eager) * 1e3, statistics.median(compiled) * 1e3
         print(f"| {name} | {e:.1f} | {c:.1f} | {e / c:.2f}x | {first:.1f} |", flush=True)
 

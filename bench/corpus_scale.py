@@ -92,35 +92,65 @@ def run_measured(command: list[str]) -> dict:
     after = os.times()
     if process.returncode:
         raise RuntimeError(f"xlpe-prepare failed: {stderr[-2000:]}")
-    return {"wall_s": round(wall, 1), "peak_rss_gb": round(peak[0] / 2**30, 2),
-            "cpu_s": round(after.children_user + after.children_system - before.children_user - before.children_system, 1)}
+    return {
+        "wall_s": round(wall, 1),
+        "peak_rss_gb": round(peak[0] / 2**30, 2),
+        "cpu_s": round(after.children_user + after.children_system - before.children_user - before.children_system, 1),
+    }
 
 
 def timed_prepare(corpus: Path, pairs: int, num_proc: int, work: Path, extra: list[str]) -> dict:
     """xlpe-prepare on the first `pairs` lines, its three stages run one after the other as separate commands
     (exactly what the default `--stage all` does in one process), each measured: wall, CPU, peak memory."""
     for side in ("source", "target"):
-        with open(corpus / f"{side}.txt", encoding="utf-8") as full, open(work / f"{side}.txt", "w", encoding="utf-8") as part:
-            for k, line in zip(range(pairs), full):
+        with (
+            open(corpus / f"{side}.txt", encoding="utf-8") as full,
+            open(work / f"{side}.txt", "w", encoding="utf-8") as part,
+        ):
+            for _k, line in zip(range(pairs), full):
                 part.write(line)
     output = work / "prepared"
-    command = [sys.executable, "-m", "xlpe.cli.prepare", "--source", str(work / "source.txt"), "--target",
-               str(work / "target.txt"), "--output", str(output), "--shard-size", "100000", "--num-proc", str(num_proc),
-               "--overwrite-output", *extra]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "xlpe.cli.prepare",
+        "--source",
+        str(work / "source.txt"),
+        "--target",
+        str(work / "target.txt"),
+        "--output",
+        str(output),
+        "--shard-size",
+        "100000",
+        "--num-proc",
+        str(num_proc),
+        "--overwrite-output",
+        *extra,
+    ]
     stages = {stage: run_measured([*command, "--stage", stage]) for stage in ("plan", "shards", "merge")}
     wall = sum(stage["wall_s"] for stage in stages.values())
     report = json.loads((output / "report.json").read_text())["train"]
-    return {"pairs": pairs, "num_proc": num_proc, "wall_s": round(wall, 1), "pairs_per_s": round(pairs / wall),
-            "cpu_s": round(sum(stage["cpu_s"] for stage in stages.values()), 1),
-            "peak_rss_gb": max(stage["peak_rss_gb"] for stage in stages.values()), "stages": stages,
-            "source_words": report["source_words"],
-            "words_per_pair": round(report["source_words"] / max(report["pairs_kept"], 1), 1),
-            "pairs_kept": report["pairs_kept"], "timings_s": report["timings_s"], "sharded": report.get("sharded"),
-            "unaligned_ratio": round(report["unaligned_ratio"], 4), "mean_kendall_tau": round(report["mean_kendall_tau"], 4)}  # fmt: skip
+    return {
+        "pairs": pairs,
+        "num_proc": num_proc,
+        "wall_s": round(wall, 1),
+        "pairs_per_s": round(pairs / wall),
+        "cpu_s": round(sum(stage["cpu_s"] for stage in stages.values()), 1),
+        "peak_rss_gb": max(stage["peak_rss_gb"] for stage in stages.values()),
+        "stages": stages,
+        "source_words": report["source_words"],
+        "words_per_pair": round(report["source_words"] / max(report["pairs_kept"], 1), 1),
+        "pairs_kept": report["pairs_kept"],
+        "timings_s": report["timings_s"],
+        "sharded": report.get("sharded"),
+        "unaligned_ratio": round(report["unaligned_ratio"], 4),
+        "mean_kendall_tau": round(report["mean_kendall_tau"], 4),
+    }
 
 
 def link_f1(a: list[list[int]], b: list[list[int]]) -> float:
     """F1 of two alignments' links over the corpus (Dice of the link sets)."""
+
     def keyed(links):
         return {(k, x[i], x[i + 1]) for k, x in enumerate(links) for i in range(0, len(x), 2)}
 
@@ -137,23 +167,31 @@ def agreement(pairs: int, shard_size: int, sample: int) -> dict:
     from xlpe.features.text_files import write_text_atomic
 
     sources, targets = real_pairs()
-    keep = [k for k, (s, t) in enumerate(zip(sources, targets)) if 0 < len(s.split()) <= 120 and 0 < len(t.split()) <= 120]
+    keep = [
+        k for k, (s, t) in enumerate(zip(sources, targets)) if 0 < len(s.split()) <= 120 and 0 < len(t.split()) <= 120
+    ]
     sources, targets = [sources[k] for k in keep][:pairs], [targets[k] for k in keep][:pairs]
     n = len(sources)
     whole = [align_with_eflomal(sources, targets) for _ in range(2)]
     picked = np.sort(np.random.default_rng(0).choice(n, min(sample, n), replace=False))
     forward, reverse = eflomal_directional([sources[k] for k in picked], [targets[k] for k in picked])
     priors = Path("/tmp/xlpe-agreement-priors.txt")
-    write_text_atomic(priors, alignment_priors([sources[k] for k in picked], [targets[k] for k in picked], forward, reverse))
+    write_text_atomic(
+        priors, alignment_priors([sources[k] for k in picked], [targets[k] for k in picked], forward, reverse)
+    )
     aligner = PriorsAligner(priors, n)
     sharded, plain = [], []
     for start in range(0, n, shard_size):
         sharded += aligner(sources[start : start + shard_size], targets[start : start + shard_size])
         plain += align_with_eflomal(sources[start : start + shard_size], targets[start : start + shard_size])
-    return {"pairs": n, "shard_size": shard_size, "sample": len(picked),
-            "whole_vs_whole": round(link_f1(whole[0], whole[1]), 4),
-            "sharded_priors_vs_whole": round((link_f1(sharded, whole[0]) + link_f1(sharded, whole[1])) / 2, 4),
-            "sharded_no_priors_vs_whole": round((link_f1(plain, whole[0]) + link_f1(plain, whole[1])) / 2, 4)}  # fmt: skip
+    return {
+        "pairs": n,
+        "shard_size": shard_size,
+        "sample": len(picked),
+        "whole_vs_whole": round(link_f1(whole[0], whole[1]), 4),
+        "sharded_priors_vs_whole": round((link_f1(sharded, whole[0]) + link_f1(sharded, whole[1])) / 2, 4),
+        "sharded_no_priors_vs_whole": round((link_f1(plain, whole[0]) + link_f1(plain, whole[1])) / 2, 4),
+    }
 
 
 def oracle_stats(sources: list[str], links: list[list[int]]) -> dict:
@@ -168,8 +206,10 @@ def oracle_stats(sources: list[str], links: list[list[int]]) -> dict:
     flat = np.array([v for x in links for v in x], dtype=np.int64)
     oracle = oracle_xl_positions_flat(np.repeat(np.arange(len(links)), counts), flat[0::2], flat[1::2], lengths)
     tau = kendall_tau_flat(oracle.positions, oracle.offsets)[lengths > 1]
-    return {"mean_kendall_tau": round(float(np.nanmean(tau)), 4),
-            "unaligned_ratio": round(float(oracle.unaligned_words.sum() / lengths.sum()), 4)}  # fmt: skip
+    return {
+        "mean_kendall_tau": round(float(np.nanmean(tau)), 4),
+        "unaligned_ratio": round(float(oracle.unaligned_words.sum() / lengths.sum()), 4),
+    }
 
 
 def _children_cpu() -> float:
@@ -177,7 +217,9 @@ def _children_cpu() -> float:
     return times.children_user + times.children_system
 
 
-def sweep(pairs: int, shard_size: int, corpus_pairs: int | None, settings: list[dict], repeats: int, reference: Path | None) -> list[dict]:
+def sweep(
+    pairs: int, shard_size: int, corpus_pairs: int | None, settings: list[dict], repeats: int, reference: Path | None
+) -> list[dict]:
     """Speed and quality of shard-alignment settings: per setting and repeat, priors from a sample (its own
     eflomal options), the shards aligned from them (theirs), link F1 against two whole-corpus alignments (eflomal's
     defaults; their own agreement is the ceiling), the oracle's mean Kendall's tau and unaligned ratio, and the
@@ -192,7 +234,9 @@ def sweep(pairs: int, shard_size: int, corpus_pairs: int | None, settings: list[
     from xlpe.features.text_files import write_text_atomic
 
     sources, targets = real_pairs()
-    keep = [k for k, (s, t) in enumerate(zip(sources, targets)) if 0 < len(s.split()) <= 120 and 0 < len(t.split()) <= 120]
+    keep = [
+        k for k, (s, t) in enumerate(zip(sources, targets)) if 0 < len(s.split()) <= 120 and 0 < len(t.split()) <= 120
+    ]
     sources, targets = [sources[k] for k in keep][:pairs], [targets[k] for k in keep][:pairs]
     n = len(sources)
     if reference is not None and reference.is_file() and json.loads(reference.read_text())["pairs"] == n:
@@ -201,8 +245,13 @@ def sweep(pairs: int, shard_size: int, corpus_pairs: int | None, settings: list[
         whole = [align_with_eflomal(sources, targets) for _ in range(2)]
         if reference is not None:
             reference.write_text(json.dumps({"pairs": n, "whole": whole}))
-    results = [{"name": "whole-corpus run vs the other (ceiling)", "f1": round(link_f1(whole[0], whole[1]), 4),
-                **oracle_stats(sources, whole[0])}]  # fmt: skip
+    results = [
+        {
+            "name": "whole-corpus run vs the other (ceiling)",
+            "f1": round(link_f1(whole[0], whole[1]), 4),
+            **oracle_stats(sources, whole[0]),
+        }
+    ]
     print(json.dumps(results[0]), flush=True)
     made = {}  # (sample, its eflomal options) -> (priors file, CPU s, wall s), per repeat: settings share priors
     for repeat in range(repeats):
@@ -213,7 +262,9 @@ def sweep(pairs: int, shard_size: int, corpus_pairs: int | None, settings: list[
                 cpu, started = _children_cpu(), time.perf_counter()
                 picked = np.sort(np.random.default_rng(repeat).choice(n, sample, replace=False))
                 sample_sources, sample_targets = [sources[k] for k in picked], [targets[k] for k in picked]
-                forward, reverse = eflomal_directional(sample_sources, sample_targets, **setting.get("sample_eflomal", {}))
+                forward, reverse = eflomal_directional(
+                    sample_sources, sample_targets, **setting.get("sample_eflomal", {})
+                )
                 priors = Path(f"/tmp/xlpe-sweep-priors-{os.getpid()}-{len(made)}.txt")
                 write_text_atomic(priors, alignment_priors(sample_sources, sample_targets, forward, reverse))
                 made[repeat, key] = (priors, _children_cpu() - cpu, time.perf_counter() - started)
@@ -228,11 +279,18 @@ def sweep(pairs: int, shard_size: int, corpus_pairs: int | None, settings: list[
             for start in range(0, n, shard_size):
                 part = (sources[start : start + shard_size], targets[start : start + shard_size])
                 sharded += aligner(*part) if aligner else align_with_eflomal(*part, **options)
-            result = {"name": setting.get("name", json.dumps(setting)), "repeat": repeat, "sample": sample if aligner else None,
-                      "f1": round((link_f1(sharded, whole[0]) + link_f1(sharded, whole[1])) / 2, 4),
-                      **oracle_stats(sources, sharded), "shards_eflomal_cpu_s": round(_children_cpu() - cpu, 1),
-                      "shards_wall_s": round(time.perf_counter() - started, 1), "sample_eflomal_cpu_s": round(sample_cpu, 1),
-                      "sample_wall_s": round(sample_wall, 1), "load": round(os.getloadavg()[0], 1)}  # fmt: skip
+            result = {
+                "name": setting.get("name", json.dumps(setting)),
+                "repeat": repeat,
+                "sample": sample if aligner else None,
+                "f1": round((link_f1(sharded, whole[0]) + link_f1(sharded, whole[1])) / 2, 4),
+                **oracle_stats(sources, sharded),
+                "shards_eflomal_cpu_s": round(_children_cpu() - cpu, 1),
+                "shards_wall_s": round(time.perf_counter() - started, 1),
+                "sample_eflomal_cpu_s": round(sample_cpu, 1),
+                "sample_wall_s": round(sample_wall, 1),
+                "load": round(os.getloadavg()[0], 1),
+            }
             results.append(result)
             print(json.dumps(result), flush=True)
     for priors, _, _ in made.values():
@@ -251,7 +309,12 @@ def held_out_text() -> dict[str, list[str]]:
     english = [line for name in sets for line in read_text_lines(raw / f"{name}.en.gz")]
     german = [line for name in sets for line in read_text_lines(raw / f"{name}.de.gz")]
     synthetic_sources, synthetic_targets, _ = generate_corpus(20_000, seed=99)
-    return {"multi30k_en": english, "multi30k_de": german, "synthetic_src": synthetic_sources, "synthetic_tgt": synthetic_targets}
+    return {
+        "multi30k_en": english,
+        "multi30k_de": german,
+        "synthetic_src": synthetic_sources,
+        "synthetic_tgt": synthetic_targets,
+    }
 
 
 def tokenizer_samples(corpus: Path, samples: list[int], options: dict, seed: int = 0) -> list[dict]:
@@ -273,13 +336,20 @@ def tokenizer_samples(corpus: Path, samples: list[int], options: dict, seed: int
         cpu, started = os.times(), time.perf_counter()
         tokenizer = train_joint_tokenizer(texts, **options)
         after, wall = os.times(), time.perf_counter() - started
-        result = {"sample_pairs": len(indices), "options": options, "train_wall_s": round(wall, 1),
-                  "train_cpu_s": round(after.user + after.system - cpu.user - cpu.system, 1), "load": round(os.getloadavg()[0], 1)}  # fmt: skip
+        result = {
+            "sample_pairs": len(indices),
+            "options": options,
+            "train_wall_s": round(wall, 1),
+            "train_cpu_s": round(after.user + after.system - cpu.user - cpu.system, 1),
+            "load": round(os.getloadavg()[0], 1),
+        }
         unk = tokenizer.convert_tokens_to_ids(UNK)
         for name, texts in held_out.items():
             batch = tokenize_batch(tokenizer, texts)
-            result[name] = {"tokens_per_sentence": round(float(batch.lengths.mean()), 4),
-                            "unk_rate": round(float(np.mean(batch.ids == unk)), 6)}  # fmt: skip
+            result[name] = {
+                "tokens_per_sentence": round(float(batch.lengths.mean()), 4),
+                "unk_rate": round(float(np.mean(batch.ids == unk)), 6),
+            }
         results.append(result)
         print(json.dumps(result), flush=True)
     return results
@@ -305,7 +375,12 @@ def main() -> None:
     w = commands.add_parser("sweep", help="speed and quality of shard-alignment settings (see `sweep`)")
     w.add_argument("--pairs", type=int, default=80_000)
     w.add_argument("--shard-size", type=int, default=20_000)
-    w.add_argument("--corpus-pairs", type=int, default=1_000_000, help="shards' iteration counts as for this corpus size (0: the bench's)")
+    w.add_argument(
+        "--corpus-pairs",
+        type=int,
+        default=1_000_000,
+        help="shards' iteration counts as for this corpus size (0: the bench's)",
+    )
     w.add_argument("--settings", type=json.loads, required=True, help="JSON list of settings")
     w.add_argument("--repeats", type=int, default=2)
     w.add_argument("--reference", type=Path, help="cache of the two whole-corpus alignments (JSON)")

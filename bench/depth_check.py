@@ -15,16 +15,16 @@ the teacher-forced validation loss, and how much it rises when each sentence get
 from __future__ import annotations
 
 import argparse
-import warnings
 import math
 import time
+import warnings
 
 import torch
 from torch import nn
 from transformers import MarianConfig, MarianMTModel
 
-from xlpe.models.sinusoid import sinusoid_table  # the one sinusoid table of the package
 from xlpe.features.synthetic import generate_pairs
+from xlpe.models.sinusoid import sinusoid_table  # the one sinusoid table of the package
 
 PAD, BOS, EOS = 0, 1, 2
 warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")  # nn.Transformer's eval fast path
@@ -38,12 +38,23 @@ def encode(pairs, vocab: dict[str, int], side: str, length: int) -> torch.Tensor
 class TorchSeq2Seq(nn.Module):
     """nn.Transformer with Marian's embedding recipe; `norm_first` switches it to pre-LN."""
 
-    def __init__(self, vocab: int, d_model: int, heads: int, ffn: int, encoder_layers: int, decoder_layers: int, norm_first: bool):
+    def __init__(
+        self, vocab: int, d_model: int, heads: int, ffn: int, encoder_layers: int, decoder_layers: int, norm_first: bool
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab, d_model, padding_idx=PAD)
         self.register_buffer("positions", sinusoid_table(256, d_model), persistent=False)
-        self.core = nn.Transformer(d_model, heads, encoder_layers, decoder_layers, ffn, dropout=0.1, activation="gelu",
-                                   batch_first=True, norm_first=norm_first)  # fmt: skip
+        self.core = nn.Transformer(
+            d_model,
+            heads,
+            encoder_layers,
+            decoder_layers,
+            ffn,
+            dropout=0.1,
+            activation="gelu",
+            batch_first=True,
+            norm_first=norm_first,
+        )
         self.scale = math.sqrt(d_model)
         for parameter in self.parameters():
             if parameter.dim() > 1:
@@ -56,20 +67,41 @@ class TorchSeq2Seq(nn.Module):
 
     def forward(self, source: torch.Tensor, decoder_input: torch.Tensor) -> torch.Tensor:
         causal = nn.Transformer.generate_square_subsequent_mask(decoder_input.shape[1], dtype=torch.bool)
-        hidden = self.core(self.embed_with_positions(source), self.embed_with_positions(decoder_input), tgt_mask=causal,
-                           src_key_padding_mask=source == PAD, memory_key_padding_mask=source == PAD,
-                           tgt_key_padding_mask=decoder_input == PAD, tgt_is_causal=True)  # fmt: skip
+        hidden = self.core(
+            self.embed_with_positions(source),
+            self.embed_with_positions(decoder_input),
+            tgt_mask=causal,
+            src_key_padding_mask=source == PAD,
+            memory_key_padding_mask=source == PAD,
+            tgt_key_padding_mask=decoder_input == PAD,
+            tgt_is_causal=True,
+        )
         return hidden @ self.embed.weight.T
 
 
-def build(backend: str, vocab: int, d_model: int, encoder_layers: int, decoder_layers: int, norm_first: bool) -> nn.Module:
+def build(
+    backend: str, vocab: int, d_model: int, encoder_layers: int, decoder_layers: int, norm_first: bool
+) -> nn.Module:
     heads, ffn = 4, 2 * d_model
     if backend == "torch":
         return TorchSeq2Seq(vocab, d_model, heads, ffn, encoder_layers, decoder_layers, norm_first)
-    config = MarianConfig(vocab_size=vocab, d_model=d_model, encoder_layers=encoder_layers, decoder_layers=decoder_layers,
-                          encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn,
-                          dropout=0.1, scale_embedding=True, init_std=d_model**-0.5, pad_token_id=PAD, eos_token_id=EOS,
-                          decoder_start_token_id=BOS, max_position_embeddings=256)  # fmt: skip
+    config = MarianConfig(
+        vocab_size=vocab,
+        d_model=d_model,
+        encoder_layers=encoder_layers,
+        decoder_layers=decoder_layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
+        dropout=0.1,
+        scale_embedding=True,
+        init_std=d_model**-0.5,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        max_position_embeddings=256,
+    )
     return MarianMTModel(config)
 
 
@@ -89,7 +121,9 @@ def train(model, data, args) -> dict:
     source, target, val_source, val_target = data
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=0.0)
     warmup = args.warmup_steps
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / warmup, max(0.0, (args.steps - s) / (args.steps - warmup))))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (args.steps - s) / (args.steps - warmup)))
+    )
     generator = torch.Generator().manual_seed(args.seed)
     started = time.time()
     model.train()
@@ -128,10 +162,16 @@ def main(argv=None) -> int:
         parser.error("--norm_first applies to the torch backend only (MarianMTModel is post-LN): add --backends torch")
     pairs = generate_pairs(args.train_pairs + 500, seed=args.seed)
     vocab = {"<pad>": PAD, "<s>": BOS, "</s>": EOS}
-    columns = [encode(pairs[:-500], vocab, "source", 40), encode(pairs[:-500], vocab, "target", 40),
-               encode(pairs[-500:], vocab, "source", 40), encode(pairs[-500:], vocab, "target", 40)]  # fmt: skip
-    print(f"lr {args.learning_rate}, warm-up {args.warmup_steps}, {args.steps} steps x {args.batch}, d={args.d_model}, "
-          f"{'pre' if args.norm_first else 'post'}-LN torch; vocabulary {len(vocab)} words\n")  # fmt: skip
+    columns = [
+        encode(pairs[:-500], vocab, "source", 40),
+        encode(pairs[:-500], vocab, "target", 40),
+        encode(pairs[-500:], vocab, "source", 40),
+        encode(pairs[-500:], vocab, "target", 40),
+    ]
+    print(
+        f"lr {args.learning_rate}, warm-up {args.warmup_steps}, {args.steps} steps x {args.batch}, d={args.d_model}, "
+        f"{'pre' if args.norm_first else 'post'}-LN torch; vocabulary {len(vocab)} words\n"
+    )
     print("| layers | backend | val loss | shuffled-source gap (nats) | seconds |\n|---|---|---|---|---|")
     for depth in args.depths.split(","):
         encoder_layers, decoder_layers = map(int, depth.split("+"))
@@ -139,7 +179,10 @@ def main(argv=None) -> int:
             torch.manual_seed(args.seed)
             model = build(backend, len(vocab), args.d_model, encoder_layers, decoder_layers, args.norm_first)
             result = train(model, columns, args)
-            print(f"| {depth} | {backend} | {result['val_loss']:.3f} | {result['gap']:.3f} | {result['seconds']:.0f} |", flush=True)
+            print(
+                f"| {depth} | {backend} | {result['val_loss']:.3f} | {result['gap']:.3f} | {result['seconds']:.0f} |",
+                flush=True,
+            )
     return 0
 
 

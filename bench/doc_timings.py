@@ -37,8 +37,16 @@ REPO = Path(__file__).resolve().parents[1]
 RECORD = Path(__file__).with_name("doc_timings.json")
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- timing:(?P<name>[\w:.-]+) -->(?P<text>.*?)<!-- /timing -->", re.DOTALL)
-COMMANDS = ("xlpe-prepare", "xlpe-train", "xlpe-translate", "xlpe-evaluate", "xlpe-reorder", "xlpe-tagger",
-            "xlpe-push", "xlpe-demo")  # fmt: skip
+COMMANDS = (
+    "xlpe-prepare",
+    "xlpe-train",
+    "xlpe-translate",
+    "xlpe-evaluate",
+    "xlpe-reorder",
+    "xlpe-tagger",
+    "xlpe-push",
+    "xlpe-demo",
+)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -74,8 +82,11 @@ def load_record(path: Path = RECORD) -> dict:
 
 def doc_markers(paths=DOCUMENTS) -> list[tuple[Path, str, str]]:
     """(document, measurement name, text between the markers) of every timing marker in the docs."""
-    return [(path, m.group("name"), m.group("text")) for path in paths
-            for m in MARKER.finditer(path.read_text(encoding="utf-8"))]  # fmt: skip
+    return [
+        (path, m.group("name"), m.group("text"))
+        for path in paths
+        for m in MARKER.finditer(path.read_text(encoding="utf-8"))
+    ]
 
 
 def update_docs(record: dict, paths=DOCUMENTS) -> list[Path]:
@@ -83,7 +94,9 @@ def update_docs(record: dict, paths=DOCUMENTS) -> list[Path]:
     changed = []
     for path in paths:
         text = path.read_text(encoding="utf-8")
-        new = MARKER.sub(lambda m: f"<!-- timing:{m.group('name')} -->{render(record, m.group('name'))}<!-- /timing -->", text)
+        new = MARKER.sub(
+            lambda m: f"<!-- timing:{m.group('name')} -->{render(record, m.group('name'))}<!-- /timing -->", text
+        )
         if new != text:
             path.write_text(new, encoding="utf-8")
             changed.append(path)
@@ -128,9 +141,13 @@ def measure_startup(runs: int, loaded: bool) -> dict[str, list[float]]:
                     raise SystemExit(f"{command} --help failed: {result.stderr[-500:]}")
                 values.setdefault(f"help:{command}", []).append(seconds)
                 values.setdefault("help:any", []).append(seconds)  # every command's, for "every --help in ..."
-            seconds, result = timed(["xlpe-train", "--sorce_lang", "en"], {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(dir=cache)})
+            seconds, result = timed(
+                ["xlpe-train", "--sorce_lang", "en"], {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(dir=cache)}
+            )
             if result.returncode != 2 or "did you mean" not in result.stderr:
-                raise SystemExit(f"xlpe-train --sorce_lang: expected a 'did you mean' error, got {result.stderr[-500:]}")
+                raise SystemExit(
+                    f"xlpe-train --sorce_lang: expected a 'did you mean' error, got {result.stderr[-500:]}"
+                )
             values.setdefault("user_error", []).append(seconds)
     return values
 
@@ -150,8 +167,13 @@ def measure_demo(loaded: bool) -> dict[str, list[float]]:
         demo_seconds, demo = timed(["xlpe-demo"], env)
         if demo.returncode != 0:
             raise SystemExit(f"xlpe-demo: {demo.stderr[-2000:]}")
-    return {"demo:wall": [seconds], "demo:test_bleu": [predict["predict_bleu"]], "demo:eval_bleu": [evaluation["eval_bleu"]],
-            "demo:parameters": [parameters], "xlpe-demo:wall": [demo_seconds]}  # fmt: skip
+    return {
+        "demo:wall": [seconds],
+        "demo:test_bleu": [predict["predict_bleu"]],
+        "demo:eval_bleu": [evaluation["eval_bleu"]],
+        "demo:parameters": [parameters],
+        "xlpe-demo:wall": [demo_seconds],
+    }
 
 
 UNITS = {"demo:test_bleu": "BLEU", "demo:eval_bleu": "BLEU", "demo:parameters": "parameters"}
@@ -170,10 +192,18 @@ def machine() -> str:
 def _save(values: dict[str, list[float]], notes: list[str]) -> dict:
     """Write what is measured so far (merged into the record: a later phase keeps the earlier ones)."""
     entries = load_record()["entries"] if RECORD.is_file() else {}
-    entries.update({name: {"values": [round(v, 3) for v in measured], "unit": UNITS.get(name, "s")}
-                    for name, measured in values.items()})  # fmt: skip
-    record = {"machine": machine(), "measured": datetime.date.today().isoformat(),
-              "how": "; ".join(notes), "entries": dict(sorted(entries.items()))}
+    entries.update(
+        {
+            name: {"values": [round(v, 3) for v in measured], "unit": UNITS.get(name, "s")}
+            for name, measured in values.items()
+        }
+    )
+    record = {
+        "machine": machine(),
+        "measured": datetime.date.today().isoformat(),
+        "how": "; ".join(notes),
+        "entries": dict(sorted(entries.items())),
+    }
     RECORD.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
 
@@ -186,14 +216,18 @@ def measure(runs: int, demo: bool) -> dict:
     for loaded in (False, True):
         for name, measured in measure_startup(runs, loaded).items():
             values.setdefault(name, []).extend(measured)
-    notes = [f"help and user_error: {runs} runs each as the machine was (load average {load:.1f}) and {runs} with "
-             "every core busy with one more process each, a fresh help cache each"]  # fmt: skip
+    notes = [
+        f"help and user_error: {runs} runs each as the machine was (load average {load:.1f}) and {runs} with "
+        "every core busy with one more process each, a fresh help cache each"
+    ]
     record = _save(values, notes)
     if demo:
         before = os.getloadavg()[0]
         measured = measure_demo(loaded=False)
-        notes.append(f"demo: one run, load average {before:.1f} before and {os.getloadavg()[0]:.1f} after it (2 "
-                     "cores; other work on the machine)")  # fmt: skip
+        notes.append(
+            f"demo: one run, load average {before:.1f} before and {os.getloadavg()[0]:.1f} after it (2 "
+            "cores; other work on the machine)"
+        )
         record = _save(measured, notes)
     return record
 
@@ -203,8 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("measure", help="measure and write bench/doc_timings.json")
     run.add_argument("--runs", type=int, default=2, help="start-up measurements per command and load (default 2)")
-    run.add_argument("--demo", action="store_true", help="also time the README's main job (about 20 minutes on 2 "
-                                                         "cores) and xlpe-demo; otherwise the recorded ones are kept")  # fmt: skip
+    run.add_argument(
+        "--demo",
+        action="store_true",
+        help="also time the README's main job (about 20 minutes on 2 "
+        "cores) and xlpe-demo; otherwise the recorded ones are kept",
+    )
     sub.add_parser("update-docs", help="write the recorded ranges between the docs' timing markers")
     args = parser.parse_args(argv)
     if args.command == "measure":

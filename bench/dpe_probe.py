@@ -54,7 +54,12 @@ def tau_b(a: np.ndarray, b: np.ndarray) -> float | None:
 def probe(model, dataset, batch_size: int = 100) -> dict:
     """The statistics of the module docstring for one DPE model on one prepared split."""
     model.eval()
-    pads = {"input_ids": model.config.pad_token_id, "attention_mask": 0, "target_positions": IGNORE_INDEX, "pos_tag_ids": 0}
+    pads = {
+        "input_ids": model.config.pad_token_id,
+        "attention_mask": 0,
+        "target_positions": IGNORE_INDEX,
+        "pos_tag_ids": 0,
+    }
 
     def collate(rows):  # right padding, as training's collator
         width = max(len(row["input_ids"]) for row in rows)
@@ -62,8 +67,18 @@ def probe(model, dataset, batch_size: int = 100) -> dict:
 
     table = model.model.encoder.embed_positions.weight.float()
     columns = ["input_ids", "attention_mask", "target_positions"] + (["pos_tag_ids"] if model.config.pos_tagger else [])
-    sums = dict(order_loss=0.0, order_loss_monotone=0.0, order_loss_zero=0.0, closer=0, moved=0, exact_decoded=0,
-                exact_monotone=0, exact_source=0, supervised=0, norm_ratio=0.0)  # fmt: skip
+    sums = dict(
+        order_loss=0.0,
+        order_loss_monotone=0.0,
+        order_loss_zero=0.0,
+        closer=0,
+        moved=0,
+        exact_decoded=0,
+        exact_monotone=0,
+        exact_source=0,
+        supervised=0,
+        norm_ratio=0.0,
+    )
     taus, taus_monotone = [], []
     dataset = dataset.select_columns(columns)
     for start in range(0, len(dataset), batch_size):
@@ -137,7 +152,9 @@ def main(argv=None) -> int:
 
     split = datasets.load_from_disk(args.prepared)[args.split]
     if "target_positions" not in split.column_names:
-        raise SystemExit(f"dpe_probe: error: {args.prepared} has no target_positions column (prepare with the DPE features)")
+        raise SystemExit(
+            f"dpe_probe: error: {args.prepared} has no target_positions column (prepare with the DPE features)"
+        )
     rows = []
     for path in args.model:
         row = {"model": path, **probe(DPEMarianMTModel.from_pretrained(path), split)}
@@ -148,7 +165,9 @@ def main(argv=None) -> int:
     std = {k: round(float(np.std([r[k] for r in rows], ddof=1)) if len(rows) > 1 else 0.0, 4) for k in keys}
     print(json.dumps({"mean": mean, "std": std}))
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "mean": mean, "std": std}, indent=1) + "\n", encoding="utf-8")
+        Path(args.json).write_text(
+            json.dumps({"rows": rows, "mean": mean, "std": std}, indent=1) + "\n", encoding="utf-8"
+        )
     return 0
 
 

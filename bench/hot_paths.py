@@ -27,11 +27,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "bench" / "hot_paths.json"
 HOT_PATHS = (  # what bench/speed.py's train-step and generation rows execute of this package
-    "xlpe/models/modeling_xlpe.py", "xlpe/models/modeling_dpe.py", "xlpe/models/modeling_mvpe_pos.py",
-    "xlpe/models/seq2seq_scaffold.py", "xlpe/models/position_attention.py", "xlpe/models/reorder_predictor.py",
-    "xlpe/models/extra_inputs.py", "xlpe/models/source_tags.py", "xlpe/models/sinusoid.py",
+    "xlpe/models/modeling_xlpe.py",
+    "xlpe/models/modeling_dpe.py",
+    "xlpe/models/modeling_mvpe_pos.py",
+    "xlpe/models/seq2seq_scaffold.py",
+    "xlpe/models/position_attention.py",
+    "xlpe/models/reorder_predictor.py",
+    "xlpe/models/extra_inputs.py",
+    "xlpe/models/source_tags.py",
+    "xlpe/models/sinusoid.py",
     "xlpe/models/transformers_compat.py",
-)  # fmt: skip
+)
 
 
 def code_dump(source: str) -> str:
@@ -40,7 +46,11 @@ def code_dump(source: str) -> str:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 node.body = node.body[1:] or [ast.Pass()]
     return ast.dump(tree, include_attributes=False)
 
@@ -55,13 +65,17 @@ def check(record_path: Path = RECORD, root: Path = ROOT) -> str | None:
     """None when the recorded digest is the code's; else the one-line reason to re-run the speed rows."""
     record = json.loads(record_path.read_text(encoding="utf-8"))
     if record.get("files") != list(HOT_PATHS):
-        return (f"{record_path.name}: it lists other hot-path files than bench/hot_paths.py: re-run the speed rows "
-                "and record again (python bench/hot_paths.py --record ...)")  # fmt: skip
+        return (
+            f"{record_path.name}: it lists other hot-path files than bench/hot_paths.py: re-run the speed rows "
+            "and record again (python bench/hot_paths.py --record ...)"
+        )
     if record.get("digest") != hot_path_digest(root):
-        return (f"the forward/generation code of the speed rows changed since they were measured "
-                f"({record.get('measured')}: {record.get('command')}): re-run the rows it touches (bench/speed.py), "
-                "update BENCHMARKS.md, then python bench/hot_paths.py --record --measured DATE --command CMD "
-                "--reason WHY")  # fmt: skip
+        return (
+            f"the forward/generation code of the speed rows changed since they were measured "
+            f"({record.get('measured')}: {record.get('command')}): re-run the rows it touches (bench/speed.py), "
+            "update BENCHMARKS.md, then python bench/hot_paths.py --record --measured DATE --command CMD "
+            "--reason WHY"
+        )
     return None
 
 
@@ -81,12 +95,20 @@ def main(argv=None) -> int:
             return 1
         print("hot_paths: the speed rows were measured on this code")
         return 0
-    missing = [flag for flag, value in (("--measured", args.measured), ("--command", args.command),
-                                        ("--reason", args.reason)) if not value]  # fmt: skip
+    missing = [
+        flag
+        for flag, value in (("--measured", args.measured), ("--command", args.command), ("--reason", args.reason))
+        if not value
+    ]
     if missing:
         parser.error(f"--record needs {', '.join(missing)}")
-    record = {"files": list(HOT_PATHS), "digest": hot_path_digest(), "measured": args.measured,
-              "command": args.command, "reason": args.reason}  # fmt: skip
+    record = {
+        "files": list(HOT_PATHS),
+        "digest": hot_path_digest(),
+        "measured": args.measured,
+        "command": args.command,
+        "reason": args.reason,
+    }
     RECORD.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"hot_paths: recorded {record['digest'][:12]} in {RECORD.relative_to(ROOT)}")
     return 0

@@ -26,10 +26,21 @@ INITS = ("all d^-1/2", "emb d^-1/2, linear 0.02", "xavier linears")
 
 def build(d_model: int, layers: int, init: str, vocab: int = 4000) -> MarianMTModel:
     heads, ffn = (4, 2 * d_model) if d_model < 256 else (8, 4 * d_model)
-    config = MarianConfig(vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=2, encoder_attention_heads=heads,
-                          decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, scale_embedding=True,
-                          init_std=d_model**-0.5 if init == INITS[0] else 0.02, pad_token_id=0, decoder_start_token_id=0,
-                          max_position_embeddings=256)  # fmt: skip
+    config = MarianConfig(
+        vocab_size=vocab,
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=2,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
+        scale_embedding=True,
+        init_std=d_model**-0.5 if init == INITS[0] else 0.02,
+        pad_token_id=0,
+        decoder_start_token_id=0,
+        max_position_embeddings=256,
+    )
     model = MarianMTModel(config).eval()
     with torch.no_grad():
         if init != INITS[0]:

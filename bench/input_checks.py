@@ -29,10 +29,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import xlpe  # noqa: E402
 from benchlib.speed_models import SIZES, bart_kwargs, bart_view, make_batches, marian_kwargs  # noqa: E402
 from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel  # noqa: E402
 
+import xlpe  # noqa: E402
 
 
 def dpe_stock(dims):  # bench/speed.py's baseline of DPE: stock Marian with DPE's extra encoder layers (same parameters)
@@ -40,19 +40,28 @@ def dpe_stock(dims):  # bench/speed.py's baseline of DPE: stock Marian with DPE'
     return MarianMTModel(MarianConfig(**marian_kwargs(dims, encoder_layers=dims["encoder_layers"] + extra)))
 
 
-STOCK = {"xlpe": lambda dims: MarianMTModel(MarianConfig(**marian_kwargs(dims))), "dpe": dpe_stock,
-         "mvpe_pos": lambda dims: BartForConditionalGeneration(BartConfig(**bart_kwargs(dims)))}  # as bench/speed.py
+STOCK = {
+    "xlpe": lambda dims: MarianMTModel(MarianConfig(**marian_kwargs(dims))),
+    "dpe": dpe_stock,
+    "mvpe_pos": lambda dims: BartForConditionalGeneration(BartConfig(**bart_kwargs(dims))),
+}  # as bench/speed.py
 
 FAMILIES = {  # name: (config kwargs builder, BART layout, training inputs, generation inputs)
     "xlpe": (marian_kwargs, False, lambda b: {"reorder_positions": b.reorder_positions}, lambda b: {}),
     "dpe": (marian_kwargs, False, lambda b: {"target_positions": b.target_positions}, lambda b: {}),
-    "mvpe_pos": (bart_kwargs, True, lambda b: {"pos_tag_ids": b.pos_tag_ids, "decoder_pos_tag_ids": b.decoder_pos_tag_ids},
-                 lambda b: {"pos_tag_ids": b.pos_tag_ids}),
-}  # fmt: skip
+    "mvpe_pos": (
+        bart_kwargs,
+        True,
+        lambda b: {"pos_tag_ids": b.pos_tag_ids, "decoder_pos_tag_ids": b.decoder_pos_tag_ids},
+        lambda b: {"pos_tag_ids": b.pos_tag_ids},
+    ),
+}
 
 
 def train_step(model, optimizer, batch, extra) -> None:
-    loss = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, **extra(batch)).loss
+    loss = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, **extra(batch)
+    ).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -61,8 +70,14 @@ def train_step(model, optimizer, batch, extra) -> None:
 @torch.no_grad()
 def generate(model, batch, extra) -> None:
     model.eval()
-    model.generate(input_ids=batch.input_ids, attention_mask=batch.attention_mask, num_beams=5,
-                   max_new_tokens=batch.new_tokens, min_new_tokens=batch.new_tokens, **extra(batch))  # fmt: skip
+    model.generate(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        num_beams=5,
+        max_new_tokens=batch.new_tokens,
+        min_new_tokens=batch.new_tokens,
+        **extra(batch),
+    )
     model.train()
 
 
@@ -83,9 +98,13 @@ def main(argv=None) -> None:
     dims = SIZES[args.size]
     batches = make_batches(2, dims["batch_size"], dims["vocab_size"], 30.0, seed=0)
     kinds = ("train",) if args.no_generate else ("train", "generate")
-    print(f"{args.size} dims, {args.threads} thread(s), {args.repeats} repeats; ratios: median (min-max over repeats)\n")
-    print("| family | train step: checked / unchecked | train step vs stock, checks on | train step vs stock, checks off "
-          "| generate: checked / unchecked |")
+    print(
+        f"{args.size} dims, {args.threads} thread(s), {args.repeats} repeats; ratios: median (min-max over repeats)\n"
+    )
+    print(
+        "| family | train step: checked / unchecked | train step vs stock, checks on | train step vs stock, checks off "
+        "| generate: checked / unchecked |"
+    )
     print("|---|---|---|---|---|")
     for name in args.families.split(","):
         kwargs, bart_layout, train_extra, gen_extra = FAMILIES[name]
@@ -113,10 +132,14 @@ def main(argv=None) -> None:
                             generate(runs[key], batch, gen_extra)
                     if repeat:
                         times[(key, kind)].append(time.process_time() - start)
-        cells = [ratio_cell(times[("checked", "train")], times[("unchecked", "train")]),
-                 ratio_cell(times[("checked", "train")], times[("stock", "train")]),
-                 ratio_cell(times[("unchecked", "train")], times[("stock", "train")]),
-                 ratio_cell(times[("checked", "generate")], times[("unchecked", "generate")]) if "generate" in kinds else "-"]  # fmt: skip
+        cells = [
+            ratio_cell(times[("checked", "train")], times[("unchecked", "train")]),
+            ratio_cell(times[("checked", "train")], times[("stock", "train")]),
+            ratio_cell(times[("unchecked", "train")], times[("stock", "train")]),
+            ratio_cell(times[("checked", "generate")], times[("unchecked", "generate")])
+            if "generate" in kinds
+            else "-",
+        ]
         print(f"| {name} | {' | '.join(cells)} |", flush=True)
 
 

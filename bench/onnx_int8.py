@@ -23,8 +23,14 @@ import time
 from datetime import date
 from pathlib import Path
 
-BATCHINGS = {"sorted16": (16, True), "corpus16": (16, False), "sorted64": (64, True), "single": (1, False),
-             "heldout16": (16, True), "heldout_corpus16": (16, False)}
+BATCHINGS = {
+    "sorted16": (16, True),
+    "corpus16": (16, False),
+    "sorted64": (64, True),
+    "single": (1, False),
+    "heldout16": (16, True),
+    "heldout_corpus16": (16, False),
+}
 
 
 def parse_args(argv=None):
@@ -34,10 +40,14 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--num_beams", type=int, default=4)
     parser.add_argument("--limit", type=int, default=300, help="test sentences (built-in corpus, test split)")
-    parser.add_argument("--batchings", default="sorted16,corpus16,sorted64,single",
-                        help="comma-separated, of sorted16, corpus16, sorted64, single")
-    parser.add_argument("--heldout", type=int, default=0,
-                        help="also N held-out sentences (batchings heldout16, heldout_corpus16)")
+    parser.add_argument(
+        "--batchings",
+        default="sorted16,corpus16,sorted64,single",
+        help="comma-separated, of sorted16, corpus16, sorted64, single",
+    )
+    parser.add_argument(
+        "--heldout", type=int, default=0, help="also N held-out sentences (batchings heldout16, heldout_corpus16)"
+    )
     parser.add_argument("--schemes", default=None, help="comma-separated int8 schemes (default: all)")
     parser.add_argument("--output", default=None, help="JSON results file")
     return parser.parse_args(argv)
@@ -111,8 +121,11 @@ def main(argv=None) -> int:
                 kept[file_name] = quantize_graph(target / file_name, target / int8_name(file_name), scheme)
             manifest["int8_graphs"] = {int8_name(f): {"kept_fp32": k} for f, k in kept.items()}
             (target / "export_manifest.json").write_text(json.dumps(manifest))
-            quantized = sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "ConvInteger")
-                            for f in GRAPH_FILES for n in onnx.load(str(target / int8_name(f))).graph.node)  # fmt: skip
+            quantized = sum(
+                n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "ConvInteger")
+                for f in GRAPH_FILES
+                for n in onnx.load(str(target / int8_name(f))).graph.node
+            )
             size_mb = sum((target / int8_name(f)).stat().st_size for f in GRAPH_FILES) / 1e6
             int8 = OnnxTranslator(target, precision="int8", threads=args.threads, verify=False, spin_wait=False)
             for batching in batchings:
@@ -123,15 +136,32 @@ def main(argv=None) -> int:
                 seconds = time.perf_counter() - started
                 score = bleu.corpus_score(hyp, [references]).score
                 fp32_hyp, fp32_score = reference[batching]
-                rows.append({"model": name, "scheme": scheme, "batching": batching, "sentences": len(sources),
-                             "fp32_bleu": round(fp32_score, 2),
-                             "int8_bleu": round(score, 2), "delta_bleu": round(score - fp32_score, 2),
-                             "identical_to_fp32": round(sum(a == b for a, b in zip(hyp, fp32_hyp)) / len(hyp), 4),
-                             "int8_matmuls": quantized, "int8_mb": round(size_mb, 2), "seconds": round(seconds, 1)})  # fmt: skip
+                rows.append(
+                    {
+                        "model": name,
+                        "scheme": scheme,
+                        "batching": batching,
+                        "sentences": len(sources),
+                        "fp32_bleu": round(fp32_score, 2),
+                        "int8_bleu": round(score, 2),
+                        "delta_bleu": round(score - fp32_score, 2),
+                        "identical_to_fp32": round(sum(a == b for a, b in zip(hyp, fp32_hyp)) / len(hyp), 4),
+                        "int8_matmuls": quantized,
+                        "int8_mb": round(size_mb, 2),
+                        "seconds": round(seconds, 1),
+                    }
+                )
                 print(json.dumps(rows[-1]), file=sys.stderr)
-    result = {"date": str(date.today()), "command": "python " + " ".join(sys.argv), "bleu_signature": str(bleu.get_signature()),
-              "sentences": {b: len(sets[b][0]) for b in batchings}, "num_beams": args.num_beams, "threads": args.threads,
-              "onnxruntime": __import__("onnxruntime").__version__, "rows": rows}  # fmt: skip
+    result = {
+        "date": str(date.today()),
+        "command": "python " + " ".join(sys.argv),
+        "bleu_signature": str(bleu.get_signature()),
+        "sentences": {b: len(sets[b][0]) for b in batchings},
+        "num_beams": args.num_beams,
+        "threads": args.threads,
+        "onnxruntime": __import__("onnxruntime").__version__,
+        "rows": rows,
+    }
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"\nsacrebleu {result['bleu_signature']}")
@@ -142,7 +172,11 @@ def main(argv=None) -> int:
             cells = [r for r in rows if r["model"] == name and r["scheme"] == scheme]
             worst = max(abs(r["delta_bleu"]) for r in cells)
             same = sum(r["identical_to_fp32"] for r in cells) / len(cells)
-            print(f"| {name} | {scheme} | " + " | ".join(f"{r['delta_bleu']:+.2f}" for r in cells) + f" | {worst:.2f} | {same:.1%} |")
+            print(
+                f"| {name} | {scheme} | "
+                + " | ".join(f"{r['delta_bleu']:+.2f}" for r in cells)
+                + f" | {worst:.2f} | {same:.1%} |"
+            )
     return 0
 
 

@@ -37,12 +37,21 @@ def parse_args(argv=None):
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--limit", type=int, default=200, help="test sentences (built-in corpus, test split)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--random", action="append", default=[], metavar="NAME=FAMILY",
-                        help="also a random-init model of FAMILY (xlpe, dpe, mvpe_pos) with the baseline's dimensions, "
-                             "tokenizer and generation config (speed only: use with --fixed_new_tokens)")
-    parser.add_argument("--fixed_new_tokens", type=int, default=None,
-                        help="decode exactly N tokens per sentence (min_new_tokens = max_new_tokens = N) in every "
-                             "engine, so that models of any training state decode the same number of steps")
+    parser.add_argument(
+        "--random",
+        action="append",
+        default=[],
+        metavar="NAME=FAMILY",
+        help="also a random-init model of FAMILY (xlpe, dpe, mvpe_pos) with the baseline's dimensions, "
+        "tokenizer and generation config (speed only: use with --fixed_new_tokens)",
+    )
+    parser.add_argument(
+        "--fixed_new_tokens",
+        type=int,
+        default=None,
+        help="decode exactly N tokens per sentence (min_new_tokens = max_new_tokens = N) in every "
+        "engine, so that models of any training state decode the same number of steps",
+    )
     parser.add_argument("--nltk_data", default=None, help="nltk data folder for a random mvpe_pos model's tagger")
     parser.add_argument("--int8_scheme", default=None, help="int8 quantization settings (default: xlpe-export's)")
     parser.add_argument("--output", default=None, help="JSON results file")
@@ -84,12 +93,27 @@ def random_model(family: str, baseline_dir: str, directory: Path, nltk_data: str
         XLPEMarianMTModel,
     )
 
-    classes = {"xlpe": (XLPEMarianConfig, XLPEMarianMTModel), "dpe": (DPEMarianConfig, DPEMarianMTModel),
-               "mvpe_pos": (MvPEPosConfig, MvPEPosForConditionalGeneration)}  # fmt: skip
+    classes = {
+        "xlpe": (XLPEMarianConfig, XLPEMarianMTModel),
+        "dpe": (DPEMarianConfig, DPEMarianMTModel),
+        "mvpe_pos": (MvPEPosConfig, MvPEPosForConditionalGeneration),
+    }
     base = MarianConfig.from_pretrained(baseline_dir)
-    fields = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
-              "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings", "pad_token_id", "eos_token_id",
-              "decoder_start_token_id", "forced_eos_token_id")  # fmt: skip
+    fields = (
+        "vocab_size",
+        "d_model",
+        "encoder_layers",
+        "decoder_layers",
+        "encoder_attention_heads",
+        "decoder_attention_heads",
+        "encoder_ffn_dim",
+        "decoder_ffn_dim",
+        "max_position_embeddings",
+        "pad_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "forced_eos_token_id",
+    )
     extra = {"nltk_data": nltk_data} if family == "mvpe_pos" else {}
     config_class, model_class = classes[family]
     torch.manual_seed(0)
@@ -131,8 +155,14 @@ def main(argv=None) -> int:
         sys.exit(f"--baseline {args.baseline}: not among --model names {sorted(models)}")
     for item in args.random:
         name, family = item.split("=", 1)
-        models[name] = random_model(family, models[args.baseline], Path(args.export_root) / f"{name}-model", args.nltk_data)
-    fixed = {"max_new_tokens": args.fixed_new_tokens, "min_new_tokens": args.fixed_new_tokens} if args.fixed_new_tokens else {}
+        models[name] = random_model(
+            family, models[args.baseline], Path(args.export_root) / f"{name}-model", args.nltk_data
+        )
+    fixed = (
+        {"max_new_tokens": args.fixed_new_tokens, "min_new_tokens": args.fixed_new_tokens}
+        if args.fixed_new_tokens
+        else {}
+    )
     pairs = synthetic_splits()["test"][: args.limit]
     sources, references = [p.source for p in pairs], [p.target for p in pairs]
     engines = {}
@@ -160,23 +190,39 @@ def main(argv=None) -> int:
         base = (args.baseline, engine)
         ratios = [len(sources) / w / (len(sources) / b) for w, b in zip(wall[(name, engine)], wall[base])]
         hyp = outputs[(name, engine)]
-        rows.append({
-            "model": name, "engine": engine, "sentences": len(sources),
-            "sentences_per_s": round(len(sources) / statistics.median(wall[(name, engine)]), 2),
-            "cpu_s_per_sentence": round(statistics.median(cpu[(name, engine)]) / len(sources), 4),
-            "ratio_vs_baseline_same_engine": round(statistics.median(ratios), 3),
-            "speedup_vs_own_pytorch": round(statistics.median(wall[(name, "pytorch")]) / statistics.median(wall[(name, engine)]), 2),
-            "bleu": round(sacrebleu.corpus_bleu(hyp, [references]).score, 2),
-            "identical_to_pytorch": round(sum(a == b for a, b in zip(hyp, outputs[(name, "pytorch")])) / len(hyp), 4),
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": name,
+                "engine": engine,
+                "sentences": len(sources),
+                "sentences_per_s": round(len(sources) / statistics.median(wall[(name, engine)]), 2),
+                "cpu_s_per_sentence": round(statistics.median(cpu[(name, engine)]) / len(sources), 4),
+                "ratio_vs_baseline_same_engine": round(statistics.median(ratios), 3),
+                "speedup_vs_own_pytorch": round(
+                    statistics.median(wall[(name, "pytorch")]) / statistics.median(wall[(name, engine)]), 2
+                ),
+                "bleu": round(sacrebleu.corpus_bleu(hyp, [references]).score, 2),
+                "identical_to_pytorch": round(
+                    sum(a == b for a, b in zip(hyp, outputs[(name, "pytorch")])) / len(hyp), 4
+                ),
+            }
+        )
     result = {
-        "date": str(date.today()), "command": "python " + " ".join(sys.argv), "threads": args.threads,
-        "num_beams": args.num_beams, "batch_size": args.batch_size, "repeats": args.repeats,
-        "fixed_new_tokens": args.fixed_new_tokens, "random_init": args.random, "int8_scheme": int8_scheme,
+        "date": str(date.today()),
+        "command": "python " + " ".join(sys.argv),
+        "threads": args.threads,
+        "num_beams": args.num_beams,
+        "batch_size": args.batch_size,
+        "repeats": args.repeats,
+        "fixed_new_tokens": args.fixed_new_tokens,
+        "random_init": args.random,
+        "int8_scheme": int8_scheme,
         "machine": "2 CPU cores, shared with other jobs (wall clock: medians over interleaved repeats); "
-                   "OMP_WAIT_POLICY=PASSIVE and onnxruntime allow_spinning=0",
-        "torch": torch.__version__, "onnxruntime": __import__("onnxruntime").__version__, "rows": rows,
-    }  # fmt: skip
+        "OMP_WAIT_POLICY=PASSIVE and onnxruntime allow_spinning=0",
+        "torch": torch.__version__,
+        "onnxruntime": __import__("onnxruntime").__version__,
+        "rows": rows,
+    }
     for row in rows:  # BLEU of each engine minus the same model's PyTorch BLEU
         pytorch = next(r for r in rows if r["model"] == row["model"] and r["engine"] == "pytorch")
         row["bleu_change_vs_pytorch"] = round(row["bleu"] - pytorch["bleu"], 2)
@@ -184,12 +230,16 @@ def main(argv=None) -> int:
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
     print(text)
-    print("\n| model | engine | sentences/s | x own PyTorch | ratio vs stock (same engine) | BLEU | Δ BLEU vs PyTorch | identical to PyTorch |")
+    print(
+        "\n| model | engine | sentences/s | x own PyTorch | ratio vs stock (same engine) | BLEU | Δ BLEU vs PyTorch | identical to PyTorch |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['model']} | {row['engine']} | {row['sentences_per_s']} | {row['speedup_vs_own_pytorch']} | "
-              f"{row['ratio_vs_baseline_same_engine']} | {row['bleu']} | {row['bleu_change_vs_pytorch']:+.2f} | "
-              f"{row['identical_to_pytorch']:.1%} |")  # fmt: skip
+        print(
+            f"| {row['model']} | {row['engine']} | {row['sentences_per_s']} | {row['speedup_vs_own_pytorch']} | "
+            f"{row['ratio_vs_baseline_same_engine']} | {row['bleu']} | {row['bleu_change_vs_pytorch']:+.2f} | "
+            f"{row['identical_to_pytorch']:.1%} |"
+        )
     return 0
 
 

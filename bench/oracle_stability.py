@@ -35,7 +35,10 @@ from xlpe.features.reordering import kendall_tau, oracle_xl_positions_batch  # n
 
 CORPORA = {  # pair -> (source file, target file) of a training split in the shared data (tokenised text)
     "en-ja": (DATA / "small_parallel_enja" / "train.en.gz", DATA / "small_parallel_enja" / "train.ja.gz"),
-    "de-en": (DATA / "multi30k" / "tok" / "train.lc.norm.tok.de.gz", DATA / "multi30k" / "tok" / "train.lc.norm.tok.en.gz"),
+    "de-en": (
+        DATA / "multi30k" / "tok" / "train.lc.norm.tok.de.gz",
+        DATA / "multi30k" / "tok" / "train.lc.norm.tok.en.gz",
+    ),
 }
 
 
@@ -81,7 +84,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="seed both alignments with this (eflomal_options seed)")
     args = parser.parse_args(argv)
     seeded = {} if args.seed is None else {"seed": args.seed}
-    print("| pair | pairs | alignment runs K | oracle vs oracle: mean Kendall τ | identical oracles | seconds per alignment |")
+    print(
+        "| pair | pairs | alignment runs K | oracle vs oracle: mean Kendall τ | identical oracles | seconds per alignment |"
+    )
     print("|---|---|---|---|---|---|")
     symmetrisation_rows = []
     for pair in args.pairs.split(","):
@@ -93,15 +98,22 @@ def main(argv=None) -> int:
             second = oracles(align_with_eflomal(sources, targets, runs=runs, **seeded), sources)
             seconds = (time.perf_counter() - started) / 2
             tau, identical = agreement(first, second)
-            print(f"| {pair} | {len(sources)} | {runs} | {tau:.3f} | {100 * identical:.1f}% | {seconds:.1f} |", flush=True)
+            print(
+                f"| {pair} | {len(sources)} | {runs} | {tau:.3f} | {100 * identical:.1f}% | {seconds:.1f} |", flush=True
+            )
         forward, reverse = eflomal_directional(sources, targets)
         new = symmetrize(forward, reverse, "grow-diag-final-and")
         old = [[x for p in sorted(previous_grow_diag_final_and(f, r)) for x in p] for f, r in zip(forward, reverse)]
         links_differ = sum(a != b for a, b in zip(new, old)) / len(new)
         oracle_new, oracle_old = oracles(new, sources), oracles(old, sources)
         oracle_differ = sum(a != b for a, b in zip(oracle_new, oracle_old)) / len(new)
-        symmetrisation_rows.append(f"| {pair} | {len(sources)} | {100 * links_differ:.1f}% | {100 * oracle_differ:.1f}% |")
-        print(f"(symmetrisation, {pair}: links differ {100 * links_differ:.1f}%, oracle differs {100 * oracle_differ:.1f}%)", flush=True)
+        symmetrisation_rows.append(
+            f"| {pair} | {len(sources)} | {100 * links_differ:.1f}% | {100 * oracle_differ:.1f}% |"
+        )
+        print(
+            f"(symmetrisation, {pair}: links differ {100 * links_differ:.1f}%, oracle differs {100 * oracle_differ:.1f}%)",
+            flush=True,
+        )
     print("\n| pair | pairs | links differ (reference vs previous grow-diag-final-and) | oracle differs |")
     print("|---|---|---|---|")
     print("\n".join(symmetrisation_rows))

@@ -29,13 +29,13 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]  # checkout; benchlib
 
+from benchlib.data import DATA  # noqa: E402
+
 from xlpe.features.alignment import eflomal_directional, read_text_lines, symmetrize  # noqa: E402
 from xlpe.features.prepare import prepare_dataset, tokenize_with_word_ids  # noqa: E402
 from xlpe.features.reordering import oracle_xl_positions_batch, oracle_xl_positions_flat  # noqa: E402
 from xlpe.features.tagging import get_tagger  # noqa: E402
 from xlpe.features.tokenization import train_joint_tokenizer  # noqa: E402
-
-from benchlib.data import DATA  # noqa: E402
 
 
 def cpu_seconds() -> float:
@@ -89,30 +89,41 @@ def main() -> None:
     tagger = get_tagger("nltk-en", nltk_data=DATA / "nltk_data")
     wall, cpu, _ = timed(tagger.tag, [s.split() for s in english])
     rows.append(("tag: NLTK perceptron, English side", wall, cpu))
-    wall, cpu, _ = timed(lambda: (tokenize_with_word_ids(tokenizer, english),
-                                  tokenize_with_word_ids(tokenizer, german, target=True)))  # fmt: skip
+    wall, cpu, _ = timed(
+        lambda: (tokenize_with_word_ids(tokenizer, english), tokenize_with_word_ids(tokenizer, german, target=True))
+    )
     rows.append(("tokenize: source + target with word ids", wall, cpu))
 
     wall, cpu, (data, report) = timed(
-        prepare_dataset, source_file if n == 29000 else english, target_file if n == 29000 else german,
-        tokenizer, source_tagger="nltk-en", nltk_data=DATA / "nltk_data", num_proc=args.num_proc,
-    )  # fmt: skip
+        prepare_dataset,
+        source_file if n == 29000 else english,
+        target_file if n == 29000 else german,
+        tokenizer,
+        source_tagger="nltk-en",
+        nltk_data=DATA / "nltk_data",
+        num_proc=args.num_proc,
+    )
     rows.append((f"total: prepare_dataset, num_proc={args.num_proc}", wall, cpu))
 
-    print(f"Multi30k train {args.variant}/ en-de, {n} pairs; {os.cpu_count()} CPUs ({platform.processor() or '?'}), "
-          f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"Multi30k train {args.variant}/ en-de, {n} pairs; {os.cpu_count()} CPUs ({platform.processor() or '?'}), "
+        f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}"
+    )
     print("| stage | wall s | pairs/s (wall) | CPU s (all processes) | pairs/s per CPU-second |")
     print("|---|---:|---:|---:|---:|")
     for name, wall, cpu in rows:
         per_cpu = f"{n / cpu:,.0f}" if cpu >= 0.05 else "(too short to time)"  # os.times() ticks: 10 ms
         print(f"| {name} | {wall:.2f} | {n / wall:,.0f} | {cpu:.2f} | {per_cpu} |")
-    print(f"report: kept {report['pairs_kept']}, BTG repairs {report['btg_repairs']} "
-          f"({report['btg_repair_ratio']:.2%}), unaligned ratio {report['unaligned_ratio']:.3f}, "
-          f"mean Kendall tau {report['mean_kendall_tau']:.3f}; oracle repairs in the stage run "
-          f"{int(oracle.repaired.sum())}; pipeline timings {report['timings_s']}")  # fmt: skip
+    print(
+        f"report: kept {report['pairs_kept']}, BTG repairs {report['btg_repairs']} "
+        f"({report['btg_repair_ratio']:.2%}), unaligned ratio {report['unaligned_ratio']:.3f}, "
+        f"mean Kendall tau {report['mean_kendall_tau']:.3f}; oracle repairs in the stage run "
+        f"{int(oracle.repaired.sum())}; pipeline timings {report['timings_s']}"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"pairs": n, "load_before": load_before, "rows": rows,
-                                               "report": report}, indent=2, default=str))  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps({"pairs": n, "load_before": load_before, "rows": rows, "report": report}, indent=2, default=str)
+        )
 
 
 if __name__ == "__main__":

@@ -83,8 +83,9 @@ def prepare_raw(files: list[str], folder: Path) -> tuple[str, str]:
     train, test = read_parallel_files(files[0], files[1]), read_parallel_files(files[2], files[3])
     tokenizer = train_joint_tokenizer(train.sources + train.targets, vocab_size=8000)
     tokenizer.save_pretrained(folder / "tokenizer")
-    data, _ = prepare_splits({"train": train, "test": test}, tokenizer, features=["reorder_positions"], keep_text=True,
-                             max_length=128)  # fmt: skip
+    data, _ = prepare_splits(
+        {"train": train, "test": test}, tokenizer, features=["reorder_positions"], keep_text=True, max_length=128
+    )
     datasets.DatasetDict(data).save_to_disk(str(folder / "data"))
     return str(folder / "data"), str(folder / "tokenizer")
 
@@ -93,19 +94,33 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prepared", help="prepared DatasetDict with train and test splits")
     parser.add_argument("--tokenizer", help="the tokenizer the corpus was prepared with")
-    parser.add_argument("--raw", nargs=4, metavar=("TRAIN_SRC", "TRAIN_TGT", "TEST_SRC", "TEST_TGT"),
-                        help="instead of --prepared/--tokenizer: raw files; a joint unigram tokenizer (8,000 pieces) "
-                             "is trained and train+test are aligned together, into <output_dir>/prepared")  # fmt: skip
+    parser.add_argument(
+        "--raw",
+        nargs=4,
+        metavar=("TRAIN_SRC", "TRAIN_TGT", "TEST_SRC", "TEST_TGT"),
+        help="instead of --prepared/--tokenizer: raw files; a joint unigram tokenizer (8,000 pieces) "
+        "is trained and train+test are aligned together, into <output_dir>/prepared",
+    )
     parser.add_argument("--output_dir", required=True, help="reorderer directory (trained here unless it has one)")
     parser.add_argument("--model", help="an XL PE model trained on the same corpus: its built-in predictor")
     parser.add_argument("--orders", nargs="*", default=[], metavar="NAME=FILE", help="external order files to score")
     parser.add_argument("--train_limit", type=int, help="first N training pairs only")
     parser.add_argument("--epochs", type=float, default=None, help="default: ReordererTraining's")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--calibration_pairs", type=int, default=500, help="training pairs held out (at most a tenth) "
-                        "to choose the order prior on, as xlpe-reorder train does; 0: prior 0")  # fmt: skip
-    parser.add_argument("--config", type=json.loads, default={}, metavar="JSON",
-                        help='reorderer config fields, e.g. \'{"pair_scorer": "mlp"}\'')  # fmt: skip
+    parser.add_argument(
+        "--calibration_pairs",
+        type=int,
+        default=500,
+        help="training pairs held out (at most a tenth) "
+        "to choose the order prior on, as xlpe-reorder train does; 0: prior 0",
+    )
+    parser.add_argument(
+        "--config",
+        type=json.loads,
+        default={},
+        metavar="JSON",
+        help='reorderer config fields, e.g. \'{"pair_scorer": "mlp"}\'',
+    )
     args = parser.parse_args(argv)
 
     import datasets
@@ -131,8 +146,13 @@ def main(argv=None) -> dict:
         reorderer = build_reorderer(tokenizer, seed=args.seed, **args.config)
         started = time.perf_counter()
         train_reorderer(reorderer, train, output, options, tokenizer=tokenizer, calibration_dataset=held_out)
-        record.update(train_pairs=len(train), calibration_pairs=len(held_out) if held_out is not None else 0,
-                      train_seconds=round(time.perf_counter() - started, 1), config=args.config, epochs=options.epochs)  # fmt: skip
+        record.update(
+            train_pairs=len(train),
+            calibration_pairs=len(held_out) if held_out is not None else 0,
+            train_seconds=round(time.perf_counter() - started, 1),
+            config=args.config,
+            epochs=options.epochs,
+        )
     sources, oracle = oracle_word_positions(data["test"])
     rows = {}
     decoders = ("btg", "rank") if "pairwise" in reorderer.config.training_loss else ("btg",)  # rank: pair probabilities
@@ -142,15 +162,21 @@ def main(argv=None) -> dict:
         reorderer.config.decoder = decoder
         started = time.perf_counter()
         predicted, _ = predict_word_positions(reorderer, tokenizer, sources, long_lines="monotone")
-        rows[f"standalone reorderer, {decoder} decoder, order prior {prior}"] = reordering_quality(predicted, oracle, min_items=2)
+        rows[f"standalone reorderer, {decoder} decoder, order prior {prior}"] = reordering_quality(
+            predicted, oracle, min_items=2
+        )
         record[f"predict_sentences_per_second_{decoder}"] = round(len(sources) / (time.perf_counter() - started), 1)
     if prior:  # the same model without the prior, beside it
         reorderer.config.order_prior, reorderer.config.decoder = 0.0, decoders[0]
         predicted, _ = predict_word_positions(reorderer, tokenizer, sources, long_lines="monotone")
-        rows[f"standalone reorderer, {decoders[0]} decoder, order prior 0"] = reordering_quality(predicted, oracle, min_items=2)
+        rows[f"standalone reorderer, {decoders[0]} decoder, order prior 0"] = reordering_quality(
+            predicted, oracle, min_items=2
+        )
         reorderer.config.order_prior = prior
     if args.model:
-        rows["built-in ranking predictor (in-model)"] = reordering_quality(builtin_predictor_positions(args.model, sources), oracle, min_items=2)
+        rows["built-in ranking predictor (in-model)"] = reordering_quality(
+            builtin_predictor_positions(args.model, sources), oracle, min_items=2
+        )
     for item in args.orders:
         name, _, path = item.partition("=")
         rows[name] = reordering_quality(read_orders(path, [len(s.split()) for s in sources]), oracle, min_items=2)
@@ -159,7 +185,9 @@ def main(argv=None) -> dict:
     (output / "comparison.json").write_text(json.dumps(record, indent=2) + "\n")
     print("| order | Kendall tau | FRS | exact match | sentences |\n|---|---|---|---|---|")
     for name, q in rows.items():
-        print(f"| {name} | {q['kendall_tau']:.3f} | {q['fuzzy_reordering_score']:.3f} | {q['exact_match']:.3f} | {q['sentences']} |")
+        print(
+            f"| {name} | {q['kendall_tau']:.3f} | {q['fuzzy_reordering_score']:.3f} | {q['exact_match']:.3f} | {q['sentences']} |"
+        )
     print({k: v for k, v in record.items() if k != "rows"})
     return record
 

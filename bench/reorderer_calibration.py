@@ -50,10 +50,27 @@ def translate(work: Path, spec: dict, seed: int, mode: dict, reorderer: Path, pr
     out = work / "calibration" / spec["pair"] / f"seed{seed}-prior{prior}"
     hypotheses = out / "generated_predictions.txt"
     if not hypotheses.is_file():
-        args = reproduction.train_args(mode, out, seed, spec["pair"], reproduction.tokenizer_dir(work, spec["pair"], mode),
-                                       spec["model_type"], {"reorderer": str(reorderer)})  # fmt: skip
-        args += ["--model_name_or_path", str(model), "--do_train", "false", "--do_eval", "false", "--do_predict", "true",
-                 "--prepared_dataset", str(reproduction.prepared_dir(work, spec["pair"], "clean", mode))]  # fmt: skip
+        args = reproduction.train_args(
+            mode,
+            out,
+            seed,
+            spec["pair"],
+            reproduction.tokenizer_dir(work, spec["pair"], mode),
+            spec["model_type"],
+            {"reorderer": str(reorderer)},
+        )
+        args += [
+            "--model_name_or_path",
+            str(model),
+            "--do_train",
+            "false",
+            "--do_eval",
+            "false",
+            "--do_predict",
+            "true",
+            "--prepared_dataset",
+            str(reproduction.prepared_dir(work, spec["pair"], "clean", mode)),
+        ]
         xlpe_train(args)
     return hypotheses.read_text(encoding="utf-8").splitlines()
 
@@ -63,7 +80,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--work_dir", required=True, help="a bench/reproduce.py work dir")
     parser.add_argument("--pair", required=True, choices=reproduction.PAIRS)
     parser.add_argument("--mode", default="cpu", choices=tuple(reproduction.MODES))
-    parser.add_argument("--prior", type=float, default=None, help="decode with this prior instead of the calibrated one")
+    parser.add_argument(
+        "--prior", type=float, default=None, help="decode with this prior instead of the calibrated one"
+    )
     parser.add_argument("--batch_size", type=int, default=64)
     args = parser.parse_args(argv)
     import datasets
@@ -74,25 +93,39 @@ def main(argv=None) -> dict:
 
     work, mode = Path(args.work_dir), reproduction.MODES[args.mode]
     records = reproduction.read_results(work / "results.jsonl")
-    spec = next(s for s in reproduction.for_pair(reproduction.group_runs("reorderer", mode), args.pair, "reorderer")
-                if s["name"] == "combination+reorderer")  # fmt: skip
+    spec = next(
+        s
+        for s in reproduction.for_pair(reproduction.group_runs("reorderer", mode), args.pair, "reorderer")
+        if s["name"] == "combination+reorderer"
+    )
     clean = datasets.load_from_disk(str(reproduction.prepared_dir(work, args.pair, "clean", mode)))
     reorderer = XLPEReordererModel.from_pretrained(reproduction.reorderer_dir(work, args.pair, mode))
     as_run = reorderer.config.order_prior  # what the runs decoded with (0 for reorderers trained before calibration)
     calibration = calibrate_order_prior(reorderer, clean["validation"], batch_size=args.batch_size)
     prior = calibration["chosen"] if args.prior is None else args.prior
     test_taus, sentences = sentence_taus(reorderer, clean["test"], tuple(sorted({0.0, prior})), args.batch_size)
-    result = {"pair": args.pair, "calibration": calibration, "decoded_prior": prior,
-              "test_kendall_tau": {str(k): statistics.mean(v) for k, v in test_taus.items()}, "test_sentences": sentences,
-              "seeds": {}}  # fmt: skip
-    print(f"## {args.pair}: order prior chosen on {calibration['held_out_pairs']} validation pairs "
-          f"(one-SE rule): {calibration['chosen']} (best tau: {calibration['best']})\n")
+    result = {
+        "pair": args.pair,
+        "calibration": calibration,
+        "decoded_prior": prior,
+        "test_kendall_tau": {str(k): statistics.mean(v) for k, v in test_taus.items()},
+        "test_sentences": sentences,
+        "seeds": {},
+    }
+    print(
+        f"## {args.pair}: order prior chosen on {calibration['held_out_pairs']} validation pairs "
+        f"(one-SE rule): {calibration['chosen']} (best tau: {calibration['best']})\n"
+    )
     print("| prior | tau, validation | SE of the difference to the best | tau, test |\n|---|---|---|---|")
     for p in ORDER_PRIORS:
         row = calibration["by_prior"][str(p)]
         test = result["test_kendall_tau"].get(str(p))
-        print(f"| {p} | {row['kendall_tau']:.3f} | {row['tau_standard_error_vs_best']:.3f} | {'' if test is None else f'{test:.3f}'} |")
-    print(f"| monotone | {calibration['monotone_kendall_tau']:.3f} | | {result['test_kendall_tau']['monotone']:.3f} |\n")
+        print(
+            f"| {p} | {row['kendall_tau']:.3f} | {row['tau_standard_error_vs_best']:.3f} | {'' if test is None else f'{test:.3f}'} |"
+        )
+    print(
+        f"| monotone | {calibration['monotone_kendall_tau']:.3f} | | {result['test_kendall_tau']['monotone']:.3f} |\n"
+    )
 
     references = clean["test"]["target_text"]
     target = args.pair.split("-")[1]
@@ -102,27 +135,44 @@ def main(argv=None) -> dict:
         raise SystemExit(f"{work / 'results.jsonl'}: no combination+reorderer run with its vanilla on {args.pair}")
     for seed in seeds:
         recorded = Path(runs["combination+reorderer", seed]["hypotheses"]).read_text(encoding="utf-8").splitlines()
-        decoded = {p: translate(work, spec, seed, mode, reorderer_copy(work, args.pair, mode, p), p) for p in sorted({0.0, as_run, prior})}
+        decoded = {
+            p: translate(work, spec, seed, mode, reorderer_copy(work, args.pair, mode, p), p)
+            for p in sorted({0.0, as_run, prior})
+        }
         same = sum(a == b for a, b in zip(decoded[as_run], recorded))
         if same != len(recorded) or len(decoded[as_run]) != len(recorded):
-            raise SystemExit(f"seed {seed}: prior {as_run} re-decoded {same} of {len(recorded)} lines as the run did: not the same decoding")
+            raise SystemExit(
+                f"seed {seed}: prior {as_run} re-decoded {same} of {len(recorded)} lines as the run did: not the same decoding"
+            )
         at_zero, chosen = decoded[0.0], decoded[prior]
         vanilla = Path(runs["vanilla", seed]["hypotheses"]).read_text(encoding="utf-8").splitlines()
         against_zero = paired_significance(chosen, at_zero, references, target_language=target)["metrics"]["BLEU"]
         against_vanilla = paired_significance(chosen, vanilla, references, target_language=target)["metrics"]["BLEU"]
         zero_vs_vanilla = paired_significance(at_zero, vanilla, references, target_language=target)["metrics"]["BLEU"]
-        result["seeds"][seed] = {"identical_lines_as_run": same, "prior_as_run": as_run,
-                                 "delta_vs_prior_0": against_zero["delta"], "p_vs_prior_0": against_zero["p_value"],
-                                 "delta_vs_vanilla": against_vanilla["delta"], "p_vs_vanilla": against_vanilla["p_value"],
-                                 "prior_0_delta_vs_vanilla": zero_vs_vanilla["delta"], "prior_0_p_vs_vanilla": zero_vs_vanilla["p_value"]}  # fmt: skip
+        result["seeds"][seed] = {
+            "identical_lines_as_run": same,
+            "prior_as_run": as_run,
+            "delta_vs_prior_0": against_zero["delta"],
+            "p_vs_prior_0": against_zero["p_value"],
+            "delta_vs_vanilla": against_vanilla["delta"],
+            "p_vs_vanilla": against_vanilla["p_value"],
+            "prior_0_delta_vs_vanilla": zero_vs_vanilla["delta"],
+            "prior_0_p_vs_vanilla": zero_vs_vanilla["p_value"],
+        }
     rows = result["seeds"].values()
-    print(f"| combination+reorderer, {len(seeds)} seeds | ΔBLEU, prior {prior} vs 0 (p per seed) | vs vanilla, prior 0 | vs vanilla, prior {prior} |")
+    print(
+        f"| combination+reorderer, {len(seeds)} seeds | ΔBLEU, prior {prior} vs 0 (p per seed) | vs vanilla, prior 0 | vs vanilla, prior {prior} |"
+    )
     print("|---|---|---|---|")
     p_zero = ", ".join(f"{r['p_vs_prior_0']:.3f}" for r in rows)
     p_vanilla = ", ".join(f"{r['p_vs_vanilla']:.3f}" for r in rows)
-    print(f"| {args.pair} | {mean_std([r['delta_vs_prior_0'] for r in rows])} ({p_zero}) | "
-          f"{mean_std([r['prior_0_delta_vs_vanilla'] for r in rows])} | {mean_std([r['delta_vs_vanilla'] for r in rows])} ({p_vanilla}) |")
-    print(f"\nthe runs' own prior ({as_run}) re-decoded identically: {', '.join(str(r['identical_lines_as_run']) for r in rows)} lines of {len(references)}")
+    print(
+        f"| {args.pair} | {mean_std([r['delta_vs_prior_0'] for r in rows])} ({p_zero}) | "
+        f"{mean_std([r['prior_0_delta_vs_vanilla'] for r in rows])} | {mean_std([r['delta_vs_vanilla'] for r in rows])} ({p_vanilla}) |"
+    )
+    print(
+        f"\nthe runs' own prior ({as_run}) re-decoded identically: {', '.join(str(r['identical_lines_as_run']) for r in rows)} lines of {len(references)}"
+    )
     (work / f"reorderer_calibration_{args.pair}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result
 

@@ -38,7 +38,9 @@ def per_sentence_scores(model_dir: str, sources: list[str], oracle: list[list[in
     model = XLPEReordererModel.from_pretrained(model_dir).eval()
     if order_prior is not None:
         model.config.order_prior = order_prior
-    predicted, _ = predict_word_positions(model, AutoTokenizer.from_pretrained(model_dir), sources, long_lines="monotone")
+    predicted, _ = predict_word_positions(
+        model, AutoTokenizer.from_pretrained(model_dir), sources, long_lines="monotone"
+    )
     return reordering_quality(predicted, oracle, min_items=2, per_sentence=True)["per_sentence"]
 
 
@@ -47,15 +49,23 @@ def paired_bootstrap(system: np.ndarray, baseline: np.ndarray, samples: int, see
     rng = np.random.default_rng(seed)
     diff = system - baseline
     means = diff[rng.integers(0, len(diff), size=(samples, len(diff)))].mean(axis=1)
-    return {"system": float(system.mean()), "baseline": float(baseline.mean()), "difference": float(diff.mean()),
-            "interval_95": [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))],
-            "p": float((means <= 0).mean())}  # fmt: skip
+    return {
+        "system": float(system.mean()),
+        "baseline": float(baseline.mean()),
+        "difference": float(diff.mean()),
+        "interval_95": [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))],
+        "p": float((means <= 0).mean()),
+    }
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prepared", required=True, help="prepared DatasetDict with a test split (source_text, word_alignment)")
-    parser.add_argument("--baseline", required=True, help="reorderer directory (xlpe-reorder train / bench/reorderer.py)")
+    parser.add_argument(
+        "--prepared", required=True, help="prepared DatasetDict with a test split (source_text, word_alignment)"
+    )
+    parser.add_argument(
+        "--baseline", required=True, help="reorderer directory (xlpe-reorder train / bench/reorderer.py)"
+    )
     parser.add_argument("--system", required=True, help="the reorderer compared with it")
     parser.add_argument("--samples", type=int, default=10000)
     parser.add_argument("--order_prior", type=float, default=None, help="decode both with this order prior")
@@ -66,12 +76,16 @@ def main(argv=None) -> dict:
     sources, oracle = oracle_word_positions(datasets.load_from_disk(args.prepared)["test"])
     base = per_sentence_scores(args.baseline, sources, oracle, args.order_prior)
     system = per_sentence_scores(args.system, sources, oracle, args.order_prior)
-    result = {name: paired_bootstrap(np.asarray(system[name], float), np.asarray(base[name], float), args.samples)
-              for name in METRICS}  # fmt: skip
+    result = {
+        name: paired_bootstrap(np.asarray(system[name], float), np.asarray(base[name], float), args.samples)
+        for name in METRICS
+    }
     print("| metric | baseline | system | difference | 95% interval | p |\n|---|---|---|---|---|---|")
     for name, r in result.items():
         low, high = r["interval_95"]
-        print(f"| {name} | {r['baseline']:.3f} | {r['system']:.3f} | {r['difference']:+.3f} | [{low:+.3f}, {high:+.3f}] | {r['p']:.4f} |")
+        print(
+            f"| {name} | {r['baseline']:.3f} | {r['system']:.3f} | {r['difference']:+.3f} | [{low:+.3f}, {high:+.3f}] | {r['p']:.4f} |"
+        )
     print(json.dumps({"baseline": args.baseline, "system": args.system, "sentences": len(base["kendall_tau"])}))
     return result
 

@@ -41,6 +41,7 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]  # checkout; benchlib
 
 from benchlib.data import DATA  # noqa: E402
+
 from xlpe.evaluation.alignment_quality import reordering_quality  # noqa: E402
 from xlpe.features.predicted_reordering import collate  # noqa: E402
 from xlpe.models.btg_chart import btg_decode  # noqa: E402
@@ -61,7 +62,10 @@ def score(models, dataset, batch_size: int = 128) -> dict:
     first = models[0]
     predicted, oracle = [], []
     for start in range(0, len(dataset), batch_size):
-        rows = [{k: v for k, v in dataset[i].items() if k in COLUMNS} for i in range(start, min(start + batch_size, len(dataset)))]
+        rows = [
+            {k: v for k, v in dataset[i].items() if k in COLUMNS}
+            for i in range(start, min(start + batch_size, len(dataset)))
+        ]
         batch = collate(rows, first.config.pad_token_id)
         extra = {"pos_tag_ids": pad_tags(rows, batch)} if "pos_tag_ids" in rows[0] else {}
         logits = sum(m(batch["input_ids"], batch["attention_mask"], **extra).pair_logits for m in models) / len(models)
@@ -69,7 +73,9 @@ def score(models, dataset, batch_size: int = 128) -> dict:
         positions = btg_decode(logits, counts)
         width = positions.shape[1]
         slot = torch.where(movable, word, width)
-        keys = torch.full((len(rows), width + 1), 10**9).scatter_reduce_(1, slot, batch["reorder_positions"], reduce="amin")
+        keys = torch.full((len(rows), width + 1), 10**9).scatter_reduce_(
+            1, slot, batch["reorder_positions"], reduce="amin"
+        )
         for row in range(len(rows)):
             n = int(counts[row])
             oracle.append(np.argsort(np.argsort(keys[row, :n].numpy(), kind="stable"), kind="stable").tolist())
@@ -85,7 +91,10 @@ def pad_tags(rows, batch) -> torch.Tensor:
 def fit_report(models, data, train_rows: int) -> dict:
     for m in models:
         m.eval()
-    return {"test": score(models, data["test"]), f"train[:{train_rows}]": score(models, data["train"].select(range(train_rows)))}
+    return {
+        "test": score(models, data["test"]),
+        f"train[:{train_rows}]": score(models, data["train"].select(range(train_rows))),
+    }
 
 
 def pos_probe(args, data) -> dict:
@@ -159,7 +168,10 @@ def pos_probe(args, data) -> dict:
 
     import xlpe.training.reorderer as training
 
-    training.collate, training.COLUMNS = tagged_collate, COLUMNS  # the probe's patch: the trainer keeps and pads the tags
+    training.collate, training.COLUMNS = (
+        tagged_collate,
+        COLUMNS,
+    )  # the probe's patch: the trainer keeps and pads the tags
     if args.train_limit:
         train = train.select(range(args.train_limit))
     train_reorderer(model, train, args.output_dir, ReordererTraining(seed=args.seed), resume=False)
@@ -177,14 +189,22 @@ def positions_probe(model, split, batch_size: int = 512) -> dict:
         rows = split[start : start + batch_size]
 
         def padded(column):  # one batch of the split with `column` as its reorder_positions, padded by collate
-            return collate([{"input_ids": i, "attention_mask": [1] * len(i), "reorder_positions": p}
-                            for i, p in zip(rows["input_ids"], rows[column])], model.config.pad_token_id)  # fmt: skip
+            return collate(
+                [
+                    {"input_ids": i, "attention_mask": [1] * len(i), "reorder_positions": p}
+                    for i, p in zip(rows["input_ids"], rows[column])  # noqa: B023
+                ],
+                model.config.pad_token_id,
+            )
 
         batch = padded("reorder_positions")
         movable, word, counts = model.words(batch["input_ids"], batch["attention_mask"])
         width = int(counts.max())
         slot = torch.where(movable, word, width)
-        for positions, out in ((batch["reorder_positions"], given), (padded("oracle_reorder_positions")["reorder_positions"], oracle)):
+        for positions, out in (
+            (batch["reorder_positions"], given),
+            (padded("oracle_reorder_positions")["reorder_positions"], oracle),
+        ):
             keys = word_keys(positions, slot, width)
             out += [keys[row, : int(counts[row])].tolist() for row in range(len(counts))]
     result = {}
@@ -209,19 +229,30 @@ def hypothesis_probe(args, data) -> dict:
     hypotheses = [" ".join(h.split()) for h in hypotheses]
     references = [" ".join(t.split()) for t in data["test"]["target_text"]]
 
-    def aligned_orders(targets: list[str], seed: int) -> list[list[int]]:  # BTG oracle of each source aligned with its target
-        links = align_with_eflomal(train_sources + sources, train_targets + targets, seed=seed)[len(train_sources):]
-        return [oracle_xl_positions(sorted(zip(flat[::2], flat[1::2])), len(text.split())) for flat, text in zip(links, sources)]
+    def aligned_orders(
+        targets: list[str], seed: int
+    ) -> list[list[int]]:  # BTG oracle of each source aligned with its target
+        links = align_with_eflomal(train_sources + sources, train_targets + targets, seed=seed)[len(train_sources) :]
+        return [
+            oracle_xl_positions(sorted(zip(flat[::2], flat[1::2])), len(text.split()))
+            for flat, text in zip(links, sources)
+        ]
 
     hypothesis_orders = aligned_orders(hypotheses, args.seed)
-    result = {"hypotheses": args.hypotheses, "train_pairs": len(train_sources), "alignment_seed": args.seed,
-              "hypothesis": scored(hypothesis_orders, oracle),
-              "reference, aligned again": scored(aligned_orders(references, args.seed + 1), oracle)}  # fmt: skip
+    result = {
+        "hypotheses": args.hypotheses,
+        "train_pairs": len(train_sources),
+        "alignment_seed": args.seed,
+        "hypothesis": scored(hypothesis_orders, oracle),
+        "reference, aligned again": scored(aligned_orders(references, args.seed + 1), oracle),
+    }
     if args.model:  # the same read off the translation model's own cross-attention (forced decoding of its hypotheses)
         result["hypothesis, cross-attention links"] = scored(attention_orders(args.model, sources, hypotheses), oracle)
     if args.write_orders:
-        Path(args.write_orders).write_text("".join(" ".join(map(str, sorted(range(len(o)), key=o.__getitem__))) + "\n"
-                                                   for o in hypothesis_orders), encoding="utf-8")
+        Path(args.write_orders).write_text(
+            "".join(" ".join(map(str, sorted(range(len(o)), key=o.__getitem__))) + "\n" for o in hypothesis_orders),
+            encoding="utf-8",
+        )
     if args.reorderer:  # the reorderer's pair log-odds plus gamma for every pair the hypothesis puts in that order
         from xlpe.models.modeling_reorderer import XLPEReordererModel
 
@@ -245,13 +276,19 @@ def attention_orders(model_dir: str, sources: list[str], hypotheses: list[str]) 
 
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, attn_implementation="eager").eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    (source_ids, source_words), (target_ids, target_words) = (tokenize_with_word_ids(tokenizer, sources),
-                                                              tokenize_with_word_ids(tokenizer, hypotheses, target=True))
+    (source_ids, source_words), (target_ids, target_words) = (
+        tokenize_with_word_ids(tokenizer, sources),
+        tokenize_with_word_ids(tokenizer, hypotheses, target=True),
+    )
     orders = []
     for ids, words, labels, label_words, text in zip(source_ids, source_words, target_ids, target_words, sources):
         start = torch.tensor([[model.config.decoder_start_token_id]])
         decoder_input = torch.cat([start, torch.tensor([labels[:-1]])], dim=1)
-        attention = model(input_ids=torch.tensor([ids]), decoder_input_ids=decoder_input, output_attentions=True).cross_attentions[-1][0].mean(0)
+        attention = (
+            model(input_ids=torch.tensor([ids]), decoder_input_ids=decoder_input, output_attentions=True)
+            .cross_attentions[-1][0]
+            .mean(0)
+        )
         attention = torch.cat([attention[1:], attention[-1:]]).masked_fill(torch.tensor(words)[None, :] < 0, -1.0)
         best = attention.argmax(-1).tolist()
         links = sorted({(words[best[t]], w) for t, w in enumerate(label_words) if w >= 0})
@@ -273,7 +310,9 @@ def voted_orders(model, test, hint_positions, gammas, batch_size: int = 128) -> 
         for row in range(len(rows)):
             hint = torch.tensor(hint_positions[start + row], dtype=logits.dtype)
             if len(hint) != int(counts[row]):
-                raise SystemExit(f"test sentence {start + row + 1}: the reorderer sees {int(counts[row])} words, the hint has {len(hint)}")
+                raise SystemExit(
+                    f"test sentence {start + row + 1}: the reorderer sees {int(counts[row])} words, the hint has {len(hint)}"
+                )
             vote[row, : len(hint), : len(hint)] = torch.sign(hint[None, :] - hint[:, None])
         for gamma in gammas:
             positions = btg_decode(logits + gamma * vote, counts)
@@ -289,8 +328,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--tokenizer", help="pos: the corpus's tokenizer")
     parser.add_argument("--output_dir", help="pos: where the probe model is trained")
     parser.add_argument("--hypotheses", help="hypothesis: one translation per test sentence")
-    parser.add_argument("--model", help="hypothesis: the translation model that wrote them (adds links read off its cross-attention)")
-    parser.add_argument("--write_orders", help="hypothesis: write the orders read off the hypotheses here (xlpe-reorder predict format)")
+    parser.add_argument(
+        "--model", help="hypothesis: the translation model that wrote them (adds links read off its cross-attention)"
+    )
+    parser.add_argument(
+        "--write_orders", help="hypothesis: write the orders read off the hypotheses here (xlpe-reorder predict format)"
+    )
     parser.add_argument("--train_rows", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--train_limit", type=int, help="pos: first N training pairs only (a smoke run)")

@@ -54,8 +54,12 @@ def evaluate(model, tokenizer, test, word_start: torch.Tensor, lang: str, beams:
         with torch.no_grad():
             encoded = encoder(**batch)  # once: its positions are reported and generate() decodes from it
             predicted = encoded.reorder_positions
-            generated = model.generate(**batch, encoder_outputs=encoded, num_beams=beams,
-                                       max_length=encoder.config.max_position_embeddings // 2)  # fmt: skip
+            generated = model.generate(
+                **batch,
+                encoder_outputs=encoded,
+                num_beams=beams,
+                max_length=encoder.config.max_position_embeddings // 2,
+            )
         hypotheses += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
         movable = encoder.movable_tokens(batch["input_ids"], batch["attention_mask"].bool())
         for r, row in enumerate(rows):
@@ -67,8 +71,14 @@ def evaluate(model, tokenizer, test, word_start: torch.Tensor, lang: str, beams:
             s, t = split_words(pred, word_start[batch["input_ids"][r, :length]].numpy(), keep)
             split, total = split + s, total + t
     scores = corpus_bleu_chrf(hypotheses, test["target_text"], target_language=lang)
-    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"], "signature": scores["bleu"]["signature"],
-            "tau": float(np.mean(taus)), "split": split, "multi_piece_words": total}  # fmt: skip
+    return {
+        "bleu": scores["bleu"]["score"],
+        "chrf": scores["chrf"]["score"],
+        "signature": scores["bleu"]["signature"],
+        "tau": float(np.mean(taus)),
+        "split": split,
+        "multi_piece_words": total,
+    }
 
 
 def main(argv=None) -> int:
@@ -77,12 +87,17 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a trained XL PE model directory (with its tokenizer)")
-    parser.add_argument("--prepared", required=True, help="a prepared DatasetDict with a test split (reorder_positions, target_text)")
+    parser.add_argument(
+        "--prepared", required=True, help="a prepared DatasetDict with a test split (reorder_positions, target_text)"
+    )
     parser.add_argument("--lang", default=None, help="target language (BLEU tokenizer)")
     parser.add_argument("--num_beams", type=int, default=4)
     parser.add_argument("--batch_size", type=int, default=50)
     args = parser.parse_args(argv)
-    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
+    model, tokenizer = (
+        AutoModelForSeq2SeqLM.from_pretrained(args.model).eval(),
+        AutoTokenizer.from_pretrained(args.model),
+    )
     test = datasets.load_from_disk(args.prepared)["test"]
     if word_start_flags(tokenizer) is None:
         raise SystemExit(f"{args.model}: the tokenizer marks no word boundaries; nothing to compare")
@@ -94,8 +109,11 @@ def main(argv=None) -> int:
     for unit, label in (("token", "pieces (reorder_unit=token)"), ("word", "words (reorder_unit=word)")):
         model.config.reorder_unit = unit
         r = evaluate(model, tokenizer, test, word_start, args.lang, args.num_beams, args.batch_size)
-        print(f"| {label} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['tau']:.3f} | {r['split']}/{r['multi_piece_words']} "
-              f"({100 * r['split'] / max(r['multi_piece_words'], 1):.1f} %) |", flush=True)  # fmt: skip
+        print(
+            f"| {label} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['tau']:.3f} | {r['split']}/{r['multi_piece_words']} "
+            f"({100 * r['split'] / max(r['multi_piece_words'], 1):.1f} %) |",
+            flush=True,
+        )
     print(f"\nSignature: `{r['signature']}`")
     return 0
 

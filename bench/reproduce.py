@@ -52,12 +52,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: benchlib
 
+from benchlib import reproduction  # noqa: E402,F401  (its constants: tests patch them here)
 from benchlib.data import REPO  # noqa: E402
 from benchlib.reproduction import (  # noqa: E402
     GROUPS,
     MODES,
-    eflomal_reference_aer,
     PAIRS,
+    eflomal_reference_aer,
     execute,
     for_pair,
     group_runs,
@@ -67,7 +68,6 @@ from benchlib.reproduction import (  # noqa: E402
     run_key,
     same_run_record,
 )
-from benchlib import reproduction  # noqa: E402,F401  (its constants: tests patch them here)
 from benchlib.reproduction_report import report  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------
@@ -102,7 +102,9 @@ def run_in_workers(args, planned: list, done: set, work: Path, deadline: float |
                 print(f"[reproduce] worker finished {key} (exit {process.returncode}; log {log.name})", flush=True)
         busy = {identity for _, _, identity in running.values()}
         while todo and len(running) < args.workers:
-            start = next((i for i, (_, spec, _, _) in enumerate(todo) if (spec["pair"], spec["name"]) not in busy), None)
+            start = next(
+                (i for i, (_, spec, _, _) in enumerate(todo) if (spec["pair"], spec["name"]) not in busy), None
+            )
             if start is None:
                 break
             group, spec, seed, key = todo.pop(start)
@@ -110,10 +112,26 @@ def run_in_workers(args, planned: list, done: set, work: Path, deadline: float |
                 not_started.append(key)
                 continue
             log = (work / "logs" / (key.replace("|", "_") + ".log")).open("w")
-            command = [sys.executable, str(Path(__file__).resolve()), "--mode", args.mode, "--groups", group, "--seeds",
-                       str(seed), "--work_dir", str(work), "--only", key] + (["--pair", args.pair] if args.pair else [])  # fmt: skip
+            command = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--mode",
+                args.mode,
+                "--groups",
+                group,
+                "--seeds",
+                str(seed),
+                "--work_dir",
+                str(work),
+                "--only",
+                key,
+            ] + (["--pair", args.pair] if args.pair else [])
             print(f"[reproduce] worker starts {key}", flush=True)
-            running[key] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log, (spec["pair"], spec["name"]))
+            running[key] = (
+                subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env),
+                log,
+                (spec["pair"], spec["name"]),
+            )
             busy.add((spec["pair"], spec["name"]))
         time.sleep(2)
     if failed:
@@ -144,12 +162,16 @@ def run_all(args) -> int:
                 if key not in seen:
                     seen.add(key)
                     planned.append((group, spec, seed, key))
-    planned.sort(key=lambda item: (args.seeds.index(item[2]), item[1]["same_as"] is not None))  # reused after their source
+    planned.sort(
+        key=lambda item: (args.seeds.index(item[2]), item[1]["same_as"] is not None)
+    )  # reused after their source
     if args.only:
         planned = [item for item in planned if item[3] == args.only]
         if not planned:
-            raise SystemExit(f"--only {args.only!r} is not a run of --mode {args.mode} --groups {','.join(args.groups)} "
-                             f"--seeds {','.join(map(str, args.seeds))} (keys look like 'cpu|de-en|combination|1')")
+            raise SystemExit(
+                f"--only {args.only!r} is not a run of --mode {args.mode} --groups {','.join(args.groups)} "
+                f"--seeds {','.join(map(str, args.seeds))} (keys look like 'cpu|de-en|combination|1')"
+            )
     skipped_for_time = []
     if args.workers > 1:
         skipped_for_time = run_in_workers(args, planned, done, work, deadline)
@@ -161,11 +183,19 @@ def run_all(args) -> int:
         if deadline and time.time() > deadline and not spec["same_as"]:  # a reused result costs no time
             skipped_for_time.append(key)
             continue
-        record = {"key": key, "group": group, "mode": args.mode, "seed": seed, **{k: spec[k] for k in ("name", "model_type", "pair", "data", "kind", "fields")}}
+        record = {
+            "key": key,
+            "group": group,
+            "mode": args.mode,
+            "seed": seed,
+            **{k: spec[k] for k in ("name", "model_type", "pair", "data", "kind", "fields")},
+        }
         if spec["same_as"]:
             source = same_run_record(results, args.mode, spec, seed)
             if source is None:
-                print(f"[reproduce] not yet run: {key} reuses {spec['same_as']!r} of seed {seed}; add its group (rerun to resume)")
+                print(
+                    f"[reproduce] not yet run: {key} reuses {spec['same_as']!r} of seed {seed}; add its group (rerun to resume)"
+                )
                 continue
             record.update({k: v for k, v in source.items() if k not in record}, same_as=source["key"])
             print(f"[reproduce] {key}: the same model as {source['key']}, result reused", flush=True)
@@ -174,7 +204,10 @@ def run_all(args) -> int:
             record.update(execute(spec, seed, mode, work), date=time.strftime("%Y-%m-%d"))
         with results.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
-        print(f"[reproduce] {key}: BLEU {record['bleu']:.2f} chrF {record['chrf']:.2f} ({record['seconds']} s)", flush=True)
+        print(
+            f"[reproduce] {key}: BLEU {record['bleu']:.2f} chrF {record['chrf']:.2f} ({record['seconds']} s)",
+            flush=True,
+        )
     if "alignment" in args.groups and not (work / "eflomal_aer.json").is_file():
         (work / "eflomal_aer.json").write_text(json.dumps(eflomal_reference_aer()))
     if skipped_for_time:
@@ -187,17 +220,25 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", choices=sorted(MODES), default="smoke")
     parser.add_argument("--groups", default="xl", help=f"comma-separated: {','.join(GROUPS)}")
     parser.add_argument("--seeds", default="1", help="comma-separated seeds, e.g. 1,2,3")
-    parser.add_argument("--pair", default=None, help=f"run the groups on this language pair instead of their own: {', '.join(PAIRS)}")
+    parser.add_argument(
+        "--pair", default=None, help=f"run the groups on this language pair instead of their own: {', '.join(PAIRS)}"
+    )
     parser.add_argument("--work_dir", default="runs/reproduce")
     parser.add_argument("--max_minutes", type=float, default=None, help="start no new run after this many minutes")
     parser.add_argument("--workers", type=int, default=1, help="trainings at a time, one process and one thread each")
-    parser.add_argument("--only", default=None, help="run just this key, e.g. 'cpu|de-en|dpe-lambda0.5|2' (what a worker runs)")
+    parser.add_argument(
+        "--only", default=None, help="run just this key, e.g. 'cpu|de-en|dpe-lambda0.5|2' (what a worker runs)"
+    )
     parser.add_argument("--report", action="store_true", help="aggregate results.jsonl (after running, if --run too)")
     parser.add_argument("--run", action="store_true", help="with --report: run the groups first")
     parser.add_argument("--benchmarks", default=None, help="write the tables into this BENCHMARKS.md's ## Reproduction")
     parser.add_argument("--section", default="Reproduction", help="with --benchmarks: the section (## title) to write")
-    parser.add_argument("--report_groups", default=None, help="with --report: tables of these groups only (comma-separated; "
-                        "default: every group with results), e.g. table1 for one table of a pair's rows")
+    parser.add_argument(
+        "--report_groups",
+        default=None,
+        help="with --report: tables of these groups only (comma-separated; "
+        "default: every group with results), e.g. table1 for one table of a pair's rows",
+    )
     parser.add_argument("--plot_dir", default=str(REPO / "bench"))
     parser.add_argument("--machine", default=None, help="machine description for the report")
     parser.add_argument("--command", default=None, help="the command to record in the report (default: this one)")

@@ -81,8 +81,6 @@ for path in (REPO_ROOT, Path(__file__).resolve().parent):  # the package from a 
         sys.path.insert(0, str(path))
 
 import transformers  # noqa: E402
-
-import xlpe  # noqa: E402
 from benchlib import lengths as length_data  # noqa: E402
 from benchlib.speed_models import (  # noqa: E402
     SIZES,
@@ -95,12 +93,17 @@ from benchlib.speed_models import (  # noqa: E402
 )
 from benchlib.speed_report import markdown, plot  # noqa: E402
 from benchlib.timing import Runner, Switches, measure_static, ratios, spread, summary  # noqa: E402
+
+import xlpe  # noqa: E402
 from xlpe.training.callbacks import peak_tflops as device_peak_tflops  # noqa: E402
 
 LADDER = [  # (precision, optimizer, compiled): the issue's stock MarianMT ceiling, one row each
-    ("autocast", "foreach", False), ("autocast", "fused", False), ("bf16", "fused", False),
-    ("autocast", "fused", True), ("bf16", "fused", True),
-]  # fmt: skip
+    ("autocast", "foreach", False),
+    ("autocast", "fused", False),
+    ("bf16", "fused", False),
+    ("autocast", "fused", True),
+    ("bf16", "fused", True),
+]
 
 # ---------------------------------------------------------------------------------------------------------
 # Main
@@ -117,8 +120,11 @@ def flops_only(runners: list[Runner]) -> dict:
         runner.model.train()
         with FlopCounterMode(display=False) as counter, runner.autocast():
             runner.forward_with_labels(batch).loss.backward()
-        rows[runner.name] = {"parameters": sum(p.numel() for p in runner.model.parameters()),
-                             "train_flops": counter.get_total_flops(), "baseline": runner.spec.baseline}
+        rows[runner.name] = {
+            "parameters": sum(p.numel() for p in runner.model.parameters()),
+            "train_flops": counter.get_total_flops(),
+            "baseline": runner.spec.baseline,
+        }
     lines = ["| model | vs | params | train GFLOP/step (fwd+bwd) |", "|---|---|---:|---:|"]
     for name, r in rows.items():
         b = rows.get(r["baseline"]) if r["baseline"] else None
@@ -142,66 +148,142 @@ def positive(kind):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                   help="bfloat16: torch.autocast (fp32 master weights and AdamW state, as xlpe-train --bf16)")
-    p.add_argument("--weights", default="float32", choices=["float32", "bfloat16"],
-                   help="bfloat16: bf16 weights and AdamW state (no autocast)")
-    p.add_argument("--optimizer", default=None, choices=["default", "foreach", "fused"],
-                   help="AdamW implementation (default: fused, on every device: what xlpe-train and any Trainer run, "
-                        "transformers' default optim being adamw_torch_fused with torch >= 2.8, CPU included)")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="bfloat16: torch.autocast (fp32 master weights and AdamW state, as xlpe-train --bf16)",
+    )
+    p.add_argument(
+        "--weights",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="bfloat16: bf16 weights and AdamW state (no autocast)",
+    )
+    p.add_argument(
+        "--optimizer",
+        default=None,
+        choices=["default", "foreach", "fused"],
+        help="AdamW implementation (default: fused, on every device: what xlpe-train and any Trainer run, "
+        "transformers' default optim being adamw_torch_fused with torch >= 2.8, CPU included)",
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile the train step's forward + loss (every model)")
-    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (inductor; aot_eager for tests)")
-    p.add_argument("--compile-shapes", default="batch", choices=["batch", "auto", "static"],
-                   help="batch: batch/length dims dynamic from the first call (one compilation); auto: torch's default")
-    p.add_argument("--stock-ladder", action="store_true",
-                   help="add stock MarianMT rows under the other switch combinations (autocast/bf16 weights, "
-                        "foreach/fused, eager/compiled): what each switch buys, no ratio")
+    p.add_argument(
+        "--compile-backend", default="inductor", help="torch.compile backend (inductor; aot_eager for tests)"
+    )
+    p.add_argument(
+        "--compile-shapes",
+        default="batch",
+        choices=["batch", "auto", "static"],
+        help="batch: batch/length dims dynamic from the first call (one compilation); auto: torch's default",
+    )
+    p.add_argument(
+        "--stock-ladder",
+        action="store_true",
+        help="add stock MarianMT rows under the other switch combinations (autocast/bf16 weights, "
+        "foreach/fused, eager/compiled): what each switch buys, no ratio",
+    )
     p.add_argument("--size", default="small", choices=sorted(SIZES))
-    p.add_argument("--families", default=None,
-                   help="comma-separated subset of the registered families (default: all registered)")
-    p.add_argument("--rows", default=None,
-                   help="';'-separated row names to time (their baselines come along), e.g. 'XL PE combination;DPE'; "
-                        "default: every row of --families")
-    p.add_argument("--lengths", default="newstest-deen",
-                   help="stored sentence-length distribution (benchlib/lengths_<name>.json), or 'synthetic'")
-    p.add_argument("--max-tokens", type=positive(int), default=None,
-                   help="token batches: padded tokens (longest side x sentences) per batch (default: per size)")
-    p.add_argument("--batch-size", type=positive(int), default=None,
-                   help="sentence batches of N sentences instead of token batches")
-    p.add_argument("--batches", type=positive(int), default=None,
-                   help="distinct train batches in one cycle, short to long (default: 8 on cuda, 2 on cpu)")
+    p.add_argument(
+        "--families", default=None, help="comma-separated subset of the registered families (default: all registered)"
+    )
+    p.add_argument(
+        "--rows",
+        default=None,
+        help="';'-separated row names to time (their baselines come along), e.g. 'XL PE combination;DPE'; "
+        "default: every row of --families",
+    )
+    p.add_argument(
+        "--lengths",
+        default="newstest-deen",
+        help="stored sentence-length distribution (benchlib/lengths_<name>.json), or 'synthetic'",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=positive(int),
+        default=None,
+        help="token batches: padded tokens (longest side x sentences) per batch (default: per size)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=positive(int),
+        default=None,
+        help="sentence batches of N sentences instead of token batches",
+    )
+    p.add_argument(
+        "--batches",
+        type=positive(int),
+        default=None,
+        help="distinct train batches in one cycle, short to long (default: 8 on cuda, 2 on cpu)",
+    )
     p.add_argument("--mean-len", type=positive(float), default=30.0, help="--lengths synthetic: mean source length")
-    p.add_argument("--gen-batch-size", type=positive(int), default=None, help="sentences per generate call (default: per size)")
+    p.add_argument(
+        "--gen-batch-size", type=positive(int), default=None, help="sentences per generate call (default: per size)"
+    )
     p.add_argument("--repeats", type=positive(int), default=5, help="interleaved repeats (each gives one ratio)")
-    p.add_argument("--train-steps", type=positive(int), default=None,
-                   help="train steps per model per repeat, rounded up to whole cycles (default: >= 50 on cuda, one "
-                        "cycle on cpu)")
+    p.add_argument(
+        "--train-steps",
+        type=positive(int),
+        default=None,
+        help="train steps per model per repeat, rounded up to whole cycles (default: >= 50 on cuda, one cycle on cpu)",
+    )
     p.add_argument("--gen-batches", type=positive(int), default=2, help="generate calls per model per repeat")
-    p.add_argument("--warmup", type=int, default=None, help="at least this many warm-up cycles (default: 3 cuda, 2 cpu)")
-    p.add_argument("--warmup-max-cycles", type=positive(int), default=None, help="warm-up cap in cycles (30 cuda, 4 cpu)")
-    p.add_argument("--warmup-max-s", type=positive(float), default=None, help="warm-up cap in seconds per model (300 cuda, 60 cpu)")
-    p.add_argument("--stable-window", type=positive(int), default=None, help="cycles compared for stability (3 cuda, 2 cpu)")
+    p.add_argument(
+        "--warmup", type=int, default=None, help="at least this many warm-up cycles (default: 3 cuda, 2 cpu)"
+    )
+    p.add_argument(
+        "--warmup-max-cycles", type=positive(int), default=None, help="warm-up cap in cycles (30 cuda, 4 cpu)"
+    )
+    p.add_argument(
+        "--warmup-max-s", type=positive(float), default=None, help="warm-up cap in seconds per model (300 cuda, 60 cpu)"
+    )
+    p.add_argument(
+        "--stable-window", type=positive(int), default=None, help="cycles compared for stability (3 cuda, 2 cpu)"
+    )
     p.add_argument("--stable-tolerance", type=positive(float), default=0.05, help="stable: spread of the window < this")
-    p.add_argument("--spread-flag", type=positive(float), default=0.10, help="flag ratios whose per-repeat spread exceeds this")
+    p.add_argument(
+        "--spread-flag", type=positive(float), default=0.10, help="flag ratios whose per-repeat spread exceeds this"
+    )
     p.add_argument("--fail-on-flag", action="store_true", help="exit with status 3 when any row is flagged")
-    p.add_argument("--time-budget", type=positive(float), default=None,
-                   help="seconds for the whole run: after the first repeat, fewer repeats (>= 3) when needed to fit")
-    p.add_argument("--clock", default="auto", choices=["auto", "cpu", "wall"],
-                   help="what the ratios divide: 'cpu' = process CPU time, 'wall' = wall clock (CUDA events on cuda). "
-                        "auto: cpu on --device cpu with 1 thread, else wall. Both are recorded either way.")
-    p.add_argument("--threads", type=positive(int), default=None,
-                   help="torch.set_num_threads (default: 1 on cpu, which keeps ratios reproducible on a shared "
-                        "machine; the default on cuda)")
+    p.add_argument(
+        "--time-budget",
+        type=positive(float),
+        default=None,
+        help="seconds for the whole run: after the first repeat, fewer repeats (>= 3) when needed to fit",
+    )
+    p.add_argument(
+        "--clock",
+        default="auto",
+        choices=["auto", "cpu", "wall"],
+        help="what the ratios divide: 'cpu' = process CPU time, 'wall' = wall clock (CUDA events on cuda). "
+        "auto: cpu on --device cpu with 1 thread, else wall. Both are recorded either way.",
+    )
+    p.add_argument(
+        "--threads",
+        type=positive(int),
+        default=None,
+        help="torch.set_num_threads (default: 1 on cpu, which keeps ratios reproducible on a shared "
+        "machine; the default on cuda)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--peak-tflops", type=positive(float), default=None,
-                   help="peak for MFU (default: the device's dense bf16 figure from the table; none on cpu)")
+    p.add_argument(
+        "--peak-tflops",
+        type=positive(float),
+        default=None,
+        help="peak for MFU (default: the device's dense bf16 figure from the table; none on cpu)",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
     p.add_argument("--skip-generation", action="store_true", help="time training only")
     p.add_argument("--flops-only", action="store_true", help="count parameters and train FLOPs, time nothing")
-    p.add_argument("--gen-flops", action="store_true",
-                   help="also count generation FLOPs (slow on CPU; implied when an MFU peak is set)")
+    p.add_argument(
+        "--gen-flops",
+        action="store_true",
+        help="also count generation FLOPs (slow on CPU; implied when an MFU peak is set)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the raw report here (also after every repeat)")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
     p.add_argument("--plot", type=Path, default=None, help="PNG path (default bench/speed_<device>_<size>.png)")
@@ -212,9 +294,14 @@ def parse_args(argv=None):
     if args.weights == "bfloat16" and args.dtype == "bfloat16":
         p.error("--weights bfloat16 already computes in bf16; drop --dtype bfloat16 (autocast)")
     cuda = args.device == "cuda"
-    defaults = {"optimizer": "fused", "batches": 8 if cuda else 2, "warmup": 3 if cuda else 2,
-                "warmup_max_cycles": 30 if cuda else 4, "warmup_max_s": 300.0 if cuda else 60.0,
-                "stable_window": 3 if cuda else 2}  # fmt: skip
+    defaults = {
+        "optimizer": "fused",
+        "batches": 8 if cuda else 2,
+        "warmup": 3 if cuda else 2,
+        "warmup_max_cycles": 30 if cuda else 4,
+        "warmup_max_s": 300.0 if cuda else 60.0,
+        "stable_window": 3 if cuda else 2,
+    }
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -240,15 +327,27 @@ def main(argv=None) -> dict:
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else None
     table_peak = device_peak_tflops(device_name)
     peak = args.peak_tflops or table_peak
-    peak_source = ("--peak-tflops" if args.peak_tflops else
-                   f"dense bf16 peak of {device_name} (xlpe.training.callbacks.PEAK_DENSE_BF16_TFLOPS)" if table_peak else None)  # fmt: skip
+    peak_source = (
+        "--peak-tflops"
+        if args.peak_tflops
+        else f"dense bf16 peak of {device_name} (xlpe.training.callbacks.PEAK_DENSE_BF16_TFLOPS)"
+        if table_peak
+        else None
+    )
     args.gen_flops = args.gen_flops or bool(peak)
     precision = "bf16" if args.weights == "bfloat16" else ("autocast" if args.dtype == "bfloat16" else "fp32")
-    main_switches = Switches(precision, args.optimizer, args.compile_backend if args.compile else None, args.compile_shapes)
+    main_switches = Switches(
+        precision, args.optimizer, args.compile_backend if args.compile else None, args.compile_shapes
+    )
     if args.compile or args.stock_ladder:
         import torch._dynamo.config as dynamo_config
 
-        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        for name in (
+            "recompile_limit",
+            "cache_size_limit",
+            "accumulated_recompile_limit",
+            "accumulated_cache_size_limit",
+        ):
             if hasattr(dynamo_config, name):  # every runner's step is one code object: one entry each
                 setattr(dynamo_config, name, max(getattr(dynamo_config, name), 256))
 
@@ -256,11 +355,21 @@ def main(argv=None) -> dict:
     if args.lengths == "synthetic":
         distribution = None
         count = max(args.batches, 2)
-        batches = make_batches(count, args.batch_size or dims["batch_size"], dims["vocab_size"], args.mean_len, args.seed)
-        gen_set = make_batches(args.gen_batches, args.gen_batch_size or dims["gen_batch_size"], dims["vocab_size"],
-                               args.mean_len, args.seed + 1)  # fmt: skip
-        batching = {"kind": "sentences (synthetic lengths)", "sentences": args.batch_size or dims["batch_size"],
-                    "mean_len": args.mean_len}  # fmt: skip
+        batches = make_batches(
+            count, args.batch_size or dims["batch_size"], dims["vocab_size"], args.mean_len, args.seed
+        )
+        gen_set = make_batches(
+            args.gen_batches,
+            args.gen_batch_size or dims["gen_batch_size"],
+            dims["vocab_size"],
+            args.mean_len,
+            args.seed + 1,
+        )
+        batching = {
+            "kind": "sentences (synthetic lengths)",
+            "sentences": args.batch_size or dims["batch_size"],
+            "mean_len": args.mean_len,
+        }
     else:
         try:
             distribution = length_data.load(args.lengths)
@@ -276,20 +385,24 @@ def main(argv=None) -> dict:
             except ValueError as error:
                 raise SystemExit(str(error)) from None
             batching = {"kind": "tokens, length-bucketed (xlpe-train --max_tokens)", "max_tokens": max_tokens}
-        gen_set = sentence_batches(distribution, args.gen_batch_size or dims["gen_batch_size"], args.gen_batches,
-                                   dims["vocab_size"], args.seed)  # fmt: skip
+        gen_set = sentence_batches(
+            distribution, args.gen_batch_size or dims["gen_batch_size"], args.gen_batches, dims["vocab_size"], args.seed
+        )
     cycle = len(batches)
     steps = args.train_steps or (math.ceil(50 / cycle) * cycle if device.type == "cuda" else cycle)
     steps = math.ceil(steps / cycle) * cycle
-    batching.update({
-        "lengths": distribution["description"] if distribution else "synthetic", "batches_per_cycle": cycle,
-        "sentences_per_batch": [int(b.input_ids.shape[0]) for b in batches],
-        "padded_shapes": [[int(b.input_ids.shape[1]), int(b.labels.shape[1])] for b in batches],
-        "target_tokens_per_batch": statistics.mean(b.target_tokens for b in batches),
-        "source_tokens_per_batch": statistics.mean(b.source_tokens for b in batches),
-        "generation_sentences": [int(b.input_ids.shape[0]) for b in gen_set],
-        "generation_new_tokens": [b.new_tokens for b in gen_set],
-    })  # fmt: skip
+    batching.update(
+        {
+            "lengths": distribution["description"] if distribution else "synthetic",
+            "batches_per_cycle": cycle,
+            "sentences_per_batch": [int(b.input_ids.shape[0]) for b in batches],
+            "padded_shapes": [[int(b.input_ids.shape[1]), int(b.labels.shape[1])] for b in batches],
+            "target_tokens_per_batch": statistics.mean(b.target_tokens for b in batches),
+            "source_tokens_per_batch": statistics.mean(b.source_tokens for b in batches),
+            "generation_sentences": [int(b.input_ids.shape[0]) for b in gen_set],
+            "generation_new_tokens": [b.new_tokens for b in gen_set],
+        }
+    )
 
     # --- models ----------------------------------------------------------------------------------------------
     specs = [(spec, main_switches, spec.name) for spec in all_specs(families, dims)]
@@ -317,15 +430,33 @@ def main(argv=None) -> dict:
         implementation = {"fused": {"fused": True}, "foreach": {"foreach": True}, "default": {}}[switches.optimizer]
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **implementation)
         view = (lambda b: bart_view(b).to(device)) if spec.bart_layout else (lambda b: b.to(device))
-        autocast = (lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)) if switches.precision == "autocast" \
-            else contextlib.nullcontext  # fmt: skip
-        runners.append(Runner(spec, model, optimizer, [view(b) for b in batches], device, autocast, clock=clock,
-                              with_generation=spec.generation and not args.skip_generation,
-                              gen_batches=[view(b) for b in gen_set], switches=switches, name=name))  # fmt: skip
+        autocast = (
+            (lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16))
+            if switches.precision == "autocast"
+            else contextlib.nullcontext
+        )
+        runners.append(
+            Runner(
+                spec,
+                model,
+                optimizer,
+                [view(b) for b in batches],
+                device,
+                autocast,
+                clock=clock,
+                with_generation=spec.generation and not args.skip_generation,
+                gen_batches=[view(b) for b in gen_set],
+                switches=switches,
+                name=name,
+            )
+        )
     by_name = {r.name: r for r in runners}
 
-    print(f"# {len(runners)} models, dims {dims}, threads {threads}, device {device}, {main_switches.label()}, "
-          f"{batching['kind']}: {batching['target_tokens_per_batch']:.0f} target tokens per batch", file=sys.stderr)  # fmt: skip
+    print(
+        f"# {len(runners)} models, dims {dims}, threads {threads}, device {device}, {main_switches.label()}, "
+        f"{batching['kind']}: {batching['target_tokens_per_batch']:.0f} target tokens per batch",
+        file=sys.stderr,
+    )
     if args.flops_only:
         return flops_only(runners)
     flags: list[str] = []
@@ -338,25 +469,49 @@ def main(argv=None) -> dict:
         warm = args.warmup, args.warmup_max_cycles, args.warmup_max_s, args.stable_window, args.stable_tolerance
         runner.results["warmup_train"] = runner.warm_up("train", *warm)
         if runner.with_generation:
-            runner.results["warmup_gen"] = runner.warm_up("gen", 1, max(2, args.warmup), args.warmup_max_s,
-                                                          min(2, args.stable_window), args.stable_tolerance)  # fmt: skip
+            runner.results["warmup_gen"] = runner.warm_up(
+                "gen", 1, max(2, args.warmup), args.warmup_max_s, min(2, args.stable_window), args.stable_tolerance
+            )
         if counters is not None:
             runner.results["graph_breaks"] = sum(counters["graph_break"].values())
             if runner.results["graph_breaks"]:
-                flags.append(f"{runner.name}: {runner.results['graph_breaks']} graph break(s) in the compiled train step")
+                flags.append(
+                    f"{runner.name}: {runner.results['graph_breaks']} graph break(s) in the compiled train step"
+                )
         for kind in ("train", "gen"):
             warm = runner.results.get(f"warmup_{kind}")
             if warm and not warm["stable"]:
-                flags.append(f"{runner.name}: {kind} warm-up did not stabilise ({warm['cycles']} cycles, last spread "
-                             f"{100 * warm['spread']:.1f}% >= {100 * args.stable_tolerance:.0f}%)")  # fmt: skip
+                flags.append(
+                    f"{runner.name}: {kind} warm-up did not stabilise ({warm['cycles']} cycles, last spread "
+                    f"{100 * warm['spread']:.1f}% >= {100 * args.stable_tolerance:.0f}%)"
+                )
         measure_static(runner, args)
-        print(f"#   warmed up {runner.name} ({time.perf_counter() - started:.0f}s; train: "
-              f"{runner.results['warmup_train']['cycles']} cycles, first {runner.results['warmup_train']['first_cycle_s']:.1f}s)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"#   warmed up {runner.name} ({time.perf_counter() - started:.0f}s; train: "
+            f"{runner.results['warmup_train']['cycles']} cycles, first {runner.results['warmup_train']['first_cycle_s']:.1f}s)",
+            file=sys.stderr,
+        )
 
     def build_report(repeats_done: int) -> dict:
-        return assemble(args, runners, by_name, batches, steps, clock, peak, peak_source, dims, batching, flags,
-                        repeats_done, started, load_before, threads, main_switches, argv)  # fmt: skip
+        return assemble(
+            args,
+            runners,
+            by_name,
+            batches,
+            steps,
+            clock,
+            peak,
+            peak_source,
+            dims,
+            batching,
+            flags,
+            repeats_done,
+            started,
+            load_before,
+            threads,
+            main_switches,
+            argv,
+        )
 
     repeats, timed_start = args.repeats, time.perf_counter()
     repeat = 0
@@ -374,7 +529,9 @@ def main(argv=None) -> dict:
             left = args.time_budget - (time.perf_counter() - started) - 15  # the report, plot, files
             fitting = max(3, 1 + int(left // per_repeat))
             if fitting < repeats:
-                flags.append(f"repeats reduced from {repeats} to {fitting} to fit --time-budget {args.time_budget:.0f}s")
+                flags.append(
+                    f"repeats reduced from {repeats} to {fitting} to fit --time-budget {args.time_budget:.0f}s"
+                )
                 print(f"#   {flags[-1]}", file=sys.stderr)
                 repeats = fitting
         if args.json:
@@ -398,8 +555,25 @@ def main(argv=None) -> dict:
     return report
 
 
-def assemble(args, runners, by_name, batches, steps, clock, peak, peak_source, dims, batching, flags, repeats_done,
-             started, load_before, threads, main_switches, argv) -> dict:
+def assemble(
+    args,
+    runners,
+    by_name,
+    batches,
+    steps,
+    clock,
+    peak,
+    peak_source,
+    dims,
+    batching,
+    flags,
+    repeats_done,
+    started,
+    load_before,
+    threads,
+    main_switches,
+    argv,
+) -> dict:
     """The report dict: one row per model (times, tokens/s, MFU, ratios with their spread and flag) and the run's
     settings, machine and flags."""
     device = runners[0].device
@@ -410,14 +584,22 @@ def assemble(args, runners, by_name, batches, steps, clock, peak, peak_source, d
         train_step_s = statistics.median(runner.primary("train")) / steps
         gen_call_s = statistics.median(runner.primary("gen")) / args.gen_batches if runner.with_generation else None
         row = {
-            "name": runner.name, "baseline": spec.baseline if runner.name == spec.name else None, "note": spec.note,
-            "switches": runner.switches.label(), "train_target": spec.train_target, "gen_target": spec.gen_target,
-            "train_step_s": train_step_s, "gen_call_s": gen_call_s, "train_tokens_per_s": tokens_per_step / train_step_s,
-            "gen_sentences_per_s": (statistics.mean(b.input_ids.shape[0] for b in runner.gen_batches) / gen_call_s
-                                    if gen_call_s else None),
+            "name": runner.name,
+            "baseline": spec.baseline if runner.name == spec.name else None,
+            "note": spec.note,
+            "switches": runner.switches.label(),
+            "train_target": spec.train_target,
+            "gen_target": spec.gen_target,
+            "train_step_s": train_step_s,
+            "gen_call_s": gen_call_s,
+            "train_tokens_per_s": tokens_per_step / train_step_s,
+            "gen_sentences_per_s": (
+                statistics.mean(b.input_ids.shape[0] for b in runner.gen_batches) / gen_call_s if gen_call_s else None
+            ),
             "step_time_spread": statistics.median(spread(s) for s in runner.step_times) if runner.step_times else None,
-            "times": runner.times, **res,
-        }  # fmt: skip
+            "times": runner.times,
+            **res,
+        }
         if peak:
             scale = peak * 1e12
             row["train_mfu"] = res["train_model_flops"] / train_step_s / scale if "train_model_flops" in res else None
@@ -434,8 +616,10 @@ def assemble(args, runners, by_name, batches, steps, clock, peak, peak_source, d
             for kind in ("train", "gen"):
                 s = row[f"{kind}_ratio"]
                 if s is not None and len(s["values"]) > 1 and s["spread"] > args.spread_flag:
-                    flags.append(f"{runner.name}: {kind} ratios spread {100 * s['spread']:.1f}% over {len(s['values'])} "
-                                 f"repeats (> {100 * args.spread_flag:.0f}%): {', '.join(f'{v:.3f}' for v in s['values'])}")  # fmt: skip
+                    flags.append(
+                        f"{runner.name}: {kind} ratios spread {100 * s['spread']:.1f}% over {len(s['values'])} "
+                        f"repeats (> {100 * args.spread_flag:.0f}%): {', '.join(f'{v:.3f}' for v in s['values'])}"
+                    )
             row["flagged"] = any(f.startswith(f"{runner.name}:") for f in flags)
         rows.append(row)
 
@@ -446,26 +630,55 @@ def assemble(args, runners, by_name, batches, steps, clock, peak, peak_source, d
                 cpu_name = line.split(":", 1)[1].strip()
                 break
     machine = {
-        "device": torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({os.cpu_count()} cores: {cpu_name})",
-        "threads": threads, "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
-        "python": platform.python_version(), "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "device": torch.cuda.get_device_name()
+        if device.type == "cuda"
+        else f"CPU ({os.cpu_count()} cores: {cpu_name})",
+        "threads": threads,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "load_average_1_5_15_min_before_after": [list(load_before), list(os.getloadavg())],
-    }  # fmt: skip
+    }
     return {
-        "command": "python " + shlex.join([os.path.relpath(__file__, REPO_ROOT), *(argv if argv is not None else sys.argv[1:])]),
-        "date": datetime.date.today().isoformat(), "machine": machine,
-        "size": args.size, "dims": dims, "dtype": args.dtype, "switches": main_switches.label(),
-        "precision": main_switches.precision, "optimizer": main_switches.optimizer, "compile": main_switches.compile,
-        "repeats": repeats_done, "repeats_asked": args.repeats, "clock": clock,
-        "clock_detail": "CUDA events per step" if device.type == "cuda" else ("process CPU time" if clock == "cpu" else "perf_counter"),
-        "train_steps": steps, "gen_batches": args.gen_batches, "batching": batching,
-        "warmup": {"min_cycles": args.warmup, "max_cycles": args.warmup_max_cycles, "max_s": args.warmup_max_s,
-                   "window": args.stable_window, "tolerance": args.stable_tolerance},
+        "command": "python "
+        + shlex.join([os.path.relpath(__file__, REPO_ROOT), *(argv if argv is not None else sys.argv[1:])]),
+        "date": datetime.date.today().isoformat(),
+        "machine": machine,
+        "size": args.size,
+        "dims": dims,
+        "dtype": args.dtype,
+        "switches": main_switches.label(),
+        "precision": main_switches.precision,
+        "optimizer": main_switches.optimizer,
+        "compile": main_switches.compile,
+        "repeats": repeats_done,
+        "repeats_asked": args.repeats,
+        "clock": clock,
+        "clock_detail": "CUDA events per step"
+        if device.type == "cuda"
+        else ("process CPU time" if clock == "cpu" else "perf_counter"),
+        "train_steps": steps,
+        "gen_batches": args.gen_batches,
+        "batching": batching,
+        "warmup": {
+            "min_cycles": args.warmup,
+            "max_cycles": args.warmup_max_cycles,
+            "max_s": args.warmup_max_s,
+            "window": args.stable_window,
+            "tolerance": args.stable_tolerance,
+        },
         "mean_target_tokens_per_batch": tokens_per_step,
-        "source_shape": list(batches[0].input_ids.shape), "new_tokens": batches[0].new_tokens,
-        "peak_tflops": peak, "peak_source": peak_source, "spread_flag": args.spread_flag, "flags": flags,
-        "wall_s": time.perf_counter() - started, "models": rows,
-    }  # fmt: skip
+        "source_shape": list(batches[0].input_ids.shape),
+        "new_tokens": batches[0].new_tokens,
+        "peak_tflops": peak,
+        "peak_source": peak_source,
+        "spread_flag": args.spread_flag,
+        "flags": flags,
+        "wall_s": time.perf_counter() - started,
+        "models": rows,
+    }
 
 
 if __name__ == "__main__":

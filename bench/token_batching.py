@@ -26,9 +26,14 @@ from benchlib.data import MULTI30K  # noqa: E402
 
 MODES = {
     "sentences": lambda a: ["--per_device_train_batch_size", str(a.batch_size)],
-    "grouped": lambda a: ["--per_device_train_batch_size", str(a.batch_size), "--train_sampling_strategy", "group_by_length"],
+    "grouped": lambda a: [
+        "--per_device_train_batch_size",
+        str(a.batch_size),
+        "--train_sampling_strategy",
+        "group_by_length",
+    ],
     "tokens": lambda a: ["--max_tokens", str(a.max_tokens)],
-}  # fmt: skip
+}
 
 
 def data_flags(args) -> list[str]:
@@ -37,25 +42,75 @@ def data_flags(args) -> list[str]:
     raw = MULTI30K / "raw"
     if not (raw / "train.de.gz").is_file():
         raise SystemExit(f"no Multi30k at {raw} (set XLPE_SHARED_DIR, or --data builtin)")
-    return ["--train_source_file", str(raw / "train.de.gz"), "--train_target_file", str(raw / "train.en.gz"),
-            "--source_lang", "de", "--target_lang", "en", "--max_train_samples", str(args.pairs)]  # fmt: skip
+    return [
+        "--train_source_file",
+        str(raw / "train.de.gz"),
+        "--train_target_file",
+        str(raw / "train.en.gz"),
+        "--source_lang",
+        "de",
+        "--target_lang",
+        "en",
+        "--max_train_samples",
+        str(args.pairs),
+    ]
 
 
 def run_mode(args, mode: str) -> dict:
     from xlpe.training.run import main as xlpe_train
 
     out = Path(args.work_dir) / mode
-    flags = ["--output_dir", str(out), "--overwrite_output_dir", "--do_train", "--model_type", args.model_type,
-             "--max_steps", str(args.max_steps), "--save_strategy", "no", "--eval_strategy", "no", "--report_to", "none",
-             "--disable_tqdm", "true", "--logging_steps", str(max(args.max_steps // 4, 1)), "--seed", "1",
-             "--d_model", "256", "--encoder_layers", "3", "--decoder_layers", "3", "--attention_heads", "4",
-             "--ffn_dim", "1024", "--tokenizer_model", "bpe", "--tokenizer_vocab_size", str(args.vocab),
-             "--learning_rate", "1e-3", "--warmup_steps", str(max(args.max_steps // 4, 1)),
-             *data_flags(args), *MODES[mode](args)]  # fmt: skip
+    flags = [
+        "--output_dir",
+        str(out),
+        "--overwrite_output_dir",
+        "--do_train",
+        "--model_type",
+        args.model_type,
+        "--max_steps",
+        str(args.max_steps),
+        "--save_strategy",
+        "no",
+        "--eval_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--logging_steps",
+        str(max(args.max_steps // 4, 1)),
+        "--seed",
+        "1",
+        "--d_model",
+        "256",
+        "--encoder_layers",
+        "3",
+        "--decoder_layers",
+        "3",
+        "--attention_heads",
+        "4",
+        "--ffn_dim",
+        "1024",
+        "--tokenizer_model",
+        "bpe",
+        "--tokenizer_vocab_size",
+        str(args.vocab),
+        "--learning_rate",
+        "1e-3",
+        "--warmup_steps",
+        str(max(args.max_steps // 4, 1)),
+        *data_flags(args),
+        *MODES[mode](args),
+    ]
     metrics = xlpe_train(flags)
-    return {"mode": mode, "tokens_per_s": metrics["train_tokens_per_second"], "padding": metrics["train_padding_waste"],
-            "real_tokens": metrics["train_real_tokens"],
-            "runtime_s": float(metrics["train_runtime"]), "loss": round(float(metrics["train_loss"]), 3)}  # fmt: skip
+    return {
+        "mode": mode,
+        "tokens_per_s": metrics["train_tokens_per_second"],
+        "padding": metrics["train_padding_waste"],
+        "real_tokens": metrics["train_real_tokens"],
+        "runtime_s": float(metrics["train_runtime"]),
+        "loss": round(float(metrics["train_loss"]), 3),
+    }
 
 
 def main(argv=None) -> int:
@@ -72,13 +127,17 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     rows = [run_mode(args, mode) for mode in args.modes.split(",")]
-    print(f"\n{args.data}, {args.max_steps} steps, model d256 3+3 ({args.model_type}); sentence batch {args.batch_size}, "
-          f"--max_tokens {args.max_tokens}\n")  # fmt: skip
+    print(
+        f"\n{args.data}, {args.max_steps} steps, model d256 3+3 ({args.model_type}); sentence batch {args.batch_size}, "
+        f"--max_tokens {args.max_tokens}\n"
+    )
     print("| mode | real tokens/s | padding | real tokens trained | train s | last loss |")
     print("|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['mode']} | {row['tokens_per_s']:.0f} | {100 * row['padding']:.1f}% | {row['real_tokens']} | "
-              f"{row['runtime_s']:.1f} | {row['loss']} |")  # fmt: skip
+        print(
+            f"| {row['mode']} | {row['tokens_per_s']:.0f} | {100 * row['padding']:.1f}% | {row['real_tokens']} | "
+            f"{row['runtime_s']:.1f} | {row['loss']} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

@@ -111,19 +111,26 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=24, help="longest source/target sentence (tokens)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--optimizer", default="fused", choices=sorted(OPTIMIZERS),
-                        help="AdamW implementation (fused: what the Trainer runs; default: torch's per-parameter loop)")
+    parser.add_argument(
+        "--optimizer",
+        default="fused",
+        choices=sorted(OPTIMIZERS),
+        help="AdamW implementation (fused: what the Trainer runs; default: torch's per-parameter loop)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     results = []
     for run in range(args.runs):
         result = measure(args)
         results.append(result)
-        print(f"run {run + 1}: batch {result['shape']} -> {result['labels']}, {args.threads} thread(s), "
-              f"{args.pairs} pairs, AdamW {args.optimizer} | median ms stock {1e3 * result['wall']['stock']:.1f}, XL PE "
-              f"{1e3 * result['wall']['xlpe']:.1f} | ratio wall {result['wall_ratio']:.3f} (checks off "
-              f"{result['wall_ratio_unchecked']:.3f}), cpu {result['cpu_ratio']:.3f} (checks off "
-              f"{result['cpu_ratio_unchecked']:.3f})", flush=True)  # fmt: skip
+        print(
+            f"run {run + 1}: batch {result['shape']} -> {result['labels']}, {args.threads} thread(s), "
+            f"{args.pairs} pairs, AdamW {args.optimizer} | median ms stock {1e3 * result['wall']['stock']:.1f}, XL PE "
+            f"{1e3 * result['wall']['xlpe']:.1f} | ratio wall {result['wall_ratio']:.3f} (checks off "
+            f"{result['wall_ratio_unchecked']:.3f}), cpu {result['cpu_ratio']:.3f} (checks off "
+            f"{result['cpu_ratio_unchecked']:.3f})",
+            flush=True,
+        )
     if args.runs > 1:
         for key in ("wall_ratio", "wall_ratio_unchecked", "cpu_ratio", "cpu_ratio_unchecked"):
             values = [r[key] for r in results]

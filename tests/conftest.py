@@ -42,7 +42,11 @@ def toy_tokenizer():
 
 
 MULTI30K_RAW = SHARED_DIR / "data" / "multi30k" / "raw"
-MULTI30K_SPLITS = {"train": ("train", 120), "dev": ("val", 12), "test": ("test_2016_flickr", 12)}  # file name -> Multi30k
+MULTI30K_SPLITS = {
+    "train": ("train", 120),
+    "dev": ("val", 12),
+    "test": ("test_2016_flickr", 12),
+}  # file name -> Multi30k
 
 
 def write_multi30k_slice(folder: Path, lines_per_split: dict | None = None) -> None:
@@ -68,16 +72,29 @@ def save_tiny_xlpe_model(tokenizer, directory: Path, model_max_length: int | Non
 
     torch.manual_seed(0)
     config = XLPEMarianConfig(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id, init_std=0.3,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        dropout=0.0,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id,
+        init_std=0.3,
+    )
     XLPEMarianMTModel(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     if model_max_length is not None:
         config_file = directory / "tokenizer_config.json"
-        config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": model_max_length}))
+        config_file.write_text(
+            json.dumps({**json.loads(config_file.read_text()), "model_max_length": model_max_length})
+        )
     return directory
 
 
@@ -87,8 +104,11 @@ def save_tiny_xlpe_model(tokenizer, directory: Path, model_max_length: int | Non
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA device, skipped without one (run: python -m pytest tests/gpu "
-                                       "-m gpu, or bench/gpu_session.sh tests; XLPE_TEST_DEVICE=cpu runs them on the CPU)")  # fmt: skip
+    config.addinivalue_line(
+        "markers",
+        "gpu: needs a CUDA device, skipped without one (run: python -m pytest tests/gpu "
+        "-m gpu, or bench/gpu_session.sh tests; XLPE_TEST_DEVICE=cpu runs them on the CPU)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -98,6 +118,8 @@ def pytest_collection_modifyitems(config, items):
     import torch
 
     if not torch.cuda.is_available():
-        skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu; XLPE_TEST_DEVICE=cpu runs the checks on the CPU)")
+        skip = pytest.mark.skip(
+            reason="needs a CUDA device (marker gpu; XLPE_TEST_DEVICE=cpu runs the checks on the CPU)"
+        )
         for item in gpu_items:
             item.add_marker(skip)

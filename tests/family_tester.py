@@ -22,16 +22,28 @@ from xlpe import XLPEDataCollator, XLPETranslationPipeline
 
 # A tiny Marian-shaped configuration (HF ModelTester style): fast on a CPU, big enough to exercise every path.
 TINY_MARIAN = dict(
-    d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-    encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    dropout=0.0,
 )
 
 
 def tiny_kwargs(tokenizer) -> dict:
     """TINY_MARIAN plus the vocabulary and special-token ids of `tokenizer` (Marian conventions)."""
-    return dict(TINY_MARIAN, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id,
-                forced_eos_token_id=tokenizer.eos_token_id)
+    return dict(
+        TINY_MARIAN,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id,
+    )
 
 
 SOURCES = ["the cat sees the dog", "a dog chases the small cat in the garden"]
@@ -197,7 +209,10 @@ class FamilyTests:
         several = translator(["the dog", "a cat"], max_new_tokens=4)
         assert len(several) == 2 and all("translation_text" in item for item in several)
         by_task = pipeline("xlpe-translation", model=model, tokenizer=toy_tokenizer)
-        assert by_task("the dog", max_new_tokens=4)[0]["translation_text"] == translator("the dog", max_new_tokens=4)[0]["translation_text"]
+        assert (
+            by_task("the dog", max_new_tokens=4)[0]["translation_text"]
+            == translator("the dog", max_new_tokens=4)[0]["translation_text"]
+        )
         with pytest.raises(ValueError, match="string"):
             translator(123)
 
@@ -205,10 +220,16 @@ class FamilyTests:
         model = self.make_model(toy_tokenizer)
         model.save_pretrained(tmp_path)
         toy_tokenizer.save_pretrained(tmp_path)
-        expected = model.generate(**toy_tokenizer(["the cat sees the dog"], return_tensors="pt"), num_beams=2, max_new_tokens=5)
+        expected = model.generate(
+            **toy_tokenizer(["the cat sees the dog"], return_tensors="pt"), num_beams=2, max_new_tokens=5
+        )
         run = subprocess.run(
             [sys.executable, "-c", textwrap.dedent(FRESH_PROCESS_SCRIPT), str(tmp_path)],
-            capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
         )
         assert run.returncode == 0, run.stderr[-3000:]
         result = json.loads(run.stdout.strip().splitlines()[-1])

@@ -143,18 +143,35 @@ class LocalHub:
             return 200, {}
         if method == "POST" and (match := re.fullmatch(r"/(.+)\.git/info/lfs/objects/batch", path)):
             objects = json.loads(body)["objects"]
-            return 200, {"transfer": "basic", "objects": [
-                {"oid": o["oid"], "size": o["size"], "authenticated": True,
-                 "actions": {"upload": {"href": f"{self.endpoint}/lfs-upload/{o['oid']}"}}} for o in objects]}
+            return 200, {
+                "transfer": "basic",
+                "objects": [
+                    {
+                        "oid": o["oid"],
+                        "size": o["size"],
+                        "authenticated": True,
+                        "actions": {"upload": {"href": f"{self.endpoint}/lfs-upload/{o['oid']}"}},
+                    }
+                    for o in objects
+                ],
+            }
         if method == "POST" and (match := re.fullmatch(r"/api/models/(.+)/(preupload|commit)/([^/]+)", path)):
             repo_id, action, revision = match.groups()
             if repo_id not in self.repos:
                 return 404, {"error": f"repository {repo_id} not found"}
             if action == "preupload":
                 files = json.loads(body)["files"]
-                return 200, {"files": [{"path": f["path"], "shouldIgnore": False, "oid": None,
-                                        "uploadMode": "lfs" if f["path"].endswith(LFS_SUFFIXES) else "regular"}
-                                       for f in files]}
+                return 200, {
+                    "files": [
+                        {
+                            "path": f["path"],
+                            "shouldIgnore": False,
+                            "oid": None,
+                            "uploadMode": "lfs" if f["path"].endswith(LFS_SUFFIXES) else "regular",
+                        }
+                        for f in files
+                    ]
+                }
             return self._commit(repo_id, revision, body)
         return 404, {"error": f"not implemented in LocalHub: {method} {path}"}
 
@@ -178,8 +195,9 @@ class LocalHub:
             target.write_bytes(data)
             written.append(value["path"])
         oid = hashlib.sha1(body).hexdigest()
-        self.commits.append({"repo_id": repo_id, "revision": revision, "message": header.get("summary"),
-                             "files": written})
+        self.commits.append(
+            {"repo_id": repo_id, "revision": revision, "message": header.get("summary"), "files": written}
+        )
         return 200, {"commitUrl": f"{self.endpoint}/{repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}
 
 

@@ -27,10 +27,34 @@ def load_speed():
 
 def test_tiny_cpu_run_writes_a_complete_report(tmp_path):
     speed = load_speed()
-    report = speed.main(["--size", "tiny", "--families", "xlpe", "--rows", "XL PE combination", "--repeats", "2",
-                         "--gen-batches", "1", "--warmup", "1", "--warmup-max-cycles", "2", "--stable-window", "1",
-                         "--no-memory", "--no-plot", "--peak-tflops", "0.001", "--json", str(tmp_path / "r.json"),
-                         "--markdown", str(tmp_path / "r.md")])  # fmt: skip
+    report = speed.main(
+        [
+            "--size",
+            "tiny",
+            "--families",
+            "xlpe",
+            "--rows",
+            "XL PE combination",
+            "--repeats",
+            "2",
+            "--gen-batches",
+            "1",
+            "--warmup",
+            "1",
+            "--warmup-max-cycles",
+            "2",
+            "--stable-window",
+            "1",
+            "--no-memory",
+            "--no-plot",
+            "--peak-tflops",
+            "0.001",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--markdown",
+            str(tmp_path / "r.md"),
+        ]
+    )
     assert json.loads((tmp_path / "r.json").read_text())["models"][1]["name"] == "XL PE combination"
     assert [row["name"] for row in report["models"]] == ["Marian", "XL PE combination"]
     assert report["repeats"] == 2 and report["train_steps"] % report["batching"]["batches_per_cycle"] == 0
@@ -41,8 +65,10 @@ def test_tiny_cpu_run_writes_a_complete_report(tmp_path):
     assert len(row["train_ratio"]["values"]) == 2 and len(row["times"]["train_wall"]) == 2
     assert row["train_ratio"]["min"] <= row["train_ratio"]["median"] <= row["train_ratio"]["max"]
     assert row["gen_ratio"] is not None and row["flagged"] in (True, False)
-    assert all(r["train_mfu"] > 0 and r["train_counted_flops_utilisation"] > 0 and r["warmup_train"]["cycles"] >= 1
-               for r in report["models"])  # fmt: skip
+    assert all(
+        r["train_mfu"] > 0 and r["train_counted_flops_utilisation"] > 0 and r["warmup_train"]["cycles"] >= 1
+        for r in report["models"]
+    )
     table = (tmp_path / "r.md").read_text()
     assert "| XL PE combination | Marian |" in table and "train MFU" in table and "Switches (every model" in table
 
@@ -58,24 +84,38 @@ def test_token_batches_have_real_lengths_and_the_family_inputs():
     batch = batch_from_lengths([5, 3], [4, 6], 100, torch.Generator().manual_seed(0))
     assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
     assert batch.input_ids[0, 4] == EOS and batch.input_ids[1, 2] == EOS and batch.labels[0, 4:].eq(-100).all()
-    assert sorted(batch.reorder_positions[0, :4].tolist()) == [0, 1, 2, 3] and batch.reorder_positions[1, 2:].tolist() == [2, 3, 4]
+    assert sorted(batch.reorder_positions[0, :4].tolist()) == [0, 1, 2, 3] and batch.reorder_positions[
+        1, 2:
+    ].tolist() == [2, 3, 4]
     assert (batch.target_positions[1, 2:] == -100).all() and batch.target_tokens == 10 and batch.source_tokens == 8
     with pytest.raises(ValueError, match="lengths >= 2"):
         batch_from_lengths([1], [3], 100, torch.Generator())
 
 
 def test_gpu_session_dry_run_lists_every_stage(tmp_path):
-    result = subprocess.run(["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--print", "all"],
-                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
-                            env={**os.environ, "OUT": str(tmp_path)})  # fmt: skip
+    result = subprocess.run(
+        ["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--print", "all"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+        check=False,
+        env={**os.environ, "OUT": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stderr
     for stage in ("setup", "tests", "bench", "bench-compiled", "train"):
         assert f"== {stage}" in result.stdout
     assert "pytest tests/gpu" in result.stdout and "bench/speed.py --device cuda" in result.stdout
     assert "xlpe.cli.train" in result.stdout
-    bad = subprocess.run(["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--print", "nonsense"],
-                         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
-                         env={**os.environ, "OUT": str(tmp_path)})  # fmt: skip
+    bad = subprocess.run(
+        ["bash", str(REPO_ROOT / "bench" / "gpu_session.sh"), "--print", "nonsense"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+        check=False,
+        env={**os.environ, "OUT": str(tmp_path)},
+    )
     assert bad.returncode == 2 and "unknown stage 'nonsense'" in bad.stderr
 
 

@@ -13,10 +13,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO_ROOT
 from packaging.requirements import Requirement
 from packaging.version import Version
-
-from conftest import REPO_ROOT
 
 import xlpe
 
@@ -43,7 +42,9 @@ def test_accepted_range_is_the_tested_range():
     assert set(bounds) == {">=", "<="}, f"transformers needs a tested lower bound and a '<=' upper bound: {specifier}"
     pinned = _requirement(_setup_cfg()["options.extras_require"]["test"], "transformers").specifier
     assert str(pinned) == f"=={bounds['>=']}", "the `test` extra pins the lower bound: the whole suite runs there"
-    assert Version(max(VENDORED_RELEASES, key=Version)) == bounds["<="], "upstream's tests of the newest release are vendored"
+    assert Version(max(VENDORED_RELEASES, key=Version)) == bounds["<="], (
+        "upstream's tests of the newest release are vendored"
+    )
     assert {str(bounds[">="]), str(bounds["<="])} <= set(VENDORED_RELEASES)
     assert all(specifier.contains(release) for release in VENDORED_RELEASES)
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
@@ -52,8 +53,10 @@ def test_accepted_range_is_the_tested_range():
     assert "bash .ci/newest-transformers" in ci, "CI runs the second environment"
 
 
-@pytest.mark.parametrize("installed, warns", [("5.23.0", False), ("5.24.0", False), ("5.17.0", True),
-                                              ("5.24.1", True), ("6.0.0", True), ("5.25.0rc1", True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "installed, warns",
+    [("5.23.0", False), ("5.24.0", False), ("5.17.0", True), ("5.24.1", True), ("6.0.0", True), ("5.25.0rc1", True)],
+)
 def test_untested_release_is_one_line(installed, warns):
     message = xlpe.untested_transformers(installed, f"transformers{accepted().specifier}")
     if not warns:
@@ -83,7 +86,8 @@ def test_import_warns_once_outside_the_range():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     lines = [line for line in result.stderr.splitlines() if "is tested with transformers" in line]
     assert len(lines) == 1, result.stderr
-    clean = subprocess.run([sys.executable, "-c", "import xlpe, transformers"], capture_output=True, text=True,
-                           cwd=REPO_ROOT, check=True)  # fmt: skip
+    clean = subprocess.run(
+        [sys.executable, "-c", "import xlpe, transformers"], capture_output=True, text=True, cwd=REPO_ROOT, check=True
+    )
     assert "is tested with transformers" not in clean.stderr
     assert re.search(r"5\.17\.0", lines[0])

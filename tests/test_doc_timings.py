@@ -16,19 +16,30 @@ RECORD = doc_timings.load_record()
 
 
 def test_the_record_says_where_and_how_it_was_measured():
-    assert "cores" in RECORD["machine"] and RECORD["measured"] and "busy" in RECORD["how"] and "load average" in RECORD["how"]
+    assert (
+        "cores" in RECORD["machine"]
+        and RECORD["measured"]
+        and "busy" in RECORD["how"]
+        and "load average" in RECORD["how"]
+    )
     for name, entry in RECORD["entries"].items():
         assert entry["values"] and entry["unit"] in ("s", "BLEU", "parameters"), name
-    assert {f"help:{command}" for command in doc_timings.COMMANDS} | {"help:any", "user_error"} <= set(RECORD["entries"])
+    assert {f"help:{command}" for command in doc_timings.COMMANDS} | {"help:any", "user_error"} <= set(
+        RECORD["entries"]
+    )
 
 
-@pytest.mark.parametrize("path, name, text", doc_timings.doc_markers(),
-                         ids=lambda value: value.name if hasattr(value, "name") else str(value)[:30])
+@pytest.mark.parametrize(
+    "path, name, text",
+    doc_timings.doc_markers(),
+    ids=lambda value: value.name if hasattr(value, "name") else str(value)[:30],
+)
 def test_the_docs_quote_what_the_script_recorded(path, name, text):
     assert name in RECORD["entries"], f"{path.name}: timing marker {name!r} names nothing bench/doc_timings.py records"
     assert text == doc_timings.render(RECORD, name), (
         f"{path.name}: {name} reads {text!r}, the record gives {doc_timings.render(RECORD, name)!r}: run "
-        "`python bench/doc_timings.py update-docs` (or measure again)")
+        "`python bench/doc_timings.py update-docs` (or measure again)"
+    )
 
 
 def test_the_main_claims_are_marked_and_the_old_single_figures_are_gone():
@@ -54,5 +65,7 @@ def test_update_docs_rewrites_only_the_markers(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("A run takes <!-- timing:user_error -->old<!-- /timing --> here; 63 s elsewhere stays.\n")
     assert doc_timings.update_docs(RECORD, [page]) == [page]
-    assert page.read_text() == (f"A run takes <!-- timing:user_error -->{doc_timings.render(RECORD, 'user_error')}"
-                                "<!-- /timing --> here; 63 s elsewhere stays.\n")  # fmt: skip
+    assert page.read_text() == (
+        f"A run takes <!-- timing:user_error -->{doc_timings.render(RECORD, 'user_error')}"
+        "<!-- /timing --> here; 63 s elsewhere stays.\n"
+    )

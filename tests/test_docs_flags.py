@@ -41,13 +41,20 @@ def shown_options() -> dict[str, set[str]]:
         translate,
     )
 
-    shown = {"xlpe-translate": _parser_options(translate.build_parser()), "xlpe-evaluate": _parser_options(evaluate.build_parser()),
-             "xlpe-push": _parser_options(push._parser()), "xlpe-prepare": _parser_options(prepare._parser()),
-             "xlpe-reorder": _parser_options(reorder.build_parser()), "xlpe-tagger": _parser_options(tagger.build_parser())}  # fmt: skip
+    shown = {
+        "xlpe-translate": _parser_options(translate.build_parser()),
+        "xlpe-evaluate": _parser_options(evaluate.build_parser()),
+        "xlpe-push": _parser_options(push._parser()),
+        "xlpe-prepare": _parser_options(prepare._parser()),
+        "xlpe-reorder": _parser_options(reorder.build_parser()),
+        "xlpe-tagger": _parser_options(tagger.build_parser()),
+    }
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.suppress(SystemExit):
         demo.main(["--help"])
-    first_spellings = lambda text: {line.split()[0].rstrip(",") for line in text.splitlines() if line.startswith("  --")}
+    first_spellings = lambda text: {
+        line.split()[0].rstrip(",") for line in text.splitlines() if line.startswith("  --")
+    }
     shown["xlpe-demo"] = first_spellings(buffer.getvalue())
     shown["xlpe-train"] = first_spellings(train.help_text())
     return {command: options | {"--help"} for command, options in shown.items()}
@@ -113,19 +120,27 @@ def test_inline_flags_use_the_shown_spelling(shown):
             if any(mention in line for mention in FOREIGN):
                 continue
             for span in re.findall(r"`([^`]+)`", line):
-                problems += [f"{path.name}:{number}: {flag}" for flag in FLAG.findall(span)
-                             if flag not in every and "--" + flag[2:].replace("-", "_") in every]  # fmt: skip
+                problems += [
+                    f"{path.name}:{number}: {flag}"
+                    for flag in FLAG.findall(span)
+                    if flag not in every and "--" + flag[2:].replace("-", "_") in every
+                ]
     assert problems == []
 
 
 def test_the_check_finds_a_dash_spelling_and_an_unknown_flag(shown):
     probe = REPO_ROOT / "docs" / ".spelling_check_probe.md"
-    probe.write_text("Run `xlpe-translate --model m --num-beams 4`.\n\n```bash\nxlpe-prepare --source a \\\n"
-                     "    --source-lang de --nonsense 1   # comment --ignored\n```\n", encoding="utf-8")  # fmt: skip
+    probe.write_text(
+        "Run `xlpe-translate --model m --num-beams 4`.\n\n```bash\nxlpe-prepare --source a \\\n"
+        "    --source-lang de --nonsense 1   # comment --ignored\n```\n",
+        encoding="utf-8",
+    )
     try:
         problems = spelling_problems(probe, shown)
     finally:
         probe.unlink()
-    assert problems == ["docs/.spelling_check_probe.md:1: xlpe-translate --num-beams: write --num_beams",
-                        "docs/.spelling_check_probe.md:4: xlpe-prepare --source-lang: write --source_lang",
-                        "docs/.spelling_check_probe.md:4: xlpe-prepare --nonsense: no such flag"]
+    assert problems == [
+        "docs/.spelling_check_probe.md:1: xlpe-translate --num-beams: write --num_beams",
+        "docs/.spelling_check_probe.md:4: xlpe-prepare --source-lang: write --source_lang",
+        "docs/.spelling_check_probe.md:4: xlpe-prepare --nonsense: no such flag",
+    ]

@@ -11,9 +11,9 @@ import datasets
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO_ROOT
 from family_tester import TINY_MARIAN
+
 from xlpe.models import DPEMarianConfig, DPEMarianMTModel
 
 
@@ -32,8 +32,13 @@ def split():
         targets = rng.permutation(length - 1).tolist() + [-100]  # the final </s> has no target rank
         if length > 4:
             targets[1] = -100  # an unaligned token
-        rows.append({"input_ids": rng.integers(3, 50, size=length - 1).tolist() + [0], "attention_mask": [1] * length,
-                     "target_positions": targets})  # fmt: skip
+        rows.append(
+            {
+                "input_ids": rng.integers(3, 50, size=length - 1).tolist() + [0],
+                "attention_mask": [1] * length,
+                "target_positions": targets,
+            }
+        )
     return datasets.Dataset.from_list(rows)
 
 
@@ -67,8 +72,10 @@ def test_a_block_that_outputs_its_own_position_scores_as_the_monotone_order(mode
 def test_a_block_that_outputs_the_target_row_decodes_every_token_to_its_target(model, split, monkeypatch):
     table = model.model.encoder.embed_positions.weight
     batches = iter(
-        [torch.nn.utils.rnn.pad_sequence([torch.tensor(t) for t in split["target_positions"][s : s + 5]], True, -100)
-         for s in range(0, len(split), 5)]  # fmt: skip
+        [
+            torch.nn.utils.rnn.pad_sequence([torch.tensor(t) for t in split["target_positions"][s : s + 5]], True, -100)
+            for s in range(0, len(split), 5)
+        ]
     )
 
     def oracle_block(enriched, pe_abs, mask, **kw):
@@ -88,8 +95,20 @@ def test_cli_on_a_saved_model(model, split, tmp_path, capsys):
     datasets.DatasetDict({"test": split}).save_to_disk(str(tmp_path / "data"))
     probe = load_probe()
     out = tmp_path / "probe.json"
-    assert probe.main(["--model", str(tmp_path / "dpe"), str(tmp_path / "dpe"), "--prepared", str(tmp_path / "data"),
-                       "--json", str(out)]) == 0  # fmt: skip
+    assert (
+        probe.main(
+            [
+                "--model",
+                str(tmp_path / "dpe"),
+                str(tmp_path / "dpe"),
+                "--prepared",
+                str(tmp_path / "data"),
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     record = json.loads(out.read_text())
     assert len(record["rows"]) == 2 and record["std"]["order_loss"] == 0.0  # the same model twice
     assert record["mean"]["gate"] == 1.0 and -1.0 <= record["mean"]["tau_decoded"] <= 1.0

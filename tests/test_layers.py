@@ -104,8 +104,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_checker_finds_an_upward_import_and_a_cycle():
-    graph = {"xlpe.models.a": {"xlpe.training.b"}, "xlpe.training.b": {"xlpe.features.c"},
-             "xlpe.features.c": {"xlpe.features.d"}, "xlpe.features.d": {"xlpe.features.c"}}  # fmt: skip
+    graph = {
+        "xlpe.models.a": {"xlpe.training.b"},
+        "xlpe.training.b": {"xlpe.features.c"},
+        "xlpe.features.c": {"xlpe.features.d"},
+        "xlpe.features.d": {"xlpe.features.c"},
+    }
     assert upward_imports(graph) == ["xlpe.models.a -> xlpe.training.b"]
     assert cycles(graph) == [["xlpe.features.c", "xlpe.features.d"]]
     assert cycles({"xlpe.cli.a": {"xlpe.training.b"}, "xlpe.training.b": set()}) == []
@@ -158,7 +162,7 @@ def test_module_docstring_and_size(name):
     text = path.read_text(encoding="utf-8")
     assert ast.get_docstring(ast.parse(text)), f"{path} has no module docstring saying what it owns"
     lines = text.count("\n")
-    if lines > 400:
+    if lines > 450:  # issue 40: "no module over ~450 lines unless sectioned"
         assert text.count(SECTION_BANNER) >= 3, f"{path}: {lines} lines and no sections"
 
 
@@ -167,8 +171,14 @@ def test_module_docstring_and_size(name):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("old, new", [("xlpe.train_args", "xlpe.training.arguments"), ("xlpe.modeling_dpe", "xlpe.models.modeling_dpe"),
-                                      ("xlpe.prepare", "xlpe.features.prepare")])  # fmt: skip
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("xlpe.train_args", "xlpe.training.arguments"),
+        ("xlpe.modeling_dpe", "xlpe.models.modeling_dpe"),
+        ("xlpe.prepare", "xlpe.features.prepare"),
+    ],
+)
 def test_old_module_paths_import_the_same_module_with_a_warning(old, new):
     import importlib
     import sys
@@ -192,8 +202,17 @@ def test_every_console_script_points_at_a_cli_function():
     import importlib
 
     scripts = console_scripts()
-    assert set(scripts) == {"xlpe-prepare", "xlpe-train", "xlpe-translate", "xlpe-evaluate", "xlpe-push", "xlpe-demo",
-                            "xlpe-reorder", "xlpe-tagger", "xlpe-export"}
+    assert set(scripts) == {
+        "xlpe-prepare",
+        "xlpe-train",
+        "xlpe-translate",
+        "xlpe-evaluate",
+        "xlpe-push",
+        "xlpe-demo",
+        "xlpe-reorder",
+        "xlpe-tagger",
+        "xlpe-export",
+    }
     for name, target in scripts.items():
         module, _, function = target.partition(":")
         assert module.startswith("xlpe.cli."), f"{name} -> {target}: console scripts live in xlpe.cli"
@@ -205,9 +224,16 @@ def test_every_console_script_help_runs():
     import subprocess
     import sys
 
-    processes = {name: subprocess.Popen([sys.executable, "-m", target.partition(":")[0], "--help"], cwd=PACKAGE.parent,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for name, target in console_scripts().items()}  # fmt: skip
+    processes = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", target.partition(":")[0], "--help"],
+            cwd=PACKAGE.parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, target in console_scripts().items()
+    }
     for name, process in processes.items():
         out, err = process.communicate(timeout=180)
         assert process.returncode == 0 and "usage:" in out, f"{name}: {err[-2000:]}"
@@ -217,6 +243,11 @@ def test_old_script_module_still_runs_with_python_m():
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "xlpe.evaluate_cli", "--help"], capture_output=True, text=True,
-                            timeout=120, cwd=PACKAGE.parent)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "xlpe.evaluate_cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PACKAGE.parent,
+    )
     assert result.returncode == 0 and "usage: xlpe-evaluate" in result.stdout, result.stderr[-2000:]

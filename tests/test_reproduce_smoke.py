@@ -13,7 +13,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO_ROOT
 
 
@@ -35,10 +34,18 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
 
     assert driver.main(common + ["--workers", "2"]) == 0  # two worker processes, one run each
     assert "worker starts smoke|de-en|combination|1" in capsys.readouterr().out
-    records = sorted((json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()), key=lambda r: r["name"] != "vanilla")
-    (work / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))  # vanilla first, as one process writes them
+    records = sorted(
+        (json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()),
+        key=lambda r: r["name"] != "vanilla",
+    )
+    (work / "results.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in records)
+    )  # vanilla first, as one process writes them
     assert [r["name"] for r in records] == ["vanilla", "combination"]
-    assert sorted(p.name for p in (work / "logs").iterdir()) == ["smoke_de-en_combination_1.log", "smoke_de-en_vanilla_1.log"]
+    assert sorted(p.name for p in (work / "logs").iterdir()) == [
+        "smoke_de-en_combination_1.log",
+        "smoke_de-en_vanilla_1.log",
+    ]
     for record in records:
         assert 0.0 <= record["bleu"] <= 100.0 and 0.0 <= record["chrf"] <= 100.0
         assert record["bleu_signature"].startswith("nrefs:1|") and "tok:13a" in record["bleu_signature"]
@@ -47,12 +54,14 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
         assert record["date"] == time.strftime("%Y-%m-%d")
 
     capsys.readouterr()
-    assert driver.main(common + ["--report", "--run", "--benchmarks", str(benchmarks), "--plot_dir", str(tmp_path)]) == 0
+    assert (
+        driver.main(common + ["--report", "--run", "--benchmarks", str(benchmarks), "--plot_dir", str(tmp_path)]) == 0
+    )
     assert "skip (already in results.jsonl)" in capsys.readouterr().out  # resumable: nothing retrained
     assert len((work / "results.jsonl").read_text().splitlines()) == 2
     text = benchmarks.read_text()
     assert text.startswith("# Benchmarks\n\n## Speed\n\nkept as it is\n")  # only the new section is touched
-    section = text[text.index("## Reproduction"):]
+    section = text[text.index("## Reproduction") :]
     assert "### xl-combination (smoke mode)" in section and "| combination | de-en | 1 |" in section
     # the XL PE run is also decoded with oracle positions in the same xlpe-train run: its row beside the predicted
     assert "oracle_bleu" in records[1] and "oracle_bleu" not in records[0]
@@ -64,7 +73,12 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     monkeypatch.setattr(driver.reproduction, "NOISE_RATIOS", (0.0,))
     runs_before = sorted(p.name for p in (work / "runs").iterdir())
     # (--max_minutes already past: a reused result costs no time, so it is still recorded)
-    assert driver.main(["--mode", "smoke", "--groups", "noise", "--seeds", "1", "--work_dir", str(work), "--max_minutes", "1e-6"]) == 0
+    assert (
+        driver.main(
+            ["--mode", "smoke", "--groups", "noise", "--seeds", "1", "--work_dir", str(work), "--max_minutes", "1e-6"]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()]
     reused = records[-1]
     assert len(records) == 3 and reused["name"] == "combination-noise0.0" and reused["group"] == "noise"
@@ -85,7 +99,20 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert len((fresh / "results.jsonl").read_text().splitlines()) == 1
 
     with pytest.raises(SystemExit, match="--only 'smoke|de-en|nonexistent|1' is not a run"):
-        driver.main(["--mode", "smoke", "--groups", "xl", "--seeds", "1", "--work_dir", str(fresh), "--only", "smoke|de-en|nonexistent|1"])
+        driver.main(
+            [
+                "--mode",
+                "smoke",
+                "--groups",
+                "xl",
+                "--seeds",
+                "1",
+                "--work_dir",
+                str(fresh),
+                "--only",
+                "smoke|de-en|nonexistent|1",
+            ]
+        )
 
     with pytest.raises(SystemExit, match="holds smoke-mode runs; use another --work_dir for --mode cpu"):
         driver.main(["--mode", "cpu", "--groups", "xl", "--seeds", "1", "--work_dir", str(fresh)])
@@ -93,16 +120,39 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     # init group: Table 5's deeper encoders and the baselines again with a small init of the linear layers; the
     # runs it shares with other groups (vanilla, combination) are reused by key and shown in its table
     capsys.readouterr()
-    assert driver.main(["--mode", "smoke", "--groups", "init", "--seeds", "1", "--work_dir", str(work), "--report", "--run", "--plot_dir", str(tmp_path)]) == 0
+    assert (
+        driver.main(
+            [
+                "--mode",
+                "smoke",
+                "--groups",
+                "init",
+                "--seeds",
+                "1",
+                "--work_dir",
+                str(work),
+                "--report",
+                "--run",
+                "--plot_dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     records = {r["name"]: r for r in map(json.loads, (work / "results.jsonl").read_text().splitlines())}
     assert {"init-vanilla", "table5-8E", "init-8E", "table5-10E", "init-10E", "init-combination"} <= set(records)
     layers = driver.MODES["smoke"]["layers"]
-    for name, depth, init_std in (("init-8E", layers + 2, 0.02), ("table5-10E", layers + 4, driver.MODES["smoke"]["d_model"] ** -0.5)):
+    for name, depth, init_std in (
+        ("init-8E", layers + 2, 0.02),
+        ("table5-10E", layers + 4, driver.MODES["smoke"]["d_model"] ** -0.5),
+    ):
         config = json.loads((work / "runs" / f"de-en-{name}-seed1" / "config.json").read_text())
         assert (config["encoder_layers"], config["decoder_layers"]) == (depth, layers)
         assert config["init_std"] == pytest.approx(init_std)
     table = capsys.readouterr().out.split("### init (smoke mode)")[1].split("###")[0]
-    assert "| combination | de-en | 1 |" in table and "| init-combination | de-en | 1 |" in table  # combination: from xl-combination
+    assert (
+        "| combination | de-en | 1 |" in table and "| init-combination | de-en | 1 |" in table
+    )  # combination: from xl-combination
 
 
 def test_init_probe_table(capsys):
@@ -113,7 +163,10 @@ def test_init_probe_table(capsys):
     spec.loader.exec_module(probe)
     assert probe.main(["--d_model", "64", "--layers", "1,3"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 64 |")]
-    cells = {row.split(" | ")[1]: [tuple(map(float, c.split(" / "))) for c in row.strip(" |").split(" | ")[2:]] for row in rows}
+    cells = {
+        row.split(" | ")[1]: [tuple(map(float, c.split(" / "))) for c in row.strip(" |").split(" | ")[2:]]
+        for row in rows
+    }
     assert set(cells) == set(probe.INITS)
     assert all(-1.0 <= v <= 1.0 for pairs in cells.values() for pair in pairs for v in pair)
     (_, gain_one_deep), (_, small_deep) = cells["all d^-1/2"][1], cells["emb d^-1/2, linear 0.02"][1]
@@ -125,7 +178,10 @@ def test_depth_check_trains_both_backends_on_the_same_batches(capsys):
     spec = importlib.util.spec_from_file_location("depth_check", REPO_ROOT / "bench" / "depth_check.py")
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
-    assert check.main(["--steps", "3", "--warmup_steps", "1", "--train_pairs", "64", "--depths", "1+1", "--d_model", "16"]) == 0
+    assert (
+        check.main(["--steps", "3", "--warmup_steps", "1", "--train_pairs", "64", "--depths", "1+1", "--d_model", "16"])
+        == 0
+    )
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| 1+1 |")]
     assert [row[1] for row in rows] == ["marian", "torch"]
     assert all(0.0 < float(row[2]) < 20.0 for row in rows)  # validation loss in nats, not NaN
@@ -164,18 +220,49 @@ def test_reorderer_words_driver(tmp_path, capsys):
     """bench/reorderer_words.py on a tiny XL PE model: both rows, and ranking whole words never splits one."""
     from xlpe.training.run import main as xlpe_train
 
-    xlpe_train(["--output_dir", str(tmp_path / "run"), "--cache_dir", str(tmp_path / "cache"), "--d_model", "16",
-                "--ffn_dim", "32", "--attention_heads", "2", "--encoder_layers", "1", "--decoder_layers", "1",
-                "--max_train_samples", "64", "--max_predict_samples", "8", "--tokenizer_vocab_size", "300",
-                "--tokenizer_model", "unigram", "--max_steps", "2", "--do_train", "--do_predict", "--save_strategy", "no",
-                "--report_to", "none"])  # fmt: skip
+    xlpe_train(
+        [
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--cache_dir",
+            str(tmp_path / "cache"),
+            "--d_model",
+            "16",
+            "--ffn_dim",
+            "32",
+            "--attention_heads",
+            "2",
+            "--encoder_layers",
+            "1",
+            "--decoder_layers",
+            "1",
+            "--max_train_samples",
+            "64",
+            "--max_predict_samples",
+            "8",
+            "--tokenizer_vocab_size",
+            "300",
+            "--tokenizer_model",
+            "unigram",
+            "--max_steps",
+            "2",
+            "--do_train",
+            "--do_predict",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+        ]
+    )
     prepared = next((tmp_path / "cache" / "prepared").glob("xlpe-prepare-*/data"))
     spec = importlib.util.spec_from_file_location("reorderer_words", REPO_ROOT / "bench" / "reorderer_words.py")
     driver = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(driver)
     capsys.readouterr()
     assert driver.main(["--model", str(tmp_path / "run"), "--prepared", str(prepared), "--num_beams", "1"]) == 0
-    rows = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
+    rows = {
+        line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")
+    }
     assert set(rows) >= {"pieces (reorder_unit=token)", "words (reorder_unit=word)"}
     split, words = rows["words (reorder_unit=word)"].rstrip(" |").split(" | ")[-1].split(" ")[0].split("/")
     assert split == "0" and int(words) > 0  # multi-piece words exist (unigram, 300 pieces) and none is split
@@ -185,20 +272,57 @@ def test_reorderer_words_driver(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("reorderer_bench", REPO_ROOT / "bench" / "reorderer.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    record = bench.main(["--prepared", str(prepared), "--tokenizer", str(tmp_path / "run"), "--output_dir",
-                         str(tmp_path / "reorderer"), "--model", str(tmp_path / "run"), "--epochs", "1",
-                         "--config", '{"training_loss": "pairwise+btg_crf"}'])  # fmt: skip
+    record = bench.main(
+        [
+            "--prepared",
+            str(prepared),
+            "--tokenizer",
+            str(tmp_path / "run"),
+            "--output_dir",
+            str(tmp_path / "reorderer"),
+            "--model",
+            str(tmp_path / "run"),
+            "--epochs",
+            "1",
+            "--config",
+            '{"training_loss": "pairwise+btg_crf"}',
+        ]
+    )
     prior = record["order_prior"]  # chosen on a held-out tenth of the training pairs
-    named = {f"standalone reorderer, btg decoder, order prior {prior}", f"standalone reorderer, rank decoder, order prior {prior}",
-             "built-in ranking predictor (in-model)", "monotone"} | ({"standalone reorderer, btg decoder, order prior 0"} if prior else set())  # fmt: skip
+    named = {
+        f"standalone reorderer, btg decoder, order prior {prior}",
+        f"standalone reorderer, rank decoder, order prior {prior}",
+        "built-in ranking predictor (in-model)",
+        "monotone",
+    } | ({"standalone reorderer, btg decoder, order prior 0"} if prior else set())
     held_out = len(__import__("datasets").load_from_disk(str(prepared))["train"]) // 10
     assert set(record["rows"]) == named and record["calibration_pairs"] == held_out > 0
     assert all(-1.0 <= row["kendall_tau"] <= 1.0 and row["sentences"] > 0 for row in record["rows"].values())
     # xlpe-train --reorderer: the trained model decodes its test split with the standalone reorderer's positions
-    metrics = xlpe_train(["--model_name_or_path", str(tmp_path / "run"), "--reorderer", str(tmp_path / "reorderer"),
-                          "--output_dir", str(tmp_path / "with_reorderer"), "--cache_dir", str(tmp_path / "cache"),
-                          "--max_train_samples", "16", "--max_predict_samples", "8", "--max_steps", "1", "--do_train",
-                          "--do_predict", "--save_strategy", "no", "--report_to", "none"])  # fmt: skip
+    metrics = xlpe_train(
+        [
+            "--model_name_or_path",
+            str(tmp_path / "run"),
+            "--reorderer",
+            str(tmp_path / "reorderer"),
+            "--output_dir",
+            str(tmp_path / "with_reorderer"),
+            "--cache_dir",
+            str(tmp_path / "cache"),
+            "--max_train_samples",
+            "16",
+            "--max_predict_samples",
+            "8",
+            "--max_steps",
+            "1",
+            "--do_train",
+            "--do_predict",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+        ]
+    )
     assert "predict_bleu" in metrics
     saved = json.loads((tmp_path / "with_reorderer" / "config.json").read_text())
     assert saved["reorderer_config"]["model_type"] == "xlpe_reorderer"
@@ -212,16 +336,32 @@ def test_reorderer_bench_prepares_raw_files(tmp_path):
     words = "the cat dog sees chases small red ball man reads book garden".split()
     sources = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 6))) for _ in range(60)]
     files = []
-    for name, lines in [("train.src", sources[:50]), ("train.tgt", [s.upper() for s in sources[:50]]),
-                        ("test.src", sources[50:]), ("test.tgt", [s.upper() for s in sources[50:]])]:  # fmt: skip
+    for name, lines in [
+        ("train.src", sources[:50]),
+        ("train.tgt", [s.upper() for s in sources[:50]]),
+        ("test.src", sources[50:]),
+        ("test.tgt", [s.upper() for s in sources[50:]]),
+    ]:
         (tmp_path / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         files.append(str(tmp_path / name))
     spec = importlib.util.spec_from_file_location("reorderer_bench_raw", REPO_ROOT / "bench" / "reorderer.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    record = bench.main(["--raw", *files, "--output_dir", str(tmp_path / "out"), "--epochs", "1",
-                         "--config", '{"d_model": 32, "ffn_dim": 64, "token_layers": 1}'])  # fmt: skip
-    assert (record["train_pairs"], record["calibration_pairs"]) == (45, 5) and record["rows"]["monotone"]["sentences"] == 10
+    record = bench.main(
+        [
+            "--raw",
+            *files,
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--epochs",
+            "1",
+            "--config",
+            '{"d_model": 32, "ffn_dim": 64, "token_layers": 1}',
+        ]
+    )
+    assert (record["train_pairs"], record["calibration_pairs"]) == (45, 5) and record["rows"]["monotone"][
+        "sentences"
+    ] == 10
     assert (tmp_path / "out" / "prepared" / "tokenizer" / "tokenizer.json").is_file()
 
 
@@ -237,7 +377,9 @@ def test_language_pairs_of_the_shared_data(shared_dir, monkeypatch, capsys):
         sizes = [len(splits[s].sources) for s in ("train", "validation", "test")]
         assert sizes == [2000, 50, 100], (pair, sizes)
         for split in splits.values():
-            assert len(split.sources) == len(split.targets) and all(s.strip() and t.strip() for s, t in zip(split.sources, split.targets))
+            assert len(split.sources) == len(split.targets) and all(
+                s.strip() and t.strip() for s, t in zip(split.sources, split.targets)
+            )
     zh_en = reproduction.raw_splits("zh-en", dict(mode, train=10**6))
     assert not set(zh_en["test"].targets) & set(zh_en["train"].targets)  # split by English sentence
     assert not set(zh_en["test"].targets) & set(zh_en["validation"].targets)
@@ -256,14 +398,24 @@ def test_reorderer_group_resolves_the_pair_reorderer(monkeypatch, tmp_path):
     """The `reorderer` group's third run gets the pair's standalone reorderer (trained once per pair) as --reorderer."""
     driver = load_driver()
     reproduction = driver.reproduction
-    runs = reproduction.for_pair(reproduction.group_runs("reorderer", reproduction.MODES["smoke"]), "en-ja", "reorderer")
+    runs = reproduction.for_pair(
+        reproduction.group_runs("reorderer", reproduction.MODES["smoke"]), "en-ja", "reorderer"
+    )
     assert [spec["name"] for spec in runs] == ["vanilla", "combination", "combination+reorderer"]
     trained = []
-    monkeypatch.setattr(reproduction, "reorderer_dir", lambda work, pair, mode: trained.append(pair) or tmp_path / pair / "reorderer")
+    monkeypatch.setattr(
+        reproduction, "reorderer_dir", lambda work, pair, mode: trained.append(pair) or tmp_path / pair / "reorderer"
+    )
     fields = reproduction.resolved_fields(tmp_path, runs[2], reproduction.MODES["smoke"])
-    assert fields == {"xl_strategy": "combination", "reorderer": str(tmp_path / "en-ja" / "reorderer")} and trained == ["en-ja"]
-    assert reproduction.resolved_fields(tmp_path, runs[1], reproduction.MODES["smoke"]) == {"xl_strategy": "combination"}
-    args = reproduction.train_args(reproduction.MODES["smoke"], tmp_path / "out", 1, "en-ja", tmp_path / "tok", "xlpe", fields)
+    assert fields == {"xl_strategy": "combination", "reorderer": str(tmp_path / "en-ja" / "reorderer")} and trained == [
+        "en-ja"
+    ]
+    assert reproduction.resolved_fields(tmp_path, runs[1], reproduction.MODES["smoke"]) == {
+        "xl_strategy": "combination"
+    }
+    args = reproduction.train_args(
+        reproduction.MODES["smoke"], tmp_path / "out", 1, "en-ja", tmp_path / "tok", "xlpe", fields
+    )
     assert args[args.index("--reorderer") + 1] == str(tmp_path / "en-ja" / "reorderer")
 
 
@@ -273,11 +425,28 @@ def test_tagged_runs_take_the_pairs_offline_taggers(tmp_path, capsys):
     reproduction = load_driver().reproduction
     mode = reproduction.MODES["smoke"]
     names = lambda runs: [spec["name"] for spec in runs]  # noqa: E731
-    assert names(reproduction.group_runs("pos", mode)) == ["vanilla", "combination", "combination+pos", "mvpe_pos-steps", "mvpe-steps",
-                                                          "sinusoid-steps"]
+    assert names(reproduction.group_runs("pos", mode)) == [
+        "vanilla",
+        "combination",
+        "combination+pos",
+        "mvpe_pos-steps",
+        "mvpe-steps",
+        "sinusoid-steps",
+    ]
     table = reproduction.group_runs("table1", mode)
-    assert {"relative", "disan", "in", "head", "combination+relative", "combination+reorderer", "combination+pos",
-            "mvpe_pos-steps", "mvpe-steps", "dpe-lambda0.5", "2pt"} <= set(names(table))  # fmt: skip
+    assert {
+        "relative",
+        "disan",
+        "in",
+        "head",
+        "combination+relative",
+        "combination+reorderer",
+        "combination+pos",
+        "mvpe_pos-steps",
+        "mvpe-steps",
+        "dpe-lambda0.5",
+        "2pt",
+    } <= set(names(table))
     assert len(set(names(table))) == len(table)
     de_en = names(reproduction.for_pair(table, "de-en", "table1"))
     assert "combination+pos" in de_en and "mvpe_pos-steps" in de_en  # German: the tagger trained on UD German-GSD
@@ -286,8 +455,11 @@ def test_tagged_runs_take_the_pairs_offline_taggers(tmp_path, capsys):
     zh_en = {spec["name"]: spec for spec in reproduction.for_pair(reproduction.group_runs("pos", mode), "zh-en", "pos")}
     assert zh_en["combination+pos"]["data"] == "tagged"
     assert reproduction.resolved_fields(tmp_path, zh_en["mvpe_pos-steps"], mode) == {
-        "source_tagger": "jieba-zh", "target_tagger": "nltk-en", "nltk_data": str(reproduction.NLTK_DATA),
-        "config_overrides": f"pos_dim={mode['d_model'] // 4}"}  # fmt: skip
+        "source_tagger": "jieba-zh",
+        "target_tagger": "nltk-en",
+        "nltk_data": str(reproduction.NLTK_DATA),
+        "config_overrides": f"pos_dim={mode['d_model'] // 4}",
+    }
     en_ja = reproduction.for_pair([zh_en["mvpe_pos-steps"]], "en-ja", "pos")[0]
     assert reproduction.resolved_fields(tmp_path, en_ja, mode)["source_tagger"] == "nltk-en"
     assert "target_tagger" not in reproduction.resolved_fields(tmp_path, en_ja, mode)
@@ -302,9 +474,13 @@ def test_dpe_paper_group_builds_the_published_settings():
     reproduction = load_driver().reproduction
     runs = {spec["name"]: spec for spec in reproduction.group_runs("dpe-paper", reproduction.MODES["smoke"])}
     assert list(runs) == ["vanilla", "dpe-lambda0.5", "dpe-paper-gate", "dpe-reference-loss"]
-    configs = {name: DPEMarianConfig(order_loss_weight=runs[name]["fields"]["order_loss_weight"],
-                                     **parse_config_overrides(runs[name]["fields"].get("config_overrides")))
-               for name in ("dpe-lambda0.5", "dpe-paper-gate", "dpe-reference-loss")}  # fmt: skip
+    configs = {
+        name: DPEMarianConfig(
+            order_loss_weight=runs[name]["fields"]["order_loss_weight"],
+            **parse_config_overrides(runs[name]["fields"].get("config_overrides")),
+        )
+        for name in ("dpe-lambda0.5", "dpe-paper-gate", "dpe-reference-loss")
+    }
     assert configs["dpe-lambda0.5"].dpe_learn_gate and not configs["dpe-paper-gate"].dpe_learn_gate
     reference = configs["dpe-reference-loss"]
     assert not reference.dpe_learn_gate
@@ -322,13 +498,39 @@ def test_xl_forms_group_builds_xl_relative_and_rotary_models_beside_their_parts(
     reproduction = load_driver().reproduction
     mode = reproduction.MODES["smoke"]
     runs = {spec["name"]: spec for spec in reproduction.group_runs("xl-forms", mode)}
-    assert list(runs) == ["vanilla", "relative", "rope", "xl-relative", "xl-relative-all", "xl-rope", "xl-rope-all",
-                          "xl-relative+reorderer", "xl-rope+reorderer"]  # fmt: skip
-    expected = {"xl-relative": ("relative", "first"), "xl-relative-all": ("relative", "all"), "xl-rope": ("rotary", "first"),
-                "xl-rope-all": ("rotary", "all"), "xl-relative+reorderer": ("relative", "first"), "xl-rope+reorderer": ("rotary", "first")}  # fmt: skip
-    small = dict(d_model=16, encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=2, decoder_layers=1,
-                 encoder_ffn_dim=16, decoder_ffn_dim=16, vocab_size=30, pad_token_id=1, eos_token_id=2, decoder_start_token_id=1,
-                 reorder_predictor_hidden_size=8)  # fmt: skip
+    assert list(runs) == [
+        "vanilla",
+        "relative",
+        "rope",
+        "xl-relative",
+        "xl-relative-all",
+        "xl-rope",
+        "xl-rope-all",
+        "xl-relative+reorderer",
+        "xl-rope+reorderer",
+    ]
+    expected = {
+        "xl-relative": ("relative", "first"),
+        "xl-relative-all": ("relative", "all"),
+        "xl-rope": ("rotary", "first"),
+        "xl-rope-all": ("rotary", "all"),
+        "xl-relative+reorderer": ("relative", "first"),
+        "xl-rope+reorderer": ("rotary", "first"),
+    }
+    small = dict(
+        d_model=16,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_layers=2,
+        decoder_layers=1,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        vocab_size=30,
+        pad_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        reorder_predictor_hidden_size=8,
+    )
     for name in ("relative", "rope", *expected):
         fields = dict(runs[name]["fields"])
         overrides = parse_config_overrides(fields.pop("config_overrides"))
@@ -352,14 +554,28 @@ def test_every_run_keeps_its_own_hypotheses(tmp_path, capsys):
     driver = load_driver()
     reproduction = driver.reproduction
     spec = next(s for s in reproduction.group_runs("2pt", reproduction.MODES["smoke"]) if s["name"] == "2pt")
-    dirs = {reproduction.run_dir(tmp_path, spec, seed, suffix) for seed in (1, 2) for suffix in ("", "-reorderer", "-translator")}
+    dirs = {
+        reproduction.run_dir(tmp_path, spec, seed, suffix)
+        for seed in (1, 2)
+        for suffix in ("", "-reorderer", "-translator")
+    }
     assert len(dirs) == 6 and all(d.parent == tmp_path / "runs" for d in dirs)
 
     shared = tmp_path / "runs" / "hypotheses.txt"
     shared.parent.mkdir(parents=True)
     shared.write_text("a\n", encoding="utf-8")
-    record = dict(group="2pt", mode="smoke", name="2pt", pair="de-en", bleu=1.0, chrf=1.0, hypotheses=str(shared),
-                  bleu_signature="s", chrf_signature="c", date="2026-11-25")  # fmt: skip
+    record = dict(
+        group="2pt",
+        mode="smoke",
+        name="2pt",
+        pair="de-en",
+        bleu=1.0,
+        chrf=1.0,
+        hypotheses=str(shared),
+        bleu_signature="s",
+        chrf_signature="c",
+        date="2026-11-25",
+    )
     records = [dict(record, key="smoke|de-en|2pt|1", seed=1), dict(record, key="smoke|de-en|2pt|2", seed=2)]
     reused = dict(record, key="smoke|de-en|2pt-again|1", seed=1, same_as="smoke|de-en|2pt|1")
     assert sys.modules[driver.report.__module__].shared_hypotheses([records[0], reused]) == {}
@@ -402,30 +618,72 @@ def test_stacked_runs_are_compared_with_their_parts(tmp_path, capsys):
     driver = load_driver()
     report_module = sys.modules[driver.report.__module__]
     words = "a man rides a red bike down the hill while two dogs run after him in the rain".split()
-    references = [" ".join(words[i % 7:] + words[:i % 7]) for i in range(80)]
-    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"source_text": references, "target_text": references})}).save_to_disk(
-        str(tmp_path / "data" / "de-en" / "clean"))  # fmt: skip
+    references = [" ".join(words[i % 7 :] + words[: i % 7]) for i in range(80)]
+    datasets.DatasetDict(
+        {"test": datasets.Dataset.from_dict({"source_text": references, "target_text": references})}
+    ).save_to_disk(str(tmp_path / "data" / "de-en" / "clean"))
     garbled = [" ".join(r.split()[::-1][:6]) for r in references]
     half = [r if i % 2 else g for i, (r, g) in enumerate(zip(references, garbled))]
-    outputs = {"vanilla": garbled, "combination": half, "combination+pos": references, "relative": references,
-               "combination+relative": references}  # fmt: skip
+    outputs = {
+        "vanilla": garbled,
+        "combination": half,
+        "combination+pos": references,
+        "relative": references,
+        "combination+relative": references,
+    }
     records = []
     for seed in (1, 2, 3):
         for name, lines in outputs.items():
             path = tmp_path / "runs" / f"{name}-{seed}.txt"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-            records.append(dict(group="table1", mode="smoke", name=name, pair="de-en", seed=seed, key=f"smoke|de-en|{name}|{seed}",
-                                kind="train", bleu=1.0, chrf=1.0, hypotheses=str(path), bleu_signature="s", chrf_signature="c",
-                                date="2026-11-26"))  # fmt: skip
+            records.append(
+                dict(
+                    group="table1",
+                    mode="smoke",
+                    name=name,
+                    pair="de-en",
+                    seed=seed,
+                    key=f"smoke|de-en|{name}|{seed}",
+                    kind="train",
+                    bleu=1.0,
+                    chrf=1.0,
+                    hypotheses=str(path),
+                    bleu_signature="s",
+                    chrf_signature="c",
+                    date="2026-11-26",
+                )
+            )
     table = report_module.components_table(records, tmp_path)
-    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in table if line.startswith("| combination")}
-    assert set(rows) == {("combination+relative", "relative"), ("combination+relative", "combination"), ("combination+pos", "combination")}
+    rows = {
+        tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in table if line.startswith("| combination")
+    }
+    assert set(rows) == {
+        ("combination+relative", "relative"),
+        ("combination+relative", "combination"),
+        ("combination+pos", "combination"),
+    }
     assert "better (significant in 3/3 seeds" in rows["combination+pos", "combination"]
-    assert "| +0.00 |" in rows["combination+relative", "relative"] and "within noise (significant in 0/3" in rows["combination+relative", "relative"]
+    assert (
+        "| +0.00 |" in rows["combination+relative", "relative"]
+        and "within noise (significant in 0/3" in rows["combination+relative", "relative"]
+    )
     assert "better (significant in 3/3 seeds" in rows["combination+relative", "combination"]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    assert driver.main(["--report", "--work_dir", str(tmp_path), "--report_groups", "table1", "--plot_dir", str(tmp_path / "plots")]) == 0
+    assert (
+        driver.main(
+            [
+                "--report",
+                "--work_dir",
+                str(tmp_path),
+                "--report_groups",
+                "table1",
+                "--plot_dir",
+                str(tmp_path / "plots"),
+            ]
+        )
+        == 0
+    )
     assert "| combination+pos | combination | 3 |" in capsys.readouterr().out
 
 
@@ -438,9 +696,13 @@ def test_reorderer_calibration_bench_redecodes_the_runs(tmp_path, shared_dir, mo
     driver = load_driver()
     work = tmp_path / "work"
     assert driver.main(["--mode", "smoke", "--groups", "reorderer", "--seeds", "1", "--work_dir", str(work)]) == 0
-    trained = json.loads((work / "data" / "de-en" / "reorderer" / "reorderer_training.json").read_text())["order_prior_calibration"]
+    trained = json.loads((work / "data" / "de-en" / "reorderer" / "reorderer_training.json").read_text())[
+        "order_prior_calibration"
+    ]
     assert trained["held_out_pairs"] > 0 and str(trained["chosen"]) in trained["by_prior"]
-    spec = importlib.util.spec_from_file_location("reorderer_calibration", REPO_ROOT / "bench" / "reorderer_calibration.py")
+    spec = importlib.util.spec_from_file_location(
+        "reorderer_calibration", REPO_ROOT / "bench" / "reorderer_calibration.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     capsys.readouterr()
@@ -453,7 +715,8 @@ def test_reorderer_calibration_bench_redecodes_the_runs(tmp_path, shared_dir, mo
     assert json.loads((work / "reorderer_calibration_de-en.json").read_text())["decoded_prior"] == 1.0
     assert "| prior | tau, validation |" in out and "re-decoded identically: 30 lines of 30" in out
     assert sorted(p.name for p in (work / "calibration" / "de-en").iterdir() if p.name.startswith("seed")) == sorted(
-        {f"seed1-prior{p}" for p in (0.0, trained["chosen"], 1.0)})
+        {f"seed1-prior{p}" for p in (0.0, trained["chosen"], 1.0)}
+    )
 
 
 def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path, shared_dir, monkeypatch):
@@ -469,9 +732,16 @@ def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path
     work = tmp_path / "work"
     assert driver.main(["--mode", "smoke", "--groups", "train-positions", "--seeds", "1", "--work_dir", str(work)]) == 0
     records = {r["name"]: r for r in map(json.loads, (work / "results.jsonl").read_text().splitlines())}
-    assert set(records) == {"vanilla", "combination+reorderer", "combination-jackknife+reorderer", "combination-mixed+reorderer"}
+    assert set(records) == {
+        "vanilla",
+        "combination+reorderer",
+        "combination-jackknife+reorderer",
+        "combination-mixed+reorderer",
+    }
     assert {records[n]["data"] for n in records} == {"clean", "jackknife", "jackknife-mixed"}
-    assert all(r["fields"].get("reorderer") == reproduction.PAIR_REORDERER for n, r in records.items() if n != "vanilla")
+    assert all(
+        r["fields"].get("reorderer") == reproduction.PAIR_REORDERER for n, r in records.items() if n != "vanilla"
+    )
     clean = datasets.load_from_disk(str(work / "data" / "de-en" / "clean"))["train"]["reorder_positions"]
     jackknifed = datasets.load_from_disk(str(work / "data" / "de-en" / "jackknife"))["train"]
     mixed = datasets.load_from_disk(str(work / "data" / "de-en" / "jackknife-mixed"))["train"]
@@ -491,24 +761,55 @@ def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path
     spec.loader.exec_module(probe)
     vanilla = work / "runs" / "de-en-vanilla-seed1"
     orders = tmp_path / "hypothesis.order"
-    result = probe.main(["hypothesis", "--prepared", str(work / "data" / "de-en" / "clean"), "--hypotheses",
-                         str(vanilla / "hypotheses.txt"), "--reorderer", str(work / "data" / "de-en" / "reorderer"),
-                         "--model", str(vanilla), "--write_orders", str(orders)])  # fmt: skip
+    result = probe.main(
+        [
+            "hypothesis",
+            "--prepared",
+            str(work / "data" / "de-en" / "clean"),
+            "--hypotheses",
+            str(vanilla / "hypotheses.txt"),
+            "--reorderer",
+            str(work / "data" / "de-en" / "reorderer"),
+            "--model",
+            str(vanilla),
+            "--write_orders",
+            str(orders),
+        ]
+    )
     test = datasets.load_from_disk(str(work / "data" / "de-en" / "clean"))["test"]
     several = sum(len(text.split()) > 1 for text in test["source_text"])
     rows = [k for k in result if isinstance(result[k], dict)]
     assert {"hypothesis", "reference, aligned again", "hypothesis, cross-attention links"} <= set(rows)
     assert len([k for k in rows if k.startswith("reorderer + hypothesis")]) == len(probe.HYPOTHESIS_WEIGHTS)
     assert all(result[k]["sentences"] == several and -1 <= result[k]["kendall_tau"] <= 1 for k in rows)
-    assert result["reference, aligned again"]["kendall_tau"] > 0.5  # de-en: nearly monotone, the aligner agrees with itself
+    assert (
+        result["reference, aligned again"]["kendall_tau"] > 0.5
+    )  # de-en: nearly monotone, the aligner agrees with itself
     lines = orders.read_text().splitlines()
-    assert len(lines) == len(test) and all(sorted(map(int, line.split())) == list(range(len(text.split())))
-                                           for line, text in zip(lines, test["source_text"]))  # fmt: skip
+    assert len(lines) == len(test) and all(
+        sorted(map(int, line.split())) == list(range(len(text.split())))
+        for line, text in zip(lines, test["source_text"])
+    )
     # the positions probe: the jackknifed training positions scored against the oracle kept beside them
-    scored = probe.main(["positions", "--prepared", str(work / "data" / "de-en" / "jackknife"), "--reorderer",
-                         str(work / "data" / "de-en" / "reorderer")])  # fmt: skip
+    scored = probe.main(
+        [
+            "positions",
+            "--prepared",
+            str(work / "data" / "de-en" / "jackknife"),
+            "--reorderer",
+            str(work / "data" / "de-en" / "reorderer"),
+        ]
+    )
     several_train = sum(len(text.split()) > 1 for text in jackknifed["source_text"])
     assert scored["reorder_positions"]["sentences"] == scored["monotone"]["sentences"] == several_train
     assert scored["reorder_positions"]["exact_match"] < 1.0  # some rows differ from the oracle (asserted above)
     with pytest.raises(SystemExit, match="no oracle_reorder_positions"):
-        probe.main(["positions", "--prepared", str(work / "data" / "de-en" / "clean"), "--reorderer", str(work / "data" / "de-en" / "reorderer")])
+        probe.main(
+            [
+                "positions",
+                "--prepared",
+                str(work / "data" / "de-en" / "clean"),
+                "--reorderer",
+                str(work / "data" / "de-en" / "reorderer"),
+            ]
+        )

@@ -11,22 +11,62 @@ import subprocess
 import sys
 import warnings
 
-import pytest
 from conftest import REPO_ROOT, write_multi30k_slice
 from local_hub import FRESH_PROCESS_SCRIPT, local_hub_endpoint
 
 from xlpe.cli import evaluate, prepare, push, reorder, train, translate
 
-ENTRY_POINTS = {"xlpe-prepare": prepare.main, "xlpe-train": train.cli, "xlpe-reorder": reorder.main,
-                "xlpe-translate": translate.main, "xlpe-evaluate": evaluate.main, "xlpe-push": push.main}  # fmt: skip
+ENTRY_POINTS = {
+    "xlpe-prepare": prepare.main,
+    "xlpe-train": train.cli,
+    "xlpe-reorder": reorder.main,
+    "xlpe-translate": translate.main,
+    "xlpe-evaluate": evaluate.main,
+    "xlpe-push": push.main,
+}
 SIZE_FLAGS = {  # appended to the README's lines: sizes only, every data/tokenizer/language choice is the README's
-    "xlpe-train": ["--d_model", "16", "--ffn_dim", "32", "--attention_heads", "2", "--encoder_layers", "1",
-                   "--decoder_layers", "1", "--max_steps", "4", "--eval_steps", "2", "--save_steps", "2",
-                   "--average_last_checkpoints", "2", "--max_tokens", "400", "--val_max_target_length", "8",
-                   "--num_translation_examples", "0", "--report_to", "none"],
-    "xlpe-reorder train": ["--epochs", "1", "--d-model", "32", "--token-layers", "1", "--word-layers", "1", "--batch-size", "16"],
+    "xlpe-train": [
+        "--d_model",
+        "16",
+        "--ffn_dim",
+        "32",
+        "--attention_heads",
+        "2",
+        "--encoder_layers",
+        "1",
+        "--decoder_layers",
+        "1",
+        "--max_steps",
+        "4",
+        "--eval_steps",
+        "2",
+        "--save_steps",
+        "2",
+        "--average_last_checkpoints",
+        "2",
+        "--max_tokens",
+        "400",
+        "--val_max_target_length",
+        "8",
+        "--num_translation_examples",
+        "0",
+        "--report_to",
+        "none",
+    ],
+    "xlpe-reorder train": [
+        "--epochs",
+        "1",
+        "--d-model",
+        "32",
+        "--token-layers",
+        "1",
+        "--word-layers",
+        "1",
+        "--batch-size",
+        "16",
+    ],
     "xlpe-translate": ["--quiet", "--max_new_tokens", "8"],
-}  # fmt: skip
+}
 REPO_ID = "your-name/xlpe-de-en"
 
 
@@ -39,8 +79,15 @@ def walkthrough_lines() -> list[list[str]]:
 
 def test_walkthrough_has_every_step():
     programs = [" ".join(argv[:2]) if argv[0] == "xlpe-reorder" else argv[0] for argv in walkthrough_lines()]
-    assert programs == ["xlpe-prepare", "xlpe-train", "xlpe-reorder train", "xlpe-reorder attach", "xlpe-translate",
-                        "xlpe-evaluate", "xlpe-push"]  # fmt: skip
+    assert programs == [
+        "xlpe-prepare",
+        "xlpe-train",
+        "xlpe-reorder train",
+        "xlpe-reorder attach",
+        "xlpe-translate",
+        "xlpe-evaluate",
+        "xlpe-push",
+    ]
 
 
 def test_readme_walkthrough_from_raw_text_to_a_shared_model(tmp_path, monkeypatch, capsys):
@@ -69,7 +116,12 @@ def test_readme_walkthrough_from_raw_text_to_a_shared_model(tmp_path, monkeypatc
     assert "nrefs:1" in scores["bleu"]["signature"] and "tok:13a" in scores["bleu"]["signature"]
     assert (received / "README.md").is_file() and (received / "modeling_xlpe.py").is_file()
     sentence = (tmp_path / "test.de").read_text(encoding="utf-8").splitlines()[0]
-    fresh = subprocess.run([sys.executable, "-c", FRESH_PROCESS_SCRIPT, str(received), sentence], capture_output=True,
-                           text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    fresh = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS_SCRIPT, str(received), sentence],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert json.loads(fresh.stdout.strip().splitlines()[-1])["result"][0]["translation_text"] is not None

@@ -29,14 +29,33 @@ __version__ = "0.5.0"
 # (every console script) does not pay for torch and transformers before it has parsed its arguments
 _EXPORTS = {
     **dict.fromkeys(
-        ("MODEL_FAMILIES", "DPEMarianConfig", "DPEMarianModel", "DPEMarianMTModel", "ModelFamily", "MvPEPosConfig",
-         "MvPEPosForConditionalGeneration", "MvPEPosModel", "XLPEMarianConfig", "XLPEMarianModel", "XLPEMarianMTModel",
-         "XLPEReordererConfig", "XLPEReordererModel", "XLPETranslationPipeline", "choose_pe_step", "get_family",
-         "mvpe_objective", "register_family", "table5_preset"), "models"),
+        (
+            "MODEL_FAMILIES",
+            "DPEMarianConfig",
+            "DPEMarianModel",
+            "DPEMarianMTModel",
+            "ModelFamily",
+            "MvPEPosConfig",
+            "MvPEPosForConditionalGeneration",
+            "MvPEPosModel",
+            "XLPEMarianConfig",
+            "XLPEMarianModel",
+            "XLPEMarianMTModel",
+            "XLPEReordererConfig",
+            "XLPEReordererModel",
+            "XLPETranslationPipeline",
+            "choose_pe_step",
+            "get_family",
+            "mvpe_objective",
+            "register_family",
+            "table5_preset",
+        ),
+        "models",
+    ),
     "OracleReorderTranslator": "evaluation.two_pass",
     "TwoPassTranslator": "evaluation.two_pass",
     "XLPEDataCollator": "training.collator",
-}  # fmt: skip
+}
 
 
 def untested_transformers(installed: str | None = None, accepted: str | None = None) -> str | None:
@@ -49,9 +68,10 @@ def untested_transformers(installed: str | None = None, accepted: str | None = N
         installed = installed or metadata.version("transformers")
         if accepted is None:
             accepted = next(
-                requirement for requirement in metadata.requires("xlpe") or []
+                requirement
+                for requirement in metadata.requires("xlpe") or []
                 if requirement.startswith("transformers") and "extra ==" not in requirement
-            )  # fmt: skip
+            )
     except (metadata.PackageNotFoundError, StopIteration):
         return None
     from packaging.requirements import Requirement
@@ -59,8 +79,10 @@ def untested_transformers(installed: str | None = None, accepted: str | None = N
     specifier = Requirement(accepted.split(";")[0]).specifier
     if specifier.contains(installed, prereleases=True):
         return None
-    return (f"xlpe {__version__} is tested with transformers {specifier} but {installed} is installed: results may "
-            f"differ silently; pip install \"transformers{specifier}\"")  # fmt: skip
+    return (
+        f"xlpe {__version__} is tested with transformers {specifier} but {installed} is installed: results may "
+        f'differ silently; pip install "transformers{specifier}"'
+    )
 
 
 def register() -> None:
@@ -94,7 +116,9 @@ class _RegisterAfterTransformers(importlib.abc.MetaPathFinder):
                 try:
                     register()
                 except Exception as error:  # e.g. no torch: transformers itself stays usable
-                    warnings.warn(f"xlpe: could not register its model families with transformers: {error}", stacklevel=2)
+                    warnings.warn(
+                        f"xlpe: could not register its model families with transformers: {error}", stacklevel=2
+                    )
 
             spec.loader.exec_module = exec_module
         return spec

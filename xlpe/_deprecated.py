@@ -15,16 +15,43 @@ import sys
 import warnings
 
 MOVED = {  # old name (under xlpe.) -> new name (under xlpe.)
-    **{name: f"models.{name}" for name in (
-        "configuration_xlpe", "modeling_xlpe", "configuration_dpe", "modeling_dpe", "configuration_mvpe_pos",
-        "modeling_mvpe_pos", "seq2seq_scaffold", "extra_inputs", "sinusoid", "hub_support", "pipeline_translation",
-        "tag_sets", "pos_tagging_hub", "reorder_predictor", "registry")},
-    **{name: f"features.{name}" for name in ("alignment", "reordering", "tagging", "tokenization", "synthetic", "prepare")},
-    **{name: f"training.{name}" for name in ("trainer", "collator", "checkpoint_averaging", "model_card", "push", "demo")},
-    "train": "cli.train", "train_args": "training.arguments", "train_data": "training.data",
-    "alignment_quality": "evaluation.alignment_quality", "plots": "evaluation.plots", "two_pass": "evaluation.two_pass",
-    "evaluate_cli": "cli.evaluate", "translate": "cli.translate",
-}  # fmt: skip
+    **{
+        name: f"models.{name}"
+        for name in (
+            "configuration_xlpe",
+            "modeling_xlpe",
+            "configuration_dpe",
+            "modeling_dpe",
+            "configuration_mvpe_pos",
+            "modeling_mvpe_pos",
+            "seq2seq_scaffold",
+            "extra_inputs",
+            "sinusoid",
+            "hub_support",
+            "pipeline_translation",
+            "tag_sets",
+            "pos_tagging_hub",
+            "reorder_predictor",
+            "registry",
+        )
+    },
+    **{
+        name: f"features.{name}"
+        for name in ("alignment", "reordering", "tagging", "tokenization", "synthetic", "prepare")
+    },
+    **{
+        name: f"training.{name}"
+        for name in ("trainer", "collator", "checkpoint_averaging", "model_card", "push", "demo")
+    },
+    "train": "cli.train",
+    "train_args": "training.arguments",
+    "train_data": "training.data",
+    "alignment_quality": "evaluation.alignment_quality",
+    "plots": "evaluation.plots",
+    "two_pass": "evaluation.two_pass",
+    "evaluate_cli": "cli.evaluate",
+    "translate": "cli.translate",
+}
 # `xlpe.evaluation` was a module and is now a package that re-exports the same functions: no alias needed.
 
 
@@ -33,8 +60,11 @@ class _MovedModuleLoader(importlib.abc.Loader):
         self.new_name = new_name
 
     def create_module(self, spec):
-        warnings.warn(f"{spec.name} moved to {self.new_name}; the old path goes away in the next release",
-                      DeprecationWarning, stacklevel=3)  # fmt: skip
+        warnings.warn(
+            f"{spec.name} moved to {self.new_name}; the old path goes away in the next release",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         return importlib.import_module(self.new_name)
 
     def exec_module(self, module):  # the new module is already executed
@@ -44,9 +74,12 @@ class _MovedModuleLoader(importlib.abc.Loader):
         return False
 
     def get_code(self, fullname):  # `python -m xlpe.<old>`: run the new module as __main__
-        return compile(f"import runpy, warnings\nwarnings.warn('{fullname} moved to {self.new_name}', DeprecationWarning)\n"
-                       f"runpy.run_module('{self.new_name}', run_name='__main__', alter_sys=True)\n",
-                       f"<{fullname}: moved to {self.new_name}>", "exec")  # fmt: skip
+        return compile(
+            f"import runpy, warnings\nwarnings.warn('{fullname} moved to {self.new_name}', DeprecationWarning)\n"
+            f"runpy.run_module('{self.new_name}', run_name='__main__', alter_sys=True)\n",
+            f"<{fullname}: moved to {self.new_name}>",
+            "exec",
+        )
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):

@@ -17,7 +17,11 @@ HANSARDS = DATA / "word_alignment_gold" / "enfr_hansards"
 def multi30k_split(split: str, lang: str, limit: int, tokenized: bool) -> list[str]:
     from xlpe.features.alignment import read_text_lines
 
-    path = MULTI30K / ("tok" if tokenized else "raw") / (f"{split}.lc.norm.tok.{lang}.gz" if tokenized else f"{split}.{lang}.gz")
+    path = (
+        MULTI30K
+        / ("tok" if tokenized else "raw")
+        / (f"{split}.lc.norm.tok.{lang}.gz" if tokenized else f"{split}.{lang}.gz")
+    )
     return read_text_lines(path)[:limit]
 
 
@@ -56,7 +60,7 @@ def tatoeba_cmn_eng_splits(train: int, val: int, test: int, seed: int = 0) -> di
     segment = lambda text: " ".join(word for word in jieba.lcut(text) if word.strip())  # noqa: E731
     splits, start = {}, 0
     for name, size in (("test", test), ("validation", val)):
-        chosen = english[start:start + size]
+        chosen = english[start : start + size]
         start += size
         splits[name] = ([segment(by_english[e][0]) for e in chosen], chosen)
     pairs = [(segment(zh), e) for e in english[start:] for zh in by_english[e]][:train]

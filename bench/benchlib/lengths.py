@@ -64,11 +64,13 @@ def build(data_dir: Path, vocab_size: int = 32000) -> dict:
     counts = Counter(kept)
     return {
         "name": "newstest-deen",
-        "description": (f"WMT newstest2008-2019 de->en ({len(kept):,} of {len(sources):,} pairs, both sides <= {MAX_LENGTH} "
-                        f"tokens), joint BPE {vocab_size // 1000}k, EOS included; mean source "
-                        f"{np.mean([s for s, _ in kept]):.1f}, target {np.mean([t for _, t in kept]):.1f} tokens"),
+        "description": (
+            f"WMT newstest2008-2019 de->en ({len(kept):,} of {len(sources):,} pairs, both sides <= {MAX_LENGTH} "
+            f"tokens), joint BPE {vocab_size // 1000}k, EOS included; mean source "
+            f"{np.mean([s for s, _ in kept]):.1f}, target {np.mean([t for _, t in kept]):.1f} tokens"
+        ),
         "pairs": sorted([s, t, c] for (s, t), c in counts.items()),
-    }  # fmt: skip
+    }
 
 
 if __name__ == "__main__":

@@ -15,8 +15,12 @@ def pytest_runtest_logreport(report):
         return
     if report.when != "call" and report.outcome == "passed":
         return  # setup/teardown that passed: the call's line says it
-    record = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
-              "seconds": round(report.duration, 3)}  # fmt: skip
+    record = {
+        "test": report.nodeid,
+        "when": report.when,
+        "outcome": report.outcome,
+        "seconds": round(report.duration, 3),
+    }
     if report.failed:
         record["error"] = str(report.longrepr)[-2000:]
     elif report.skipped and isinstance(report.longrepr, tuple):

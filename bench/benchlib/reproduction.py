@@ -19,13 +19,61 @@ DPE_LAMBDAS = (0.1, 0.3, 0.5, 0.7)
 # ---------------------------------------------------------------------------------------------------------
 
 MODES = {
-    "smoke": dict(train=300, val=30, test=30, steps=6, batch=16, d_model=32, layers=1, heads=4, ffn=64, vocab=400,
-                  beams=1, lr=1e-3, warmup=2, epochs_mvpe=2, max_length=64, reorderer_epochs=1),
-    "cpu": dict(train=29000, val=300, test=1000, steps=1200, batch=64, d_model=128, layers=2, heads=4, ffn=256,
-                vocab=4000, beams=4, lr=2e-3, warmup=100, epochs_mvpe=3, max_length=64, reorderer_epochs=3),
-    "gpu": dict(train=29000, val=1014, test=1000, steps=20000, batch=128, d_model=256, layers=2, heads=4, ffn=1024,
-                vocab=8000, beams=5, lr=7e-4, warmup=1000, epochs_mvpe=20, max_length=100, reorderer_epochs=3),
-}  # fmt: skip
+    "smoke": dict(
+        train=300,
+        val=30,
+        test=30,
+        steps=6,
+        batch=16,
+        d_model=32,
+        layers=1,
+        heads=4,
+        ffn=64,
+        vocab=400,
+        beams=1,
+        lr=1e-3,
+        warmup=2,
+        epochs_mvpe=2,
+        max_length=64,
+        reorderer_epochs=1,
+    ),
+    "cpu": dict(
+        train=29000,
+        val=300,
+        test=1000,
+        steps=1200,
+        batch=64,
+        d_model=128,
+        layers=2,
+        heads=4,
+        ffn=256,
+        vocab=4000,
+        beams=4,
+        lr=2e-3,
+        warmup=100,
+        epochs_mvpe=3,
+        max_length=64,
+        reorderer_epochs=3,
+    ),
+    "gpu": dict(
+        train=29000,
+        val=1014,
+        test=1000,
+        steps=20000,
+        batch=128,
+        d_model=256,
+        layers=2,
+        heads=4,
+        ffn=1024,
+        vocab=8000,
+        beams=5,
+        lr=7e-4,
+        warmup=1000,
+        epochs_mvpe=20,
+        max_length=100,
+        reorderer_epochs=3,
+    ),
+}
 
 
 RELATIVE_PE = "relative_attention_max_distance=16"  # Shaw et al.'s clipping distance, as a --config_overrides item
@@ -38,7 +86,9 @@ TAGGERS = {"en": "nltk-en", "zh": "jieba-zh"}  # the built-in taggers that work 
 # languages tagged by a tagger trained here (`xlpe-tagger train`: NLTK's averaged perceptron) on a UD treebank of the
 # shared data: (treebank files, tag column). German: UD German-GSD dev + test (its train split is not in the shared
 # data), STTS tags (the German counterpart of English PTB tags); held-out accuracy 0.852 (docs/mvpe_pos.md)
-TREEBANK_TAGGERS = {"de": ((UD_GERMAN_GSD / "de_gsd-ud-dev.conllu.gz", UD_GERMAN_GSD / "de_gsd-ud-test.conllu.gz"), "xpos")}
+TREEBANK_TAGGERS = {
+    "de": ((UD_GERMAN_GSD / "de_gsd-ud-dev.conllu.gz", UD_GERMAN_GSD / "de_gsd-ud-test.conllu.gz"), "xpos")
+}
 
 
 def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None, **fields):
@@ -60,77 +110,161 @@ def group_runs(group: str, mode: dict) -> list[dict]:
         return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination")]
     if group == "tau":
         default_tau = max(1, heads // 4)  # the "head" run of group xl (XLPEMarianConfig's default tau)
-        return [run("vanilla", "vanilla")] + [run(f"head-tau{t}", "xlpe", xl_strategy="head", xl_heads=t,
-                                                  same_as="head" if t == default_tau else None) for t in range(heads + 1)]  # fmt: skip
+        return [run("vanilla", "vanilla")] + [
+            run(f"head-tau{t}", "xlpe", xl_strategy="head", xl_heads=t, same_as="head" if t == default_tau else None)
+            for t in range(heads + 1)
+        ]
     if group == "dpe":
-        return [run("vanilla", "vanilla")] + [run(f"dpe-lambda{lam}", "dpe", order_loss_weight=lam) for lam in DPE_LAMBDAS]
-    if group == "dpe-paper":  # DPE exactly as published: no gate (X + r, Fig. 4); and the reference code's loss weighting
+        return [run("vanilla", "vanilla")] + [
+            run(f"dpe-lambda{lam}", "dpe", order_loss_weight=lam) for lam in DPE_LAMBDAS
+        ]
+    if (
+        group == "dpe-paper"
+    ):  # DPE exactly as published: no gate (X + r, Fig. 4); and the reference code's loss weighting
         paper = "dpe_learn_gate=false"  # g stays 1: the encoder input is X + r, the paper's architecture throughout
-        return [run("vanilla", "vanilla"), run("dpe-lambda0.5", "dpe", order_loss_weight=0.5),
-                run("dpe-paper-gate", "dpe", order_loss_weight=0.5, config_overrides=paper),
-                run("dpe-reference-loss", "dpe", order_loss_weight=0.5,
-                    config_overrides=f"{paper},order_loss_lambda_side=order,order_loss_normalization=reference")]  # fmt: skip
+        return [
+            run("vanilla", "vanilla"),
+            run("dpe-lambda0.5", "dpe", order_loss_weight=0.5),
+            run("dpe-paper-gate", "dpe", order_loss_weight=0.5, config_overrides=paper),
+            run(
+                "dpe-reference-loss",
+                "dpe",
+                order_loss_weight=0.5,
+                config_overrides=f"{paper},order_loss_lambda_side=order,order_loss_normalization=reference",
+            ),
+        ]
     if group == "table5":
-        return [run("vanilla", "vanilla"), run("table5-base", "vanilla", same_as="vanilla"), deeper_encoder("table5-8E", 2, mode),
-                deeper_encoder("table5-10E", 4, mode), run("table5-DPE", "dpe", order_loss_weight=0.5, same_as="dpe-lambda0.5")]  # fmt: skip
+        return [
+            run("vanilla", "vanilla"),
+            run("table5-base", "vanilla", same_as="vanilla"),
+            deeper_encoder("table5-8E", 2, mode),
+            deeper_encoder("table5-10E", 4, mode),
+            run("table5-DPE", "dpe", order_loss_weight=0.5, same_as="dpe-lambda0.5"),
+        ]
     if group == "2pt":
         return [run("vanilla", "vanilla"), run("2pt", "vanilla", kind="two_pass")]
     if group == "mvpe":
-        return [run("vanilla", "vanilla", pair="en-de", kind="mvpe"), run("mvpe_pos", "mvpe_pos", pair="en-de", kind="mvpe",
-                                                                    config_overrides=f"pos_dim={mode['d_model'] // 4}")]
+        return [
+            run("vanilla", "vanilla", pair="en-de", kind="mvpe"),
+            run("mvpe_pos", "mvpe_pos", pair="en-de", kind="mvpe", config_overrides=f"pos_dim={mode['d_model'] // 4}"),
+        ]
     if group == "noise":
-        return [run("vanilla", "vanilla")] + [run(f"combination-noise{r}", "xlpe", data=f"noise{r}", xl_strategy="combination",
-                                                  same_as="combination" if r == 0 else None) for r in NOISE_RATIOS]  # fmt: skip
+        return [run("vanilla", "vanilla")] + [
+            run(
+                f"combination-noise{r}",
+                "xlpe",
+                data=f"noise{r}",
+                xl_strategy="combination",
+                same_as="combination" if r == 0 else None,
+            )
+            for r in NOISE_RATIOS
+        ]
     if group == "init":  # Table 5's collapse: the same models with embeddings N(0, d^-1/2) and linears N(0, 0.02)
         small = dict(init_std=0.02, embedding_init_std=round(mode["d_model"] ** -0.5, 6))
-        return [run("vanilla", "vanilla"), run("init-vanilla", "vanilla", **small), deeper_encoder("table5-8E", 2, mode),
-                deeper_encoder("init-8E", 2, mode, **small), deeper_encoder("table5-10E", 4, mode),
-                deeper_encoder("init-10E", 4, mode, **small), run("combination", "xlpe", xl_strategy="combination"),
-                run("init-combination", "xlpe", xl_strategy="combination", **small)]  # fmt: skip
+        return [
+            run("vanilla", "vanilla"),
+            run("init-vanilla", "vanilla", **small),
+            deeper_encoder("table5-8E", 2, mode),
+            deeper_encoder("init-8E", 2, mode, **small),
+            deeper_encoder("table5-10E", 4, mode),
+            deeper_encoder("init-10E", 4, mode, **small),
+            run("combination", "xlpe", xl_strategy="combination"),
+            run("init-combination", "xlpe", xl_strategy="combination", **small),
+        ]
     if group == "baselines":  # XL PE Table 1: relative PE (Shaw: relative only, k = 16), DiSAN-style heads, stacking
         relative = RELATIVE_PE
-        return [run("vanilla", "vanilla"), run("relative", "xlpe", xl_strategy="none", config_overrides=f"{relative},absolute_positions=false"),
-                run("disan", "xlpe", xl_strategy="none", config_overrides="directional_attention=true"),
-                run("combination", "xlpe", xl_strategy="combination"),
-                run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative)]  # fmt: skip
-    if group == "relative-pe":  # the shortest comparison of relative PE alone and stacked on XL PE (runs of `baselines`)
+        return [
+            run("vanilla", "vanilla"),
+            run("relative", "xlpe", xl_strategy="none", config_overrides=f"{relative},absolute_positions=false"),
+            run("disan", "xlpe", xl_strategy="none", config_overrides="directional_attention=true"),
+            run("combination", "xlpe", xl_strategy="combination"),
+            run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative),
+        ]
+    if (
+        group == "relative-pe"
+    ):  # the shortest comparison of relative PE alone and stacked on XL PE (runs of `baselines`)
         relative = RELATIVE_PE
-        return [run("vanilla", "vanilla"), run("relative", "xlpe", xl_strategy="none", config_overrides=f"{relative},absolute_positions=false"),
-                run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative)]  # fmt: skip
+        return [
+            run("vanilla", "vanilla"),
+            run("relative", "xlpe", xl_strategy="none", config_overrides=f"{relative},absolute_positions=false"),
+            run("combination+relative", "xlpe", xl_strategy="combination", config_overrides=relative),
+        ]
     if group == "xl-forms":  # issue 41: XL order as Shaw distances or RoPE angles in the tau heads, against their parts
         relative = f"{RELATIVE_PE},absolute_positions=false"
         xl_relative, xl_rotary = f"{relative},{XL_RELATIVE}", f"{ROPE},{XL_ROTARY}"
-        return [run("vanilla", "vanilla"), run("relative", "xlpe", xl_strategy="none", config_overrides=relative),
-                run("rope", "xlpe", xl_strategy="none", config_overrides=ROPE),
-                run("xl-relative", "xlpe", xl_strategy="head", config_overrides=xl_relative),
-                run("xl-relative-all", "xlpe", xl_strategy="head", config_overrides=f"{xl_relative},xl_position_layers=all"),
-                run("xl-rope", "xlpe", xl_strategy="head", config_overrides=xl_rotary),
-                run("xl-rope-all", "xlpe", xl_strategy="head", config_overrides=f"{xl_rotary},xl_position_layers=all"),
-                run("xl-relative+reorderer", "xlpe", xl_strategy="head", config_overrides=xl_relative, reorderer=PAIR_REORDERER),
-                run("xl-rope+reorderer", "xlpe", xl_strategy="head", config_overrides=xl_rotary, reorderer=PAIR_REORDERER)]  # fmt: skip
-    if group == "table4":  # XL PE Table 4: the encoder-free model (Tang et al.) without PE, + absolute, + relative, + InXL
-        return [run("vanilla", "vanilla"),
-                run("noenc-nopos", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides="absolute_positions=false"),
-                run("noenc+abs", "xlpe", xl_strategy="none", encoder_layers=0),
-                run("noenc+relative", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides=RELATIVE_PE),
-                run("noenc+inxl", "xlpe", xl_strategy="in", encoder_layers=0)]  # fmt: skip
+        return [
+            run("vanilla", "vanilla"),
+            run("relative", "xlpe", xl_strategy="none", config_overrides=relative),
+            run("rope", "xlpe", xl_strategy="none", config_overrides=ROPE),
+            run("xl-relative", "xlpe", xl_strategy="head", config_overrides=xl_relative),
+            run(
+                "xl-relative-all", "xlpe", xl_strategy="head", config_overrides=f"{xl_relative},xl_position_layers=all"
+            ),
+            run("xl-rope", "xlpe", xl_strategy="head", config_overrides=xl_rotary),
+            run("xl-rope-all", "xlpe", xl_strategy="head", config_overrides=f"{xl_rotary},xl_position_layers=all"),
+            run(
+                "xl-relative+reorderer",
+                "xlpe",
+                xl_strategy="head",
+                config_overrides=xl_relative,
+                reorderer=PAIR_REORDERER,
+            ),
+            run("xl-rope+reorderer", "xlpe", xl_strategy="head", config_overrides=xl_rotary, reorderer=PAIR_REORDERER),
+        ]
+    if (
+        group == "table4"
+    ):  # XL PE Table 4: the encoder-free model (Tang et al.) without PE, + absolute, + relative, + InXL
+        return [
+            run("vanilla", "vanilla"),
+            run(
+                "noenc-nopos", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides="absolute_positions=false"
+            ),
+            run("noenc+abs", "xlpe", xl_strategy="none", encoder_layers=0),
+            run("noenc+relative", "xlpe", xl_strategy="none", encoder_layers=0, config_overrides=RELATIVE_PE),
+            run("noenc+inxl", "xlpe", xl_strategy="in", encoder_layers=0),
+        ]
     if group == "pos":  # POS tags stacked on XL PE (source tags added to the embeddings), and mvPE+POS, same budget
         return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination"), *tagged_runs(mode)]
     if group == "table1":  # one table per pair: every row of issue 15 (the runs of the groups above, reused by name)
-        return [*group_runs("baselines", mode), *(run(s, "xlpe", xl_strategy=s) for s in ("in", "head")),
-                run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER),
-                *tagged_runs(mode), run("dpe-lambda0.5", "dpe", order_loss_weight=0.5), run("2pt", "vanilla", kind="two_pass")]  # fmt: skip
+        return [
+            *group_runs("baselines", mode),
+            *(run(s, "xlpe", xl_strategy=s) for s in ("in", "head")),
+            run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER),
+            *tagged_runs(mode),
+            run("dpe-lambda0.5", "dpe", order_loss_weight=0.5),
+            run("2pt", "vanilla", kind="two_pass"),
+        ]
     if group == "reorderer":  # issue 17: Combination with the standalone reorderer (trained once per pair) at test time
-        return [run("vanilla", "vanilla"), run("combination", "xlpe", xl_strategy="combination"),
-                run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER)]  # fmt: skip
-    if group == "train-positions":  # issue 17 item 5: what the model trains on, when a reorderer gives its test positions
-        return [run("vanilla", "vanilla"),
-                run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER),
-                run("combination-jackknife+reorderer", "xlpe", data="jackknife", xl_strategy="combination", reorderer=PAIR_REORDERER),
-                run("combination-mixed+reorderer", "xlpe", data="jackknife-mixed", xl_strategy="combination", reorderer=PAIR_REORDERER)]  # fmt: skip
+        return [
+            run("vanilla", "vanilla"),
+            run("combination", "xlpe", xl_strategy="combination"),
+            run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER),
+        ]
+    if (
+        group == "train-positions"
+    ):  # issue 17 item 5: what the model trains on, when a reorderer gives its test positions
+        return [
+            run("vanilla", "vanilla"),
+            run("combination+reorderer", "xlpe", xl_strategy="combination", reorderer=PAIR_REORDERER),
+            run(
+                "combination-jackknife+reorderer",
+                "xlpe",
+                data="jackknife",
+                xl_strategy="combination",
+                reorderer=PAIR_REORDERER,
+            ),
+            run(
+                "combination-mixed+reorderer",
+                "xlpe",
+                data="jackknife-mixed",
+                xl_strategy="combination",
+                reorderer=PAIR_REORDERER,
+            ),
+        ]
     if group == "alignment":
-        return [run("vanilla", "vanilla", pair="en-fr")] + [run(s, "xlpe", pair="en-fr", xl_strategy=s)
-                                                             for s in ("in", "head", "combination")]  # fmt: skip
+        return [run("vanilla", "vanilla", pair="en-fr")] + [
+            run(s, "xlpe", pair="en-fr", xl_strategy=s) for s in ("in", "head", "combination")
+        ]
     raise ValueError(f"unknown group {group!r}; known: {', '.join(GROUPS)}")
 
 
@@ -140,10 +274,18 @@ def tagged_runs(mode: dict) -> list[dict]:
     without tags on the same BART body (the paper's "Transformer + mvPE"), which separates the tags' share, and that
     body with the plain sinusoid (k = 1, no tags: the paper's Transformer baseline), which separates mvPE's."""
     tags = dict(data="tagged", source_tagger=PAIR_TAGGER, nltk_data=str(NLTK_DATA))
-    return [run("combination+pos", "xlpe", xl_strategy="combination", **tags),
-            run("mvpe_pos-steps", "mvpe_pos", target_tagger=PAIR_TAGGER, config_overrides=f"pos_dim={mode['d_model'] // 4}", **tags),
-            run("mvpe-steps", "mvpe_pos", config_overrides="pos_tag_sides=none"),  # mvPE alone: what the tags add
-            run("sinusoid-steps", "mvpe_pos", config_overrides="pos_tag_sides=none,pe_step=1")]  # fmt: skip  (k = 1: the same body's vanilla)
+    return [
+        run("combination+pos", "xlpe", xl_strategy="combination", **tags),
+        run(
+            "mvpe_pos-steps",
+            "mvpe_pos",
+            target_tagger=PAIR_TAGGER,
+            config_overrides=f"pos_dim={mode['d_model'] // 4}",
+            **tags,
+        ),
+        run("mvpe-steps", "mvpe_pos", config_overrides="pos_tag_sides=none"),  # mvPE alone: what the tags add
+        run("sinusoid-steps", "mvpe_pos", config_overrides="pos_tag_sides=none,pe_step=1"),
+    ]  # k = 1: the same body's vanilla
 
 
 # A stacked or derived run and the runs it is built from: the report tests each against its parts (paired
@@ -152,7 +294,9 @@ COMPONENTS = {
     "combination+relative": ("relative", "combination"),  # XL PE stacked on relative PE: does either piece add?
     "combination+pos": ("combination",),  # what the source POS tags add to XL PE
     "combination+reorderer": ("combination",),  # the standalone reorderer against the built-in predictor
-    "combination-jackknife+reorderer": ("combination+reorderer",),  # trained on k-fold predicted positions vs on the oracle
+    "combination-jackknife+reorderer": (
+        "combination+reorderer",
+    ),  # trained on k-fold predicted positions vs on the oracle
     "combination-mixed+reorderer": ("combination+reorderer", "combination-jackknife+reorderer"),
     "mvpe_pos-steps": ("mvpe-steps", "sinusoid-steps"),  # what the tags add to mvPE; mvPE + tags over the same body
     "mvpe-steps": ("sinusoid-steps",),  # what mvPE adds to the same BART body
@@ -167,7 +311,27 @@ COMPONENTS = {
     "noenc+inxl": ("noenc+abs",),
 }
 
-GROUPS = ("xl", "xl-combination", "baselines", "relative-pe", "xl-forms", "table4", "pos", "table1", "reorderer", "train-positions", "tau", "dpe", "dpe-paper", "table5", "2pt", "mvpe", "noise", "alignment", "init")
+GROUPS = (
+    "xl",
+    "xl-combination",
+    "baselines",
+    "relative-pe",
+    "xl-forms",
+    "table4",
+    "pos",
+    "table1",
+    "reorderer",
+    "train-positions",
+    "tau",
+    "dpe",
+    "dpe-paper",
+    "table5",
+    "2pt",
+    "mvpe",
+    "noise",
+    "alignment",
+    "init",
+)
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: raw Multi30k splits, one joint tokenizer per language set, one preparation per pair (and noise ratio)
@@ -189,23 +353,41 @@ def raw_splits(pair: str, mode: dict):
     if pair in ("de-en", "en-de", "en-fr"):
         tokenized = pair == "en-fr"
         names = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
-        return {split: ParallelSplit(multi30k_split(f, src, sizes[split], tokenized), multi30k_split(f, tgt, sizes[split], tokenized),
-                                     f"multi30k/{f}.{src}", f"multi30k/{f}.{tgt}") for split, f in names.items()}  # fmt: skip
+        return {
+            split: ParallelSplit(
+                multi30k_split(f, src, sizes[split], tokenized),
+                multi30k_split(f, tgt, sizes[split], tokenized),
+                f"multi30k/{f}.{src}",
+                f"multi30k/{f}.{tgt}",
+            )
+            for split, f in names.items()
+        }
     if pair == "en-ja":
         names = {"train": "train", "validation": "dev", "test": "test"}
-        return {split: ParallelSplit(small_parallel_enja_split(f, "en", sizes[split]), small_parallel_enja_split(f, "ja", sizes[split]),
-                                     f"small_parallel_enja/{f}.en", f"small_parallel_enja/{f}.ja") for split, f in names.items()}  # fmt: skip
+        return {
+            split: ParallelSplit(
+                small_parallel_enja_split(f, "en", sizes[split]),
+                small_parallel_enja_split(f, "ja", sizes[split]),
+                f"small_parallel_enja/{f}.en",
+                f"small_parallel_enja/{f}.ja",
+            )
+            for split, f in names.items()
+        }
     if pair == "zh-en":
         splits = tatoeba_cmn_eng_splits(sizes["train"], sizes["validation"], sizes["test"])
-        return {split: ParallelSplit(*splits[split], f"tatoeba-cmn-eng/{split}.zh (jieba)", f"tatoeba-cmn-eng/{split}.en")
-                for split in ("train", "validation", "test")}  # fmt: skip
+        return {
+            split: ParallelSplit(*splits[split], f"tatoeba-cmn-eng/{split}.zh (jieba)", f"tatoeba-cmn-eng/{split}.en")
+            for split in ("train", "validation", "test")
+        }
     raise ValueError(f"unknown pair {pair!r}; known: {', '.join(PAIRS)}")
 
 
 def for_pair(runs: list[dict], pair: str | None, group: str) -> list[dict]:
     """The runs of a group on another language pair (`--pair`). Groups tied to their data refuse: alignment (the
     en-fr Hansards gold set) and mvpe (its English POS tagger) keep their own pair."""
-    runs = [spec for spec in runs if spec["fields"].get("source_tagger") != PAIR_TAGGER or has_source_tagger(spec, pair)]
+    runs = [
+        spec for spec in runs if spec["fields"].get("source_tagger") != PAIR_TAGGER or has_source_tagger(spec, pair)
+    ]
     if pair is None:
         return runs
     if pair not in PAIRS:
@@ -237,8 +419,13 @@ def pair_tagger(work: Path, language: str) -> str | None:
     path = work / "data" / "taggers" / f"{language}-{column}.json"
     if not path.is_file():
         sentences = read_treebanks(files, column)
-        details = {"trained_on": [f.name for f in files], "column": column, "sentences": len(sentences), "iterations": 5,
-                   "seed": 0}  # fmt: skip
+        details = {
+            "trained_on": [f.name for f in files],
+            "column": column,
+            "sentences": len(sentences),
+            "iterations": 5,
+            "seed": 0,
+        }
         save_tagger(train_perceptron_tagger(sentences, iterations=5, seed=0), path, details=details)
     return f"perceptron:{path}"
 
@@ -250,8 +437,9 @@ def tokenizer_dir(work: Path, pair: str, mode: dict) -> Path:
     path = work / "data" / ("-".join(sorted(pair.split("-"))) + ("-tok" if pair == "en-fr" else "")) / "tokenizer"
     if not (path / "tokenizer_config.json").is_file():
         train = raw_splits(pair, mode)["train"]
-        tokenizer = train_joint_tokenizer(train.sources + train.targets, vocab_size=mode["vocab"], model="bpe",
-                                          model_max_length=mode["max_length"])  # fmt: skip
+        tokenizer = train_joint_tokenizer(
+            train.sources + train.targets, vocab_size=mode["vocab"], model="bpe", model_max_length=mode["max_length"]
+        )
         tokenizer.save_pretrained(path)
     return path
 
@@ -269,8 +457,14 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
     if (path / "dataset_dict.json").is_file():
         return path
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(work, pair, mode))
-    options = dict(features=("reorder_positions", "target_positions"), max_length=mode["max_length"], keep_text=True,
-                   cache_dir=str(work / "cache"), seed=0, eflomal_options={"seed": 0})  # fmt: skip  (a reproducible oracle)
+    options = dict(
+        features=("reorder_positions", "target_positions"),
+        max_length=mode["max_length"],
+        keep_text=True,
+        cache_dir=str(work / "cache"),
+        seed=0,
+        eflomal_options={"seed": 0},
+    )  # a reproducible oracle
     if data == "clean":
         prepared, reports = prepare_splits(raw_splits(pair, mode), tokenizer, **options)
     elif data == "tagged":  # the clean preparation's alignments (so the same oracle), plus POS tags of each side
@@ -279,10 +473,19 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
         splits = {}
         for name, table in clean.items():
             links = [[int(x) for link in a.split() for x in link.split("-")] for a in table["word_alignment"]]
-            splits[name] = ParallelSplit(table["source_text"], table["target_text"], f"{pair}:{name}", f"{pair}:{name}", links, "clean run")
+            splits[name] = ParallelSplit(
+                table["source_text"], table["target_text"], f"{pair}:{name}", f"{pair}:{name}", links, "clean run"
+            )
         features = options.pop("features") + ("pos_tag_ids",) + (("decoder_pos_tag_ids",) if target else ())
-        prepared, reports = prepare_splits(splits, tokenizer, **options, features=features, source_tagger=source,
-                                           target_tagger=target, nltk_data=str(NLTK_DATA))  # fmt: skip
+        prepared, reports = prepare_splits(
+            splits,
+            tokenizer,
+            **options,
+            features=features,
+            source_tagger=source,
+            target_tagger=target,
+            nltk_data=str(NLTK_DATA),
+        )
     elif data in ("jackknife", "jackknife-mixed"):  # the clean preparation, training positions predicted (k-fold)
         clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
         prepared, reports = dict(clean), {"train": {"positions": data, "folds": JACKKNIFE_FOLDS}}
@@ -291,8 +494,12 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
         clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
         train = clean["train"]
         links = [[int(x) for link in a.split() for x in link.split("-")] for a in train["word_alignment"]]
-        split = ParallelSplit(train["source_text"], train["target_text"], f"{pair}:train", f"{pair}:train", links, "clean run")
-        noisy, reports = prepare_splits({"train": split}, tokenizer, **options, noise_ratio=float(data.removeprefix("noise")))
+        split = ParallelSplit(
+            train["source_text"], train["target_text"], f"{pair}:train", f"{pair}:train", links, "clean run"
+        )
+        noisy, reports = prepare_splits(
+            {"train": split}, tokenizer, **options, noise_ratio=float(data.removeprefix("noise"))
+        )
         prepared = {"train": noisy["train"], "validation": clean["validation"], "test": clean["test"]}
     datasets.DatasetDict(prepared).save_to_disk(str(path))
     (path / "report.json").write_text(json.dumps(reports, indent=2, default=str))
@@ -300,7 +507,9 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
 
 
 JACKKNIFE_FOLDS = 5  # data "jackknife": every training pair's positions from a reorderer trained on the other 4 folds
-MIXED_SHARE = 0.5  # data "jackknife-mixed": this share of the training pairs (drawn with seed 0) jackknifed, the rest oracle
+MIXED_SHARE = (
+    0.5  # data "jackknife-mixed": this share of the training pairs (drawn with seed 0) jackknifed, the rest oracle
+)
 
 
 def jackknifed_split(work: Path, pair: str, data: str, mode: dict, clean, tokenizer):
@@ -312,8 +521,13 @@ def jackknifed_split(work: Path, pair: str, data: str, mode: dict, clean, tokeni
     train = clean["train"]
     predicted_file = work / "data" / pair / "jackknife-positions.json"
     if not predicted_file.is_file():
-        predicted = jackknife_positions(train, tokenizer, JACKKNIFE_FOLDS, ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
-                                        work / "data" / pair / "jackknife-folds")  # fmt: skip
+        predicted = jackknife_positions(
+            train,
+            tokenizer,
+            JACKKNIFE_FOLDS,
+            ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
+            work / "data" / pair / "jackknife-folds",
+        )
         predicted_file.write_text(json.dumps(predicted))
     predicted = json.loads(predicted_file.read_text())
     if data == "jackknife-mixed":
@@ -335,8 +549,14 @@ def reorderer_dir(work: Path, pair: str, mode: dict) -> Path:
     if not (path / "model.safetensors").is_file():
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(work, pair, mode))
         clean = datasets.load_from_disk(str(prepared_dir(work, pair, "clean", mode)))
-        train_reorderer(build_reorderer(tokenizer, seed=0), clean["train"], path, ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
-                        tokenizer=tokenizer, calibration_dataset=clean["validation"])  # fmt: skip
+        train_reorderer(
+            build_reorderer(tokenizer, seed=0),
+            clean["train"],
+            path,
+            ReordererTraining(seed=0, epochs=mode["reorderer_epochs"]),
+            tokenizer=tokenizer,
+            calibration_dataset=clean["validation"],
+        )
     return path
 
 
@@ -354,7 +574,9 @@ def resolved_fields(work: Path, spec: dict, mode: dict) -> dict:
     return fields
 
 
-def write_text_split(work: Path, pair: str, mode: dict, pairs_by_split: dict[str, list[tuple[str, str]]], name: str) -> list[str]:
+def write_text_split(
+    work: Path, pair: str, mode: dict, pairs_by_split: dict[str, list[tuple[str, str]]], name: str
+) -> list[str]:
     """Plain-text files for runs that prepare their own features (2PT's two models, mvPE+POS); returns flags."""
     folder, flags = work / "data" / pair / name, []
     folder.mkdir(parents=True, exist_ok=True)
@@ -372,20 +594,69 @@ def write_text_split(work: Path, pair: str, mode: dict, pairs_by_split: dict[str
 # ---------------------------------------------------------------------------------------------------------
 
 
-def train_args(mode: dict, out: Path, seed: int, pair: str, tokenizer: Path, model_type: str, fields: dict) -> list[str]:
+def train_args(
+    mode: dict, out: Path, seed: int, pair: str, tokenizer: Path, model_type: str, fields: dict
+) -> list[str]:
     src, tgt = pair.split("-")
     fields = dict(fields)
     encoder_layers = fields.pop("encoder_layers", mode["layers"])  # deeper_encoder runs (Table 5)
-    args = ["--output_dir", str(out), "--overwrite_output_dir", "--recipe", "none", "--seed", str(seed), "--source_lang", src,
-            "--target_lang", tgt, "--tokenizer_name", str(tokenizer), "--model_type", model_type,
-            "--d_model", str(mode["d_model"]), "--encoder_layers", str(encoder_layers), "--decoder_layers", str(mode["layers"]),
-            "--attention_heads", str(mode["heads"]), "--ffn_dim", str(mode["ffn"]), "--dropout", "0.1",
-            "--max_steps", str(mode["steps"]), "--per_device_train_batch_size", str(mode["batch"]),
-            "--per_device_eval_batch_size", "100", "--learning_rate", str(mode["lr"]), "--warmup_steps", str(mode["warmup"]),
-            "--num_beams", str(mode["beams"]), "--max_source_length", str(mode["max_length"]),
-            "--max_target_length", str(mode["max_length"]), "--save_strategy", "no", "--logging_steps", "50",
-            "--report_to", "none", "--disable_tqdm", "true", "--num_translation_examples", "0",
-            "--cache_dir", str(out.parent.parent / "cache")]  # fmt: skip
+    args = [
+        "--output_dir",
+        str(out),
+        "--overwrite_output_dir",
+        "--recipe",
+        "none",
+        "--seed",
+        str(seed),
+        "--source_lang",
+        src,
+        "--target_lang",
+        tgt,
+        "--tokenizer_name",
+        str(tokenizer),
+        "--model_type",
+        model_type,
+        "--d_model",
+        str(mode["d_model"]),
+        "--encoder_layers",
+        str(encoder_layers),
+        "--decoder_layers",
+        str(mode["layers"]),
+        "--attention_heads",
+        str(mode["heads"]),
+        "--ffn_dim",
+        str(mode["ffn"]),
+        "--dropout",
+        "0.1",
+        "--max_steps",
+        str(mode["steps"]),
+        "--per_device_train_batch_size",
+        str(mode["batch"]),
+        "--per_device_eval_batch_size",
+        "100",
+        "--learning_rate",
+        str(mode["lr"]),
+        "--warmup_steps",
+        str(mode["warmup"]),
+        "--num_beams",
+        str(mode["beams"]),
+        "--max_source_length",
+        str(mode["max_length"]),
+        "--max_target_length",
+        str(mode["max_length"]),
+        "--save_strategy",
+        "no",
+        "--logging_steps",
+        "50",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--num_translation_examples",
+        "0",
+        "--cache_dir",
+        str(out.parent.parent / "cache"),
+    ]
     for key, value in fields.items():
         args += [f"--{key}", str(value)]
     return args
@@ -403,7 +674,9 @@ def train(mode, work, spec, seed, extra: list[str], model_type=None, fields=None
     out = run_dir(work, spec, seed, suffix)
     tokenizer = tokenizer_dir(work, spec["pair"], mode)
     fields = resolved_fields(work, spec, mode) if fields is None else fields
-    metrics = xlpe_train(train_args(mode, out, seed, spec["pair"], tokenizer, model_type or spec["model_type"], fields) + extra)
+    metrics = xlpe_train(
+        train_args(mode, out, seed, spec["pair"], tokenizer, model_type or spec["model_type"], fields) + extra
+    )
     return out, metrics
 
 
@@ -431,15 +704,24 @@ def execute(spec: dict, seed: int, mode: dict, work: Path) -> dict:
     _, references, _ = test_split_texts(work, spec, mode)
     scores = corpus_bleu_chrf(hypotheses, references, target_language=target_lang)
     (out / "hypotheses.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    record.update(bleu=scores["bleu"]["score"], chrf=scores["chrf"]["score"], bleu_signature=scores["bleu"]["signature"],
-                  chrf_signature=scores["chrf"]["signature"], hypotheses=str(out / "hypotheses.txt"), seconds=round(time.time() - started, 1))  # fmt: skip
+    record.update(
+        bleu=scores["bleu"]["score"],
+        chrf=scores["chrf"]["score"],
+        bleu_signature=scores["bleu"]["signature"],
+        chrf_signature=scores["chrf"]["signature"],
+        hypotheses=str(out / "hypotheses.txt"),
+        seconds=round(time.time() - started, 1),
+    )
     oracle_file = out / "generated_predictions_oracle.txt"  # XL PE runs: the test split decoded with oracle positions
     if spec["kind"] == "train" and oracle_file.is_file():
         oracle = oracle_file.read_text(encoding="utf-8").splitlines()
         oracle_scores = corpus_bleu_chrf(oracle, references, target_language=target_lang)
         (out / "hypotheses_oracle.txt").write_text("\n".join(oracle) + "\n", encoding="utf-8")
-        record.update(oracle_bleu=oracle_scores["bleu"]["score"], oracle_chrf=oracle_scores["chrf"]["score"],
-                      oracle_hypotheses=str(out / "hypotheses_oracle.txt"))  # fmt: skip
+        record.update(
+            oracle_bleu=oracle_scores["bleu"]["score"],
+            oracle_chrf=oracle_scores["chrf"]["score"],
+            oracle_hypotheses=str(out / "hypotheses_oracle.txt"),
+        )
     if spec["pair"] == "en-fr":
         record["alignment"] = alignment_scores(out)
     return record
@@ -456,7 +738,9 @@ def two_pass(spec, seed, mode, work):
     from xlpe.evaluation.two_pass import TwoPassTranslator, two_pass_training_pairs
 
     clean = datasets.load_from_disk(str(prepared_dir(work, spec["pair"], "clean", mode)))
-    data = {s: two_pass_training_pairs(t["source_text"], t["target_text"], t["word_alignment"]) for s, t in clean.items()}
+    data = {
+        s: two_pass_training_pairs(t["source_text"], t["target_text"], t["word_alignment"]) for s, t in clean.items()
+    }
     models = {}
     for stage in ("reorderer", "translator"):
         flags = write_text_split(work, spec["pair"], mode, {s: d[stage] for s, d in data.items()}, f"2pt-{stage}")
@@ -472,7 +756,11 @@ def two_pass(spec, seed, mode, work):
     out = run_dir(work, spec, seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / "hypotheses_oracle.txt").write_text("\n".join(oracle) + "\n", encoding="utf-8")
-    return out, hypotheses, {"oracle_bleu": oracle_scores["bleu"]["score"], "oracle_chrf": oracle_scores["chrf"]["score"]}
+    return (
+        out,
+        hypotheses,
+        {"oracle_bleu": oracle_scores["bleu"]["score"], "oracle_chrf": oracle_scores["chrf"]["score"]},
+    )
 
 
 def mvpe(spec, seed, mode, work):
@@ -494,7 +782,11 @@ def mvpe(spec, seed, mode, work):
     hypotheses = (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
     loss_key = "eval_loss" if spec["model_type"] == "vanilla" else "eval_translation_loss"  # tag loss left out
     history = perplexity_history(out / "trainer_state.json", loss_key=loss_key)
-    return out, hypotheses, {"perplexity_by_epoch": history, **mvpe_metrics(hypotheses, clean["test"]["target_text"], "de")}
+    return (
+        out,
+        hypotheses,
+        {"perplexity_by_epoch": history, **mvpe_metrics(hypotheses, clean["test"]["target_text"], "de")},
+    )
 
 
 def alignment_scores(out: Path) -> dict:
@@ -514,13 +806,14 @@ def alignment_scores(out: Path) -> dict:
 
 
 def eflomal_reference_aer() -> dict:
-    from xlpe.features.alignment import align_with_eflomal
     from xlpe.evaluation.alignment_quality import alignment_error_rate, load_alignment_test_set
+    from xlpe.features.alignment import align_with_eflomal
 
     gold = load_alignment_test_set(HANSARDS)
-    flat = align_with_eflomal([" ".join(s) for s in gold.sources], [" ".join(t) for t in gold.targets], "grow-diag-final-and")
+    flat = align_with_eflomal(
+        [" ".join(s) for s in gold.sources], [" ".join(t) for t in gold.targets], "grow-diag-final-and"
+    )
     return alignment_error_rate([set(zip(f[::2], f[1::2])) for f in flat], gold.gold)
-
 
 
 # ---------------------------------------------------------------------------------------------------------

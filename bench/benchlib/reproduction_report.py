@@ -30,15 +30,24 @@ def significance(record: dict, baseline: dict | None, references: list[str], tar
 def group_table(group: str, records: list[dict], work: Path, modes: set[str]) -> list[str]:
     """Markdown rows for one group: BLEU/chrF mean ± std over seeds, delta and paired bootstrap per seed."""
     in_group_order = [spec["name"] for mode in sorted(modes) for spec in group_runs(group, MODES[mode])]
-    names = sorted(dict.fromkeys(r["name"] for r in records), key=lambda n: in_group_order.index(n) if n in in_group_order else len(in_group_order))
-    lines = [f"### {group} ({', '.join(sorted(modes))} mode)", "",
-             "| run | pair | seeds | BLEU | chrF | ΔBLEU / ΔchrF vs vanilla | bootstrap p BLEU / chrF, per seed | verdict (BLEU) |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    names = sorted(
+        dict.fromkeys(r["name"] for r in records),
+        key=lambda n: in_group_order.index(n) if n in in_group_order else len(in_group_order),
+    )
+    lines = [
+        f"### {group} ({', '.join(sorted(modes))} mode)",
+        "",
+        "| run | pair | seeds | BLEU | chrF | ΔBLEU / ΔchrF vs vanilla | bootstrap p BLEU / chrF, per seed | verdict (BLEU) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name in names:
         rows = [r for r in records if r["name"] == name]
         pvalues, deltas, chrf_pvalues, chrf_deltas = [], [], [], []
         for r in rows:
-            base = next((b for b in records if b["name"] == "vanilla" and b["seed"] == r["seed"] and b["pair"] == r["pair"]), None)
+            base = next(
+                (b for b in records if b["name"] == "vanilla" and b["seed"] == r["seed"] and b["pair"] == r["pair"]),
+                None,
+            )
             refs = reference_texts(work, r["pair"], r["mode"])
             sig = significance(r, base, refs, r["pair"].split("-")[1])
             if sig:
@@ -53,8 +62,10 @@ def group_table(group: str, records: list[dict], work: Path, modes: set[str]) ->
             verdict = verdict_of(deltas, pvalues)
         reused = sorted({r["same_as"].split("|")[2] for r in rows if r.get("same_as")})
         label = f"{name} (= {', '.join(reused)})" if reused else name  # the same model: its result, not a new run
-        lines.append(f"| {label} | {rows[0]['pair']} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
-                     f"{mean_std([r['chrf'] for r in rows])} | {delta} | {pcol} | {verdict} |")  # fmt: skip
+        lines.append(
+            f"| {label} | {rows[0]['pair']} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
+            f"{mean_std([r['chrf'] for r in rows])} | {delta} | {pcol} | {verdict} |"
+        )
     extra = extra_tables(group, records, work)
     signatures = sorted({r["bleu_signature"] for r in records} | {r["chrf_signature"] for r in records})
     return lines + [""] + extra + ["Signatures: " + "; ".join(f"`{s}`" for s in signatures), ""]
@@ -65,8 +76,11 @@ def verdict_of(deltas: list[float], pvalues: list[float]) -> str:
     significant = sum(p < 0.05 for p in pvalues)
     same_sign = all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
     direction = "better" if deltas and statistics.mean(deltas) > 0 else "worse"
-    verdict = (f"{direction} (significant in {significant}/{len(pvalues)} seeds, p<0.05)" if pvalues and significant == len(pvalues) and same_sign
-               else f"within noise (significant in {significant}/{len(pvalues)} seeds)")  # fmt: skip
+    verdict = (
+        f"{direction} (significant in {significant}/{len(pvalues)} seeds, p<0.05)"
+        if pvalues and significant == len(pvalues) and same_sign
+        else f"within noise (significant in {significant}/{len(pvalues)} seeds)"
+    )
     return verdict + ("; one seed: indicative only" if len(pvalues) == 1 else "")
 
 
@@ -74,7 +88,9 @@ def paired_against(rows: list[dict], parts: list[dict], work: Path) -> tuple[lis
     """Per seed that both have: (run − part) BLEU delta and the paired bootstrap p of the run against the part."""
     deltas, pvalues = [], []
     for r in sorted(rows, key=lambda r: r["seed"]):
-        part = next((b for b in parts if b["seed"] == r["seed"] and b["pair"] == r["pair"] and b["mode"] == r["mode"]), None)
+        part = next(
+            (b for b in parts if b["seed"] == r["seed"] and b["pair"] == r["pair"] and b["mode"] == r["mode"]), None
+        )
         sig = significance(r, part, reference_texts(work, r["pair"], r["mode"]), r["pair"].split("-")[1])
         if sig:
             deltas.append(sig["BLEU"]["delta"]), pvalues.append(sig["BLEU"]["p_value"])
@@ -88,14 +104,22 @@ def components_table(records: list[dict], work: Path) -> list[str]:
     lines = []
     for name, parts in COMPONENTS.items():
         for part in (p for p in parts if name in names and p in names):
-            deltas, pvalues = paired_against([r for r in records if r["name"] == name], [r for r in records if r["name"] == part], work)
+            deltas, pvalues = paired_against(
+                [r for r in records if r["name"] == name], [r for r in records if r["name"] == part], work
+            )
             if deltas:
                 per_seed = ", ".join(f"{d:+.2f} (p {p:.3f})" for d, p in zip(deltas, pvalues))
-                lines.append(f"| {name} | {part} | {len(deltas)} | {statistics.mean(deltas):+.2f} | {per_seed} | {verdict_of(deltas, pvalues)} |")
+                lines.append(
+                    f"| {name} | {part} | {len(deltas)} | {statistics.mean(deltas):+.2f} | {per_seed} | {verdict_of(deltas, pvalues)} |"
+                )
     if not lines:
         return []
-    return ["| stacked run | against its part | seeds | ΔBLEU | ΔBLEU (bootstrap p) per seed | verdict (BLEU) |",
-            "|---|---|---|---|---|---|", *lines, ""]  # fmt: skip
+    return [
+        "| stacked run | against its part | seeds | ΔBLEU | ΔBLEU (bootstrap p) per seed | verdict (BLEU) |",
+        "|---|---|---|---|---|---|",
+        *lines,
+        "",
+    ]
 
 
 def oracle_table(records: list[dict], work: Path) -> list[str]:
@@ -104,8 +128,11 @@ def oracle_table(records: list[dict], work: Path) -> list[str]:
     names = list(dict.fromkeys(r["name"] for r in records if "oracle_hypotheses" in r))  # 2PT's oracle: its own table
     if not names:
         return []
-    lines = ["| XL PE run | seeds | BLEU, predicted positions | BLEU, oracle positions | oracle − predicted | "
-             "bootstrap p per seed |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| XL PE run | seeds | BLEU, predicted positions | BLEU, oracle positions | oracle − predicted | "
+        "bootstrap p per seed |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in names:
         rows = [r for r in records if r["name"] == name and "oracle_hypotheses" in r]
         pvalues = []
@@ -114,8 +141,10 @@ def oracle_table(records: list[dict], work: Path) -> list[str]:
             sig = significance(oracle, r, reference_texts(work, r["pair"], r["mode"]), r["pair"].split("-")[1])
             pvalues.append(f"{sig['BLEU']['p_value']:.3f}" if sig else "-")
         gap = statistics.mean(r["oracle_bleu"] - r["bleu"] for r in rows)
-        lines.append(f"| {name} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
-                     f"{mean_std([r['oracle_bleu'] for r in rows])} | {gap:+.2f} | {', '.join(pvalues)} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
+            f"{mean_std([r['oracle_bleu'] for r in rows])} | {gap:+.2f} | {', '.join(pvalues)} |"
+        )
     return lines + [""]
 
 
@@ -123,28 +152,46 @@ def extra_tables(group: str, records: list[dict], work: Path | None = None) -> l
     lines = oracle_table(records, work) + components_table(records, work) if work is not None else []
     rows = [r for r in records if r["kind"] == "two_pass"]
     if rows:  # the 2pt group, and every table with its row (table1)
-        lines += ["| 2PT row | BLEU | chrF |", "|---|---|---|",
-                  f"| 2PT (reorderer + translator) | {mean_std([r['bleu'] for r in rows])} | {mean_std([r['chrf'] for r in rows])} |",
-                  (f"| 2PT oracle (alignment-reordered source) | {mean_std([r['oracle_bleu'] for r in rows])} | "
-                   f"{mean_std([r['oracle_chrf'] for r in rows])} |"), ""]  # fmt: skip
+        lines += [
+            "| 2PT row | BLEU | chrF |",
+            "|---|---|---|",
+            f"| 2PT (reorderer + translator) | {mean_std([r['bleu'] for r in rows])} | {mean_std([r['chrf'] for r in rows])} |",
+            (
+                f"| 2PT oracle (alignment-reordered source) | {mean_std([r['oracle_bleu'] for r in rows])} | "
+                f"{mean_std([r['oracle_chrf'] for r in rows])} |"
+            ),
+            "",
+        ]
     if group == "mvpe":  # mvPE+POS Tables III-V: BLEU-1..4 (0-1), ROUGE F1 (0-1), length ratio; one column per run
         names = list(dict.fromkeys(r["name"] for r in records if r["kind"] == "mvpe"))
         by_name = {n: [r for r in records if r["name"] == n and r["kind"] == "mvpe"] for n in names}
         metrics = {f"BLEU-{n}": (lambda r, n=n: r[f"bleu-{n}"]["score"]) for n in range(1, 5)}
-        metrics.update({f"ROUGE {k} F1": (lambda r, k=k: r["rouge"][k]["f"] if isinstance(r["rouge"][k], dict) else r["rouge"][k])
-                        for k in ("rouge1", "rouge2", "rougeL")})  # fmt: skip
+        metrics.update(
+            {
+                f"ROUGE {k} F1": (
+                    lambda r, k=k: r["rouge"][k]["f"] if isinstance(r["rouge"][k], dict) else r["rouge"][k]
+                )
+                for k in ("rouge1", "rouge2", "rougeL")
+            }
+        )
         metrics["length ratio"] = lambda r: r["length_ratio"]["ratio"]
         metrics["final perplexity (val)"] = lambda r: list(r["perplexity_by_epoch"].values())[-1]
         lines += ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for label, get in metrics.items():
-            lines.append(f"| {label} | " + " | ".join(mean_std([float(get(r)) for r in by_name[n]]) for n in names) + " |")
+            lines.append(
+                f"| {label} | " + " | ".join(mean_std([float(get(r)) for r in by_name[n]]) for n in names) + " |"
+            )
         lines.append("")
     if group == "alignment":
         lines += ["| model (en→fr, Hansards gold) | AER | precision | recall |", "|---|---|---|---|"]
         for name in dict.fromkeys(r["name"] for r in records):
             rows = [r["alignment"] for r in records if r["name"] == name and "alignment" in r]
             if rows:
-                lines.append(f"| {name} | " + " | ".join(mean_std([100 * a[k] for a in rows]) for k in ("aer", "precision", "recall")) + " |")
+                lines.append(
+                    f"| {name} | "
+                    + " | ".join(mean_std([100 * a[k] for a in rows]) for k in ("aer", "precision", "recall"))
+                    + " |"
+                )
         lines.append("")
     return lines
 
@@ -163,17 +210,29 @@ def plots(records: list[dict], out_dir: Path, prefix: str) -> list[str]:
     mean_by = lambda rows, key: {k: statistics.mean(v) for k, v in _collect(rows, key).items()}
     tau = [r for r in records if r["group"] == "tau" and r["name"].startswith("head-tau")]
     if tau:
-        made.append(plot_tau_sweep(mean_by(tau, lambda r: float(r["fields"]["xl_heads"])), out_dir / f"{prefix}_tau.png"))
+        made.append(
+            plot_tau_sweep(mean_by(tau, lambda r: float(r["fields"]["xl_heads"])), out_dir / f"{prefix}_tau.png")
+        )
     noise = [r for r in records if r["group"] == "noise" and r["data"].startswith("noise")]
     if noise:
         vanilla = [r["bleu"] for r in records if r["name"] == "vanilla" and r["pair"] == noise[0]["pair"]]
-        made.append(plot_noise_curve(mean_by(noise, lambda r: float(r["data"].removeprefix("noise"))), out_dir / f"{prefix}_noise.png",
-                                     baseline=statistics.mean(vanilla) if vanilla else None))  # fmt: skip
+        made.append(
+            plot_noise_curve(
+                mean_by(noise, lambda r: float(r["data"].removeprefix("noise"))),
+                out_dir / f"{prefix}_noise.png",
+                baseline=statistics.mean(vanilla) if vanilla else None,
+            )
+        )
     mvpe_rows = [r for r in records if r["kind"] == "mvpe"]
     if mvpe_rows:
-        curves = {f"{r['name']} seed {r['seed']}": {float(k): v for k, v in r["perplexity_by_epoch"].items()} for r in mvpe_rows}
+        curves = {
+            f"{r['name']} seed {r['seed']}": {float(k): v for k, v in r["perplexity_by_epoch"].items()}
+            for r in mvpe_rows
+        }
         made.append(plot_perplexity_per_epoch(curves, out_dir / f"{prefix}_perplexity.png", split="validation"))
-    return [str(Path(p).resolve().relative_to(REPO)) if Path(p).resolve().is_relative_to(REPO) else str(p) for p in made]
+    return [
+        str(Path(p).resolve().relative_to(REPO)) if Path(p).resolve().is_relative_to(REPO) else str(p) for p in made
+    ]
 
 
 def _collect(rows, key):
@@ -202,8 +261,10 @@ def report(args) -> int:
     clashes = shared_hypotheses(records)
     if clashes:
         path, keys = next(iter(clashes.items()))
-        raise SystemExit(f"{work / 'results.jsonl'}: {len(keys)} runs share the hypothesis file {path} ({', '.join(keys)}): "
-                         "their significance tests would read one run's output; re-run or re-decode them")  # fmt: skip
+        raise SystemExit(
+            f"{work / 'results.jsonl'}: {len(keys)} runs share the hypothesis file {path} ({', '.join(keys)}): "
+            "their significance tests would read one run's output; re-run or re-decode them"
+        )
     groups = list(dict.fromkeys(r["group"] for r in records))
     if getattr(args, "report_groups", None):  # e.g. "table1": its rows whichever driver group ran them
         groups = [g for g in args.report_groups.split(",") if g.strip()]
@@ -222,13 +283,20 @@ def report(args) -> int:
         # to all groups of its pair, table5-8E to init, ...
         pairs, modes = {r["pair"] for r in rows}, {r["mode"] for r in rows}
         listed = {spec["name"] for mode in modes for spec in group_runs(group, MODES[mode])}
-        rows = [r for r in records if r["name"] in listed and r["pair"] in pairs and r["mode"] in modes and r not in rows] + rows
+        rows = [
+            r for r in records if r["name"] in listed and r["pair"] in pairs and r["mode"] in modes and r not in rows
+        ] + rows
         lines += group_table(group, rows, work, modes)
     eflomal = work / "eflomal_aer.json"
     if eflomal.is_file():
         a = json.loads(eflomal.read_text())
-        lines += [(f"eflomal's own alignment of the Hansards test text (reference row): AER {100 * a['aer']:.2f}, "
-                   f"precision {100 * a['precision']:.2f}, recall {100 * a['recall']:.2f}."), ""]  # fmt: skip
+        lines += [
+            (
+                f"eflomal's own alignment of the Hansards test text (reference row): AER {100 * a['aer']:.2f}, "
+                f"precision {100 * a['precision']:.2f}, recall {100 * a['recall']:.2f}."
+            ),
+            "",
+        ]
     modes = sorted({r["mode"] for r in records})
     images = plots(records, Path(args.plot_dir), f"reproduce_{'_'.join(modes)}")
     lines += [f"![{Path(p).stem}]({p})" for p in images]  # repo-relative: BENCHMARKS.md sits at the root
@@ -240,22 +308,26 @@ def report(args) -> int:
 
 
 def describe_budget(m: dict) -> str:
-    return (f"at most {m['train']} train / {m['val']} val / {m['test']} test pairs per language pair (Multi30k: "
-            f"test_2016_flickr), {m['steps']} steps x "
-            f"batch {m['batch']} (mvpe group: {m['epochs_mvpe']} epochs), lr {m['lr']}, d={m['d_model']}, "
-            f"{m['layers']}+{m['layers']} layers, {m['heads']} heads, FFN {m['ffn']}, joint BPE {m['vocab']}, beam {m['beams']}")
+    return (
+        f"at most {m['train']} train / {m['val']} val / {m['test']} test pairs per language pair (Multi30k: "
+        f"test_2016_flickr), {m['steps']} steps x "
+        f"batch {m['batch']} (mvpe group: {m['epochs_mvpe']} epochs), lr {m['lr']}, d={m['d_model']}, "
+        f"{m['layers']}+{m['layers']} layers, {m['heads']} heads, FFN {m['ffn']}, joint BPE {m['vocab']}, beam {m['beams']}"
+    )
 
 
 def write_section(path: Path, args, modes: list[str], body: str, dates: str) -> None:
     """Replace (or append at the end) the `## Reproduction` section of BENCHMARKS.md; nothing else changes."""
     command = args.command or "python bench/reproduce.py " + " ".join(sys.argv[1:])
     section = getattr(args, "section", None) or "Reproduction"
-    header = (f"## {section}\n\nGenerated by `bench/reproduce.py` (issue 7 §3). Mode(s): **{', '.join(modes)}**"
-              f" (budget per run: {'; '.join(f'{m}: {describe_budget(MODES[m])}' for m in modes)}). Machine: {args.machine or platform.platform()}, "
-              f"`OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}`. Date: {dates}.\n\n"
-              f"Command:\n\n```bash\n{command}\n```\n\nΔBLEU is the mean over seeds of (run − vanilla of the same seed); "
-              "p: sacrebleu paired bootstrap (1000 resamples) against that vanilla run. A gain is called real "
-              "only when it is significant in every seed; otherwise it is within noise. Groups not shown here were not "
-              f"run in this mode; all groups: `--groups {','.join(GROUPS)}`; modes: `--mode smoke|cpu|gpu` "
-              "(gpu: the papers' IWSLT-like d=256, FFN 1024, 2+2 layers).\n\n")  # fmt: skip
+    header = (
+        f"## {section}\n\nGenerated by `bench/reproduce.py` (issue 7 §3). Mode(s): **{', '.join(modes)}**"
+        f" (budget per run: {'; '.join(f'{m}: {describe_budget(MODES[m])}' for m in modes)}). Machine: {args.machine or platform.platform()}, "
+        f"`OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}`. Date: {dates}.\n\n"
+        f"Command:\n\n```bash\n{command}\n```\n\nΔBLEU is the mean over seeds of (run − vanilla of the same seed); "
+        "p: sacrebleu paired bootstrap (1000 resamples) against that vanilla run. A gain is called real "
+        "only when it is significant in every seed; otherwise it is within noise. Groups not shown here were not "
+        f"run in this mode; all groups: `--groups {','.join(GROUPS)}`; modes: `--mode smoke|cpu|gpu` "
+        "(gpu: the papers' IWSLT-like d=256, FFN 1024, 2+2 layers).\n\n"
+    )
     replace_section(path, section, header + body.rstrip() + "\n")

@@ -18,14 +18,41 @@ import xlpe
 
 SIZES = {
     # seconds on a CPU: the smoke test of the whole harness (tests/test_bench_speed.py, gpu_session.sh --cpu)
-    "tiny": {"d_model": 128, "ffn": 256, "heads": 4, "encoder_layers": 1, "decoder_layers": 1, "vocab_size": 1000,
-             "batch_size": 8, "max_tokens": 256, "gen_batch_size": 4},
+    "tiny": {
+        "d_model": 128,
+        "ffn": 256,
+        "heads": 4,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "vocab_size": 1000,
+        "batch_size": 8,
+        "max_tokens": 256,
+        "gen_batch_size": 4,
+    },
     # the CPU default: small enough for ~10 min on 2 cores with every family
-    "small": {"d_model": 256, "ffn": 1024, "heads": 4, "encoder_layers": 3, "decoder_layers": 3, "vocab_size": 8000,
-              "batch_size": 32, "max_tokens": 1536, "gen_batch_size": 32},
+    "small": {
+        "d_model": 256,
+        "ffn": 1024,
+        "heads": 4,
+        "encoder_layers": 3,
+        "decoder_layers": 3,
+        "vocab_size": 8000,
+        "batch_size": 32,
+        "max_tokens": 1536,
+        "gen_batch_size": 32,
+    },
     # Transformer-base (Vaswani et al. 2017) for the GPU run
-    "base": {"d_model": 512, "ffn": 2048, "heads": 8, "encoder_layers": 6, "decoder_layers": 6, "vocab_size": 32000,
-             "batch_size": 128, "max_tokens": 24576, "gen_batch_size": 128},
+    "base": {
+        "d_model": 512,
+        "ffn": 2048,
+        "heads": 8,
+        "encoder_layers": 6,
+        "decoder_layers": 6,
+        "vocab_size": 32000,
+        "batch_size": 128,
+        "max_tokens": 24576,
+        "gen_batch_size": 128,
+    },
     # max_tokens: padded tokens (longest side x sentences) per token batch; at base, 24,576 gives >= 16k real
     # target tokens per batch on the stored newstest lengths (the issue's "realistic batch")
 }
@@ -66,7 +93,9 @@ def make_batches(count: int, batch_size: int, vocab_size: int, mean_len: float, 
     gen = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(count):
-        src_len = (torch.randn(batch_size, generator=gen) * mean_len / 5 + mean_len).round().clamp(8, 2 * mean_len).long()
+        src_len = (
+            (torch.randn(batch_size, generator=gen) * mean_len / 5 + mean_len).round().clamp(8, 2 * mean_len).long()
+        )
         tgt_len = (src_len.float() * (0.9 + 0.4 * torch.rand(batch_size, generator=gen))).round().clamp(min=4).long()
         S, T = int(src_len.max()), int(tgt_len.max())
         input_ids = torch.full((batch_size, S), PAD)
@@ -88,7 +117,18 @@ def make_batches(count: int, batch_size: int, vocab_size: int, mean_len: float, 
             pos[b, :n] = torch.randint(FIRST_TAG_ID, NUM_POS_TAG_IDS, (n,), generator=gen)
             dpos[b, :m] = torch.randint(FIRST_TAG_ID, NUM_POS_TAG_IDS, (m,), generator=gen)
         attention_mask = (torch.arange(S)[None] < src_len[:, None]).long()
-        batches.append(Batch(input_ids, attention_mask, labels, reorder, target_positions, pos, dpos, math.ceil(1.2 * float(src_len.float().mean()))))
+        batches.append(
+            Batch(
+                input_ids,
+                attention_mask,
+                labels,
+                reorder,
+                target_positions,
+                pos,
+                dpos,
+                math.ceil(1.2 * float(src_len.float().mean())),
+            )
+        )
     return batches
 
 
@@ -100,7 +140,9 @@ def batch_from_lengths(source_lengths, target_lengths, vocab_size: int, gen: tor
     src = torch.as_tensor(source_lengths, dtype=torch.long)
     tgt = torch.as_tensor(target_lengths, dtype=torch.long)
     if src.ndim != 1 or src.shape != tgt.shape or len(src) == 0 or int(src.min()) < 2 or int(tgt.min()) < 2:
-        raise ValueError("source/target lengths must be two equal non-empty 1-d sequences of lengths >= 2 (EOS included)")
+        raise ValueError(
+            "source/target lengths must be two equal non-empty 1-d sequences of lengths >= 2 (EOS included)"
+        )
     B, S, T = len(src), int(src.max()), int(tgt.max())
     pos_s, pos_t = torch.arange(S)[None], torch.arange(T)[None]
     real_s, real_t = pos_s < src[:, None], pos_t < tgt[:, None]
@@ -116,8 +158,16 @@ def batch_from_lengths(source_lengths, target_lengths, vocab_size: int, gen: tor
     target_positions = torch.where(aligned, ranks, -100)
     pos = torch.randint(FIRST_TAG_ID, NUM_POS_TAG_IDS, (B, S), generator=gen) * real_s
     dpos = torch.randint(FIRST_TAG_ID, NUM_POS_TAG_IDS, (B, T), generator=gen) * real_t
-    return Batch(input_ids, real_s.long(), labels, reorder, target_positions, pos, dpos,
-                 math.ceil(1.2 * float(src.float().mean())))  # fmt: skip
+    return Batch(
+        input_ids,
+        real_s.long(),
+        labels,
+        reorder,
+        target_positions,
+        pos,
+        dpos,
+        math.ceil(1.2 * float(src.float().mean())),
+    )
 
 
 def spread_picks(groups: list, count: int, key) -> list:
@@ -182,9 +232,14 @@ def bart_view(batch: Batch) -> Batch:
 def shared_kwargs(dims: dict) -> dict:
     """The dims every config of one run shares (Marian and BART spell them the same)."""
     return {
-        "vocab_size": dims["vocab_size"], "d_model": dims["d_model"], "encoder_layers": dims["encoder_layers"],
-        "decoder_layers": dims["decoder_layers"], "encoder_attention_heads": dims["heads"],
-        "decoder_attention_heads": dims["heads"], "encoder_ffn_dim": dims["ffn"], "decoder_ffn_dim": dims["ffn"],
+        "vocab_size": dims["vocab_size"],
+        "d_model": dims["d_model"],
+        "encoder_layers": dims["encoder_layers"],
+        "decoder_layers": dims["decoder_layers"],
+        "encoder_attention_heads": dims["heads"],
+        "decoder_attention_heads": dims["heads"],
+        "encoder_ffn_dim": dims["ffn"],
+        "decoder_ffn_dim": dims["ffn"],
         "max_position_embeddings": 512,
     }
 
@@ -195,8 +250,14 @@ def marian_kwargs(dims: dict, **overrides) -> dict:
 
 
 def bart_kwargs(dims: dict, **overrides) -> dict:
-    special = {"pad_token_id": BART_PAD, "bos_token_id": BART_BOS, "eos_token_id": BART_EOS,
-               "decoder_start_token_id": BART_EOS, "forced_bos_token_id": None, "forced_eos_token_id": None}
+    special = {
+        "pad_token_id": BART_PAD,
+        "bos_token_id": BART_BOS,
+        "eos_token_id": BART_EOS,
+        "decoder_start_token_id": BART_EOS,
+        "forced_bos_token_id": None,
+        "forced_eos_token_id": None,
+    }
     return {**shared_kwargs(dims), **special, **overrides}
 
 
@@ -218,15 +279,19 @@ class Spec:
 def xl_spec(strategy: str, train_positions: str = "oracle", label: str = "", **config) -> Spec:
     def build(dims):
         xl_heads = 0 if strategy == "in" else max(1, dims["heads"] // 4)
-        cfg = xlpe.XLPEMarianConfig(**marian_kwargs(dims, xl_strategy=strategy, xl_heads=xl_heads,
-                                                    xl_train_positions=train_positions, **config))
+        cfg = xlpe.XLPEMarianConfig(
+            **marian_kwargs(dims, xl_strategy=strategy, xl_heads=xl_heads, xl_train_positions=train_positions, **config)
+        )
         return xlpe.XLPEMarianMTModel(cfg)
 
     suffix = "" if train_positions == "oracle" else ", train on predicted positions"
     return Spec(
-        f"XL PE {strategy}{suffix}{label}", build, baseline="Marian",
+        f"XL PE {strategy}{suffix}{label}",
+        build,
+        baseline="Marian",
         train_inputs=lambda b: {"reorder_positions": b.reorder_positions},
-        train_target=1.03, gen_target=1.05,
+        train_target=1.03,
+        gen_target=1.05,
         note="tau = H/4" if strategy != "in" else "",
     )
 
@@ -253,33 +318,79 @@ def all_specs(families: list[str], dims: dict) -> list[Spec]:
         heads = xlpe.XLPEMarianConfig().reorder_predictor_heads
         quarter = max(8 * heads, dims["d_model"] // (4 * heads) * heads)
         if quarter != default_hidden:
-            specs.append(xl_spec("combination", label=f", predictor h={quarter}", reorder_predictor_hidden_size=quarter))
+            specs.append(
+                xl_spec("combination", label=f", predictor h={quarter}", reorder_predictor_hidden_size=quarter)
+            )
             specs[-1].note = f"predictor hidden {quarter} = d_model/4 instead of the default {default_hidden}"
         external = xl_spec("combination", label=", external positions (no predictor)")
         external.train_forward = external_positions_forward
         external.gen_inputs = lambda b: {"reorder_positions": b.reorder_positions}
-        external.note = ("the paper's setting: reorderings from an external tool (its cost not counted), "
-                         "the predictor never runs")
+        external.note = (
+            "the paper's setting: reorderings from an external tool (its cost not counted), the predictor never runs"
+        )
         specs.append(external)
     if "baselines" in families:  # XL PE Table 1's baselines and the stack (position_attention.py), beside stock Marian
+
         def variant(name, strategy, note, **config):
-            spec = xl_spec(strategy, label=name, **config) if strategy != "none" else Spec(
-                f"XL PE none{name}", lambda d: xlpe.XLPEMarianMTModel(xlpe.XLPEMarianConfig(**marian_kwargs(d, xl_strategy="none", **config))),
-                baseline="Marian")  # fmt: skip
+            spec = (
+                xl_spec(strategy, label=name, **config)
+                if strategy != "none"
+                else Spec(
+                    f"XL PE none{name}",
+                    lambda d: xlpe.XLPEMarianMTModel(
+                        xlpe.XLPEMarianConfig(**marian_kwargs(d, xl_strategy="none", **config))
+                    ),
+                    baseline="Marian",
+                )
+            )
             spec.note = note
             return spec
 
-        specs += [variant(", relative PE k=16", "none", "Shaw et al.: keys and values (eager attention)", relative_attention_max_distance=16),
-                  variant(", relative PE k=16, keys only", "none", "keys only: an SDPA bias", relative_attention_max_distance=16,
-                          relative_attention_values=False),
-                  variant(", DiSAN-style heads", "none", "directional masks on the encoder heads (SDPA bias)", directional_attention=True),
-                  variant(", relative PE k=16", "combination", "XL PE + relative PE", relative_attention_max_distance=16),
-                  variant(", RoPE", "none", "rotary positions on both sides, no sinusoid (SDPA)", rotary_attention=True,
-                          absolute_positions=False),
-                  variant(", XL-RoPE", "head", "RoPE; the tau heads of layer 1 rotated by the XL positions, predictor on",
-                          xl_position_form="rotary", rotary_attention=True, absolute_positions=False),
-                  variant(", XL-relative k=16", "head", "relative PE; the tau heads of layer 1 on XL distances, predictor on",
-                          xl_position_form="relative", relative_attention_max_distance=16, absolute_positions=False)]  # fmt: skip
+        specs += [
+            variant(
+                ", relative PE k=16",
+                "none",
+                "Shaw et al.: keys and values (eager attention)",
+                relative_attention_max_distance=16,
+            ),
+            variant(
+                ", relative PE k=16, keys only",
+                "none",
+                "keys only: an SDPA bias",
+                relative_attention_max_distance=16,
+                relative_attention_values=False,
+            ),
+            variant(
+                ", DiSAN-style heads",
+                "none",
+                "directional masks on the encoder heads (SDPA bias)",
+                directional_attention=True,
+            ),
+            variant(", relative PE k=16", "combination", "XL PE + relative PE", relative_attention_max_distance=16),
+            variant(
+                ", RoPE",
+                "none",
+                "rotary positions on both sides, no sinusoid (SDPA)",
+                rotary_attention=True,
+                absolute_positions=False,
+            ),
+            variant(
+                ", XL-RoPE",
+                "head",
+                "RoPE; the tau heads of layer 1 rotated by the XL positions, predictor on",
+                xl_position_form="rotary",
+                rotary_attention=True,
+                absolute_positions=False,
+            ),
+            variant(
+                ", XL-relative k=16",
+                "head",
+                "relative PE; the tau heads of layer 1 on XL distances, predictor on",
+                xl_position_form="relative",
+                relative_attention_max_distance=16,
+                absolute_positions=False,
+            ),
+        ]
     if "dpe" in families:
         from xlpe.models.configuration_dpe import (
             DPEMarianConfig,  # registered by `import xlpe` when present
@@ -287,25 +398,47 @@ def all_specs(families: list[str], dims: dict) -> list[Spec]:
 
         dpe_layers = DPEMarianConfig().dpe_layers
         deep = f"Marian {dims['encoder_layers'] + dpe_layers}E"
-        specs.append(Spec(
-            deep, lambda d: MarianMTModel(MarianConfig(**marian_kwargs(d, encoder_layers=d["encoder_layers"] + dpe_layers))),
-            note=f"stock, +{dpe_layers} encoder layers (= DPE's parameters; the paper's 8E at base size)",
-        ))
-        specs.append(Spec(
-            "DPE", lambda d: xlpe.get_family("dpe").generation_model_class(DPEMarianConfig(**marian_kwargs(d))),
-            baseline=deep, train_inputs=lambda b: {"target_positions": b.target_positions},
-            train_target=1.03, gen_target=1.03, note=f"{dpe_layers} DPE layers",
-        ))
+        specs.append(
+            Spec(
+                deep,
+                lambda d: MarianMTModel(
+                    MarianConfig(**marian_kwargs(d, encoder_layers=d["encoder_layers"] + dpe_layers))
+                ),
+                note=f"stock, +{dpe_layers} encoder layers (= DPE's parameters; the paper's 8E at base size)",
+            )
+        )
+        specs.append(
+            Spec(
+                "DPE",
+                lambda d: xlpe.get_family("dpe").generation_model_class(DPEMarianConfig(**marian_kwargs(d))),
+                baseline=deep,
+                train_inputs=lambda b: {"target_positions": b.target_positions},
+                train_target=1.03,
+                gen_target=1.03,
+                note=f"{dpe_layers} DPE layers",
+            )
+        )
     if "mvpe_pos" in families:
         family = xlpe.get_family("mvpe_pos")
-        specs.append(Spec("BART", lambda d: BartForConditionalGeneration(BartConfig(**bart_kwargs(d))),
-                          bart_layout=True, note="stock"))
+        specs.append(
+            Spec(
+                "BART",
+                lambda d: BartForConditionalGeneration(BartConfig(**bart_kwargs(d))),
+                bart_layout=True,
+                note="stock",
+            )
+        )
         pos_inputs = lambda b: {"pos_tag_ids": b.pos_tag_ids, "decoder_pos_tag_ids": b.decoder_pos_tag_ids}
-        specs.append(Spec(
-            "mvPE+POS", lambda d: family.generation_model_class(family.config_class(**bart_kwargs(d))),
-            baseline="BART", train_inputs=pos_inputs, gen_inputs=lambda b: {"pos_tag_ids": b.pos_tag_ids},
-            bart_layout=True, train_target=1.05, gen_target=1.05,
-        ))
+        specs.append(
+            Spec(
+                "mvPE+POS",
+                lambda d: family.generation_model_class(family.config_class(**bart_kwargs(d))),
+                baseline="BART",
+                train_inputs=pos_inputs,
+                gen_inputs=lambda b: {"pos_tag_ids": b.pos_tag_ids},
+                bart_layout=True,
+                train_target=1.05,
+                gen_target=1.05,
+            )
+        )
     return specs
-
-

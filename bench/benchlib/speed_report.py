@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------------------
@@ -41,18 +39,26 @@ def markdown(report: dict) -> str:
         f"{batching.get('lengths', '?')}. {report['train_steps']} timed train steps and {report['gen_batches']} "
         f"generate calls per model per repeat, {report['repeats']} interleaved repeats; clock: "
         f"{report.get('clock_detail', clock_name)}. "
-        + (f"MFU against {peak:g} TFLOP/s ({report.get('peak_source')})." if peak else "No MFU (no peak for this device)."),
+        + (
+            f"MFU against {peak:g} TFLOP/s ({report.get('peak_source')})."
+            if peak
+            else "No MFU (no peak for this device)."
+        ),
         "",
-        (f"| model | vs | train step ratio ({clock_name}), median (min–max) | {other} median | target | "
-         f"beam-5 generation ratio ({clock_name}), median (min–max) | {other} median | target |"),
+        (
+            f"| model | vs | train step ratio ({clock_name}), median (min–max) | {other} median | target | "
+            f"beam-5 generation ratio ({clock_name}), median (min–max) | {other} median | target |"
+        ),
         "|---|---|---|---:|---:|---|---:|---:|",
     ]
     for r in rows:
         if not r["baseline"]:
             continue
         if r["gen_ratio"] is not None:
-            gen = (f"{fmt_ratio(r['gen_ratio'], r['gen_target'], flag)} | {r['gen_ratio_other_clock']['median']:.3f} | "
-                   f"{fmt_target(r['gen_target'])}")
+            gen = (
+                f"{fmt_ratio(r['gen_ratio'], r['gen_target'], flag)} | {r['gen_ratio_other_clock']['median']:.3f} | "
+                f"{fmt_target(r['gen_target'])}"
+            )
         else:
             gen = "not timed | — | —"
         out.append(
@@ -113,19 +119,27 @@ def plot(report: dict, path: Path) -> None:
                 ax.text(1.0, yi, "  not timed", va="center", fontsize=8, color="gray")
                 continue
             color = "tab:gray" if target is None else ("tab:green" if s["median"] <= target else "tab:red")
-            ax.barh(yi, s["median"] - 1, left=1, color=color, hatch="//" if r.get("flagged") else None,
-                    xerr=[[s["median"] - s["min"]], [s["max"] - s["median"]]], capsize=3)
+            ax.barh(
+                yi,
+                s["median"] - 1,
+                left=1,
+                color=color,
+                hatch="//" if r.get("flagged") else None,
+                xerr=[[s["median"] - s["min"]], [s["max"] - s["median"]]],
+                capsize=3,
+            )
             if target:
                 ax.plot([target, target], [yi - 0.4, yi + 0.4], color="black", linestyle="--", linewidth=1)
         ax.axvline(1.0, color="black", linewidth=0.8)
         ax.set_yticks(y, [f"{r['name']}\nvs {r['baseline']}" for r in rows])
         ax.set_xlabel(f"{'CPU-time' if report['clock'] == 'cpu' else 'wall-clock'} ratio vs baseline")
         ax.set_title(title)
-    fig.suptitle(f"xlpe speed overhead — {report['machine']['device']}, {report.get('switches', report['dtype'])}, size {report['size']}, "
-                 f"{report['date']}\nbars: median of {report['repeats']} interleaved repeats, whiskers: min–max, "
-                 "dashed: target (green = met, red = missed, grey = no target), hatched: flagged", fontsize=9)
+    fig.suptitle(
+        f"xlpe speed overhead — {report['machine']['device']}, {report.get('switches', report['dtype'])}, size {report['size']}, "
+        f"{report['date']}\nbars: median of {report['repeats']} interleaved repeats, whiskers: min–max, "
+        "dashed: target (green = met, red = missed, grey = no target), hatched: flagged",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-

@@ -18,7 +18,9 @@ def mean_std(values: list[float]) -> str:
 
 def run_dates(records: list[dict]) -> str:
     """First and last day the runs finished (records written before dates were kept: their hypotheses file's)."""
-    days = sorted({r.get("date") or time.strftime("%Y-%m-%d", time.localtime(os.path.getmtime(r["hypotheses"]))) for r in records})
+    days = sorted(
+        {r.get("date") or time.strftime("%Y-%m-%d", time.localtime(os.path.getmtime(r["hypotheses"]))) for r in records}
+    )
     return days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
 
 

@@ -135,20 +135,30 @@ class Runner:
     def forward_with_labels(self, batch: Batch):
         if self.spec.train_forward is not None:
             return self.spec.train_forward(self.model, batch)
-        return self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels,
-                          **self.spec.train_inputs(batch))
+        return self.model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            labels=batch.labels,
+            **self.spec.train_inputs(batch),
+        )
 
     @torch.no_grad()
     def generate(self, batch: Batch) -> torch.Tensor:
         self.model.eval()
         with self.autocast():
             return self.model.generate(
-                input_ids=batch.input_ids, attention_mask=batch.attention_mask, num_beams=5, do_sample=False,
-                max_new_tokens=batch.new_tokens, min_new_tokens=batch.new_tokens, **self.spec.gen_inputs(batch),
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                num_beams=5,
+                do_sample=False,
+                max_new_tokens=batch.new_tokens,
+                min_new_tokens=batch.new_tokens,
+                **self.spec.gen_inputs(batch),
             )
 
-    def warm_up(self, kind: str, min_cycles: int, max_cycles: int, max_seconds: float, window: int,
-                tolerance: float) -> dict:
+    def warm_up(
+        self, kind: str, min_cycles: int, max_cycles: int, max_seconds: float, window: int, tolerance: float
+    ) -> dict:
         """Whole cycles (a step on every batch, or a call on every generation batch) until the last `window`
         cycle times spread less than `tolerance` (and at least `min_cycles` ran), or `max_cycles` / `max_seconds`
         is reached. Returns {"cycles", "stable", "spread", "first_cycle_s", "cycle_s"}."""
@@ -165,8 +175,13 @@ class Runner:
             recent = cycles[-window:]
             stable = len(cycles) >= max(min_cycles, window) and spread(recent) < tolerance
             if stable or len(cycles) >= max_cycles or time.perf_counter() - started > max_seconds:
-                return {"cycles": len(cycles), "stable": stable, "spread": round(spread(recent), 4),
-                        "first_cycle_s": round(cycles[0], 4), "cycle_s": round(statistics.median(recent), 5)}  # fmt: skip
+                return {
+                    "cycles": len(cycles),
+                    "stable": stable,
+                    "spread": round(spread(recent), 4),
+                    "first_cycle_s": round(cycles[0], 4),
+                    "cycle_s": round(statistics.median(recent), 5),
+                }
 
     def time_train(self, steps: int) -> None:
         """`steps` train steps (a multiple of the batch count: whole cycles), each bracketed by clock marks."""
@@ -214,9 +229,7 @@ def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = sorted(
-        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-    )
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     live = peak = 0
     for _, nbytes in events:
         live += nbytes
@@ -270,7 +283,9 @@ def measure_static(runner: Runner, args) -> None:
     resident_gen = tensor_bytes(params)
     runner.results["train_peak_bytes"] = resident_train + peak_bytes(lambda: runner.train_step(batch), device)
     if runner.with_generation:
-        runner.results["gen_peak_bytes"] = resident_gen + peak_bytes(lambda: runner.generate(runner.gen_batches[0]), device)
+        runner.results["gen_peak_bytes"] = resident_gen + peak_bytes(
+            lambda: runner.generate(runner.gen_batches[0]), device
+        )
 
 
 def ratios(runner: Runner, base: Runner, key: str) -> list[float]:
@@ -278,5 +293,10 @@ def ratios(runner: Runner, base: Runner, key: str) -> list[float]:
 
 
 def summary(values: list[float]) -> dict:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values), "spread": spread(values),
-            "values": list(values)}  # fmt: skip
+    return {
+        "min": min(values),
+        "median": statistics.median(values),
+        "max": max(values),
+        "spread": spread(values),
+        "values": list(values),
+    }

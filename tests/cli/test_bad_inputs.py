@@ -12,8 +12,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import save_tiny_xlpe_model
+
 from xlpe import XLPEMarianMTModel
 from xlpe.features.corpus import ParallelSplit, read_parallel_files
 from xlpe.features.prepare import prepare_splits
@@ -37,8 +37,23 @@ def translate(model_dir, tmp_path, data: bytes, *extra: str) -> tuple[int, list[
 
     source, output = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_bytes(data)
-    status = main(["--model", str(model_dir), "--input", str(source), "--output", str(output), "--num_beams", "1",
-                   "--max_new_tokens", "4", "--quiet", "--overwrite_output", *extra])  # fmt: skip
+    status = main(
+        [
+            "--model",
+            str(model_dir),
+            "--input",
+            str(source),
+            "--output",
+            str(output),
+            "--num_beams",
+            "1",
+            "--max_new_tokens",
+            "4",
+            "--quiet",
+            "--overwrite_output",
+            *extra,
+        ]
+    )
     return status, output.read_text(encoding="utf-8").split("\n")[:-1] if status == 0 else []
 
 
@@ -52,7 +67,9 @@ def test_translate_never_splits_a_line_at_a_bare_carriage_return(model_dir, tmp_
     assert status == 0 and bare == crlf  # 2 lines in, 2 out, aligned; the \r is whitespace between words
 
 
-def test_translate_long_inputs_in_full_when_the_model_takes_them_else_warns_with_line_numbers(model_dir, tmp_path, capsys):
+def test_translate_long_inputs_in_full_when_the_model_takes_them_else_warns_with_line_numbers(
+    model_dir, tmp_path, capsys
+):
     from xlpe.cli.translate import load_pipeline
 
     translator = load_pipeline(str(model_dir))
@@ -82,8 +99,12 @@ def test_translate_pipeline_default_warns_when_it_cuts(model_dir, caplog):
 
 
 def test_source_and_target_lengths_filter_each_side_by_its_own_limit(toy_tokenizer, monkeypatch):
-    split = ParallelSplit(["the cat", "the cat sees the dog in the garden with a small red ball"],
-                          ["die katze sieht den hund im garten mit dem kleinen ball", "der hund"], "<s>", "<t>")  # fmt: skip
+    split = ParallelSplit(
+        ["the cat", "the cat sees the dog in the garden with a small red ball"],
+        ["die katze sieht den hund im garten mit dem kleinen ball", "der hund"],
+        "<s>",
+        "<t>",
+    )
     prepared, reports = prepare_splits({"train": split}, toy_tokenizer, features=[], max_length=6, max_target_length=40)
     assert reports["train"]["pairs_kept"] == 1 and len(prepared["train"]) == 1
     assert reports["train"]["pairs_skipped"]["source_too_long"] == 1  # the second: source over 6 tokens
@@ -91,10 +112,20 @@ def test_source_and_target_lengths_filter_each_side_by_its_own_limit(toy_tokeniz
     from xlpe.training import data
 
     captured = {}
-    monkeypatch.setattr(data, "run_preparation", lambda splits, tokenizer, options: (
-        captured.update(options) or ({"train": [1]}, {"train": {"pairs_read": 1}})))  # fmt: skip
-    args = SimpleNamespace(prepared_dataset=None, nltk_data=None, max_source_length=16, max_target_length=64,
-                           preprocessing_num_workers=None, overwrite_cache=False, cache_dir=None)  # fmt: skip
+    monkeypatch.setattr(
+        data,
+        "run_preparation",
+        lambda splits, tokenizer, options: captured.update(options) or ({"train": [1]}, {"train": {"pairs_read": 1}}),
+    )
+    args = SimpleNamespace(
+        prepared_dataset=None,
+        nltk_data=None,
+        max_source_length=16,
+        max_target_length=64,
+        preprocessing_num_workers=None,
+        overwrite_cache=False,
+        cache_dir=None,
+    )
     training = SimpleNamespace(seed=0, do_train=False, main_process_first=lambda **_: contextlib.nullcontext())
     data.prepare_features({}, toy_tokenizer, [], {}, args, args, training, None)
     assert (captured["max_length"], captured["max_target_length"]) == (16, 64)
@@ -151,16 +182,33 @@ def test_prepare_numbers_are_checked_before_any_work(tmp_path, capsys, extra, me
     (tmp_path / "s").write_text("ein hund\n")
     (tmp_path / "t").write_text("a dog\n")
     with pytest.raises(SystemExit) as info:
-        main(["--source", str(tmp_path / "s"), "--target", str(tmp_path / "t"), "--output", str(tmp_path / "o"), *extra])
+        main(
+            ["--source", str(tmp_path / "s"), "--target", str(tmp_path / "t"), "--output", str(tmp_path / "o"), *extra]
+        )
     assert info.value.code == 2 and message in one_error_line(capsys, "xlpe-prepare: error:")
 
 
 def test_prepare_errors_have_no_traceback(tmp_path):
     (tmp_path / "s").write_bytes(b"ein hund\n\xfe\n")
     (tmp_path / "t").write_text("a dog\na cat\n")
-    run = subprocess.run([sys.executable, "-m", "xlpe.cli.prepare", "--source", str(tmp_path / "s"), "--target",
-                          str(tmp_path / "t"), "--output", str(tmp_path / "o"), "--features", "reorder_positions"],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xlpe.cli.prepare",
+            "--source",
+            str(tmp_path / "s"),
+            "--target",
+            str(tmp_path / "t"),
+            "--output",
+            str(tmp_path / "o"),
+            "--features",
+            "reorder_positions",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith(f"xlpe-prepare: error: {tmp_path / 's'}:2: invalid UTF-8")
     assert not (tmp_path / "o").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["s", "t"]
@@ -178,8 +226,19 @@ def test_existing_outputs_need_overwrite_output(model_dir, tmp_path, capsys):
     (tmp_path / "in.txt").write_text("the cat\n")
     existing = tmp_path / "existing.txt"
     existing.write_text("keep me\n")
-    argv = ["--model", str(model_dir), "--input", str(tmp_path / "in.txt"), "--output", str(existing), "--num_beams", "1",
-            "--max_new_tokens", "2", "--quiet"]  # fmt: skip
+    argv = [
+        "--model",
+        str(model_dir),
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--output",
+        str(existing),
+        "--num_beams",
+        "1",
+        "--max_new_tokens",
+        "2",
+        "--quiet",
+    ]
     assert translate_main(argv) == 2
     assert f"--output {existing}: the file exists; pass --overwrite_output" in one_error_line(capsys, "xlpe-translate")
     assert existing.read_text() == "keep me\n"
@@ -187,24 +246,57 @@ def test_existing_outputs_need_overwrite_output(model_dir, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["existing.txt", "in.txt"]  # no temporary file left
     capsys.readouterr()
 
-    assert evaluate(["bleu", "--hyp", str(tmp_path / "in.txt"), "--ref", str(tmp_path / "in.txt"), "--output", str(existing)]) == 2
+    assert (
+        evaluate(
+            ["bleu", "--hyp", str(tmp_path / "in.txt"), "--ref", str(tmp_path / "in.txt"), "--output", str(existing)]
+        )
+        == 2
+    )
     assert "pass --overwrite_output" in one_error_line(capsys, "xlpe-evaluate")
-    assert evaluate(["bleu", "--hyp", str(tmp_path / "in.txt"), "--ref", str(tmp_path / "in.txt"), "--output",
-                     str(existing), "--overwrite_output"]) == 0  # fmt: skip
+    assert (
+        evaluate(
+            [
+                "bleu",
+                "--hyp",
+                str(tmp_path / "in.txt"),
+                "--ref",
+                str(tmp_path / "in.txt"),
+                "--output",
+                str(existing),
+                "--overwrite_output",
+            ]
+        )
+        == 0
+    )
     assert "bleu" in json.loads(existing.read_text())
 
     with pytest.raises(SystemExit) as info:
-        reorder(["predict", "--reorderer", str(tmp_path), "--input", str(tmp_path / "in.txt"), "--output", str(existing)])
+        reorder(
+            ["predict", "--reorderer", str(tmp_path), "--input", str(tmp_path / "in.txt"), "--output", str(existing)]
+        )
     assert info.value.code == 2 and "pass --overwrite_output" in one_error_line(capsys, "xlpe-reorder")
 
     (tmp_path / "prepared").mkdir()
     with pytest.raises(SystemExit) as info:
-        prepare(["--source", str(tmp_path / "in.txt"), "--target", str(tmp_path / "in.txt"), "--output", str(tmp_path / "prepared")])
+        prepare(
+            [
+                "--source",
+                str(tmp_path / "in.txt"),
+                "--target",
+                str(tmp_path / "in.txt"),
+                "--output",
+                str(tmp_path / "prepared"),
+            ]
+        )
     assert info.value.code == 2
-    assert f"--output {tmp_path / 'prepared'}: the directory exists; pass --overwrite_output" in one_error_line(capsys, "xlpe-prepare")
+    assert f"--output {tmp_path / 'prepared'}: the directory exists; pass --overwrite_output" in one_error_line(
+        capsys, "xlpe-prepare"
+    )
 
 
-def test_corrupt_cache_entries_are_rebuilt_and_failures_leave_no_temporary_directory(toy_tokenizer, tmp_path, caplog, monkeypatch):
+def test_corrupt_cache_entries_are_rebuilt_and_failures_leave_no_temporary_directory(
+    toy_tokenizer, tmp_path, caplog, monkeypatch
+):
     from xlpe.features import cache
 
     split = ParallelSplit(["the cat sees the dog", "a dog"], ["die katze sieht den hund", "ein hund"], "<s>", "<t>")
@@ -218,7 +310,9 @@ def test_corrupt_cache_entries_are_rebuilt_and_failures_leave_no_temporary_direc
     with caplog.at_level(logging.WARNING, logger="xlpe.features.cache"):
         prepared, third = prepare_splits({"train": split}, toy_tokenizer, **options)
     assert not third["train"]["cache_hit"] and len(prepared["train"]) == 2
-    assert any(f"cache entry {entry} is corrupt" in r.getMessage() and arrow.name in r.getMessage() for r in caplog.records)
+    assert any(
+        f"cache entry {entry} is corrupt" in r.getMessage() and arrow.name in r.getMessage() for r in caplog.records
+    )
     assert prepare_splits({"train": split}, toy_tokenizer, **options)[1]["train"]["cache_hit"]  # rebuilt, verified
 
     def fail(path):
@@ -241,15 +335,29 @@ def test_reorder_max_length_zero(tmp_path, capsys):
 
     (tmp_path / "s").write_text("a b\n")
     with pytest.raises(SystemExit) as info:
-        main(["train", "--source", str(tmp_path / "s"), "--target", str(tmp_path / "s"), "--output_dir",
-              str(tmp_path / "r"), "--max-length", "0"])  # fmt: skip
+        main(
+            [
+                "train",
+                "--source",
+                str(tmp_path / "s"),
+                "--target",
+                str(tmp_path / "s"),
+                "--output_dir",
+                str(tmp_path / "r"),
+                "--max-length",
+                "0",
+            ]
+        )
     assert info.value.code == 2 and "--max_length must be >= 1, got 0" in one_error_line(capsys, "xlpe-reorder")
 
 
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--max_steps", "-5"], "--max_steps must be a positive number of optimizer steps, or -1 to train for --num_train_epochs"),
+        (
+            ["--max_steps", "-5"],
+            "--max_steps must be a positive number of optimizer steps, or -1 to train for --num_train_epochs",
+        ),
         (["--max_steps", "0"], "got 0"),
         (["--max_steps", "-1", "--num_train_epochs", "0"], "--num_train_epochs must be > 0 when --max_steps is -1"),
         (["--max_source_length", "0"], "--max_source_length must be >= 1, got 0"),
@@ -267,19 +375,51 @@ def test_train_builtin_dataset_and_files_name_both(tmp_path, capsys):
 
     for name in ("train.en", "train.de"):
         (tmp_path / name).write_text("a b\n")
-    assert cli(["--dataset_name", "builtin:synthetic", "--train_source_file", str(tmp_path / "train.en"),
-                "--train_target_file", str(tmp_path / "train.de"), "--output_dir", str(tmp_path / "run")]) == 2  # fmt: skip
+    assert (
+        cli(
+            [
+                "--dataset_name",
+                "builtin:synthetic",
+                "--train_source_file",
+                str(tmp_path / "train.en"),
+                "--train_target_file",
+                str(tmp_path / "train.de"),
+                "--output_dir",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 2
+    )
     line = one_error_line(capsys, "xlpe-train: error:")
-    assert "--dataset_name builtin:synthetic and --train_source_file, --train_target_file both name training data" in line
+    assert (
+        "--dataset_name builtin:synthetic and --train_source_file, --train_target_file both name training data" in line
+    )
 
 
 def test_train_model_flags_out_of_range_and_a_model_folder_without_tokenizer(model_dir, tmp_path, capsys):
     """Config values given as flags are checked like the config's own (config_checks.py): one line, exit 2."""
     from xlpe.cli.train import cli
 
-    assert cli(["--output_dir", str(tmp_path / "a"), "--model_name_or_path", str(model_dir), "--model_type", "xlpe",
-                "--xl_heads", "99", "--max_steps", "1"]) == 2  # fmt: skip
-    assert "xl_heads (tau, of encoder_attention_heads=4) must be an integer >= 0 and <= 4, got 99" in one_error_line(capsys, "xlpe-train: error:")
+    assert (
+        cli(
+            [
+                "--output_dir",
+                str(tmp_path / "a"),
+                "--model_name_or_path",
+                str(model_dir),
+                "--model_type",
+                "xlpe",
+                "--xl_heads",
+                "99",
+                "--max_steps",
+                "1",
+            ]
+        )
+        == 2
+    )
+    assert "xl_heads (tau, of encoder_attention_heads=4) must be an integer >= 0 and <= 4, got 99" in one_error_line(
+        capsys, "xlpe-train: error:"
+    )
     bare = tmp_path / "bare"
     XLPEMarianMTModel.from_pretrained(model_dir).save_pretrained(bare)  # weights and config, no tokenizer files
     capsys.readouterr()
@@ -304,7 +444,15 @@ def test_compare_mt_output_dir_is_refused_replaced_whole_and_never_left_half_wri
     report = tmp_path / "cmt"
     report.mkdir()
     (report / "old.txt").write_text("keep me\n")
-    argv = ["compare-mt", "--ref", str(tmp_path / "ref.txt"), "--hyp", f"sys={tmp_path / 'hyp.txt'}", "--output_dir", str(report)]
+    argv = [
+        "compare-mt",
+        "--ref",
+        str(tmp_path / "ref.txt"),
+        "--hyp",
+        f"sys={tmp_path / 'hyp.txt'}",
+        "--output_dir",
+        str(report),
+    ]
     assert main(argv) == 2
     line = one_error_line(capsys, "xlpe-evaluate: error:")
     assert f"--output_dir {report}: the directory exists; pass --overwrite_output to replace it" in line
@@ -329,7 +477,9 @@ def test_compare_mt_output_dir_is_refused_replaced_whole_and_never_left_half_wri
 
     (tmp_path / "afile").write_text("x")
     assert main([*argv[:-1], str(tmp_path / "afile"), "--overwrite_output"]) == 2
-    assert f"--output_dir {tmp_path / 'afile'}: is a file, expected a directory" in one_error_line(capsys, "xlpe-evaluate")
+    assert f"--output_dir {tmp_path / 'afile'}: is a file, expected a directory" in one_error_line(
+        capsys, "xlpe-evaluate"
+    )
 
 
 def test_plot_png_is_refused_replaced_whole_and_never_left_half_written(tmp_path, capsys, monkeypatch):
@@ -342,7 +492,9 @@ def test_plot_png_is_refused_replaced_whole_and_never_left_half_written(tmp_path
     png.write_bytes(b"old")
     argv = ["plot", "tau", "--input", str(tmp_path / "tau.json"), "--output", str(png)]
     assert main(argv) == 2
-    assert f"--output {png}: the file exists; pass --overwrite_output to replace it" in one_error_line(capsys, "xlpe-evaluate")
+    assert f"--output {png}: the file exists; pass --overwrite_output to replace it" in one_error_line(
+        capsys, "xlpe-evaluate"
+    )
     assert png.read_bytes() == b"old"
 
     real_replace = text_files.os.replace
@@ -369,8 +521,12 @@ def jackknife_inputs(toy_tokenizer, tmp_path_factory):
     import datasets
 
     folder = tmp_path_factory.mktemp("jackknife_inputs")
-    sources = ["the cat sees the dog", "a dog chases the small cat", "the man reads a book in the garden",
-               "children play with a red ball"] * 4  # fmt: skip
+    sources = [
+        "the cat sees the dog",
+        "a dog chases the small cat",
+        "the man reads a book in the garden",
+        "children play with a red ball",
+    ] * 4
     targets = [" ".join(reversed(s.split())) for s in sources]
     links = [[x for i in range(len(s.split())) for x in (i, len(s.split()) - 1 - i)] for s in sources]
     split = ParallelSplit(sources, targets, "<s>", "<t>", alignments=links, alignment_origin="<a>")
@@ -380,7 +536,9 @@ def jackknife_inputs(toy_tokenizer, tmp_path_factory):
     return folder / "prepared", folder / "tokenizer"
 
 
-def test_jackknife_refuses_a_finished_output_dir_resumes_an_unfinished_one(jackknife_inputs, tmp_path, capsys, monkeypatch):
+def test_jackknife_refuses_a_finished_output_dir_resumes_an_unfinished_one(
+    jackknife_inputs, tmp_path, capsys, monkeypatch
+):
     import datasets
 
     from xlpe.cli.reorder import JACKKNIFE_UNFINISHED
@@ -388,9 +546,27 @@ def test_jackknife_refuses_a_finished_output_dir_resumes_an_unfinished_one(jackk
 
     prepared, tokenizer = jackknife_inputs
     output = tmp_path / "jk"
-    argv = ["jackknife", "--prepared", str(prepared), "--tokenizer", str(tokenizer), "--folds", "2", "--output_dir",
-            str(output), "--epochs", "1", "--d-model", "32", "--token-layers", "1", "--word-layers", "1",
-            "--batch-size", "8"]  # fmt: skip
+    argv = [
+        "jackknife",
+        "--prepared",
+        str(prepared),
+        "--tokenizer",
+        str(tokenizer),
+        "--folds",
+        "2",
+        "--output_dir",
+        str(output),
+        "--epochs",
+        "1",
+        "--d-model",
+        "32",
+        "--token-layers",
+        "1",
+        "--word-layers",
+        "1",
+        "--batch-size",
+        "8",
+    ]
 
     def resumed_from(fold: int):
         return json.loads((output / "folds" / f"fold-{fold}" / "reorderer_training.json").read_text())["resumed_from"]
@@ -451,9 +627,11 @@ def test_train_writes_its_own_json_files_whole(tmp_path, monkeypatch, capsys):
     output = tmp_path / "run"
     output.mkdir()
     (output / "recipe.json").write_text('{"recipe": "old"}')
-    parsed = (SimpleNamespace(model_name_or_path=None, config_name=None),
-              SimpleNamespace(uses_builtin_corpus=lambda: False, prepared_dataset=None),
-              SimpleNamespace(recipe="small", output_dir=str(output), do_train=True, process_index=0))  # fmt: skip
+    parsed = (
+        SimpleNamespace(model_name_or_path=None, config_name=None),
+        SimpleNamespace(uses_builtin_corpus=lambda: False, prepared_dataset=None),
+        SimpleNamespace(recipe="small", output_dir=str(output), do_train=True, process_index=0),
+    )
     real_replace = text_files.os.replace
 
     def disk_full(source, target):

@@ -19,9 +19,12 @@ def test_suggestions_compare_dash_and_underscore_spellings():
     assert suggest_option("--num-beam", options) == "--num_beams"
     assert suggest_option("--ouptut_dir=x", options) == "--output_dir"
     assert suggest_option("--zzz", options) is None
-    assert unknown_flags_message(["--sorce", "a"], options) == "unrecognized arguments: --sorce a (did you mean --source?)"
+    assert (
+        unknown_flags_message(["--sorce", "a"], options) == "unrecognized arguments: --sorce a (did you mean --source?)"
+    )
     assert unknown_flags_message(["--sorce", "--num-beam"], options) == (
-        "unrecognized arguments: --sorce --num-beam (did you mean --source for --sorce, --num_beams for --num-beam?)")
+        "unrecognized arguments: --sorce --num-beam (did you mean --source for --sorce, --num_beams for --num-beam?)"
+    )
 
 
 def test_argparse_commands_suggest_including_subcommand_flags(capsys):
@@ -37,24 +40,33 @@ def test_argparse_commands_suggest_including_subcommand_flags(capsys):
     assert "p: error: unrecognized arguments: --lowercse (did you mean --lowercase?)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name, args, meant", [
-    ("xlpe-train", ["--output_dir", "x", "--sorce_lang", "en"], "--source_lang"),
-    ("xlpe-train", ["--output-dir", "x", "--learning-rte", "1e-3"], "--learning_rate"),
-    ("xlpe-prepare", ["--output", "x", "--sorce", "a"], "--source"),
-    ("xlpe-translate", ["--model", "m", "--num_bems", "2"], "--num_beams"),
-    ("xlpe-evaluate", ["bleu", "--hyp", "h", "--ref", "r", "--lowercse"], "--lowercase"),
-    ("xlpe-reorder", ["train", "--source", "s", "--target", "t", "--output_dir", "o", "--lerning_rate", "1"], "--learning_rate"),
-    ("xlpe-tagger", ["train", "--conllu", "c", "--output", "o", "--colunm", "xpos"], "--column"),
-    ("xlpe-push", [".", "u/r", "--dry_rn"], "--dry_run"),
-    ("xlpe-demo", ["--step", "3", "--sed", "1"], "--seed"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, args, meant",
+    [
+        ("xlpe-train", ["--output_dir", "x", "--sorce_lang", "en"], "--source_lang"),
+        ("xlpe-train", ["--output-dir", "x", "--learning-rte", "1e-3"], "--learning_rate"),
+        ("xlpe-prepare", ["--output", "x", "--sorce", "a"], "--source"),
+        ("xlpe-translate", ["--model", "m", "--num_bems", "2"], "--num_beams"),
+        ("xlpe-evaluate", ["bleu", "--hyp", "h", "--ref", "r", "--lowercse"], "--lowercase"),
+        (
+            "xlpe-reorder",
+            ["train", "--source", "s", "--target", "t", "--output_dir", "o", "--lerning_rate", "1"],
+            "--learning_rate",
+        ),
+        ("xlpe-tagger", ["train", "--conllu", "c", "--output", "o", "--colunm", "xpos"], "--column"),
+        ("xlpe-push", [".", "u/r", "--dry_rn"], "--dry_run"),
+        ("xlpe-demo", ["--step", "3", "--sed", "1"], "--seed"),
+    ],
+)
 def test_a_mistyped_flag_gets_did_you_mean_fast_and_without_torch(name, args, meant, tmp_path):
     env = {**ENV, "XDG_CACHE_HOME": str(tmp_path)}  # a fresh machine: no help cache
     target = console_scripts()[name]
     module, function = target.split(":")
-    code = (f"import sys; sys.argv[0] = 'prog'; from {module} import {function}\n"
-            f"try:\n    code = {function}()\nexcept SystemExit as e:\n    code = e.code\n"
-            "assert 'torch' not in sys.modules, 'torch was imported'\nsys.exit(code)")  # fmt: skip
+    code = (
+        f"import sys; sys.argv[0] = 'prog'; from {module} import {function}\n"
+        f"try:\n    code = {function}()\nexcept SystemExit as e:\n    code = e.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\nsys.exit(code)"
+    )
     import subprocess
     import time
 
@@ -68,7 +80,9 @@ def test_a_mistyped_flag_gets_did_you_mean_fast_and_without_torch(name, args, me
 
 
 def test_train_help_on_a_fresh_install_is_the_shipped_snapshot(tmp_path):
-    result, seconds = run_script(console_scripts()["xlpe-train"], "--help", env={**ENV, "XDG_CACHE_HOME": str(tmp_path)})
+    result, seconds = run_script(
+        console_scripts()["xlpe-train"], "--help", env={**ENV, "XDG_CACHE_HOME": str(tmp_path)}
+    )
     assert result.returncode == 0 and result.stdout.startswith("usage: xlpe-train")
     assert "--model_name_or_path" in result.stdout and seconds < 5.0
     assert not (tmp_path / "xlpe").exists()  # served from the snapshot: nothing built, nothing cached
@@ -77,7 +91,9 @@ def test_train_help_on_a_fresh_install_is_the_shipped_snapshot(tmp_path):
 def test_the_shipped_help_snapshot_is_what_the_parser_prints(tmp_path):
     """Fails when the training arguments changed without `write_help_snapshot()` (its docstring says how)."""
     key = train_cli.SNAPSHOT.read_text(encoding="utf-8").partition("\n")[0]
-    assert key == f"# {train_cli.snapshot_key()}", "xlpe/cli/train_help.txt is stale: run xlpe.cli.train.write_help_snapshot()"
+    assert key == f"# {train_cli.snapshot_key()}", (
+        "xlpe/cli/train_help.txt is stale: run xlpe.cli.train.write_help_snapshot()"
+    )
     fresh = train_cli.write_help_snapshot(tmp_path / "train_help.txt")
     assert fresh.read_text(encoding="utf-8") == train_cli.SNAPSHOT.read_text(encoding="utf-8")
 
@@ -96,8 +112,14 @@ def test_reorder_train_help_shows_its_defaults():
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     text = " ".join(subparsers.choices["train"].format_help().split())
-    for shown in ("--epochs EPOCHS passes over the training pairs", "(default: 3.0)", "sentence pairs a step (default: 64)",
-                  "(default: 0.001)", "(default: 256)", "pieces of the trained tokenizer (default: 8000)"):
+    for shown in (
+        "--epochs EPOCHS passes over the training pairs",
+        "(default: 3.0)",
+        "sentence pairs a step (default: 64)",
+        "(default: 0.001)",
+        "(default: 256)",
+        "pieces of the trained tokenizer (default: 8000)",
+    ):
         assert shown in text, shown
 
 
@@ -115,24 +137,58 @@ def test_reorder_train_reuses_the_prepared_alignments(tmp_path, monkeypatch, cap
     monkeypatch.chdir(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert prepare.main(["--source", "train.de", "--target", "train.en", "--source_lang", "de", "--target_lang", "en",
-                             "--output", "prepared"]) == 0  # fmt: skip
+        assert (
+            prepare.main(
+                [
+                    "--source",
+                    "train.de",
+                    "--target",
+                    "train.en",
+                    "--source_lang",
+                    "de",
+                    "--target_lang",
+                    "en",
+                    "--output",
+                    "prepared",
+                ]
+            )
+            == 0
+        )
 
     def no_aligning(*args, **kwargs):
         raise AssertionError("eflomal ran again")
 
     monkeypatch.setattr(features_prepare, "align_with_eflomal_flat", no_aligning)
-    tiny = ["--d_model", "16", "--token_layers", "1", "--word_layers", "1", "--batch_size", "16", "--epochs", "1",
-            "--calibration_pairs", "0"]  # fmt: skip
+    tiny = [
+        "--d_model",
+        "16",
+        "--token_layers",
+        "1",
+        "--word_layers",
+        "1",
+        "--batch_size",
+        "16",
+        "--epochs",
+        "1",
+        "--calibration_pairs",
+        "0",
+    ]
     capsys.readouterr()
-    assert reorder.main(["train", "--prepared", "prepared", "--tokenizer", "prepared/tokenizer", "--output_dir", "r", *tiny]) == 0
+    assert (
+        reorder.main(
+            ["train", "--prepared", "prepared", "--tokenizer", "prepared/tokenizer", "--output_dir", "r", *tiny]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "120 pairs of prepared's train split" in captured.err and "nothing is aligned again" in captured.err
     assert (tmp_path / "r" / "config.json").is_file()
     assert reorder.main(["train", "--prepared", "prepared", "--output_dir", "r", *tiny]) == 0  # same record: reused
     assert "already holds this reorderer" in capsys.readouterr().err
-    for extra, message in ((["--source", "train.de", "--target", "train.en"], "give --source and --target (text), or --prepared"),
-                           (["--alignments", "a"], "--prepared brings its alignments")):  # fmt: skip
+    for extra, message in (
+        (["--source", "train.de", "--target", "train.en"], "give --source and --target (text), or --prepared"),
+        (["--alignments", "a"], "--prepared brings its alignments"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             reorder.main(["train", "--prepared", "prepared", *extra, "--output_dir", "r2", *tiny])
         assert exit_.value.code == 2 and message in capsys.readouterr().err

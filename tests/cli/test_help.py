@@ -35,8 +35,9 @@ def run_script(target: str, *args: str, env=None, timeout=120) -> tuple[subproce
     module, function = target.split(":")
     code = f"import sys; sys.argv[0] = 'prog'; from {module} import {function}; sys.exit({function}())"
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
-                            env=env or ENV)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env or ENV
+    )
     return result, time.perf_counter() - started
 
 
@@ -74,17 +75,19 @@ def test_cli_modules_and_parsers_do_not_import_heavy_packages():
 def test_import_xlpe_registers_the_families_whenever_transformers_is_imported(order):
     imports = "import xlpe\nimport transformers\n" if order == "xlpe first" else "import transformers\nimport xlpe\n"
     code = (
-        "import sys\n" + imports +
-        "from transformers import AutoConfig, AutoModelForSeq2SeqLM\n"
+        "import sys\n" + imports + "from transformers import AutoConfig, AutoModelForSeq2SeqLM\n"
         "names = [type(AutoConfig.for_model(t)).__name__ for t in ('xlpe_marian', 'dpe_marian', 'mvpe_pos', 'xlpe_reorderer')]\n"
         "model = AutoModelForSeq2SeqLM.from_config(AutoConfig.for_model('xlpe_marian', vocab_size=20, d_model=8, "
         "encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, "
         "encoder_ffn_dim=8, decoder_ffn_dim=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))\n"
         "print(names, type(model).__name__)\n"
-    )  # fmt: skip
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "['XLPEMarianConfig', 'DPEMarianConfig', 'MvPEPosConfig', 'XLPEReordererConfig'] XLPEMarianMTModel"
+    assert (
+        result.stdout.strip()
+        == "['XLPEMarianConfig', 'DPEMarianConfig', 'MvPEPosConfig', 'XLPEReordererConfig'] XLPEMarianMTModel"
+    )
 
 
 def test_spelled_out_choices_match_the_library():
@@ -101,7 +104,10 @@ def test_spelled_out_choices_match_the_library():
     from xlpe.features import sharded
 
     assert (prepare.DEFAULT_SHARD_SIZE, prepare.DEFAULT_ALIGNMENT_SAMPLE, prepare.DEFAULT_TOKENIZER_SAMPLE) == (
-        sharded.DEFAULT_SHARD_SIZE, sharded.DEFAULT_ALIGNMENT_SAMPLE, sharded.DEFAULT_TOKENIZER_SAMPLE)
+        sharded.DEFAULT_SHARD_SIZE,
+        sharded.DEFAULT_ALIGNMENT_SAMPLE,
+        sharded.DEFAULT_TOKENIZER_SAMPLE,
+    )
     assert prepare.DEFAULT_SHARD_EFLOMAL_OPTIONS == sharded.DEFAULT_SHARD_EFLOMAL_OPTIONS
 
 
@@ -118,13 +124,17 @@ def test_underscore_is_shown_and_dash_is_an_alias():
     assert parser.parse_args(["--model", "m", "--num_beams", "3"]).num_beams == 3
     help_text = parser.format_help()
     assert "--num_beams" in help_text and "--num-beams" not in help_text
-    args = evaluate.build_parser().parse_args(["bleu", "--hyp", "h", "--ref", "r", "--bleu-tokenize", "zh", "--dataset-name", "x"])
+    args = evaluate.build_parser().parse_args(
+        ["bleu", "--hyp", "h", "--ref", "r", "--bleu-tokenize", "zh", "--dataset-name", "x"]
+    )
     assert (args.tokenize, args.dataset_name) == ("zh", "x")
     for spelling in ("--source-lang", "--source_lang"):
         assert prepare._parser().parse_args(["--output", "o", spelling, "en"]).source_lang == "en"
     assert "--source_lang" in prepare._parser().format_help()
     for spelling in ("--output-dir", "--output_dir"):
-        args = reorder.build_parser().parse_args(["train", "--source", "s", "--target", "t", spelling, "d", "--batch-size", "8"])
+        args = reorder.build_parser().parse_args(
+            ["train", "--source", "s", "--target", "t", spelling, "d", "--batch-size", "8"]
+        )
         assert (args.output_dir, args.batch_size) == ("d", 8)
 
 
@@ -193,7 +203,20 @@ def test_evaluate_user_errors(tmp_path, capsys):
     assert f"line counts differ: --hyp {tmp_path / 'hyp.txt'} has 2 lines, --ref {tmp_path / 'ref.txt'} has 1" in line
     assert main(["reordering", "--pred", str(tmp_path / "ref.txt")]) == 2
     assert "give --pred and --oracle" in one_error_line(capsys, "xlpe-evaluate")
-    assert main(["perplexity", "--model", "runs/none/x", "--source", str(tmp_path / "ref.txt"), "--ref", str(tmp_path / "ref.txt")]) == 2
+    assert (
+        main(
+            [
+                "perplexity",
+                "--model",
+                "runs/none/x",
+                "--source",
+                str(tmp_path / "ref.txt"),
+                "--ref",
+                str(tmp_path / "ref.txt"),
+            ]
+        )
+        == 2
+    )
     assert "no such local directory" in one_error_line(capsys, "xlpe-evaluate")
 
 
@@ -203,18 +226,37 @@ def test_push_and_train_user_errors(tmp_path, capsys):
 
     assert push_main([str(tmp_path / "missing"), "user/repo", "--dry-run"]) == 2
     assert "no such local directory" in one_error_line(capsys, "xlpe-push")
-    assert cli(["--train-source-file", str(tmp_path / "train.en"), "--train_target_file", str(tmp_path / "train.de")]) == 2
+    assert (
+        cli(["--train-source-file", str(tmp_path / "train.en"), "--train_target_file", str(tmp_path / "train.de")]) == 2
+    )
     assert "--train_source_file" in one_error_line(capsys, "xlpe-train")
     assert cli(["--model_name_or_path", "./runs/typo", "--output_dir", str(tmp_path)]) == 2
     assert "./runs/typo: no such local directory" in one_error_line(capsys, "xlpe-train")
     (tmp_path / "train.en").write_text("a b\nc d\n")
     (tmp_path / "train.de").write_text("x y\n")  # found after the arguments are parsed, while reading the data
-    assert cli(["--train_source_file", str(tmp_path / "train.en"), "--train_target_file", str(tmp_path / "train.de"),
-                "--source_lang", "en", "--target_lang", "de", "--output_dir", str(tmp_path / "run")]) == 2  # fmt: skip
+    assert (
+        cli(
+            [
+                "--train_source_file",
+                str(tmp_path / "train.en"),
+                "--train_target_file",
+                str(tmp_path / "train.de"),
+                "--source_lang",
+                "en",
+                "--target_lang",
+                "de",
+                "--output_dir",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 2
+    )
     assert "train.de" in one_error_line(capsys, "xlpe-train")
 
 
 def test_a_user_error_prints_no_traceback(tmp_path):
     result, _ = run_script("xlpe.cli.translate:main", "--model", str(tmp_path / "nope"), "--input", "-")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines() == [f"xlpe-translate: error: --model {tmp_path / 'nope'}: no such local directory"]
+    assert result.stderr.strip().splitlines() == [
+        f"xlpe-translate: error: --model {tmp_path / 'nope'}: no such local directory"
+    ]

@@ -21,11 +21,38 @@ from xlpe.features.tokenization import tokenizer_fingerprint, train_joint_tokeni
 
 MULTI30K = SHARED_DIR / "data" / "multi30k" / "raw"
 FAST_EFLOMAL = json.dumps({"n_iterations": [4, 4, 8], "n_samplers": 1})
-TINY_MODEL = ["--d_model", "16", "--ffn_dim", "32", "--attention_heads", "2", "--encoder_layers", "1",
-              "--decoder_layers", "1", "--max_steps", "2", "--per_device_train_batch_size", "16",
-              "--per_device_eval_batch_size", "12", "--val_max_target_length", "8", "--report_to", "none",
-              "--num_translation_examples", "0", "--average_last_checkpoints", "0", "--eval_strategy", "no",
-              "--save_strategy", "no", "--early_stopping_patience", "0"]  # fmt: skip  (no data/tokenizer/language flag)
+TINY_MODEL = [
+    "--d_model",
+    "16",
+    "--ffn_dim",
+    "32",
+    "--attention_heads",
+    "2",
+    "--encoder_layers",
+    "1",
+    "--decoder_layers",
+    "1",
+    "--max_steps",
+    "2",
+    "--per_device_train_batch_size",
+    "16",
+    "--per_device_eval_batch_size",
+    "12",
+    "--val_max_target_length",
+    "8",
+    "--report_to",
+    "none",
+    "--num_translation_examples",
+    "0",
+    "--average_last_checkpoints",
+    "0",
+    "--eval_strategy",
+    "no",
+    "--save_strategy",
+    "no",
+    "--early_stopping_patience",
+    "0",
+]  # no data/tokenizer/language flag
 
 
 def readme_command(program: str) -> list[str]:
@@ -99,9 +126,24 @@ def test_trained_tokenizer_is_canonical():
 
 def test_identical_second_run_hits_the_cache(tmp_path):
     write_corpus(tmp_path, {"train": 60, "dev": 6, "test": 6})
-    argv = ["--source", str(tmp_path / "train.de"), "--target", str(tmp_path / "train.en"), "--test-source",
-            str(tmp_path / "test.de"), "--test-target", str(tmp_path / "test.en"), "--tokenizer-vocab-size", "300",
-            "--cache-dir", str(tmp_path / "cache"), "--features", "reorder_positions", "--eflomal-options", FAST_EFLOMAL]  # fmt: skip
+    argv = [
+        "--source",
+        str(tmp_path / "train.de"),
+        "--target",
+        str(tmp_path / "train.en"),
+        "--test-source",
+        str(tmp_path / "test.de"),
+        "--test-target",
+        str(tmp_path / "test.en"),
+        "--tokenizer-vocab-size",
+        "300",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--features",
+        "reorder_positions",
+        "--eflomal-options",
+        FAST_EFLOMAL,
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main([*argv, "--output", str(tmp_path / "one")]) == 0
@@ -109,7 +151,9 @@ def test_identical_second_run_hits_the_cache(tmp_path):
     one, two = (json.loads((tmp_path / name / "report.json").read_text()) for name in ("one", "two"))
     assert not one["train"]["cache_hit"] and two["train"]["cache_hit"] and two["test"]["cache_hit"]
     assert one["train"]["fingerprint"] == two["train"]["fingerprint"]
-    assert (tmp_path / "one/tokenizer/tokenizer.json").read_bytes() == (tmp_path / "two/tokenizer/tokenizer.json").read_bytes()
+    assert (tmp_path / "one/tokenizer/tokenizer.json").read_bytes() == (
+        tmp_path / "two/tokenizer/tokenizer.json"
+    ).read_bytes()
     assert len(list((tmp_path / "cache").glob("xlpe-tokenizer-*"))) == 1
 
 
@@ -118,22 +162,54 @@ def test_identical_second_run_hits_the_cache(tmp_path):
     [
         (["--source", "missing.de", "--target", "train.en"], r"--source missing.de: no such file"),
         (["--source", "train.de"], r"--source and --target go together"),
-        (["--source", "train.de", "--target", "train.en", "--test-source", "test.de"],
-         r"--test-source and --test-target go together"),
-        (["--dataset", "somewhere", "--source-lang", "de", "--target-lang", "en", "--test-source", "test.de",
-          "--test-target", "test.en"], r"--dataset brings its own splits; --test-source, --test-target cannot"),
-        (["--source", "train.de", "--target", "train.en", "--tokenizer", "tok", "--tokenizer-vocab-size", "50"],
-         r"--tokenizer-vocab-size shape a tokenizer trained here; with --tokenizer none is trained"),
-        (["--source", "train.de", "--target", "train.en", "--tokenizer", "tok/"],
-         r"--tokenizer tok/: no such directory \(leave --tokenizer out to train one"),
+        (
+            ["--source", "train.de", "--target", "train.en", "--test-source", "test.de"],
+            r"--test-source and --test-target go together",
+        ),
+        (
+            [
+                "--dataset",
+                "somewhere",
+                "--source-lang",
+                "de",
+                "--target-lang",
+                "en",
+                "--test-source",
+                "test.de",
+                "--test-target",
+                "test.en",
+            ],
+            r"--dataset brings its own splits; --test-source, --test-target cannot",
+        ),
+        (
+            ["--source", "train.de", "--target", "train.en", "--tokenizer", "tok", "--tokenizer-vocab-size", "50"],
+            r"--tokenizer-vocab-size shape a tokenizer trained here; with --tokenizer none is trained",
+        ),
+        (
+            ["--source", "train.de", "--target", "train.en", "--tokenizer", "tok/"],
+            r"--tokenizer tok/: no such directory \(leave --tokenizer out to train one",
+        ),
         (["--source", "train.de", "--target", "train.en", "--tokenizer", "."], r"--tokenizer \.: "),
         (["--source", "train.de", "--target", "dev.en"], r"train.de has 3 lines, dev.en has 2 lines"),
-        (["--source", "train.de", "--target", "train.en", "--keep-text", "some"], r"argument --keep.text: invalid choice: .some."),
+        (
+            ["--source", "train.de", "--target", "train.en", "--keep-text", "some"],
+            r"argument --keep.text: invalid choice: .some.",
+        ),
         ([], r"give training text: --source and --target files, or --dataset"),
     ],
-    ids=["missing-file", "source-alone", "test-source-alone", "dataset-and-files", "tokenizer-and-training-options",
-         "tokenizer-not-found", "not-a-tokenizer", "line-counts", "bad-choice", "no-input"],
-)  # fmt: skip
+    ids=[
+        "missing-file",
+        "source-alone",
+        "test-source-alone",
+        "dataset-and-files",
+        "tokenizer-and-training-options",
+        "tokenizer-not-found",
+        "not-a-tokenizer",
+        "line-counts",
+        "bad-choice",
+        "no-input",
+    ],
+)
 def test_user_errors_print_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -149,9 +225,22 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, monkeypatch, capsys, ar
 
 
 def test_console_script_error_has_no_traceback(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "xlpe.cli.prepare", "--source", str(tmp_path / "none.de"), "--target",
-                          str(tmp_path / "none.en"), "--output", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xlpe.cli.prepare",
+            "--source",
+            str(tmp_path / "none.de"),
+            "--target",
+            str(tmp_path / "none.en"),
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip() == f"xlpe-prepare: error: --source {tmp_path / 'none.de'}: no such file"
 
@@ -190,21 +279,25 @@ def test_readme_train_line_parses(readme_run, monkeypatch):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--validation_source_file", "dev.de", "--validation_target_file", "dev.en"],
-         r"--validation_source_file, --validation_target_file would be ignored"),
+        (
+            ["--validation_source_file", "dev.de", "--validation_target_file", "dev.en"],
+            r"--validation_source_file, --validation_target_file would be ignored",
+        ),
         (["--test_file", "test.en"], r"--test_file would be ignored"),
         (["--train_source_file", "train.de"], r"--train_source_file would be ignored"),
         (["--dataset_name", "wmt16"], r"--dataset_name would be ignored"),
         (["--target_lang", "fr"], r"--target_lang fr but --prepared_dataset .* target language 'en'"),
     ],
     ids=["validation-files", "test-file", "train-file", "dataset-name", "other-language"],
-)  # fmt: skip
+)
 def test_raw_data_flags_beside_prepared_dataset_are_refused(readme_run, monkeypatch, capsys, extra, message):
     from xlpe.cli.train import cli
 
     folder, argv = readme_run
     monkeypatch.chdir(folder)
-    monkeypatch.setattr(sys, "argv", ["xlpe-train", "--prepared_dataset", "prepared", "--output_dir", "refused", *extra])
+    monkeypatch.setattr(
+        sys, "argv", ["xlpe-train", "--prepared_dataset", "prepared", "--output_dir", "refused", *extra]
+    )
     assert cli() == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("xlpe-train: error: ") and re.search(message, err[0]), err
@@ -217,5 +310,14 @@ def test_another_tokenizer_than_the_prepared_one_is_named(readme_run, toy_tokeni
     folder, _ = readme_run
     toy_tokenizer.save_pretrained(tmp_path / "toy")
     with pytest.raises(ValueError, match=r"prepared with another tokenizer than this run's .*prepared/tokenizer"):
-        train_main(["--prepared_dataset", str(folder / "prepared"), "--tokenizer_name", str(tmp_path / "toy"),
-                    "--output_dir", str(tmp_path / "run"), *TINY_MODEL])  # fmt: skip
+        train_main(
+            [
+                "--prepared_dataset",
+                str(folder / "prepared"),
+                "--tokenizer_name",
+                str(tmp_path / "toy"),
+                "--output_dir",
+                str(tmp_path / "run"),
+                *TINY_MODEL,
+            ]
+        )

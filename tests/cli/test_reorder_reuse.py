@@ -8,8 +8,8 @@ import json
 import random
 
 import pytest
-
 from conftest import save_tiny_xlpe_model
+
 from xlpe.cli.reorder import main
 
 WORDS = "the cat dog sees chases small red ball man reads book garden child plays with a big old".split()
@@ -34,8 +34,23 @@ def toy_pair(folder, seed: int, reverse: bool = True, pairs: int = 40):
 
 def train_argv(data, output, *more):
     source, target, alignments = data
-    return ["train", "--source", source, "--target", target, "--alignments", alignments, "--output_dir", str(output),
-            "--vocab-size", "60", "--calibration-pairs", "0", *TINY, *more]  # fmt: skip
+    return [
+        "train",
+        "--source",
+        source,
+        "--target",
+        target,
+        "--alignments",
+        alignments,
+        "--output_dir",
+        str(output),
+        "--vocab-size",
+        "60",
+        "--calibration-pairs",
+        "0",
+        *TINY,
+        *more,
+    ]
 
 
 def user_error(argv, capsys) -> str:
@@ -51,8 +66,11 @@ def user_error(argv, capsys) -> str:
 
 def snapshot(directory) -> dict:
     """Every file under `directory` (but the lock) -> its bytes: to check that nothing was changed."""
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*"))
-            if p.is_file() and p.name != ".xlpe.lock"}  # fmt: skip
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != ".xlpe.lock"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +92,18 @@ def test_train_into_a_reorderer_of_another_pair_or_other_flags_is_refused_and_ov
     reorderer = root / "r"
     before = snapshot(reorderer)
     message = user_error(train_argv(pair_b, reorderer), capsys)  # another language pair into the same directory
-    assert message.startswith(f"xlpe-reorder train: error: --output_dir {reorderer}: holds a reorderer made from other data")
+    assert message.startswith(
+        f"xlpe-reorder train: error: --output_dir {reorderer}: holds a reorderer made from other data"
+    )
     assert "(input alignments:" in message and "pass --overwrite_output to replace it" in message
-    for flags, fact in ((["--d-model", "32"], "option d_model"), (["--decoder", "rank"], "option decoder"),
-                        (["--pair-scorer", "mlp"], "option pair_scorer"), (["--epochs", "2"], "option epochs"),
-                        (["--seed", "2"], "option seed"), (["--vocab-size", "50"], "option tokenizer")):  # fmt: skip
+    for flags, fact in (
+        (["--d-model", "32"], "option d_model"),
+        (["--decoder", "rank"], "option decoder"),
+        (["--pair-scorer", "mlp"], "option pair_scorer"),
+        (["--epochs", "2"], "option epochs"),
+        (["--seed", "2"], "option seed"),
+        (["--vocab-size", "50"], "option tokenizer"),
+    ):
         message = user_error(train_argv(pair_a, reorderer, *flags), capsys)
         assert f"other options ({fact}:" in message and "--overwrite_output" in message, (flags, message)
     assert snapshot(reorderer) == before  # nothing retrained, nothing removed
@@ -141,8 +166,19 @@ def test_jackknife_resume_with_other_folds_or_seed_is_refused(trained, tmp_path,
         prepared[name] = str(tmp_path / name)
 
     def argv(data="a", *more):
-        return ["jackknife", "--prepared", prepared[data], "--tokenizer", str(root / "r"), "--folds", "2",
-                "--output_dir", str(tmp_path / "jk"), *TINY, *more]  # fmt: skip
+        return [
+            "jackknife",
+            "--prepared",
+            prepared[data],
+            "--tokenizer",
+            str(root / "r"),
+            "--folds",
+            "2",
+            "--output_dir",
+            str(tmp_path / "jk"),
+            *TINY,
+            *more,
+        ]
 
     from xlpe.cli import reorder
     from xlpe.features import artefacts
@@ -160,10 +196,15 @@ def test_jackknife_resume_with_other_folds_or_seed_is_refused(trained, tmp_path,
     assert (folds / "UNFINISHED").exists() and not (tmp_path / "jk" / "data").exists()
     before = snapshot(folds)
     assert json.loads((folds / "fold-1" / "xlpe_artefact.json").read_text())["options"]["fold"] == 1
-    for more, fact in ((["--folds", "3"], "option folds"), (["--seed", "7"], "option seed"),
-                       (["--d-model", "32"], "option d_model")):  # fmt: skip
+    for more, fact in (
+        (["--folds", "3"], "option folds"),
+        (["--seed", "7"], "option seed"),
+        (["--d-model", "32"], "option d_model"),
+    ):
         message = user_error(argv("a", *more), capsys)
-        assert message.startswith(f"xlpe-reorder jackknife: error: --output_dir {tmp_path / 'jk'} (an unfinished jackknife)")
+        assert message.startswith(
+            f"xlpe-reorder jackknife: error: --output_dir {tmp_path / 'jk'} (an unfinished jackknife)"
+        )
         assert f"({fact}:" in message and "pass --overwrite_output" in message
     assert "other data (input train:" in user_error(argv("b"), capsys)  # other prepared data
     assert snapshot(folds) == before  # the old folds' checkpoints are not reused, nor removed
@@ -180,7 +221,10 @@ def test_jackknife_resume_with_other_folds_or_seed_is_refused(trained, tmp_path,
     assert main(argv("a", "--folds", "3", "--seed", "7", "--overwrite_output")) == 0
     records = [json.loads(p.read_text())["options"] for p in sorted(folds.glob("fold-*/xlpe_artefact.json"))]
     assert [(r["fold"], r["folds"], r["seed"]) for r in records] == [(0, 3, 7), (1, 3, 7), (2, 3, 7)]
-    assert all(json.loads((folds / f"fold-{k}" / "reorderer_training.json").read_text())["resumed_from"] is None for k in range(3))
+    assert all(
+        json.loads((folds / f"fold-{k}" / "reorderer_training.json").read_text())["resumed_from"] is None
+        for k in range(3)
+    )
     assert len(datasets.load_from_disk(str(tmp_path / "jk" / "data"))["train"]) == 40
 
 
@@ -198,19 +242,32 @@ def test_attach_predict_evaluate_refuse_what_is_not_a_reorderer(trained, tmp_pat
     model = save_tiny_xlpe_model(tokenizer, tmp_path / "model")
     before = snapshot(model)
     message = user_error(["attach", "--reorderer", str(model), "--model", str(model)], capsys)
-    assert message == (f"xlpe-reorder attach: error: --reorderer {model}: holds a xlpe_marian model, not a reorderer "
-                       "written by `xlpe-reorder train` (model_type xlpe_reorderer)")  # fmt: skip
+    assert message == (
+        f"xlpe-reorder attach: error: --reorderer {model}: holds a xlpe_marian model, not a reorderer "
+        "written by `xlpe-reorder train` (model_type xlpe_reorderer)"
+    )
     assert snapshot(model) == before  # not rewritten with a randomly initialised reorderer
     message = user_error(["attach", "--reorderer", str(reorderer), "--model", str(reorderer)], capsys)
     assert f"--model {reorderer}: holds a reorderer, not an XL PE translation model" in message
     plain = tmp_path / "plain"
-    MarianMTModel(MarianConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
-                               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=16,
-                               decoder_ffn_dim=16, pad_token_id=tokenizer.pad_token_id,
-                               decoder_start_token_id=tokenizer.pad_token_id)).save_pretrained(plain)  # fmt: skip
+    MarianMTModel(
+        MarianConfig(
+            vocab_size=len(tokenizer),
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=16,
+            decoder_ffn_dim=16,
+            pad_token_id=tokenizer.pad_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id,
+        )
+    ).save_pretrained(plain)
     tokenizer.save_pretrained(plain)
-    assert "holds a marian model, not an XL PE model" in user_error(["attach", "--reorderer", str(reorderer), "--model",
-                                                                      str(plain)], capsys)  # fmt: skip
+    assert "holds a marian model, not an XL PE model" in user_error(
+        ["attach", "--reorderer", str(reorderer), "--model", str(plain)], capsys
+    )
     # an unfinished `train` run (killed before its first checkpoint): refused by name, not loaded half-made
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
@@ -219,8 +276,10 @@ def test_attach_predict_evaluate_refuse_what_is_not_a_reorderer(trained, tmp_pat
     text = write_lines(tmp_path / "in.txt", ["the cat sees a dog"])
     for bad, expected in ((model, "holds a xlpe_marian model, not a reorderer"), (unfinished, "an unfinished")):
         assert expected in user_error(["predict", "--reorderer", str(bad), "--input", str(text)], capsys)
-        assert expected in user_error(["evaluate", "--reorderer", str(bad), "--source", source, "--target", target,
-                                       "--alignments", alignments], capsys)  # fmt: skip
+        assert expected in user_error(
+            ["evaluate", "--reorderer", str(bad), "--source", source, "--target", target, "--alignments", alignments],
+            capsys,
+        )
         assert expected in user_error(["attach", "--reorderer", str(bad), "--model", str(model)], capsys)
     assert snapshot(model) == before
 

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import TOY_SENTENCES, save_tiny_xlpe_model
 
 from xlpe.evaluation.model_loading import record_tokenizer_fingerprint
@@ -26,8 +25,11 @@ def one_error_line(capsys, prog: str) -> str:
 
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file under `folder` (relative path -> SHA-256 of its bytes)."""
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +49,24 @@ def translate(model, tmp_path, *extra: str, lines=("the cat sees the dog", "chil
 
     source, output = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    status = main(["--model", str(model), "--input", str(source), "--output", str(output), "--num_beams", "1",
-                   "--max_new_tokens", "4", "--quiet", "--device", "cpu", *extra])  # fmt: skip
+    status = main(
+        [
+            "--model",
+            str(model),
+            "--input",
+            str(source),
+            "--output",
+            str(output),
+            "--num_beams",
+            "1",
+            "--max_new_tokens",
+            "4",
+            "--quiet",
+            "--device",
+            "cpu",
+            *extra,
+        ]
+    )
     return status, output
 
 
@@ -78,12 +96,48 @@ def test_xlpe_train_records_its_tokenizer_and_translate_refuses_another(tmp_path
     from xlpe.training.run import main as train
 
     jsonl = tmp_path / "t.jsonl"
-    jsonl.write_text("".join(json.dumps({"translation": {"en": en, "de": de}, "alignment": "0-0 1-1 2-2"}) + "\n"
-                             for en, de in zip(TOY_SENTENCES[0::2], TOY_SENTENCES[1::2])) * 4)  # fmt: skip
-    train(["--output_dir", str(tmp_path / "run"), "--model_type", "xlpe", "--train_file", str(jsonl), "--source_lang",
-           "en", "--target_lang", "de", "--do_train", "--max_steps", "1", "--d_model", "16", "--ffn_dim", "32",
-           "--attention_heads", "2", "--encoder_layers", "1", "--decoder_layers", "1", "--tokenizer_vocab_size", "200",
-           "--per_device_train_batch_size", "4", "--report_to", "none", "--tokenizer_model", "bpe"])  # fmt: skip
+    jsonl.write_text(
+        "".join(
+            json.dumps({"translation": {"en": en, "de": de}, "alignment": "0-0 1-1 2-2"}) + "\n"
+            for en, de in zip(TOY_SENTENCES[0::2], TOY_SENTENCES[1::2])
+        )
+        * 4
+    )
+    train(
+        [
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--model_type",
+            "xlpe",
+            "--train_file",
+            str(jsonl),
+            "--source_lang",
+            "en",
+            "--target_lang",
+            "de",
+            "--do_train",
+            "--max_steps",
+            "1",
+            "--d_model",
+            "16",
+            "--ffn_dim",
+            "32",
+            "--attention_heads",
+            "2",
+            "--encoder_layers",
+            "1",
+            "--decoder_layers",
+            "1",
+            "--tokenizer_vocab_size",
+            "200",
+            "--per_device_train_batch_size",
+            "4",
+            "--report_to",
+            "none",
+            "--tokenizer_model",
+            "bpe",
+        ]
+    )
     assert json.loads((tmp_path / "run" / "config.json").read_text())["tokenizer_fingerprint"]
     toy_tokenizer.save_pretrained(tmp_path / "run")  # another run's tokenizer (smaller: fits the vocabulary)
     capsys.readouterr()
@@ -136,7 +190,11 @@ def test_trust_remote_code_runs_the_folders_own_code(model_dir, tmp_path, monkey
         handle.write("\n\nXLPEMarianMTModel.folder_code_mark = 'edited in the folder'\n")
     used = []
     real = translate_cli.translate_lines
-    monkeypatch.setattr(translate_cli, "translate_lines", lambda translator, *a, **k: used.append(type(translator.model)) or real(translator, *a, **k))  # fmt: skip
+    monkeypatch.setattr(
+        translate_cli,
+        "translate_lines",
+        lambda translator, *a, **k: used.append(type(translator.model)) or real(translator, *a, **k),
+    )
     assert translate(folder, tmp_path, "--trust_remote_code")[0] == 0
     assert getattr(used[-1], "folder_code_mark", None) == "edited in the folder"
     assert translate(folder, tmp_path, "--overwrite_output")[0] == 0  # without the flag: the installed package's class
@@ -146,9 +204,14 @@ def test_trust_remote_code_runs_the_folders_own_code(model_dir, tmp_path, monkey
 # ------------------------------------------------------------------------------ 3. a mistyped model path
 
 
-@pytest.mark.parametrize("field, value, words", [("d_model", -4, "negative dimension"),
-                                                ("encoder_layers", "two", "expected int"),
-                                                ("xl_strategy", "bogus", "xl_strategy must be one of")])  # fmt: skip
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("d_model", -4, "negative dimension"),
+        ("encoder_layers", "two", "expected int"),
+        ("xl_strategy", "bogus", "xl_strategy must be one of"),
+    ],
+)
 def test_a_hand_edited_config_is_one_line_naming_the_file(model_dir, tmp_path, capsys, field, value, words):
     """A config.json edited by hand into values no model can be built from: one line naming the file, exit 2."""
     edited = tmp_path / "edited"
@@ -250,7 +313,15 @@ def test_reordering_links_must_match_the_source(model_dir, tmp_path, capsys):
 
     (tmp_path / "src.txt").write_text("the cat sees\nchildren play\n")
     (tmp_path / "links.txt").write_text("0-0 1-1 2-2\n0-0 1-1\n0-0\n")
-    argv = ["reordering", "--model", str(model_dir), "--source", str(tmp_path / "src.txt"), "--links", str(tmp_path / "links.txt")]
+    argv = [
+        "reordering",
+        "--model",
+        str(model_dir),
+        "--source",
+        str(tmp_path / "src.txt"),
+        "--links",
+        str(tmp_path / "links.txt"),
+    ]
     assert main(argv) == 2
     assert "line counts differ" in one_error_line(capsys, "xlpe-evaluate")
     (tmp_path / "links.txt").write_text("0-0 1-1 2-2\n0-0 7-1\n")
@@ -274,13 +345,32 @@ CONLLU = """# text = the cat sees the dog
 def test_tagger_tag_keeps_one_output_line_per_input_line(tmp_path, monkeypatch, capsys):
     from xlpe.cli.tagger import main
 
-    (tmp_path / "t.conllu").write_text("# a comment with a bare \r inside and a \u2028 too\n" + CONLLU * 3, encoding="utf-8")
-    assert main(["train", "--conllu", str(tmp_path / "t.conllu"), "--output", str(tmp_path / "t.json"), "--iterations", "1"]) == 0
+    (tmp_path / "t.conllu").write_text(
+        "# a comment with a bare \r inside and a \u2028 too\n" + CONLLU * 3, encoding="utf-8"
+    )
+    assert (
+        main(
+            ["train", "--conllu", str(tmp_path / "t.conllu"), "--output", str(tmp_path / "t.json"), "--iterations", "1"]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["sentences"] == 3  # the comment's \r and U+2028 split nothing
     text = "the cat\rsees the dog\n\nthe\u2028dog\x0csees\x1cthe cat\nthe dog\r\n"  # 4 lines (the last CRLF)
     (tmp_path / "in.txt").write_text(text, encoding="utf-8", newline="")
-    assert main(["tag", "--tagger", str(tmp_path / "t.json"), "--input", str(tmp_path / "in.txt"), "--output",
-                 str(tmp_path / "tags.txt")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "tag",
+                "--tagger",
+                str(tmp_path / "t.json"),
+                "--input",
+                str(tmp_path / "in.txt"),
+                "--output",
+                str(tmp_path / "tags.txt"),
+            ]
+        )
+        == 0
+    )
     tags = (tmp_path / "tags.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(tags) == 4 and tags[1] == "" and len(tags[0].split()) == 5 and len(tags[3].split()) == 2
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8")), encoding="utf-8"))
@@ -301,7 +391,9 @@ def test_collator_refuses_an_extra_key_missing_from_some_examples(toy_tokenizer)
     with pytest.raises(ValueError, match=r"example 0 has no `pos_tag_ids` but example 1 has"):
         collator([example(3), example(2, pos_tag_ids=[4, 5])])  # was silently dropped
     with pytest.raises(ValueError, match=r"example 2 has no `reorder_positions` but example 0 has"):
-        collator([example(2, reorder_positions=[1, 0]), example(1, reorder_positions=[0]), example(2)])  # was a KeyError
+        collator(
+            [example(2, reorder_positions=[1, 0]), example(1, reorder_positions=[0]), example(2)]
+        )  # was a KeyError
 
 
 # ------------------------------------------------------------------------------ 8. xlpe-push that cannot happen

@@ -13,9 +13,21 @@ from conftest import REPO_ROOT
 from xlpe.evaluation import metrics as ev
 
 
-@pytest.mark.parametrize("code, expected", [("ja", "ja-mecab"), ("ja-JP", "ja-mecab"), ("JPN", "ja-mecab"),
-                                            ("zh", "zh"), ("zh_Hans", "zh"), ("zho", "zh"), ("ko", "ko-mecab"),
-                                            ("kor", "ko-mecab"), ("de", "13a"), (None, "13a")])  # fmt: skip
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("ja", "ja-mecab"),
+        ("ja-JP", "ja-mecab"),
+        ("JPN", "ja-mecab"),
+        ("zh", "zh"),
+        ("zh_Hans", "zh"),
+        ("zho", "zh"),
+        ("ko", "ko-mecab"),
+        ("kor", "ko-mecab"),
+        ("de", "13a"),
+        (None, "13a"),
+    ],
+)
 def test_tokenizer_follows_the_target_language(code, expected):
     assert ev.bleu_tokenizer_name(code) == expected
     assert ev.bleu_tokenizer_name(code, "char") == "char"  # an explicit choice wins

@@ -13,27 +13,41 @@ import sacrebleu
 import torch
 
 from xlpe import XLPEMarianConfig, XLPEMarianMTModel
-from xlpe.evaluation import plots
+from xlpe.cli.evaluate import main as evaluate_main
 from xlpe.evaluation import alignment_quality as aq
 from xlpe.evaluation import metrics as ev
-from xlpe.cli.evaluate import main as evaluate_main
+from xlpe.evaluation import plots
 from xlpe.features.reordering import kendall_tau
 
-TINY = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
-            encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0)
+TINY = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=3,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    dropout=0.0,
+)
 SOURCES = ["the cat sees the dog", "a dog chases the small cat", "the man reads a book in the garden"]
 TARGETS = ["die katze sieht den hund", "ein hund jagt die kleine katze", "der mann liest ein buch im garten"]
 GOLD_COUNTS = {  # PROVENANCE.md of each folder: sentence pairs, sure links, possible-only links
-    "enfr_hansards": (447, 4038, 13400), "roen_wpt05": (248, 6198, 0),
-    "jaen_kftt": (582, 13562, 0), "zhen_tsinghua": (450, 11238, 178),
+    "enfr_hansards": (447, 4038, 13400),
+    "roen_wpt05": (248, 6198, 0),
+    "jaen_kftt": (582, 13562, 0),
+    "zhen_tsinghua": (450, 11238, 178),
 }
 
 
 @pytest.fixture(scope="module")
 def tiny_model(toy_tokenizer):
     torch.manual_seed(0)
-    special = dict(pad_token_id=toy_tokenizer.pad_token_id, eos_token_id=toy_tokenizer.eos_token_id,
-                   decoder_start_token_id=toy_tokenizer.pad_token_id)
+    special = dict(
+        pad_token_id=toy_tokenizer.pad_token_id,
+        eos_token_id=toy_tokenizer.eos_token_id,
+        decoder_start_token_id=toy_tokenizer.pad_token_id,
+    )
     config = XLPEMarianConfig(**TINY, vocab_size=len(toy_tokenizer), **special)
     return XLPEMarianMTModel(config).eval()
 
@@ -127,8 +141,17 @@ def test_compare_mt_report_through_the_cli(tmp_path, capsys):
     refs, bad, good = synthetic_corpus()
     for name, lines in (("ref", refs), ("base", bad), ("xl", good)):
         (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
-    report = run_cli(capsys, "compare-mt", "--ref", tmp_path / "ref.txt", "--output_dir", tmp_path / "cmt",
-                     "--hyp", f"baseline={tmp_path / 'base.txt'}", f"xlpe={tmp_path / 'xl.txt'}")
+    report = run_cli(
+        capsys,
+        "compare-mt",
+        "--ref",
+        tmp_path / "ref.txt",
+        "--output_dir",
+        tmp_path / "cmt",
+        "--hyp",
+        f"baseline={tmp_path / 'base.txt'}",
+        f"xlpe={tmp_path / 'xl.txt'}",
+    )
     assert (tmp_path / "cmt" / "index.html").is_file()
     text = (tmp_path / "cmt" / "report.txt").read_text()
     assert "word fmeas by frequency bucket" in text and "bucket type: length" in text
@@ -214,8 +237,7 @@ def test_attention_alignments_use_penultimate_layer_and_are_batch_invariant(tiny
     tiny_model.set_attn_implementation("eager")
     try:
         with torch.no_grad():
-            out = tiny_model(input_ids=torch.tensor([src_ids]), labels=torch.tensor([tgt_ids]),
-                             output_attentions=True)
+            out = tiny_model(input_ids=torch.tensor([src_ids]), labels=torch.tensor([tgt_ids]), output_attentions=True)
     finally:
         tiny_model.set_attn_implementation("sdpa")
     attention = out.cross_attentions[1][0].mean(0).numpy()
@@ -241,8 +263,14 @@ def test_reordering_quality_scores():
     other = rng.permutation(9).tolist()
     assert aq.reordering_quality([other], [perm])["kendall_tau"] == pytest.approx(kendall_tau(other, perm))
     assert aq.reordering_quality([[10, 30, 20]], [[0, 2, 1]])["exact_match"] == 1.0  # compared by rank
-    both = aq.reordering_quality([perm, [4, 3, 2, 1, 0], [0]], [perm, [0, 1, 2, 3, 4], [0]], min_items=2, per_sentence=True)
-    assert both["per_sentence"] == {"kendall_tau": [1.0, -1.0], "fuzzy_reordering_score": [1.0, 0.0], "exact_match": [1, 0]}
+    both = aq.reordering_quality(
+        [perm, [4, 3, 2, 1, 0], [0]], [perm, [0, 1, 2, 3, 4], [0]], min_items=2, per_sentence=True
+    )
+    assert both["per_sentence"] == {
+        "kendall_tau": [1.0, -1.0],
+        "fuzzy_reordering_score": [1.0, 0.0],
+        "exact_match": [1, 0],
+    }
     assert both["kendall_tau"] == 0.0 and both["sentences_left_out"] == 1
 
 
@@ -291,12 +319,34 @@ def test_cli_bleu_alignment_reordering_plot(tmp_path, capsys, shared_dir):
     refs, bad, good = synthetic_corpus(20)
     for name, lines in (("ref", refs), ("hyp", good), ("base", bad)):
         (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
-    bleu = run_cli(capsys, "bleu", "--hyp", tmp_path / "hyp.txt", "--ref", tmp_path / "ref.txt",
-                   "--dataset_name", "Toy", "--dataset_type", "toy", "--output", tmp_path / "bleu.json")
+    bleu = run_cli(
+        capsys,
+        "bleu",
+        "--hyp",
+        tmp_path / "hyp.txt",
+        "--ref",
+        tmp_path / "ref.txt",
+        "--dataset_name",
+        "Toy",
+        "--dataset_type",
+        "toy",
+        "--output",
+        tmp_path / "bleu.json",
+    )
     assert bleu["dataset_name"] == "Toy" and "signature" in bleu["bleu"]
     assert json.loads((tmp_path / "bleu.json").read_text()) == bleu
-    sig = run_cli(capsys, "significance", "--hyp", tmp_path / "hyp.txt", "--baseline", tmp_path / "base.txt",
-                  "--ref", tmp_path / "ref.txt", "--n_samples", "100")
+    sig = run_cli(
+        capsys,
+        "significance",
+        "--hyp",
+        tmp_path / "hyp.txt",
+        "--baseline",
+        tmp_path / "base.txt",
+        "--ref",
+        tmp_path / "ref.txt",
+        "--n_samples",
+        "100",
+    )
     assert sig["bs"]["metrics"]["BLEU"]["significant"]
 
     gold_dir = shared_dir / "data" / "word_alignment_gold" / "roen_wpt05"
@@ -324,16 +374,44 @@ def test_cli_with_a_saved_model(tiny_model, toy_tokenizer, tmp_path, capsys, sha
     (tmp_path / "ref.txt").write_text("\n".join(TARGETS) + "\n")
     monotone = [" ".join(f"{i}-{i}" for i in range(len(s.split()))) for s in SOURCES]
     (tmp_path / "links.txt").write_text("\n".join(monotone) + "\n")
-    metrics = run_cli(capsys, "mvpe-metrics", "--hyp", tmp_path / "ref.txt", "--ref", tmp_path / "ref.txt",
-                      "--model", tmp_path / "model", "--source", tmp_path / "src.txt")
+    metrics = run_cli(
+        capsys,
+        "mvpe-metrics",
+        "--hyp",
+        tmp_path / "ref.txt",
+        "--ref",
+        tmp_path / "ref.txt",
+        "--model",
+        tmp_path / "model",
+        "--source",
+        tmp_path / "src.txt",
+    )
     assert metrics["bleu-4"]["score"] == pytest.approx(1.0) and metrics["rouge"]["rougeL"]["f"] == 1.0
     expected = ev.perplexity(tiny_model, ev.text_batches(toy_tokenizer, SOURCES, TARGETS))
     assert metrics["perplexity"]["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-5)
     gold_dir = shared_dir / "data" / "word_alignment_gold" / "enfr_hansards"
-    aer = run_cli(capsys, "alignment", "--gold_dir", gold_dir, "--model", tmp_path / "model", "--limit", 4,
-                  "--write_links", tmp_path / "pred.txt")
+    aer = run_cli(
+        capsys,
+        "alignment",
+        "--gold_dir",
+        gold_dir,
+        "--model",
+        tmp_path / "model",
+        "--limit",
+        4,
+        "--write_links",
+        tmp_path / "pred.txt",
+    )
     assert aer["sentences"] == 4 and 0.0 <= aer["aer"] <= 1.0
     assert len((tmp_path / "pred.txt").read_text().splitlines()) == 4
-    order = run_cli(capsys, "reordering", "--model", tmp_path / "model", "--source", tmp_path / "src.txt",
-                    "--links", tmp_path / "links.txt")
+    order = run_cli(
+        capsys,
+        "reordering",
+        "--model",
+        tmp_path / "model",
+        "--source",
+        tmp_path / "src.txt",
+        "--links",
+        tmp_path / "links.txt",
+    )
     assert order["sentences"] == 3 and -1.0 <= order["kendall_tau"] <= 1.0

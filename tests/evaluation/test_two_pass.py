@@ -19,8 +19,15 @@ from xlpe.evaluation.two_pass import (
 )
 
 TINY = dict(
-    d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
-    encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
+    d_model=32,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    dropout=0.0,
 )
 SOURCES = ["the cat sees the dog", "a dog chases the small cat"]
 ALIGNMENTS = ["0-0 1-1 2-4 3-2 4-3", [(0, 0), (1, 1), (2, 5), (3, 2), (4, 3), (5, 4)]]
@@ -28,8 +35,14 @@ GENERATE = dict(num_beams=2, max_new_tokens=5)
 
 
 def tiny_kwargs(tokenizer):
-    return dict(TINY, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id)
+    return dict(
+        TINY,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id,
+    )
 
 
 def local_oracle(links, num_words):
@@ -76,7 +89,10 @@ def test_parse_links_accepts_pharaoh_pairs_and_flat_lists():
 
 def test_reordering_pairs_with_a_custom_oracle():
     pairs = reordering_pairs(SOURCES, ALIGNMENTS, oracle=local_oracle)
-    assert pairs == [("the cat sees the dog", "the cat the dog sees"), ("a dog chases the small cat", "a dog the small cat chases")]
+    assert pairs == [
+        ("the cat sees the dog", "the cat the dog sees"),
+        ("a dog chases the small cat", "a dog the small cat chases"),
+    ]
     data = two_pass_training_pairs(SOURCES, ["x", "y"], ALIGNMENTS, oracle=local_oracle)
     assert data["reorderer"] == pairs
     assert data["translator"] == [("the cat the dog sees", "x"), ("a dog the small cat chases", "y")]
@@ -87,7 +103,9 @@ def test_reordering_pairs_with_a_custom_oracle():
 def test_oracle_rules_of_the_preparation_module():
     reordering = pytest.importorskip("xlpe.reordering")
     # btg: the XL PE oracle of the preparation step
-    assert oracle_word_positions(ALIGNMENTS[0], 5, "btg") == reordering.oracle_xl_positions(parse_links(ALIGNMENTS[0]), 5)
+    assert oracle_word_positions(ALIGNMENTS[0], 5, "btg") == reordering.oracle_xl_positions(
+        parse_links(ALIGNMENTS[0]), 5
+    )
     assert reorder_with_alignment(SOURCES[0], ALIGNMENTS[0], rule="btg") == "the cat the dog sees"
     # paper (Sec. 3.1): one-to-many -> first target word; many-to-one -> together, in source order;
     # unaligned ("c") keeps its position
@@ -129,16 +147,21 @@ def test_two_pass_save_load_roundtrip(two_pass, tmp_path):
 
 
 def test_oracle_variant_translates_alignment_reordered_sources(two_pass, tmp_path):
-    oracle = OracleReorderTranslator(two_pass.translate_pipeline.model, two_pass.translate_pipeline.tokenizer,
-                                     oracle=local_oracle)
+    oracle = OracleReorderTranslator(
+        two_pass.translate_pipeline.model, two_pass.translate_pipeline.tokenizer, oracle=local_oracle
+    )
     reordered = oracle.reorder(SOURCES, ALIGNMENTS)
     assert reordered == [pair[1] for pair in reordering_pairs(SOURCES, ALIGNMENTS, oracle=local_oracle)]
     translations = oracle(SOURCES, ALIGNMENTS, **GENERATE)
     assert translations == two_pass.translate_reordered(reordered, **GENERATE)
     assert isinstance(oracle(SOURCES[0], ALIGNMENTS[0], **GENERATE), str)
     variant = two_pass.oracle_variant()  # same translator, the recorded rule
-    assert variant.rule == two_pass.rule == "btg" and variant.translate_pipeline.model is two_pass.translate_pipeline.model
-    rule_based = OracleReorderTranslator(two_pass.translate_pipeline.model, two_pass.translate_pipeline.tokenizer, rule="paper")
+    assert (
+        variant.rule == two_pass.rule == "btg" and variant.translate_pipeline.model is two_pass.translate_pipeline.model
+    )
+    rule_based = OracleReorderTranslator(
+        two_pass.translate_pipeline.model, two_pass.translate_pipeline.tokenizer, rule="paper"
+    )
     rule_based.save_pretrained(tmp_path)
     loaded = OracleReorderTranslator.from_pretrained(tmp_path)
     assert loaded.rule == "paper" and not (tmp_path / "reorderer").exists()

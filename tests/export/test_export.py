@@ -63,9 +63,18 @@ def assert_same_generation(model, translator, source, seed=1, beams=(1, 3), **ex
 
 
 # every option at least once (CI time); XLPE_EXPORT_ALL_STACKS=1 runs all of them (measured: all pass)
-COVERING = ("xlpe-inxl", "xlpe-combination+relative", "xlpe-combination+directional", "xlpe-combination+source-tags",
-            "marian-relative-only-no-absolute", "dpe+relative+directional", "dpe+source-tags", "mvpe_pos-both-sides",
-            "mvpe_pos-decoder-tags-learned", "xlpe-xl-rotary+rotary-no-absolute")  # fmt: skip
+COVERING = (
+    "xlpe-inxl",
+    "xlpe-combination+relative",
+    "xlpe-combination+directional",
+    "xlpe-combination+source-tags",
+    "marian-relative-only-no-absolute",
+    "dpe+relative+directional",
+    "dpe+source-tags",
+    "mvpe_pos-both-sides",
+    "mvpe_pos-decoder-tags-learned",
+    "xlpe-xl-rotary+rotary-no-absolute",
+)
 
 
 @pytest.mark.parametrize("name", sorted(STACKS) if os.environ.get("XLPE_EXPORT_ALL_STACKS") else COVERING)
@@ -85,8 +94,12 @@ def test_length_penalty_early_stopping_min_tokens_and_bad_words(stack_tokenizer,
     model, source = build("xlpe-combination")
     export_model(model, stack_tokenizer, tmp_path / "onnx")
     translator = OnnxTranslator(tmp_path / "onnx", threads=1)
-    for extra in ({"length_penalty": 0.6, "early_stopping": True}, {"length_penalty": 2.0, "early_stopping": "never"},
-                  {"min_new_tokens": 4, "bad_words_ids": [[5], [7]]}, {"forced_eos_token_id": EOS}):  # fmt: skip
+    for extra in (
+        {"length_penalty": 0.6, "early_stopping": True},
+        {"length_penalty": 2.0, "early_stopping": "never"},
+        {"min_new_tokens": 4, "bad_words_ids": [[5], [7]]},
+        {"forced_eos_token_id": EOS},
+    ):
         assert_same_generation(model, translator, source, seed=3, beams=(1, 4), **extra)
 
 
@@ -98,9 +111,21 @@ def test_stock_marian_and_attached_reorderer(stack_tokenizer, tmp_path):
 
     model, source = build("xlpe-combination")
     torch.manual_seed(3)
-    reorderer = XLPEReordererModel(XLPEReordererConfig(
-        vocab_size=VOCAB, d_model=16, ffn_dim=32, pair_dim=8, attention_heads=2, token_layers=1, word_layers=1,
-        pad_token_id=PAD, eos_token_id=EOS, max_source_positions=24, max_words=20))  # fmt: skip
+    reorderer = XLPEReordererModel(
+        XLPEReordererConfig(
+            vocab_size=VOCAB,
+            d_model=16,
+            ffn_dim=32,
+            pair_dim=8,
+            attention_heads=2,
+            token_layers=1,
+            word_layers=1,
+            pad_token_id=PAD,
+            eos_token_id=EOS,
+            max_source_positions=24,
+            max_words=20,
+        )
+    )
     with torch.no_grad():
         reorderer.query.weight.normal_(0, 3.0), reorderer.key.weight.normal_(0, 3.0)
     model.attach_reorderer(reorderer)
@@ -109,8 +134,15 @@ def test_stock_marian_and_attached_reorderer(stack_tokenizer, tmp_path):
     assert_same_generation(model, OnnxTranslator(tmp_path / "reordered", threads=1), source)
 
     torch.manual_seed(0)
-    stock = MarianMTModel(MarianConfig(**{k: v for k, v in model.config.to_dict().items() if k in MarianConfig().to_dict()
-                                          and not k.startswith("_")})).eval()  # fmt: skip
+    stock = MarianMTModel(
+        MarianConfig(
+            **{
+                k: v
+                for k, v in model.config.to_dict().items()
+                if k in MarianConfig().to_dict() and not k.startswith("_")
+            }
+        )
+    ).eval()
     export_model(stock, stack_tokenizer, tmp_path / "stock")
     assert_same_generation(stock, OnnxTranslator(tmp_path / "stock", threads=1), source)
 
@@ -133,14 +165,19 @@ def test_raw_text_translation_int8_and_cli(toy_tokenizer, tmp_path, capsys):
     assert len(int8.translate(texts)) == 3
     manifest = json.loads((tmp_path / "onnx" / MANIFEST_FILE).read_text())
     for name in manifest["graphs"]:  # int8 weights: the quantized graph is smaller
-        assert (tmp_path / "onnx" / name.replace(".onnx", "_int8.onnx")).stat().st_size < (tmp_path / "onnx" / name).stat().st_size
-    assert {i.op_type for i in __import__("onnx").load(str(tmp_path / "onnx" / "decoder_model_int8.onnx")).graph.node} & {
-        "MatMulInteger", "DynamicQuantizeLinear"}  # fmt: skip
+        assert (tmp_path / "onnx" / name.replace(".onnx", "_int8.onnx")).stat().st_size < (
+            tmp_path / "onnx" / name
+        ).stat().st_size
+    assert {
+        i.op_type for i in __import__("onnx").load(str(tmp_path / "onnx" / "decoder_model_int8.onnx")).graph.node
+    } & {"MatMulInteger", "DynamicQuantizeLinear"}
     assert verify_export(tmp_path / "onnx", model_dir)["model"]["model_type"] == "xlpe_marian"
     source = tmp_path / "source.txt"
     source.write_text("".join(text + "\n" for text in [texts[2], "", *texts[:2]]), encoding="utf-8")
     capsys.readouterr()
-    assert main(["--translate", str(tmp_path / "onnx"), "--input", str(source), "--num_beams", "3", "--threads", "1"]) == 0
+    assert (
+        main(["--translate", str(tmp_path / "onnx"), "--input", str(source), "--num_beams", "3", "--threads", "1"]) == 0
+    )
     expected = translator.translate(texts, num_beams=3)
     assert capsys.readouterr().out.split("\n")[:4] == [expected[2], "", *expected[:2]]
 
@@ -154,15 +191,29 @@ def test_raw_text_with_source_pos_tags(toy_tokenizer, shared_dir, tmp_path):
     )
 
     torch.manual_seed(0)
-    config = MvPEPosConfig(vocab_size=len(toy_tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
-                           encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
-                           max_position_embeddings=64, pad_token_id=toy_tokenizer.pad_token_id,
-                           eos_token_id=toy_tokenizer.eos_token_id, decoder_start_token_id=toy_tokenizer.pad_token_id,
-                           pos_dim=4, decoder_tagger_window=3, decoder_tagger_hidden_size=8,
-                           nltk_data=str(shared_dir / "data" / "nltk_data"))  # fmt: skip
+    config = MvPEPosConfig(
+        vocab_size=len(toy_tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+        pad_token_id=toy_tokenizer.pad_token_id,
+        eos_token_id=toy_tokenizer.eos_token_id,
+        decoder_start_token_id=toy_tokenizer.pad_token_id,
+        pos_dim=4,
+        decoder_tagger_window=3,
+        decoder_tagger_hidden_size=8,
+        nltk_data=str(shared_dir / "data" / "nltk_data"),
+    )
     model = MvPEPosForConditionalGeneration(config).eval()
     manifest = export_model(model, toy_tokenizer, tmp_path / "onnx")
-    assert manifest["front_end"]["source_tagger"]["pos_tagger"] == "nltk-en" and manifest["layout"]["tagger_window"] == 3
+    assert (
+        manifest["front_end"]["source_tagger"]["pos_tagger"] == "nltk-en" and manifest["layout"]["tagger_window"] == 3
+    )
     texts = ["the cat sees the dog", "a dog chases the small cat"]
     expected = XLPETranslationPipeline(model=model, tokenizer=toy_tokenizer)(texts, num_beams=2, batch_size=2)
     actual = OnnxTranslator(tmp_path / "onnx", threads=1).translate(texts, num_beams=2)
@@ -174,8 +225,11 @@ def test_bad_input_is_refused_by_name(toy_tokenizer, tmp_path, capsys):
     from xlpe.models.configuration_reorderer import XLPEReordererConfig
     from xlpe.models.modeling_reorderer import XLPEReordererModel
 
-    reorderer = XLPEReordererModel(XLPEReordererConfig(vocab_size=VOCAB, d_model=16, ffn_dim=32, pair_dim=8,
-                                                       attention_heads=2, pad_token_id=PAD, eos_token_id=EOS))  # fmt: skip
+    reorderer = XLPEReordererModel(
+        XLPEReordererConfig(
+            vocab_size=VOCAB, d_model=16, ffn_dim=32, pair_dim=8, attention_heads=2, pad_token_id=PAD, eos_token_id=EOS
+        )
+    )
     with pytest.raises(ValueError, match="model_type 'xlpe_reorderer' is a standalone reorderer"):
         check_exportable(reorderer)
     model, _ = build("dpe")
@@ -209,9 +263,12 @@ def test_bad_input_is_refused_by_name(toy_tokenizer, tmp_path, capsys):
         OnnxTranslator(first)  # a model directory, not an export
 
     capsys.readouterr()
-    for argv, message in ((["--model", str(tmp_path / "missing"), "--output", str(tmp_path / "o")], "no such"),
-                          (["--model", str(first), "--output", str(export)], "exists"),
-                          (["--verify", str(export)], "SHA-256"), (["--output", str(tmp_path / "o")], "needs --model")):  # fmt: skip
+    for argv, message in (
+        (["--model", str(tmp_path / "missing"), "--output", str(tmp_path / "o")], "no such"),
+        (["--model", str(first), "--output", str(export)], "exists"),
+        (["--verify", str(export)], "SHA-256"),
+        (["--output", str(tmp_path / "o")], "needs --model"),
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("xlpe-export: error: ") and message in err and err.count("\n") == 1, err
@@ -237,9 +294,11 @@ def test_int8_schemes(toy_tokenizer, tmp_path, capsys):
         return names, scales
 
     cli = ["--model", str(model_dir), "--quantize", "int8"]
-    exports = {"tensor": lambda out: export_directory(model_dir, out, quantize="int8", int8_scheme="tensor"),
-               "channel-nogather": lambda out: main([*cli, "--output", str(out), "--int8_scheme", "channel-nogather"]),
-               DEFAULT_INT8_SCHEME: lambda out: main([*cli, "--output", str(out)])}  # fmt: skip
+    exports = {
+        "tensor": lambda out: export_directory(model_dir, out, quantize="int8", int8_scheme="tensor"),
+        "channel-nogather": lambda out: main([*cli, "--output", str(out), "--int8_scheme", "channel-nogather"]),
+        DEFAULT_INT8_SCHEME: lambda out: main([*cli, "--output", str(out)]),
+    }
     for scheme, export_to in exports.items():
         export = tmp_path / scheme
         result = export_to(export)  # the manifest (export_directory) or the exit status (the CLI)
@@ -252,14 +311,18 @@ def test_int8_schemes(toy_tokenizer, tmp_path, capsys):
         assert any(s.size > 1 for s in scales) == INT8_SCHEMES[scheme]["per_channel"], scheme
         gathers_int8 = [n for n in graph.node if n.op_type == "DequantizeLinear"]  # a quantized embedding table
         assert bool(gathers_int8) == (INT8_SCHEMES[scheme]["op_types"] is None), scheme
-        assert not any("/lm_head/" in n.name for n in graph.node if n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul"))
+        assert not any(
+            "/lm_head/" in n.name for n in graph.node if n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul")
+        )
         assert len(OnnxTranslator(export, precision="int8", threads=1, spin_wait=False).translate(texts)) == 2
 
     with pytest.raises(ValueError, match="int8_scheme must be one of"):
         export_directory(model_dir, tmp_path / "bad", quantize="int8", int8_scheme="int4")
     capsys.readouterr()
-    for argv, message in ((["--int8_scheme", "int4", "--quantize", "int8"], "--int8_scheme must be one of"),
-                          (["--int8_scheme", "channel"], "--int8_scheme needs --quantize int8")):  # fmt: skip
+    for argv, message in (
+        (["--int8_scheme", "int4", "--quantize", "int8"], "--int8_scheme must be one of"),
+        (["--int8_scheme", "channel"], "--int8_scheme needs --quantize int8"),
+    ):
         assert main(["--model", str(model_dir), "--output", str(tmp_path / "bad"), *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("xlpe-export: error: ") and message in err and err.count("\n") == 1, err

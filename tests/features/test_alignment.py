@@ -63,7 +63,7 @@ def test_read_text_lines(tmp_path):
     assert read_text_lines(plain) == ["one", "two", "", "four"]
     packed = tmp_path / "a.txt.gz"
     with gzip.open(packed, "wb") as handle:
-        handle.write("ein\nzwei\n".encode())
+        handle.write(b"ein\nzwei\n")
     assert read_text_lines(packed) == ["ein", "zwei"]
     broken = tmp_path / "broken.txt"
     broken.write_bytes(b"fine\nstill fine\nbad \xff byte\n")
@@ -127,7 +127,11 @@ def koehn_reference(e2f, f2e, final):
                 if (e, f) in alignment:
                     for de, df in neighbours:
                         e_new, f_new = e + de, f + df
-                        if (not aligned_e(e_new) or not aligned_f(f_new)) and (e_new, f_new) in union and (e_new, f_new) not in alignment:
+                        if (
+                            (not aligned_e(e_new) or not aligned_f(f_new))
+                            and (e_new, f_new) in union
+                            and (e_new, f_new) not in alignment
+                        ):
                             alignment.add((e_new, f_new))
                             added = True
     if final:
@@ -152,7 +156,11 @@ def test_grow_diag_order_matters_and_follows_the_reference():
     [right] are both in the union. The reference visits (0, 0)'s neighbours in the order (-1,0) (0,-1) (1,0)
     (0,1): (1, 0) is added first (source word 1 was free); then (0, 1) still has a free target word: added."""
     forward, reverse = [(0, 0), (1, 0)], [(0, 0), (0, 1)]
-    assert grow_diag_final(forward, reverse, final=None) == koehn_reference(forward, reverse, None) == [(0, 0), (0, 1), (1, 0)]
+    assert (
+        grow_diag_final(forward, reverse, final=None)
+        == koehn_reference(forward, reverse, None)
+        == [(0, 0), (0, 1), (1, 0)]
+    )
 
 
 # ---------------------------------------------------------------- eflomal
@@ -206,8 +214,10 @@ def test_vote_keeps_exactly_the_links_enough_runs_share(sentences_by_run, min_vo
 def test_alignment_runs_vote_and_bad_values(multi30k_slice):
     english, german = (side[:60] for side in multi30k_slice)
     voted = align_with_eflomal(english, german, runs=3, **FAST_EFLOMAL)
-    assert len(voted) == 60 and all(all(i < len(s.split()) and j < len(t.split()) for i, j in pairs(links))
-                                    for links, s, t in zip(voted, english, german))  # fmt: skip
+    assert len(voted) == 60 and all(
+        all(i < len(s.split()) and j < len(t.split()) for i, j in pairs(links))
+        for links, s, t in zip(voted, english, german)
+    )
     for bad in (0, -1, 1.5):
         with pytest.raises(ValueError, match="runs"):
             align_with_eflomal(english, german, runs=bad)

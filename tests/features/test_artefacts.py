@@ -44,7 +44,7 @@ def test_separator_collisions_of_a_joined_key_do_not_collide_here():
 def test_file_digest_reads_bytes(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"abc\r\n")
-    assert file_digest(path) == "%s" % __import__("hashlib").sha256(b"abc\r\n").hexdigest()
+    assert file_digest(path) == __import__("hashlib").sha256(b"abc\r\n").hexdigest()
 
 
 def record(**options):
@@ -58,12 +58,15 @@ def test_verify_accepts_the_same_record_and_returns_changeable_differences(tmp_p
     assert verify_artefact(tmp_path, record(lr=5e-4), override="--overwrite", changeable=["lr"]) == [("lr", 1e-3, 5e-4)]
 
 
-@pytest.mark.parametrize("change, fact, words", [
-    (lambda r: setattr(r, "inputs", {"source": digest(["x y"])}), "input source", "other data"),
-    (lambda r: r.options.update(epochs=5), "option epochs", "other options"),
-    (lambda r: setattr(r, "kind", "jackknife"), "kind", "holds a reorderer, not a jackknife"),
-    (lambda r: setattr(r, "format", 99), "format", "another version"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, fact, words",
+    [
+        (lambda r: setattr(r, "inputs", {"source": digest(["x y"])}), "input source", "other data"),
+        (lambda r: r.options.update(epochs=5), "option epochs", "other options"),
+        (lambda r: setattr(r, "kind", "jackknife"), "kind", "holds a reorderer, not a jackknife"),
+        (lambda r: setattr(r, "format", 99), "format", "another version"),
+    ],
+)
 def test_verify_refuses_any_other_difference_in_one_line(tmp_path, change, fact, words):
     write_record(tmp_path, record())
     expected = record()

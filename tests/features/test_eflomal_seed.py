@@ -57,8 +57,20 @@ def test_prepare_cli_alignment_seed_gives_identical_preparations(tmp_path, capsy
     from xlpe.cli.prepare import main
 
     write_multi30k_slice(tmp_path, {"train": 80, "dev": 6, "test": 6})
-    argv = ["--source", str(tmp_path / "train.de"), "--target", str(tmp_path / "train.en"), "--tokenizer-vocab-size", "300",
-            "--features", "reorder_positions", "--eflomal-options", json.dumps({"n_iterations": [4, 4, 8]}), "--alignment-seed", "3"]  # fmt: skip
+    argv = [
+        "--source",
+        str(tmp_path / "train.de"),
+        "--target",
+        str(tmp_path / "train.en"),
+        "--tokenizer-vocab-size",
+        "300",
+        "--features",
+        "reorder_positions",
+        "--eflomal-options",
+        json.dumps({"n_iterations": [4, 4, 8]}),
+        "--alignment-seed",
+        "3",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name in ("one", "two"):
@@ -69,9 +81,22 @@ def test_prepare_cli_alignment_seed_gives_identical_preparations(tmp_path, capsy
     assert '"seed": 3' in json.dumps(report)  # the seed is part of the recorded preparation options
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        main([*argv[:-2], "--eflomal-options", json.dumps({"seed": 4}), "--alignment-seed", "3", "--output", str(tmp_path / "three")])
+        main(
+            [
+                *argv[:-2],
+                "--eflomal-options",
+                json.dumps({"seed": 4}),
+                "--alignment-seed",
+                "3",
+                "--output",
+                str(tmp_path / "three"),
+            ]
+        )
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip() == "xlpe-prepare: error: --alignment-seed 3 but --eflomal-options has seed 4: give one"
+    assert (
+        capsys.readouterr().err.strip()
+        == "xlpe-prepare: error: --alignment-seed 3 but --eflomal-options has seed 4: give one"
+    )
 
 
 def synthetic_pairs(size: int = 120):

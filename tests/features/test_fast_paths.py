@@ -21,7 +21,23 @@ from hypothesis import strategies as st
 from xlpe.features import eflomal_files
 from xlpe.features.tokenization import tokenize_batch, train_joint_tokenizer
 
-WORDS = ["the", "The", "cat", "Katze", "größer", "naïve", "</s>", "<unk>", "x", "ЖЖ", "日本語", "a-b", "12", "é", "ÉCOLE"]
+WORDS = [
+    "the",
+    "The",
+    "cat",
+    "Katze",
+    "größer",
+    "naïve",
+    "</s>",
+    "<unk>",
+    "x",
+    "ЖЖ",
+    "日本語",
+    "a-b",
+    "12",
+    "é",
+    "ÉCOLE",
+]
 words = st.lists(st.sampled_from(WORDS) | st.text(alphabet="abcXYZéß-", min_size=1, max_size=6), min_size=0, max_size=9)
 _TOKENIZER = []
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_DIR
 
-from xlpe.features.alignment import read_text_lines
 from xlpe.cli.prepare import main
+from xlpe.features.alignment import read_text_lines
 from xlpe.features.prepare import prepare_dataset, prepare_hf_dataset, tokenize_with_word_ids
 from xlpe.features.reordering import (
     IGNORE_INDEX,
@@ -54,9 +54,15 @@ def prepared(corpus, tokenizer, tmp_path_factory):
     folder = tmp_path_factory.mktemp("multi30k")
     english, german = corpus
     return prepare_dataset(
-        write_lines(folder / "train.en", english), write_lines(folder / "train.de", german), tokenizer,
-        source_tagger="nltk-en", nltk_data=NLTK_DATA, eflomal_options=FAST_EFLOMAL, num_proc=2, keep_text=True,
-    )  # fmt: skip
+        write_lines(folder / "train.en", english),
+        write_lines(folder / "train.de", german),
+        tokenizer,
+        source_tagger="nltk-en",
+        nltk_data=NLTK_DATA,
+        eflomal_options=FAST_EFLOMAL,
+        num_proc=2,
+        keep_text=True,
+    )
 
 
 # ---------------------------------------------------------------- integration on Multi30k
@@ -65,9 +71,17 @@ def prepared(corpus, tokenizer, tmp_path_factory):
 def test_multi30k_features(prepared, tokenizer):
     data, report = prepared
     assert set(data.column_names) == {
-        "input_ids", "attention_mask", "labels", "reorder_positions", "target_positions", "pos_tag_ids",
-        "line", "source_text", "target_text", "word_alignment",
-    }  # fmt: skip
+        "input_ids",
+        "attention_mask",
+        "labels",
+        "reorder_positions",
+        "target_positions",
+        "pos_tag_ids",
+        "line",
+        "source_text",
+        "target_text",
+        "word_alignment",
+    }
     assert report["pairs_read"] == 300 == report["pairs_kept"] + report["pairs_skipped_total"]
     assert report["pairs_kept"] == len(data) > 290
     assert 0.0 < report["unaligned_ratio"] < 0.4
@@ -108,12 +122,17 @@ def test_decoder_tags_with_given_alignments(prepared, corpus, tokenizer):
     rows = data.select(range(40))
     flipped = [[(j, i) for i, j in pharaoh_pairs(line)] for line in rows["word_alignment"]]  # de -> en
     result, report = prepare_dataset(
-        rows["target_text"], rows["source_text"], tokenizer, alignments=flipped, target_tagger="nltk-en",
-        features=["reorder_positions", "target_positions", "decoder_pos_tag_ids"], nltk_data=NLTK_DATA,
+        rows["target_text"],
+        rows["source_text"],
+        tokenizer,
+        alignments=flipped,
+        target_tagger="nltk-en",
+        features=["reorder_positions", "target_positions", "decoder_pos_tag_ids"],
+        nltk_data=NLTK_DATA,
         dpe_unaligned="keep",
-    )  # fmt: skip
+    )
     assert report["alignments"] == "<alignments>" and len(result) == 40
-    for row, english in zip(result, rows["source_text"]):
+    for row, _english in zip(result, rows["source_text"]):
         assert len(row["decoder_pos_tag_ids"]) == len(row["labels"])
         assert row["decoder_pos_tag_ids"][-1] == SPECIAL_TAG_ID and UNK_TAG_ID not in row["decoder_pos_tag_ids"]
         # DPE "keep": every word token is supervised, only </s> is not
@@ -194,8 +213,11 @@ def test_empty_and_overlong_pairs_are_skipped_and_counted(toy_tokenizer):
     links = [[(0, 0), (1, 1)], [], [], [], [], [], []]
     data, report = prepare_dataset(sources, targets, toy_tokenizer, alignments=links, max_length=12)
     assert report["pairs_skipped"] == {
-        "empty_source": 2, "empty_target": 1, "source_too_long": 2, "target_too_long": 1,
-    }  # fmt: skip
+        "empty_source": 2,
+        "empty_target": 1,
+        "source_too_long": 2,
+        "target_too_long": 1,
+    }
     # "word " * 30: 30 words > 12; the rare-letter line: 3 words but more than 12 sub-word tokens
     assert report["pairs_read"] == 7 == report["pairs_kept"] + report["pairs_skipped_total"]
     assert len(data) == report["pairs_kept"] == 1
@@ -235,17 +257,25 @@ def test_local_datasets(corpus, tokenizer, tmp_path):
             for k in rows:
                 handle.write(json.dumps({"translation": {"en": english[k], "de": german[k]}}) + "\n")
     data, reports = prepare_hf_dataset(
-        str(folder), tokenizer, source_lang="en", target_lang="de", features=["reorder_positions"],
+        str(folder),
+        tokenizer,
+        source_lang="en",
+        target_lang="de",
+        features=["reorder_positions"],
         eflomal_options=FAST_EFLOMAL,
-    )  # fmt: skip
+    )
     assert set(data) == {"train", "validation"} and len(data["train"]) == 40 and len(data["validation"]) == 10
     assert reports["validation"]["source"].endswith("[validation]:en")
     saved = tmp_path / "saved"  # a save_to_disk directory with one column per language
     datasets.Dataset.from_dict({"de": german[:20], "en": english[:20]}).save_to_disk(str(saved))
     data, reports = prepare_hf_dataset(
-        str(saved), tokenizer, source_lang="de", target_lang="en", features=["target_positions"],
+        str(saved),
+        tokenizer,
+        source_lang="de",
+        target_lang="en",
+        features=["target_positions"],
         eflomal_options=FAST_EFLOMAL,
-    )  # fmt: skip
+    )
     assert list(data) == ["train"] and reports["train"]["pairs_kept"] == 20
     with pytest.raises(ValueError, match="no 'translation' column and no columns 'fr'"):
         prepare_hf_dataset(str(saved), tokenizer, source_lang="fr", target_lang="en")
@@ -263,8 +293,20 @@ def test_cli(corpus, tokenizer, tmp_path, capsys):
     source = write_lines(tmp_path / "s.en", english[:30])
     target = write_lines(tmp_path / "s.de", german[:30])
     output = tmp_path / "out"
-    argv = ["--source", str(source), "--target", str(target), "--tokenizer", str(tmp_path / "tok"),
-            "--output", str(output), "--source-tagger", "nltk-en", "--nltk-data", str(NLTK_DATA)]  # fmt: skip
+    argv = [
+        "--source",
+        str(source),
+        "--target",
+        str(target),
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--output",
+        str(output),
+        "--source-tagger",
+        "nltk-en",
+        "--nltk-data",
+        str(NLTK_DATA),
+    ]
     assert main(argv) == 0
     report = json.loads((output / "report.json").read_text())["train"]
     data = datasets.load_from_disk(str(output))["train"]  # one DatasetDict, whatever splits were given
@@ -274,16 +316,39 @@ def test_cli(corpus, tokenizer, tmp_path, capsys):
     assert AutoTokenizer.from_pretrained(output / "tokenizer").get_vocab() == tokenizer.get_vocab()
     saved = tmp_path / "saved"
     datasets.Dataset.from_dict({"en": english[:20], "de": german[:20]}).save_to_disk(str(saved))
-    argv = ["--dataset", str(saved), "--source-lang", "en", "--target-lang", "de", "--tokenizer", str(tmp_path / "tok"),
-            "--output", str(tmp_path / "out_dict"), "--features", "reorder_positions",
-            "--eflomal-options", json.dumps({"n_iterations": [4, 4, 8], "n_samplers": 1})]  # fmt: skip
+    argv = [
+        "--dataset",
+        str(saved),
+        "--source-lang",
+        "en",
+        "--target-lang",
+        "de",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--output",
+        str(tmp_path / "out_dict"),
+        "--features",
+        "reorder_positions",
+        "--eflomal-options",
+        json.dumps({"n_iterations": [4, 4, 8], "n_samplers": 1}),
+    ]
     assert main(argv) == 0
     assert len(datasets.load_from_disk(str(tmp_path / "out_dict"))["train"]) == 20
     assert json.loads((tmp_path / "out_dict" / "report.json").read_text())["train"]["pairs_kept"] == 20
     short = write_lines(tmp_path / "short.de", german[:29])
     with pytest.raises(SystemExit) as exit_info:
-        main(["--source", str(source), "--target", str(short), "--tokenizer", str(tmp_path / "tok"),
-              "--output", str(tmp_path / "out2")])  # fmt: skip
+        main(
+            [
+                "--source",
+                str(source),
+                "--target",
+                str(short),
+                "--tokenizer",
+                str(tmp_path / "tok"),
+                "--output",
+                str(tmp_path / "out2"),
+            ]
+        )
     assert exit_info.value.code == 2
     assert f"{source} has 30 lines, {short} has 29 lines" in capsys.readouterr().err
 
@@ -298,9 +363,17 @@ def test_slow_sentencepiece_tokenizer_word_by_word(tmp_path):
     sentences = ["the cat sees the dog", "a dog chases the small cat", "die katze sieht den hund"] * 10
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=model, vocab_size=30, model_type="unigram",
-        pad_id=-1, eos_id=-1, bos_id=-1, unk_id=0, hard_vocab_limit=False, minloglevel=2,
-    )  # fmt: skip
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=30,
+        model_type="unigram",
+        pad_id=-1,
+        eos_id=-1,
+        bos_id=-1,
+        unk_id=0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
     for name in ("source.spm", "target.spm"):
         (tmp_path / name).write_bytes(model.getvalue())
     processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "source.spm"))

@@ -55,7 +55,10 @@ def test_input_edited_after_planning_is_refused_by_every_stage(tmp_path):
     source = files["train"]["source"]
     words = Path(source).read_text(encoding="utf-8").split("\n")[150].split()
     edit_line(source, 150, " ".join(reversed(words)) if len(set(words)) > 1 else "x " * len(words))
-    with pytest.raises(ValueError, match=rf"{re.escape(source)}: lines 101-200 changed since the plan was made.*--stage plan --overwrite-work-dir"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{re.escape(source)}: lines 101-200 changed since the plan was made.*--stage plan --overwrite-work-dir",
+    ):
         sharded.run_shards(work, sharded.load_plan(work), [1], progress=False)
     edit_line(source, 150, " ".join(words))  # restored: the shards run ...
     sharded.run_shards(work, sharded.load_plan(work), progress=False)
@@ -63,10 +66,14 @@ def test_input_edited_after_planning_is_refused_by_every_stage(tmp_path):
     with pytest.raises(ValueError, match=rf"{re.escape(source)}: changed since the plan was made \(SHA-256"):
         sharded.merge_shards(work, tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ValueError, match=rf"{re.escape(source)}: changed since the plan in .* was made from it .*--overwrite-work-dir"):
+    with pytest.raises(
+        ValueError, match=rf"{re.escape(source)}: changed since the plan in .* was made from it .*--overwrite-work-dir"
+    ):
         plan(work, files)
     again = plan(work, files, overwrite_work_dir=True)
-    assert again["splits"]["train"]["sha256"] != first["splits"]["train"]["sha256"] and not sharded.finished_shards(work, again)
+    assert again["splits"]["train"]["sha256"] != first["splits"]["train"]["sha256"] and not sharded.finished_shards(
+        work, again
+    )
 
 
 def test_damaged_shard_is_made_anew_by_the_advised_command(tmp_path):
@@ -74,8 +81,15 @@ def test_damaged_shard_is_made_anew_by_the_advised_command(tmp_path):
     --shard-index K`; running exactly that makes the shard anew, and the merged dataset is the undamaged one."""
     files = write_corpus(tmp_path)
     work = tmp_path / "work"
-    reference, _ = sharded.prepare_in_shards(tmp_path / "ref.work", tmp_path / "ref", files, shard_size=100,
-                                             tokenizer_options=TOKENIZER, progress=False, **OPTIONS)  # fmt: skip
+    reference, _ = sharded.prepare_in_shards(
+        tmp_path / "ref.work",
+        tmp_path / "ref",
+        files,
+        shard_size=100,
+        tokenizer_options=TOKENIZER,
+        progress=False,
+        **OPTIONS,
+    )
     first = plan(work, files)
     sharded.run_shards(work, first, progress=False)
     arrow = next((work / "shards" / "00001" / "data").glob("*.arrow"))
@@ -119,13 +133,28 @@ def run_prepare(capsys, *args) -> tuple[int, str]:
 
 def test_cli_edited_input_and_damaged_plan_are_one_line_errors(tmp_path, capsys):
     files = write_corpus(tmp_path)
-    flags = ["--source", files["train"]["source"], "--target", files["train"]["target"], "--alignments",
-             files["train"]["alignments"], "--output", str(tmp_path / "out"), "--tokenizer-model", "bpe",
-             "--tokenizer-vocab-size", "300", "--shard-size", "100"]  # fmt: skip
+    flags = [
+        "--source",
+        files["train"]["source"],
+        "--target",
+        files["train"]["target"],
+        "--alignments",
+        files["train"]["alignments"],
+        "--output",
+        str(tmp_path / "out"),
+        "--tokenizer-model",
+        "bpe",
+        "--tokenizer-vocab-size",
+        "300",
+        "--shard-size",
+        "100",
+    ]
     assert run_prepare(capsys, *flags, "--stage", "plan")[0] == 0
     edit_line(files["train"]["target"], 3, "an edited line")
-    for stage, message in (("shards", r"train\.target: lines 1-100 changed since the plan was made"),
-                           ("plan", r"train\.target: changed since the plan in .* --overwrite-work-dir")):  # fmt: skip
+    for stage, message in (
+        ("shards", r"train\.target: lines 1-100 changed since the plan was made"),
+        ("plan", r"train\.target: changed since the plan in .* --overwrite-work-dir"),
+    ):
         status, stderr = run_prepare(capsys, *flags, "--stage", stage)
         assert status == 2 and re.search(message, stderr), (stage, stderr)
         assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
@@ -179,7 +208,8 @@ def test_preparation_cache_keys_never_collide_where_a_join_did(sources_a, source
     same = (sources_a, targets_a) == (sources_b, targets_b)
     assert (_fingerprint(first, _Tokenizer(), {}) == _fingerprint(second, _Tokenizer(), {})) == same
     assert (tokenizer_cache_key(sources_a + targets_a, {}) == tokenizer_cache_key(sources_b + targets_b, {})) == (
-        sources_a + targets_a == sources_b + targets_b)
+        sources_a + targets_a == sources_b + targets_b
+    )
 
 
 def test_the_old_join_collisions_get_different_keys():
@@ -197,8 +227,21 @@ def test_the_old_join_collisions_get_different_keys():
 # ----------------------------------------------------------------------------------------------------------
 
 TRAINING_TEXT = ["the cat sees the dog.", "Der Hund, die Katze!", "naïve café — “quoted” ﬁne", "日本語 テキスト"] * 20
-PIECES = list("ab cdeé.,!?-'\"“”…ﬁ日本\t") + ["\u00b4", "\u00a8", "\u0301", "\u2581", "\ufdfa", "\u3000", "\u00a0", "\u2028",
-                                               "\u200b", "</s>", "<unk>", "<pad>", "  "]  # fmt: skip
+PIECES = list("ab cdeé.,!?-'\"“”…ﬁ日本\t") + [
+    "\u00b4",
+    "\u00a8",
+    "\u0301",
+    "\u2581",
+    "\ufdfa",
+    "\u3000",
+    "\u00a0",
+    "\u2028",
+    "\u200b",
+    "</s>",
+    "<unk>",
+    "<pad>",
+    "  ",
+]
 raw_lines = st.lists(st.lists(st.sampled_from(PIECES), max_size=12).map("".join), min_size=1, max_size=5)
 
 
@@ -241,7 +284,9 @@ def test_a_damaged_local_dataset_is_named_in_one_line(tmp_path):
 
     datasets.Dataset.from_dict({"de": ["ein hund"], "en": ["a dog"]}).save_to_disk(str(tmp_path / "data"))
     (tmp_path / "data" / "state.json").write_text("{", encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"{re.escape(str(tmp_path / 'data'))}: a damaged datasets directory") as error:
+    with pytest.raises(
+        ValueError, match=rf"{re.escape(str(tmp_path / 'data'))}: a damaged datasets directory"
+    ) as error:
         load_parallel_dataset(str(tmp_path / "data"), "de", "en")
     assert "\n" not in str(error.value)
 
@@ -253,7 +298,9 @@ def test_a_job_given_other_files_or_a_changed_work_tokenizer_or_priors_is_refuse
     work = tmp_path / "work"
     plan(work, files)
     other = {"train": {**files["train"], "source": str(tmp_path / "elsewhere.source")}}
-    with pytest.raises(ValueError, match=r"--source .*elsewhere\.source: --work-dir .* was planned from .*train\.source"):
+    with pytest.raises(
+        ValueError, match=r"--source .*elsewhere\.source: --work-dir .* was planned from .*train\.source"
+    ):
         sharded.load_plan(work, files=other)
     assert sharded.load_plan(work, files=files)["splits"]["train"]["source"] == files["train"]["source"]
     from xlpe.features.tokenization import train_joint_tokenizer
@@ -263,8 +310,14 @@ def test_a_job_given_other_files_or_a_changed_work_tokenizer_or_priors_is_refuse
         sharded.run_shards(work, sharded.load_plan(work), [0], progress=False)
     unaligned = {"train": {**files["train"], "alignments": None}}
     priors_work = tmp_path / "priors"
-    planned = sharded.plan_preparation(priors_work, unaligned, shard_size=150, alignment_sample=100,
-                                       tokenizer_options=TOKENIZER, eflomal_options={"n_iterations": (1, 1, 1)})  # fmt: skip
+    planned = sharded.plan_preparation(
+        priors_work,
+        unaligned,
+        shard_size=150,
+        alignment_sample=100,
+        tokenizer_options=TOKENIZER,
+        eflomal_options={"n_iterations": (1, 1, 1)},
+    )
     with open(priors_work / "alignment_priors.txt", "a", encoding="utf-8") as handle:
         handle.write("LEX\tx\ty\t1\n")
     with pytest.raises(ValueError, match=r"alignment_priors\.txt: missing or changed since the plan was made"):
@@ -278,9 +331,23 @@ def test_cli_damaged_shard_then_the_advised_command_then_merge(tmp_path, capsys)
     from xlpe.cli.prepare import main
 
     files = write_corpus(tmp_path)
-    flags = ["--source", files["train"]["source"], "--target", files["train"]["target"], "--alignments",
-             files["train"]["alignments"], "--output", str(tmp_path / "out"), "--tokenizer-model", "bpe",
-             "--tokenizer-vocab-size", "300", "--shard-size", "100", "--keep-work-dir"]  # fmt: skip
+    flags = [
+        "--source",
+        files["train"]["source"],
+        "--target",
+        files["train"]["target"],
+        "--alignments",
+        files["train"]["alignments"],
+        "--output",
+        str(tmp_path / "out"),
+        "--tokenizer-model",
+        "bpe",
+        "--tokenizer-vocab-size",
+        "300",
+        "--shard-size",
+        "100",
+        "--keep-work-dir",
+    ]
     assert main([*flags, "--stage", "plan"]) == 0 and main([*flags, "--stage", "shards"]) == 0
     shard = tmp_path / "out.work" / "shards" / "00002" / "data"
     before = datasets.load_from_disk(str(shard)).to_dict()
@@ -296,7 +363,9 @@ def test_cli_damaged_shard_then_the_advised_command_then_merge(tmp_path, capsys)
     assert datasets.load_from_disk(str(shard)).to_dict() == before
     assert main([*flags, "--stage", "merge"]) == 0
     assert len(datasets.load_from_disk(str(tmp_path / "out"))["train"]) == sum(
-        len(datasets.load_from_disk(str(path / "data"))) for path in sorted((tmp_path / "out.work" / "shards").iterdir()))
+        len(datasets.load_from_disk(str(path / "data")))
+        for path in sorted((tmp_path / "out.work" / "shards").iterdir())
+    )
 
 
 def test_cli_work_dir_in_use_refuses_a_replan_or_merge_but_not_another_shard_job(tmp_path, capsys):
@@ -307,9 +376,23 @@ def test_cli_work_dir_in_use_refuses_a_replan_or_merge_but_not_another_shard_job
     from xlpe.features.artefacts import directory_lock
 
     files = write_corpus(tmp_path)
-    flags = ["--source", files["train"]["source"], "--target", files["train"]["target"], "--alignments",
-             files["train"]["alignments"], "--output", str(tmp_path / "out"), "--tokenizer-model", "bpe",
-             "--tokenizer-vocab-size", "300", "--shard-size", "100", "--keep-work-dir"]  # fmt: skip
+    flags = [
+        "--source",
+        files["train"]["source"],
+        "--target",
+        files["train"]["target"],
+        "--alignments",
+        files["train"]["alignments"],
+        "--output",
+        str(tmp_path / "out"),
+        "--tokenizer-model",
+        "bpe",
+        "--tokenizer-vocab-size",
+        "300",
+        "--shard-size",
+        "100",
+        "--keep-work-dir",
+    ]
     assert main([*flags, "--stage", "plan"]) == 0
     work, lock = tmp_path / "out.work", tmp_path / ".out.work.xlpe.lock"
     plan_before = (work / "plan.json").read_bytes()

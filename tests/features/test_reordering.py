@@ -321,15 +321,18 @@ def flatten_sentences(sentences):
     word_counts = [n for _, _, _, n in sentences]
     token_counts = [len(ids) for _, ids, _, _ in sentences]
     links = [(s, i, j) for s, (_, _, pair_links, _) in enumerate(sentences) for i, j in pair_links]
-    link_sentence, link_source, link_target = (np.array(column, dtype=np.int64) for column in zip(*links)) if links \
-        else (np.zeros(0, dtype=np.int64),) * 3  # fmt: skip
+    link_sentence, link_source, link_target = (
+        (np.array(column, dtype=np.int64) for column in zip(*links)) if links else (np.zeros(0, dtype=np.int64),) * 3
+    )
     return (
         np.array([p for positions, _, _, _ in sentences for p in positions], dtype=np.int64),
         np.r_[0, np.cumsum(word_counts, dtype=np.int64)],
         np.array([-1 if w is None else w for _, ids, _, _ in sentences for w in ids], dtype=np.int64),
         np.r_[0, np.cumsum(token_counts, dtype=np.int64)],
-        link_sentence, link_source, link_target,
-    )  # fmt: skip
+        link_sentence,
+        link_source,
+        link_target,
+    )
 
 
 def per_sentence_or_error(function, *args, **kwargs):
@@ -400,5 +403,8 @@ def test_noise_in_place_on_a_slice_of_a_batch_equals_add_reordering_noise(ratio)
     offsets = np.r_[0, np.cumsum([len(p) for p in perms])]
     for s, line in enumerate([3, 8, 11, 12, 20, 21]):
         swap_noise_in_place(flat[offsets[s] : offsets[s + 1]], ratio, np.random.default_rng([4, line]))
-    expected = [add_reordering_noise(p, ratio, np.random.default_rng([4, line])) for p, line in zip(perms, [3, 8, 11, 12, 20, 21])]
+    expected = [
+        add_reordering_noise(p, ratio, np.random.default_rng([4, line]))
+        for p, line in zip(perms, [3, 8, 11, 12, 20, 21])
+    ]
     assert [flat[a:b].tolist() for a, b in itertools.pairwise(offsets)] == expected

@@ -23,7 +23,9 @@ from xlpe.features.prepare import prepare_splits, read_parallel_files
 from xlpe.features.synthetic import generate_corpus
 
 TOKENIZER = {"vocab_size": 300, "model": "bpe"}
-OPTIONS = dict(keep_text=True, noise_ratio=0.1, seed=3)  # text columns and the line-seeded noise attack: both must survive sharding
+OPTIONS = dict(
+    keep_text=True, noise_ratio=0.1, seed=3
+)  # text columns and the line-seeded noise attack: both must survive sharding
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -62,8 +64,9 @@ def assert_same_dataset(left, right) -> None:
 def reference(corpus, tmp_path_factory):
     """One uninterrupted sharded run (shards of 400 pairs) and the in-memory preparation with its tokenizer."""
     folder = tmp_path_factory.mktemp("reference")
-    output, reports = sharded.prepare_in_shards(folder / "work", folder / "out", corpus, shard_size=400,
-                                                tokenizer_options=TOKENIZER, progress=False, **OPTIONS)  # fmt: skip
+    output, reports = sharded.prepare_in_shards(
+        folder / "work", folder / "out", corpus, shard_size=400, tokenizer_options=TOKENIZER, progress=False, **OPTIONS
+    )
     return output, reports, datasets.load_from_disk(str(output)), folder / "work"
 
 
@@ -73,28 +76,63 @@ def test_sharded_equals_in_memory_preparation(corpus, reference):
     output, reports, got, work = reference
     plan = sharded.load_plan(work)
     assert [(s["split"], s["start"], s["stop"]) for s in plan["shards"]] == [
-        ("train", 0, 400), ("train", 400, 800), ("train", 800, 1200), ("train", 1200, 1300), ("validation", 0, 90)]
+        ("train", 0, 400),
+        ("train", 400, 800),
+        ("train", 800, 1200),
+        ("train", 1200, 1300),
+        ("validation", 0, 90),
+    ]
     expected, expected_reports = unsharded(corpus, AutoTokenizer.from_pretrained(str(output / "tokenizer")))
     for split in ("train", "validation"):
         assert_same_dataset(got[split], expected[split])
         merged, single = reports[split], expected_reports[split]
-        for key in ("pairs_read", "pairs_kept", "pairs_skipped", "pairs_skipped_total", "source_words",
-                    "unaligned_source_words", "btg_repairs", "kendall_tau_sentences", "features"):
+        for key in (
+            "pairs_read",
+            "pairs_kept",
+            "pairs_skipped",
+            "pairs_skipped_total",
+            "source_words",
+            "unaligned_source_words",
+            "btg_repairs",
+            "kendall_tau_sentences",
+            "features",
+        ):
             assert merged[key] == single[key], key
         for key in ("unaligned_ratio", "btg_repair_ratio", "mean_kendall_tau"):
             assert merged[key] == pytest.approx(single[key], rel=1e-12), key
-    assert reports["train"]["pairs_skipped"]["empty_source"] == 1 and reports["train"]["pairs_skipped"]["source_too_long"] == 1
+    assert (
+        reports["train"]["pairs_skipped"]["empty_source"] == 1
+        and reports["train"]["pairs_skipped"]["source_too_long"] == 1
+    )
     assert reports["train"]["shards"] == 4 and got["train"]["line"][:3] == [1, 2, 3]
     assert json.loads((output / "report.json").read_text())["train"]["pairs_kept"] == len(got["train"])
 
 
 def test_merge_reports_recomputes_ratios_from_sums():
     base = {"pairs_skipped": {"empty_source": 1}, "timings_s": {"total": 1.0}, "features": ["reorder_positions"]}
-    first = {**base, "pairs_read": 10, "pairs_kept": 9, "pairs_skipped_total": 1, "source_words": 100,
-             "unaligned_source_words": 10, "btg_repairs": 1, "kendall_tau_sentences": 9, "mean_kendall_tau": 0.5}
-    second = {**base, "pairs_read": 30, "pairs_kept": 30, "pairs_skipped": {"target_too_long": 2}, "pairs_skipped_total": 0,
-              "source_words": 300, "unaligned_source_words": 90, "btg_repairs": 0, "kendall_tau_sentences": 27,
-              "mean_kendall_tau": 0.9}
+    first = {
+        **base,
+        "pairs_read": 10,
+        "pairs_kept": 9,
+        "pairs_skipped_total": 1,
+        "source_words": 100,
+        "unaligned_source_words": 10,
+        "btg_repairs": 1,
+        "kendall_tau_sentences": 9,
+        "mean_kendall_tau": 0.5,
+    }
+    second = {
+        **base,
+        "pairs_read": 30,
+        "pairs_kept": 30,
+        "pairs_skipped": {"target_too_long": 2},
+        "pairs_skipped_total": 0,
+        "source_words": 300,
+        "unaligned_source_words": 90,
+        "btg_repairs": 0,
+        "kendall_tau_sentences": 27,
+        "mean_kendall_tau": 0.9,
+    }
     merged = sharded.merge_reports([first, second])
     assert merged["pairs_read"] == 40 and merged["pairs_kept"] == 39 and merged["shards"] == 2
     assert merged["pairs_skipped"] == {"empty_source": 1, "target_too_long": 2}
@@ -127,11 +165,16 @@ def test_resume_redoes_only_unfinished_shards(corpus, reference, tmp_path):
 def test_another_request_in_the_work_directory_is_refused(corpus, tmp_path):
     work = tmp_path / "work"
     sharded.plan_preparation(work, corpus, shard_size=400, tokenizer_options=TOKENIZER, **OPTIONS)
-    with pytest.raises(ValueError, match=r"made from other options \(option seed: 3, now 4\); pass --overwrite-work-dir"):
+    with pytest.raises(
+        ValueError, match=r"made from other options \(option seed: 3, now 4\); pass --overwrite-work-dir"
+    ):
         sharded.plan_preparation(work, corpus, shard_size=400, tokenizer_options=TOKENIZER, **{**OPTIONS, "seed": 4})
     with pytest.raises(ValueError, match=r"option shard_size: 400, now 500"):
         sharded.plan_preparation(work, corpus, shard_size=500, tokenizer_options=TOKENIZER, **OPTIONS)
-    with pytest.raises(ValueError, match=r"planned with other options \(option unaligned: null, now \"left\"\); give every stage the same flags"):
+    with pytest.raises(
+        ValueError,
+        match=r"planned with other options \(option unaligned: null, now \"left\"\); give every stage the same flags",
+    ):
         sharded.load_plan(work, {**OPTIONS, "unaligned": "left"})
     changed = {**corpus, "validation": {**corpus["validation"]}}
     shutil.copy(corpus["validation"]["target"], tmp_path / "v.target")
@@ -151,7 +194,9 @@ def test_merge_names_missing_and_damaged_shards(corpus, tmp_path):
     sharded.run_shards(work, plan, [4], progress=False)
     arrow = next((work / "shards" / "00002" / "data").glob("*.arrow"))
     arrow.write_bytes(arrow.read_bytes()[:-10])
-    with pytest.raises(ValueError, match=r"shard 2 \(damaged: 1 file\(s\) missing, added or changed.*--stage shards --shard-index 2 "):
+    with pytest.raises(
+        ValueError, match=r"shard 2 \(damaged: 1 file\(s\) missing, added or changed.*--stage shards --shard-index 2 "
+    ):
         sharded.merge_shards(work, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match=r"--shard-index 9: the plan has shards 0\.\.4"):
@@ -172,28 +217,63 @@ def test_a_bad_alignment_line_is_named_with_its_absolute_line(corpus, tmp_path):
 
 
 def run_prepare(*args, check=True, **kwargs) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "xlpe.cli.prepare", *args], capture_output=True, text=True,
-                            env=ENV, timeout=300, **kwargs)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "xlpe.cli.prepare", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+        **kwargs,
+    )
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
 def cli_flags(corpus: dict, output: Path) -> list[str]:
-    return ["--source", corpus["train"]["source"], "--target", corpus["train"]["target"], "--alignments",
-            corpus["train"]["alignments"], "--validation-source", corpus["validation"]["source"], "--validation-target",
-            corpus["validation"]["target"], "--validation-alignments", corpus["validation"]["alignments"],
-            "--output", str(output), "--shard-size", "400", "--tokenizer-model", "bpe", "--tokenizer-vocab-size", "300",
-            "--keep-text", "--noise-ratio", "0.1", "--seed", "3"]  # fmt: skip
+    return [
+        "--source",
+        corpus["train"]["source"],
+        "--target",
+        corpus["train"]["target"],
+        "--alignments",
+        corpus["train"]["alignments"],
+        "--validation-source",
+        corpus["validation"]["source"],
+        "--validation-target",
+        corpus["validation"]["target"],
+        "--validation-alignments",
+        corpus["validation"]["alignments"],
+        "--output",
+        str(output),
+        "--shard-size",
+        "400",
+        "--tokenizer-model",
+        "bpe",
+        "--tokenizer-vocab-size",
+        "300",
+        "--keep-text",
+        "--noise-ratio",
+        "0.1",
+        "--seed",
+        "3",
+    ]
 
 
 def test_cli_shards_as_concurrent_jobs_equal_one_run(corpus, reference, tmp_path):
     """plan, then two concurrent shard jobs over disjoint shard lists (as two machines would), then merge."""
     flags = cli_flags(corpus, tmp_path / "out")
     run_prepare(*flags, "--stage", "plan")
-    jobs = [subprocess.Popen([sys.executable, "-m", "xlpe.cli.prepare", *flags, "--stage", "shards", "--shard-index", *indices],
-                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for indices in (["0", "2", "4"], ["1", "3"])]  # fmt: skip
+    jobs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "xlpe.cli.prepare", *flags, "--stage", "shards", "--shard-index", *indices],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for indices in (["0", "2", "4"], ["1", "3"])
+    ]
     for job in jobs:
         _, stderr = job.communicate(timeout=300)
         assert job.returncode == 0, stderr[-3000:]
@@ -208,8 +288,12 @@ def test_cli_shards_as_concurrent_jobs_equal_one_run(corpus, reference, tmp_path
 def test_cli_killed_run_resumes(corpus, reference, tmp_path):
     """A real kill (SIGKILL once the first shard is in place), then the same command again."""
     flags = [*cli_flags(corpus, tmp_path / "out"), "--keep-work-dir"]
-    job = subprocess.Popen([sys.executable, "-m", "xlpe.cli.prepare", *flags], env=ENV, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)  # fmt: skip
+    job = subprocess.Popen(
+        [sys.executable, "-m", "xlpe.cli.prepare", *flags],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     first = tmp_path / "out.work" / "shards" / "00000" / "checksum.json"
     deadline = time.monotonic() + 240
     while not first.exists() and job.poll() is None and time.monotonic() < deadline:
@@ -234,8 +318,21 @@ def test_cli_refusals_are_one_line(corpus, tmp_path):
         ([*flags, "--stage", "merge"], "no plan.json (run the plan stage first"),
         ([*flags, "--shard-size", "0"], "--shard_size must be >= 1, got 0"),
         ([*flags[:-1], "x"], "--seed: invalid int value"),
-        (["--dataset", "d", "--source-lang", "en", "--target-lang", "de", "--output", str(tmp_path / "o"), "--stage", "plan"],
-         "--stage shard --source/--target files; --dataset is prepared in one piece"),
+        (
+            [
+                "--dataset",
+                "d",
+                "--source-lang",
+                "en",
+                "--target-lang",
+                "de",
+                "--output",
+                str(tmp_path / "o"),
+                "--stage",
+                "plan",
+            ],
+            "--stage shard --source/--target files; --dataset is prepared in one piece",
+        ),
     ]
     for args, message in cases:
         result = run_prepare(*args, check=False)
@@ -252,18 +349,27 @@ def test_slurm_array_script(corpus, tmp_path):
     stub = tmp_path / "sbatch"
     stub.write_text('#!/bin/bash\necho "$@" >> "$SBATCH_LOG"\necho 4242\n')
     stub.chmod(0o755)
-    env = {**ENV, "XLPE_WORK_DIR": str(tmp_path / "work"), "XLPE_SBATCH": str(stub), "SBATCH_LOG": str(tmp_path / "log"),
-           "XLPE_PREPARE_ARGS": " ".join(cli_flags(corpus, tmp_path / "out")), "XLPE_SCRIPT": str(script),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
+    env = {
+        **ENV,
+        "XLPE_WORK_DIR": str(tmp_path / "work"),
+        "XLPE_SBATCH": str(stub),
+        "SBATCH_LOG": str(tmp_path / "log"),
+        "XLPE_PREPARE_ARGS": " ".join(cli_flags(corpus, tmp_path / "out")),
+        "XLPE_SCRIPT": str(script),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
 
     def stage(name, **extra):
-        done = subprocess.run(["bash", str(script)], env={**env, "XLPE_STAGE": name, **extra}, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            ["bash", str(script)], env={**env, "XLPE_STAGE": name, **extra}, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-3000:]
 
     stage("plan")
     calls = (tmp_path / "log").read_text().splitlines()
-    assert calls[0].startswith("--parsable --array=0-4%32 --export=ALL,XLPE_STAGE=shards") and calls[0].endswith(str(script))
+    assert calls[0].startswith("--parsable --array=0-4%32 --export=ALL,XLPE_STAGE=shards") and calls[0].endswith(
+        str(script)
+    )
     assert calls[1].startswith("--parsable --dependency=afterok:4242 --export=ALL,XLPE_STAGE=merge")
     stage("shards", SLURM_ARRAY_TASK_ID="3")
     assert sorted(p.name for p in (tmp_path / "work" / "shards").iterdir()) == ["00003"]
@@ -285,8 +391,15 @@ def test_small_corpus_is_aligned_once_in_the_plan(corpus, tmp_path):
     """Within --alignment-sample pairs the plan aligns every split in one eflomal run (as the in-memory
     preparation does) and the shards read those links: the kept text's links are the plan's file's lines."""
     files = {name: {**f, "alignments": None} for name, f in corpus.items()}
-    output, reports = sharded.prepare_in_shards(tmp_path / "work", tmp_path / "out", files, shard_size=400,
-                                                tokenizer_options=TOKENIZER, progress=False, keep_text=True)  # fmt: skip
+    output, reports = sharded.prepare_in_shards(
+        tmp_path / "work",
+        tmp_path / "out",
+        files,
+        shard_size=400,
+        tokenizer_options=TOKENIZER,
+        progress=False,
+        keep_text=True,
+    )
     assert reports["train"]["alignments"] == "eflomal (grow-diag-final-and), whole corpus"
     assert reports["train"]["sharded"]["priors"] is None
     got = datasets.load_from_disk(str(output))["train"]
@@ -297,8 +410,15 @@ def test_small_corpus_is_aligned_once_in_the_plan(corpus, tmp_path):
 
 def test_large_corpus_gets_priors(corpus, tmp_path):
     files = {"train": {**corpus["train"], "alignments": None}}
-    output, reports = sharded.prepare_in_shards(tmp_path / "work", tmp_path / "out", files, shard_size=700,
-                                                alignment_sample=500, tokenizer_options=TOKENIZER, progress=False)  # fmt: skip
+    output, reports = sharded.prepare_in_shards(
+        tmp_path / "work",
+        tmp_path / "out",
+        files,
+        shard_size=700,
+        alignment_sample=500,
+        tokenizer_options=TOKENIZER,
+        progress=False,
+    )
     report = reports["train"]
     assert report["alignments"].startswith("eflomal+priors (corpus of 1300 pairs")
     assert 498 <= report["sharded"]["priors"]["sample_pairs"] <= 500  # a sampled empty or over-long pair is not aligned
@@ -316,8 +436,11 @@ def test_shard_eflomal_defaults_and_eflomal_own_settings(tmp_path):
         sharded._check_shard_eflomal_options({"n_sampler": 2}, None)
 
     def aligner(shard_options):
-        plan = {"options": {}, "priors": {"file": "priors.txt", "corpus_pairs": 1_000_000},
-                "shard_eflomal_options": sharded._check_shard_eflomal_options(shard_options, None)}  # fmt: skip
+        plan = {
+            "options": {},
+            "priors": {"file": "priors.txt", "corpus_pairs": 1_000_000},
+            "shard_eflomal_options": sharded._check_shard_eflomal_options(shard_options, None),
+        }
         return sharded._shard_options(tmp_path, plan).aligner
 
     fast, own = aligner(None), aligner({})
@@ -333,9 +456,16 @@ def test_seeded_eflomal_gives_the_same_sharded_dataset_twice(corpus, tmp_path):
     files = {"train": {**corpus["train"], "alignments": None}}
     got = []
     for name in ("one", "two"):
-        output, reports = sharded.prepare_in_shards(tmp_path / f"work-{name}", tmp_path / name, files, shard_size=700,
-                                                    alignment_sample=500, tokenizer_options=TOKENIZER, progress=False,
-                                                    eflomal_options={"seed": 4})  # fmt: skip
+        output, reports = sharded.prepare_in_shards(
+            tmp_path / f"work-{name}",
+            tmp_path / name,
+            files,
+            shard_size=700,
+            alignment_sample=500,
+            tokenizer_options=TOKENIZER,
+            progress=False,
+            eflomal_options={"seed": 4},
+        )
         assert reports["train"]["alignments"].startswith("eflomal+priors")
         got.append(datasets.load_from_disk(str(output))["train"])
     assert_same_dataset(*got)

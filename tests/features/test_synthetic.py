@@ -8,9 +8,19 @@ import pytest
 
 from xlpe.features.reordering import kendall_tau, oracle_xl_positions
 from xlpe.features.synthetic import (
-    ADJECTIVES, ADVERBS, NOUNS, PARTICLE, PLACES, SOURCE_LANG, TARGET_LANG, SyntheticTagger, generate_corpus,
-    generate_pairs, synthetic_dataset_dict, synthetic_splits,
-)  # fmt: skip
+    ADJECTIVES,
+    ADVERBS,
+    NOUNS,
+    PARTICLE,
+    PLACES,
+    SOURCE_LANG,
+    TARGET_LANG,
+    SyntheticTagger,
+    generate_corpus,
+    generate_pairs,
+    synthetic_dataset_dict,
+    synthetic_splits,
+)
 
 LEXICON = {**NOUNS, **PLACES, **ADJECTIVES, **ADVERBS}
 SIZES = {"train": 400, "validation": 50, "test": 50}

@@ -52,8 +52,11 @@ def conllu_text(sentences, contraction: bool = False) -> str:
         lines += [f"# sent_id = {number}", "# text = ..."]
         index = 1
         if contraction:
-            lines += ["1-2\tzum\t_\t_\t_\t_\t_\t_\t_\t_", "1\tzu\tzu\tADP\tappr\t_\t0\tcase\t_\t_",
-                      "2\tdem\tder\tDET\tart\t_\t0\tdet\t_\t_"]  # fmt: skip
+            lines += [
+                "1-2\tzum\t_\t_\t_\t_\t_\t_\t_\t_",
+                "1\tzu\tzu\tADP\tappr\t_\t0\tcase\t_\t_",
+                "2\tdem\tder\tDET\tart\t_\t0\tdet\t_\t_",
+            ]
             index = 3
         for form, tag, space in tokens:
             misc = "_" if space else "SpaceAfter=No"
@@ -77,8 +80,15 @@ def toy_treebank(tmp_path):
 
 def test_tokens_glued_by_space_after_no_form_one_word_tagged_by_its_first_non_punctuation_token(tmp_path):
     path = tmp_path / "t.conllu"
-    path.write_text(conllu_text([[("der", "DET", True), ("Hund", "NOUN", True), ("läuft", "VERB", False), (".", "PUNCT", True)],
-                                 [("(", "PUNCT", False), ("!", "PUNCT", True)]]), encoding="utf-8")  # fmt: skip
+    path.write_text(
+        conllu_text(
+            [
+                [("der", "DET", True), ("Hund", "NOUN", True), ("läuft", "VERB", False), (".", "PUNCT", True)],
+                [("(", "PUNCT", False), ("!", "PUNCT", True)],
+            ]
+        ),
+        encoding="utf-8",
+    )
     assert read_conllu(path) == [[("der", "DET"), ("Hund", "NOUN"), ("läuft.", "VERB")], [("(!", "PUNCT")]]
     assert read_conllu(path, "xpos", lowercase=True)[0] == [("der", "det"), ("hund", "noun"), ("läuft.", "verb")]
 
@@ -90,8 +100,19 @@ def test_a_multi_word_token_is_read_as_its_surface_form_with_its_first_words_tag
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.lists(st.tuples(st.sampled_from(["a", "b", "Xy", ".", ","]), st.sampled_from(["NOUN", "PUNCT", "VERB"]),
-                                   st.booleans()), min_size=1, max_size=8), min_size=1, max_size=5))  # fmt: skip
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["a", "b", "Xy", ".", ","]), st.sampled_from(["NOUN", "PUNCT", "VERB"]), st.booleans()
+            ),
+            min_size=1,
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_reading_keeps_the_sentence_text_and_count(tmp_path_factory, sentences):
     """Property: the words of a sentence are its text split on whitespace (glued tokens joined), one sentence each."""
     path = tmp_path_factory.mktemp("conllu") / "t.conllu"
@@ -103,9 +124,14 @@ def test_reading_keeps_the_sentence_text_and_count(tmp_path_factory, sentences):
         assert [word for word, _ in words] == text.split()
 
 
-@pytest.mark.parametrize("line, problem", [("1\tword\tword\tNOUN", "expected 10"),
-                                           ("x\tw\tw\tNOUN\tn\t_\t0\td\t_\t_", "bad token id"),
-                                           ("1\tw\tw\t_\tn\t_\t0\td\t_\t_", "empty form or upos")])  # fmt: skip
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("1\tword\tword\tNOUN", "expected 10"),
+        ("x\tw\tw\tNOUN\tn\t_\t0\td\t_\t_", "bad token id"),
+        ("1\tw\tw\t_\tn\t_\t0\td\t_\t_", "empty form or upos"),
+    ],
+)
 def test_a_malformed_line_is_a_value_error_naming_file_and_line(tmp_path, line, problem):
     path = tmp_path / "bad.conllu"
     path.write_text("# comment\n" + line + "\n\n", encoding="utf-8")
@@ -149,7 +175,12 @@ def test_the_tagger_file_round_trips_and_tags_whitespace_words(toy_treebank, tmp
     words = ["die", "große", "Katze", "schläft."]
     assert loaded.tag([words, []]) == [[t for _, t in tagger.tag(words)], []] == [["DET", "ADJ", "NOUN", "VERB"], []]
     raw = RawTextTagger(f"perceptron:{path}", data["tags"])  # the pipeline's side: spans of whitespace words
-    assert raw._tag_text("  die große Katze  schläft.") == [(2, 5, "DET"), (6, 11, "ADJ"), (12, 17, "NOUN"), (19, 27, "VERB")]
+    assert raw._tag_text("  die große Katze  schläft.") == [
+        (2, 5, "DET"),
+        (6, 11, "ADJ"),
+        (12, 17, "NOUN"),
+        (19, 27, "VERB"),
+    ]
 
 
 def test_a_lowercased_tagger_lowercases_what_it_tags(toy_treebank, tmp_path):
@@ -178,7 +209,9 @@ def test_retraining_into_the_same_file_changes_the_preparation_cache_key(toy_tre
     keys = []
     for iterations in (1, 4):
         save_tagger(train_perceptron_tagger(sentences, iterations=iterations), path)
-        keys.append(PrepareOptions(features=["pos_tag_ids"], source_tagger=f"perceptron:{path}").describe()["source_tagger"])
+        keys.append(
+            PrepareOptions(features=["pos_tag_ids"], source_tagger=f"perceptron:{path}").describe()["source_tagger"]
+        )
     assert keys[0] != keys[1] and all(key.startswith(f"perceptron:{path}@sha256:") for key in keys)
 
 
@@ -189,8 +222,22 @@ def test_retraining_into_the_same_file_changes_the_preparation_cache_key(toy_tre
 
 def test_cli_train_evaluate_and_tag(toy_treebank, tmp_path, capsys):
     output = tmp_path / "de.json"
-    assert tagger_main(["train", "--conllu", str(toy_treebank), "--output", str(output), "--iterations", "3",
-                        "--dev", str(toy_treebank)]) == 0  # fmt: skip
+    assert (
+        tagger_main(
+            [
+                "train",
+                "--conllu",
+                str(toy_treebank),
+                "--output",
+                str(output),
+                "--iterations",
+                "3",
+                "--dev",
+                str(toy_treebank),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["sentences"] == 60 and summary["tags"] == 4 and summary["dev"]["accuracy"] > 0.97
     assert tagger_main(["evaluate", "--tagger", str(output), "--conllu", str(toy_treebank)]) == 0
@@ -201,12 +248,15 @@ def test_cli_train_evaluate_and_tag(toy_treebank, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == ["DET NOUN VERB", "", "DET ADJ NOUN VERB"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "--conllu", "missing.conllu", "--output", "t.json"], "--conllu missing.conllu: no such file"),
-    (["train", "--conllu", "{bank}", "--output", "t.json", "--iterations", "0"], "--iterations must be at least 1"),
-    (["evaluate", "--tagger", "{bank}", "--conllu", "{bank}"], "not a tagger file"),
-    (["train", "--conllu", "{bad}", "--output", "t.json"], "bad.conllu:1: expected 10"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--conllu", "missing.conllu", "--output", "t.json"], "--conllu missing.conllu: no such file"),
+        (["train", "--conllu", "{bank}", "--output", "t.json", "--iterations", "0"], "--iterations must be at least 1"),
+        (["evaluate", "--tagger", "{bank}", "--conllu", "{bank}"], "not a tagger file"),
+        (["train", "--conllu", "{bad}", "--output", "t.json"], "bad.conllu:1: expected 10"),
+    ],
+)
 def test_cli_user_errors_are_one_line_and_exit_2(argv, message, toy_treebank, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.conllu").write_text("1\tx\n", encoding="utf-8")

@@ -61,7 +61,9 @@ def test_line_ends_bom_and_gzip(tmp_path):
 def test_invalid_utf8_names_file_line_and_byte_offset(tmp_path):
     path = tmp_path / "broken.de"
     path.write_bytes(b"gut\nauch gut\nabc\xffdef\n")
-    with pytest.raises(TextFileError, match=rf"^{path}:3: invalid UTF-8 at byte offset 16 .*byte 0xff at column 3") as info:
+    with pytest.raises(
+        TextFileError, match=rf"^{path}:3: invalid UTF-8 at byte offset 16 .*byte 0xff at column 3"
+    ) as info:
         read_text_lines(path)
     assert (info.value.path, info.value.line, info.value.byte_offset) == (str(path), 3, 16)
     assert isinstance(info.value, ValueError)
@@ -110,8 +112,24 @@ def test_atomic_outputs(tmp_path):
 
 # ------------------------------------------------------------------------------------------ property test
 
-PIECES = [b"a", b"b c", b" ", b"\t", b"\r", b"\n", b"\r\n", BOM, b"\xff", b"\xc3", "\u00fc".encode(),
-          "\u732b".encode(), b"0-1", b"1p2", b" ||| ", b"\x00"]  # fmt: skip
+PIECES = [
+    b"a",
+    b"b c",
+    b" ",
+    b"\t",
+    b"\r",
+    b"\n",
+    b"\r\n",
+    BOM,
+    b"\xff",
+    b"\xc3",
+    "\u00fc".encode(),
+    "\u732b".encode(),
+    b"0-1",
+    b"1p2",
+    b" ||| ",
+    b"\x00",
+]
 random_bytes = st.one_of(st.binary(max_size=40), st.lists(st.sampled_from(PIECES), max_size=25).map(b"".join))
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -135,8 +153,13 @@ def test_line_readers_give_the_expected_lines_or_the_documented_error(tmp_path, 
     path = tmp_path / "text.txt"
     path.write_bytes(data)
     lines, error = _outcome(data)
-    readers = [read_text_lines, read_lines, read_input, lambda p: decode_text_lines(p.read_bytes(), str(p)),
-               lambda p: read_parallel_files(p, p).sources]  # fmt: skip
+    readers = [
+        read_text_lines,
+        read_lines,
+        read_input,
+        lambda p: decode_text_lines(p.read_bytes(), str(p)),
+        lambda p: read_parallel_files(p, p).sources,
+    ]
     for reader in readers:
         if error is None:
             assert reader(path) == lines
@@ -172,8 +195,12 @@ def test_parsing_readers_give_one_entry_per_line_or_a_value_error(tmp_path, data
     path.write_bytes(data)
     lines, _ = _outcome(data)
     count = len(lines) if lines is not None else 0
-    readers = [aq.read_talp, aq.read_links, lambda p: read_orders(str(p), [2] * count),
-               lambda p: alignment.read_pharaoh_file(p, [3] * count, [3] * count)]  # fmt: skip
+    readers = [
+        aq.read_talp,
+        aq.read_links,
+        lambda p: read_orders(str(p), [2] * count),
+        lambda p: alignment.read_pharaoh_file(p, [3] * count, [3] * count),
+    ]
     for reader in readers:
         try:
             parsed = reader(path)

@@ -29,8 +29,17 @@ pytestmark = pytest.mark.gpu
 DEVICE = os.environ.get("XLPE_TEST_DEVICE", "cuda")
 COMPILE_BACKEND = os.environ.get("XLPE_TEST_COMPILE_BACKEND", "inductor")
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-DIMS = {"d_model": 128, "ffn": 256, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "vocab_size": 1000,
-        "batch_size": 8, "max_tokens": 512, "gen_batch_size": 3}  # fmt: skip
+DIMS = {
+    "d_model": 128,
+    "ffn": 256,
+    "heads": 4,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "vocab_size": 1000,
+    "batch_size": 8,
+    "max_tokens": 512,
+    "gen_batch_size": 3,
+}
 # every family (XL PE: its three strategies) and the stock model each is compared with
 MODELS = ["Marian", "XL PE in", "XL PE head", "XL PE combination", "Marian 4E", "DPE", "BART", "mvPE+POS"]
 COMPILED = ["Marian", "XL PE combination", "DPE", "BART", "mvPE+POS"]
@@ -63,7 +72,9 @@ def setup(bench, name: str):
 def forward(spec, model, batch):
     if spec.train_forward is not None:
         return spec.train_forward(model, batch)
-    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, **spec.train_inputs(batch))
+    return model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, **spec.train_inputs(batch)
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -112,8 +123,14 @@ def test_eager_and_sdpa_attention_agree(bench, name):
 def test_generate_with_and_without_cache_agree(bench, name):
     spec, model, _, batch = setup(bench, name)
     model, batch = model.to(DEVICE), batch.to(DEVICE)
-    kwargs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask, num_beams=2, do_sample=False,
-                  max_new_tokens=8, **spec.gen_inputs(batch))  # fmt: skip
+    kwargs = dict(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        num_beams=2,
+        do_sample=False,
+        max_new_tokens=8,
+        **spec.gen_inputs(batch),
+    )
     with torch.no_grad():
         cached, uncached = model.generate(**kwargs, use_cache=True), model.generate(**kwargs, use_cache=False)
     assert torch.equal(cached, uncached)
@@ -172,7 +189,9 @@ def test_compiled_evaluation_loss_under_autocast_matches_eager(bench, name):
         torch._dynamo.reset()
         compiled = torch.compile(model, backend=COMPILE_BACKEND)
         with torch.no_grad(), torch.autocast(device_type=torch.device(DEVICE).type, dtype=torch.bfloat16):
-            torch.testing.assert_close(forward(spec, compiled, batch).loss, forward(spec, model, batch).loss, atol=2e-2, rtol=2e-2)
+            torch.testing.assert_close(
+                forward(spec, compiled, batch).loss, forward(spec, model, batch).loss, atol=2e-2, rtol=2e-2
+            )
     finally:
         torch.backends.mha.set_fastpath_enabled(saved)
 
@@ -183,16 +202,27 @@ def test_compiled_cached_decode_step_matches_eager(bench, name):
     equal eager's."""
     spec, model, _, batch = setup(bench, name)
     model, batch = model.to(DEVICE), batch.to(DEVICE)
-    source = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
-              **{k: v for k, v in spec.gen_inputs(batch).items() if k == "pos_tag_ids"}}  # fmt: skip
+    source = {
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask,
+        **{k: v for k, v in spec.gen_inputs(batch).items() if k == "pos_tag_ids"},
+    }
     with torch.no_grad():
         encoder_outputs = model.get_encoder()(**source)
         start = torch.full((batch.input_ids.shape[0], 1), model.config.decoder_start_token_id, device=DEVICE)
-        first = model(**model.prepare_inputs_for_generation(start, encoder_outputs=encoder_outputs, use_cache=True,
-                                                              attention_mask=batch.attention_mask))  # fmt: skip
+        first = model(
+            **model.prepare_inputs_for_generation(
+                start, encoder_outputs=encoder_outputs, use_cache=True, attention_mask=batch.attention_mask
+            )
+        )
         ids = torch.cat([start, first.logits[:, -1:].argmax(-1)], dim=1)
-        step = model.prepare_inputs_for_generation(ids, encoder_outputs=encoder_outputs, use_cache=True,
-                                                   attention_mask=batch.attention_mask, **cache_kwargs(output_cache(first)))  # fmt: skip
+        step = model.prepare_inputs_for_generation(
+            ids,
+            encoder_outputs=encoder_outputs,
+            use_cache=True,
+            attention_mask=batch.attention_mask,
+            **cache_kwargs(output_cache(first)),
+        )
         torch._dynamo.reset()
         compiled = torch.compile(model, backend=COMPILE_BACKEND)
         eager_logits = model(**copy.deepcopy(step)).logits  # the cache grows in place: each call gets its own copy

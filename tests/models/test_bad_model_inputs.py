@@ -25,8 +25,11 @@ from xlpe import (
 )
 from xlpe.models.configuration_reorderer import XLPEReordererConfig
 
-TESTERS = {"xlpe": test_modeling_xlpe.TestXLPEFamily, "dpe": test_modeling_dpe.TestDPEFamily,
-           "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily}  # fmt: skip
+TESTERS = {
+    "xlpe": test_modeling_xlpe.TestXLPEFamily,
+    "dpe": test_modeling_dpe.TestDPEFamily,
+    "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily,
+}
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +91,15 @@ def test_from_pretrained_keywords_are_checked(config_class, field, value, tmp_pa
         AutoConfig.from_pretrained(tmp_path, **{field: value})
 
 
-@pytest.mark.parametrize(("model_class", "field", "value"),
-                         [(XLPEMarianMTModel, "xl_strategy", "sideways"), (XLPEMarianMTModel, "xl_heads", 99),
-                          (DPEMarianMTModel, "dpe_layers", -1), (DPEMarianMTModel, "dpe_gate_init", float("nan"))])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model_class", "field", "value"),
+    [
+        (XLPEMarianMTModel, "xl_strategy", "sideways"),
+        (XLPEMarianMTModel, "xl_heads", 99),
+        (DPEMarianMTModel, "dpe_layers", -1),
+        (DPEMarianMTModel, "dpe_gate_init", float("nan")),
+    ],
+)
 def test_stock_upgrade_keywords_are_checked(model_class, field, value, stock_marian_dir):
     with pytest.raises(ValueError, match=field):
         model_class.from_pretrained(stock_marian_dir, **{field: value})
@@ -119,12 +128,24 @@ def test_attribute_assignment_is_checked_when_a_model_is_built(toy_tokenizer):
 @pytest.mark.parametrize("stock", ["bart", "marian"])
 def test_mvpe_pos_refuses_a_stock_checkpoint_by_name(stock, tmp_path, toy_tokenizer):
     if stock == "bart":
-        BartForConditionalGeneration(BartConfig(vocab_size=len(toy_tokenizer), d_model=128, encoder_layers=1, decoder_layers=1,
-                                                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                                                decoder_ffn_dim=32, max_position_embeddings=64)).save_pretrained(tmp_path)  # fmt: skip
+        BartForConditionalGeneration(
+            BartConfig(
+                vocab_size=len(toy_tokenizer),
+                d_model=128,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=32,
+                decoder_ffn_dim=32,
+                max_position_embeddings=64,
+            )
+        ).save_pretrained(tmp_path)
     else:
         MarianMTModel(MarianConfig(**test_modeling_xlpe.tiny_kwargs(toy_tokenizer))).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=f"holds a '{stock}' checkpoint, but MvPEPosForConditionalGeneration loads 'mvpe_pos'"):
+    with pytest.raises(
+        ValueError, match=f"holds a '{stock}' checkpoint, but MvPEPosForConditionalGeneration loads 'mvpe_pos'"
+    ):
         MvPEPosForConditionalGeneration.from_pretrained(tmp_path)
 
 
@@ -150,19 +171,38 @@ def _set(tensor, index, value):
 
 
 BAD_INPUTS = {
-    "input id outside the vocabulary": (lambda b, v, n: _with(b, input_ids=_set(b["input_ids"], (0, 0), v + 5)),
-                                        r"`input_ids` must be token ids in \[0, vocab_size="),
-    "negative input id": (lambda b, v, n: _with(b, input_ids=_set(b["input_ids"], (1, 0), -3)), "`input_ids` must be token ids"),
-    "label outside the vocabulary": (lambda b, v, n: _with(b, labels=_set(b["labels"], (0, 1), v)), "`labels` must be token ids"),
-    "attention mask of another shape": (lambda b, v, n: _with(b, attention_mask=b["attention_mask"][:, :-1]),
-                                        r"`attention_mask` must have the shape of `input_ids`"),
-    "left padding": (lambda b, v, n: _with(b, attention_mask=_set(b["attention_mask"], (0, 0), 0)), "starts with padding"),
-    "a row with no real token": (lambda b, v, n: _with(b, attention_mask=_set(b["attention_mask"], 1, 0)), "masks every token"),
+    "input id outside the vocabulary": (
+        lambda b, v, n: _with(b, input_ids=_set(b["input_ids"], (0, 0), v + 5)),
+        r"`input_ids` must be token ids in \[0, vocab_size=",
+    ),
+    "negative input id": (
+        lambda b, v, n: _with(b, input_ids=_set(b["input_ids"], (1, 0), -3)),
+        "`input_ids` must be token ids",
+    ),
+    "label outside the vocabulary": (
+        lambda b, v, n: _with(b, labels=_set(b["labels"], (0, 1), v)),
+        "`labels` must be token ids",
+    ),
+    "attention mask of another shape": (
+        lambda b, v, n: _with(b, attention_mask=b["attention_mask"][:, :-1]),
+        r"`attention_mask` must have the shape of `input_ids`",
+    ),
+    "left padding": (
+        lambda b, v, n: _with(b, attention_mask=_set(b["attention_mask"], (0, 0), 0)),
+        "starts with padding",
+    ),
+    "a row with no real token": (
+        lambda b, v, n: _with(b, attention_mask=_set(b["attention_mask"], 1, 0)),
+        "masks every token",
+    ),
     "labels longer than max_position_embeddings": (
-        lambda b, v, n: {k: val for k, val in b.items() if k not in ("labels", "decoder_pos_tag_ids")}
-        | {"labels": torch.full((b["input_ids"].shape[0], n + 3), 5)},
-        "more than max_position_embeddings"),
-}  # fmt: skip
+        lambda b, v, n: (
+            {k: val for k, val in b.items() if k not in ("labels", "decoder_pos_tag_ids")}
+            | {"labels": torch.full((b["input_ids"].shape[0], n + 3), 5)}
+        ),
+        "more than max_position_embeddings",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
@@ -217,14 +257,22 @@ def random_batches(draw, vocab_size: int):
     rows = st.lists(st.lists(ids, min_size=length, max_size=length), min_size=batch, max_size=batch)
     inputs = {"input_ids": torch.tensor(draw(rows), dtype=torch.long).reshape(batch, length)}
     if draw(st.booleans()):
-        mask_rows = st.lists(st.lists(st.integers(0, 1), min_size=length, max_size=length), min_size=batch, max_size=batch)
+        mask_rows = st.lists(
+            st.lists(st.integers(0, 1), min_size=length, max_size=length), min_size=batch, max_size=batch
+        )
         inputs["attention_mask"] = torch.tensor(draw(mask_rows), dtype=torch.long).reshape(batch, length)
     if draw(st.booleans()):
-        label_rows = st.lists(st.lists(st.one_of(ids, st.just(-100)), min_size=target, max_size=target), min_size=batch, max_size=batch)
+        label_rows = st.lists(
+            st.lists(st.one_of(ids, st.just(-100)), min_size=target, max_size=target), min_size=batch, max_size=batch
+        )
         inputs["labels"] = torch.tensor(draw(label_rows), dtype=torch.long).reshape(batch, target)
     extra = st.integers(-2, 9)
-    for name, side in (("reorder_positions", "source"), ("target_positions", "source"), ("pos_tag_ids", "source"),
-                       ("decoder_pos_tag_ids", "target")):  # fmt: skip
+    for name, side in (
+        ("reorder_positions", "source"),
+        ("target_positions", "source"),
+        ("pos_tag_ids", "source"),
+        ("decoder_pos_tag_ids", "target"),
+    ):
         if draw(st.booleans()):
             width = length if side == "source" else target
             values = draw(st.lists(extra, min_size=batch * width, max_size=batch * width))
@@ -235,16 +283,25 @@ def random_batches(draw, vocab_size: int):
 @pytest.mark.parametrize("family", sorted(TESTERS))
 def test_random_tensors_give_output_or_a_value_error(models, family):
     model, _ = models[family]
-    accepted = {"xlpe": {"reorder_positions"}, "dpe": {"target_positions"}, "mvpe_pos": {"pos_tag_ids", "decoder_pos_tag_ids"}}[family]
+    accepted = {
+        "xlpe": {"reorder_positions"},
+        "dpe": {"target_positions"},
+        "mvpe_pos": {"pos_tag_ids", "decoder_pos_tag_ids"},
+    }[family]
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
     @given(random_batches(model.config.vocab_size))
     def run(inputs):
-        inputs = {key: value for key, value in inputs.items() if key not in {"reorder_positions", "target_positions",
-                  "pos_tag_ids", "decoder_pos_tag_ids"} - accepted}  # fmt: skip
+        inputs = {
+            key: value
+            for key, value in inputs.items()
+            if key not in {"reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids"} - accepted
+        }
         if "labels" not in inputs:
             inputs.pop("decoder_pos_tag_ids", None)
-            inputs["decoder_input_ids"] = torch.full((inputs["input_ids"].shape[0], 1), model.config.decoder_start_token_id)
+            inputs["decoder_input_ids"] = torch.full(
+                (inputs["input_ids"].shape[0], 1), model.config.decoder_start_token_id
+            )
         try:
             with torch.no_grad():
                 output = model(**inputs)

@@ -19,8 +19,12 @@ import torch._dynamo as dynamo
 
 from xlpe.models.transformers_compat import cache_kwargs, output_cache
 
-TESTERS = {"xlpe": test_modeling_xlpe.TestXLPEFamily, "dpe": test_modeling_dpe.TestDPEFamily,
-           "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily, "xlpe+pos": test_source_tags.TestXLPEPosFamily}  # fmt: skip
+TESTERS = {
+    "xlpe": test_modeling_xlpe.TestXLPEFamily,
+    "dpe": test_modeling_dpe.TestDPEFamily,
+    "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily,
+    "xlpe+pos": test_source_tags.TestXLPEPosFamily,
+}
 SOURCES = ["the cat sees the dog", "a dog chases the small cat in the garden"]  # different lengths: padding
 TARGETS = ["die katze sieht den hund", "ein hund jagt die kleine katze im garten"]
 
@@ -31,11 +35,19 @@ def training_and_decode_inputs(tester, model, tokenizer):
     with torch.no_grad():
         encoder_outputs = model.eval().get_encoder()(**source)
         start = torch.full((len(SOURCES), 1), model.config.decoder_start_token_id)
-        first = model(**model.prepare_inputs_for_generation(start, encoder_outputs=encoder_outputs, use_cache=True,
-                                                              attention_mask=source["attention_mask"]))  # fmt: skip
+        first = model(
+            **model.prepare_inputs_for_generation(
+                start, encoder_outputs=encoder_outputs, use_cache=True, attention_mask=source["attention_mask"]
+            )
+        )
         ids = torch.cat([start, first.logits[:, -1:].argmax(-1)], dim=1)
-        step = model.prepare_inputs_for_generation(ids, encoder_outputs=encoder_outputs, use_cache=True,
-                                                   attention_mask=source["attention_mask"], **cache_kwargs(output_cache(first)))  # fmt: skip
+        step = model.prepare_inputs_for_generation(
+            ids,
+            encoder_outputs=encoder_outputs,
+            use_cache=True,
+            attention_mask=source["attention_mask"],
+            **cache_kwargs(output_cache(first)),
+        )
     return batch, step
 
 
@@ -48,8 +60,11 @@ def test_training_forward_and_cached_decode_step_are_one_graph(family, toy_token
         model.train(mode == "train")
         dynamo.reset()
         explained = dynamo.explain(model)(**inputs)
-        reasons = [f"{r.reason.splitlines()[0]} @ {r.user_stack[-1].filename}:{r.user_stack[-1].lineno}"
-                   for r in explained.break_reasons if r.user_stack]  # fmt: skip
+        reasons = [
+            f"{r.reason.splitlines()[0]} @ {r.user_stack[-1].filename}:{r.user_stack[-1].lineno}"
+            for r in explained.break_reasons
+            if r.user_stack
+        ]
         assert explained.graph_break_count == 0 and explained.graph_count == 1, f"{family} {mode}: {reasons}"
 
 

@@ -20,10 +20,23 @@ from xlpe.models.modeling_mvpe_pos import MvPEPosForConditionalGeneration
 from xlpe.models.modeling_xlpe import XLPEMarianMTModel
 
 VOCAB, PAD, EOS, START, MAX_POSITIONS = 40, 1, 2, 1, 24
-BODY = dict(vocab_size=VOCAB, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-            decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0.0, attention_dropout=0.0,
-            max_position_embeddings=MAX_POSITIONS, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=0,
-            decoder_start_token_id=START)  # fmt: skip
+BODY = dict(
+    vocab_size=VOCAB,
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+    dropout=0.0,
+    attention_dropout=0.0,
+    max_position_embeddings=MAX_POSITIONS,
+    pad_token_id=PAD,
+    eos_token_id=EOS,
+    bos_token_id=0,
+    decoder_start_token_id=START,
+)
 XL = dict(reorder_predictor_hidden_size=8, reorder_predictor_heads=2)
 RELATIVE = dict(relative_attention_max_distance=3)
 TAGS = dict(pos_tagger="nltk-en")
@@ -32,31 +45,104 @@ STACKS = {  # name -> (config class, model class, config fields)
     "xlpe-inxl": (XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="in")),
     "xlpe-headxl": (XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="head", xl_heads=2)),
     "xlpe-combination": (XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="combination", xl_heads=2)),
-    "xlpe-combination+relative": (XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="combination", xl_heads=2, **RELATIVE)),
-    "xlpe-combination+relative-decoder-only": (
-        XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="combination", xl_heads=2, relative_attention_sides="decoder", **RELATIVE),
+    "xlpe-combination+relative": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(XL, xl_strategy="combination", xl_heads=2, **RELATIVE),
     ),
-    "marian-relative-only-no-absolute": (XLPEMarianConfig, XLPEMarianMTModel, dict(xl_strategy="none", absolute_positions=False, **RELATIVE)),
-    "marian-rotary-only-no-absolute": (XLPEMarianConfig, XLPEMarianMTModel, dict(xl_strategy="none", absolute_positions=False, rotary_attention=True)),
-    "xlpe-xl-rotary+rotary-no-absolute": (XLPEMarianConfig, XLPEMarianMTModel, dict(
-        XL, xl_strategy="head", xl_heads=2, xl_position_form="rotary", rotary_attention=True, absolute_positions=False)),
-    "xlpe-xl-relative-every-layer+relative": (XLPEMarianConfig, XLPEMarianMTModel, dict(
-        XL, xl_strategy="head", xl_heads=2, xl_position_form="relative", xl_position_layers="all", xl_relative_max_distance=3, **RELATIVE)),
-    "dpe+rotary-decoder": (DPEMarianConfig, DPEMarianMTModel, dict(dpe_layers=1, rotary_attention=True, rotary_attention_sides="decoder")),
-    "xlpe-combination+directional": (XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="combination", xl_heads=2, directional_attention=True)),
-    "xlpe-combination+source-tags": (XLPEMarianConfig, XLPEMarianMTModel, dict(XL, xl_strategy="combination", xl_heads=2, **TAGS)),
+    "xlpe-combination+relative-decoder-only": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(XL, xl_strategy="combination", xl_heads=2, relative_attention_sides="decoder", **RELATIVE),
+    ),
+    "marian-relative-only-no-absolute": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(xl_strategy="none", absolute_positions=False, **RELATIVE),
+    ),
+    "marian-rotary-only-no-absolute": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(xl_strategy="none", absolute_positions=False, rotary_attention=True),
+    ),
+    "xlpe-xl-rotary+rotary-no-absolute": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(
+            XL,
+            xl_strategy="head",
+            xl_heads=2,
+            xl_position_form="rotary",
+            rotary_attention=True,
+            absolute_positions=False,
+        ),
+    ),
+    "xlpe-xl-relative-every-layer+relative": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(
+            XL,
+            xl_strategy="head",
+            xl_heads=2,
+            xl_position_form="relative",
+            xl_position_layers="all",
+            xl_relative_max_distance=3,
+            **RELATIVE,
+        ),
+    ),
+    "dpe+rotary-decoder": (
+        DPEMarianConfig,
+        DPEMarianMTModel,
+        dict(dpe_layers=1, rotary_attention=True, rotary_attention_sides="decoder"),
+    ),
+    "xlpe-combination+directional": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(XL, xl_strategy="combination", xl_heads=2, directional_attention=True),
+    ),
+    "xlpe-combination+source-tags": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(XL, xl_strategy="combination", xl_heads=2, **TAGS),
+    ),
     "dpe": (DPEMarianConfig, DPEMarianMTModel, dict(dpe_layers=1)),
-    "dpe+relative+directional": (DPEMarianConfig, DPEMarianMTModel, dict(dpe_layers=1, directional_attention=True, **RELATIVE)),
+    "dpe+relative+directional": (
+        DPEMarianConfig,
+        DPEMarianMTModel,
+        dict(dpe_layers=1, directional_attention=True, **RELATIVE),
+    ),
     "dpe+source-tags": (DPEMarianConfig, DPEMarianMTModel, dict(dpe_layers=1, **TAGS)),
-    "mvpe_pos-both-sides": (MvPEPosConfig, MvPEPosForConditionalGeneration,
-                            dict(pos_tag_sides="both", pos_tags=["NOUN", "VERB", "DET"], pos_dim=4, decoder_tagger_window=3,
-                                 decoder_tagger_hidden_size=8, pe_step=1.0)),
-    "mvpe_pos-decoder-tags-learned": (MvPEPosConfig, MvPEPosForConditionalGeneration,
-                                      dict(pos_tag_sides="decoder", pos_tags=["NOUN", "VERB"], pos_dim=4, decoder_tagger_window=2,
-                                           decoder_tagger_hidden_size=8, pos_tag_encoding="learned", pe_step=2.0)),
-    "mvpe_pos-encoder-tags": (MvPEPosConfig, MvPEPosForConditionalGeneration,
-                              dict(pos_tag_sides="encoder", pos_tags=["NOUN", "VERB", "DET"], pos_dim=4, pe_step=1.0)),
-}  # fmt: skip
+    "mvpe_pos-both-sides": (
+        MvPEPosConfig,
+        MvPEPosForConditionalGeneration,
+        dict(
+            pos_tag_sides="both",
+            pos_tags=["NOUN", "VERB", "DET"],
+            pos_dim=4,
+            decoder_tagger_window=3,
+            decoder_tagger_hidden_size=8,
+            pe_step=1.0,
+        ),
+    ),
+    "mvpe_pos-decoder-tags-learned": (
+        MvPEPosConfig,
+        MvPEPosForConditionalGeneration,
+        dict(
+            pos_tag_sides="decoder",
+            pos_tags=["NOUN", "VERB"],
+            pos_dim=4,
+            decoder_tagger_window=2,
+            decoder_tagger_hidden_size=8,
+            pos_tag_encoding="learned",
+            pe_step=2.0,
+        ),
+    ),
+    "mvpe_pos-encoder-tags": (
+        MvPEPosConfig,
+        MvPEPosForConditionalGeneration,
+        dict(pos_tag_sides="encoder", pos_tags=["NOUN", "VERB", "DET"], pos_dim=4, pe_step=1.0),
+    ),
+}
 
 
 def build(name: str):
@@ -72,7 +158,9 @@ def build(name: str):
     config = model.config
     if getattr(config, "pos_tagger", None) is not None or getattr(config, "pos_tag_sides", None) in ("encoder", "both"):
         tags = config.num_source_tag_ids() if hasattr(config, "num_source_tag_ids") else config.num_tag_ids("encoder")
-        source["pos_tag_ids"] = torch.randint(3, tags, input_ids.shape, generator=generator).masked_fill(input_ids.eq(PAD), 0)
+        source["pos_tag_ids"] = torch.randint(3, tags, input_ids.shape, generator=generator).masked_fill(
+            input_ids.eq(PAD), 0
+        )
     return model, source
 
 
@@ -96,8 +184,9 @@ def test_generation_past_the_positions_is_a_value_error(name, use_cache):
     with torch.no_grad(), pytest.raises(ValueError, match="max_position_embeddings"):
         model.generate(**source, use_cache=use_cache, max_new_tokens=too_many, min_new_tokens=too_many, num_beams=2)
     with torch.no_grad():  # up to the last position is fine
-        output = model.generate(**source, use_cache=use_cache, max_new_tokens=MAX_POSITIONS - 1,
-                                min_new_tokens=MAX_POSITIONS - 1)  # fmt: skip
+        output = model.generate(
+            **source, use_cache=use_cache, max_new_tokens=MAX_POSITIONS - 1, min_new_tokens=MAX_POSITIONS - 1
+        )
     assert output.shape[1] == MAX_POSITIONS
 
 

@@ -20,8 +20,11 @@ from local_hub import FRESH_PROCESS_SCRIPT, local_hub_endpoint
 from xlpe import XLPETranslationPipeline
 from xlpe.training.push import push_model
 
-TESTERS = {"xlpe": test_modeling_xlpe.TestXLPEFamily, "dpe": test_modeling_dpe.TestDPEFamily,
-           "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily}  # fmt: skip
+TESTERS = {
+    "xlpe": test_modeling_xlpe.TestXLPEFamily,
+    "dpe": test_modeling_dpe.TestDPEFamily,
+    "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily,
+}
 SENTENCE = "the cat sees the dog"
 
 
@@ -35,8 +38,10 @@ def test_every_family_is_tested_here():
 def test_pushed_family_translates_in_a_process_without_the_package(family, toy_tokenizer, tmp_path, shared_dir):
     # xlpe+relative: the paper's baselines stacked on XL PE travel as remote code too (position_attention.py);
     # xlpe+pos: source POS tags, whose pipeline tags raw text (source_tags.py, pos_tagging_hub.py)
-    overrides = {"xlpe+relative": {"relative_attention_max_distance": 3, "directional_attention": True},
-                 "xlpe+pos": {"pos_tagger": "nltk-en", "nltk_data": str(shared_dir / "data" / "nltk_data")}}.get(family, {})
+    overrides = {
+        "xlpe+relative": {"relative_attention_max_distance": 3, "directional_attention": True},
+        "xlpe+pos": {"pos_tagger": "nltk-en", "nltk_data": str(shared_dir / "data" / "nltk_data")},
+    }.get(family, {})
     model = TESTERS[family.split("+")[0]]().make_model(toy_tokenizer, **overrides).eval()
     if family == "xlpe+reorderer":  # the standalone reorderer rides inside the checkpoint (its remote code too)
         import torch
@@ -61,9 +66,15 @@ def test_pushed_family_translates_in_a_process_without_the_package(family, toy_t
         push_model(folder, repo_id, card_kwargs={"repo_id": repo_id, "languages": ["en", "de"]})
     assert hub.unexpected == []
     received = hub.repo_dir(repo_id)
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(FRESH_PROCESS_SCRIPT), str(received), SENTENCE],
-                         capture_output=True, text=True, timeout=300, cwd=received, stdin=subprocess.DEVNULL,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(FRESH_PROCESS_SCRIPT), str(received), SENTENCE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=received,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["class"] == "XLPETranslationPipeline" and result["module"].startswith("transformers_modules")

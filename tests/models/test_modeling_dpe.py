@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from family_tester import FamilyTests, tiny_kwargs
 from torch.nn import functional as F
 from transformers import MarianConfig, MarianMTModel
 
-from family_tester import FamilyTests, tiny_kwargs
 from xlpe import DPEMarianConfig, DPEMarianModel, DPEMarianMTModel, get_family
 from xlpe.models.configuration_dpe import TABLE5_PRESETS, table5_preset
 from xlpe.models.modeling_dpe import DynamicPositionEncoding, order_loss
 from xlpe.models.sinusoid import sinusoid_table
+
 
 def reversed_ranks(batch):
     """Target rank of each source token: the words in reverse order; EOS and padding unsupervised (-100)."""
@@ -72,8 +73,12 @@ def test_order_loss_is_equation_1_over_supervised_tokens():
     r = torch.randn(2, 5, 8)
     targets = torch.tensor([[3, 0, -100, 1, 2], [1, 0, -100, 7, 7]])  # row 1: last two tokens are padding
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]).bool()
-    terms = [F.mse_loss(r[b, i], table[targets[b, i]]) for b in range(2) for i in range(5)
-             if mask[b, i] and targets[b, i] != -100]
+    terms = [
+        F.mse_loss(r[b, i], table[targets[b, i]])
+        for b in range(2)
+        for i in range(5)
+        if mask[b, i] and targets[b, i] != -100
+    ]
     torch.testing.assert_close(order_loss(r, targets, table, mask), torch.stack(terms).mean())
     none = torch.full_like(targets, -100)
     assert order_loss(r, none, table, mask).item() == 0.0  # no supervised token: 0, not NaN
@@ -87,7 +92,9 @@ def test_base_model_reports_the_order_loss_when_given_target_positions(toy_token
     with torch.no_grad():
         base = model.model(**inputs, decoder_input_ids=batch["input_ids"])
         assert torch.equal(base.order_loss, model(**batch).order_loss)
-        assert model.model(**{**inputs, "target_positions": None}, decoder_input_ids=batch["input_ids"]).order_loss is None
+        assert (
+            model.model(**{**inputs, "target_positions": None}, decoder_input_ids=batch["input_ids"]).order_loss is None
+        )
 
 
 def test_order_target_table_is_the_input_pe_table(toy_tokenizer):
@@ -133,8 +140,12 @@ def test_lambda_one_gives_exactly_the_translation_loss(toy_tokenizer):
 
 @pytest.mark.parametrize("side, normalization", [("translation", "mean"), ("order", "mean"), ("order", "reference")])
 def test_total_loss_is_equation_2(toy_tokenizer, side, normalization):
-    config = DPEMarianConfig(**tiny_kwargs(toy_tokenizer), order_loss_weight=0.25, order_loss_lambda_side=side,
-                             order_loss_normalization=normalization)
+    config = DPEMarianConfig(
+        **tiny_kwargs(toy_tokenizer),
+        order_loss_weight=0.25,
+        order_loss_lambda_side=side,
+        order_loss_normalization=normalization,
+    )
     model = DPEMarianMTModel(config).eval()
     batch = training_batch(toy_tokenizer)
     out = model(**batch)
@@ -220,15 +231,27 @@ def test_model_from_config_is_the_paper_model(toy_tokenizer):
 
 
 def test_table5_presets_are_parameter_matched():
-    small = dict(d_model=32, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-                 decoder_ffn_dim=64, vocab_size=100, pad_token_id=0, decoder_start_token_id=0, eos_token_id=1)
+    small = dict(
+        d_model=32,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        vocab_size=100,
+        pad_token_id=0,
+        decoder_start_token_id=0,
+        eos_token_id=1,
+    )
     assert set(TABLE5_PRESETS) == {"base", "8E", "10E", "DPE"}
     configs = {name: table5_preset(name, **small) for name in TABLE5_PRESETS}
     assert type(configs["8E"]) is MarianConfig and type(configs["DPE"]) is DPEMarianConfig
     assert [configs[n].encoder_layers for n in ("base", "8E", "10E", "DPE")] == [6, 8, 10, 6]
-    count = {name: sum(p.numel() for p in get_family("dpe").generation_model_class(c).parameters())
-             if name == "DPE" else sum(p.numel() for p in MarianMTModel(c).parameters())
-             for name, c in configs.items()}
+    count = {
+        name: sum(p.numel() for p in get_family("dpe").generation_model_class(c).parameters())
+        if name == "DPE"
+        else sum(p.numel() for p in MarianMTModel(c).parameters())
+        for name, c in configs.items()
+    }
     layer = count["8E"] - count["base"]
     assert count["DPE"] == count["8E"] + 1  # + the gate scalar
     assert count["10E"] == count["base"] + 2 * layer
@@ -272,13 +295,19 @@ def test_invalid_config_values_raise(kwargs, message):
 )
 def test_bad_target_positions_raise_value_error(toy_tokenizer, make_positions, message):
     model = DPEMarianMTModel(DPEMarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
-    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog"], text_target=["x", "y"], return_tensors="pt", padding=True))
+    batch = dict(
+        toy_tokenizer(["the cat sees the dog", "a dog"], text_target=["x", "y"], return_tensors="pt", padding=True)
+    )
     with pytest.raises(ValueError, match=message) as info:
         model(**batch, target_positions=make_positions(batch))
     assert "target_positions" in str(info.value)
     with pytest.raises(ValueError, match="target_positions"):
-        model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       target_positions=make_positions(batch), max_new_tokens=3)
+        model.generate(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            target_positions=make_positions(batch),
+            max_new_tokens=3,
+        )
 
 
 def test_over_long_input_is_a_clear_error(toy_tokenizer):

@@ -28,17 +28,31 @@ from xlpe.models.sinusoid import sinusoid_table
 
 NLTK_DATA = SHARED_DIR / "data" / "nltk_data"
 TINY = {
-    "d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
-    "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "max_position_embeddings": 64, "dropout": 0.0, "pos_dim": 8,
+    "d_model": 32,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "max_position_embeddings": 64,
+    "dropout": 0.0,
+    "pos_dim": 8,
     "decoder_tagger_hidden_size": 32,
 }
 
 
 def tiny_kwargs(tokenizer, **overrides):
     return {
-        **TINY, "vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "bos_token_id": None,
-        "eos_token_id": tokenizer.eos_token_id, "decoder_start_token_id": tokenizer.pad_token_id,
-        "forced_eos_token_id": tokenizer.eos_token_id, "nltk_data": str(NLTK_DATA), **overrides,
+        **TINY,
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": None,
+        "eos_token_id": tokenizer.eos_token_id,
+        "decoder_start_token_id": tokenizer.pad_token_id,
+        "forced_eos_token_id": tokenizer.eos_token_id,
+        "nltk_data": str(NLTK_DATA),
+        **overrides,
     }
 
 
@@ -192,8 +206,10 @@ def test_changing_tags_changes_the_encoder_output(toy_tokenizer):
     assert (a[0] - b[0]).abs().max() > 1e-3 and torch.equal(a[1], b[1]) and torch.equal(a, again)
     untagged = make_model(toy_tokenizer, pos_tag_sides="decoder")  # the encoder then ignores source tags
     with torch.no_grad():
-        assert torch.equal(untagged.model.encoder(**inputs, pos_tag_ids=batch["pos_tag_ids"]).last_hidden_state,
-                           untagged.model.encoder(**inputs, pos_tag_ids=other).last_hidden_state)
+        assert torch.equal(
+            untagged.model.encoder(**inputs, pos_tag_ids=batch["pos_tag_ids"]).last_hidden_state,
+            untagged.model.encoder(**inputs, pos_tag_ids=other).last_hidden_state,
+        )
 
 
 def test_learned_tag_embedding_ablation(toy_tokenizer):
@@ -237,35 +253,56 @@ def test_beam_search_scores_equal_teacher_forcing_with_the_hypothesis_tags(toy_t
     batch = make_batch(toy_tokenizer)
     source = {k: batch[k] for k in ("input_ids", "attention_mask", "pos_tag_ids")}
     out = model.generate(
-        **source, num_beams=4, num_return_sequences=2, max_new_tokens=8, length_penalty=0.0, forced_eos_token_id=None,
-        output_scores=True, return_dict_in_generate=True,
+        **source,
+        num_beams=4,
+        num_return_sequences=2,
+        max_new_tokens=8,
+        length_penalty=0.0,
+        forced_eos_token_id=None,
+        output_scores=True,
+        return_dict_in_generate=True,
     )
     sequences = out.sequences
     expanded = {k: v.repeat_interleave(2, dim=0) for k, v in source.items()}
     with torch.no_grad():
         rescored = model(**expanded, decoder_input_ids=sequences[:, :-1])
-        all_unk = model(**expanded, decoder_input_ids=sequences[:, :-1],
-                        decoder_input_pos_tag_ids=torch.ones_like(sequences[:, :-1]))
+        all_unk = model(
+            **expanded,
+            decoder_input_ids=sequences[:, :-1],
+            decoder_input_pos_tag_ids=torch.ones_like(sequences[:, :-1]),
+        )
     assert (rescored.logits - all_unk.logits).abs().max() > 1e-3  # decoder tags do change the predictions
     log_probs = F.log_softmax(rescored.logits, dim=-1).gather(-1, sequences[:, 1:, None])[..., 0]
     ended = (sequences[:, 1:] == toy_tokenizer.eos_token_id).long().cumsum(-1)
     real = (ended == 0) | ((ended == 1) & (sequences[:, 1:] == toy_tokenizer.eos_token_id))
     torch.testing.assert_close((log_probs * real).sum(-1), out.sequences_scores, rtol=1e-4, atol=1e-4)
-    without_cache = model.generate(**source, num_beams=4, num_return_sequences=2, max_new_tokens=8, length_penalty=0.0,
-                                   forced_eos_token_id=None, use_cache=False)  # every step re-tags the whole hypothesis
+    without_cache = model.generate(
+        **source,
+        num_beams=4,
+        num_return_sequences=2,
+        max_new_tokens=8,
+        length_penalty=0.0,
+        forced_eos_token_id=None,
+        use_cache=False,
+    )  # every step re-tags the whole hypothesis
     assert torch.equal(without_cache, sequences)
 
 
 def test_generation_tags_each_token_of_the_running_hypothesis(toy_tokenizer):
     """Train the tagger on a token -> tag function, then check every tag generate() feeds the decoder."""
     model = make_model(toy_tokenizer, decoder_tagger_window=2)
-    batch = make_batch(toy_tokenizer, sources=["the cat sees the dog", "a dog chases the small cat"],
-                       targets=["die katze sieht den hund", "ein hund jagt die kleine katze"])
+    batch = make_batch(
+        toy_tokenizer,
+        sources=["the cat sees the dog", "a dog chases the small cat"],
+        targets=["die katze sieht den hund", "ein hund jagt die kleine katze"],
+    )
     vocab = torch.arange(len(toy_tokenizer))
     lexicon = 3 + vocab % 7  # the "real tagger" of this test
     lexicon[toy_tokenizer.pad_token_id] = 2  # the start token is special
     torch.manual_seed(0)  # decoder inputs: the start token, then any tokens
-    train_ids = torch.cat([torch.zeros(128, 1, dtype=torch.long), torch.randint(1, len(toy_tokenizer), (128, 5))], dim=1)
+    train_ids = torch.cat(
+        [torch.zeros(128, 1, dtype=torch.long), torch.randint(1, len(toy_tokenizer), (128, 5))], dim=1
+    )
     optimizer = torch.optim.Adam(model.model.decoder.hypothesis_tagger.parameters(), lr=1e-2)
     for _ in range(100):
         logits = model.model.decoder.tag_logits(train_ids)
@@ -279,9 +316,12 @@ def test_generation_tags_each_token_of_the_running_hypothesis(toy_tokenizer):
 
     handle = model.model.decoder.register_forward_pre_hook(spy, with_kwargs=True)
     try:
-        generated = model.generate(**{k: batch[k] for k in ("input_ids", "attention_mask", "pos_tag_ids")},
-                                   decoder_pos_tag_ids=batch["decoder_pos_tag_ids"],  # gold: must be ignored
-                                   num_beams=3, max_new_tokens=6)
+        generated = model.generate(
+            **{k: batch[k] for k in ("input_ids", "attention_mask", "pos_tag_ids")},
+            decoder_pos_tag_ids=batch["decoder_pos_tag_ids"],  # gold: must be ignored
+            num_beams=3,
+            max_new_tokens=6,
+        )
     finally:
         handle.remove()
     assert generated.shape[0] == 2 and len(seen) > 2
@@ -306,22 +346,38 @@ def test_hypothesis_tagger_accuracy_on_reference_translations(shared_dir):
     def features(sentences):
         encoded = tokenizer(sentences, padding=True, return_tensors="pt")
         word_tags = tagger.tag_ids([s.split() for s in sentences])
-        tags = [subword_tag_ids(w, encoded.word_ids(i)) + [0] * encoded["input_ids"].shape[1] for i, w in enumerate(word_tags)]
+        tags = [
+            subword_tag_ids(w, encoded.word_ids(i)) + [0] * encoded["input_ids"].shape[1]
+            for i, w in enumerate(word_tags)
+        ]
         labels = encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)
         gold = torch.tensor([row[: labels.shape[1]] for row in tags]).masked_fill(labels == -100, 0)
         return labels, gold
 
     torch.manual_seed(0)
     config = MvPEPosConfig(
-        d_model=64, pos_dim=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-        encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, vocab_size=len(tokenizer), pe_step=1,
-        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, bos_token_id=None, decoder_tagger_hidden_size=128,
+        d_model=64,
+        pos_dim=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        vocab_size=len(tokenizer),
+        pe_step=1,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        bos_token_id=None,
+        decoder_tagger_hidden_size=128,
     )
     model = MvPEPosForConditionalGeneration(config)
     parameters = [*model.model.decoder.hypothesis_tagger.parameters(), model.model.shared.weight]
     optimizer = torch.optim.Adam(parameters, lr=3e-3)
     labels, gold = features(train)
-    for epoch in range(4):
+    for _epoch in range(4):
         for batch in torch.randperm(len(train)).split(100):
             decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels[batch])
             _, _, loss = model.model.decoder_input_tags(decoder_input_ids, decoder_pos_tag_ids=gold[batch])
@@ -392,7 +448,9 @@ def test_tag_sets_and_id_convention_match_xlpe_tagging():
     config = MvPEPosConfig(d_model=32, pos_dim=8, max_position_embeddings=16, pe_step=1, pos_tags=vocabulary.to_list())
     assert config.pos_tags == list(PTB_TAGS) and config.num_tag_ids("encoder") == len(vocabulary)
     assert tag_to_id_map(config.pos_tags) == vocabulary.tag_to_id  # the pipeline's ids = the training features'
-    assert MvPEPosConfig(d_model=32, pos_dim=8, max_position_embeddings=16, pe_step=1, pos_tagger="jieba-zh").pos_tags == list(JIEBA_TAGS)
+    assert MvPEPosConfig(
+        d_model=32, pos_dim=8, max_position_embeddings=16, pe_step=1, pos_tagger="jieba-zh"
+    ).pos_tags == list(JIEBA_TAGS)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -416,7 +474,10 @@ def test_tag_sets_and_id_convention_match_xlpe_tagging():
         ({"decoder_tags_in_training": "oracle"}, "decoder_tags_in_training"),
         ({"decoder_tagger_window": 0}, "decoder_tagger_window"),
         ({"tag_loss_weight": -1.0}, "tag_loss_weight"),
-        ({"d_model": 34, "pos_dim": 9, "encoder_attention_heads": 2, "decoder_attention_heads": 2}, "pe_step"),  # odd width
+        (
+            {"d_model": 34, "pos_dim": 9, "encoder_attention_heads": 2, "decoder_attention_heads": 2},
+            "pe_step",
+        ),  # odd width
     ],
 )
 def test_invalid_config_values_raise(kwargs, message):
@@ -445,8 +506,12 @@ def test_bad_tag_ids_raise_value_error_naming_them(toy_tokenizer, name, make_tag
     assert name in str(info.value)
     if name == "pos_tag_ids":
         with pytest.raises(ValueError, match=name):
-            model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           pos_tag_ids=batch[name], max_new_tokens=3)
+            model.generate(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                pos_tag_ids=batch[name],
+                max_new_tokens=3,
+            )
 
 
 def test_pad_slots_of_tag_ids_are_ignored_and_missing_tags_are_unknown(toy_tokenizer):

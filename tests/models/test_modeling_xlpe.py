@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import pytest
 import torch
+from family_tester import FamilyTests, tiny_kwargs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import MarianConfig, MarianMTModel
 
-from family_tester import FamilyTests, tiny_kwargs
 from xlpe import XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel
 from xlpe.models.modeling_xlpe import CrossLingualPositionEncoding
 from xlpe.models.reorder_predictor import ReorderPredictor, positions_from_scores, reorder_loss, word_mean_scores
 from xlpe.models.sinusoid import sinusoid_table
 
+
 def reversed_positions(batch):
     """Reverse the movable (non-special) tokens of each row: a valid, clearly non-monotone XL order."""
     ids, mask = batch["input_ids"], batch["attention_mask"].bool()
     rows = []
-    for row_ids, row_mask in zip(ids, mask):
+    for _row_ids, row_mask in zip(ids, mask):
         n = int(row_mask.sum())
         rows.append(list(range(n - 2, -1, -1)) + [n - 1] + list(range(n, ids.shape[1])))  # EOS keeps its place
     return torch.tensor(rows)
@@ -45,7 +46,9 @@ class TestXLPEFamily(FamilyTests):
 def test_each_strategy_uses_reorder_positions(toy_tokenizer, strategy):
     torch.manual_seed(0)
     # init_std 0.3: with near-uniform attention (tiny weights) a permuted PE set averages out to the same output
-    config = XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), xl_strategy=strategy, xl_heads=0 if strategy == "in" else 2, init_std=0.3)
+    config = XLPEMarianConfig(
+        **tiny_kwargs(toy_tokenizer), xl_strategy=strategy, xl_heads=0 if strategy == "in" else 2, init_std=0.3
+    )
     model = XLPEMarianMTModel(config).eval()
     batch = dict(toy_tokenizer(["the cat sees the dog"], return_tensors="pt"))
     n = batch["input_ids"].shape[1]
@@ -134,16 +137,22 @@ def test_upgrade_from_stock_marian_preserves_outputs(toy_tokenizer, tmp_path, st
     torch.manual_seed(0)
     stock = MarianMTModel(MarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
     stock.save_pretrained(tmp_path)
-    upgraded = XLPEMarianMTModel.from_pretrained(tmp_path, xl_strategy=strategy, xl_heads=0 if strategy == "in" else 2).eval()
+    upgraded = XLPEMarianMTModel.from_pretrained(
+        tmp_path, xl_strategy=strategy, xl_heads=0 if strategy == "in" else 2
+    ).eval()
     assert upgraded.config.model_type == "xlpe_marian" and upgraded.config.xl_strategy == strategy
     assert upgraded.model.encoder.xl_position.gate.item() == 0.0
     assert all(torch.isfinite(p).all() for p in upgraded.parameters())
     batch = dict(toy_tokenizer(["the cat sees the dog", "a dog"], return_tensors="pt", padding=True))
     with torch.no_grad():
-        assert torch.equal(stock(**batch, decoder_input_ids=batch["input_ids"]).logits,
-                           upgraded(**batch, decoder_input_ids=batch["input_ids"]).logits)
-        assert torch.equal(upgraded(**batch, decoder_input_ids=batch["input_ids"]).logits,
-                           upgraded(**batch, decoder_input_ids=batch["input_ids"], reorder_positions=reversed_positions(batch)).logits)
+        assert torch.equal(
+            stock(**batch, decoder_input_ids=batch["input_ids"]).logits,
+            upgraded(**batch, decoder_input_ids=batch["input_ids"]).logits,
+        )
+        assert torch.equal(
+            upgraded(**batch, decoder_input_ids=batch["input_ids"]).logits,
+            upgraded(**batch, decoder_input_ids=batch["input_ids"], reorder_positions=reversed_positions(batch)).logits,
+        )
     kwargs = dict(num_beams=3, max_new_tokens=8)
     assert torch.equal(stock.generate(**batch, **kwargs), upgraded.generate(**batch, **kwargs))
     # the upgraded model trains its gate: one step moves it off zero, so XL starts to matter
@@ -170,7 +179,9 @@ def draw_scored_rows(data, min_length: int = 1, max_rows: int = 4):
     rows = data.draw(st.integers(1, max_rows))
     lengths = [data.draw(st.integers(min_length, length)) for _ in range(rows)]
     movable = torch.tensor([[i < n - 1 for i in range(length)] for n in lengths])  # EOS at n - 1, then pad
-    scores = torch.tensor(data.draw(st.lists(st.lists(st.floats(-5, 5), min_size=length, max_size=length), min_size=rows, max_size=rows)))
+    scores = torch.tensor(
+        data.draw(st.lists(st.lists(st.floats(-5, 5), min_size=length, max_size=length), min_size=rows, max_size=rows))
+    )
     return lengths, movable, scores
 
 
@@ -198,7 +209,9 @@ def test_predicted_positions_follow_scores():
 def test_word_ranking_keeps_every_word_together_and_in_order(data):
     lengths, movable, scores = draw_scored_rows(data, min_length=2, max_rows=3)
     rows, length = movable.shape
-    word_start = torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=length, max_size=length), min_size=rows, max_size=rows)))
+    word_start = torch.tensor(
+        data.draw(st.lists(st.lists(st.booleans(), min_size=length, max_size=length), min_size=rows, max_size=rows))
+    )
     positions = positions_from_scores(word_mean_scores(scores, word_start, movable), movable)
     for row, n in enumerate(lengths):
         assert sorted(positions[row].tolist()) == list(range(length)) and positions[row, n - 1] == n - 1
@@ -216,8 +229,11 @@ def test_model_ranks_whole_words_once_word_starts_are_set(toy_tokenizer, tmp_pat
     assert encoder.word_starts.flags.all()  # not set: every token is a word (per-token ranking, as before)
     flags = word_start_flags(toy_tokenizer)
     encoder.word_starts.set_from(flags)
-    batch = toy_tokenizer(["the children play with a red ball in the garden", "the small dog chases the cat"],
-                          return_tensors="pt", padding=True)  # fmt: skip
+    batch = toy_tokenizer(
+        ["the children play with a red ball in the garden", "the small dog chases the cat"],
+        return_tensors="pt",
+        padding=True,
+    )
     with torch.no_grad():
         positions = encoder(**batch).reorder_positions
     multi_piece = 0
@@ -229,7 +245,9 @@ def test_model_ranks_whole_words_once_word_starts_are_set(toy_tokenizer, tmp_pat
             assert positions[row, a:b].tolist() == list(range(int(positions[row, a]), int(positions[row, a]) + b - a))
     assert multi_piece > 0  # the toy tokenizer splits words: the check above means something
     model.save_pretrained(tmp_path)
-    assert torch.equal(XLPEMarianMTModel.from_pretrained(tmp_path).get_encoder().word_starts.flags, encoder.word_starts.flags)
+    assert torch.equal(
+        XLPEMarianMTModel.from_pretrained(tmp_path).get_encoder().word_starts.flags, encoder.word_starts.flags
+    )
     with pytest.raises(ValueError, match="reorder_unit"):
         XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_unit="sentence")
 
@@ -256,7 +274,9 @@ def test_word_start_table_is_no_bool_tensor_and_old_bool_checkpoints_load(toy_to
     assert torch.equal(loaded.get_encoder().word_starts.flags, model.get_encoder().word_starts.flags)
     batch = toy_tokenizer(["the children play with a red ball in the garden"], return_tensors="pt")
     with torch.no_grad():
-        assert torch.equal(loaded.get_encoder()(**batch).reorder_positions, model.get_encoder()(**batch).reorder_positions)
+        assert torch.equal(
+            loaded.get_encoder()(**batch).reorder_positions, model.get_encoder()(**batch).reorder_positions
+        )
 
 
 @pytest.mark.parametrize("layers", [1, 2])
@@ -288,8 +308,12 @@ def test_predictor_layers_compute_the_transformer_encoder_function(layers):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     predictor.eval()
     with torch.no_grad():  # nn.TransformerEncoder's fused inference fast path
-        torch.testing.assert_close(predictor(x[:3], mask[:3])[real], reference(x[:3], rows=3)[real], atol=1e-5, rtol=1e-5)
-    assert [name for name, _ in predictor.named_parameters()] == [name for name, _ in ReorderPredictor(32, 16, layers, 4, 0.1).named_parameters()]
+        torch.testing.assert_close(
+            predictor(x[:3], mask[:3])[real], reference(x[:3], rows=3)[real], atol=1e-5, rtol=1e-5
+        )
+    assert [name for name, _ in predictor.named_parameters()] == [
+        name for name, _ in ReorderPredictor(32, 16, layers, 4, 0.1).named_parameters()
+    ]
 
 
 def test_predictor_dropout_is_applied_in_training_only():
@@ -305,8 +329,17 @@ def test_predictor_dropout_is_applied_in_training_only():
 @pytest.mark.parametrize("kind", ["pairwise", "mse"])
 def test_predictor_learns_oracle_order(toy_tokenizer, kind):
     torch.manual_seed(0)
-    model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_loss=kind, reorder_predictor_dropout=0.0))
-    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog chases the small cat"], text_target=["x", "y"], return_tensors="pt", padding=True))
+    model = XLPEMarianMTModel(
+        XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_loss=kind, reorder_predictor_dropout=0.0)
+    )
+    batch = dict(
+        toy_tokenizer(
+            ["the cat sees the dog", "a dog chases the small cat"],
+            text_target=["x", "y"],
+            return_tensors="pt",
+            padding=True,
+        )
+    )
     batch["labels"] = batch["labels"].masked_fill(batch["labels"] == 0, -100)
     positions = reversed_positions(batch)
     optimizer = torch.optim.Adam(model.model.encoder.reorder_predictor.parameters(), lr=3e-3)
@@ -320,7 +353,9 @@ def test_predictor_learns_oracle_order(toy_tokenizer, kind):
     assert losses[-1] < 0.5 * losses[0]
     model.eval()
     with torch.no_grad():
-        predicted = model.model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).reorder_positions
+        predicted = model.model.encoder(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).reorder_positions
     mask = batch["attention_mask"].bool()
     assert torch.equal(predicted[mask], positions[mask])
 
@@ -358,8 +393,22 @@ def test_generate_uses_given_positions(toy_tokenizer):
     positions = reversed_positions(batch)
     encoder_out = model.get_encoder()(**batch, reorder_positions=positions)
     assert torch.equal(encoder_out.reorder_positions, positions)
-    with_positions = model.generate(**batch, reorder_positions=positions, num_beams=3, max_new_tokens=6, output_scores=True, return_dict_in_generate=True)
-    manual = model.generate(**batch, encoder_outputs=encoder_out, num_beams=3, max_new_tokens=6, output_scores=True, return_dict_in_generate=True)
+    with_positions = model.generate(
+        **batch,
+        reorder_positions=positions,
+        num_beams=3,
+        max_new_tokens=6,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    manual = model.generate(
+        **batch,
+        encoder_outputs=encoder_out,
+        num_beams=3,
+        max_new_tokens=6,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     assert torch.equal(with_positions.sequences, manual.sequences)
 
 
@@ -406,13 +455,19 @@ def test_default_tau_is_a_quarter_of_the_heads():
 )
 def test_bad_reorder_positions_raise_value_error(toy_tokenizer, make_positions, message):
     model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
-    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog"], text_target=["x", "y"], return_tensors="pt", padding=True))
+    batch = dict(
+        toy_tokenizer(["the cat sees the dog", "a dog"], text_target=["x", "y"], return_tensors="pt", padding=True)
+    )
     with pytest.raises(ValueError, match=message) as info:
         model(**batch, reorder_positions=make_positions(batch))
     assert "reorder_positions" in str(info.value)
     with pytest.raises(ValueError, match="reorder_positions"):
-        model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       reorder_positions=make_positions(batch), max_new_tokens=3)
+        model.generate(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            reorder_positions=make_positions(batch),
+            max_new_tokens=3,
+        )
 
 
 def test_pad_slots_of_reorder_positions_are_ignored(toy_tokenizer):

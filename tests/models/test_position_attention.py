@@ -13,10 +13,23 @@ from transformers import MarianMTModel
 from xlpe.models import XLPEMarianConfig, XLPEMarianMTModel
 from xlpe.models.position_attention import NoPositions, PositionAwareSelfAttention, directional_bias
 
-TINY = dict(vocab_size=40, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-            pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=None, dropout=0.0,
-            attention_dropout=0.0)  # fmt: skip
+TINY = dict(
+    vocab_size=40,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    pad_token_id=0,
+    eos_token_id=1,
+    decoder_start_token_id=0,
+    forced_eos_token_id=None,
+    dropout=0.0,
+    attention_dropout=0.0,
+)
 
 
 def tiny_config(**fields) -> XLPEMarianConfig:
@@ -84,11 +97,17 @@ def test_relative_parameters_are_two_tables_of_2k_plus_1_per_layer_and_side():
     k, head_dim, layers = 16, 8, 2 + 2
     plain = sum(p.numel() for p in XLPEMarianMTModel(tiny_config(xl_strategy="none")).parameters())
     for values, tables in ((True, 2), (False, 1)):
-        model = XLPEMarianMTModel(tiny_config(xl_strategy="none", relative_attention_max_distance=k, relative_attention_values=values))
+        model = XLPEMarianMTModel(
+            tiny_config(xl_strategy="none", relative_attention_max_distance=k, relative_attention_values=values)
+        )
         assert sum(p.numel() for p in model.parameters()) - plain == tables * (2 * k + 1) * head_dim * layers
-    encoder_only = XLPEMarianMTModel(tiny_config(xl_strategy="none", relative_attention_max_distance=k, relative_attention_sides="encoder"))
+    encoder_only = XLPEMarianMTModel(
+        tiny_config(xl_strategy="none", relative_attention_max_distance=k, relative_attention_sides="encoder")
+    )
     assert sum(p.numel() for p in encoder_only.parameters()) - plain == 2 * (2 * k + 1) * head_dim * 2
-    assert all(not isinstance(layer.self_attn, PositionAwareSelfAttention) for layer in encoder_only.model.decoder.layers)
+    assert all(
+        not isinstance(layer.self_attn, PositionAwareSelfAttention) for layer in encoder_only.model.decoder.layers
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -140,17 +159,25 @@ def test_options_off_is_exactly_stock_marian():
     assert not missing and not [key for key in unexpected if "reorder" not in key and "word_starts" not in key]
     ids, mask = batch()
     labels = torch.randint(3, 40, (3, 6))
-    torch.testing.assert_close(model(input_ids=ids, attention_mask=mask, labels=labels).logits,
-                               stock(input_ids=ids, attention_mask=mask, labels=labels).logits)  # fmt: skip
+    torch.testing.assert_close(
+        model(input_ids=ids, attention_mask=mask, labels=labels).logits,
+        stock(input_ids=ids, attention_mask=mask, labels=labels).logits,
+    )
 
 
 STACKS = {
     "relative": dict(xl_strategy="none", relative_attention_max_distance=3),
     "relative keys only": dict(xl_strategy="none", relative_attention_max_distance=3, relative_attention_values=False),
-    "relative only, no absolute PE": dict(xl_strategy="none", relative_attention_max_distance=3, absolute_positions=False),
+    "relative only, no absolute PE": dict(
+        xl_strategy="none", relative_attention_max_distance=3, absolute_positions=False
+    ),
     "directional": dict(xl_strategy="none", directional_attention=True),
-    "combination + relative + directional": dict(xl_strategy="combination", relative_attention_max_distance=3, directional_attention=True),
-    "head + relative on the decoder": dict(xl_strategy="head", relative_attention_max_distance=2, relative_attention_sides="decoder"),
+    "combination + relative + directional": dict(
+        xl_strategy="combination", relative_attention_max_distance=3, directional_attention=True
+    ),
+    "head + relative on the decoder": dict(
+        xl_strategy="head", relative_attention_max_distance=2, relative_attention_sides="decoder"
+    ),
     "table 4: encoder-free, no PE": dict(xl_strategy="none", encoder_layers=0, absolute_positions=False),
     "table 4: encoder-free + relative": dict(xl_strategy="none", encoder_layers=0, relative_attention_max_distance=3),
     "table 4: encoder-free + InXL": dict(xl_strategy="in", encoder_layers=0),
@@ -164,8 +191,15 @@ def test_generate_with_cache_equals_without_and_full_forward(name, implementatio
     model = XLPEMarianMTModel(tiny_config(**STACKS[name])).eval()
     model.set_attn_implementation(implementation)
     ids, mask = batch()
-    kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=7, do_sample=False, num_beams=1,
-                  output_scores=True, return_dict_in_generate=True)  # fmt: skip
+    kwargs = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=7,
+        do_sample=False,
+        num_beams=1,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     cached, uncached = model.generate(**kwargs), model.generate(**kwargs, use_cache=False)
     assert torch.equal(cached.sequences, uncached.sequences)
     for a, b in zip(cached.scores, uncached.scores):
@@ -187,8 +221,10 @@ def test_trains_and_round_trips_through_save_pretrained(name, tmp_path):
             assert parameter.grad is not None and parameter.grad.abs().sum() > 0, parameter_name
     model.eval().save_pretrained(tmp_path)
     loaded = XLPEMarianMTModel.from_pretrained(tmp_path).eval()
-    torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask, labels=labels).logits,
-                               model(input_ids=ids, attention_mask=mask, labels=labels).logits)  # fmt: skip
+    torch.testing.assert_close(
+        loaded(input_ids=ids, attention_mask=mask, labels=labels).logits,
+        model(input_ids=ids, attention_mask=mask, labels=labels).logits,
+    )
 
 
 def test_no_absolute_positions_makes_the_encoder_order_blind():
@@ -197,7 +233,10 @@ def test_no_absolute_positions_makes_the_encoder_order_blind():
     torch.manual_seed(0)
     ids, mask = batch()
     order = torch.tensor([3, 0, 2, 1, 4, 5, 6, 7, 8])
-    for fields, blind in ((dict(absolute_positions=False), True), (dict(absolute_positions=False, relative_attention_max_distance=2), False)):
+    for fields, blind in (
+        (dict(absolute_positions=False), True),
+        (dict(absolute_positions=False, relative_attention_max_distance=2), False),
+    ):
         encoder = XLPEMarianMTModel(tiny_config(xl_strategy="none", **fields)).eval().get_encoder()
         plain = encoder(input_ids=ids[:2], attention_mask=mask[:2]).last_hidden_state
         shuffled = encoder(input_ids=ids[:2, order], attention_mask=mask[:2]).last_hidden_state
@@ -211,8 +250,19 @@ def test_no_absolute_positions_makes_the_encoder_order_blind():
         (dict(xl_strategy="combination", absolute_positions=False), "needs absolute_positions=True"),
         (dict(xl_strategy="head", encoder_layers=0), "encoder_layers=0"),
         (dict(xl_strategy="none", directional_attention=True, encoder_layers=0), "encoder_layers=0"),
-        (dict(xl_strategy="none", directional_attention=True, encoder_attention_heads=1, d_model=32), "encoder_attention_heads >= 2"),
-        (dict(xl_strategy="none", relative_attention_max_distance=2, relative_attention_sides="encoder", encoder_layers=0), "no encoder self-attention"),
+        (
+            dict(xl_strategy="none", directional_attention=True, encoder_attention_heads=1, d_model=32),
+            "encoder_attention_heads >= 2",
+        ),
+        (
+            dict(
+                xl_strategy="none",
+                relative_attention_max_distance=2,
+                relative_attention_sides="encoder",
+                encoder_layers=0,
+            ),
+            "no encoder self-attention",
+        ),
         (dict(relative_attention_sides="cross"), "relative_attention_sides must be one of"),
         (dict(relative_attention_max_distance=-1), "relative_attention_max_distance must be an integer >= 0"),
         (dict(relative_attention_max_distance=2.5), "relative_attention_max_distance must be an integer"),
@@ -249,7 +299,9 @@ def test_stacked_training_forward_is_one_graph():
     ids, mask = batch()
     positions = torch.arange(9).expand(3, 9)
     dynamo.reset()
-    explained = dynamo.explain(model)(input_ids=ids, attention_mask=mask, labels=ids[:, :6], reorder_positions=positions)
+    explained = dynamo.explain(model)(
+        input_ids=ids, attention_mask=mask, labels=ids[:, :6], reorder_positions=positions
+    )
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
 
 
@@ -269,7 +321,9 @@ def test_dpe_takes_the_same_options_on_its_translation_layers(implementation, tm
     model.set_attn_implementation(implementation)
     encoder = model.get_encoder()
     assert all(isinstance(layer.self_attn, PositionAwareSelfAttention) for layer in encoder.layers)
-    assert not any(isinstance(m, PositionAwareSelfAttention) for m in encoder.dynamic_position.modules())  # the block stays plain
+    assert not any(
+        isinstance(m, PositionAwareSelfAttention) for m in encoder.dynamic_position.modules()
+    )  # the block stays plain
     assert all(isinstance(layer.self_attn, PositionAwareSelfAttention) for layer in model.model.decoder.layers)
     ids, mask = batch()
     kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=7, do_sample=False, num_beams=1)
@@ -277,8 +331,10 @@ def test_dpe_takes_the_same_options_on_its_translation_layers(implementation, tm
     labels = torch.randint(3, 40, (3, 6))
     model.save_pretrained(tmp_path)
     loaded = DPEMarianMTModel.from_pretrained(tmp_path).eval()
-    torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask, labels=labels).logits,
-                               model(input_ids=ids, attention_mask=mask, labels=labels).logits)  # fmt: skip
+    torch.testing.assert_close(
+        loaded(input_ids=ids, attention_mask=mask, labels=labels).logits,
+        model(input_ids=ids, attention_mask=mask, labels=labels).logits,
+    )
     with pytest.raises(ValueError, match="DPE needs absolute_positions=True"):
         DPEMarianConfig(**TINY, absolute_positions=False)
     with pytest.raises(ValueError, match="relative_attention_sides must be one of"):
@@ -291,11 +347,20 @@ def test_position_options_are_family_fields_given_to_from_pretrained(tmp_path):
     from xlpe.models.configuration_dpe import DPEMarianConfig
 
     for config_class in (XLPEMarianConfig, DPEMarianConfig):
-        assert {"absolute_positions", "relative_attention_max_distance", "directional_attention"} <= config_class.family_fields()
+        assert {
+            "absolute_positions",
+            "relative_attention_max_distance",
+            "directional_attention",
+        } <= config_class.family_fields()
         assert "vocab_size" not in config_class.family_fields()
         saved = config_class(**TINY)
         assert saved.to_dict()["relative_attention_max_distance"] == 0
         saved.save_pretrained(tmp_path / config_class.model_type)
-        assert config_class.from_pretrained(tmp_path / config_class.model_type, relative_attention_max_distance=4).relative_attention_max_distance == 4
+        assert (
+            config_class.from_pretrained(
+                tmp_path / config_class.model_type, relative_attention_max_distance=4
+            ).relative_attention_max_distance
+            == 4
+        )
         with pytest.raises(ValueError, match="directional_attention must be True or False"):
             config_class.from_pretrained(tmp_path / config_class.model_type, directional_attention="yes")

@@ -32,7 +32,9 @@ def test_chart_decoder_returns_the_best_btg_permutation(n, seed, scale):
     logits = antisymmetric(torch.randn(n, n, generator=torch.Generator().manual_seed(seed)) * scale)
     positions = btg_decode(logits[None], torch.tensor([n]))[0]
     assert sorted(positions.tolist()) == list(range(n)) and is_btg_reachable(positions.tolist())
-    best = max(permutation_score(logits, torch.tensor(p)) for p in itertools.permutations(range(n)) if is_btg_reachable(p))
+    best = max(
+        permutation_score(logits, torch.tensor(p)) for p in itertools.permutations(range(n)) if is_btg_reachable(p)
+    )
     assert permutation_score(logits, positions) == pytest.approx(float(best), abs=1e-4)
 
 
@@ -42,7 +44,9 @@ def test_chart_decoder_batches_rows_of_different_lengths_independently():
     logits = antisymmetric(torch.randn(len(lengths), 8, 8) * 2)
     batched = btg_decode(logits, torch.tensor(lengths))
     for row, n in enumerate(lengths):
-        alone = btg_decode(logits[row : row + 1, :n, :n], torch.tensor([n]))[0] if n else torch.empty(0, dtype=torch.long)
+        alone = (
+            btg_decode(logits[row : row + 1, :n, :n], torch.tensor([n]))[0] if n else torch.empty(0, dtype=torch.long)
+        )
         assert batched[row, :n].tolist() == alone.tolist()
         assert batched[row, n:].tolist() == list(range(n, 8))  # padding slots keep their index
 
@@ -65,7 +69,9 @@ def test_chart_decoder_never_outputs_inseparable_patterns():
 @given(st.integers(1, 6), st.integers(0, 2**31 - 1), st.sampled_from([0.3, 3.0]))
 def test_log_partition_sums_every_btg_permutation_once(n, seed, scale):
     logits = antisymmetric(torch.randn(n, n, generator=torch.Generator().manual_seed(seed)) * scale)
-    scores = [permutation_score(logits, torch.tensor(p)) for p in itertools.permutations(range(n)) if is_btg_reachable(p)]
+    scores = [
+        permutation_score(logits, torch.tensor(p)) for p in itertools.permutations(range(n)) if is_btg_reachable(p)
+    ]
     assert len(scores) == [1, 2, 6, 22, 90, 394][n - 1]  # large Schroeder numbers: the BTG permutations of n words
     expected = torch.logsumexp(torch.stack(scores), 0) if n > 1 else torch.tensor(0.0)
     assert btg_log_partition(logits[None], torch.tensor([n]))[0].item() == pytest.approx(expected.item(), abs=1e-4)
@@ -102,7 +108,9 @@ def test_order_scores_batch_permutation_score():
     logits = antisymmetric(torch.randn(2, 5, 5))
     positions = torch.tensor([[2, 0, 4, 1, 3], [1, 0, 2, 3, 4]])
     counts = torch.tensor([5, 3])
-    pairs = torch.triu(torch.ones(2, 5, 5, dtype=torch.bool), 1) & (torch.arange(5)[None, None, :] < counts[:, None, None])
+    pairs = torch.triu(torch.ones(2, 5, 5, dtype=torch.bool), 1) & (
+        torch.arange(5)[None, None, :] < counts[:, None, None]
+    )
     scores = order_scores(logits, positions[:, :, None] < positions[:, None, :], pairs)
     assert scores[0].item() == pytest.approx(permutation_score(logits[0], positions[0]).item(), abs=1e-5)
     assert scores[1].item() == pytest.approx(permutation_score(logits[1, :3, :3], positions[1, :3]).item(), abs=1e-5)
@@ -113,8 +121,19 @@ def test_order_scores_batch_permutation_score():
 
 def tiny_reorderer(**overrides) -> XLPEReordererModel:
     torch.manual_seed(0)
-    fields = dict(vocab_size=VOCAB, d_model=32, ffn_dim=64, pair_dim=16, attention_heads=4, token_layers=1,
-                  word_layers=1, pad_token_id=PAD, eos_token_id=EOS, max_source_positions=64, max_words=20)  # fmt: skip
+    fields = dict(
+        vocab_size=VOCAB,
+        d_model=32,
+        ffn_dim=64,
+        pair_dim=16,
+        attention_heads=4,
+        token_layers=1,
+        word_layers=1,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        max_source_positions=64,
+        max_words=20,
+    )
     model = XLPEReordererModel(XLPEReordererConfig(**{**fields, **overrides}))
     flags = torch.ones(VOCAB, dtype=torch.bool)
     flags[list(CONTINUATION_IDS)] = False
@@ -159,7 +178,8 @@ def test_predicted_positions_keep_words_whole_and_special_tokens_in_place(case, 
 
 
 @pytest.mark.parametrize(
-    "pair_scorer, training_loss", [("biaffine", "pairwise"), ("mlp", "pairwise"), ("biaffine", "btg_crf"), ("mlp", "pairwise+btg_crf")]
+    "pair_scorer, training_loss",
+    [("biaffine", "pairwise"), ("mlp", "pairwise"), ("biaffine", "btg_crf"), ("mlp", "pairwise+btg_crf")],
 )
 def test_pair_logits_are_antisymmetric_and_the_loss_learns_an_order(pair_scorer, training_loss):
     model = tiny_reorderer(pair_scorer=pair_scorer, training_loss=training_loss)
@@ -209,7 +229,11 @@ def test_save_and_load_round_trip(tmp_path):
 
 
 @settings(deadline=None, max_examples=100)
-@given(st.integers(0, 10).flatmap(lambda n: st.tuples(st.permutations(list(range(n))), st.lists(st.integers(1, 3), min_size=n, max_size=n))))
+@given(
+    st.integers(0, 10).flatmap(
+        lambda n: st.tuples(st.permutations(list(range(n))), st.lists(st.integers(1, 3), min_size=n, max_size=n))
+    )
+)
 def test_word_positions_from_tokens_inverts_the_subword_projection(case):
     word_positions, pieces = case
     word_ids = [w for w, count in enumerate(pieces) for _ in range(count)] + [None]
@@ -222,9 +246,20 @@ def test_word_positions_from_tokens_inverts_the_subword_projection(case):
 
 def tiny_xlpe(**overrides) -> XLPEMarianMTModel:
     torch.manual_seed(1)
-    fields = dict(vocab_size=VOCAB, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-                  decoder_attention_heads=4, encoder_ffn_dim=16, decoder_ffn_dim=16, pad_token_id=PAD,
-                  eos_token_id=EOS, decoder_start_token_id=PAD, max_position_embeddings=64)  # fmt: skip
+    fields = dict(
+        vocab_size=VOCAB,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+        max_position_embeddings=64,
+    )
     return XLPEMarianMTModel(XLPEMarianConfig(**{**fields, **overrides})).eval()
 
 
@@ -240,7 +275,9 @@ def test_attached_reorderer_supplies_the_positions_and_travels_with_the_checkpoi
     oracle = torch.arange(8)[None]
     assert torch.equal(model.get_encoder()(ids, reorder_positions=oracle).reorder_positions, oracle)  # given wins
     model.save_pretrained(tmp_path)
-    assert {"modeling_reorderer.py", "configuration_reorderer.py", "btg_chart.py"} <= {p.name for p in tmp_path.iterdir()}
+    assert {"modeling_reorderer.py", "configuration_reorderer.py", "btg_chart.py"} <= {
+        p.name for p in tmp_path.iterdir()
+    }
     loaded = XLPEMarianMTModel.from_pretrained(tmp_path).eval()
     assert torch.equal(loaded.get_encoder()(ids).reorder_positions, expected)
     assert torch.equal(loaded.generate(ids, max_new_tokens=4), model.generate(ids, max_new_tokens=4))

@@ -10,21 +10,28 @@ import math
 import pytest
 import torch
 import torch._dynamo as dynamo
+from family_tester import FamilyTests, tiny_kwargs
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import MarianConfig, MarianMTModel
-
-from family_tester import FamilyTests, tiny_kwargs
 from test_compile import training_and_decode_inputs
 from test_modeling_xlpe import reversed_positions
+from transformers import MarianConfig, MarianMTModel
+
 from xlpe import XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel
 from xlpe.models.configuration_dpe import DPEMarianConfig
 from xlpe.models.modeling_dpe import DPEMarianMTModel
 from xlpe.models.position_attention import RotaryPositions
 
-XL_ROTARY = dict(xl_strategy="head", xl_heads=1, xl_position_form="rotary", rotary_attention=True, absolute_positions=False)
-XL_RELATIVE = dict(xl_strategy="head", xl_heads=1, xl_position_form="relative", relative_attention_max_distance=3,
-                   xl_relative_max_distance=3)  # fmt: skip
+XL_ROTARY = dict(
+    xl_strategy="head", xl_heads=1, xl_position_form="rotary", rotary_attention=True, absolute_positions=False
+)
+XL_RELATIVE = dict(
+    xl_strategy="head",
+    xl_heads=1,
+    xl_position_form="relative",
+    relative_attention_max_distance=3,
+    xl_relative_max_distance=3,
+)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -89,8 +96,14 @@ def tiny_xl(toy_tokenizer, seed=0, **fields):
 
 
 def batch_of(toy_tokenizer):
-    batch = dict(toy_tokenizer(["the cat sees the dog", "a dog chases the small cat in the garden"],
-                               text_target=["x y", "y x z"], return_tensors="pt", padding=True))  # fmt: skip
+    batch = dict(
+        toy_tokenizer(
+            ["the cat sees the dog", "a dog chases the small cat in the garden"],
+            text_target=["x y", "y x z"],
+            return_tensors="pt",
+            padding=True,
+        )
+    )
     batch["labels"] = batch["labels"].masked_fill(batch["labels"] == toy_tokenizer.pad_token_id, -100)
     return batch
 
@@ -103,9 +116,15 @@ def monotone(batch):
     "xl_fields, plain_fields",
     [
         (XL_ROTARY, dict(xl_strategy="none", xl_heads=0, rotary_attention=True, absolute_positions=False)),
-        (dict(XL_ROTARY, xl_position_layers="all"), dict(xl_strategy="none", xl_heads=0, rotary_attention=True, absolute_positions=False)),
+        (
+            dict(XL_ROTARY, xl_position_layers="all"),
+            dict(xl_strategy="none", xl_heads=0, rotary_attention=True, absolute_positions=False),
+        ),
         (XL_RELATIVE, dict(xl_strategy="none", xl_heads=0, relative_attention_max_distance=3)),
-        (dict(XL_RELATIVE, xl_position_layers="all"), dict(xl_strategy="none", xl_heads=0, relative_attention_max_distance=3)),
+        (
+            dict(XL_RELATIVE, xl_position_layers="all"),
+            dict(xl_strategy="none", xl_heads=0, relative_attention_max_distance=3),
+        ),
     ],
     ids=["rotary-first", "rotary-all", "relative-first", "relative-all"],
 )
@@ -116,8 +135,14 @@ def test_monotone_xl_positions_compute_the_plain_option(toy_tokenizer, xl_fields
     plain = tiny_xl(toy_tokenizer, **plain_fields)
     state = {k: v for k, v in xl.state_dict().items() if "xl_relative" not in k}
     missing, unexpected = plain.load_state_dict(state, strict=False)
-    assert not unexpected and all("reorder_predictor" in k or "word_starts" in k or "xl_position" in k
-                                  or "predictor_positions" in k for k in missing) or not missing  # fmt: skip
+    assert (
+        not unexpected
+        and all(
+            "reorder_predictor" in k or "word_starts" in k or "xl_position" in k or "predictor_positions" in k
+            for k in missing
+        )
+        or not missing
+    )
     for layer in xl.model.encoder.layers:  # XL tables = the plain tables: a distance is a distance
         if layer.self_attn.xl_relative is not None:
             layer.self_attn.xl_relative.load_state_dict(layer.self_attn.relative.state_dict())
@@ -128,7 +153,11 @@ def test_monotone_xl_positions_compute_the_plain_option(toy_tokenizer, xl_fields
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("fields", [XL_ROTARY, XL_RELATIVE, dict(XL_RELATIVE, xl_position_layers="all")], ids=["rotary", "relative", "relative-all"])
+@pytest.mark.parametrize(
+    "fields",
+    [XL_ROTARY, XL_RELATIVE, dict(XL_RELATIVE, xl_position_layers="all")],
+    ids=["rotary", "relative", "relative-all"],
+)
 def test_only_the_xl_heads_see_the_order_and_gate_zero_removes_it(toy_tokenizer, fields):
     model = tiny_xl(toy_tokenizer, attn_implementation="eager", **fields)  # eager: attention weights returned
     with torch.no_grad():  # sharper attention than the tiny init's (near-uniform: no order would show in it)
@@ -144,8 +173,10 @@ def test_only_the_xl_heads_see_the_order_and_gate_zero_removes_it(toy_tokenizer,
         torch.testing.assert_close(first_forward[:, 1:], first_reverse[:, 1:])  # the other heads of layer 1
         assert (forward.encoder_last_hidden_state - reverse.encoder_last_hidden_state).abs().max() > 1e-6
         model.model.encoder.xl_position.gate.zero_()
-        torch.testing.assert_close(model(**batch, reorder_positions=monotone(batch)).logits,
-                                   model(**batch, reorder_positions=reversed_positions(batch)).logits)  # fmt: skip
+        torch.testing.assert_close(
+            model(**batch, reorder_positions=monotone(batch)).logits,
+            model(**batch, reorder_positions=reversed_positions(batch)).logits,
+        )
 
 
 @pytest.mark.parametrize("form", ["rotary", "relative"])
@@ -172,7 +203,9 @@ def test_predictor_sees_positions_without_absolute_pe(toy_tokenizer):
     ids = toy_tokenizer(["the the the the"], return_tensors="pt")
     with torch.no_grad():
         embeds = encoder.embed_tokens(ids["input_ids"]) * encoder.embed_scale
-        scores = encoder.reorder_predictor(embeds + encoder.predictor_positions(embeds.shape[:-1]), ids["attention_mask"].bool())
+        scores = encoder.reorder_predictor(
+            embeds + encoder.predictor_positions(embeds.shape[:-1]), ids["attention_mask"].bool()
+        )
     assert scores[0, :4].unique().numel() == 4
     assert tiny_xl(toy_tokenizer, **XL_RELATIVE).model.encoder.predictor_positions is None  # PE_abs is there
 
@@ -211,7 +244,9 @@ def test_conflicting_or_bad_options_are_refused_by_name(toy_tokenizer, fields, m
         XLPEMarianConfig(**{**tiny_kwargs(toy_tokenizer), **fields})
 
 
-@pytest.mark.parametrize("fields", [XL_ROTARY, dict(XL_RELATIVE, xl_position_layers="all")], ids=["xl-rotary", "xl-relative-all"])
+@pytest.mark.parametrize(
+    "fields", [XL_ROTARY, dict(XL_RELATIVE, xl_position_layers="all")], ids=["xl-rotary", "xl-relative-all"]
+)
 def test_training_forward_and_cached_decode_step_are_one_graph(toy_tokenizer, fields):
     tester = TestXLRotaryFamily()
     model = tiny_xl(toy_tokenizer, **fields)

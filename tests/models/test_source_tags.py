@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import test_modeling_dpe
+import test_modeling_xlpe
 import torch
 from conftest import SHARED_DIR
 from family_tester import tiny_kwargs
-import test_modeling_dpe
-import test_modeling_xlpe
 from test_modeling_mvpe_pos import fake_tags
 
 from xlpe import DPEMarianConfig, XLPEMarianConfig, XLPEMarianMTModel
@@ -28,7 +28,10 @@ class TaggedFamily:
         return super().make_config(tokenizer, **{**TAGGED, **overrides})
 
     def extra_inputs(self, batch):
-        return {**super().extra_inputs(batch), "pos_tag_ids": fake_tags(batch["input_ids"], batch.get("attention_mask"))}
+        return {
+            **super().extra_inputs(batch),
+            "pos_tag_ids": fake_tags(batch["input_ids"], batch.get("attention_mask")),
+        }
 
     # the pipeline tags raw text with NLTK: these two need ../shared/data/nltk_data
     def test_in_memory_pipeline(self, toy_tokenizer, shared_dir):
@@ -86,7 +89,9 @@ def test_a_model_without_a_tagger_ignores_tags_and_has_no_table(toy_tokenizer):
         plain = model.get_encoder()(**batch).last_hidden_state
         given = model.get_encoder()(**batch, pos_tag_ids=tags).last_hidden_state
     assert torch.equal(plain, given)
-    assert "pos_tag_ids" not in model_features(model) and "pos_tag_ids" in model_features(TestXLPEPosFamily().make_model(toy_tokenizer))
+    assert "pos_tag_ids" not in model_features(model) and "pos_tag_ids" in model_features(
+        TestXLPEPosFamily().make_model(toy_tokenizer)
+    )
 
 
 def test_out_of_range_tags_are_a_value_error_naming_the_argument(toy_tokenizer):
@@ -104,8 +109,10 @@ def test_missing_tags_mean_unknown_tags(toy_tokenizer):
     batch, _ = source(toy_tokenizer)
     unknown = torch.ones_like(batch["input_ids"]).masked_fill(~batch["attention_mask"].bool(), 0)
     with torch.no_grad():
-        assert torch.allclose(model.get_encoder()(**batch).last_hidden_state,
-                              model.get_encoder()(**batch, pos_tag_ids=unknown).last_hidden_state)  # fmt: skip
+        assert torch.allclose(
+            model.get_encoder()(**batch).last_hidden_state,
+            model.get_encoder()(**batch, pos_tag_ids=unknown).last_hidden_state,
+        )
 
 
 def test_generate_reads_the_tags_and_cache_changes_nothing(toy_tokenizer):
@@ -142,10 +149,16 @@ def test_config_fills_the_taggers_tag_set_and_rejects_what_cannot_work(config_cl
 
 def test_tags_stack_with_every_xl_strategy_and_the_position_options(toy_tokenizer):
     batch, tags = source(toy_tokenizer)
-    for overrides in ({"xl_strategy": "in", "xl_heads": 0}, {"xl_strategy": "head"}, {"relative_attention_max_distance": 4},
-                      {"xl_strategy": "none", "directional_attention": True}):  # fmt: skip
+    for overrides in (
+        {"xl_strategy": "in", "xl_heads": 0},
+        {"xl_strategy": "head"},
+        {"relative_attention_max_distance": 4},
+        {"xl_strategy": "none", "directional_attention": True},
+    ):
         model = XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), **TAGGED, **overrides)).eval()
-        labels = toy_tokenizer(text_target=["die katze", "der hund jagt"], return_tensors="pt", padding=True)["input_ids"]
+        labels = toy_tokenizer(text_target=["die katze", "der hund jagt"], return_tensors="pt", padding=True)[
+            "input_ids"
+        ]
         assert torch.isfinite(model(**batch, pos_tag_ids=tags, labels=labels).loss), overrides
 
 
@@ -185,7 +198,9 @@ def test_taggers_are_resolved_only_for_a_model_that_reads_tags():
     from xlpe import MvPEPosConfig
     from xlpe.training.data import resolve_taggers
 
-    args = SimpleNamespace(source_tagger=None, target_tagger=None, nltk_data=NLTK_DATA, uses_builtin_corpus=lambda: False)
+    args = SimpleNamespace(
+        source_tagger=None, target_tagger=None, nltk_data=NLTK_DATA, uses_builtin_corpus=lambda: False
+    )
     assert resolve_taggers(args, XLPEMarianConfig) == {}  # no tagger asked for: XL PE without tags
     assert resolve_taggers(args, MvPEPosConfig, {"pos_tag_sides": "none"}) == {}  # mvPE alone needs no tagger
     assert resolve_taggers(args, XLPEMarianConfig, {"pos_tagger": "nltk-en"})["source_spec"] == "nltk-en"
@@ -203,7 +218,9 @@ def toy_tagger_file(tmp_path_factory):
     from xlpe.features.tagger_training import save_tagger, train_perceptron_tagger
 
     nouns, verbs = ("cat", "dog", "garden"), ("sees", "chases")
-    sentences = [[("the", "DT"), (a, "NN"), (v, "VBZ"), ("a", "DT"), (b, "NN")] for a in nouns for v in verbs for b in nouns]
+    sentences = [
+        [("the", "DT"), (a, "NN"), (v, "VBZ"), ("a", "DT"), (b, "NN")] for a in nouns for v in verbs for b in nouns
+    ]
     path = tmp_path_factory.mktemp("tagger") / "toy-en.json"
     save_tagger(train_perceptron_tagger(sentences * 3, iterations=3), path)
     return path
@@ -219,8 +236,9 @@ class FileTagged(test_modeling_xlpe.TestXLPEFamily):
         return super().make_config(tokenizer, **tags, **overrides)
 
 
-def test_save_pretrained_ships_the_tagger_file_and_a_moved_checkpoint_still_tags(toy_tokenizer, toy_tagger_file, tmp_path,
-                                                                                  monkeypatch):  # fmt: skip
+def test_save_pretrained_ships_the_tagger_file_and_a_moved_checkpoint_still_tags(
+    toy_tokenizer, toy_tagger_file, tmp_path, monkeypatch
+):
     import shutil
 
     from xlpe import XLPETranslationPipeline
@@ -248,9 +266,13 @@ def test_save_pretrained_ships_the_tagger_file_and_a_moved_checkpoint_still_tags
     assert isinstance(translator("the cat sees a dog", max_new_tokens=4)[0]["translation_text"], str)
     loaded.save_pretrained(tmp_path / "again")  # re-saving a loaded model copies the file from its own directory
     assert (tmp_path / "again" / "pos_tagger.json").is_file()
-    shutil.rmtree(tmp_path / "moved")  # the directory it came from is gone (a rotated-away checkpoint): saving still works
+    shutil.rmtree(
+        tmp_path / "moved"
+    )  # the directory it came from is gone (a rotated-away checkpoint): saving still works
     loaded.save_pretrained(tmp_path / "later")
-    assert (tmp_path / "later" / "pos_tagger.json").read_bytes() == (tmp_path / "again" / "pos_tagger.json").read_bytes()
+    assert (tmp_path / "later" / "pos_tagger.json").read_bytes() == (
+        tmp_path / "again" / "pos_tagger.json"
+    ).read_bytes()
     from xlpe.training.push import check_upload_folder
 
     assert not any("POS tagger" in problem for problem in check_upload_folder(tmp_path / "again"))
@@ -259,7 +281,9 @@ def test_save_pretrained_ships_the_tagger_file_and_a_moved_checkpoint_still_tags
     assert "the POS tagger file of pos_tagger='perceptron:pos_tagger.json' is missing" in problems
 
 
-def test_a_checkpoint_with_a_tagger_file_works_in_a_fresh_process_with_remote_code(toy_tokenizer, toy_tagger_file, tmp_path):
+def test_a_checkpoint_with_a_tagger_file_works_in_a_fresh_process_with_remote_code(
+    toy_tokenizer, toy_tagger_file, tmp_path
+):
     tester = FileTagged()
     tester.tagger_file = toy_tagger_file
     tester.test_fresh_process_remote_code_and_pipeline(toy_tokenizer, tmp_path)
@@ -275,8 +299,17 @@ def test_xlpe_train_finds_the_tagger_file_of_a_checkpoint(toy_tokenizer, toy_tag
     tester = FileTagged()
     tester.tagger_file = toy_tagger_file
     tester.make_model(toy_tokenizer).save_pretrained(tmp_path / "ckpt")
-    config = target_config(SimpleNamespace(model_name_or_path=str(tmp_path / "ckpt"), model_type=None, cache_dir=None,
-                                           model_revision="main", token=None, trust_remote_code=False), None)  # fmt: skip
+    config = target_config(
+        SimpleNamespace(
+            model_name_or_path=str(tmp_path / "ckpt"),
+            model_type=None,
+            cache_dir=None,
+            model_revision="main",
+            token=None,
+            trust_remote_code=False,
+        ),
+        None,
+    )
     args = SimpleNamespace(source_tagger=None, target_tagger=None, nltk_data=None, uses_builtin_corpus=lambda: False)
     taggers = resolve_taggers(args, config)
     assert taggers["source_spec"] == "perceptron:pos_tagger.json"

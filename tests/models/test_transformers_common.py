@@ -14,13 +14,11 @@ Marian/BART test skips, or an environment limit that skips the test for stock to
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
-import unittest.mock
 import os
 import sys
-import tempfile
 import unittest
+import unittest.mock
 from pathlib import Path
 
 import torch
@@ -57,9 +55,22 @@ class Seq2SeqModelTester:
     config_class = MarianConfig
     config_kwargs: dict = {}
 
-    def __init__(self, parent, batch_size=13, seq_length=7, vocab_size=99, hidden_size=16, num_layers=2, heads=4,
-                 ffn=4, max_position_embeddings=100, eos_token_id=2, pad_token_id=1, bos_token_id=0,
-                 decoder_start_token_id=3):  # fmt: skip
+    def __init__(
+        self,
+        parent,
+        batch_size=13,
+        seq_length=7,
+        vocab_size=99,
+        hidden_size=16,
+        num_layers=2,
+        heads=4,
+        ffn=4,
+        max_position_embeddings=100,
+        eos_token_id=2,
+        pad_token_id=1,
+        bos_token_id=0,
+        decoder_start_token_id=3,
+    ):
         self.parent, self.batch_size, self.seq_length, self.vocab_size = parent, batch_size, seq_length, vocab_size
         self.hidden_size, self.num_hidden_layers, self.num_attention_heads = hidden_size, num_layers, heads
         self.ffn, self.max_position_embeddings = ffn, max_position_embeddings
@@ -71,13 +82,23 @@ class Seq2SeqModelTester:
 
     def get_config(self):
         return self.config_class(
-            vocab_size=self.vocab_size, d_model=self.hidden_size, encoder_layers=self.num_hidden_layers,
-            decoder_layers=self.num_hidden_layers, encoder_attention_heads=self.num_attention_heads,
-            decoder_attention_heads=self.num_attention_heads, encoder_ffn_dim=self.ffn, decoder_ffn_dim=self.ffn,
-            dropout=0.1, attention_dropout=0.1, max_position_embeddings=self.max_position_embeddings,
-            eos_token_id=self.eos_token_id, bos_token_id=self.bos_token_id, pad_token_id=self.pad_token_id,
-            decoder_start_token_id=self.decoder_start_token_id, **self.config_kwargs,
-        )  # fmt: skip
+            vocab_size=self.vocab_size,
+            d_model=self.hidden_size,
+            encoder_layers=self.num_hidden_layers,
+            decoder_layers=self.num_hidden_layers,
+            encoder_attention_heads=self.num_attention_heads,
+            decoder_attention_heads=self.num_attention_heads,
+            encoder_ffn_dim=self.ffn,
+            decoder_ffn_dim=self.ffn,
+            dropout=0.1,
+            attention_dropout=0.1,
+            max_position_embeddings=self.max_position_embeddings,
+            eos_token_id=self.eos_token_id,
+            bos_token_id=self.bos_token_id,
+            pad_token_id=self.pad_token_id,
+            decoder_start_token_id=self.decoder_start_token_id,
+            **self.config_kwargs,
+        )
 
     def extra_inputs(self, config, input_ids, decoder_input_ids) -> dict:
         return {}
@@ -88,8 +109,12 @@ class Seq2SeqModelTester:
         decoder_input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size).clamp(3)
         config = self.get_config()
         attention_mask = input_ids.ne(config.pad_token_id)
-        inputs = {"input_ids": input_ids, "decoder_input_ids": decoder_input_ids, "attention_mask": attention_mask,
-                  "decoder_attention_mask": decoder_input_ids.ne(config.pad_token_id)}  # fmt: skip
+        inputs = {
+            "input_ids": input_ids,
+            "decoder_input_ids": decoder_input_ids,
+            "attention_mask": attention_mask,
+            "decoder_attention_mask": decoder_input_ids.ne(config.pad_token_id),
+        }
         inputs.update(self.extra_inputs(config, input_ids, decoder_input_ids))
         return config, inputs
 
@@ -108,8 +133,12 @@ class BartModelTester(Seq2SeqModelTester):
 
 class XLPEModelTester(Seq2SeqModelTester):
     config_class = XLPEMarianConfig
-    config_kwargs = {"xl_strategy": "combination", "xl_heads": 2, "reorder_predictor_hidden_size": 8,
-                     "reorder_predictor_heads": 2}  # fmt: skip
+    config_kwargs = {
+        "xl_strategy": "combination",
+        "xl_heads": 2,
+        "reorder_predictor_hidden_size": 8,
+        "reorder_predictor_heads": 2,
+    }
 
     def extra_inputs(self, config, input_ids, decoder_input_ids):
         # an oracle-like permutation of every row (reversed order, EOS keeps its place)
@@ -123,7 +152,11 @@ class XLPEStackedPositionsModelTester(XLPEModelTester):
     """Combination with the paper's Table 1 baselines stacked on it (position_attention.py): relative position
     representations on both sides (keys and values) and DiSAN-style directional encoder heads."""
 
-    config_kwargs = {**XLPEModelTester.config_kwargs, "relative_attention_max_distance": 3, "directional_attention": True}
+    config_kwargs = {
+        **XLPEModelTester.config_kwargs,
+        "relative_attention_max_distance": 3,
+        "directional_attention": True,
+    }
 
 
 class DPEModelTester(Seq2SeqModelTester):
@@ -139,8 +172,14 @@ class DPEModelTester(Seq2SeqModelTester):
 
 class MvPEPosModelTester(Seq2SeqModelTester):
     config_class = MvPEPosConfig
-    config_kwargs = {"pos_tag_sides": "both", "pos_tags": ["NOUN", "VERB", "DET"], "pos_dim": 4,
-                     "decoder_tagger_window": 3, "decoder_tagger_hidden_size": 8, "pe_step": 1.0}  # fmt: skip
+    config_kwargs = {
+        "pos_tag_sides": "both",
+        "pos_tags": ["NOUN", "VERB", "DET"],
+        "pos_dim": 4,
+        "decoder_tagger_window": 3,
+        "decoder_tagger_hidden_size": 8,
+        "pe_step": 1.0,
+    }
 
     def get_config(self):
         config = super().get_config()
@@ -149,8 +188,10 @@ class MvPEPosModelTester(Seq2SeqModelTester):
 
     def extra_inputs(self, config, input_ids, decoder_input_ids):
         tags = config.num_tag_ids("encoder")
-        return {"pos_tag_ids": ids_tensor(list(input_ids.shape), tags - 3) + 3,
-                "decoder_pos_tag_ids": ids_tensor(list(decoder_input_ids.shape), tags - 3) + 3}  # fmt: skip
+        return {
+            "pos_tag_ids": ids_tensor(list(input_ids.shape), tags - 3) + 3,
+            "decoder_pos_tag_ids": ids_tensor(list(decoder_input_ids.shape), tags - 3) + 3,
+        }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -185,6 +226,7 @@ class GenerationChecks:
 # The test classes
 # ---------------------------------------------------------------------------------------------------------
 
+
 class CommonFamilyTests(ModelTesterMixin, GenerationTesterMixin, GenerationChecks):
     is_encoder_decoder = True
     test_missing_keys = False  # as upstream's Marian and BART tests
@@ -212,9 +254,13 @@ class CommonFamilyTests(ModelTesterMixin, GenerationTesterMixin, GenerationCheck
             standard = Seq2SeqLMOutput if issubclass(output_class, Seq2SeqLMOutput) else Seq2SeqModelOutput
             if output_class is not standard:
                 names = set(standard.__dataclass_fields__)
-                patches.append(unittest.mock.patch.object(
-                    output_class, "__len__", lambda output, names=names: sum(1 for key in output.keys() if key in names)
-                ))  # fmt: skip
+                patches.append(
+                    unittest.mock.patch.object(
+                        output_class,
+                        "__len__",
+                        lambda output, names=names: sum(1 for key in output.keys() if key in names),
+                    )
+                )
         with contextlib.ExitStack() as stack:
             for patch in patches:
                 stack.enter_context(patch)
@@ -270,4 +316,3 @@ class StockMarianCommonTest(CommonFamilyTests, unittest.TestCase):
 class StockBartCommonTest(CommonFamilyTests, unittest.TestCase):
     all_model_classes = (BartModel, BartForConditionalGeneration)
     model_tester_class = BartModelTester
-

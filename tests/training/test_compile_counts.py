@@ -38,18 +38,51 @@ from xlpe.training.sampling import TokenBatchSampler, batch_sizes
 from xlpe.training.trainer import XLPESeq2SeqTrainer
 
 VOCAB = 64
-DIMS = dict(vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128, dropout=0.0)  # fmt: skip
+DIMS = dict(
+    vocab_size=VOCAB,
+    d_model=32,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=128,
+    dropout=0.0,
+)
 MARIAN = dict(DIMS, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=None)
-BART = dict(DIMS, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_bos_token_id=None,
-            forced_eos_token_id=None)  # fmt: skip
+BART = dict(
+    DIMS,
+    pad_token_id=1,
+    bos_token_id=0,
+    eos_token_id=2,
+    decoder_start_token_id=2,
+    forced_bos_token_id=None,
+    forced_eos_token_id=None,
+)
 # (sentences, source length, target length) of each step: S == T first, then only the lengths change, then only
 # the batch size, then S != T, then a mix. A one-sentence batch is left out: torch specialises size 1 (one more
 # graph for stock and families alike) and the token sampler does not make one (test below).
-SHAPES = [(4, 10, 10), (4, 13, 13), (6, 13, 13), (6, 13, 9), (5, 17, 12), (3, 9, 15), (7, 11, 11), (2, 24, 20),
-          (8, 6, 7), (4, 19, 16), (3, 12, 14), (5, 8, 8)]  # fmt: skip
+SHAPES = [
+    (4, 10, 10),
+    (4, 13, 13),
+    (6, 13, 13),
+    (6, 13, 9),
+    (5, 17, 12),
+    (3, 9, 15),
+    (7, 11, 11),
+    (2, 24, 20),
+    (8, 6, 7),
+    (4, 19, 16),
+    (3, 12, 14),
+    (5, 8, 8),
+]
 BACKEND = "eager"  # dynamo alone (module docstring)
-FAMILY_INPUTS = {"xlpe": ("reorder_positions",), "dpe": ("target_positions",), "mvpe_pos": ("pos_tag_ids", "decoder_pos_tag_ids")}
+FAMILY_INPUTS = {
+    "xlpe": ("reorder_positions",),
+    "dpe": ("target_positions",),
+    "mvpe_pos": ("pos_tag_ids", "decoder_pos_tag_ids"),
+}
 MAX_GRAPHS = 1  # every dimension that changes is dynamic from the first trace: one graph serves every shape
 # (without the marking, 3 graphs here for stock Marian and XL PE alike: static, then a retrace per changed dimension)
 
@@ -73,7 +106,9 @@ def tokenizer(bart: bool) -> PreTrainedTokenizerFast:
 
     pad, eos = (1, 2) if bart else (0, 1)
     word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t3"))
-    return PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token=f"t{pad}", eos_token=f"t{eos}", unk_token="t3")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=word_level, pad_token=f"t{pad}", eos_token=f"t{eos}", unk_token="t3"
+    )
 
 
 def examples(shapes, bart: bool, seed: int = 0) -> tuple[list[dict], list[list[int]]]:
@@ -89,11 +124,17 @@ def examples(shapes, bart: bool, seed: int = 0) -> tuple[list[dict], list[list[i
             t = target if k == sentences - 1 else int(rng.integers(3, target + 1))
             ranks = rng.permutation(s - 1)
             batch.append(len(rows))
-            rows.append({"input_ids": rng.integers(3, VOCAB, s - 1).tolist() + [eos], "attention_mask": [1] * s,
-                         "labels": rng.integers(3, VOCAB, t - 1).tolist() + [eos],
-                         "reorder_positions": rng.permutation(s - 1).tolist() + [s - 1],
-                         "target_positions": np.where(rng.random(s - 1) < 0.85, ranks, -100).tolist() + [-100],
-                         "pos_tag_ids": rng.integers(3, 48, s).tolist(), "decoder_pos_tag_ids": rng.integers(3, 48, t).tolist()})  # fmt: skip
+            rows.append(
+                {
+                    "input_ids": rng.integers(3, VOCAB, s - 1).tolist() + [eos],
+                    "attention_mask": [1] * s,
+                    "labels": rng.integers(3, VOCAB, t - 1).tolist() + [eos],
+                    "reorder_positions": rng.permutation(s - 1).tolist() + [s - 1],
+                    "target_positions": np.where(rng.random(s - 1) < 0.85, ranks, -100).tolist() + [-100],
+                    "pos_tag_ids": rng.integers(3, 48, s).tolist(),
+                    "decoder_pos_tag_ids": rng.integers(3, 48, t).tolist(),
+                }
+            )
         batches.append(batch)
     return rows, batches
 
@@ -106,9 +147,18 @@ def compiled_training_graphs(name: str, tmp_path, shapes=SHAPES) -> tuple[int, l
     names = set(inspect.signature(model.forward).parameters)
     rows = [{k: v for k, v in row.items() if k in names} for row in rows]
     assert all(key in rows[0] for key in ("input_ids", "attention_mask", "labels", *FAMILY_INPUTS.get(name, ())))
-    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path / name), report_to="none", use_cpu=True, max_steps=len(shapes),
-                                    torch_compile=True, torch_compile_backend=BACKEND, save_strategy="no",
-                                    logging_steps=len(shapes), learning_rate=1e-4, disable_tqdm=True)  # fmt: skip
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path / name),
+        report_to="none",
+        use_cpu=True,
+        max_steps=len(shapes),
+        torch_compile=True,
+        torch_compile_backend=BACKEND,
+        save_strategy="no",
+        logging_steps=len(shapes),
+        learning_rate=1e-4,
+        disable_tqdm=True,
+    )
     collator = XLPEDataCollator(tokenizer(bart), label_pad_token_id=-100)
     trainer = XLPESeq2SeqTrainer(model=model, args=args, train_dataset=rows, data_collator=collator)
     trainer.get_train_dataloader = lambda: torch.utils.data.DataLoader(rows, batch_sampler=batches, collate_fn=collator)
@@ -152,10 +202,17 @@ def test_stock_models_compile_once_too(stock_graphs):
 def test_inputs_are_marked_dynamic_only_when_the_trainer_compiles(tmp_path):
     model, bart = build("Marian")
     rows, _ = examples([(3, 7, 5)], bart)
-    batch = XLPEDataCollator(tokenizer(bart), label_pad_token_id=-100)([{k: r[k] for k in ("input_ids", "labels")} for r in rows])
+    batch = XLPEDataCollator(tokenizer(bart), label_pad_token_id=-100)(
+        [{k: r[k] for k in ("input_ids", "labels")} for r in rows]
+    )
     for compiled in (False, True):
-        args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, torch_compile=compiled,
-                                        torch_compile_backend=BACKEND if compiled else None)  # fmt: skip
+        args = Seq2SeqTrainingArguments(
+            output_dir=str(tmp_path),
+            report_to="none",
+            use_cpu=True,
+            torch_compile=compiled,
+            torch_compile_backend=BACKEND if compiled else None,
+        )
         prepared = XLPESeq2SeqTrainer(model=model, args=args)._prepare_inputs(dict(batch))
         marked = {key: getattr(value, "_dynamo_weak_dynamic_indices", set()) for key, value in prepared.items()}
         assert marked == ({key: {0, 1} for key in prepared} if compiled else {key: set() for key in prepared}), marked
@@ -173,6 +230,9 @@ def test_token_batches_have_two_sentences_unless_the_budget_forces_one():
         sizes, ordered = sampler.sizes, np.sort(lengths)
         for k in np.flatnonzero(sizes == 1).tolist():
             earlier = [int(n) for n in sizes[:k] if n != 2]
-            assert 2 * ordered[np.cumsum(sizes)[k] - 1] > sampler.max_tokens or not earlier or earlier[-1] < 3, (seed, k)
+            assert 2 * ordered[np.cumsum(sizes)[k] - 1] > sampler.max_tokens or not earlier or earlier[-1] < 3, (
+                seed,
+                k,
+            )
         assert sorted(np.concatenate(sampler.all_batches()).tolist()) == list(range(len(lengths)))
         assert all(len(b) * lengths[b].max() <= sampler.max_tokens for b in sampler.all_batches())

@@ -27,8 +27,13 @@ V100 = {"type": "cuda", "name": "Tesla V100-SXM2-16GB", "capability": (7, 0), "c
 
 def test_on_an_h100_every_fast_switch_is_on_by_default():
     decision = cuda_fast_defaults(H100, given=set())
-    assert decision["applied"] == {"bf16": True, "optim": "adamw_torch_fused", "torch_compile": True,
-                                   "max_tokens": CUDA_DEFAULT_MAX_TOKENS, "dataloader_num_workers": 2}  # fmt: skip
+    assert decision["applied"] == {
+        "bf16": True,
+        "optim": "adamw_torch_fused",
+        "torch_compile": True,
+        "max_tokens": CUDA_DEFAULT_MAX_TOKENS,
+        "dataloader_num_workers": 2,
+    }
     assert decision["kept"] == {}
     line = describe_fast_defaults(decision, H100)
     assert "NVIDIA H100" in line and "--torch_compile True" in line and "--torch_compile False" in line
@@ -61,22 +66,53 @@ def test_old_gpus_sharding_and_missing_triton_keep_the_safe_choice():
 
 def test_the_parser_applies_the_decision_and_explicit_flags_override_it(tmp_path, monkeypatch):
     monkeypatch.setattr(arguments, "describe_device", lambda training_args: dict(H100))
-    data = ["--train_source_file", "a.en", "--train_target_file", "a.de", "--source_lang", "en", "--target_lang", "de",
-            "--do_train", "--use_cpu", "--output_dir", str(tmp_path)]  # fmt: skip (use_cpu: bf16 on this CPU)
+    data = [
+        "--train_source_file",
+        "a.en",
+        "--train_target_file",
+        "a.de",
+        "--source_lang",
+        "en",
+        "--target_lang",
+        "de",
+        "--do_train",
+        "--use_cpu",
+        "--output_dir",
+        str(tmp_path),
+    ]  # use_cpu: bf16 on this CPU
     _, _, args = arguments.parse_arguments(data)
-    assert (args.bf16, args.optim, args.torch_compile, args.max_tokens) == (True, "adamw_torch_fused", True, CUDA_DEFAULT_MAX_TOKENS)
+    assert (args.bf16, args.optim, args.torch_compile, args.max_tokens) == (
+        True,
+        "adamw_torch_fused",
+        True,
+        CUDA_DEFAULT_MAX_TOKENS,
+    )
     assert args.cuda_defaults["device"]["name"] == H100["name"] and args.cuda_defaults["kept"] == {}
-    _, _, args = arguments.parse_arguments([*data, "--torch_compile", "False", "--bf16", "False", "--optim", "adamw_torch",
-                                            "--per_device_train_batch_size", "16"])  # fmt: skip
+    _, _, args = arguments.parse_arguments(
+        [
+            *data,
+            "--torch_compile",
+            "False",
+            "--bf16",
+            "False",
+            "--optim",
+            "adamw_torch",
+            "--per_device_train_batch_size",
+            "16",
+        ]
+    )
     assert (args.bf16, args.optim, args.torch_compile, args.max_tokens) == (False, "adamw_torch", False, None)
     assert set(args.cuda_defaults["kept"]) >= {"bf16", "optim", "torch_compile", "max_tokens"}
-    _, _, args = arguments.parse_arguments([*data, "--recipe", "base"])  # the recipe's token batches, fitted to the H100
+    _, _, args = arguments.parse_arguments(
+        [*data, "--recipe", "base"]
+    )  # the recipe's token batches, fitted to the H100
     assert args.max_tokens == 16384 and args.torch_compile and args.bf16  # (recipes.fit_recipe_to_device)
 
 
 def test_flops_per_token_of_transformer_base():
-    config = MarianConfig(d_model=512, encoder_layers=6, decoder_layers=6, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
-                          vocab_size=32000)  # fmt: skip
+    config = MarianConfig(
+        d_model=512, encoder_layers=6, decoder_layers=6, encoder_ffn_dim=2048, decoder_ffn_dim=2048, vocab_size=32000
+    )
     source, target = train_flops_per_token(config)
     d = 512
     assert source == 6 * (6 * (4 * d * d + 2 * d * 2048) + 6 * 2 * d * d)
@@ -94,7 +130,9 @@ def test_peak_table_names_the_h100_h200_and_a100_figures():
 
 
 def test_throughput_meter_gives_mfu_only_with_a_peak():
-    config = MarianConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=100)
+    config = MarianConfig(
+        d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=100
+    )
     args = SimpleNamespace(device=torch.device("cpu"), world_size=1)
     for peak, has_mfu in ((None, False), (1e-6, True)):
         meter = Throughput(config, peak=peak)

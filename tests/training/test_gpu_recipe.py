@@ -16,21 +16,31 @@ from xlpe.training.recipes import (
 )
 
 GiB = 2**30
-H100 = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "capability": (9, 0), "compile": True, "cpus": 16,
-        "multi_processor_count": 132, "memory": 80 * GiB}  # fmt: skip
+H100 = {
+    "type": "cuda",
+    "name": "NVIDIA H100 80GB HBM3",
+    "capability": (9, 0),
+    "compile": True,
+    "cpus": 16,
+    "multi_processor_count": 132,
+    "memory": 80 * GiB,
+}
 A100 = {**H100, "name": "NVIDIA A100-SXM4-40GB", "capability": (8, 0), "multi_processor_count": 108, "memory": 40 * GiB}
 L4 = {**H100, "name": "NVIDIA L4", "capability": (8, 9), "multi_processor_count": 58, "memory": 22 * GiB}
 MIG = {**H100, "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "multi_processor_count": 16, "memory": 10 * GiB}
 UNKNOWN = {"type": "cuda", "name": "Some GPU", "capability": (7, 5)}
 
 
-@pytest.mark.parametrize("device, d_model, max_tokens, lr", [
-    (H100, 512, 16384, 7e-4),  # d 256 would need ~38k tokens a step: widened, then 16k fill it
-    (A100, 256, 16384, 1e-3),
-    (L4, 256, 8192, 1e-3),
-    (MIG, 256, 8192, 1e-3),  # 16 of 132 SMs: an eighth of the H100's peak
-    (UNKNOWN, 256, 2048, 1e-3),  # nothing known: the recipe as it is
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "device, d_model, max_tokens, lr",
+    [
+        (H100, 512, 16384, 7e-4),  # d 256 would need ~38k tokens a step: widened, then 16k fill it
+        (A100, 256, 16384, 1e-3),
+        (L4, 256, 8192, 1e-3),
+        (MIG, 256, 8192, 1e-3),  # 16 of 132 SMs: an eighth of the H100's peak
+        (UNKNOWN, 256, 2048, 1e-3),  # nothing known: the recipe as it is
+    ],
+)
 def test_small_recipe_fits_the_device(device, d_model, max_tokens, lr):
     settings = recipe_settings("small", from_scratch=True, device=device)
     assert (settings["d_model"], settings["max_tokens"], settings["learning_rate"]) == (d_model, max_tokens, lr)
@@ -49,7 +59,9 @@ def test_base_and_big_get_a_device_batch_and_keep_their_model():
     # not from scratch (a checkpoint's architecture): the batch for the recipe's width, no widening
     finetune = recipe_settings("small", from_scratch=False, device=H100)
     assert "d_model" not in finetune and finetune["max_tokens"] == GPU_MAX_TOKENS
-    assert recipe_settings("small", from_scratch=True) == recipe_settings("small", from_scratch=True, device={"type": "cpu"})
+    assert recipe_settings("small", from_scratch=True) == recipe_settings(
+        "small", from_scratch=True, device={"type": "cpu"}
+    )
 
 
 def test_memory_caps_the_batch_and_notes_say_why():
@@ -65,18 +77,36 @@ def test_memory_caps_the_batch_and_notes_say_why():
 
 def test_the_parser_fits_the_recipe_to_the_device_and_explicit_flags_win(tmp_path, monkeypatch):
     monkeypatch.setattr(arguments, "describe_device", lambda training_args: dict(H100))
-    data = ["--train_source_file", "a.en", "--train_target_file", "a.de", "--source_lang", "en", "--target_lang", "de",
-            "--do_train", "--use_cpu", "--output_dir", str(tmp_path), "--recipe", "small"]  # fmt: skip
+    data = [
+        "--train_source_file",
+        "a.en",
+        "--train_target_file",
+        "a.de",
+        "--source_lang",
+        "en",
+        "--target_lang",
+        "de",
+        "--do_train",
+        "--use_cpu",
+        "--output_dir",
+        str(tmp_path),
+        "--recipe",
+        "small",
+    ]
     _, _, args = arguments.parse_arguments(data)
     assert args.max_tokens == 16384
     model_args, _, args = arguments.parse_arguments([*data, "--max_tokens", "3000", "--d_model", "384"])
     assert args.max_tokens == 3000 and model_args.d_model == 384
 
 
-@pytest.mark.parametrize("flags, persistent", [
-    ([], False), (["--dataloader_num_workers", "2"], True),
-    (["--dataloader_num_workers", "2", "--dataloader_persistent_workers", "False"], False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "flags, persistent",
+    [
+        ([], False),
+        (["--dataloader_num_workers", "2"], True),
+        (["--dataloader_num_workers", "2", "--dataloader_persistent_workers", "False"], False),
+    ],
+)
 def test_dataloader_workers_persist_across_epochs(tmp_path, flags, persistent):
     _, _, args = arguments.parse_arguments(["--output_dir", str(tmp_path), "--recipe", "small", *flags])
     assert args.dataloader_persistent_workers is persistent

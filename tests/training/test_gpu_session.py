@@ -17,8 +17,15 @@ SCRIPT = REPO_ROOT / "bench" / "gpu_session.sh"
 
 
 def session(*args, env=None, timeout=60):
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout,
-                          check=False, env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def commands(output: str) -> list[str]:
@@ -33,13 +40,22 @@ def test_the_dry_run_runs_the_gpu_command_lines_with_tiny_sizes(tmp_path):
     assert len(gpu_lines) == len(dry_lines) >= 8  # tests, 3 eager rows, 4 compiled rows, 2 train runs
 
     def program(line):  # the command with the sizes, devices and paths taken out: what must be the same
-        line = re.sub(r"--(device|size|compile-backend) \S+|XLPE_TEST_\w+=\S+|--repeats.*--no-memory|/tmp/\S+", "", line)
-        line = re.sub(r"--prepared_dataset \S+|--recipe base|--max_train_samples \d+|--max_steps \d+|--logging_steps \S+", "", line)
+        line = re.sub(
+            r"--(device|size|compile-backend) \S+|XLPE_TEST_\w+=\S+|--repeats.*--no-memory|/tmp/\S+", "", line
+        )
+        line = re.sub(
+            r"--prepared_dataset \S+|--recipe base|--max_train_samples \d+|--max_steps \d+|--logging_steps \S+",
+            "",
+            line,
+        )
         line = re.sub(r"--d_model.*--tokenizer_vocab_size \d+", "", line)
         return re.sub(r"timeout \d+|--time-budget \d+|--warmup-max-s \d+|\s+", " ", line).strip()
 
     assert [program(line) for line in gpu_lines] == [program(line) for line in dry_lines]
-    assert "--device cuda --dtype bfloat16 --size base" in gpu.stdout and "--device cpu --dtype bfloat16 --size tiny" in dry.stdout
+    assert (
+        "--device cuda --dtype bfloat16 --size base" in gpu.stdout
+        and "--device cpu --dtype bfloat16 --size tiny" in dry.stdout
+    )
     assert "--compile-backend inductor" in gpu.stdout and "--compile-backend aot_eager" in dry.stdout
     for line in gpu_lines:  # every command has a hard limit inside the stage's 420 s
         assert 0 < int(line.split()[2]) <= 420
@@ -51,13 +67,24 @@ def test_setup_installs_wheels_one_by_one_and_fails_loudly(tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "transformers-9.9.9-cp399-cp399-manylinux_2_17_x86_64.whl").write_bytes(b"not for this python")
-    result = session("setup", env={"OUT": str(tmp_path / "out"), "XLPE_WHEEL_DIRS": str(wheels),
-                                   "XLPE_SITE": str(tmp_path / "site"), "XLPE_TRANSFORMERS": "9.9.9"})  # fmt: skip
+    result = session(
+        "setup",
+        env={
+            "OUT": str(tmp_path / "out"),
+            "XLPE_WHEEL_DIRS": str(wheels),
+            "XLPE_SITE": str(tmp_path / "site"),
+            "XLPE_TRANSFORMERS": "9.9.9",
+        },
+    )
     assert result.returncode == 1, result.stdout
     assert "FAILED: " + str(wheels / "transformers-9.9.9") in result.stdout
     assert "not 9.9.9" in result.stdout and "FAILED: stage setup" in result.stdout
     records = [json.loads(line) for line in (tmp_path / "out" / "setup.jsonl").read_text().splitlines()]
-    assert records[0]["status"] == "failed" and records[-1] == {**records[-1], "check": "transformers", "status": "failed"}
+    assert records[0]["status"] == "failed" and records[-1] == {
+        **records[-1],
+        "check": "transformers",
+        "status": "failed",
+    }
 
 
 @pytest.mark.skipif(os.environ.get("RUN_SLOW") != "1", reason="slow (~3 min on 2 quiet cores): set RUN_SLOW=1")

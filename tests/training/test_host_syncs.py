@@ -31,7 +31,9 @@ def batch_of(name: str, device="cpu") -> tuple[torch.nn.Module, dict]:
     model, bart = build(name)
     rows, batches = examples([(4, 11, 9)], bart)
     keep = {"input_ids", "attention_mask", "labels", *FAMILY_INPUTS[name]}
-    batch = XLPEDataCollator(tokenizer(bart), label_pad_token_id=-100)([{k: v for k, v in r.items() if k in keep} for r in rows])
+    batch = XLPEDataCollator(tokenizer(bart), label_pad_token_id=-100)(
+        [{k: v for k, v in r.items() if k in keep} for r in rows]
+    )
     return model.to(device), {key: value.to(device) for key, value in batch.items()}
 
 
@@ -44,12 +46,22 @@ def decode_step_inputs(name: str, model, batch) -> dict:
     source = {key: batch[key] for key in ("input_ids", "attention_mask", *GENERATION_INPUTS[name])}
     with torch.no_grad():
         encoder_outputs = model.get_encoder()(**source)
-        start = torch.full((batch["input_ids"].shape[0], 1), model.config.decoder_start_token_id, device=batch["input_ids"].device)
-        first = model(**model.prepare_inputs_for_generation(start, encoder_outputs=encoder_outputs, use_cache=True,
-                                                              attention_mask=batch["attention_mask"]))  # fmt: skip
+        start = torch.full(
+            (batch["input_ids"].shape[0], 1), model.config.decoder_start_token_id, device=batch["input_ids"].device
+        )
+        first = model(
+            **model.prepare_inputs_for_generation(
+                start, encoder_outputs=encoder_outputs, use_cache=True, attention_mask=batch["attention_mask"]
+            )
+        )
         ids = torch.cat([start, first.logits[:, -1:].argmax(-1)], dim=1)
-        return model.prepare_inputs_for_generation(ids, encoder_outputs=encoder_outputs, use_cache=True,
-                                                   attention_mask=batch["attention_mask"], **cache_kwargs(output_cache(first)))  # fmt: skip
+        return model.prepare_inputs_for_generation(
+            ids,
+            encoder_outputs=encoder_outputs,
+            use_cache=True,
+            attention_mask=batch["attention_mask"],
+            **cache_kwargs(output_cache(first)),
+        )
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -111,13 +123,17 @@ def test_padding_counters_make_no_tensor_from_a_host_number(monkeypatch, tmp_pat
     from xlpe.training.trainer import XLPESeq2SeqTrainer
 
     model, batch = batch_of("dpe")
-    trainer = XLPESeq2SeqTrainer(model=model, args=Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True))
+    trainer = XLPESeq2SeqTrainer(
+        model=model, args=Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    )
     made = []
     for name in ("tensor", "as_tensor"):
         original = getattr(torch, name)
         monkeypatch.setattr(torch, name, lambda *a, _original=original, **k: made.append(a) or _original(*a, **k))
     original_new_tensor = torch.Tensor.new_tensor
-    monkeypatch.setattr(torch.Tensor, "new_tensor", lambda self, *a, **k: made.append(a) or original_new_tensor(self, *a, **k))
+    monkeypatch.setattr(
+        torch.Tensor, "new_tensor", lambda self, *a, **k: made.append(a) or original_new_tensor(self, *a, **k)
+    )
     trainer._count_padding(batch)
     trainer._count_padding(batch)
     monkeypatch.undo()

@@ -59,12 +59,52 @@ def environment() -> dict:
 
 STEPS, PER_DEVICE = 3, 4
 TINY_RUN = [
-    "--model_type", "xlpe", "--d_model", "16", "--ffn_dim", "32", "--attention_heads", "2", "--encoder_layers", "1",
-    "--decoder_layers", "1", "--max_train_samples", "48", "--tokenizer_vocab_size", "300", "--dropout", "0",
-    "--warmup_steps", "0", "--max_steps", str(STEPS), "--logging_steps", "1", "--per_device_train_batch_size", str(PER_DEVICE),
-    "--save_strategy", "no", "--eval_strategy", "no", "--do_train", "True", "--do_eval", "False", "--do_predict", "False",
-    "--report_to", "none", "--seed", "7", "--use_cpu", "--log_level", "info", "--log_level_replica", "info",
-]  # fmt: skip
+    "--model_type",
+    "xlpe",
+    "--d_model",
+    "16",
+    "--ffn_dim",
+    "32",
+    "--attention_heads",
+    "2",
+    "--encoder_layers",
+    "1",
+    "--decoder_layers",
+    "1",
+    "--max_train_samples",
+    "48",
+    "--tokenizer_vocab_size",
+    "300",
+    "--dropout",
+    "0",
+    "--warmup_steps",
+    "0",
+    "--max_steps",
+    str(STEPS),
+    "--logging_steps",
+    "1",
+    "--per_device_train_batch_size",
+    str(PER_DEVICE),
+    "--save_strategy",
+    "no",
+    "--eval_strategy",
+    "no",
+    "--do_train",
+    "True",
+    "--do_eval",
+    "False",
+    "--do_predict",
+    "False",
+    "--report_to",
+    "none",
+    "--seed",
+    "7",
+    "--use_cpu",
+    "--log_level",
+    "info",
+    "--log_level_replica",
+    "info",
+]
 
 
 def test_multi_node_ddp_config_is_read_by_accelerate():
@@ -83,11 +123,32 @@ def test_two_machines_rendezvous_on_loopback_and_train(tmp_path):
     launchers = []
     with contextlib.ExitStack() as stack:
         for rank in (0, 1):
-            command = [*LAUNCH, "--config_file", str(DDP_CONFIG), "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
-                       "--main_process_port", str(port), "--num_machines", "2", "--num_processes", "2",
-                       "-m", "xlpe.cli.train", "--output_dir", str(output), "--cache_dir", str(tmp_path / "cache"), *TINY_RUN]  # fmt: skip
+            command = [
+                *LAUNCH,
+                "--config_file",
+                str(DDP_CONFIG),
+                "--machine_rank",
+                str(rank),
+                "--main_process_ip",
+                "127.0.0.1",
+                "--main_process_port",
+                str(port),
+                "--num_machines",
+                "2",
+                "--num_processes",
+                "2",
+                "-m",
+                "xlpe.cli.train",
+                "--output_dir",
+                str(output),
+                "--cache_dir",
+                str(tmp_path / "cache"),
+                *TINY_RUN,
+            ]
             log = stack.enter_context(open(tmp_path / f"machine{rank}.log", "w"))
-            launchers.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=environment()))
+            launchers.append(
+                subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=environment())
+            )
         try:
             codes = [launcher.wait(timeout=TIMEOUT) for launcher in launchers]
         finally:
@@ -99,14 +160,18 @@ def test_two_machines_rendezvous_on_loopback_and_train(tmp_path):
 
     # both machines' processes were in one job of world size 2
     for text in texts:
-        assert f"Total train batch size (w. parallel, distributed & accumulation) = {2 * PER_DEVICE}" in text, text[-3000:]
+        assert f"Total train batch size (w. parallel, distributed & accumulation) = {2 * PER_DEVICE}" in text, text[
+            -3000:
+        ]
     # machine 0 holds the main process (trains the tokenizer); machine 1's process loaded it
     assert "training a joint bpe tokenizer" in texts[0] and "training a joint bpe tokenizer" not in texts[1]
     examples = int(re.search(r"Num examples = ([\d,]+)", texts[0]).group(1).replace(",", ""))
     state = json.loads((output / "trainer_state.json").read_text())
     assert state["global_step"] == STEPS
     last = [entry for entry in state["log_history"] if "loss" in entry][-1]
-    assert last["epoch"] == pytest.approx(STEPS / math.ceil(examples / (2 * PER_DEVICE)))  # 2 processes' share of the epoch
+    assert last["epoch"] == pytest.approx(
+        STEPS / math.ceil(examples / (2 * PER_DEVICE))
+    )  # 2 processes' share of the epoch
 
     from xlpe import XLPEMarianMTModel
 
@@ -119,9 +184,11 @@ def test_two_machines_rendezvous_on_loopback_and_train(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 
 FAMILY_LAYERS = {  # --model_type -> the classes fsdp_transformer_layer_cls_to_wrap must name
-    "xlpe": "MarianEncoderLayer,MarianDecoderLayer", "dpe": "MarianEncoderLayer,MarianDecoderLayer",
-    "vanilla": "MarianEncoderLayer,MarianDecoderLayer", "mvpe_pos": "BartEncoderLayer,BartDecoderLayer",
-}  # fmt: skip
+    "xlpe": "MarianEncoderLayer,MarianDecoderLayer",
+    "dpe": "MarianEncoderLayer,MarianDecoderLayer",
+    "vanilla": "MarianEncoderLayer,MarianDecoderLayer",
+    "mvpe_pos": "BartEncoderLayer,BartDecoderLayer",
+}
 
 
 def tiny_family_model(family: str):
@@ -129,9 +196,20 @@ def tiny_family_model(family: str):
 
     from xlpe.models import get_family
 
-    sizes = {"vocab_size": 64, "d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
-             "decoder_attention_heads": 2, "encoder_ffn_dim": 32, "decoder_ffn_dim": 32, "max_position_embeddings": 32,
-             "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0}  # fmt: skip
+    sizes = {
+        "vocab_size": 64,
+        "d_model": 16,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 32,
+        "decoder_ffn_dim": 32,
+        "max_position_embeddings": 32,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "decoder_start_token_id": 0,
+    }
     if family == "vanilla":
         return MarianMTModel(MarianConfig(**sizes))
     found = get_family(family)
@@ -159,19 +237,28 @@ def test_fsdp_config_is_valid_and_names_layer_classes_of_our_models():
     assert fsdp["fsdp_state_dict_type"] == "FULL_STATE_DICT"  # save_pretrained writes model.safetensors
     assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == FAMILY_LAYERS["xlpe"]
 
-    classes = {cls.__name__: cls for cls in (MarianEncoderLayer, MarianDecoderLayer, BartEncoderLayer, BartDecoderLayer)}
+    classes = {
+        cls.__name__: cls for cls in (MarianEncoderLayer, MarianDecoderLayer, BartEncoderLayer, BartDecoderLayer)
+    }
     for family, names in FAMILY_LAYERS.items():
         model = tiny_family_model(family)
         for name in names.split(","):  # the classes exist and the model is built of them
             assert any(isinstance(module, classes[name]) for module in model.modules()), (family, name)
         # accelerate's own lookup (raises "Could not find the transformer layer class ..." for a missing name)
-        plugin = FullyShardedDataParallelPlugin(fsdp_version=1, auto_wrap_policy=fsdp["fsdp_auto_wrap_policy"],
-                                                transformer_cls_names_to_wrap=names.split(","), sync_module_states=False)  # fmt: skip
+        plugin = FullyShardedDataParallelPlugin(
+            fsdp_version=1,
+            auto_wrap_policy=fsdp["fsdp_auto_wrap_policy"],
+            transformer_cls_names_to_wrap=names.split(","),
+            sync_module_states=False,
+        )
         plugin.set_auto_wrap_policy(model)
         if family == "mvpe_pos":  # the config's own names are Marian's: mvpe_pos must override them (documented)
-            plugin = FullyShardedDataParallelPlugin(fsdp_version=1, auto_wrap_policy=fsdp["fsdp_auto_wrap_policy"],
-                                                    transformer_cls_names_to_wrap=fsdp["fsdp_transformer_layer_cls_to_wrap"].split(","),
-                                                    sync_module_states=False)  # fmt: skip
+            plugin = FullyShardedDataParallelPlugin(
+                fsdp_version=1,
+                auto_wrap_policy=fsdp["fsdp_auto_wrap_policy"],
+                transformer_cls_names_to_wrap=fsdp["fsdp_transformer_layer_cls_to_wrap"].split(","),
+                sync_module_states=False,
+            )
             with pytest.raises(ValueError, match="Could not find the transformer layer class"):
                 plugin.set_auto_wrap_policy(model)
 
@@ -290,11 +377,28 @@ def test_fsdp_config_shards_trains_averages_generates_and_saves_on_two_cpu_proce
     worker = tmp_path / "fsdp_worker.py"
     worker.write_text(FSDP_WORKER)
     out = tmp_path / "out"
-    command = [*LAUNCH, "--config_file", str(FSDP_CONFIG), "--num_machines", "1", "--num_processes", "2",
-               "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
-               "--fsdp_sync_module_states", "false", str(worker), str(out)]  # fmt: skip
-    run = subprocess.run(command, check=False, capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path,
-                         env=environment())
+    command = [
+        *LAUNCH,
+        "--config_file",
+        str(FSDP_CONFIG),
+        "--num_machines",
+        "1",
+        "--num_processes",
+        "2",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        str(free_port()),
+        "--mixed_precision",
+        "no",
+        "--fsdp_sync_module_states",
+        "false",
+        str(worker),
+        str(out),
+    ]
+    run = subprocess.run(
+        command, check=False, capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path, env=environment()
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     reports = [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
@@ -321,8 +425,15 @@ def test_fsdp_config_shards_trains_averages_generates_and_saves_on_two_cpu_proce
     for report in reports:
         ids = torch.tensor(report["input_ids"])
         with torch.no_grad():
-            expected = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, num_beams=1,
-                                      do_sample=False, return_dict_in_generate=True, output_scores=True)  # fmt: skip
+            expected = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=6,
+                num_beams=1,
+                do_sample=False,
+                return_dict_in_generate=True,
+                output_scores=True,
+            )
         assert report["generated"] == expected.sequences.tolist()
         assert torch.allclose(torch.tensor(report["scores"]), torch.stack(expected.scores), atol=1e-4)
 
@@ -340,14 +451,25 @@ def test_checkpoint_averaging_leaves_an_fsdp_checkpoints_training_state_behind(t
         folder = tmp_path / "run" / f"checkpoint-{step}"
         folder.mkdir(parents=True)
         save_file({"w": torch.full((2,), value)}, str(folder / "model.safetensors"))
-        for name in ("config.json", "tokenizer.json", "pytorch_model_fsdp.bin", "optimizer.bin", "scheduler.pt",
-                     "trainer_state.json", "rng_state_0.pth"):  # fmt: skip
+        for name in (
+            "config.json",
+            "tokenizer.json",
+            "pytorch_model_fsdp.bin",
+            "optimizer.bin",
+            "scheduler.pt",
+            "trainer_state.json",
+            "rng_state_0.pth",
+        ):
             (folder / name).write_text("{}")
         checkpoints.append(folder)
     averaged = save_averaged_model(checkpoints, tmp_path / "final")
     assert averaged["w"].tolist() == [2.0, 2.0]
     assert sorted(path.name for path in (tmp_path / "final").iterdir()) == [
-        "averaged_checkpoints.json", "config.json", "model.safetensors", "tokenizer.json"]
+        "averaged_checkpoints.json",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -379,10 +501,26 @@ def run_sbatch(tmp_path, arguments, **extra_env):
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
-    env.update({"PATH": f"{stubs}{os.pathsep}{env['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "4242", "SLURM_NNODES": "2",
-                "SLURM_JOB_NODELIST": "gpu-node-[017-018]", "SLURM_GPUS_ON_NODE": "4", **extra_env})  # fmt: skip
-    run = subprocess.run(["bash", str(SBATCH), *arguments], check=False, capture_output=True, text=True, timeout=60,
-                         cwd=REPO_ROOT, env=env)
+    env.update(
+        {
+            "PATH": f"{stubs}{os.pathsep}{env['PATH']}",
+            "STUB_LOG": str(log),
+            "SLURM_JOB_ID": "4242",
+            "SLURM_NNODES": "2",
+            "SLURM_JOB_NODELIST": "gpu-node-[017-018]",
+            "SLURM_GPUS_ON_NODE": "4",
+            **extra_env,
+        }
+    )
+    run = subprocess.run(
+        ["bash", str(SBATCH), *arguments],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env=env,
+    )
     return run, log
 
 
@@ -398,16 +536,37 @@ def test_slurm_script_starts_one_accelerate_launch_per_node(tmp_path):
     assert srun[:2] == ["--ntasks-per-node=1", "--kill-on-bad-exit=1"] and srun[2] == "bash"
     for node in (0, 1):
         assert recorded(log / f"accelerate.{node}") == [
-            "launch", "--config_file", "examples/accelerate/fsdp_big.yaml", "--num_machines", "2", "--num_processes", "8",
-            "--machine_rank", str(node), "--main_process_ip", "gpu-node-017", "--main_process_port", "29500",
-            "-m", "xlpe.cli.train", "--recipe", "big", *arguments,
-        ]  # fmt: skip
+            "launch",
+            "--config_file",
+            "examples/accelerate/fsdp_big.yaml",
+            "--num_machines",
+            "2",
+            "--num_processes",
+            "8",
+            "--machine_rank",
+            str(node),
+            "--main_process_ip",
+            "gpu-node-017",
+            "--main_process_port",
+            "29500",
+            "-m",
+            "xlpe.cli.train",
+            "--recipe",
+            "big",
+            *arguments,
+        ]
     assert (REPO_ROOT / "examples" / "accelerate" / "fsdp_big.yaml").is_file()
 
 
 def test_slurm_script_settings_from_the_environment(tmp_path):
-    run, log = run_sbatch(tmp_path, ["--output_dir", "runs/x"], CONFIG_FILE="examples/accelerate/multi_node_ddp.yaml",
-                          GPUS_PER_NODE="2", MAIN_PROCESS_IP="10.1.2.3", MAIN_PROCESS_PORT="29555")  # fmt: skip
+    run, log = run_sbatch(
+        tmp_path,
+        ["--output_dir", "runs/x"],
+        CONFIG_FILE="examples/accelerate/multi_node_ddp.yaml",
+        GPUS_PER_NODE="2",
+        MAIN_PROCESS_IP="10.1.2.3",
+        MAIN_PROCESS_PORT="29555",
+    )
     assert run.returncode == 0, run.stderr
     command = recorded(log / "accelerate.1")
     assert command[command.index("--config_file") + 1] == "examples/accelerate/multi_node_ddp.yaml"

@@ -20,18 +20,32 @@ from transformers.dynamic_module_utils import get_relative_import_files
 
 import xlpe
 from xlpe import XLPEMarianConfig, XLPEMarianMTModel, XLPETranslationPipeline
+from xlpe.cli.push import main as push_main
 from xlpe.evaluation import corpus_bleu_chrf
 from xlpe.training.model_card import build_model_card, evaluation_entry, variant_settings
 from xlpe.training.push import check_upload_folder, prepare_upload_folder
-from xlpe.cli.push import main as push_main
 
-TINY = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-            encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0)
+TINY = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    dropout=0.0,
+)
 REPO_ID = "xlpe-tests/xlpe-tiny-en-de"
-NON_CODE_FILES = {"README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                  "tokenizer_config.json"}
+NON_CODE_FILES = {
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+}
 SENTENCE = "the cat sees the dog"
-
 
 
 def expected_code_files() -> set[str]:
@@ -45,8 +59,13 @@ def expected_code_files() -> set[str]:
 
 def make_model(tokenizer, **overrides):
     torch.manual_seed(0)
-    config = XLPEMarianConfig(**{**TINY, **overrides}, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                              eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+    config = XLPEMarianConfig(
+        **{**TINY, **overrides},
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
     return XLPEMarianMTModel(config).eval()
 
 
@@ -71,9 +90,15 @@ def eval_entry():
 
 
 def test_card_metadata_and_sections(model_dir, eval_entry, tmp_path):
-    card = build_model_card(model_dir, repo_id=REPO_ID, languages=["en", "de"], datasets=["bentrevett/multi30k"],
-                            base_model="Helsinki-NLP/opus-mt-en-de", eval_results=[eval_entry],
-                            training={"learning_rate": 5e-4, "num_train_epochs": 2})
+    card = build_model_card(
+        model_dir,
+        repo_id=REPO_ID,
+        languages=["en", "de"],
+        datasets=["bentrevett/multi30k"],
+        base_model="Helsinki-NLP/opus-mt-en-de",
+        eval_results=[eval_entry],
+        training={"learning_rate": 5e-4, "num_train_epochs": 2},
+    )
     card.save(tmp_path / "README.md")
     data = ModelCard.load(tmp_path / "README.md").data  # fails loudly on a malformed model-index
     assert data.language == ["en", "de"] and data.license == "apache-2.0"
@@ -89,7 +114,7 @@ def test_card_metadata_and_sections(model_dir, eval_entry, tmp_path):
     assert results["bleu"].dataset_config == "en-de"
     text = card.text
     assert f'pipeline("translation", model="{REPO_ID}", trust_remote_code=True)' in text
-    assert "HeadXL" in text and "| `xl_strategy` | `\"combination\"` |" in text
+    assert "HeadXL" in text and '| `xl_strategy` | `"combination"` |' in text
     assert "nrefs:1\\|case:mixed" in text  # the signature in the table, pipes escaped
     assert "learning_rate" in text and "Ding" in text
 
@@ -105,11 +130,16 @@ def test_card_of_in_memory_model_reads_variant_from_config(toy_tokenizer, strate
 
 
 def test_card_of_every_family(toy_tokenizer):
-    special = dict(vocab_size=len(toy_tokenizer), pad_token_id=toy_tokenizer.pad_token_id,
-                   eos_token_id=toy_tokenizer.eos_token_id, decoder_start_token_id=toy_tokenizer.pad_token_id)
+    special = dict(
+        vocab_size=len(toy_tokenizer),
+        pad_token_id=toy_tokenizer.pad_token_id,
+        eos_token_id=toy_tokenizer.eos_token_id,
+        decoder_start_token_id=toy_tokenizer.pad_token_id,
+    )
     dpe = xlpe.DPEMarianMTModel(xlpe.DPEMarianConfig(**TINY, **special))
-    mvpe = xlpe.MvPEPosForConditionalGeneration(xlpe.MvPEPosConfig(**TINY, **special, bos_token_id=None, pos_dim=8,
-                                                                   decoder_tagger_hidden_size=32))
+    mvpe = xlpe.MvPEPosForConditionalGeneration(
+        xlpe.MvPEPosConfig(**TINY, **special, bos_token_id=None, pos_dim=8, decoder_tagger_hidden_size=32)
+    )
     cases = ((dpe, "dpe", None, "DPE block"), (mvpe, "mvpe_pos", "mvpe_pos-pos-both", "part-of-speech"))
     for model, family, variant_tag, section in cases:
         card = build_model_card(model, repo_id="me/m", languages=["en", "zh"])
@@ -159,8 +189,22 @@ def uploaded(model_dir, eval_entry, tmp_path_factory):
     shutil.copytree(model_dir, folder)
     (work / "bleu.json").write_text(json.dumps(eval_entry))
     with local_hub_endpoint(work / "hub") as hub:
-        assert push_main([str(folder), REPO_ID, "--language", "en", "de", "--dataset", "bentrevett/multi30k",
-                          "--eval_results", str(work / "bleu.json")]) == 0
+        assert (
+            push_main(
+                [
+                    str(folder),
+                    REPO_ID,
+                    "--language",
+                    "en",
+                    "de",
+                    "--dataset",
+                    "bentrevett/multi30k",
+                    "--eval_results",
+                    str(work / "bleu.json"),
+                ]
+            )
+            == 0
+        )
     return hub, folder, hub.repo_dir(REPO_ID)
 
 
@@ -213,9 +257,16 @@ def test_received_folder_translates_in_a_fresh_process(uploaded, toy_tokenizer):
     _, folder, received = uploaded
     model = XLPEMarianMTModel.from_pretrained(folder).eval()
     expected = XLPETranslationPipeline(model=model, tokenizer=toy_tokenizer)(SENTENCE, num_beams=2, max_new_tokens=6)
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(FRESH_PROCESS_SCRIPT), str(received), SENTENCE],
-                         check=False, capture_output=True, text=True, timeout=300, cwd=received,
-                         stdin=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(FRESH_PROCESS_SCRIPT), str(received), SENTENCE],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=received,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["class"] == "XLPETranslationPipeline"
@@ -234,18 +285,37 @@ def test_training_card_has_scores_signatures_data_and_a_correct_loading_example(
     from xlpe.training.model_card import write_training_card
 
     model = make_model(toy_tokenizer)
-    model.config.reorderer_config = {"decoder": "btg", "d_model": 64, "training_loss": "btg_crf",
-                                     "evaluation": {"kendall_tau": 0.71}}  # fmt: skip
+    model.config.reorderer_config = {
+        "decoder": "btg",
+        "d_model": 64,
+        "training_loss": "btg_crf",
+        "evaluation": {"kendall_tau": 0.71},
+    }
     model.save_pretrained(tmp_path)
     test_scores = corpus_bleu_chrf(["die katze sieht den hund"], ["die katze sieht den hund"], "de")
     (tmp_path / "test_scores.json").write_text(json.dumps(test_scores))
-    (tmp_path / "preparation_report.json").write_text(json.dumps({
-        "train": {"pairs_read": 1200, "pairs_kept": 1190, "pairs_skipped": {"too_long": 10}},
-        "validation": {"pairs_read": 50, "pairs_kept": 50, "pairs_skipped": {}}}))
+    (tmp_path / "preparation_report.json").write_text(
+        json.dumps(
+            {
+                "train": {"pairs_read": 1200, "pairs_kept": 1190, "pairs_skipped": {"too_long": 10}},
+                "validation": {"pairs_read": 50, "pairs_kept": 50, "pairs_skipped": {}},
+            }
+        )
+    )
     model_args = SimpleNamespace(model_name_or_path=None)
-    data_args = SimpleNamespace(dataset_name="builtin:synthetic", train_file=None, train_source_file=None, prepared_dataset=None,
-                                source_lang="en", target_lang="de", bleu_tokenize="13a", max_source_length=64,
-                                max_target_length=64, num_beams=4, uses_builtin_corpus=lambda: True)  # fmt: skip
+    data_args = SimpleNamespace(
+        dataset_name="builtin:synthetic",
+        train_file=None,
+        train_source_file=None,
+        prepared_dataset=None,
+        source_lang="en",
+        target_lang="de",
+        bleu_tokenize="13a",
+        max_source_length=64,
+        max_target_length=64,
+        num_beams=4,
+        uses_builtin_corpus=lambda: True,
+    )
     training_args = SimpleNamespace(learning_rate=2e-3, max_steps=800, seed=1, recipe=None)
     write_training_card(tmp_path, model_args, data_args, training_args, {"eval_bleu": 31.25, "eval_chrf": 55.5})
     card = ModelCard.load(tmp_path / "README.md")
@@ -258,9 +328,13 @@ def test_training_card_has_scores_signatures_data_and_a_correct_loading_example(
     assert "No evaluation results" not in text
     assert "| builtin:synthetic | validation |  | BLEU | 31.25 |" in text
     assert "tok:13a" in text and "| train | 1,200 | 1,190 | 10 |" in text
-    assert "Recipe: `builtin" in text and "| learning_rate | `0.002` |" in text and "| max_source_length | `64` |" in text
+    assert (
+        "Recipe: `builtin" in text and "| learning_rate | `0.002` |" in text and "| max_source_length | `64` |" in text
+    )
     assert "`evaluation.kendall_tau` = 0.71" in text and '| `training_loss` | `"btg_crf"` |' in text
-    assert 'AutoTokenizer.from_pretrained("builtin:synthetic", trust_remote_code=True)' not in text  # repo id = dir name
+    assert (
+        'AutoTokenizer.from_pretrained("builtin:synthetic", trust_remote_code=True)' not in text
+    )  # repo id = dir name
     assert f'AutoTokenizer.from_pretrained("{tmp_path.name}", trust_remote_code=True)' in text
     assert f'pipeline("translation", model="{tmp_path.name}", trust_remote_code=True)' in text
 

@@ -29,13 +29,22 @@ def test_periodic_evaluations_are_counted_in_the_steps_left():
 
 
 def test_estimate_splits_the_run_and_names_what_dominates():
-    shape = RunShape(steps=1200, evaluations=6, eval_sentences=200, eval_beams=1, final_sentences=1014,
-                     test_sentences=1000, final_beams=4)  # fmt: skip
+    shape = RunShape(
+        steps=1200,
+        evaluations=6,
+        eval_sentences=200,
+        eval_beams=1,
+        final_sentences=1014,
+        test_sentences=1000,
+        final_beams=4,
+    )
     early = estimate_run(shape, 1.5, None)
     assert early["total"] == 1800 and early["dominant"] == "training" and "periodic evaluations" not in early
     full = estimate_run(shape, 1.5, 20.0)
     assert full["periodic evaluations"] == 120
-    assert full["final evaluation + test"] == pytest.approx(20.0 / 200 * beam_factor(4) * 2014) and beam_factor(4) == pytest.approx(1.3)
+    assert full["final evaluation + test"] == pytest.approx(20.0 / 200 * beam_factor(4) * 2014) and beam_factor(
+        4
+    ) == pytest.approx(1.3)
     assert full["total"] == pytest.approx(1800 + 120 + full["final evaluation + test"])
     assert sum(full["shares"].values()) == pytest.approx(1.0)
     line = estimate_line(full, "after the first evaluation")
@@ -48,17 +57,22 @@ def test_plan_line_states_steps_evaluations_and_what_follows():
     assert plan_line(shape, "token batches of 2,048 tokens", 1014) == (
         "plan: 1,200 training steps (token batches of 2,048 tokens), 6 periodic evaluations on 200 of 1,014 "
         "validation sentences (greedy); then the final evaluation on 1,014 validation sentences and the test split's "
-        "2,000 sentences (4 beams); time estimate after the first steps")
+        "2,000 sentences (4 beams); time estimate after the first steps"
+    )
 
 
 def test_an_xl_test_split_decoded_twice_is_said_and_estimated_as_such():
     """An XL PE model whose test split has oracle positions decodes it twice (predicted, then oracle): the plan says
     the split's size and that it is decoded twice, and the estimate counts both passes."""
     shape = RunShape(800, 0, 0, 1, 200, 300, 4, test_passes=2)
-    assert "the test split's 300 sentences (twice: predicted, then oracle positions) (4 beams)" in plan_line(shape, "64 pairs a batch", 200)
+    assert "the test split's 300 sentences (twice: predicted, then oracle positions) (4 beams)" in plan_line(
+        shape, "64 pairs a batch", 200
+    )
     once = estimate_run(RunShape(800, 4, 100, 1, 200, 300, 4), 0.1, 10.0)
     twice = estimate_run(RunShape(800, 4, 100, 1, 200, 300, 4, test_passes=2), 0.1, 10.0)
-    assert twice["final evaluation + test"] == pytest.approx(once["final evaluation + test"] * (200 + 2 * 300) / (200 + 300))
+    assert twice["final evaluation + test"] == pytest.approx(
+        once["final evaluation + test"] * (200 + 2 * 300) / (200 + 300)
+    )
 
 
 def test_the_small_recipe_bounds_its_periodic_evaluation():
@@ -67,13 +81,36 @@ def test_the_small_recipe_bounds_its_periodic_evaluation():
 
 
 def test_a_run_prints_its_plan_and_estimates_and_the_final_evaluation_scores_the_whole_split(tmp_path, capsys):
-    metrics = main(tiny(tmp_path, *text_files(tmp_path, 40), "--do_train", "--do_eval", "--max_steps", "6",
-                        "--eval_strategy", "steps", "--eval_steps", "3", "--eval_subset", "3", "--max_eval_samples", "8"))  # fmt: skip
+    metrics = main(
+        tiny(
+            tmp_path,
+            *text_files(tmp_path, 40),
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            "6",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "3",
+            "--eval_subset",
+            "3",
+            "--max_eval_samples",
+            "8",
+        )
+    )
     out = capsys.readouterr().out
-    assert "xlpe-train: plan: up to 6 training steps (8 pairs a batch; early stopping may end the run sooner), 2 " \
-           "periodic evaluations on 3 of 8 validation sentences (greedy); then the final evaluation on 8 validation " \
-           "sentences (2 beams)" in out  # (the small recipe, chosen for a model from scratch, stops early)
-    assert re.search(r"xlpe-train: estimate at step 3, after evaluation 1 of 2 \(\d+ s; [\d.]+ s a step so far\): .* in all on this machine: "
-                     r"training .*, periodic evaluations .*, final evaluation \+ test .*; \w.* dominates", out)
-    assert re.search(r"xlpe-train: training took .*, 2 periodic evaluations .* of it \(\d+%\); estimated .* for that part", out)
+    assert (
+        "xlpe-train: plan: up to 6 training steps (8 pairs a batch; early stopping may end the run sooner), 2 "
+        "periodic evaluations on 3 of 8 validation sentences (greedy); then the final evaluation on 8 validation "
+        "sentences (2 beams)" in out
+    )  # (the small recipe, chosen for a model from scratch, stops early)
+    assert re.search(
+        r"xlpe-train: estimate at step 3, after evaluation 1 of 2 \(\d+ s; [\d.]+ s a step so far\): .* in all on this machine: "
+        r"training .*, periodic evaluations .*, final evaluation \+ test .*; \w.* dominates",
+        out,
+    )
+    assert re.search(
+        r"xlpe-train: training took .*, 2 periodic evaluations .* of it \(\d+%\); estimated .* for that part", out
+    )
     assert metrics["eval_samples"] == 8  # the final evaluation: the whole (limited) split, not the subset

@@ -11,9 +11,9 @@ import os
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from test_token_batching import without_batch_size
 from test_train import log_history, tiny
+
 from xlpe.features.synthetic import generate_pairs
 from xlpe.training.arguments import UsageError, parse_arguments
 from xlpe.training.recipes import BIG_DATA_PAIRS, RECIPE_NAMES, SMALL_DATA_PAIRS, choose_recipe, recipe_settings
@@ -22,7 +22,12 @@ from xlpe.training.run import main
 
 def test_small_recipe_sets_the_papers_recipe_at_cpu_size(tmp_path):
     model_args, data_args, args = parse_arguments(["--output_dir", str(tmp_path), "--recipe", "small"])
-    assert (model_args.d_model, model_args.encoder_layers, model_args.decoder_layers, model_args.ffn_dim) == (256, 3, 3, 1024)
+    assert (model_args.d_model, model_args.encoder_layers, model_args.decoder_layers, model_args.ffn_dim) == (
+        256,
+        3,
+        3,
+        1024,
+    )
     assert args.lr_scheduler_type == "inverse_sqrt" and args.warmup_steps > 0 and args.label_smoothing_factor == 0.1
     assert args.adam_beta2 == 0.98 and args.max_tokens and args.eval_strategy == "steps" and args.recipe == "small"
     assert args.metric_for_best_model == "bleu" and args.greater_is_better and args.early_stopping_patience
@@ -31,8 +36,20 @@ def test_small_recipe_sets_the_papers_recipe_at_cpu_size(tmp_path):
 
 
 def test_explicit_flags_override_the_recipe_also_from_json(tmp_path):
-    model_args, _, args = parse_arguments(["--output_dir", str(tmp_path), "--recipe", "base", "--learning_rate", "3e-4",
-                                           "--d_model", "384", "--lr_scheduler_type", "linear"])  # fmt: skip
+    model_args, _, args = parse_arguments(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--recipe",
+            "base",
+            "--learning_rate",
+            "3e-4",
+            "--d_model",
+            "384",
+            "--lr_scheduler_type",
+            "linear",
+        ]
+    )
     assert (args.learning_rate, model_args.d_model, args.lr_scheduler_type) == (3e-4, 384, "linear")
     assert model_args.encoder_layers == 6 and args.warmup_steps == 4000  # the rest is the recipe's
     config = tmp_path / "args.json"
@@ -42,27 +59,41 @@ def test_explicit_flags_override_the_recipe_also_from_json(tmp_path):
 
 
 def test_explicit_sentence_batches_replace_the_recipe_token_batches_and_both_conflict(tmp_path):
-    _, _, args = parse_arguments(["--output_dir", str(tmp_path), "--recipe", "small", "--per_device_train_batch_size", "32"])
+    _, _, args = parse_arguments(
+        ["--output_dir", str(tmp_path), "--recipe", "small", "--per_device_train_batch_size", "32"]
+    )
     assert args.max_tokens is None and args.per_device_train_batch_size == 32
     with pytest.raises(UsageError, match="--max_tokens .* conflicts with --per_device_train_batch_size"):
         parse_arguments(["--output_dir", str(tmp_path), "--max_tokens", "500", "--per_device_train_batch_size", "32"])
-    with pytest.raises(UsageError, match=r"--recipe 'huge' is not a recipe; choose one of \['small', 'base', 'big'\] or 'none'"):
+    with pytest.raises(
+        UsageError, match=r"--recipe 'huge' is not a recipe; choose one of \['small', 'base', 'big'\] or 'none'"
+    ):
         parse_arguments(["--output_dir", str(tmp_path), "--recipe", "huge"])
     with pytest.raises(UsageError, match="--early_stopping_patience 2 needs periodic evaluation"):
         parse_arguments(["--output_dir", str(tmp_path), "--early_stopping_patience", "2"])
 
 
 def test_recipe_keeps_a_checkpoint_architecture_and_drops_evaluation_without_validation():
-    assert "d_model" not in recipe_settings("base", from_scratch=False) and "learning_rate" in recipe_settings("base", False)
+    assert "d_model" not in recipe_settings("base", from_scratch=False) and "learning_rate" in recipe_settings(
+        "base", False
+    )
     settings = recipe_settings("small", from_scratch=True, with_validation=False)
     assert "eval_strategy" not in settings and "early_stopping_patience" not in settings and "max_tokens" in settings
     assert recipe_settings("small", True, with_bleu=False)["metric_for_best_model"] == "loss"
 
 
-@pytest.mark.parametrize("pairs, gpu, expected", [
-    (29_000, False, "small"), (10_000_000, False, "small"), (29_000, True, "small"), (SMALL_DATA_PAIRS, True, "base"),
-    (BIG_DATA_PAIRS - 1, True, "base"), (BIG_DATA_PAIRS, True, "big"), (None, True, "base"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "pairs, gpu, expected",
+    [
+        (29_000, False, "small"),
+        (10_000_000, False, "small"),
+        (29_000, True, "small"),
+        (SMALL_DATA_PAIRS, True, "base"),
+        (BIG_DATA_PAIRS - 1, True, "base"),
+        (BIG_DATA_PAIRS, True, "big"),
+        (None, True, "base"),
+    ],
+)
 def test_automatic_choice_follows_device_and_data_size(pairs, gpu, expected):
     name, reason = choose_recipe(pairs, gpu)
     assert name == expected and name in RECIPE_NAMES and reason
@@ -79,7 +110,17 @@ def text_files(tmp_path, count: int, splits=("train", "validation")) -> list[str
 
 
 def test_from_scratch_without_recipe_picks_one_and_says_why(tmp_path, capsys):
-    tiny_recipe = ["--max_steps", "2", "--eval_steps", "1", "--save_steps", "1", "--do_train", "--average_last_checkpoints", "2"]
+    tiny_recipe = [
+        "--max_steps",
+        "2",
+        "--eval_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--do_train",
+        "--average_last_checkpoints",
+        "2",
+    ]
     main(without_batch_size(tiny(tmp_path, *text_files(tmp_path, 40), *tiny_recipe)))
     assert "xlpe-train: recipe small (no GPU" in capsys.readouterr().out  # CPU here
     recorded = json.loads((tmp_path / "run" / "recipe.json").read_text())
@@ -87,7 +128,10 @@ def test_from_scratch_without_recipe_picks_one_and_says_why(tmp_path, capsys):
     results = json.loads((tmp_path / "run" / "train_results.json").read_text())
     assert results["train_token_batches_per_epoch"] > 0  # the recipe's token batches (its --max_tokens 2048)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["d_model"] == 16  # the explicit size won
-    assert json.loads((tmp_path / "run" / "averaged_checkpoints.json").read_text())["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
+    assert json.loads((tmp_path / "run" / "averaged_checkpoints.json").read_text())["checkpoints"] == [
+        "checkpoint-1",
+        "checkpoint-2",
+    ]
     periodic = [e for e in log_history(tmp_path / "run") if "eval_bleu" in e]
     assert [e["step"] for e in periodic] == [1, 2]  # the recipe's BLEU evaluation, at the explicit --eval_steps
 
@@ -95,7 +139,11 @@ def test_from_scratch_without_recipe_picks_one_and_says_why(tmp_path, capsys):
 def test_recipe_none_keeps_transformers_defaults_from_scratch(tmp_path, capsys):
     _, _, args = parse_arguments(["--output_dir", str(tmp_path), "--recipe", "none", "--train_source_file", "a"])
     assert args.label_smoothing_factor == 0.0 and args.lr_scheduler_type == "linear" and args.max_tokens is None
-    main(tiny(tmp_path, *text_files(tmp_path, 40, splits=("train",)), "--recipe", "none", "--max_steps", "2", "--do_train"))
+    main(
+        tiny(
+            tmp_path, *text_files(tmp_path, 40, splits=("train",)), "--recipe", "none", "--max_steps", "2", "--do_train"
+        )
+    )
     assert "xlpe-train: recipe" not in capsys.readouterr().out and not (tmp_path / "run" / "recipe.json").exists()
     umask = os.umask(0)
     os.umask(umask)
@@ -103,8 +151,21 @@ def test_recipe_none_keeps_transformers_defaults_from_scratch(tmp_path, capsys):
 
 
 def test_recipe_without_validation_split_trains_without_periodic_evaluation(tmp_path, capsys):
-    main(without_batch_size(tiny(tmp_path, *text_files(tmp_path, 40, splits=("train",)), "--recipe", "small",
-                                 "--max_steps", "2", "--do_train", "--average_last_checkpoints", "1")))  # fmt: skip
+    main(
+        without_batch_size(
+            tiny(
+                tmp_path,
+                *text_files(tmp_path, 40, splits=("train",)),
+                "--recipe",
+                "small",
+                "--max_steps",
+                "2",
+                "--do_train",
+                "--average_last_checkpoints",
+                "1",
+            )
+        )
+    )
     assert "without periodic evaluation and early stopping (no validation split)" in capsys.readouterr().out
     assert not [e for e in log_history(tmp_path / "run") if "eval_bleu" in e]
 
@@ -114,13 +175,38 @@ def test_early_stopping_on_bleu_and_the_final_model_is_the_average_of_the_last_c
     final model is the average of the last checkpoints saved (3 of the 5 asked: the run stopped early); the
     end-of-run line says so."""
     with caplog.at_level(logging.INFO, logger="xlpe.train"):
-        main(tiny(tmp_path, "--do_train", "--do_eval", "--max_steps", "20", "--eval_strategy", "steps", "--eval_steps", "1",
-                  "--save_steps", "1", "--save_total_limit", "5", "--average_last_checkpoints", "5", "--learning_rate", "1e-12",
-                  "--early_stopping_patience", "2", "--max_eval_samples", "4"))  # fmt: skip
+        main(
+            tiny(
+                tmp_path,
+                "--do_train",
+                "--do_eval",
+                "--max_steps",
+                "20",
+                "--eval_strategy",
+                "steps",
+                "--eval_steps",
+                "1",
+                "--save_steps",
+                "1",
+                "--save_total_limit",
+                "5",
+                "--average_last_checkpoints",
+                "5",
+                "--learning_rate",
+                "1e-12",
+                "--early_stopping_patience",
+                "2",
+                "--max_eval_samples",
+                "4",
+            )
+        )
     run = tmp_path / "run"
     state = json.loads((run / "trainer_state.json").read_text())
     assert state["global_step"] == 3 and "early stopping at step 3" in caplog.text
-    assert "xlpe-train: training ended at step 3: early stopping: eval_bleu did not improve for 2 evaluations" in capsys.readouterr().out
+    assert (
+        "xlpe-train: training ended at step 3: early stopping: eval_bleu did not improve for 2 evaluations"
+        in capsys.readouterr().out
+    )
     averaged = json.loads((run / "averaged_checkpoints.json").read_text())["checkpoints"]
     assert averaged == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
     final = load_file(run / "model.safetensors")
@@ -133,8 +219,27 @@ def test_a_run_that_max_steps_ends_is_not_reported_as_early_stopping(tmp_path, c
     """Issue 39: --max_steps ended a run (early stopping armed, patience not used up); the log must not say
     "early stopping", and the end-of-run line names --max_steps."""
     with caplog.at_level(logging.INFO, logger="xlpe.train"):
-        main(tiny(tmp_path, "--do_train", "--do_eval", "--max_steps", "2", "--eval_strategy", "steps", "--eval_steps", "1",
-                  "--save_steps", "1", "--early_stopping_patience", "5", "--max_eval_samples", "4"))  # fmt: skip
+        main(
+            tiny(
+                tmp_path,
+                "--do_train",
+                "--do_eval",
+                "--max_steps",
+                "2",
+                "--eval_strategy",
+                "steps",
+                "--eval_steps",
+                "1",
+                "--save_steps",
+                "1",
+                "--early_stopping_patience",
+                "5",
+                "--max_eval_samples",
+                "4",
+            )
+        )
     assert "early stopping at step" not in caplog.text
     out = capsys.readouterr().out
-    assert "xlpe-train: training ended at step 2: --max_steps 2 reached; eval_bleu" in out and "over 2 evaluations" in out
+    assert (
+        "xlpe-train: training ended at step 2: --max_steps 2 reached; eval_bleu" in out and "over 2 evaluations" in out
+    )

@@ -6,12 +6,17 @@ import json
 
 import pytest
 from conftest import TOY_SENTENCES
-
-from xlpe.features.prepare import prepare_dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xlpe.training.reorderer import ReordererTraining, build_reorderer, jackknife_positions, mix_positions, train_reorderer
+from xlpe.features.prepare import prepare_dataset
+from xlpe.training.reorderer import (
+    ReordererTraining,
+    build_reorderer,
+    jackknife_positions,
+    mix_positions,
+    train_reorderer,
+)
 
 TINY = dict(d_model=32, ffn_dim=64, pair_dim=16, token_layers=1, word_layers=0)
 
@@ -40,7 +45,9 @@ def test_jackknifed_positions_cover_every_example_with_a_valid_order(reversed_co
     assert jackknife_positions(reversed_corpus, toy_tokenizer, 3, options, tmp_path / "again", **TINY) == predicted
 
 
-def test_jackknife_fold_checkpoints_made_otherwise_are_refused_before_any_training(reversed_corpus, toy_tokenizer, tmp_path):
+def test_jackknife_fold_checkpoints_made_otherwise_are_refused_before_any_training(
+    reversed_corpus, toy_tokenizer, tmp_path
+):
     """A resume into a work dir whose folds were trained with other folds, seed, data or options would give
     examples positions from a reorderer trained on them: each fold-K records what made it, checked first."""
     from xlpe.features.artefacts import ArtefactMismatch
@@ -51,9 +58,11 @@ def test_jackknife_fold_checkpoints_made_otherwise_are_refused_before_any_traini
     record = json.loads((tmp_path / "fold-1" / "xlpe_artefact.json").read_text())
     assert record["kind"] == "jackknife-fold" and (record["options"]["fold"], record["options"]["folds"]) == (1, 2)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    for folds, changed, fields, fact in ((3, options, TINY, "option folds"),
-                                         (2, reseeded, TINY, "option seed"),
-                                         (2, options, {**TINY, "d_model": 16}, "option d_model")):  # fmt: skip
+    for folds, changed, fields, fact in (
+        (3, options, TINY, "option folds"),
+        (2, reseeded, TINY, "option seed"),
+        (2, options, {**TINY, "d_model": 16}, "option d_model"),
+    ):
         with pytest.raises(ArtefactMismatch, match=rf"jackknife fold 0 .*\({fact}: .*pass --overwrite_output"):
             jackknife_positions(reversed_corpus, toy_tokenizer, folds, changed, tmp_path, **fields)
     with pytest.raises(ArtefactMismatch, match=r"other data \(input train:"):
@@ -71,7 +80,7 @@ def test_build_reorderer_draws_its_weights_from_its_seed_and_leaves_the_callers_
     assert torch.equal(torch.rand(3), expected_next)  # the caller's stream continues as if nothing had run
     torch.rand(100)  # another history
     same, other = build_reorderer(toy_tokenizer, seed=5, **TINY), build_reorderer(toy_tokenizer, seed=6, **TINY)
-    for (name, a), b, c in zip(first.state_dict().items(), same.state_dict().values(), other.state_dict().values()):
+    for (name, a), b, _c in zip(first.state_dict().items(), same.state_dict().values(), other.state_dict().values()):
         assert torch.equal(a, b), name
     assert any(not torch.equal(a, c) for a, c in zip(first.state_dict().values(), other.state_dict().values()))
 
@@ -86,7 +95,10 @@ def test_mixed_positions_take_each_example_whole_from_one_side(lengths, share, s
     mixed = mix_positions(predicted, oracle, share, seed)
     assert all(m in (p, o) for m, p, o in zip(mixed, predicted, oracle))
     assert mixed == mix_positions(predicted, oracle, share, seed)
-    assert mix_positions(predicted, oracle, 0.0, seed) == predicted and mix_positions(predicted, oracle, 1.0, seed) == oracle
+    assert (
+        mix_positions(predicted, oracle, 0.0, seed) == predicted
+        and mix_positions(predicted, oracle, 1.0, seed) == oracle
+    )
 
 
 def test_mixed_positions_share_and_bad_arguments():
@@ -121,10 +133,16 @@ def test_sentence_taus_match_kendall_tau_of_the_decoded_orders(reversed_corpus, 
     taus, sentences = sentence_taus(model, reversed_corpus, priors=(0.0, 1e6), batch_size=5)
     words = [len(s.split()) for s in TOY_SENTENCES * 3]
     assert sentences == sum(n >= 2 for n in words) and set(taus) == {0.0, 1e6, "monotone"}
-    batch = collate([{k: reversed_corpus[i][k] for k in ("input_ids", "reorder_positions")} for i in range(len(reversed_corpus))],
-                    model.config.pad_token_id)  # fmt: skip
+    batch = collate(
+        [{k: reversed_corpus[i][k] for k in ("input_ids", "reorder_positions")} for i in range(len(reversed_corpus))],
+        model.config.pad_token_id,
+    )
     positions, counts = model.word_positions(batch["input_ids"], batch["attention_mask"])
-    expected = [kendall_tau(positions[row, :n].tolist(), list(range(n))[::-1]) for row, n in enumerate(counts.tolist()) if n >= 2]
+    expected = [
+        kendall_tau(positions[row, :n].tolist(), list(range(n))[::-1])
+        for row, n in enumerate(counts.tolist())
+        if n >= 2
+    ]
     np.testing.assert_allclose(taus[0.0], expected, atol=1e-9)
     assert taus["monotone"] == taus[1e6] == [-1.0] * sentences
 
@@ -138,18 +156,33 @@ def test_order_prior_is_chosen_by_the_one_standard_error_rule(monkeypatch, rever
     centred = lambda: (lambda e: e - e.mean())(rng.normal(0, 0.05, 400))  # noqa: E731  (per-sentence scatter, mean 0)
     noise = rng.normal(0, 0.1, 400)  # shared by all priors: the sentences' own difficulty
     # best 0.5 (0.602); 0.0 and 1.0 are 0.002 below it, within one SE (about 0.0035); 2.0 is 0.1 below
-    fake = {0.0: 0.600 + noise + centred(), 0.5: 0.602 + noise + centred(), 1.0: 0.600 + noise + centred(),
-            2.0: 0.502 + noise + centred(), "monotone": 0.3 + noise}  # fmt: skip
-    monkeypatch.setattr(training, "sentence_taus", lambda model, dataset, priors, batch_size: ({p: list(fake[p]) for p in (*priors, "monotone")}, 400))
+    fake = {
+        0.0: 0.600 + noise + centred(),
+        0.5: 0.602 + noise + centred(),
+        1.0: 0.600 + noise + centred(),
+        2.0: 0.502 + noise + centred(),
+        "monotone": 0.3 + noise,
+    }
+    monkeypatch.setattr(
+        training,
+        "sentence_taus",
+        lambda model, dataset, priors, batch_size: ({p: list(fake[p]) for p in (*priors, "monotone")}, 400),
+    )
     model = build_reorderer(toy_tokenizer, **TINY)
     result = training.calibrate_order_prior(model, reversed_corpus, priors=(0.0, 0.5, 1.0, 2.0))
     by_prior = result["by_prior"]
     best = max(by_prior, key=lambda p: by_prior[p]["kendall_tau"])
     assert result["best"] == float(best) == 0.5
-    within = [float(p) for p, v in by_prior.items() if by_prior[best]["kendall_tau"] - v["kendall_tau"] <= v["tau_standard_error_vs_best"]]
+    within = [
+        float(p)
+        for p, v in by_prior.items()
+        if by_prior[best]["kendall_tau"] - v["kendall_tau"] <= v["tau_standard_error_vs_best"]
+    ]
     assert result["chosen"] == max(within) == 1.0 and model.config.order_prior == 1.0
     assert 2.0 not in within and abs(result["monotone_kendall_tau"] - 0.3) < 0.02
-    assert training.calibrate_order_prior(model, reversed_corpus, priors=(0.0, 0.5, 1.0, 2.0), rule="best")["chosen"] == float(best)
+    assert training.calibrate_order_prior(model, reversed_corpus, priors=(0.0, 0.5, 1.0, 2.0), rule="best")[
+        "chosen"
+    ] == float(best)
     with pytest.raises(ValueError, match="rule must be one of"):
         training.calibrate_order_prior(model, reversed_corpus, rule="median")
     with pytest.raises(ValueError, match="priors must be finite numbers >= 0"):
@@ -164,8 +197,12 @@ def test_training_calibrates_the_order_prior_on_held_out_pairs(reversed_corpus, 
 
     train, held = calibration_split(reversed_corpus, 500, seed=3)
     assert len(held) == len(reversed_corpus) // 10 and len(train) + len(held) == len(reversed_corpus)
-    assert held["input_ids"] == calibration_split(reversed_corpus, 500, seed=3)[1]["input_ids"]  # a resumed run: the same pairs
-    assert not set(map(tuple, held["input_ids"])) & set(map(tuple, train["input_ids"])) or len(set(map(tuple, reversed_corpus["input_ids"]))) < len(reversed_corpus)
+    assert (
+        held["input_ids"] == calibration_split(reversed_corpus, 500, seed=3)[1]["input_ids"]
+    )  # a resumed run: the same pairs
+    assert not set(map(tuple, held["input_ids"])) & set(map(tuple, train["input_ids"])) or len(
+        set(map(tuple, reversed_corpus["input_ids"]))
+    ) < len(reversed_corpus)
     assert calibration_split(reversed_corpus, 0, seed=3) == (reversed_corpus, None)
     with pytest.raises(ValueError, match="calibration pairs must be >= 0"):
         calibration_split(reversed_corpus, -1, seed=3)
@@ -173,4 +210,9 @@ def test_training_calibrates_the_order_prior_on_held_out_pairs(reversed_corpus, 
     model = train_reorderer(build_reorderer(toy_tokenizer, **TINY), train, tmp_path, options, calibration_dataset=held)
     report = json.loads((tmp_path / "reorderer_training.json").read_text())["order_prior_calibration"]
     assert set(report["by_prior"]) == {str(p) for p in ORDER_PRIORS} and report["held_out_pairs"] == len(held)
-    assert report["chosen"] in ORDER_PRIORS and XLPEReordererModel.from_pretrained(tmp_path).config.order_prior == report["chosen"] == model.config.order_prior
+    assert (
+        report["chosen"] in ORDER_PRIORS
+        and XLPEReordererModel.from_pretrained(tmp_path).config.order_prior
+        == report["chosen"]
+        == model.config.order_prior
+    )

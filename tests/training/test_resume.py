@@ -13,9 +13,20 @@ from transformers import Seq2SeqTrainingArguments
 from xlpe import XLPEMarianConfig, XLPEMarianMTModel
 from xlpe.training.trainer import XLPESeq2SeqTrainer
 
-TINY = dict(vocab_size=40, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, d_model=16, encoder_layers=1,
-            decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=16,
-            decoder_ffn_dim=16, max_position_embeddings=32)
+TINY = dict(
+    vocab_size=40,
+    pad_token_id=0,
+    eos_token_id=1,
+    decoder_start_token_id=0,
+    d_model=16,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=16,
+    decoder_ffn_dim=16,
+    max_position_embeddings=32,
+)
 
 
 @contextlib.contextmanager
@@ -55,8 +66,11 @@ def test_a_really_missing_key_is_still_reported(tmp_path):
     saved.save_pretrained(tmp_path / "checkpoint-1")
     weights = load_file(tmp_path / "checkpoint-1" / "model.safetensors")
     dropped = next(key for key in weights if "fc1" in key)
-    save_file({k: v for k, v in weights.items() if k != dropped}, tmp_path / "checkpoint-1" / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {k: v for k, v in weights.items() if k != dropped},
+        tmp_path / "checkpoint-1" / "model.safetensors",
+        metadata={"format": "pt"},
+    )
     trainer = trainer_for(XLPEMarianMTModel(XLPEMarianConfig(**TINY)), tmp_path)
     with transformers_warnings() as warnings:
         trainer._load_from_checkpoint(str(tmp_path / "checkpoint-1"))

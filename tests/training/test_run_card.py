@@ -19,10 +19,38 @@ from xlpe.training.run_card import (
     training_settings,
 )
 
-TRAIN = ["--model_type", "xlpe", "--d_model", "16", "--ffn_dim", "32", "--attention_heads", "2", "--encoder_layers", "1",
-         "--decoder_layers", "1", "--eval_steps", "2", "--save_steps", "2", "--max_tokens", "400",
-         "--val_max_target_length", "8", "--num_translation_examples", "0", "--report_to", "none",
-         "--max_predict_samples", "5", "--max_eval_samples", "4", "--average_last_checkpoints", "1"]  # fmt: skip
+TRAIN = [
+    "--model_type",
+    "xlpe",
+    "--d_model",
+    "16",
+    "--ffn_dim",
+    "32",
+    "--attention_heads",
+    "2",
+    "--encoder_layers",
+    "1",
+    "--decoder_layers",
+    "1",
+    "--eval_steps",
+    "2",
+    "--save_steps",
+    "2",
+    "--max_tokens",
+    "400",
+    "--val_max_target_length",
+    "8",
+    "--num_translation_examples",
+    "0",
+    "--report_to",
+    "none",
+    "--max_predict_samples",
+    "5",
+    "--max_eval_samples",
+    "4",
+    "--average_last_checkpoints",
+    "1",
+]
 
 
 def test_the_card_describes_the_run_across_a_resume_and_is_rendered_again_for_the_hub(tmp_path, monkeypatch, capsys):
@@ -30,10 +58,33 @@ def test_the_card_describes_the_run_across_a_resume_and_is_rendered_again_for_th
     monkeypatch.chdir(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tokenizer trainer: more pieces asked than 120 pairs hold
-        assert prepare.main(["--source", "train.de", "--target", "train.en", "--validation_source", "dev.de",
-                             "--validation_target", "dev.en", "--test_source", "test.de", "--test_target", "test.en",
-                             "--source_lang", "de", "--target_lang", "en", "--name", "Multi30k de-en slice",
-                             "--output", "prepared"]) == 0  # fmt: skip
+        assert (
+            prepare.main(
+                [
+                    "--source",
+                    "train.de",
+                    "--target",
+                    "train.en",
+                    "--validation_source",
+                    "dev.de",
+                    "--validation_target",
+                    "dev.en",
+                    "--test_source",
+                    "test.de",
+                    "--test_target",
+                    "test.en",
+                    "--source_lang",
+                    "de",
+                    "--target_lang",
+                    "en",
+                    "--name",
+                    "Multi30k de-en slice",
+                    "--output",
+                    "prepared",
+                ]
+            )
+            == 0
+        )
         run = ["--prepared_dataset", "prepared", "--output_dir", "runs/de-en", *TRAIN]
         assert train.cli([*run, "--max_steps", "2"]) == 0
         first = json.loads((tmp_path / "runs/de-en/checkpoint-2/xlpe_elapsed.json").read_text())
@@ -46,12 +97,17 @@ def test_the_card_describes_the_run_across_a_resume_and_is_rendered_again_for_th
     # the data: its recorded name (not the folder), pairs per split and the sentences scored
     assert "Multi30k de-en slice (de → en)." in card and "datasets:\n- Multi30k de-en slice" in card
     assert "| test | 12 | 12 | 0 | 5 |" in card and "| validation | 12 | 12 | 0 | 4 |" in card
-    assert "| Multi30k de-en slice | test | 5 | BLEU |" in card and "| Multi30k de-en slice | validation | 4 | BLEU |" in card
+    assert (
+        "| Multi30k de-en slice | test | 5 | BLEU |" in card
+        and "| Multi30k de-en slice | validation | 4 | BLEU |" in card
+    )
     assert "prepared" not in card.split("## Data", 1)[1].split("**Preprocessing**", 1)[0]
     assert "**Preprocessing**: sub-words: trained here on the train split" in card and "word alignments: " in card
     # the arguments in force: token batches, the step budget and the steps run, the optimizer as run, both segments
-    settings = dict(line.strip("| ").split(" | ", 1) for line in card.split("| setting | value |", 1)[1].split("\n\n", 1)[0]
-                    .strip().splitlines()[1:])  # fmt: skip
+    settings = dict(
+        line.strip("| ").split(" | ", 1)
+        for line in card.split("| setting | value |", 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    )
     assert settings["batches"] == "`token batches: --max_tokens 400 per device and step`"
     assert settings["max_steps"] == "`4` |" or settings["max_steps"].startswith("`4`")
     assert settings["steps run"].startswith("`4`") and "num_train_epochs" not in settings
@@ -89,18 +145,37 @@ def test_dataset_label_order_and_settings_without_token_batches():
     assert dataset_label(args, {}) == "wmt16 (de-en)"
     assert dataset_label(SimpleNamespace(dataset_label="Mine", dataset_name="wmt16"), {}) == "Mine"
     files = SimpleNamespace(dataset_label=None, prepared_dataset="prepared", dataset_name=None)
-    assert dataset_label(files, {"train": {"source": "/data/m30k/train.fr", "target": "/data/m30k/train.en"}}) == \
-        "m30k/train.fr + m30k/train.en"
-    training = SimpleNamespace(max_tokens=None, per_device_train_batch_size=64, max_steps=-1, num_train_epochs=3.0,
-                               learning_rate=1e-3, seed=1, optim="adamw_torch", bf16=False, fp16=False)  # fmt: skip
-    settings = training_settings(training, SimpleNamespace(), {"optimizer": "AdamW (fused=False)", "global_step": 90, "epoch": 3.0})
+    assert (
+        dataset_label(files, {"train": {"source": "/data/m30k/train.fr", "target": "/data/m30k/train.en"}})
+        == "m30k/train.fr + m30k/train.en"
+    )
+    training = SimpleNamespace(
+        max_tokens=None,
+        per_device_train_batch_size=64,
+        max_steps=-1,
+        num_train_epochs=3.0,
+        learning_rate=1e-3,
+        seed=1,
+        optim="adamw_torch",
+        bf16=False,
+        fp16=False,
+    )
+    settings = training_settings(
+        training, SimpleNamespace(), {"optimizer": "AdamW (fused=False)", "global_step": 90, "epoch": 3.0}
+    )
     assert settings["batches"] == "64 sentence pairs per device and step" and settings["num_train_epochs"] == 3.0
-    assert "max_steps" not in settings and settings["optimizer"] == "AdamW (fused=False)" and settings["precision"] == "fp32"
+    assert (
+        "max_steps" not in settings
+        and settings["optimizer"] == "AdamW (fused=False)"
+        and settings["precision"] == "fp32"
+    )
 
 
 def test_describe_optimizer_reads_the_built_optimizer():
     import torch
 
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-3, betas=(0.9, 0.98), eps=1e-9, fused=False)
+    optimizer = torch.optim.AdamW(
+        [torch.nn.Parameter(torch.zeros(2))], lr=1e-3, betas=(0.9, 0.98), eps=1e-9, fused=False
+    )
     text = describe_optimizer(optimizer)
     assert text.startswith("AdamW (") and "fused=False" in text and "betas=(0.9, 0.98)" in text and "eps=1e-09" in text

@@ -13,13 +13,14 @@ import sys
 import numpy as np
 import pytest
 from conftest import REPO_ROOT
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import load_file
-
 from test_train import StopAt, log_history, tiny
+
 from xlpe.training.collator import XLPEDataCollator
-from xlpe.training.sampling import TokenBatchSampler, batch_sizes, example_side_lengths
 from xlpe.training.run import main
+from xlpe.training.sampling import TokenBatchSampler, batch_sizes, example_side_lengths
 
 
 def without_batch_size(args: list[str]) -> list[str]:
@@ -120,7 +121,11 @@ def test_training_batches_respect_the_budget_and_padding_is_reported(tmp_path, m
         return batch
 
     monkeypatch.setattr(XLPEDataCollator, "__call__", record)
-    main(without_batch_size(tiny(tmp_path, "--do_train", "--max_steps", "6", "--max_tokens", "120", "--logging_steps", "3")))
+    main(
+        without_batch_size(
+            tiny(tmp_path, "--do_train", "--max_steps", "6", "--max_tokens", "120", "--logging_steps", "3")
+        )
+    )
     assert len(shapes) >= 6 and all(s[0] * max(s[1], t[1]) <= 120 for s, t in shapes)
     assert len({s[0] for s, _ in shapes}) > 1  # the number of sentences varies with their length
     results = json.loads((tmp_path / "run" / "train_results.json").read_text())
@@ -150,12 +155,46 @@ def test_resume_with_token_batches_sees_the_same_batches(tmp_path):
 
 
 def test_two_processes_each_train_on_half_of_the_token_batches(tmp_path):
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-              "--num_cpu_threads_per_process", "1", str(REPO_ROOT / "scripts" / "train.py"), "--use_cpu"]  # fmt: skip
-    args = without_batch_size(tiny(tmp_path, "--do_train", "--max_steps", "-1", "--num_train_epochs", "1", "--max_tokens", "160", "--save_steps", "100"))
-    run = subprocess.run(launch + args, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})  # fmt: skip
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--num_cpu_threads_per_process",
+        "1",
+        str(REPO_ROOT / "scripts" / "train.py"),
+        "--use_cpu",
+    ]
+    args = without_batch_size(
+        tiny(
+            tmp_path,
+            "--do_train",
+            "--max_steps",
+            "-1",
+            "--num_train_epochs",
+            "1",
+            "--max_tokens",
+            "160",
+            "--save_steps",
+            "100",
+        )
+    )
+    run = subprocess.run(
+        launch + args,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     results = json.loads((tmp_path / "run" / "train_results.json").read_text())
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())

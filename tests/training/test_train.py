@@ -12,27 +12,65 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
 import torch
+from conftest import REPO_ROOT
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, MarianConfig, MarianMTModel, TrainerCallback
 
 from xlpe import MODEL_FAMILIES
-from xlpe.training.checkpoint_averaging import average_checkpoints, last_checkpoints, list_checkpoints, save_averaged_model
-from xlpe.features.synthetic import generate_pairs
 from xlpe.cli.train import finish_distributed
-from xlpe.training.run import main, parse_arguments
+from xlpe.features.synthetic import generate_pairs
 from xlpe.training.arguments import BUILTIN_DATASET
+from xlpe.training.checkpoint_averaging import (
+    average_checkpoints,
+    last_checkpoints,
+    list_checkpoints,
+    save_averaged_model,
+)
+from xlpe.training.run import main, parse_arguments
 from xlpe.training.trainer import generation_inputs
 
 REPO = REPO_ROOT
 TINY = [
-    "--d_model", "16", "--ffn_dim", "32", "--attention_heads", "2", "--encoder_layers", "1", "--decoder_layers", "1",
-    "--max_train_samples", "64", "--max_eval_samples", "6", "--max_predict_samples", "6", "--tokenizer_vocab_size", "300",
-    "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "6", "--val_max_target_length", "10",
-    "--num_beams", "2", "--logging_steps", "2", "--save_steps", "2", "--learning_rate", "1e-3", "--warmup_steps", "0",
-    "--report_to", "none", "--num_translation_examples", "1",
-]  # fmt: skip
+    "--d_model",
+    "16",
+    "--ffn_dim",
+    "32",
+    "--attention_heads",
+    "2",
+    "--encoder_layers",
+    "1",
+    "--decoder_layers",
+    "1",
+    "--max_train_samples",
+    "64",
+    "--max_eval_samples",
+    "6",
+    "--max_predict_samples",
+    "6",
+    "--tokenizer_vocab_size",
+    "300",
+    "--per_device_train_batch_size",
+    "8",
+    "--per_device_eval_batch_size",
+    "6",
+    "--val_max_target_length",
+    "10",
+    "--num_beams",
+    "2",
+    "--logging_steps",
+    "2",
+    "--save_steps",
+    "2",
+    "--learning_rate",
+    "1e-3",
+    "--warmup_steps",
+    "0",
+    "--report_to",
+    "none",
+    "--num_translation_examples",
+    "1",
+]
 
 
 def tiny(tmp_path, *args, name="run"):
@@ -60,7 +98,9 @@ def test_explicit_arguments_win_over_the_recipe_also_from_json(tmp_path):
     _, _, training_args = parse_arguments(["--output_dir", str(tmp_path), "--learning_rate", "5e-5", "--do_train"])
     assert training_args.learning_rate == 5e-5 and not training_args.do_eval
     config = tmp_path / "args.json"
-    config.write_text(json.dumps({"output_dir": str(tmp_path), "max_steps": 7, "model_type": "dpe", "order_loss_weight": 0.3}))
+    config.write_text(
+        json.dumps({"output_dir": str(tmp_path), "max_steps": 7, "model_type": "dpe", "order_loss_weight": 0.3})
+    )
     model_args, _, training_args = parse_arguments([str(config)])
     assert training_args.max_steps == 7 and model_args.model_type == "dpe" and model_args.order_loss_weight == 0.3
 
@@ -78,28 +118,85 @@ def write_jsonl(path, rows):
 @pytest.mark.parametrize(
     "make_args, message",
     [
-        (lambda d: ["--source_lang", "fr"], r"--source_lang 'fr' is not a language of the built-in corpus.*\['en', 'sov'\]"),
-        (lambda d: ["--train_file", write_jsonl(d / "t.jsonl", [{"translation": {"en": "a b", "de": "c d"}}]),
-                    "--source_lang", "en", "--target_lang", "fr"], r"--target_lang 'fr' is not a language of .*\['de', 'en'\]"),
-        (lambda d: ["--train_file", write_jsonl(d / "t.jsonl", [{"en": "a b", "de": "c d"}]), "--source_lang", "en",
-                    "--target_lang", "de"], r'missing column "translation".*\[\'de\', \'en\'\]'),
-        (lambda d: ["--train_file", write_jsonl(d / "t.jsonl", [{"translation": {"en": " ", "de": ""}}]),
-                    "--source_lang", "en", "--target_lang", "de"], r"the training set is empty"),
+        (
+            lambda d: ["--source_lang", "fr"],
+            r"--source_lang 'fr' is not a language of the built-in corpus.*\['en', 'sov'\]",
+        ),
+        (
+            lambda d: [
+                "--train_file",
+                write_jsonl(d / "t.jsonl", [{"translation": {"en": "a b", "de": "c d"}}]),
+                "--source_lang",
+                "en",
+                "--target_lang",
+                "fr",
+            ],
+            r"--target_lang 'fr' is not a language of .*\['de', 'en'\]",
+        ),
+        (
+            lambda d: [
+                "--train_file",
+                write_jsonl(d / "t.jsonl", [{"en": "a b", "de": "c d"}]),
+                "--source_lang",
+                "en",
+                "--target_lang",
+                "de",
+            ],
+            r'missing column "translation".*\[\'de\', \'en\'\]',
+        ),
+        (
+            lambda d: [
+                "--train_file",
+                write_jsonl(d / "t.jsonl", [{"translation": {"en": " ", "de": ""}}]),
+                "--source_lang",
+                "en",
+                "--target_lang",
+                "de",
+            ],
+            r"the training set is empty",
+        ),
         (lambda d: ["--model_type", "transformer"], r"unknown --model_type 'transformer'.*vanilla"),
         (lambda d: ["--model_type", "dpe", "--xl_heads", "2"], r"--xl_heads does not apply to --model_type dpe"),
-        (lambda d: ["--do_eval", "--train_file", write_jsonl(d / "t.jsonl", [{"translation": {"en": "a", "de": "b"}}]),
-                    "--source_lang", "en", "--target_lang", "de"], r"--do_eval needs a validation split"),
+        (
+            lambda d: [
+                "--do_eval",
+                "--train_file",
+                write_jsonl(d / "t.jsonl", [{"translation": {"en": "a", "de": "b"}}]),
+                "--source_lang",
+                "en",
+                "--target_lang",
+                "de",
+            ],
+            r"--do_eval needs a validation split",
+        ),
         (lambda d: ["--prepared_dataset", str(d)], r"--prepared_dataset needs --tokenizer_name"),
-        (lambda d: ["--average_last_checkpoints", "5", "--save_total_limit", "2"],
-         r"--average_last_checkpoints 5 needs at least 5 saved checkpoints.*--save_total_limit is 2"),
-        (lambda d: ["--embedding_init_std", "0"], r"--embedding_init_std must be a positive standard deviation, got 0.0"),
-        (lambda d: ["--init_std", "0.02", "--model_name_or_path", str(d / "trained")],
-         r"--init_std initialises a model built here; .*trained brings trained weights"),
+        (
+            lambda d: ["--average_last_checkpoints", "5", "--save_total_limit", "2"],
+            r"--average_last_checkpoints 5 needs at least 5 saved checkpoints.*--save_total_limit is 2",
+        ),
+        (
+            lambda d: ["--embedding_init_std", "0"],
+            r"--embedding_init_std must be a positive standard deviation, got 0.0",
+        ),
+        (
+            lambda d: ["--init_std", "0.02", "--model_name_or_path", str(d / "trained")],
+            r"--init_std initialises a model built here; .*trained brings trained weights",
+        ),
     ],
-    ids=["builtin-language", "jsonl-language", "missing-column", "empty-train", "unknown-family", "foreign-field",
-         "missing-validation", "prepared-without-tokenizer", "averaging-without-checkpoints", "init-std-not-positive",
-         "init-std-with-trained-weights"],
-)  # fmt: skip
+    ids=[
+        "builtin-language",
+        "jsonl-language",
+        "missing-column",
+        "empty-train",
+        "unknown-family",
+        "foreign-field",
+        "missing-validation",
+        "prepared-without-tokenizer",
+        "averaging-without-checkpoints",
+        "init-std-not-positive",
+        "init-std-with-trained-weights",
+    ],
+)
 def test_bad_input_fails_before_training(tmp_path, make_args, message):
     with pytest.raises(ValueError, match=message):
         main(tiny(tmp_path, "--max_steps", "2", *make_args(tmp_path)))
@@ -116,25 +213,66 @@ def test_dataset_directory_with_wrong_language_lists_its_languages(tmp_path):
 
 
 def test_tokenizer_larger_than_model_vocabulary_is_named(tmp_path, toy_tokenizer):
-    config = MarianConfig(vocab_size=10, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                          decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, pad_token_id=0, eos_token_id=1)  # fmt: skip
+    config = MarianConfig(
+        vocab_size=10,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
     MarianMTModel(config).save_pretrained(tmp_path / "small")
     toy_tokenizer.save_pretrained(tmp_path / "tok")
-    with pytest.raises(ValueError, match=rf"tokenizer \({tmp_path / 'tok'}\) has {len(toy_tokenizer)} tokens but the model's vocab_size is 10"):
+    with pytest.raises(
+        ValueError,
+        match=rf"tokenizer \({tmp_path / 'tok'}\) has {len(toy_tokenizer)} tokens but the model's vocab_size is 10",
+    ):
         main(tiny(tmp_path, "--model_name_or_path", str(tmp_path / "small"), "--tokenizer_name", str(tmp_path / "tok")))
 
 
 def test_init_options_set_the_linear_and_embedding_std_of_a_model_built_here(tmp_path):
     """--init_std is HF's init_std (every linear layer); --embedding_init_std redraws the (tied) token embeddings
     alone, padding row zero. Defaults: both d_model^-1/2."""
-    main(tiny(tmp_path, "--do_train", "--max_steps", "1", "--learning_rate", "1e-9", "--model_type", "vanilla",
-              "--init_std", "0.05", "--embedding_init_std", "0.4"))  # fmt: skip
+    main(
+        tiny(
+            tmp_path,
+            "--do_train",
+            "--max_steps",
+            "1",
+            "--learning_rate",
+            "1e-9",
+            "--model_type",
+            "vanilla",
+            "--init_std",
+            "0.05",
+            "--embedding_init_std",
+            "0.4",
+        )
+    )
     model = MarianMTModel.from_pretrained(tmp_path / "run")
     embeddings = model.get_input_embeddings()
     assert model.config.init_std == 0.05 and embeddings.weight.std().item() == pytest.approx(0.4, rel=0.05)
-    assert embeddings.weight[model.config.pad_token_id].abs().max() < 1e-6 and model.lm_head.weight is embeddings.weight  # drawn 0
+    assert (
+        embeddings.weight[model.config.pad_token_id].abs().max() < 1e-6 and model.lm_head.weight is embeddings.weight
+    )  # drawn 0
     assert model.model.encoder.layers[0].fc1.weight.std().item() == pytest.approx(0.05, rel=0.15)
-    main(tiny(tmp_path, "--do_train", "--max_steps", "1", "--learning_rate", "1e-9", "--model_type", "vanilla", name="default"))
+    main(
+        tiny(
+            tmp_path,
+            "--do_train",
+            "--max_steps",
+            "1",
+            "--learning_rate",
+            "1e-9",
+            "--model_type",
+            "vanilla",
+            name="default",
+        )
+    )
     default = MarianMTModel.from_pretrained(tmp_path / "default")
     assert default.config.init_std == pytest.approx(16**-0.5)
     assert default.get_input_embeddings().weight.std().item() == pytest.approx(16**-0.5, rel=0.05)
@@ -142,7 +280,9 @@ def test_init_options_set_the_linear_and_embedding_std_of_a_model_built_here(tmp
 
 def test_output_dir_with_checkpoints_needs_resume_or_overwrite(tmp_path):
     (tmp_path / "run" / "checkpoint-3").mkdir(parents=True)
-    with pytest.raises(ValueError, match="already holds checkpoints.*--resume_from_checkpoint last.*--overwrite_output_dir"):
+    with pytest.raises(
+        ValueError, match="already holds checkpoints.*--resume_from_checkpoint last.*--overwrite_output_dir"
+    ):
         main(tiny(tmp_path, "--max_steps", "2"))
 
 
@@ -152,12 +292,27 @@ def test_output_dir_with_checkpoints_needs_resume_or_overwrite(tmp_path):
 
 
 def test_builtin_run_logs_auxiliary_losses_scores_and_saves_everything(tmp_path):
-    metrics = main(tiny(tmp_path, "--max_steps", "4", "--average_last_checkpoints", "2", "--report_to", "tensorboard",
-                        "--eval_strategy", "steps", "--eval_steps", "2"))  # fmt: skip
+    metrics = main(
+        tiny(
+            tmp_path,
+            "--max_steps",
+            "4",
+            "--average_last_checkpoints",
+            "2",
+            "--report_to",
+            "tensorboard",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "2",
+        )
+    )
     run = tmp_path / "run"
     assert list((run / "runs").rglob("events.out.tfevents.*"))  # tensorboard, asked for explicitly
     periodic = [entry for entry in log_history(run) if "eval_bleu" in entry]  # evaluations during training
-    assert [e["step"] for e in periodic] == [2, 4] and all(e["eval_gen_len"] <= 10 and "eval_reorder_loss" in e for e in periodic)
+    assert [e["step"] for e in periodic] == [2, 4] and all(
+        e["eval_gen_len"] <= 10 and "eval_reorder_loss" in e for e in periodic
+    )
     train_logs = [entry for entry in log_history(run) if "loss" in entry]
     assert train_logs and all({"translation_loss", "reorder_loss"} <= set(entry) for entry in train_logs)
     for stage in ("eval", "predict"):
@@ -165,7 +320,10 @@ def test_builtin_run_logs_auxiliary_losses_scores_and_saves_everything(tmp_path)
     assert metrics["predict_samples"] == 6
     assert len((run / "generated_predictions.txt").read_text().splitlines()) == 6
     assert "nrefs:1" in json.loads((run / "test_scores.json").read_text())["bleu"]["signature"]
-    assert json.loads((run / "averaged_checkpoints.json").read_text())["checkpoints"] == ["checkpoint-2", "checkpoint-4"]
+    assert json.loads((run / "averaged_checkpoints.json").read_text())["checkpoints"] == [
+        "checkpoint-2",
+        "checkpoint-4",
+    ]
     card = (run / "README.md").read_text()
     assert "xlpe" in card and "BLEU" in card
     model = AutoModelForSeq2SeqLM.from_pretrained(run)
@@ -184,7 +342,20 @@ FAMILIES = sorted({"vanilla", *MODEL_FAMILIES} - {"xlpe"})  # xlpe: the run abov
 def test_every_family_trains_and_logs_its_own_losses(tmp_path, family, shared_dir):
     nltk_data = str(shared_dir / "data" / "nltk_data")  # the mvPE+POS source tagger, offline
     extra = ["--config_overrides", "pos_dim=8"] if family == "mvpe_pos" else []  # d_PoST < d_model=16
-    metrics = main(tiny(tmp_path, "--model_type", family, "--max_steps", "2", "--do_train", "--do_eval", "--nltk_data", nltk_data, *extra))
+    metrics = main(
+        tiny(
+            tmp_path,
+            "--model_type",
+            family,
+            "--max_steps",
+            "2",
+            "--do_train",
+            "--do_eval",
+            "--nltk_data",
+            nltk_data,
+            *extra,
+        )
+    )
     expected = {"dpe": "eval_order_loss", "mvpe_pos": "eval_tag_loss"}.get(family)
     assert "eval_bleu" in metrics and (expected is None or expected in metrics), sorted(metrics)
 
@@ -193,24 +364,71 @@ def test_plain_text_files_are_aligned_with_eflomal(tmp_path):
     pairs = generate_pairs(80, seed=5)
     for side in ("source", "target"):
         (tmp_path / f"train.{side}").write_text("".join(getattr(p, side) + "\n" for p in pairs))
-    metrics = main(tiny(tmp_path, "--train_source_file", str(tmp_path / "train.source"), "--train_target_file",
-                        str(tmp_path / "train.target"), "--source_lang", "en", "--target_lang", "sov", "--max_steps", "2"))  # fmt: skip
+    metrics = main(
+        tiny(
+            tmp_path,
+            "--train_source_file",
+            str(tmp_path / "train.source"),
+            "--train_target_file",
+            str(tmp_path / "train.target"),
+            "--source_lang",
+            "en",
+            "--target_lang",
+            "sov",
+            "--max_steps",
+            "2",
+        )
+    )
     report = json.loads((tmp_path / "run" / "preparation_report.json").read_text())["train"]
     assert report["alignments"] == "eflomal" and report["pairs_kept"] == 64
     assert metrics["train_samples"] == 64
 
 
 def test_stock_marian_checkpoint_is_upgraded_to_a_family(tmp_path, toy_tokenizer):
-    config = MarianConfig(vocab_size=len(toy_tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
-                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
-                          pad_token_id=toy_tokenizer.pad_token_id, eos_token_id=toy_tokenizer.eos_token_id,
-                          decoder_start_token_id=toy_tokenizer.pad_token_id, max_position_embeddings=64)  # fmt: skip
+    config = MarianConfig(
+        vocab_size=len(toy_tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        pad_token_id=toy_tokenizer.pad_token_id,
+        eos_token_id=toy_tokenizer.eos_token_id,
+        decoder_start_token_id=toy_tokenizer.pad_token_id,
+        max_position_embeddings=64,
+    )
     MarianMTModel(config).save_pretrained(tmp_path / "stock")
     toy_tokenizer.save_pretrained(tmp_path / "stock")
-    jsonl = write_jsonl(tmp_path / "t.jsonl", [{"translation": {"en": "the cat sees the dog", "de": "die katze sieht den hund"},
-                                               "alignment": "0-0 1-1 2-2 3-3 4-4"}] * 16)  # fmt: skip
-    main(tiny(tmp_path, "--model_name_or_path", str(tmp_path / "stock"), "--model_type", "xlpe", "--train_file", jsonl,
-              "--source_lang", "en", "--target_lang", "de", "--max_steps", "2", "--do_train"))  # fmt: skip
+    jsonl = write_jsonl(
+        tmp_path / "t.jsonl",
+        [
+            {
+                "translation": {"en": "the cat sees the dog", "de": "die katze sieht den hund"},
+                "alignment": "0-0 1-1 2-2 3-3 4-4",
+            }
+        ]
+        * 16,
+    )
+    main(
+        tiny(
+            tmp_path,
+            "--model_name_or_path",
+            str(tmp_path / "stock"),
+            "--model_type",
+            "xlpe",
+            "--train_file",
+            jsonl,
+            "--source_lang",
+            "en",
+            "--target_lang",
+            "de",
+            "--max_steps",
+            "2",
+            "--do_train",
+        )
+    )
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model_type"] == "xlpe_marian" and saved["xl_gate_init"] == 0.0
 
@@ -221,11 +439,27 @@ def test_stock_marian_checkpoint_is_upgraded_to_a_family(tmp_path, toy_tokenizer
 
 
 def test_generation_inputs_withhold_oracle_and_target_side_inputs():
-    batch = {k: torch.zeros(1, 3, dtype=torch.long) for k in
-             ("input_ids", "attention_mask", "labels", "reorder_positions", "target_positions", "pos_tag_ids",
-              "decoder_pos_tag_ids", "decoder_input_ids")}  # fmt: skip
+    batch = {
+        k: torch.zeros(1, 3, dtype=torch.long)
+        for k in (
+            "input_ids",
+            "attention_mask",
+            "labels",
+            "reorder_positions",
+            "target_positions",
+            "pos_tag_ids",
+            "decoder_pos_tag_ids",
+            "decoder_input_ids",
+        )
+    }
     assert set(generation_inputs(batch)) == {"input_ids", "attention_mask", "pos_tag_ids"}
-    assert set(generation_inputs(batch, True)) == {"input_ids", "attention_mask", "pos_tag_ids", "reorder_positions", "target_positions"}
+    assert set(generation_inputs(batch, True)) == {
+        "input_ids",
+        "attention_mask",
+        "pos_tag_ids",
+        "reorder_positions",
+        "target_positions",
+    }
 
 
 @pytest.mark.parametrize("oracle", [False, True])
@@ -268,7 +502,11 @@ def test_average_of_the_last_checkpoints(tmp_path):
     averaged = average_checkpoints(chosen)
     assert torch.equal(averaged["w"], torch.full((2, 2), 2.0)) and averaged["count"].tolist() == [20]
     save_averaged_model(chosen, tmp_path / "avg")
-    assert sorted(p.name for p in (tmp_path / "avg").iterdir()) == ["averaged_checkpoints.json", "config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "avg").iterdir()) == [
+        "averaged_checkpoints.json",
+        "config.json",
+        "model.safetensors",
+    ]
     with pytest.raises(ValueError, match="last 4 checkpoints but .* has 3"):
         last_checkpoints(tmp_path, 4)
 
@@ -330,22 +568,51 @@ def test_resume_after_sigkill(tmp_path):
 def test_command_exits_zero_on_success(tmp_path):
     """`xlpe-train` as a shell command: exit status 0, so `pip install ... && xlpe-train ...` chains (the
     Python API `main` returns the metrics dict, which `sys.exit` would turn into status 1)."""
-    console_script = ("import sys; from importlib.metadata import entry_points; "  # what pip's `xlpe-train` wrapper does
-                      "(command,) = entry_points(group='console_scripts', name='xlpe-train'); sys.argv[0] = 'xlpe-train'; "
-                      "sys.exit(command.load()())")  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", console_script, *tiny(tmp_path, "--max_steps", "2", "--max_predict_samples", "4")],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    console_script = (
+        "import sys; from importlib.metadata import entry_points; "  # what pip's `xlpe-train` wrapper does
+        "(command,) = entry_points(group='console_scripts', name='xlpe-train'); sys.argv[0] = 'xlpe-train'; "
+        "sys.exit(command.load()())"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", console_script, *tiny(tmp_path, "--max_steps", "2", "--max_predict_samples", "4")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     assert (tmp_path / "run" / "config.json").is_file()
 
 
 def test_accelerate_launch_with_two_cpu_processes(tmp_path):
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-              "--num_cpu_threads_per_process", "1", str(REPO / "scripts" / "train.py"), "--use_cpu"]  # fmt: skip
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--num_cpu_threads_per_process",
+        "1",
+        str(REPO / "scripts" / "train.py"),
+        "--use_cpu",
+    ]
     args = tiny(tmp_path, "--max_steps", "4", "--max_predict_samples", "7", "--per_device_eval_batch_size", "2")
-    run = subprocess.run(launch + args, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    run = subprocess.run(
+        launch + args,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     assert state["global_step"] == 4 and state["epoch"] == pytest.approx(1.0)  # 64 pairs / (2 processes x 8)
@@ -372,24 +639,39 @@ def test_command_destroys_the_process_group_before_exit(tmp_path):
             dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("request_tags", [["--source_tagger", "nltk-en"], ["--config_overrides", "pos_tagger=nltk-en"]],
-                         ids=["flag", "config_overrides"])  # fmt: skip
+@pytest.mark.parametrize(
+    "request_tags",
+    [["--source_tagger", "nltk-en"], ["--config_overrides", "pos_tagger=nltk-en"]],
+    ids=["flag", "config_overrides"],
+)
 def test_source_tags_stack_on_xl_pe_from_a_flag_or_the_config(tmp_path, request_tags, shared_dir):
     """XL PE + POS (issue 15): the tagger named either way tags the data, its tag set goes into the config, the
     batches carry pos_tag_ids, and the saved model's pipeline tags raw text itself."""
     from xlpe import XLPETranslationPipeline
 
     nltk_data = str(shared_dir / "data" / "nltk_data")
-    main(tiny(tmp_path, "--model_type", "xlpe", "--max_steps", "2", "--do_train", "--nltk_data", nltk_data, *request_tags))
+    main(
+        tiny(
+            tmp_path, "--model_type", "xlpe", "--max_steps", "2", "--do_train", "--nltk_data", nltk_data, *request_tags
+        )
+    )
     run = tmp_path / "run"
     config = json.loads((run / "config.json").read_text())
     assert config["pos_tagger"] == "nltk-en" and len(config["pos_tags"]) == 45
     report = json.loads((run / "preparation_report.json").read_text())["train"]
-    assert report["features"] == ["reorder_positions", "pos_tag_ids"] and report["tag_vocabularies"]["source"][3:] == config["pos_tags"]
+    assert (
+        report["features"] == ["reorder_positions", "pos_tag_ids"]
+        and report["tag_vocabularies"]["source"][3:] == config["pos_tags"]
+    )
     model = AutoModelForSeq2SeqLM.from_pretrained(run)
     model.config.nltk_data = nltk_data
     tokenizer = AutoTokenizer.from_pretrained(run)
-    assert model.prepare_pipeline_inputs(["the cat"], tokenizer, tokenizer(["the cat"], return_tensors="pt"))["pos_tag_ids"].shape[1] > 1
+    assert (
+        model.prepare_pipeline_inputs(["the cat"], tokenizer, tokenizer(["the cat"], return_tensors="pt"))[
+            "pos_tag_ids"
+        ].shape[1]
+        > 1
+    )
     assert XLPETranslationPipeline(model=model, tokenizer=tokenizer)("the cat sees the dog", max_new_tokens=4)
 
 

@@ -6,7 +6,6 @@ status, the one-line error and that the first run's files are intact. Tiny model
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from pathlib import Path
 
@@ -26,8 +25,11 @@ def argv(run_dir, cache, *extra):
 
 def fingerprint(directory: Path) -> dict:
     """{relative path: sha256} of every file under `directory` (what must survive a refused command)."""
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".xlpe.lock"}  # fmt: skip
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != ".xlpe.lock"
+    }
 
 
 def run_cli(capsys, arguments) -> tuple[int, str, str]:
@@ -66,23 +68,47 @@ def stopped(interrupted, tmp_path):
 
 def test_a_training_run_records_what_made_it(stopped):
     record = read_record(stopped)
-    assert record.kind == "training-run" and record.options["--d_model"] == 16 and record.options["--learning_rate"] == 1e-3
+    assert (
+        record.kind == "training-run"
+        and record.options["--d_model"] == 16
+        and record.options["--learning_rate"] == 1e-3
+    )
     assert record.options["--dataset_name"] == "builtin:synthetic" and record.options["--max_steps"] == 4
 
 
-@pytest.mark.parametrize("flag, value", [("--d_model", "32"), ("--model_type", "vanilla"), ("--xl_strategy", "head"),
-                                         ("--learning_rate", "5e-3"), ("--per_device_train_batch_size", "4")])  # fmt: skip
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--d_model", "32"),
+        ("--model_type", "vanilla"),
+        ("--xl_strategy", "head"),
+        ("--learning_rate", "5e-3"),
+        ("--per_device_train_batch_size", "4"),
+    ],
+)
 def test_resume_with_a_flag_that_shapes_the_model_or_run_is_refused(stopped, capsys, flag, value):
     before = fingerprint(stopped)
-    code, _, err = run_cli(capsys, [*argv(stopped, stopped.parent / "cache"), "--resume_from_checkpoint", "last", flag, value])
+    code, _, err = run_cli(
+        capsys, [*argv(stopped, stopped.parent / "cache"), "--resume_from_checkpoint", "last", flag, value]
+    )
     line = one_line_error(err)
     assert code == 2 and f"option {flag}:" in line and "--overwrite_output_dir" in line, line
     assert fingerprint(stopped) == before  # nothing written, nothing lost
 
 
 def test_resume_applies_and_lists_the_flags_that_may_change(stopped, capsys):
-    code, out, err = run_cli(capsys, [*argv(stopped, stopped.parent / "cache"), "--resume_from_checkpoint", "last",
-                                      "--max_steps", "5", "--logging_steps", "1"])  # fmt: skip
+    code, out, err = run_cli(
+        capsys,
+        [
+            *argv(stopped, stopped.parent / "cache"),
+            "--resume_from_checkpoint",
+            "last",
+            "--max_steps",
+            "5",
+            "--logging_steps",
+            "1",
+        ],
+    )
     assert code == 0, err[-3000:]
     assert "resuming: applying changed --logging_steps 2 -> 1; --max_steps 4 -> 5" in out
     steps = [entry["step"] for entry in log_history(stopped) if "loss" in entry]
@@ -172,8 +198,13 @@ def test_an_arguments_file_with_a_wrong_type_names_file_and_line(tmp_path, capsy
     assert code == 2 and "JSON object" in one_line_error(err)
 
 
-@pytest.mark.parametrize("edit, message", [(lambda c: c.replace('"d_model": 32', '"d_model": "wide"'), r":\d+: d_model must be a positive integer"),
-                                           (lambda c: c[: len(c) // 2], r":\d+: not valid JSON")])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c.replace('"d_model": 32', '"d_model": "wide"'), r":\d+: d_model must be a positive integer"),
+        (lambda c: c[: len(c) // 2], r":\d+: not valid JSON"),
+    ],
+)
 def test_a_hand_edited_config_is_named_with_its_line(tmp_path, capsys, toy_tokenizer, edit, message):
     import re
 
@@ -193,18 +224,40 @@ def prepared_dataset(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda d: (d / "dataset_dict.json").write_text('{"splits": ["train"\n'), "dataset_dict.json:2: not valid JSON"),
-    (lambda d: (d / "train" / "state.json").unlink(), "split train lacks"),
-    (lambda d: [p.write_bytes(p.read_bytes()[:-100]) for p in (d / "train").glob("*.arrow")], "damaged or truncated Arrow file"),
-    (lambda d: [p.unlink() for p in (d / "train").glob("*.arrow")], "is missing (named by"),
-], ids=["dataset_dict-json", "state-json", "truncated-arrow", "missing-arrow"])  # fmt: skip
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            lambda d: (d / "dataset_dict.json").write_text('{"splits": ["train"\n'),
+            "dataset_dict.json:2: not valid JSON",
+        ),
+        (lambda d: (d / "train" / "state.json").unlink(), "split train lacks"),
+        (
+            lambda d: [p.write_bytes(p.read_bytes()[:-100]) for p in (d / "train").glob("*.arrow")],
+            "damaged or truncated Arrow file",
+        ),
+        (lambda d: [p.unlink() for p in (d / "train").glob("*.arrow")], "is missing (named by"),
+    ],
+    ids=["dataset_dict-json", "state-json", "truncated-arrow", "missing-arrow"],
+)
 def test_a_damaged_prepared_dataset_is_named(tmp_path, capsys, toy_tokenizer, damage, message):
     prepared = prepared_dataset(tmp_path / "prepared")
     toy_tokenizer.save_pretrained(tmp_path / "tok")
     damage(prepared)
-    code, _, err = run_cli(capsys, ["--output_dir", tmp_path / "run", "--prepared_dataset", prepared,
-                                    "--tokenizer_name", tmp_path / "tok", "--do_train", "--max_steps", "2"])  # fmt: skip
+    code, _, err = run_cli(
+        capsys,
+        [
+            "--output_dir",
+            tmp_path / "run",
+            "--prepared_dataset",
+            prepared,
+            "--tokenizer_name",
+            tmp_path / "tok",
+            "--do_train",
+            "--max_steps",
+            "2",
+        ],
+    )
     line = one_line_error(err)
     assert code == 2 and message in line and "--prepared_dataset" in line, line
 

@@ -65,8 +65,23 @@ def train_with(tmp_path, family: str, *options: str, shared_dir=None):
     extra = []
     if family == "mvpe_pos":
         extra = ["--config_overrides", "pos_dim=8", "--nltk_data", str(shared_dir / "data" / "nltk_data")]
-    main(tiny(tmp_path, "--model_type", family, "--max_steps", "3", "--logging_steps", "1", "--do_train",
-              "--save_strategy", "no", *extra, *options), callbacks=[recorder])  # fmt: skip
+    main(
+        tiny(
+            tmp_path,
+            "--model_type",
+            family,
+            "--max_steps",
+            "3",
+            "--logging_steps",
+            "1",
+            "--do_train",
+            "--save_strategy",
+            "no",
+            *extra,
+            *options,
+        ),
+        callbacks=[recorder],
+    )
     train_logs = [entry for entry in log_history(tmp_path / "run") if "loss" in entry]
     return loss_name, recorder, train_logs
 
@@ -97,7 +112,9 @@ def test_reorder_loss_is_computed_logged_and_trains_the_predictor_under(option, 
 
 @pytest.mark.parametrize("family", ["dpe", "mvpe_pos"])
 def test_other_auxiliary_losses_survive_label_smoothing(family, tmp_path, shared_dir):
-    loss_name, recorder, train_logs = train_with(tmp_path, family, *TRAINER_OPTIONS["label_smoothing"], shared_dir=shared_dir)
+    loss_name, recorder, train_logs = train_with(
+        tmp_path, family, *TRAINER_OPTIONS["label_smoothing"], shared_dir=shared_dir
+    )
     assert_auxiliary_loss_trains(loss_name, recorder, train_logs)
     assert recorder.config.label_smoothing == 0.1
 
@@ -118,9 +135,19 @@ def test_trainer_routes_label_smoothing_to_family_models_only(tmp_path, toy_toke
 
     from xlpe import XLPEMarianConfig, XLPEMarianMTModel
 
-    size = dict(vocab_size=len(toy_tokenizer), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, pad_token_id=toy_tokenizer.pad_token_id,
-                eos_token_id=toy_tokenizer.eos_token_id, decoder_start_token_id=toy_tokenizer.pad_token_id)  # fmt: skip
+    size = dict(
+        vocab_size=len(toy_tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        pad_token_id=toy_tokenizer.pad_token_id,
+        eos_token_id=toy_tokenizer.eos_token_id,
+        decoder_start_token_id=toy_tokenizer.pad_token_id,
+    )
     args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), label_smoothing_factor=0.2, report_to="none")
     family = XLPESeq2SeqTrainer(model=XLPEMarianMTModel(XLPEMarianConfig(**size)), args=args)
     assert family.label_smoother is None and family.model.config.label_smoothing == 0.2
@@ -144,8 +171,22 @@ def test_predictions_file_is_in_input_order_whatever_the_sampler(sampler, tmp_pa
     options = ["--train_sampling_strategy", "group_by_length"] if sampler == "group_by_length" else []
     if sampler == "shuffled":
         monkeypatch.setattr(XLPESeq2SeqTrainer, "_get_eval_sampler", shuffled_eval_sampler)
-    main(tiny(tmp_path, "--max_steps", "2", "--do_train", "--do_predict", "--max_predict_samples", "12",
-              "--per_device_eval_batch_size", "4", "--save_strategy", "no", *options))  # fmt: skip
+    main(
+        tiny(
+            tmp_path,
+            "--max_steps",
+            "2",
+            "--do_train",
+            "--do_predict",
+            "--max_predict_samples",
+            "12",
+            "--per_device_eval_batch_size",
+            "4",
+            "--save_strategy",
+            "no",
+            *options,
+        )
+    )
     run = tmp_path / "run"
     lines = (run / "generated_predictions.txt").read_text().splitlines()
     model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(run).eval(), AutoTokenizer.from_pretrained(run)
@@ -211,7 +252,10 @@ def test_evaluate_cli_bleu_tokenizer(tmp_path, capsys, mecab_missing):
     code = evaluate_cli.main(["bleu", "--hyp", str(hyp), "--ref", str(ref), "--lang", "ja"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and "ja-mecab" in err and "xlpe[ja]" in err
-    assert evaluate_cli.main(["bleu", "--hyp", str(hyp), "--ref", str(ref), "--lang", "ja", "--bleu_tokenize", "char"]) == 0
+    assert (
+        evaluate_cli.main(["bleu", "--hyp", str(hyp), "--ref", str(ref), "--lang", "ja", "--bleu_tokenize", "char"])
+        == 0
+    )
     assert "tok:char" in json.loads(capsys.readouterr().out)["bleu"]["signature"]
 
 
@@ -237,8 +281,19 @@ def test_xlpe_test_split_is_scored_with_predicted_and_oracle_positions(tmp_path,
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(XLPESeq2SeqTrainer, "prediction_step", prediction_step)
-    metrics = main(tiny(tmp_path, "--max_steps", "2", "--do_train", "--do_predict", "--bleu_tokenize", "char",
-                        "--save_strategy", "no"))  # fmt: skip
+    metrics = main(
+        tiny(
+            tmp_path,
+            "--max_steps",
+            "2",
+            "--do_train",
+            "--do_predict",
+            "--bleu_tokenize",
+            "char",
+            "--save_strategy",
+            "no",
+        )
+    )
     run = tmp_path / "run"
     assert {"predict_bleu", "predict_chrf", "predict_oracle_bleu", "predict_oracle_chrf"} <= set(metrics)
     assert seen == [False, True]  # one batch (6 sentences) each way
@@ -261,8 +316,12 @@ def test_prepared_test_split_keeps_its_text_and_the_training_split_does_not(toy_
 def test_text_is_kept_for_evaluation_splits_by_default():
     options = PrepareOptions()
     assert not options.keeps_text("train") and options.keeps_text("test") and options.keeps_text("validation")
-    assert PrepareOptions(keep_text=True).keeps_text("train") and not PrepareOptions(keep_text="none").keeps_text("test")
-    assert PrepareOptions(keep_text=["train"]).keeps_text("train") and not PrepareOptions(keep_text=["train"]).keeps_text("test")
+    assert PrepareOptions(keep_text=True).keeps_text("train") and not PrepareOptions(keep_text="none").keeps_text(
+        "test"
+    )
+    assert PrepareOptions(keep_text=["train"]).keeps_text("train") and not PrepareOptions(
+        keep_text=["train"]
+    ).keeps_text("test")
     with pytest.raises(ValueError, match="keep_text"):
         PrepareOptions(keep_text="some")
 
@@ -306,10 +365,17 @@ def test_group_by_length_uses_the_shuffled_sampler_with_both_sides(tmp_path, toy
 
     data = datasets.Dataset.from_dict({"input_ids": [[5] * 3, [5] * 9, [5] * 4], "labels": [[6] * 7, [6] * 2, [6] * 4]})
     assert example_lengths(data).tolist() == [7, 9, 4] and example_lengths(data.select([2, 0])).tolist() == [4, 7]
-    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), train_sampling_strategy="group_by_length", report_to="none",
-                                    per_device_train_batch_size=2, gradient_accumulation_steps=3, use_cpu=True)  # fmt: skip
-    trainer = XLPESeq2SeqTrainer(model=XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))), args=args,
-                                 train_dataset=data)  # fmt: skip
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path),
+        train_sampling_strategy="group_by_length",
+        report_to="none",
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=3,
+        use_cpu=True,
+    )
+    trainer = XLPESeq2SeqTrainer(
+        model=XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))), args=args, train_dataset=data
+    )
     sampler = trainer._get_train_sampler()
     assert isinstance(sampler, ShuffledLengthGroupedSampler) and sampler.batch_size == 6
     assert sampler.lengths.tolist() == [7, 9, 4]
@@ -340,11 +406,33 @@ def test_gradient_accumulation_trains_like_one_big_batch(tmp_path):
     random sampler; dropout off; reorder loss off so that every term is a token mean of the whole step)."""
     from safetensors.torch import load_file
 
-    common = ["--model_type", "xlpe", "--max_steps", "2", "--do_train", "--do_eval", "False", "--do_predict", "False",
-              "--save_strategy", "no", "--dropout", "0", "--train_sampling_strategy", "random",
-              "--config_overrides", "reorder_loss_weight=0", "--optim", "sgd", "--learning_rate", "0.5"]  # fmt: skip
+    common = [
+        "--model_type",
+        "xlpe",
+        "--max_steps",
+        "2",
+        "--do_train",
+        "--do_eval",
+        "False",
+        "--do_predict",
+        "False",
+        "--save_strategy",
+        "no",
+        "--dropout",
+        "0",
+        "--train_sampling_strategy",
+        "random",
+        "--config_overrides",
+        "reorder_loss_weight=0",
+        "--optim",
+        "sgd",
+        "--learning_rate",
+        "0.5",
+    ]
     main(tiny(tmp_path, *common, "--per_device_train_batch_size", "6", name="big"))
-    main(tiny(tmp_path, *common, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "3", name="acc"))
+    main(
+        tiny(tmp_path, *common, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "3", name="acc")
+    )
     big, accumulated = (load_file(tmp_path / name / "model.safetensors") for name in ("big", "acc"))
     assert big.keys() == accumulated.keys()
     gap = max((big[k].double() - accumulated[k].double()).abs().max().item() for k in big)
@@ -388,7 +476,28 @@ def test_evaluation_generates_in_the_training_dtype_encoder_included(bf16, tmp_p
     """`--bf16`: every encoder call of the dev-set `generate()` runs under bf16 autocast (accelerate's wrapper of
     `forward` covers only the decoder steps); without it, fp32."""
     recorder = RecordEncoderDtype()
-    main(tiny(tmp_path, "--max_steps", "1", "--do_train", "--do_eval", "--do_predict", "False", "--save_strategy", "no",
-              "--bf16", str(bf16), "--use_cpu", "--max_eval_samples", "4"), callbacks=[recorder])  # fmt: skip
+    main(
+        tiny(
+            tmp_path,
+            "--max_steps",
+            "1",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "False",
+            "--save_strategy",
+            "no",
+            "--bf16",
+            str(bf16),
+            "--use_cpu",
+            "--max_eval_samples",
+            "4",
+        ),
+        callbacks=[recorder],
+    )
     assert recorder.calls, "generate() was not called by the evaluation"
-    assert all(call == (True, torch.bfloat16) for call in recorder.calls) if bf16 else not any(on for on, _ in recorder.calls)
+    assert (
+        all(call == (True, torch.bfloat16) for call in recorder.calls)
+        if bf16
+        else not any(on for on, _ in recorder.calls)
+    )

@@ -83,7 +83,7 @@ def _suggest_on_unknown_flags(parser: argparse.ArgumentParser) -> None:
     def error(message: str):
         prefix = "unrecognized arguments: "
         if message.startswith(prefix):
-            message = unknown_flags_message(message[len(prefix):].split(), _all_options(parser))
+            message = unknown_flags_message(message[len(prefix) :].split(), _all_options(parser))
         plain_error(message)
 
     parser.error = error
@@ -118,8 +118,10 @@ def check_input_file(path: str | None, flag: str) -> None:
 def hub_is_offline() -> bool:
     """True when the Hugging Face libraries are told not to use the network (HF_HUB_OFFLINE /
     TRANSFORMERS_OFFLINE)."""
-    return any(os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
-               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))  # fmt: skip
+    return any(
+        os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def looks_like_local_path(value: str) -> bool:
@@ -145,9 +147,20 @@ def check_model_path(value: str, flag: str) -> None:
     if looks_like_local_path(value):
         raise CommandLineError(f"{flag} {value}: no such local directory")
     if hub_is_offline():
-        raise CommandLineError(f"{flag} {value}: no such local directory, and the Hub is not tried "
-                               "(HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set)")  # fmt: skip
+        raise CommandLineError(
+            f"{flag} {value}: no such local directory, and the Hub is not tried "
+            "(HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set)"
+        )
 
 
-__all__ = ["CommandLineError", "canonical_flags", "check_input_file", "check_model_path", "hub_is_offline",
-           "looks_like_local_path", "suggest_option", "unknown_flags_message", "user_error"]
+__all__ = [
+    "CommandLineError",
+    "canonical_flags",
+    "check_input_file",
+    "check_model_path",
+    "hub_is_offline",
+    "looks_like_local_path",
+    "suggest_option",
+    "unknown_flags_message",
+    "user_error",
+]

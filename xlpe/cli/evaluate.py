@@ -23,11 +23,11 @@ from ..evaluation import (
     metrics as ev,  # light: sacrebleu, torch and the rest are imported when used
 )
 from ..evaluation import plots
+from ..features.language_codes import check_language_code
 from ..features.text_files import (  # (standard library only)
     check_output,
     write_text_atomic,
 )
-from ..features.language_codes import check_language_code
 from . import (
     CommandLineError,
     canonical_flags,
@@ -70,8 +70,10 @@ def _parallel(*named: tuple[str, str, list[str]]) -> None:
     (flag, path, lines), *others = named
     for other_flag, other_path, other_lines in others:
         if len(other_lines) != len(lines):
-            raise CommandLineError(f"line counts differ: {flag} {path} has {len(lines)} lines, {other_flag} "
-                                   f"{other_path} has {len(other_lines)}")  # fmt: skip
+            raise CommandLineError(
+                f"line counts differ: {flag} {path} has {len(lines)} lines, {other_flag} "
+                f"{other_path} has {len(other_lines)}"
+            )
 
 
 def _hypotheses_and_references(args, hyp_flag: str = "hyp") -> tuple[list[str], list[str] | list[list[str]]]:
@@ -80,7 +82,9 @@ def _hypotheses_and_references(args, hyp_flag: str = "hyp") -> tuple[list[str], 
     hyp_path = getattr(args, hyp_flag)
     hypotheses = _read(hyp_path, f"--{hyp_flag}")
     streams = [_read(path, "--ref") for path in args.ref]
-    _parallel((f"--{hyp_flag}", hyp_path, hypotheses), *(("--ref", path, lines) for path, lines in zip(args.ref, streams)))
+    _parallel(
+        (f"--{hyp_flag}", hyp_path, hypotheses), *(("--ref", path, lines) for path, lines in zip(args.ref, streams))
+    )
     return hypotheses, streams[0] if len(streams) == 1 else streams
 
 
@@ -102,8 +106,12 @@ def run_bleu(args) -> dict:
     hypotheses, references = _hypotheses_and_references(args)
     result = ev.corpus_bleu_chrf(hypotheses, references, args.lang, args.tokenize, args.lowercase)
     if args.dataset_name:
-        result.update(dataset_name=args.dataset_name, dataset_type=args.dataset_type or args.dataset_name,
-                      dataset_split=args.split, dataset_config=args.dataset_config)
+        result.update(
+            dataset_name=args.dataset_name,
+            dataset_type=args.dataset_type or args.dataset_name,
+            dataset_split=args.split,
+            dataset_config=args.dataset_config,
+        )
     return result
 
 
@@ -112,8 +120,10 @@ def run_significance(args) -> dict:
     baseline = _read(args.baseline, "--baseline")
     _parallel(("--hyp", args.hyp, system), ("--baseline", args.baseline, baseline))
     tests = ["bs", "ar"] if args.test == "both" else [args.test]
-    return {test: ev.paired_significance(system, baseline, refs, test, args.n_samples, args.alpha, args.lang, args.tokenize)
-            for test in tests}
+    return {
+        test: ev.paired_significance(system, baseline, refs, test, args.n_samples, args.alpha, args.lang, args.tokenize)
+        for test in tests
+    }
 
 
 def run_perplexity(args) -> dict:
@@ -139,10 +149,19 @@ def run_compare_mt(args) -> dict:
     systems = {name: _read(path, "--hyp") for name, path in named.items()}
     references = _read(args.ref[0], "--ref")
     sources = _read(args.source, "--source") if args.source else None
-    _parallel(("--ref", args.ref[0], references), *(("--hyp", named[name], lines) for name, lines in systems.items()),
-              *((("--source", args.source, sources),) if sources is not None else ()))  # fmt: skip
-    return ev.compare_mt_report(references, systems, args.output_dir, sources=sources,
-                                frequency_corpus=args.frequency_corpus, overwrite=args.overwrite_output)
+    _parallel(
+        ("--ref", args.ref[0], references),
+        *(("--hyp", named[name], lines) for name, lines in systems.items()),
+        *((("--source", args.source, sources),) if sources is not None else ()),
+    )
+    return ev.compare_mt_report(
+        references,
+        systems,
+        args.output_dir,
+        sources=sources,
+        frequency_corpus=args.frequency_corpus,
+        overwrite=args.overwrite_output,
+    )
 
 
 def run_alignment(args) -> dict:
@@ -162,25 +181,37 @@ def run_alignment(args) -> dict:
         predicted = aq.read_links(args.links, one_based=args.one_based)
         # one line per gold sentence pair: the whole gold set, or exactly the first N with --limit N
         if len(predicted) != full_count and not (args.limit and len(predicted) == len(test_set.gold)):
-            raise CommandLineError(f"line counts differ: --links {args.links} has {len(predicted)} lines, the gold "
-                                   f"alignments {gold_file} have {full_count}{limited} (one line per sentence pair)")  # fmt: skip
+            raise CommandLineError(
+                f"line counts differ: --links {args.links} has {len(predicted)} lines, the gold "
+                f"alignments {gold_file} have {full_count}{limited} (one line per sentence pair)"
+            )
         predicted = predicted[: len(test_set.gold)]
-        aq.check_links_inside(predicted, args.links, [len(s) for s in test_set.sources],
-                              [len(t) for t in test_set.targets], args.one_based)  # fmt: skip
+        aq.check_links_inside(
+            predicted,
+            args.links,
+            [len(s) for s in test_set.sources],
+            [len(t) for t in test_set.targets],
+            args.one_based,
+        )
         method = f"links from {args.links}"
     elif args.model:
         model, tokenizer = _load_model(args)
-        predicted = aq.attention_alignments(model, tokenizer, test_set.sources, test_set.targets, args.batch_size,
-                                            args.layer, args.projection)
+        predicted = aq.attention_alignments(
+            model, tokenizer, test_set.sources, test_set.targets, args.batch_size, args.layer, args.projection
+        )
         layer = "penultimate" if args.layer is None else args.layer
         method = f"cross-attention of decoder layer {layer}, heads averaged, {args.projection}"
     else:
         raise CommandLineError("alignment: give --model or --links")
     if args.write_links:
         write_text_atomic(args.write_links, "".join(aq.format_links(links) + "\n" for links in predicted))
-    return {"test_set": test_set.name, "sentences": len(test_set.gold), "method": method,
-            **aq.alignment_error_rate(predicted, test_set.gold),
-            "diagonal_baseline": aq.alignment_error_rate(diagonal, test_set.gold)}
+    return {
+        "test_set": test_set.name,
+        "sentences": len(test_set.gold),
+        "method": method,
+        **aq.alignment_error_rate(predicted, test_set.gold),
+        "diagonal_baseline": aq.alignment_error_rate(diagonal, test_set.gold),
+    }
 
 
 def _read_positions(path: str, flag: str, permutations: bool = False) -> list[list[int]]:
@@ -205,7 +236,10 @@ def run_reordering(args) -> dict:
     from ..evaluation import alignment_quality as aq
 
     if args.pred and args.oracle:
-        predicted, oracle = _read_positions(args.pred, "--pred", permutations=True), _read_positions(args.oracle, "--oracle")
+        predicted, oracle = (
+            _read_positions(args.pred, "--pred", permutations=True),
+            _read_positions(args.oracle, "--oracle"),
+        )
         _parallel(("--pred", args.pred, predicted), ("--oracle", args.oracle, oracle))
         return aq.reordering_quality(predicted, oracle)
     if not (args.model and args.source and args.links):
@@ -224,8 +258,7 @@ def run_plot(args) -> dict:
         data = {name: plots.perplexity_history(path) for name, path in _named_files(args.trainer_state).items()}
     else:
         data = json.loads(Path(args.input).read_text(encoding="utf-8"))
-    draw = {"tau": plots.plot_tau_sweep, "noise": plots.plot_noise_curve,
-            "perplexity": plots.plot_perplexity_per_epoch}
+    draw = {"tau": plots.plot_tau_sweep, "noise": plots.plot_noise_curve, "perplexity": plots.plot_perplexity_per_epoch}
     return {"png": str(draw[args.kind](data, args.output))}
 
 
@@ -236,17 +269,20 @@ def run_plot(args) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     description, commands_table = __doc__.split("\n\n")[:2]
-    parser = argparse.ArgumentParser(prog=PROG, description=description, epilog=commands_table,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=description, epilog=commands_table, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name, function, help_text, output_help="also write the JSON here"):
         sub = commands.add_parser(name, help=help_text)
         sub.set_defaults(function=function)
         sub.add_argument("--output", required=name == "plot", help=output_help)
-        sub.add_argument("--overwrite_output", action="store_true", help="replace an existing --output file (and "
-                                                                         "--write_links file, compare-mt's "
-                                                                         "--output_dir)")  # fmt: skip
+        sub.add_argument(
+            "--overwrite_output",
+            action="store_true",
+            help="replace an existing --output file (and --write_links file, compare-mt's --output_dir)",
+        )
         return sub
 
     def text_args(sub, hyp=True, lang=True):
@@ -260,14 +296,21 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--model", required=required, help="saved model directory (with tokenizer)")
         sub.add_argument("--batch_size", type=int, default=16)
         sub.add_argument("--device", default="cpu")
-        sub.add_argument("--ignore_tokenizer_mismatch", action="store_true",
-                         help="use the tokenizer beside the model even when it is not the one it was trained with")
+        sub.add_argument(
+            "--ignore_tokenizer_mismatch",
+            action="store_true",
+            help="use the tokenizer beside the model even when it is not the one it was trained with",
+        )
 
     sub = command("bleu", run_bleu, "BLEU and chrF with signatures")
     text_args(sub)
-    sub.add_argument("--bleu_tokenize", "--tokenize", dest="tokenize",
-                     help="sacrebleu's BLEU tokenizer (13a, intl, zh, ja-mecab, ko-mecab, char, none, ...); default: "
-                          "sacrebleu's choice for --lang")  # fmt: skip
+    sub.add_argument(
+        "--bleu_tokenize",
+        "--tokenize",
+        dest="tokenize",
+        help="sacrebleu's BLEU tokenizer (13a, intl, zh, ja-mecab, ko-mecab, char, none, ...); default: "
+        "sacrebleu's choice for --lang",
+    )
     sub.add_argument("--lowercase", action="store_true")
     for name in ("dataset_name", "dataset_type", "dataset_config"):
         sub.add_argument(f"--{name}")
@@ -295,10 +338,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--ref", required=True, nargs=1)
     sub.add_argument("--hyp", required=True, nargs="+", help="system outputs as name=path (or path)")
     sub.add_argument("--source")
-    sub.add_argument("--frequency_corpus", help="text whose word counts define the frequency buckets (e.g. the "
-                                                "training targets; default: the references)")
-    sub.add_argument("--output_dir", required=True, help="report directory (index.html, figures, report.txt), "
-                                                         "written aside and renamed into place when complete")
+    sub.add_argument(
+        "--frequency_corpus",
+        help="text whose word counts define the frequency buckets (e.g. the training targets; default: the references)",
+    )
+    sub.add_argument(
+        "--output_dir",
+        required=True,
+        help="report directory (index.html, figures, report.txt), written aside and renamed into place when complete",
+    )
 
     sub = command("alignment", run_alignment, "AER of attention alignments against talp gold")
     sub.add_argument("--gold_dir", required=True, help="a word_alignment_gold/<pair> folder")
@@ -330,8 +378,9 @@ def _check_input_files(args) -> None:
     for name in FILE_OPTIONS:
         values = getattr(args, name, None)
         for value in [values] if isinstance(values, str) else values or []:
-            check_input_file(value.rpartition("=")[2] if name == "hyp" and args.command == "compare-mt" else value,
-                             f"--{name}")  # fmt: skip
+            check_input_file(
+                value.rpartition("=")[2] if name == "hyp" and args.command == "compare-mt" else value, f"--{name}"
+            )
     for value in getattr(args, "trainer_state", None) or []:
         check_input_file(value.rpartition("=")[2], "--trainer_state")
 

@@ -26,7 +26,13 @@ from . import (
 )
 
 PROG = "xlpe-export"
-INT8_SCHEME_NAMES = ("tensor", "tensor-nogather", "channel", "channel-reduce", "channel-nogather")  # exporter.INT8_SCHEMES
+INT8_SCHEME_NAMES = (
+    "tensor",
+    "tensor-nogather",
+    "channel",
+    "channel-reduce",
+    "channel-nogather",
+)  # exporter.INT8_SCHEMES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,17 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--verify", metavar="EXPORT_DIR", help="check an export directory (against --model when given)")
     mode.add_argument("--translate", metavar="EXPORT_DIR", help="translate --input with an export directory")
     parser.add_argument("--model", help="the trained model directory (export: required; --verify: optional)")
-    parser.add_argument("--quantize", choices=["int8"], default=None, help="also write dynamic int8 copies of the graphs")
-    parser.add_argument("--int8_scheme", default=None, metavar="SCHEME",
-                        help="with --quantize int8: the quantization settings, one of "
-                             + ", ".join(INT8_SCHEME_NAMES) + " (default channel: per-channel weight scales; docs/deployment.md)")
+    parser.add_argument(
+        "--quantize", choices=["int8"], default=None, help="also write dynamic int8 copies of the graphs"
+    )
+    parser.add_argument(
+        "--int8_scheme",
+        default=None,
+        metavar="SCHEME",
+        help="with --quantize int8: the quantization settings, one of "
+        + ", ".join(INT8_SCHEME_NAMES)
+        + " (default channel: per-channel weight scales; docs/deployment.md)",
+    )
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     parser.add_argument("--overwrite_output", action="store_true", help="replace an existing --output directory")
     parser.add_argument("--input", default="-", help="--translate: UTF-8 text, one sentence per line ('-' = stdin)")
     parser.add_argument("--precision", choices=["fp32", "int8"], default="fp32", help="--translate: which graphs")
     parser.add_argument("--num_beams", type=int, default=None, help="--translate: beam size (default: the model's)")
     parser.add_argument("--batch_size", type=int, default=32, help="--translate: sentences per batch (default 32)")
-    parser.add_argument("--threads", type=int, default=None, help="--translate: onnxruntime threads (default: all cores)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="--translate: onnxruntime threads (default: all cores)"
+    )
     return canonical_flags(parser)
 
 
@@ -68,7 +83,11 @@ def translate(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for flag, value in (("--num_beams", args.num_beams), ("--batch_size", args.batch_size), ("--threads", args.threads)):
+    for flag, value in (
+        ("--num_beams", args.num_beams),
+        ("--batch_size", args.batch_size),
+        ("--threads", args.threads),
+    ):
         if value is not None and value < 1:
             return user_error(PROG, f"{flag} must be >= 1, got {value}")
     try:
@@ -78,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.quantize is None:
                 raise CommandLineError("--int8_scheme needs --quantize int8")
             if args.int8_scheme not in INT8_SCHEME_NAMES:
-                raise CommandLineError(f"--int8_scheme must be one of {', '.join(INT8_SCHEME_NAMES)}, got {args.int8_scheme!r}")
+                raise CommandLineError(
+                    f"--int8_scheme must be one of {', '.join(INT8_SCHEME_NAMES)}, got {args.int8_scheme!r}"
+                )
         if args.model is not None:
             check_model_path(args.model, "--model")
         for flag in ("verify", "translate"):
@@ -93,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
 
             manifest = verify_export(args.verify, args.model)
             against = f" and matches {args.model}" if args.model else ""
-            print(f"{args.verify}: {len(manifest['graphs']) + len(manifest.get('int8_graphs') or {})} graphs and the "
-                  f"tokenizer match the manifest{against}")  # fmt: skip
+            print(
+                f"{args.verify}: {len(manifest['graphs']) + len(manifest.get('int8_graphs') or {})} graphs and the "
+                f"tokenizer match the manifest{against}"
+            )
             return 0
         from ..export.exporter import export_directory
 

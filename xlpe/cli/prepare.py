@@ -29,6 +29,11 @@ FILE_SPLITS = {"train": "", "validation": "validation-", "test": "test-"}  # spl
 TOKENIZER_TRAINING = {"tokenizer_vocab_size": 8000, "tokenizer_model": "unigram"}  # xlpe-train's defaults
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Arguments: the parser and its checks (user errors: one line, exit 2)
+# ---------------------------------------------------------------------------------------------------------
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage block): `xlpe-prepare: error: ...`, status 2."""
 
@@ -49,29 +54,52 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--dataset", help="Hub dataset id or local datasets directory (its splits)")
     src.add_argument("--dataset-config", help="dataset configuration name (e.g. de-en)")
     src.add_argument("--splits", nargs="+", help="dataset splits to prepare (default: all)")
-    src.add_argument("--name", help="what this data is called in the model card of a model trained on it (e.g. "
-                                    "'Multi30k fr-en, 10k pairs'; recorded in the report; default: --dataset, else "
-                                    "the training files' names)")
+    src.add_argument(
+        "--name",
+        help="what this data is called in the model card of a model trained on it (e.g. "
+        "'Multi30k fr-en, 10k pairs'; recorded in the report; default: --dataset, else "
+        "the training files' names)",
+    )
     src.add_argument("--source-lang", help="source language (e.g. de): the key in --dataset; recorded for xlpe-train")
     src.add_argument("--target-lang", help="target language (e.g. en): picks xlpe-train's BLEU tokenizer, the card's")
     src.add_argument("--source-column"), src.add_argument("--target-column")
     tok = p.add_argument_group("tokenizer (saved to OUTPUT/tokenizer either way)")
-    tok.add_argument("--tokenizer", help="tokenizer directory or Hub id (AutoTokenizer); default: train a joint one "
-                                         "on the training text")  # fmt: skip
+    tok.add_argument(
+        "--tokenizer",
+        help="tokenizer directory or Hub id (AutoTokenizer); default: train a joint one on the training text",
+    )
     tok.add_argument("--tokenizer-vocab-size", type=int, help="pieces of a tokenizer trained here (default 8000)")
     tok.add_argument("--tokenizer-model", choices=("unigram", "bpe"), help="a tokenizer trained here (default unigram)")
-    p.add_argument("--output", required=True, help="directory for the splits, report.json and tokenizer/ (written "
-                                                   "aside, renamed into place when complete)")  # fmt: skip
+    p.add_argument(
+        "--output",
+        required=True,
+        help="directory for the splits, report.json and tokenizer/ (written aside, renamed into place when complete)",
+    )
     p.add_argument("--overwrite-output", action="store_true", help="replace an existing --output directory")
     p.add_argument("--features", nargs="+", choices=FEATURE_CHOICES, help="default: positions + tags of given taggers")
     p.add_argument("--symmetrization", default="grow-diag-final-and", choices=SYMMETRIZATIONS)
-    p.add_argument("--eflomal-options", type=json.loads, default=None, metavar="JSON",
-                   help='eflomal.Aligner arguments, e.g. \'{"n_samplers": 1}\'')  # fmt: skip
-    p.add_argument("--alignment-seed", type=int, default=None, metavar="N",
-                   help="seed eflomal: the same corpus and options give the same links and oracle (Linux, a C compiler "
-                        "once; = --eflomal-options '{\"seed\": N}'; default: unseeded, as eflomal)")  # fmt: skip
-    p.add_argument("--alignment-runs", type=int, default=1, metavar="K",
-                   help="eflomal runs per direction, links kept by a strict majority (stabler oracle, K x time)")
+    p.add_argument(
+        "--eflomal-options",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help="eflomal.Aligner arguments, e.g. '{\"n_samplers\": 1}'",
+    )
+    p.add_argument(
+        "--alignment-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="seed eflomal: the same corpus and options give the same links and oracle (Linux, a C compiler "
+        "once; = --eflomal-options '{\"seed\": N}'; default: unseeded, as eflomal)",
+    )
+    p.add_argument(
+        "--alignment-runs",
+        type=int,
+        default=1,
+        metavar="K",
+        help="eflomal runs per direction, links kept by a strict majority (stabler oracle, K x time)",
+    )
     p.add_argument("--unaligned", default="right", choices=("right", "left"), help="BTG oracle attachment")
     p.add_argument("--dpe-unaligned", default="drop", choices=("drop", "keep"), help="DPE unaligned tokens")
     p.add_argument("--source-tagger", help="nltk-en | jieba-zh | spacy:<model> | perceptron:<file> (xlpe-tagger train)")
@@ -81,35 +109,81 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--num-proc", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--cache-dir", help="reuse identical earlier runs (features and trained tokenizer) from here")
-    p.add_argument("--overwrite-cache", action="store_true", help="recompute the features even when --cache-dir has them (and replace them there)")
+    p.add_argument(
+        "--overwrite-cache",
+        action="store_true",
+        help="recompute the features even when --cache-dir has them (and replace them there)",
+    )
     p.add_argument("--noise-ratio", type=float, default=0.0, help="XL PE Sec. 4.5 noise attack ratio")
     p.add_argument("--seed", type=int, default=0)
-    scale = p.add_argument_group("corpus scale: sharded preparation (bounded memory, resumable, shards on many machines; "
-                                 "docs/corpus_scale.md)")  # fmt: skip
-    scale.add_argument("--shard-size", type=_shard_size, default="auto", metavar="N|auto",
-                       help=f"pairs per shard; auto (default): shards of {DEFAULT_SHARD_SIZE:,} once the files hold "
-                            f"more than {AUTO_SHARD_PAIRS:,} pairs, else one piece in memory")  # fmt: skip
-    scale.add_argument("--work-dir", help="where plan, tokenizer, priors and finished shards live (default: OUTPUT.work); "
-                                          "the same command run again resumes there")  # fmt: skip
-    scale.add_argument("--stage", default="all", choices=("all", "plan", "shards", "merge"),
-                       help="all (default) | plan (one job) | shards (any number of jobs) | merge (one job, after all shards)")
-    scale.add_argument("--shard-index", type=int, nargs="+", metavar="K",
-                       help="with --stage shards: the shards to run (e.g. $SLURM_ARRAY_TASK_ID; default: every unfinished one)")
-    scale.add_argument("--alignment-sample", type=int, default=DEFAULT_ALIGNMENT_SAMPLE, metavar="N",
-                       help=f"pairs aligned once to learn the eflomal priors every shard starts from (default {DEFAULT_ALIGNMENT_SAMPLE:,})")
-    scale.add_argument("--tokenizer-sample", type=int, default=DEFAULT_TOKENIZER_SAMPLE, metavar="N",
-                       help=f"training pairs a tokenizer trained here sees (default {DEFAULT_TOKENIZER_SAMPLE:,})")
-    scale.add_argument("--shard-eflomal-options", type=json.loads, default=None, metavar="JSON",
-                       help="eflomal.Aligner arguments for the shards aligned from priors only (over --eflomal-options); "
-                            f"default {json.dumps(DEFAULT_SHARD_EFLOMAL_OPTIONS)} (half eflomal's cost); '{{}}': eflomal's "
-                            "own settings (agreement and cost: docs/corpus_scale.md)")  # fmt: skip
+    scale = p.add_argument_group(
+        "corpus scale: sharded preparation (bounded memory, resumable, shards on many machines; docs/corpus_scale.md)"
+    )
+    scale.add_argument(
+        "--shard-size",
+        type=_shard_size,
+        default="auto",
+        metavar="N|auto",
+        help=f"pairs per shard; auto (default): shards of {DEFAULT_SHARD_SIZE:,} once the files hold "
+        f"more than {AUTO_SHARD_PAIRS:,} pairs, else one piece in memory",
+    )
+    scale.add_argument(
+        "--work-dir",
+        help="where plan, tokenizer, priors and finished shards live (default: OUTPUT.work); "
+        "the same command run again resumes there",
+    )
+    scale.add_argument(
+        "--stage",
+        default="all",
+        choices=("all", "plan", "shards", "merge"),
+        help="all (default) | plan (one job) | shards (any number of jobs) | merge (one job, after all shards)",
+    )
+    scale.add_argument(
+        "--shard-index",
+        type=int,
+        nargs="+",
+        metavar="K",
+        help="with --stage shards: the shards to run (e.g. $SLURM_ARRAY_TASK_ID; default: every unfinished one)",
+    )
+    scale.add_argument(
+        "--alignment-sample",
+        type=int,
+        default=DEFAULT_ALIGNMENT_SAMPLE,
+        metavar="N",
+        help=f"pairs aligned once to learn the eflomal priors every shard starts from (default {DEFAULT_ALIGNMENT_SAMPLE:,})",
+    )
+    scale.add_argument(
+        "--tokenizer-sample",
+        type=int,
+        default=DEFAULT_TOKENIZER_SAMPLE,
+        metavar="N",
+        help=f"training pairs a tokenizer trained here sees (default {DEFAULT_TOKENIZER_SAMPLE:,})",
+    )
+    scale.add_argument(
+        "--shard-eflomal-options",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help="eflomal.Aligner arguments for the shards aligned from priors only (over --eflomal-options); "
+        f"default {json.dumps(DEFAULT_SHARD_EFLOMAL_OPTIONS)} (half eflomal's cost); '{{}}': eflomal's "
+        "own settings (agreement and cost: docs/corpus_scale.md)",
+    )
     scale.add_argument("--keep-work-dir", action="store_true", help="keep the work directory after the merge")
-    scale.add_argument("--overwrite-work-dir", action="store_true",
-                       help="with --stage plan or all: remove a work directory planned from other files or flags and "
-                            "plan anew (every stage checks the inputs and flags against the plan)")  # fmt: skip
-    p.add_argument("--keep-text", nargs="?", const="all", default="eval", choices=("all", "eval", "none"),
-                   help="splits that keep text, line number and alignment columns: eval (default: every split but "
-                        "train, what scoring needs), all (also --keep-text alone) or none")  # fmt: skip
+    scale.add_argument(
+        "--overwrite-work-dir",
+        action="store_true",
+        help="with --stage plan or all: remove a work directory planned from other files or flags and "
+        "plan anew (every stage checks the inputs and flags against the plan)",
+    )
+    p.add_argument(
+        "--keep-text",
+        nargs="?",
+        const="all",
+        default="eval",
+        choices=("all", "eval", "none"),
+        help="splits that keep text, line number and alignment columns: eval (default: every split but "
+        "train, what scoring needs), all (also --keep-text alone) or none",
+    )
     return canonical_flags(p)
 
 
@@ -128,8 +202,16 @@ def _flag(split: str, kind: str) -> str:
 
 def _check_numbers(args) -> None:
     """Raise ValueError (one line, naming the flag, the expected range and the value) on a number out of range."""
-    for name in ("max_length", "num_proc", "batch_size", "alignment_runs", "tokenizer_vocab_size", "alignment_sample",
-                 "tokenizer_sample", *(["shard_size"] if args.shard_size != "auto" else [])):  # fmt: skip
+    for name in (
+        "max_length",
+        "num_proc",
+        "batch_size",
+        "alignment_runs",
+        "tokenizer_vocab_size",
+        "alignment_sample",
+        "tokenizer_sample",
+        *(["shard_size"] if args.shard_size != "auto" else []),
+    ):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be >= 1, got {value}")
@@ -165,7 +247,9 @@ def _check_combination(args) -> None:
     elif not Path(args.output).parent.is_dir():
         raise ValueError(f"--output {args.output}: no such directory {Path(args.output).parent}")
     if args.overwrite_work_dir and args.stage not in ("all", "plan"):
-        raise ValueError(f"--overwrite-work-dir replaces the plan: give it with --stage plan (or all), not --stage {args.stage}")
+        raise ValueError(
+            f"--overwrite-work-dir replaces the plan: give it with --stage plan (or all), not --stage {args.stage}"
+        )
     if args.shard_index and args.stage != "shards":
         raise ValueError(f"--shard-index picks shards to run with --stage shards, not with --stage {args.stage}")
     file_flags = [_flag(split, kind) for split in FILE_SPLITS for kind in ("source", "target", "alignments")]
@@ -178,34 +262,63 @@ def _check_combination(args) -> None:
         raise ValueError("--dataset needs --source-lang and --target-lang")
     if not args.dataset:
         for split in FILE_SPLITS:
-            source, target, links = (getattr(args, _flag(split, k)[2:].replace("-", "_")) for k in ("source", "target", "alignments"))
+            source, target, links = (
+                getattr(args, _flag(split, k)[2:].replace("-", "_")) for k in ("source", "target", "alignments")
+            )
             if bool(source) != bool(target) or (links and not source):
-                raise ValueError(f"{_flag(split, 'source')} and {_flag(split, 'target')} go together"
-                                 + (f" (and {_flag(split, 'alignments')} needs them)" if links else ""))  # fmt: skip
+                raise ValueError(
+                    f"{_flag(split, 'source')} and {_flag(split, 'target')} go together"
+                    + (f" (and {_flag(split, 'alignments')} needs them)" if links else "")
+                )
         for flag in given_files:
             path = Path(getattr(args, flag[2:].replace("-", "_")))
             if not path.is_file():
                 raise ValueError(f"{flag} {path}: no such file")
     if args.splits and not args.dataset:
-        raise ValueError("--splits selects splits of --dataset; files name their split by flag (--validation-source ...)")
-    sharded_flags = [f for f, v in (("--shard-size N", args.shard_size != "auto"), ("--stage", args.stage != "all"),
-                                    ("--overwrite-work-dir", args.overwrite_work_dir),
-                                    ("--shard-eflomal-options", args.shard_eflomal_options is not None)) if v]  # fmt: skip
+        raise ValueError(
+            "--splits selects splits of --dataset; files name their split by flag (--validation-source ...)"
+        )
+    sharded_flags = [
+        f
+        for f, v in (
+            ("--shard-size N", args.shard_size != "auto"),
+            ("--stage", args.stage != "all"),
+            ("--overwrite-work-dir", args.overwrite_work_dir),
+            ("--shard-eflomal-options", args.shard_eflomal_options is not None),
+        )
+        if v
+    ]
     if args.dataset and sharded_flags:
-        raise ValueError(f"{' and '.join(sharded_flags)} shard --source/--target files; --dataset is prepared in one "
-                         "piece (write its splits to text files to prepare it in shards)")  # fmt: skip
+        raise ValueError(
+            f"{' and '.join(sharded_flags)} shard --source/--target files; --dataset is prepared in one "
+            "piece (write its splits to text files to prepare it in shards)"
+        )
     trained_here = [f"--{name.replace('_', '-')}" for name in TOKENIZER_TRAINING if getattr(args, name) is not None]
     if args.tokenizer and trained_here:
         raise ValueError(f"{', '.join(trained_here)} shape a tokenizer trained here; with --tokenizer none is trained")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading the data and the tokenizer
+# ---------------------------------------------------------------------------------------------------------
 
 
 def _read_splits(args) -> dict:
     from ..features.prepare import load_parallel_dataset, read_parallel_files
 
     if args.dataset:
-        return load_parallel_dataset(args.dataset, args.source_lang, args.target_lang, args.splits, args.dataset_config,
-                                     args.source_column, args.target_column)  # fmt: skip
-    return {split: read_parallel_files(f["source"], f["target"], f["alignments"]) for split, f in _split_files(args).items()}
+        return load_parallel_dataset(
+            args.dataset,
+            args.source_lang,
+            args.target_lang,
+            args.splits,
+            args.dataset_config,
+            args.source_column,
+            args.target_column,
+        )
+    return {
+        split: read_parallel_files(f["source"], f["target"], f["alignments"]) for split, f in _split_files(args).items()
+    }
 
 
 def _tokenizer(args, splits):
@@ -213,10 +326,14 @@ def _tokenizer(args, splits):
     if args.tokenizer:
         from transformers import AutoTokenizer
 
-        looks_local = args.tokenizer.startswith((".", "/", "~")) or args.tokenizer.endswith("/") or args.tokenizer.count("/") > 1
+        looks_local = (
+            args.tokenizer.startswith((".", "/", "~")) or args.tokenizer.endswith("/") or args.tokenizer.count("/") > 1
+        )
         if looks_local and not Path(args.tokenizer).expanduser().is_dir():
-            raise ValueError(f"--tokenizer {args.tokenizer}: no such directory (leave --tokenizer out to train one "
-                             "on the training text)")  # fmt: skip
+            raise ValueError(
+                f"--tokenizer {args.tokenizer}: no such directory (leave --tokenizer out to train one "
+                "on the training text)"
+            )
 
         try:
             return AutoTokenizer.from_pretrained(args.tokenizer), args.tokenizer
@@ -225,27 +342,50 @@ def _tokenizer(args, splits):
     from ..features.prepare import train_tokenizer_for_splits
 
     options = {name: getattr(args, name) or default for name, default in TOKENIZER_TRAINING.items()}
-    tokenizer = train_tokenizer_for_splits(splits, vocab_size=options["tokenizer_vocab_size"], model=options["tokenizer_model"],
-                                           model_max_length=args.max_length, cache_dir=args.cache_dir)  # fmt: skip
-    return tokenizer, (f"trained here on the train split: joint {options['tokenizer_model']}, {len(tokenizer)} pieces "
-                       f"(--tokenizer_vocab_size {options['tokenizer_vocab_size']})")  # fmt: skip
+    tokenizer = train_tokenizer_for_splits(
+        splits,
+        vocab_size=options["tokenizer_vocab_size"],
+        model=options["tokenizer_model"],
+        model_max_length=args.max_length,
+        cache_dir=args.cache_dir,
+    )
+    return tokenizer, (
+        f"trained here on the train split: joint {options['tokenizer_model']}, {len(tokenizer)} pieces "
+        f"(--tokenizer_vocab_size {options['tokenizer_vocab_size']})"
+    )
 
 
 def _label_reports(args, reports: dict, tokenizer_origin: str) -> None:
     for report in reports.values():
-        report["tokenizer"] = {**report.get("tokenizer", {}), "origin": tokenizer_origin, "path": PREPARED_TOKENIZER_DIR}
+        report["tokenizer"] = {
+            **report.get("tokenizer", {}),
+            "origin": tokenizer_origin,
+            "path": PREPARED_TOKENIZER_DIR,
+        }
         report["languages"] = {"source": args.source_lang, "target": args.target_lang}
-        report["dataset_name"] = args.name or args.dataset or " + ".join(
-            f"{Path(path).parent.name}/{Path(path).name}".lstrip("/") for path in (args.source, args.target) if path)
+        report["dataset_name"] = (
+            args.name
+            or args.dataset
+            or " + ".join(
+                f"{Path(path).parent.name}/{Path(path).name}".lstrip("/") for path in (args.source, args.target) if path
+            )
+        )
 
 
 def _split_files(args) -> dict:
     files = {}
     for split in FILE_SPLITS:
-        source, target, links = (getattr(args, _flag(split, k)[2:].replace("-", "_")) for k in ("source", "target", "alignments"))
+        source, target, links = (
+            getattr(args, _flag(split, k)[2:].replace("-", "_")) for k in ("source", "target", "alignments")
+        )
         if source:
             files[split] = {"source": source, "target": target, "alignments": links}
     return files
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sharded preparation (corpora of millions of pairs)
+# ---------------------------------------------------------------------------------------------------------
 
 
 def _is_sharded(args) -> bool:
@@ -258,8 +398,11 @@ def _is_sharded(args) -> bool:
 
     pairs = sum(count_text_lines(files["source"]) for files in _split_files(args).values())
     if pairs > AUTO_SHARD_PAIRS:
-        print(f"{PROG}: {pairs:,} pairs: preparing in shards of {DEFAULT_SHARD_SIZE:,} (resumable; --shard-size to "
-              "change)", file=sys.stderr)  # fmt: skip
+        print(
+            f"{PROG}: {pairs:,} pairs: preparing in shards of {DEFAULT_SHARD_SIZE:,} (resumable; --shard-size to "
+            "change)",
+            file=sys.stderr,
+        )
         return True
     return False
 
@@ -283,43 +426,80 @@ def _run_sharded_stages(args, options: dict, work: Path, sharded) -> int:
 
     if args.stage in ("all", "plan"):
         tokenizer = _tokenizer(args, {})[0] if args.tokenizer else None
-        tokenizer_options = {} if args.tokenizer else {"vocab_size": args.tokenizer_vocab_size or TOKENIZER_TRAINING["tokenizer_vocab_size"],
-                                                       "model": args.tokenizer_model or TOKENIZER_TRAINING["tokenizer_model"],
-                                                       "model_max_length": args.max_length}  # fmt: skip
+        tokenizer_options = (
+            {}
+            if args.tokenizer
+            else {
+                "vocab_size": args.tokenizer_vocab_size or TOKENIZER_TRAINING["tokenizer_vocab_size"],
+                "model": args.tokenizer_model or TOKENIZER_TRAINING["tokenizer_model"],
+                "model_max_length": args.max_length,
+            }
+        )
         shard_size = sharded.DEFAULT_SHARD_SIZE if args.shard_size == "auto" else args.shard_size
-        plan = sharded.plan_preparation(work, _split_files(args), tokenizer=tokenizer, tokenizer_options=tokenizer_options,
-                                        shard_size=shard_size, alignment_sample=args.alignment_sample,
-                                        tokenizer_sample=args.tokenizer_sample, overwrite_work_dir=args.overwrite_work_dir,
-                                        **options)  # fmt: skip
+        plan = sharded.plan_preparation(
+            work,
+            _split_files(args),
+            tokenizer=tokenizer,
+            tokenizer_options=tokenizer_options,
+            shard_size=shard_size,
+            alignment_sample=args.alignment_sample,
+            tokenizer_sample=args.tokenizer_sample,
+            overwrite_work_dir=args.overwrite_work_dir,
+            **options,
+        )
     else:  # shards and merge jobs follow the plan; they check that they were given the same files and options (and
         # the shards check their lines, the merge every input file, against the plan's digests)
         plan = sharded.load_plan(work, options, _split_files(args))
     if args.stage == "plan":
-        print(f"{PROG}: planned {len(plan['shards'])} shards in {work} (indices 0-{len(plan['shards']) - 1}); run them "
-              f"with --stage shards --shard-index K, then --stage merge", file=sys.stderr)  # fmt: skip
+        print(
+            f"{PROG}: planned {len(plan['shards'])} shards in {work} (indices 0-{len(plan['shards']) - 1}); run them "
+            f"with --stage shards --shard-index K, then --stage merge",
+            file=sys.stderr,
+        )
         return 0
     if args.stage in ("all", "shards"):
         ran = sharded.run_shards(work, plan, args.shard_index)
-        print(f"{PROG}: ran {len(ran)} shard(s); {len(sharded.finished_shards(work, plan))} of {len(plan['shards'])} "
-              f"done in {work}", file=sys.stderr)  # fmt: skip
+        print(
+            f"{PROG}: ran {len(ran)} shard(s); {len(sharded.finished_shards(work, plan))} of {len(plan['shards'])} "
+            f"done in {work}",
+            file=sys.stderr,
+        )
         if args.stage == "shards":
             return 0
-    tokenizer_origin = (args.tokenizer if args.tokenizer else f"trained here on {plan['tokenizer'].get('trained_on_pairs')} "
-                        f"training pairs: joint {plan['tokenizer'].get('model')}")  # fmt: skip
-    output, reports = sharded.merge_shards(work, args.output, overwrite=args.overwrite_output,
-                                           label=lambda reports: _label_reports(args, reports, tokenizer_origin))  # fmt: skip
+    tokenizer_origin = (
+        args.tokenizer
+        if args.tokenizer
+        else f"trained here on {plan['tokenizer'].get('trained_on_pairs')} "
+        f"training pairs: joint {plan['tokenizer'].get('model')}"
+    )
+    output, reports = sharded.merge_shards(
+        work,
+        args.output,
+        overwrite=args.overwrite_output,
+        label=lambda reports: _label_reports(args, reports, tokenizer_origin),
+    )
     if not args.keep_work_dir:
         shutil.rmtree(work, ignore_errors=True)
     _print_summary(output, reports, tokenizer_origin)
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Summary and entry point
+# ---------------------------------------------------------------------------------------------------------
+
+
 def _print_summary(output, reports: dict, tokenizer_origin: str) -> None:
     for name, report in reports.items():
-        print(f"{PROG}: {name}: kept {report['pairs_kept']} of {report['pairs_read']}, skipped {report['pairs_skipped']}",
-              file=sys.stderr)  # fmt: skip
-    print(f"{PROG}: wrote {output} (splits {', '.join(reports)}), {output / 'report.json'} and "
-          f"{output / PREPARED_TOKENIZER_DIR} ({tokenizer_origin})", file=sys.stderr)  # fmt: skip
+        print(
+            f"{PROG}: {name}: kept {report['pairs_kept']} of {report['pairs_read']}, skipped {report['pairs_skipped']}",
+            file=sys.stderr,
+        )
+    print(
+        f"{PROG}: wrote {output} (splits {', '.join(reports)}), {output / 'report.json'} and "
+        f"{output / PREPARED_TOKENIZER_DIR} ({tokenizer_origin})",
+        file=sys.stderr,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -328,11 +508,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    options = dict(features=args.features, symmetrization=args.symmetrization, eflomal_options=args.eflomal_options, alignment_runs=args.alignment_runs,
-                   unaligned=args.unaligned, dpe_unaligned=args.dpe_unaligned, source_tagger=args.source_tagger,
-                   target_tagger=args.target_tagger, nltk_data=args.nltk_data, max_length=args.max_length,
-                   num_proc=args.num_proc, batch_size=args.batch_size, cache_dir=args.cache_dir, overwrite_cache=args.overwrite_cache,
-                   noise_ratio=args.noise_ratio, seed=args.seed, keep_text=args.keep_text)  # fmt: skip
+    options = dict(
+        features=args.features,
+        symmetrization=args.symmetrization,
+        eflomal_options=args.eflomal_options,
+        alignment_runs=args.alignment_runs,
+        unaligned=args.unaligned,
+        dpe_unaligned=args.dpe_unaligned,
+        source_tagger=args.source_tagger,
+        target_tagger=args.target_tagger,
+        nltk_data=args.nltk_data,
+        max_length=args.max_length,
+        num_proc=args.num_proc,
+        batch_size=args.batch_size,
+        cache_dir=args.cache_dir,
+        overwrite_cache=args.overwrite_cache,
+        noise_ratio=args.noise_ratio,
+        seed=args.seed,
+        keep_text=args.keep_text,
+    )
     try:
         _check_combination(args)
         options["eflomal_options"] = args.eflomal_options  # with --alignment-seed merged in
@@ -346,8 +540,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _label_reports(args, reports, tokenizer_origin)
         output = save_prepared(args.output, prepared, reports, tokenizer, overwrite=args.overwrite_output)
     except (ValueError, LookupError, ImportError, OSError, TypeError) as error:  # TypeError: bad --eflomal_options
-        message = " ".join(str(error).split()) if not isinstance(error, OSError) or not error.filename else \
-            f"{error.filename}: {error.strerror}"  # fmt: skip
+        message = (
+            " ".join(str(error).split())
+            if not isinstance(error, OSError) or not error.filename
+            else f"{error.filename}: {error.strerror}"
+        )
         parser.exit(2, f"{PROG}: error: {message}\n")
     _print_summary(output, reports, tokenizer_origin)
     return 0

@@ -26,18 +26,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--endpoint", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
     parser.add_argument("--revision", help="branch to commit to (default: main)")
     parser.add_argument("--commit_message", default="Upload xlpe translation model")
-    card = parser.add_argument_group("model card (a card xlpe-train wrote is rendered again with REPO_ID unless "
-                                     "edited since; another is written when README.md is missing or with "
-                                     "--regenerate_card)")
+    card = parser.add_argument_group(
+        "model card (a card xlpe-train wrote is rendered again with REPO_ID unless "
+        "edited since; another is written when README.md is missing or with "
+        "--regenerate_card)"
+    )
     card.add_argument("--regenerate_card", action="store_true")
     card.add_argument("--language", nargs="+", dest="languages", help="ISO codes, source first: de en")
     card.add_argument("--license", default="apache-2.0")
     card.add_argument("--dataset", nargs="+", dest="datasets", help="training data (Hub ids or names)")
     card.add_argument("--base_model", help="Hub id of the checkpoint the model was initialised from")
-    card.add_argument("--example_source", help="source sentence for the usage snippets (default: the first test "
-                                               "sentence of the run when xlpe-train wrote the card)")
-    card.add_argument("--eval_results", nargs="+", default=[],
-                      help="JSON files written by `xlpe-evaluate bleu ... --dataset_name ... --dataset_type ...`")
+    card.add_argument(
+        "--example_source",
+        help="source sentence for the usage snippets (default: the first test "
+        "sentence of the run when xlpe-train wrote the card)",
+    )
+    card.add_argument(
+        "--eval_results",
+        nargs="+",
+        default=[],
+        help="JSON files written by `xlpe-evaluate bleu ... --dataset_name ... --dataset_type ...`",
+    )
     parser.add_argument("--dry_run", action="store_true", help="complete and check the folder, do not upload")
     return canonical_flags(parser)
 
@@ -54,10 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for code in args.languages or ():
             check_language_code(code, "--language")
         card_kwargs = {
-            "repo_id": args.repo_id, "languages": args.languages, "license": args.license, "datasets": args.datasets,
-            "base_model": args.base_model, "example_source": args.example_source,
+            "repo_id": args.repo_id,
+            "languages": args.languages,
+            "license": args.license,
+            "datasets": args.datasets,
+            "base_model": args.base_model,
+            "example_source": args.example_source,
             "eval_results": [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.eval_results],
-        }  # fmt: skip
+        }
         from ..training.push import prepare_upload_folder, push_model, upload_file_list
 
         if args.dry_run:  # the files the upload would send (checkpoints and other ignored files left out, counted)
@@ -66,9 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"folder": args.model_dir, "ready": True, "files": files, "left_out": left_out}))
             return 0
         # the Hub's usability (offline, token, reachable) is checked before the folder is written to
-        info = push_model(args.model_dir, args.repo_id, token=args.token, private=args.private or None,
-                          endpoint=args.endpoint, revision=args.revision, commit_message=args.commit_message,
-                          card_kwargs=card_kwargs, regenerate_card=args.regenerate_card)
+        info = push_model(
+            args.model_dir,
+            args.repo_id,
+            token=args.token,
+            private=args.private or None,
+            endpoint=args.endpoint,
+            revision=args.revision,
+            commit_message=args.commit_message,
+            card_kwargs=card_kwargs,
+            regenerate_card=args.regenerate_card,
+        )
     except (CommandLineError, ValueError, OSError) as error:  # ValueError: a folder that cannot be completed,
         return user_error(PROG, " ".join(str(error).split()))  # a Hub that cannot be used (PushError)
     print(json.dumps({"repo_id": args.repo_id, "commit_url": str(info.commit_url), "oid": info.oid}))

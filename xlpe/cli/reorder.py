@@ -77,11 +77,20 @@ def train_record(args, given_tokenizer=None):
         inputs = {"prepared_train": dataset_digest(prepared)}
     else:
         inputs = {"source": file_digest(args.source), "target": file_digest(args.target)}
-    options = {"max_length": args.max_length, "decoder": args.decoder, "pair_scorer": args.pair_scorer,
-               "d_model": args.d_model, "token_layers": args.token_layers, "word_layers": args.word_layers,
-               "training_loss": args.training_loss or default_training_loss(args.decoder), "seed": args.seed,
-               "epochs": args.epochs, "batch_size": args.batch_size, "learning_rate": args.learning_rate,
-               "calibration_pairs": args.calibration_pairs}  # fmt: skip
+    options = {
+        "max_length": args.max_length,
+        "decoder": args.decoder,
+        "pair_scorer": args.pair_scorer,
+        "d_model": args.d_model,
+        "token_layers": args.token_layers,
+        "word_layers": args.word_layers,
+        "training_loss": args.training_loss or default_training_loss(args.decoder),
+        "seed": args.seed,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate,
+        "calibration_pairs": args.calibration_pairs,
+    }
     if args.alignments:
         inputs["alignments"] = file_digest(args.alignments)
     elif prepared is None:
@@ -105,8 +114,10 @@ def _train_plan(output: Path, expected, args) -> str:
     model_type = model_type_of(output)
     kind = record.kind if record is not None else model_type if model_type not in (None, "xlpe_reorderer") else None
     if kind is not None and kind != REORDERER_KIND:
-        raise ValueError(f"{flag}: holds a {kind}, not a reorderer; choose another directory (--overwrite_output "
-                         "replaces only a reorderer)")  # fmt: skip
+        raise ValueError(
+            f"{flag}: holds a {kind}, not a reorderer; choose another directory (--overwrite_output "
+            "replaces only a reorderer)"
+        )
     finished = (output / REPORT_NAME).is_file() and (output / "config.json").is_file()
     if record is None and not owned_entries(output):
         plan = "fresh"  # a new or empty directory (or one with the user's own files only: they stay)
@@ -121,8 +132,12 @@ def _train_plan(output: Path, expected, args) -> str:
         write_record(output, expected)
         return "fresh"
     if plan == "resume" and not list(output.glob("checkpoint-*")) and (output / "config.json").is_file():
-        raise ArtefactMismatch(f"{flag}: holds a reorderer without its training report ({REPORT_NAME}); pass "
-                               "--overwrite_output to train it anew", str(output), "report")  # fmt: skip
+        raise ArtefactMismatch(
+            f"{flag}: holds a reorderer without its training report ({REPORT_NAME}); pass "
+            "--overwrite_output to train it anew",
+            str(output),
+            "report",
+        )
     return plan
 
 
@@ -151,9 +166,15 @@ def _reused_train_result(output: Path) -> dict:
 
     report, config = read(output / REPORT_NAME), read(output / "config.json")
     summary = {key: report.get(key) for key in ("pairs_read", "pairs_kept", "pairs_skipped")}
-    return {"output_dir": str(output), "reused": True, **summary, "training_pairs": report.get("train_pairs"),
-            "calibration_pairs": report.get("calibration_pairs", 0), "order_prior": config.get("order_prior"),
-            "oracle_mean_kendall_tau_vs_monotone": report.get("oracle_mean_kendall_tau_vs_monotone")}  # fmt: skip
+    return {
+        "output_dir": str(output),
+        "reused": True,
+        **summary,
+        "training_pairs": report.get("train_pairs"),
+        "calibration_pairs": report.get("calibration_pairs", 0),
+        "order_prior": config.get("order_prior"),
+        "oracle_mean_kendall_tau_vs_monotone": report.get("oracle_mean_kendall_tau_vs_monotone"),
+    }
 
 
 def jackknife_record(args, train, tokenizer):
@@ -163,10 +184,18 @@ def jackknife_record(args, train, tokenizer):
     from ..features.tokenization import tokenizer_fingerprint
     from ..training.reorderer import JACKKNIFE_KIND, dataset_digest, default_training_loss
 
-    options = {"folds": args.folds, "seed": args.seed, "epochs": args.epochs, "batch_size": args.batch_size,
-               "learning_rate": args.learning_rate, "d_model": args.d_model, "token_layers": args.token_layers,
-               "word_layers": args.word_layers, "training_loss": args.training_loss or default_training_loss(None),
-               "oracle_share": args.oracle_share}  # fmt: skip
+    options = {
+        "folds": args.folds,
+        "seed": args.seed,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate,
+        "d_model": args.d_model,
+        "token_layers": args.token_layers,
+        "word_layers": args.word_layers,
+        "training_loss": args.training_loss or default_training_loss(None),
+        "oracle_share": args.oracle_share,
+    }
     inputs = {"train": dataset_digest(train), "tokenizer": tokenizer_fingerprint(tokenizer)}
     return ArtefactRecord(JACKKNIFE_KIND, inputs=inputs, options=options)
 
@@ -186,8 +215,13 @@ def _jackknife_plan(work_dir: Path, expected, args) -> None:
         _empty(work_dir)
     elif started:
         try:
-            changed = verify_artefact(work_dir, expected, override="--overwrite_output", changeable=["oracle_share"],
-                                      what=f"--output_dir {work_dir.parent} (an unfinished jackknife)")  # fmt: skip
+            changed = verify_artefact(
+                work_dir,
+                expected,
+                override="--overwrite_output",
+                changeable=["oracle_share"],
+                what=f"--output_dir {work_dir.parent} (an unfinished jackknife)",
+            )
         except ArtefactMismatch as mismatch:
             if not args.overwrite_output:
                 raise
@@ -196,8 +230,11 @@ def _jackknife_plan(work_dir: Path, expected, args) -> None:
         else:
             logger.info("resuming the unfinished jackknife in %s", work_dir.parent)
             for name, before, after in changed:
-                print(f"xlpe-reorder jackknife: resuming with --{name} {after} (was {before}): it only mixes the "
-                      "folds' positions", file=sys.stderr)  # fmt: skip
+                print(
+                    f"xlpe-reorder jackknife: resuming with --{name} {after} (was {before}): it only mixes the "
+                    "folds' positions",
+                    file=sys.stderr,
+                )
     write_record(work_dir, expected)
 
 
@@ -226,9 +263,12 @@ def _tokenizer_for_training(args, sources: list[str], targets: list[str], given=
         return given
     if (output / "tokenizer.json").is_file():  # resuming (the record matched): the tokenizer trained by the first run
         return AutoTokenizer.from_pretrained(output)
-    logger.info("training a joint %s tokenizer (%d pieces) on %d pairs", args.tokenizer_model, args.vocab_size, len(sources))
-    tokenizer = train_joint_tokenizer(sources + targets, vocab_size=args.vocab_size, model=args.tokenizer_model,
-                                      model_max_length=args.max_length)  # fmt: skip
+    logger.info(
+        "training a joint %s tokenizer (%d pieces) on %d pairs", args.tokenizer_model, args.vocab_size, len(sources)
+    )
+    tokenizer = train_joint_tokenizer(
+        sources + targets, vocab_size=args.vocab_size, model=args.tokenizer_model, model_max_length=args.max_length
+    )
     output.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(output)
     return tokenizer
@@ -252,8 +292,11 @@ def run_train(args) -> dict:
     with directory_lock(output, "xlpe-reorder train"):
         plan = _train_plan(output, expected, args)
         if plan == "reuse":
-            print(f"xlpe-reorder train: {output} already holds this reorderer (same data and options): reused, "
-                  "not retrained; pass --overwrite_output to train it anew", file=sys.stderr)  # fmt: skip
+            print(
+                f"xlpe-reorder train: {output} already holds this reorderer (same data and options): reused, "
+                "not retrained; pass --overwrite_output to train it anew",
+                file=sys.stderr,
+            )
             return _reused_train_result(output)
         return _train(args, split, output, given, resume=plan == "resume")
 
@@ -270,23 +313,30 @@ def _prepared_for_training(args):
     loaded = datasets.load_from_disk(str(folder))
     train = loaded["train"] if isinstance(loaded, datasets.DatasetDict) else loaded
     if "reorder_positions" not in train.column_names:
-        raise ValueError(f"--prepared {folder}: the train split has no reorder_positions (xlpe-prepare --features "
-                         "reorder_positions)")  # fmt: skip
+        raise ValueError(
+            f"--prepared {folder}: the train split has no reorder_positions (xlpe-prepare --features reorder_positions)"
+        )
     if not (folder / "tokenizer").is_dir():
         raise ValueError(f"--prepared {folder}: has no tokenizer/ (an xlpe-prepare --output has)")
     tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
     if args.tokenizer:
         given = AutoTokenizer.from_pretrained(args.tokenizer)
         if tokenizer_fingerprint(given) != tokenizer_fingerprint(tokenizer):
-            raise ValueError(f"--tokenizer {args.tokenizer} is not the tokenizer --prepared {folder} was made with "
-                             f"({folder / 'tokenizer'}): the oracle orders are over its pieces")  # fmt: skip
+            raise ValueError(
+                f"--tokenizer {args.tokenizer} is not the tokenizer --prepared {folder} was made with "
+                f"({folder / 'tokenizer'}): the oracle orders are over its pieces"
+            )
     report_file = folder / "report.json"
     reports = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else {}
     args.prepared_report = reports.get("train", reports) if isinstance(reports, dict) else {}
-    args.prepared_train = train.select_columns([c for c in ("input_ids", "attention_mask", "labels", "reorder_positions")
-                                                if c in train.column_names])  # fmt: skip
-    print(f"xlpe-reorder train: {len(train):,} pairs of {folder}'s train split with the oracle orders xlpe-prepare made "
-          "(its alignments reused: nothing is aligned again)", file=sys.stderr)  # fmt: skip
+    args.prepared_train = train.select_columns(
+        [c for c in ("input_ids", "attention_mask", "labels", "reorder_positions") if c in train.column_names]
+    )
+    print(
+        f"xlpe-reorder train: {len(train):,} pairs of {folder}'s train split with the oracle orders xlpe-prepare made "
+        "(its alignments reused: nothing is aligned again)",
+        file=sys.stderr,
+    )
     return tokenizer
 
 
@@ -300,35 +350,79 @@ def _train(args, split, output: Path, given, resume: bool) -> dict:
     if split is None:  # --prepared: its train split, oracle orders from xlpe-prepare's alignments
         tokenizer, data = given, {"train": args.prepared_train}
         recorded = getattr(args, "prepared_report", {}) or {}
-        report = {"pairs_read": recorded.get("pairs_read", len(data["train"])), "pairs_kept": len(data["train"]),
-                  "pairs_skipped": recorded.get("pairs_skipped", {}), "mean_kendall_tau": recorded.get("mean_kendall_tau")}  # fmt: skip
+        report = {
+            "pairs_read": recorded.get("pairs_read", len(data["train"])),
+            "pairs_kept": len(data["train"]),
+            "pairs_skipped": recorded.get("pairs_skipped", {}),
+            "mean_kendall_tau": recorded.get("mean_kendall_tau"),
+        }
     else:
         tokenizer = _tokenizer_for_training(args, split.sources, split.targets, given)
-        data, report = prepare_splits({"train": split}, tokenizer, features=["reorder_positions"], max_length=args.max_length,
-                                      alignment_runs=args.alignment_runs, cache_dir=args.cache_dir, keep_text=False,
-                                      seed=args.seed)  # fmt: skip
+        data, report = prepare_splits(
+            {"train": split},
+            tokenizer,
+            features=["reorder_positions"],
+            max_length=args.max_length,
+            alignment_runs=args.alignment_runs,
+            cache_dir=args.cache_dir,
+            keep_text=False,
+            seed=args.seed,
+        )
         report = report["train"]
-    logger.info("oracle orders: kept %d of %d pairs, skipped %s", report["pairs_kept"], report["pairs_read"], report["pairs_skipped"])
+    logger.info(
+        "oracle orders: kept %d of %d pairs, skipped %s",
+        report["pairs_kept"],
+        report["pairs_read"],
+        report["pairs_skipped"],
+    )
     checkpoint = get_last_checkpoint(str(output)) if resume else None
     if checkpoint:  # same architecture as the interrupted run (the record matched)
         model = XLPEReordererModel.from_pretrained(checkpoint)
     else:
-        model = build_reorderer(tokenizer, seed=args.seed, d_model=args.d_model, token_layers=args.token_layers,
-                                word_layers=args.word_layers, decoder=args.decoder, pair_scorer=args.pair_scorer,
-                                **_given(training_loss=args.training_loss))  # fmt: skip
-    options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                                seed=args.seed)  # fmt: skip
-    train, held_out = calibration_split(data["train"], args.calibration_pairs, args.seed)  # seeded: a resumed run holds out the same
-    summary = {"pairs_read": report["pairs_read"], "pairs_kept": report["pairs_kept"],
-               "pairs_skipped": report["pairs_skipped"], "calibration_pairs": len(held_out) if held_out is not None else 0,
-               "oracle_mean_kendall_tau_vs_monotone": report.get("mean_kendall_tau")}  # fmt: skip
+        model = build_reorderer(
+            tokenizer,
+            seed=args.seed,
+            d_model=args.d_model,
+            token_layers=args.token_layers,
+            word_layers=args.word_layers,
+            decoder=args.decoder,
+            pair_scorer=args.pair_scorer,
+            **_given(training_loss=args.training_loss),
+        )
+    options = ReordererTraining(
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed
+    )
+    train, held_out = calibration_split(
+        data["train"], args.calibration_pairs, args.seed
+    )  # seeded: a resumed run holds out the same
+    summary = {
+        "pairs_read": report["pairs_read"],
+        "pairs_kept": report["pairs_kept"],
+        "pairs_skipped": report["pairs_skipped"],
+        "calibration_pairs": len(held_out) if held_out is not None else 0,
+        "oracle_mean_kendall_tau_vs_monotone": report.get("mean_kendall_tau"),
+    }
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout carries the JSON only
-        model = train_reorderer(model, train, output, options, tokenizer=tokenizer, resume=resume,
-                                calibration_dataset=held_out, report_extra=summary)  # fmt: skip
-    return {"output_dir": str(output), "pairs_read": report["pairs_read"], "pairs_kept": report["pairs_kept"],
-            "pairs_skipped": report["pairs_skipped"], "training_pairs": len(train),
-            "calibration_pairs": summary["calibration_pairs"], "order_prior": model.config.order_prior,
-            "oracle_mean_kendall_tau_vs_monotone": report.get("mean_kendall_tau")}  # fmt: skip
+        model = train_reorderer(
+            model,
+            train,
+            output,
+            options,
+            tokenizer=tokenizer,
+            resume=resume,
+            calibration_dataset=held_out,
+            report_extra=summary,
+        )
+    return {
+        "output_dir": str(output),
+        "pairs_read": report["pairs_read"],
+        "pairs_kept": report["pairs_kept"],
+        "pairs_skipped": report["pairs_skipped"],
+        "training_pairs": len(train),
+        "calibration_pairs": summary["calibration_pairs"],
+        "order_prior": model.config.order_prior,
+        "oracle_mean_kendall_tau_vs_monotone": report.get("mean_kendall_tau"),
+    }
 
 
 def _given(**fields) -> dict:
@@ -365,7 +459,10 @@ def run_predict(args) -> dict:
     else:
         sys.stdout.write(text)
     if long_lines:
-        print(f"xlpe-reorder: {len(long_lines)} lines over the reorderer's limit kept their order: {long_lines[:10]}", file=sys.stderr)
+        print(
+            f"xlpe-reorder: {len(long_lines)} lines over the reorderer's limit kept their order: {long_lines[:10]}",
+            file=sys.stderr,
+        )
     return {"lines": len(lines), "empty_lines": sum(1 for p in positions if not p), "long_lines_monotone": long_lines}
 
 
@@ -373,7 +470,6 @@ def run_attach(args) -> dict:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from ..training.model_setup import attach_reorderer
-
     from ..training.reorderer import check_reorderer_dir, model_type_of
 
     check_reorderer_dir(args.reorderer, "--reorderer")  # before the model is loaded or anything written
@@ -381,16 +477,22 @@ def run_attach(args) -> dict:
     if model_type is None:
         raise FileNotFoundError(f"--model {args.model}: no model there (config.json missing)")
     if model_type == "xlpe_reorderer":
-        raise ValueError(f"--model {args.model}: holds a reorderer, not an XL PE translation model (--model and "
-                         "--reorderer swapped?)")  # fmt: skip
+        raise ValueError(
+            f"--model {args.model}: holds a reorderer, not an XL PE translation model (--model and "
+            "--reorderer swapped?)"
+        )
     try:
         model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model), AutoTokenizer.from_pretrained(args.model)
     except (ValueError, OSError, KeyError) as error:
-        raise ValueError(f"--model {args.model}: cannot load a translation model with its tokenizer "
-                         f"(model_type {model_type}): {str(error).splitlines()[0] if str(error) else type(error).__name__}") from None  # fmt: skip
+        raise ValueError(
+            f"--model {args.model}: cannot load a translation model with its tokenizer "
+            f"(model_type {model_type}): {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+        ) from None
     if not hasattr(model, "attach_reorderer"):
-        raise ValueError(f"--model {args.model}: holds a {model_type} model, not an XL PE model: a reorderer "
-                         "gives positions to XL PE models only")  # fmt: skip
+        raise ValueError(
+            f"--model {args.model}: holds a {model_type} model, not an XL PE model: a reorderer "
+            "gives positions to XL PE models only"
+        )
     attach_reorderer(model, args.reorderer, tokenizer)
     output = args.output_dir or args.model
     model.save_pretrained(output)
@@ -419,17 +521,29 @@ def run_jackknife(args) -> dict:
     data = loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
     train = data["train"]
     if "reorder_positions" not in train.column_names:
-        raise ValueError(f"--prepared {args.prepared}: the train split has no reorder_positions (xlpe-prepare --features reorder_positions)")
+        raise ValueError(
+            f"--prepared {args.prepared}: the train split has no reorder_positions (xlpe-prepare --features reorder_positions)"
+        )
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    options = ReordererTraining(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
+    options = ReordererTraining(
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed
+    )
     expected = jackknife_record(args, train, tokenizer)
     with directory_lock(work_dir, "xlpe-reorder jackknife"):
         _jackknife_plan(work_dir, expected, args)
         write_text_atomic(marker, "a jackknife run writing ../data has not finished: rerunning it resumes the folds\n")
         with contextlib.redirect_stdout(sys.stderr):
-            predicted = jackknife_positions(train, tokenizer, args.folds, options, work_dir,
-                                            d_model=args.d_model, token_layers=args.token_layers, word_layers=args.word_layers,
-                                            **_given(training_loss=args.training_loss))  # fmt: skip
+            predicted = jackknife_positions(
+                train,
+                tokenizer,
+                args.folds,
+                options,
+                work_dir,
+                d_model=args.d_model,
+                token_layers=args.token_layers,
+                word_layers=args.word_layers,
+                **_given(training_loss=args.training_loss),
+            )
         if args.oracle_share:
             predicted = mix_positions(predicted, train["reorder_positions"], args.oracle_share, args.seed)
         train = data["train"] = with_predicted_positions(train, predicted)
@@ -485,12 +599,18 @@ def run_evaluate(args) -> dict:
         model, tokenizer = _load_reorderer(args.reorderer, args.order_prior)
         predicted, _ = predict_word_positions(model, tokenizer, split.sources, args.batch_size, args.long_lines)
         name = "reorderer"
-    result = {"level": "whitespace words; sentences of 2+ words", "oracle": args.alignments or "eflomal",
-              name: reordering_quality(predicted, oracle, min_items=2),
-              "monotone": reordering_quality(monotone, oracle, min_items=2)}  # fmt: skip
+    result = {
+        "level": "whitespace words; sentences of 2+ words",
+        "oracle": args.alignments or "eflomal",
+        name: reordering_quality(predicted, oracle, min_items=2),
+        "monotone": reordering_quality(monotone, oracle, min_items=2),
+    }
     rows = [(key, value) for key, value in result.items() if isinstance(value, dict)]
     table = ["| order | Kendall tau | FRS | exact match | sentences |", "|---|---|---|---|---|"]
-    table += [f"| {key} | {v['kendall_tau']:.3f} | {v['fuzzy_reordering_score']:.3f} | {v['exact_match']:.3f} | {v['sentences']} |" for key, v in rows]
+    table += [
+        f"| {key} | {v['kendall_tau']:.3f} | {v['fuzzy_reordering_score']:.3f} | {v['exact_match']:.3f} | {v['sentences']} |"
+        for key, v in rows
+    ]
     print("\n".join(table), file=sys.stderr)
     return result
 
@@ -502,37 +622,62 @@ def run_evaluate(args) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     description, commands = __doc__.split("\n\n")[:2]
-    parser = argparse.ArgumentParser(prog="xlpe-reorder", description=description, epilog=commands,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="xlpe-reorder",
+        description=description,
+        epilog=commands,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     defaults_shown = argparse.ArgumentDefaultsHelpFormatter  # (the epochs, sizes and rates a run gets unless given)
     train = sub.add_parser("train", help="train a reorderer on parallel text", formatter_class=defaults_shown)
     train.add_argument("--source", help="source-side text, one sentence of whitespace words per line")
     train.add_argument("--target", help="target-side text, parallel to --source")
-    train.add_argument("--prepared", help="instead of --source/--target: an xlpe-prepare output; trains on its train "
-                                          "split's oracle orders, made from the alignments xlpe-prepare computed "
-                                          "(nothing is aligned again), with its tokenizer (DIR/tokenizer, or "
-                                          "--tokenizer when it is the same one)")  # fmt: skip
+    train.add_argument(
+        "--prepared",
+        help="instead of --source/--target: an xlpe-prepare output; trains on its train "
+        "split's oracle orders, made from the alignments xlpe-prepare computed "
+        "(nothing is aligned again), with its tokenizer (DIR/tokenizer, or "
+        "--tokenizer when it is the same one)",
+    )
     train.add_argument("--alignments", help="Pharaoh i-j file parallel to --source (default: run eflomal)")
     train.add_argument("--output_dir", "--output-dir", required=True, help="where the reorderer and checkpoints go")
-    train.add_argument("--tokenizer", help="tokenizer to read ids with (the XL PE model's, to ship it inside that "
-                                           "model); default: train a joint one, saved in --output_dir")  # fmt: skip
+    train.add_argument(
+        "--tokenizer",
+        help="tokenizer to read ids with (the XL PE model's, to ship it inside that "
+        "model); default: train a joint one, saved in --output_dir",
+    )
     train.add_argument("--vocab-size", type=int, default=8000, help="pieces of the trained tokenizer")
     train.add_argument("--tokenizer-model", default="unigram", choices=("unigram", "bpe"))
     train.add_argument("--alignment-runs", type=int, default=1, metavar="K", help="eflomal runs voted over")
-    train.add_argument("--max-length", type=int, default=256, help="longest kept pair in tokens (longer: skipped, counted)")
+    train.add_argument(
+        "--max-length", type=int, default=256, help="longest kept pair in tokens (longer: skipped, counted)"
+    )
     train.add_argument("--decoder", default="btg", choices=("btg", "rank"), help="btg: exact CKY (default); rank")
     train.add_argument("--pair-scorer", default="biaffine", choices=("biaffine", "mlp"))
     train.add_argument("--cache-dir", help="reuse identical earlier preparations from here")
-    train.add_argument("--no-resume", action="store_true", help="start this run afresh (same data and options) even "
-                       "if --output_dir has its checkpoints or its finished reorderer")  # fmt: skip
-    train.add_argument("--overwrite_output", action="store_true", help="train afresh in place of a finished reorderer "
-                       "in --output_dir or of one made from other data or options (default: the finished one is "
-                       "reused, another is a one-line error naming the difference)")  # fmt: skip
-    train.add_argument("--calibration-pairs", type=int, default=500, metavar="N",
-                       help="pairs held out (at most a tenth) to choose the decoding prior for the source order by "
-                            "word-level Kendall tau; 0: no calibration, order prior 0")  # fmt: skip
+    train.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="start this run afresh (same data and options) even "
+        "if --output_dir has its checkpoints or its finished reorderer",
+    )
+    train.add_argument(
+        "--overwrite_output",
+        action="store_true",
+        help="train afresh in place of a finished reorderer "
+        "in --output_dir or of one made from other data or options (default: the finished one is "
+        "reused, another is a one-line error naming the difference)",
+    )
+    train.add_argument(
+        "--calibration-pairs",
+        type=int,
+        default=500,
+        metavar="N",
+        help="pairs held out (at most a tenth) to choose the decoding prior for the source order by "
+        "word-level Kendall tau; 0: no calibration, order prior 0",
+    )
 
     predict = sub.add_parser("predict", help="predict word orders for raw text")
     predict.add_argument("--reorderer", required=True, help="directory written by `xlpe-reorder train`")
@@ -542,33 +687,60 @@ def build_parser() -> argparse.ArgumentParser:
     attach = sub.add_parser("attach", help="ship a reorderer inside an XL PE checkpoint")
     attach.add_argument("--reorderer", required=True, help="directory written by `xlpe-reorder train`")
     attach.add_argument("--model", required=True, help="XL PE model directory (trained with the same tokenizer)")
-    attach.add_argument("--output_dir", "--output-dir", help="where to save the model with its reorderer (default: --model)")
+    attach.add_argument(
+        "--output_dir", "--output-dir", help="where to save the model with its reorderer (default: --model)"
+    )
 
-    jackknife = sub.add_parser("jackknife", help="k-fold predicted positions for a prepared training split",
-                               formatter_class=defaults_shown)
+    jackknife = sub.add_parser(
+        "jackknife", help="k-fold predicted positions for a prepared training split", formatter_class=defaults_shown
+    )
     jackknife.add_argument("--prepared", required=True, help="xlpe-prepare output (save_to_disk directory)")
     jackknife.add_argument("--tokenizer", required=True, help="the tokenizer it was prepared with")
     jackknife.add_argument("--folds", type=int, default=5)
-    jackknife.add_argument("--output_dir", "--output-dir", required=True, help="directory: data/ (the new dataset) and "
-                           "folds/ (a reorderer per fold; an unfinished run is resumed)")  # fmt: skip
-    jackknife.add_argument("--oracle-share", "--oracle_share", type=float, default=0.0, metavar="S",
-                           help="share of the training pairs (drawn with --seed) that keep their oracle positions: "
-                                "0 (default) all jackknifed; e.g. 0.5 the mixed remedy")  # fmt: skip
-    jackknife.add_argument("--overwrite_output", action="store_true", help="replace a finished --output_dir (one "
-                           "with data/) or an unfinished one made from other data or options: its folds are trained "
-                           "afresh (an unfinished one made alike is resumed)")  # fmt: skip
+    jackknife.add_argument(
+        "--output_dir",
+        "--output-dir",
+        required=True,
+        help="directory: data/ (the new dataset) and folds/ (a reorderer per fold; an unfinished run is resumed)",
+    )
+    jackknife.add_argument(
+        "--oracle-share",
+        "--oracle_share",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="share of the training pairs (drawn with --seed) that keep their oracle positions: "
+        "0 (default) all jackknifed; e.g. 0.5 the mixed remedy",
+    )
+    jackknife.add_argument(
+        "--overwrite_output",
+        action="store_true",
+        help="replace a finished --output_dir (one "
+        "with data/) or an unfinished one made from other data or options: its folds are trained "
+        "afresh (an unfinished one made alike is resumed)",
+    )
     for command in (train, jackknife):
-        command.add_argument("--epochs", type=float, default=3.0, help="passes over the training pairs (the progress "
-                             "bar shows the steps they make)")  # fmt: skip
+        command.add_argument(
+            "--epochs",
+            type=float,
+            default=3.0,
+            help="passes over the training pairs (the progress bar shows the steps they make)",
+        )
         command.add_argument("--batch-size", type=int, default=64, help="sentence pairs a step")
         command.add_argument("--learning-rate", type=float, default=1e-3, help="peak learning rate")
         command.add_argument("--d-model", type=int, default=256, help="width of the token and word encoders")
         command.add_argument("--token-layers", type=int, default=3, help="Transformer layers over the sub-words")
         command.add_argument("--word-layers", type=int, default=1, help="Transformer layers over the words")
-        command.add_argument("--seed", type=int, default=1, help="seed of the initialisation, batches and held-out pairs")
-        command.add_argument("--training-loss", default=None, choices=TRAINING_LOSSES,
-                             help="btg_crf (default; pairwise with --decoder rank): likelihood of the oracle among all "
-                                  "BTG permutations; pairwise: local BCE per word pair (0.3's); pairwise+btg_crf: both")  # fmt: skip
+        command.add_argument(
+            "--seed", type=int, default=1, help="seed of the initialisation, batches and held-out pairs"
+        )
+        command.add_argument(
+            "--training-loss",
+            default=None,
+            choices=TRAINING_LOSSES,
+            help="btg_crf (default; pairwise with --decoder rank): likelihood of the oracle among all "
+            "BTG permutations; pairwise: local BCE per word pair (0.3's); pairwise+btg_crf: both",
+        )
 
     evaluate = sub.add_parser("evaluate", help="score orders against the oracle from word alignments")
     evaluate.add_argument("--reorderer", help="directory written by `xlpe-reorder train`")
@@ -576,20 +748,32 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--source", required=True)
     evaluate.add_argument("--target", required=True)
     evaluate.add_argument("--alignments", help="Pharaoh i-j file parallel to --source (default: run eflomal)")
-    evaluate.add_argument("--context-source", help="more pairs aligned together with the test pairs (e.g. the "
-                                                   "training corpus): eflomal is poor on a few hundred pairs alone")  # fmt: skip
+    evaluate.add_argument(
+        "--context-source",
+        help="more pairs aligned together with the test pairs (e.g. the "
+        "training corpus): eflomal is poor on a few hundred pairs alone",
+    )
     evaluate.add_argument("--context-target")
     evaluate.add_argument("--alignment-runs", type=int, default=1, metavar="K")
     evaluate.add_argument("--output", help="also write the JSON here")
     for command in (predict, evaluate):
         command.add_argument("--overwrite_output", action="store_true", help="replace an existing --output file")
     for command in (predict, evaluate):
-        command.add_argument("--order-prior", type=float, default=None, metavar="BETA",
-                             help="decode with this log-odds bonus for keeping each word pair in source order "
-                                  "(trades Kendall tau for FRS / exact match; default: the reorderer's, 0)")  # fmt: skip
+        command.add_argument(
+            "--order-prior",
+            type=float,
+            default=None,
+            metavar="BETA",
+            help="decode with this log-odds bonus for keeping each word pair in source order "
+            "(trades Kendall tau for FRS / exact match; default: the reorderer's, 0)",
+        )
         command.add_argument("--batch-size", type=int, default=128)
-        command.add_argument("--long-lines", default="error", choices=("error", "monotone"),
-                             help="a line over the reorderer's limit: error (default, names the line) or keep its order")  # fmt: skip
+        command.add_argument(
+            "--long-lines",
+            default="error",
+            choices=("error", "monotone"),
+            help="a line over the reorderer's limit: error (default, names the line) or keep its order",
+        )
     return canonical_flags(parser)
 
 
@@ -601,16 +785,21 @@ def check_arguments(args) -> str | None:
         if not args.prepared and not (args.source and args.target):
             return "train: --source and --target go together"
         if args.prepared and args.alignments:
-            return "train: --prepared brings its alignments (its oracle orders); --alignments goes with --source/--target"
+            return (
+                "train: --prepared brings its alignments (its oracle orders); --alignments goes with --source/--target"
+            )
         if args.prepared and not Path(args.prepared).is_dir():
             return f"train: --prepared {args.prepared}: no such directory (an xlpe-prepare --output)"
     if args.command == "evaluate" and bool(args.reorderer) == bool(args.orders):
         return "evaluate: give exactly one of --reorderer and --orders"
     if args.command == "evaluate" and bool(args.context_source) != bool(args.context_target):
         return "evaluate: --context-source and --context-target go together"
-    positive = {"train": ("alignment_runs", "batch_size", "max_length", "vocab_size", "d_model", "token_layers"),
-                "jackknife": ("batch_size", "d_model", "token_layers"), "predict": ("batch_size",),
-                "evaluate": ("alignment_runs", "batch_size")}.get(args.command, ())  # fmt: skip
+    positive = {
+        "train": ("alignment_runs", "batch_size", "max_length", "vocab_size", "d_model", "token_layers"),
+        "jackknife": ("batch_size", "d_model", "token_layers"),
+        "predict": ("batch_size",),
+        "evaluate": ("alignment_runs", "batch_size"),
+    }.get(args.command, ())
     for name in positive:
         if getattr(args, name) < 1:
             return f"{args.command}: --{name} must be >= 1, got {getattr(args, name)}"
@@ -650,8 +839,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    run = {"train": run_train, "predict": run_predict, "attach": run_attach, "jackknife": run_jackknife,
-           "evaluate": run_evaluate}[args.command]  # fmt: skip
+    run = {
+        "train": run_train,
+        "predict": run_predict,
+        "attach": run_attach,
+        "jackknife": run_jackknife,
+        "evaluate": run_evaluate,
+    }[args.command]
     try:
         result = run(args)
     except (ValueError, FileNotFoundError, AlignmentFormatError, OSError) as error:

@@ -31,8 +31,14 @@ def run_train(args) -> dict:
 
     sentences = read_treebanks(args.conllu, args.column, args.lowercase)
     tagger = train_perceptron_tagger(sentences, args.iterations, args.seed)
-    details = {"trained_on": [Path(p).name for p in args.conllu], "column": args.column, "sentences": len(sentences),
-               "words": sum(map(len, sentences)), "iterations": args.iterations, "seed": args.seed}  # fmt: skip
+    details = {
+        "trained_on": [Path(p).name for p in args.conllu],
+        "column": args.column,
+        "sentences": len(sentences),
+        "words": sum(map(len, sentences)),
+        "iterations": args.iterations,
+        "seed": args.seed,
+    }
     if args.dev:
         dev = read_treebanks(args.dev, args.column, args.lowercase)
         details["dev"] = {"files": [Path(p).name for p in args.dev], **tagging_accuracy(tagger, dev)}
@@ -68,8 +74,9 @@ def run_tag(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     summary, details = __doc__.split("\n\n", 1)
-    parser = argparse.ArgumentParser(prog="xlpe-tagger", description=summary, epilog=details,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="xlpe-tagger", description=summary, epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a tagger file on CoNLL-U treebank files")
     train.add_argument("--conllu", nargs="+", required=True, help="training treebank files (.conllu or .conllu.gz)")
@@ -77,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--column", choices=TAG_COLUMNS, default="upos", help="tag column to learn (default: upos)")
     train.add_argument("--iterations", type=int, default=5, help="training passes (default: 5)")
     train.add_argument("--seed", type=int, default=0, help="shuffling seed (default: 0)")
-    train.add_argument("--lowercase", action="store_true", help="train and tag lowercased words (for lowercased corpora)")
+    train.add_argument(
+        "--lowercase", action="store_true", help="train and tag lowercased words (for lowercased corpora)"
+    )
     train.add_argument("--dev", nargs="+", help="held-out treebank files: report the accuracy on them")
     evaluate = sub.add_parser("evaluate", help="word accuracy of a tagger file against treebank files")
     evaluate.add_argument("--tagger", required=True)

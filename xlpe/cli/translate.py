@@ -44,21 +44,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help="model directory or Hub id (saved by xlpe-train)")
     parser.add_argument("--input", default="-", help="UTF-8 text, one sentence per line; '-' = stdin (default)")
     parser.add_argument("--output", default="-", help="where translations go, one per line; '-' = stdout (default)")
-    parser.add_argument("--num_beams", type=int, default=None, help="beam size (default: the model's generation config)")
+    parser.add_argument(
+        "--num_beams", type=int, default=None, help="beam size (default: the model's generation config)"
+    )
     parser.add_argument("--batch_size", type=int, default=32, help="sentences per forward pass (default 32)")
     parser.add_argument("--max_new_tokens", type=int, default=None, help="default: 1.5 x source length + 10")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
-    parser.add_argument("--trust_remote_code", action="store_true", help="run the model folder's (or Hub repository's) "
-                        "own code instead of the installed package's")
-    parser.add_argument("--ignore_tokenizer_mismatch", action="store_true", help="use the tokenizer beside the model "
-                        "even when it is not the one the model was trained with (config.json tokenizer_fingerprint)")
+    parser.add_argument(
+        "--trust_remote_code",
+        action="store_true",
+        help="run the model folder's (or Hub repository's) own code instead of the installed package's",
+    )
+    parser.add_argument(
+        "--ignore_tokenizer_mismatch",
+        action="store_true",
+        help="use the tokenizer beside the model "
+        "even when it is not the one the model was trained with (config.json tokenizer_fingerprint)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--overwrite_output", action="store_true", help="replace an existing --output file")
     return canonical_flags(parser)
 
 
-def load_pipeline(model_name: str, device: str | None = None, trust_remote_code: bool = False,
-                  ignore_tokenizer_mismatch: bool = False):
+def load_pipeline(
+    model_name: str, device: str | None = None, trust_remote_code: bool = False, ignore_tokenizer_mismatch: bool = False
+):
     """`XLPETranslationPipeline` around the model and tokenizer of `model_name`, loaded and checked to belong
     together by `xlpe.evaluation.model_loading` (the tokenizer recorded in the config, its size, its padding
     side; `--trust_remote_code` runs the folder's own code)."""
@@ -84,7 +94,9 @@ def source_limit(translator) -> int:
     limit = getattr(translator, "source_limit", None)
     if limit is not None:
         return limit()
-    return int(getattr(translator.model.config, "max_position_embeddings", None) or translator.tokenizer.model_max_length)
+    return int(
+        getattr(translator.model.config, "max_position_embeddings", None) or translator.tokenizer.model_max_length
+    )
 
 
 def over_limit_lines(translator, words: list[str]) -> tuple[int, list[int]]:
@@ -97,7 +109,9 @@ def over_limit_lines(translator, words: list[str]) -> tuple[int, list[int]]:
     return limit, [i + 1 for i, length in zip(nonempty, lengths) if length > limit]
 
 
-def translate_lines(translator, lines: list[str], batch_size: int = 32, progress: bool = True, **generate_kwargs) -> list[str]:
+def translate_lines(
+    translator, lines: list[str], batch_size: int = 32, progress: bool = True, **generate_kwargs
+) -> list[str]:
     """Translations of `lines` in input order ("" for blank lines). A line the model can encode is translated in
     full; lines longer than the model's limit are cut to it, and one warning on stderr counts and lists them."""
     from tqdm.auto import tqdm
@@ -108,11 +122,18 @@ def translate_lines(translator, lines: list[str], batch_size: int = 32, progress
     words = [" ".join(line.split()) for line in lines]  # the word unit of training: whitespace-normalised
     limit, too_long = over_limit_lines(translator, words)
     if too_long:
-        shown = ", ".join(map(str, too_long[:20])) + (f", ... ({len(too_long) - 20} more)" if len(too_long) > 20 else "")
-        print(f"{PROG}: warning: {len(too_long)} of {sum(1 for w in words if w)} lines are longer than the model's "
-              f"limit of {limit} tokens (max_position_embeddings) and were translated from their first {limit} "
-              f"tokens: line {shown}", file=sys.stderr)  # fmt: skip
-    with tqdm(total=sum(1 for w in words if w), desc="translating", unit="sent", file=sys.stderr, disable=not progress) as bar:
+        shown = ", ".join(map(str, too_long[:20])) + (
+            f", ... ({len(too_long) - 20} more)" if len(too_long) > 20 else ""
+        )
+        print(
+            f"{PROG}: warning: {len(too_long)} of {sum(1 for w in words if w)} lines are longer than the model's "
+            f"limit of {limit} tokens (max_position_embeddings) and were translated from their first {limit} "
+            f"tokens: line {shown}",
+            file=sys.stderr,
+        )
+    with tqdm(
+        total=sum(1 for w in words if w), desc="translating", unit="sent", file=sys.stderr, disable=not progress
+    ) as bar:
         for batch in length_sorted_batches(words, batch_size):
             results = translator([words[i] for i in batch], batch_size=len(batch), truncation=True, **generate_kwargs)
             for index, result in zip(batch, results):
@@ -135,7 +156,11 @@ def read_input(path: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for flag, value in (("--batch_size", args.batch_size), ("--num_beams", args.num_beams), ("--max_new_tokens", args.max_new_tokens)):
+    for flag, value in (
+        ("--batch_size", args.batch_size),
+        ("--num_beams", args.num_beams),
+        ("--max_new_tokens", args.max_new_tokens),
+    ):
         if value is not None and value < 1:
             return user_error(PROG, f"{flag} must be >= 1, got {value}")
     try:
@@ -149,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         translator = load_pipeline(args.model, args.device, args.trust_remote_code, args.ignore_tokenizer_mismatch)
     except (CommandLineError, ValueError, OSError) as error:  # OSError: what from_pretrained raises
         return user_error(PROG, error)
-    generate_kwargs = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v is not None}
+    generate_kwargs = {
+        k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v is not None
+    }
     translations = translate_lines(translator, lines, args.batch_size, progress=not args.quiet, **generate_kwargs)
     text = "".join(t + "\n" for t in translations)
     if args.output == "-":

@@ -90,8 +90,13 @@ def read_links(path: str | Path, one_based: bool = False) -> list[set[Link]]:
     return links
 
 
-def check_links_inside(links: Sequence[Iterable[Link]], path: str | Path, source_lengths: Sequence[int],
-                       target_lengths: Sequence[int] | None = None, one_based: bool = False) -> None:
+def check_links_inside(
+    links: Sequence[Iterable[Link]],
+    path: str | Path,
+    source_lengths: Sequence[int],
+    target_lengths: Sequence[int] | None = None,
+    one_based: bool = False,
+) -> None:
     """ValueError naming `path:line` and the link when a link of line k does not index inside sentence pair k
     (source word i < source_lengths[k], target word j < target_lengths[k] when given, both >= 0): a links file
     of other sentences, or one shifted by a line, is refused instead of being scored."""
@@ -100,17 +105,23 @@ def check_links_inside(links: Sequence[Iterable[Link]], path: str | Path, source
         target_length = target_lengths[number - 1] if target_lengths is not None else None
         for i, j in sorted(line_links):
             if i < 0 or j < 0 or i >= source_length or (target_length is not None and j >= target_length):
-                words = f"{source_length} source" + (f" and {target_length} target" if target_length is not None else "")
-                raise ValueError(f"{path}:{number}: link {i + offset}-{j + offset} lies outside the sentence pair "
-                                 f"({words} words{', 1-based' if one_based else ', 0-based'})")  # fmt: skip
+                words = f"{source_length} source" + (
+                    f" and {target_length} target" if target_length is not None else ""
+                )
+                raise ValueError(
+                    f"{path}:{number}: link {i + offset}-{j + offset} lies outside the sentence pair "
+                    f"({words} words{', 1-based' if one_based else ', 0-based'})"
+                )
 
 
 def check_permutations(rows: Sequence[Sequence[int]], path: str | Path) -> None:
     """ValueError naming `path:line` unless every row is a permutation of 0..n-1 (n = its length)."""
     for number, row in enumerate(rows, start=1):
         if sorted(row) != list(range(len(row))):
-            raise ValueError(f"{path}:{number}: not a permutation of 0..{len(row) - 1}: {' '.join(map(str, row[:20]))}"
-                             f"{' ...' if len(row) > 20 else ''}")  # fmt: skip
+            raise ValueError(
+                f"{path}:{number}: not a permutation of 0..{len(row) - 1}: {' '.join(map(str, row[:20]))}"
+                f"{' ...' if len(row) > 20 else ''}"
+            )
 
 
 @dataclass
@@ -168,7 +179,10 @@ def alignment_error_rate(predicted: Sequence[Iterable[Link]], gold: Sequence[Gol
         "aer": 1.0 - (a_and_s + a_and_p) / (a + s) if a + s else 0.0,
         "precision": a_and_p / a if a else 0.0,
         "recall": a_and_s / s if s else 0.0,
-        "predicted_links": a, "sure_links": s, "predicted_and_sure": a_and_s, "predicted_and_possible": a_and_p,
+        "predicted_links": a,
+        "sure_links": s,
+        "predicted_and_sure": a_and_s,
+        "predicted_and_possible": a_and_p,
     }
 
 
@@ -201,7 +215,7 @@ def encode_words(tokenizer, words: Sequence[str], target: bool = False) -> tuple
         pieces += ids
         word_ids += [index] * len(ids)
     full = tokenizer.build_inputs_with_special_tokens(pieces)
-    start = next(k for k in range(len(full) - len(pieces) + 1) if full[k:k + len(pieces)] == pieces)
+    start = next(k for k in range(len(full) - len(pieces) + 1) if full[k : k + len(pieces)] == pieces)
     return full, [None] * start + word_ids + [None] * (len(full) - start - len(pieces))
 
 
@@ -219,8 +233,10 @@ def _pipeline_inputs(model, tokenizer, sources: Sequence[Sequence[str]], input_i
     texts = [" ".join(words) for words in sources]
     encoded = tokenizer(texts, return_tensors="pt", padding=True)
     if encoded["input_ids"].shape != input_ids.shape or not torch.equal(encoded["input_ids"], input_ids):
-        raise ValueError(f"{type(model).__name__} needs inputs derived from raw text, and these sentences tokenize "
-                         "differently as text than word by word: pass extra_inputs=")
+        raise ValueError(
+            f"{type(model).__name__} needs inputs derived from raw text, and these sentences tokenize "
+            "differently as text than word by word: pass extra_inputs="
+        )
     return prepare(texts, tokenizer, encoded)
 
 
@@ -237,8 +253,9 @@ def _check_length(model, ids: list[int], index: int) -> None:
 PROJECTIONS = ("any_subword", "word_attention")
 
 
-def _word_links(attention: np.ndarray, src_words: list[int | None], tgt_words: list[int | None],
-                projection: str) -> set[Link]:
+def _word_links(
+    attention: np.ndarray, src_words: list[int | None], tgt_words: list[int | None], projection: str
+) -> set[Link]:
     """attention: (target tokens, source tokens) for one sentence, rows = decoder steps predicting each label."""
     src_cols = [k for k, w in enumerate(src_words) if w is not None]
     tgt_rows = [t for t, w in enumerate(tgt_words) if w is not None]
@@ -288,18 +305,21 @@ def attention_alignments(
     alignments: list[set[Link]] = []
     try:
         for start in range(0, len(sources), batch_size):
-            encoded_src = [encode_words(tokenizer, s) for s in sources[start:start + batch_size]]
-            encoded_tgt = [encode_words(tokenizer, t, target=True) for t in targets[start:start + batch_size]]
+            encoded_src = [encode_words(tokenizer, s) for s in sources[start : start + batch_size]]
+            encoded_tgt = [encode_words(tokenizer, t, target=True) for t in targets[start : start + batch_size]]
             for offset, ((src_ids, _), (tgt_ids, _)) in enumerate(zip(encoded_src, encoded_tgt)):
                 _check_length(model, src_ids, start + offset)
                 _check_length(model, tgt_ids, start + offset)
             input_ids = _pad([ids for ids, _ in encoded_src], tokenizer.pad_token_id)
-            batch = {"input_ids": input_ids, "attention_mask": (_pad([[1] * len(ids) for ids, _ in encoded_src], 0)),
-                     "labels": _pad([ids for ids, _ in encoded_tgt], -100)}
+            batch = {
+                "input_ids": input_ids,
+                "attention_mask": (_pad([[1] * len(ids) for ids, _ in encoded_src], 0)),
+                "labels": _pad([ids for ids, _ in encoded_tgt], -100),
+            }
             if extra_inputs is not None:
                 batch.update(extra_inputs(batch))
             else:
-                batch.update(_pipeline_inputs(model, tokenizer, sources[start:start + batch_size], input_ids))
+                batch.update(_pipeline_inputs(model, tokenizer, sources[start : start + batch_size], input_ids))
             batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             cross = model(**batch, output_attentions=True).cross_attentions[layer].mean(dim=1).float().cpu().numpy()
             for b, ((_, src_words), (_, tgt_words)) in enumerate(zip(encoded_src, encoded_tgt)):
@@ -322,8 +342,9 @@ def _dense_ranks(values: Sequence[int]) -> np.ndarray:
     return ranks
 
 
-def reordering_quality(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]], min_items: int = 1,
-                       per_sentence: bool = False) -> dict:  # fmt: skip
+def reordering_quality(
+    predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]], min_items: int = 1, per_sentence: bool = False
+) -> dict:
     """Mean Kendall's tau (in [-1, 1] and normalised (tau+1)/2 as lader reports), mean fuzzy reordering
     score and the exact-match rate of predicted vs oracle orders (element i = position of item i; any
     integers, compared by rank). Sentences with fewer than `min_items` items are left out (2: the ones whose
@@ -343,9 +364,14 @@ def reordering_quality(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequ
         scores.append(fuzzy_reordering_score(pred, ref))
         matches.append(int(np.array_equal(pred, ref)))
     n = max(len(taus), 1)
-    result = {"kendall_tau": sum(taus) / n, "kendall_tau_normalized": (sum(taus) / n + 1) / 2,
-              "fuzzy_reordering_score": sum(scores) / n, "exact_match": sum(matches) / n, "sentences": len(taus),
-              "sentences_left_out": len(oracle) - len(taus)}  # fmt: skip
+    result = {
+        "kendall_tau": sum(taus) / n,
+        "kendall_tau_normalized": (sum(taus) / n + 1) / 2,
+        "fuzzy_reordering_score": sum(scores) / n,
+        "exact_match": sum(matches) / n,
+        "sentences": len(taus),
+        "sentences_left_out": len(oracle) - len(taus),
+    }
     if per_sentence:
         result["per_sentence"] = {"kendall_tau": taus, "fuzzy_reordering_score": scores, "exact_match": matches}
     return result
@@ -365,13 +391,13 @@ def predicted_and_oracle_reorderings(
     predicted, oracle = [], []
     try:
         for start in range(0, len(sources), batch_size):
-            encoded = [encode_words(tokenizer, s) for s in sources[start:start + batch_size]]
+            encoded = [encode_words(tokenizer, s) for s in sources[start : start + batch_size]]
             input_ids = _pad([ids for ids, _ in encoded], tokenizer.pad_token_id).to(device)
             mask = _pad([[1] * len(ids) for ids, _ in encoded], 0).to(device)
             positions = model.get_encoder()(input_ids=input_ids, attention_mask=mask).reorder_positions
             if positions is None:
                 raise ValueError(f"{type(model).__name__} predicts no reorderings (XL PE with xl_strategy 'none'?)")
-            for b, (words, (_, word_ids)) in enumerate(zip(sources[start:start + batch_size], encoded)):
+            for b, (words, (_, word_ids)) in enumerate(zip(sources[start : start + batch_size], encoded)):
                 keep = [k for k, w in enumerate(word_ids) if w is not None]
                 oracle_words = oracle_xl_positions(sorted(links[start + b]), len(words))
                 oracle_tokens = project_positions_to_subwords(oracle_words, word_ids)

@@ -98,17 +98,24 @@ def check_bleu_tokenizer(target_language: str | None = None, tokenize: str | Non
         why = "given" if tokenize is not None else f"sacrebleu's choice for target language {target_language!r}"
         extra = TOKENIZER_EXTRAS.get(name)
         fix = f'pip install "xlpe[{extra}]", or choose' if extra else "choose"
-        raise ValueError(f"BLEU tokenizer {name!r} ({why}) cannot run here ({type(error).__name__}: {' '.join(str(error).split())}); "
-                         f"{fix} another tokenizer, e.g. 'char' or 'intl' (--bleu_tokenize)") from error  # fmt: skip
+        raise ValueError(
+            f"BLEU tokenizer {name!r} ({why}) cannot run here ({type(error).__name__}: {' '.join(str(error).split())}); "
+            f"{fix} another tokenizer, e.g. 'char' or 'intl' (--bleu_tokenize)"
+        ) from error
     return name
 
 
-def _bleu_metric(target_language: str | None = None, tokenize: str | None = None, lowercase: bool = False,
-                 max_ngram_order: int = 4):
+def _bleu_metric(
+    target_language: str | None = None, tokenize: str | None = None, lowercase: bool = False, max_ngram_order: int = 4
+):
     from sacrebleu.metrics import BLEU
 
-    return BLEU(lowercase=lowercase, tokenize=check_bleu_tokenizer(target_language, tokenize),
-                trg_lang=target_language or "", max_ngram_order=max_ngram_order)  # fmt: skip
+    return BLEU(
+        lowercase=lowercase,
+        tokenize=check_bleu_tokenizer(target_language, tokenize),
+        trg_lang=target_language or "",
+        max_ngram_order=max_ngram_order,
+    )
 
 
 def _chrf_metric(lowercase: bool = False):
@@ -117,8 +124,9 @@ def _chrf_metric(lowercase: bool = False):
     return CHRF(lowercase=lowercase)
 
 
-def bleu_chrf_signatures(target_language: str | None = None, tokenize: str | None = None, lowercase: bool = False,
-                         references: int = 1) -> dict:
+def bleu_chrf_signatures(
+    target_language: str | None = None, tokenize: str | None = None, lowercase: bool = False, references: int = 1
+) -> dict:
     """{"bleu": signature, "chrf": signature} of the metrics `corpus_bleu_chrf` would use with these settings
     and `references` reference streams (sacrebleu knows the count only after scoring: a one-line corpus is
     scored for it). For scores logged without their signature, e.g. the validation BLEU of a training run."""
@@ -193,8 +201,14 @@ def paired_significance(
         raise ValueError(f"system has {len(system)} lines but the baseline has {len(baseline)}")
     streams = _reference_streams(references, len(system))
     metrics = {"BLEU": _bleu_metric(target_language, tokenize), "chrF": _chrf_metric()}
-    paired = PairedTest([("baseline", list(baseline)), ("system", list(system))], metrics, streams,
-                        test_type=test, n_samples=n_samples, n_jobs=1)
+    paired = PairedTest(
+        [("baseline", list(baseline)), ("system", list(system))],
+        metrics,
+        streams,
+        test_type=test,
+        n_samples=n_samples,
+        n_jobs=1,
+    )
     signatures, table = paired()
     results = {}
     for name, (baseline_result, system_result) in ((k, v) for k, v in table.items() if k != "System"):
@@ -218,16 +232,22 @@ def paired_significance(
 # ---------------------------------------------------------------------------------------------------------
 
 
-def bleu_1_to_4(hypotheses: Sequence[str], references: Sequence[str], target_language: str | None = None,
-                tokenize: str | None = None) -> dict:
+def bleu_1_to_4(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    target_language: str | None = None,
+    tokenize: str | None = None,
+) -> dict:
     """Cumulative BLEU-n for n = 1..4 (geometric mean of 1..n-gram precisions times the brevity penalty, the
     nlg-eval convention of the mvPE paper's Table III), on a 0-1 scale, with the sacrebleu signature of each."""
     streams = _reference_streams(references, len(hypotheses))
     results = {}
     for n in range(1, 5):
         metric = _bleu_metric(target_language, tokenize, max_ngram_order=n)
-        results[f"bleu-{n}"] = {"score": metric.corpus_score(list(hypotheses), streams).score / 100.0,
-                                "signature": metric.get_signature().format()}
+        results[f"bleu-{n}"] = {
+            "score": metric.corpus_score(list(hypotheses), streams).score / 100.0,
+            "signature": metric.get_signature().format(),
+        }
     return results
 
 
@@ -270,8 +290,11 @@ def length_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
 
 def mvpe_metrics(hypotheses: Sequence[str], references: Sequence[str], target_language: str | None = None) -> dict:
     """BLEU-1..4, ROUGE-1/2/L and the length ratio in one dict (perplexity needs a model: `perplexity`)."""
-    return {**bleu_1_to_4(hypotheses, references, target_language),
-            "rouge": rouge_scores(hypotheses, references), "length_ratio": length_ratio(hypotheses, references)}
+    return {
+        **bleu_1_to_4(hypotheses, references, target_language),
+        "rouge": rouge_scores(hypotheses, references),
+        "length_ratio": length_ratio(hypotheses, references),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -292,7 +315,7 @@ def text_batches(
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
     for start in range(0, len(sources), batch_size):
-        src, tgt = list(sources[start:start + batch_size]), list(targets[start:start + batch_size])
+        src, tgt = list(sources[start : start + batch_size]), list(targets[start : start + batch_size])
         encoded = tokenizer(src, return_tensors="pt", padding=True, truncation=True)  # a BatchEncoding, for the hook
         labels = tokenizer(text_target=tgt, return_tensors="pt", padding=True, truncation=True)["input_ids"]
         batch = {**encoded, "labels": labels.masked_fill(labels == tokenizer.pad_token_id, -100)}
@@ -322,8 +345,9 @@ def perplexity(model, batches: Iterable[Mapping[str, torch.Tensor]]) -> dict:
                 batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
                 logits = model(**batch).logits.float()
                 labels = batch["labels"]
-                nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                                        ignore_index=-100, reduction="sum")
+                nll = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
+                )
                 total_nll += float(nll)
                 total_tokens += int((labels != -100).sum())
     finally:
@@ -385,16 +409,23 @@ def compare_mt_report(
     with contextlib.redirect_stdout(text):
         score = compare_mt_main.generate_score_report(ref_tokens, outs, src=src_tokens, score_type="bleu")
         words = compare_mt_main.generate_word_accuracy_report(
-            ref_tokens, outs, acc_type="fmeas", bucket_type="freq",
-            freq_corpus_file=str(frequency_corpus) if frequency_corpus else None)
+            ref_tokens,
+            outs,
+            acc_type="fmeas",
+            bucket_type="freq",
+            freq_corpus_file=str(frequency_corpus) if frequency_corpus else None,
+        )
         length_bleu = compare_mt_main.generate_sentence_bucketed_report(
-            ref_tokens, outs, src=src_tokens, bucket_type="length", statistic_type="score", score_measure="sentbleu")
+            ref_tokens, outs, src=src_tokens, bucket_type="length", statistic_type="score", score_measure="sentbleu"
+        )
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     with atomic_output_dir(output_dir, overwrite=overwrite) as staging:  # written aside, renamed into place
         reporters.generate_html_report(
             [("Aggregate Scores", [score]), ("Word Accuracies", [words]), ("Sentence Buckets", [length_bleu])],
-            str(staging), title)
+            str(staging),
+            title,
+        )
         (staging / "report.txt").write_text(text.getvalue(), encoding="utf-8")
     return {
         "systems": names,
@@ -407,8 +438,9 @@ def compare_mt_report(
         },
         "sentence_bleu_by_length": {
             "buckets": list(length_bleu.bucketer.bucket_strs),
-            "sentences": [len(bucket[0]) for bucket in
-                          length_bleu.bucketer.create_bucketed_corpus(outs[0], ref=ref_tokens)],
+            "sentences": [
+                len(bucket[0]) for bucket in length_bleu.bucketer.create_bucketed_corpus(outs[0], ref=ref_tokens)
+            ],
             "bleu": {name: [float(v) for v in stats] for name, stats in zip(names, length_bleu.sys_stats)},
         },
         "html": str(output_dir / "index.html"),

@@ -65,17 +65,23 @@ def check_model_tokenizer(config, tokenizer, name: str, ignore_mismatch: bool = 
     config = getattr(config, "config", config)
     vocab_size = _field(config, "vocab_size")
     if vocab_size is not None and len(tokenizer) > vocab_size:
-        raise ModelLoadError(f"{name}: the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
-                             f"{vocab_size}: it is not the model's tokenizer (ids >= {vocab_size} have no embedding)")  # fmt: skip
+        raise ModelLoadError(
+            f"{name}: the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
+            f"{vocab_size}: it is not the model's tokenizer (ids >= {vocab_size} have no embedding)"
+        )
     if getattr(tokenizer, "padding_side", "right") == "left":
-        raise ModelLoadError(f"{name}: the tokenizer pads on the left (padding_side='left' in tokenizer_config.json); "
-                             "these models take right-padded inputs: set it to 'right'")  # fmt: skip
+        raise ModelLoadError(
+            f"{name}: the tokenizer pads on the left (padding_side='left' in tokenizer_config.json); "
+            "these models take right-padded inputs: set it to 'right'"
+        )
     actual = tokenizer_fingerprint(tokenizer)
     for where, expected in _recorded_fingerprints(config):
         if expected != actual and not ignore_mismatch:
-            raise ModelLoadError(f"{name}: the tokenizer is not the one the model was trained with ({where} "
-                                 f"{expected}, the tokenizer loaded has {actual}); restore the model's tokenizer "
-                                 f"files or pass {OVERRIDE_FLAG}")  # fmt: skip
+            raise ModelLoadError(
+                f"{name}: the tokenizer is not the one the model was trained with ({where} "
+                f"{expected}, the tokenizer loaded has {actual}); restore the model's tokenizer "
+                f"files or pass {OVERRIDE_FLAG}"
+            )
 
 
 def _is_local(name: str) -> bool:
@@ -111,8 +117,9 @@ def _configuration_error(name: str, error: Exception) -> ModelLoadError | None:
         return None
     where = str(Path(name).expanduser() / "config.json") if _is_local(name) else f"{name} (config.json)"
     reason = " ".join(str(error).split()) or type(error).__name__
-    return ModelLoadError(f"{where}: no model can be built from this configuration ({type(error).__name__}: "
-                          f"{reason[:200]})")  # fmt: skip
+    return ModelLoadError(
+        f"{where}: no model can be built from this configuration ({type(error).__name__}: {reason[:200]})"
+    )
 
 
 def load_model_and_tokenizer(name: str, trust_remote_code: bool = False, ignore_tokenizer_mismatch: bool = False):
@@ -136,10 +143,18 @@ def load_model_and_tokenizer(name: str, trust_remote_code: bool = False, ignore_
         if _is_local(name):
             raise
         reason = " ".join(str(error).split())
-        raise ModelLoadError(f"{name}: no such local directory, and no model of that name could be loaded from the "
-                             f"Hub ({reason[:160]})") from None  # fmt: skip
+        raise ModelLoadError(
+            f"{name}: no such local directory, and no model of that name could be loaded from the Hub ({reason[:160]})"
+        ) from None
     return model, tokenizer
 
 
-__all__ = ["FINGERPRINT_FIELD", "ModelLoadError", "OVERRIDE_FLAG", "check_model_tokenizer", "load_model",
-           "load_model_and_tokenizer", "record_tokenizer_fingerprint"]  # fmt: skip
+__all__ = [
+    "FINGERPRINT_FIELD",
+    "ModelLoadError",
+    "OVERRIDE_FLAG",
+    "check_model_tokenizer",
+    "load_model",
+    "load_model_and_tokenizer",
+    "record_tokenizer_fingerprint",
+]

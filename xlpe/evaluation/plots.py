@@ -32,8 +32,17 @@ def _as_series(data: Series | Mapping[str, Series]) -> dict[str, list[tuple[floa
     return {label: sorted((float(x), float(y)) for x, y in points.items()) for label, points in groups.items()}
 
 
-def _line_plot(data, path, title: str, xlabel: str, ylabel: str, best: str | None = None,
-               x_scale: float = 1.0, integer_x: bool = False, reference: float | None = None) -> Path:
+def _line_plot(
+    data,
+    path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    best: str | None = None,
+    x_scale: float = 1.0,
+    integer_x: bool = False,
+    reference: float | None = None,
+) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -45,8 +54,9 @@ def _line_plot(data, path, title: str, xlabel: str, ylabel: str, best: str | Non
         axes.plot(xs, ys, marker="o", label=label or None)
         if best is not None and ys:
             k = max(range(len(ys)), key=lambda i: ys[i] if best == "max" else -ys[i])
-            axes.annotate(f"{ys[k]:.2f}", (xs[k], ys[k]), textcoords="offset points", xytext=(0, 6),
-                          ha="center", fontsize=8)
+            axes.annotate(
+                f"{ys[k]:.2f}", (xs[k], ys[k]), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8
+            )
     if reference is not None:
         axes.axhline(reference, color="gray", linestyle="--", linewidth=1, label="baseline")
     if integer_x:
@@ -67,16 +77,31 @@ def _line_plot(data, path, title: str, xlabel: str, ylabel: str, best: str | Non
 
 def plot_tau_sweep(bleu_by_tau: Series | Mapping[str, Series], path, metric: str = "BLEU") -> Path:
     """XL PE Fig. 3: `metric` for tau = 0..H XL-informed heads (tau = 0 is the vanilla Transformer)."""
-    return _line_plot(bleu_by_tau, path, f"{metric} vs. number of XL heads (tau)", "tau (heads fed X + PE_XL)",
-                      metric, best="max", integer_x=True)
+    return _line_plot(
+        bleu_by_tau,
+        path,
+        f"{metric} vs. number of XL heads (tau)",
+        "tau (heads fed X + PE_XL)",
+        metric,
+        best="max",
+        integer_x=True,
+    )
 
 
-def plot_noise_curve(bleu_by_ratio: Series | Mapping[str, Series], path, metric: str = "BLEU",
-                     baseline: float | None = None) -> Path:
+def plot_noise_curve(
+    bleu_by_ratio: Series | Mapping[str, Series], path, metric: str = "BLEU", baseline: float | None = None
+) -> Path:
     """XL PE Fig. 4: `metric` against the fraction (0-1) of swapped reorder indices, drawn in percent;
     `baseline` (e.g. the vanilla Transformer's score) as a dashed line."""
-    return _line_plot(bleu_by_ratio, path, f"{metric} under reordering noise", "noisy reorder indices (%)",
-                      metric, x_scale=100.0, reference=baseline)
+    return _line_plot(
+        bleu_by_ratio,
+        path,
+        f"{metric} under reordering noise",
+        "noisy reorder indices (%)",
+        metric,
+        x_scale=100.0,
+        reference=baseline,
+    )
 
 
 def plot_perplexity_per_epoch(perplexity_by_epoch: Series | Mapping[str, Series], path, split: str = "test") -> Path:

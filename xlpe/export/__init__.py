@@ -14,9 +14,13 @@ Layer: beside `evaluation` (it uses `models`, `features` and `evaluation.model_l
 from __future__ import annotations
 
 _EXPORTS = {
-    "OnnxTranslator": "runtime", "SearchSettings": "search", "export_directory": "exporter", "export_model": "exporter",
-    "verify_export": "manifest", "read_manifest": "manifest",
-}  # fmt: skip
+    "OnnxTranslator": "runtime",
+    "SearchSettings": "search",
+    "export_directory": "exporter",
+    "export_model": "exporter",
+    "verify_export": "manifest",
+    "read_manifest": "manifest",
+}
 
 
 def __getattr__(name: str):

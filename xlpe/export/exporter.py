@@ -52,13 +52,17 @@ def check_exportable(model) -> None:
     config = model.config
     model_type = getattr(config, "model_type", None)
     if model_type == "xlpe_reorderer":
-        raise ValueError("model_type 'xlpe_reorderer' is a standalone reorderer, not a translation model: attach it to "
-                         "an XL PE model (xlpe-reorder attach --reorderer DIR --model MODEL) and export that model")  # fmt: skip
+        raise ValueError(
+            "model_type 'xlpe_reorderer' is a standalone reorderer, not a translation model: attach it to "
+            "an XL PE model (xlpe-reorder attach --reorderer DIR --model MODEL) and export that model"
+        )
     if model_type not in EXPORTABLE_TYPES:
         raise ValueError(f"model_type {model_type!r} cannot be exported: expected one of {', '.join(EXPORTABLE_TYPES)}")
     if not getattr(config, "is_encoder_decoder", False):
-        raise ValueError(f"is_encoder_decoder is {getattr(config, 'is_encoder_decoder', None)!r}: only encoder-decoder "
-                         "translation models can be exported")  # fmt: skip
+        raise ValueError(
+            f"is_encoder_decoder is {getattr(config, 'is_encoder_decoder', None)!r}: only encoder-decoder "
+            "translation models can be exported"
+        )
     SearchSettings.from_generation_config(model.generation_config.to_dict())  # refuses unsupported search options
 
 
@@ -79,10 +83,15 @@ def _source_front_end(model, layout, model_dir: Path | None, output: Path) -> di
         tagger = config.pos_tagger
         file_name = tagger_file_name(tagger)
         if file_name is not None:
-            shutil.copyfile(resolve_tagger_file(file_name, str(model_dir) if model_dir else None), output / SAVED_TAGGER_FILE)
+            shutil.copyfile(
+                resolve_tagger_file(file_name, str(model_dir) if model_dir else None), output / SAVED_TAGGER_FILE
+            )
             tagger = PERCEPTRON_PREFIX + SAVED_TAGGER_FILE
-        front["source_tagger"] = {"pos_tagger": tagger, "pos_tags": list(config.pos_tags),
-                                  "nltk_data": getattr(config, "nltk_data", None)}  # fmt: skip
+        front["source_tagger"] = {
+            "pos_tagger": tagger,
+            "pos_tags": list(config.pos_tags),
+            "nltk_data": getattr(config, "nltk_data", None),
+        }
     return front
 
 
@@ -132,9 +141,15 @@ def quantize_graph(source: Path, target: Path, scheme: str = DEFAULT_INT8_SCHEME
     level = root.level
     root.setLevel(logging.ERROR)  # its advice to pre-process (shape inference) is for static-shape vision models
     try:
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, nodes_to_exclude=keep,
-                         per_channel=settings["per_channel"], reduce_range=settings["reduce_range"],
-                         op_types_to_quantize=settings["op_types"])  # fmt: skip
+        quantize_dynamic(
+            str(source),
+            str(target),
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=keep,
+            per_channel=settings["per_channel"],
+            reduce_range=settings["reduce_range"],
+            op_types_to_quantize=settings["op_types"],
+        )
     finally:
         root.setLevel(level)
     return keep
@@ -152,8 +167,16 @@ def quantize_int8(directory: Path, scheme: str = DEFAULT_INT8_SCHEME) -> dict:
     return written
 
 
-def export_model(model, tokenizer, output, quantize: str | None = None, opset: int = DEFAULT_OPSET,
-                 overwrite: bool = False, model_dir=None, int8_scheme: str = DEFAULT_INT8_SCHEME) -> dict:  # fmt: skip
+def export_model(
+    model,
+    tokenizer,
+    output,
+    quantize: str | None = None,
+    opset: int = DEFAULT_OPSET,
+    overwrite: bool = False,
+    model_dir=None,
+    int8_scheme: str = DEFAULT_INT8_SCHEME,
+) -> dict:
     """Export a loaded `model` (eval mode) and its `tokenizer` into the directory `output`; returns the manifest.
     `model_dir`: where the model was loaded from (recorded; a trained source tagger's file is read from it);
     `int8_scheme`: the quantization settings of the int8 copies (INT8_SCHEMES)."""
@@ -184,15 +207,24 @@ def export_model(model, tokenizer, output, quantize: str | None = None, opset: i
     model.config.save_pretrained(staging)
     model.generation_config.save_pretrained(staging)
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "opset": opset, "tools": tool_versions(),
-        "model": {"model_type": model.config.model_type, "source": str(model_dir) if model_dir else None,
-                  "config_digest": config_digest(model.config), "weights_digest": weights_digest(model),
-                  "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
-                  "max_position_embeddings": getattr(model.config, "max_position_embeddings", None)},
-        "layout": layout.to_dict(), "graphs": graphs, "int8_graphs": quantize_int8(staging, int8_scheme) if quantize else {},
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "opset": opset,
+        "tools": tool_versions(),
+        "model": {
+            "model_type": model.config.model_type,
+            "source": str(model_dir) if model_dir else None,
+            "config_digest": config_digest(model.config),
+            "weights_digest": weights_digest(model),
+            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+            "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
+        },
+        "layout": layout.to_dict(),
+        "graphs": graphs,
+        "int8_graphs": quantize_int8(staging, int8_scheme) if quantize else {},
         "generation_config": model.generation_config.to_dict(),
         "front_end": _source_front_end(model, layout, Path(model_dir) if model_dir else None, staging),
-    }  # fmt: skip
+    }
     write_manifest(staging, manifest)
     if output.exists():
         shutil.rmtree(output)
@@ -200,8 +232,14 @@ def export_model(model, tokenizer, output, quantize: str | None = None, opset: i
     return manifest
 
 
-def export_directory(model_dir, output, quantize: str | None = None, opset: int = DEFAULT_OPSET,
-                     overwrite: bool = False, int8_scheme: str = DEFAULT_INT8_SCHEME) -> dict:  # fmt: skip
+def export_directory(
+    model_dir,
+    output,
+    quantize: str | None = None,
+    opset: int = DEFAULT_OPSET,
+    overwrite: bool = False,
+    int8_scheme: str = DEFAULT_INT8_SCHEME,
+) -> dict:
     """Load the model and tokenizer saved in `model_dir` (checked to belong together: evaluation.model_loading)
     and export them (`export_model`)."""
     from ..evaluation.model_loading import load_model_and_tokenizer
@@ -209,7 +247,19 @@ def export_directory(model_dir, output, quantize: str | None = None, opset: int 
     check_int8_scheme(int8_scheme)
     check_output(Path(output), overwrite)  # before the (slow) load
     model, tokenizer = load_model_and_tokenizer(str(model_dir))
-    return export_model(model, tokenizer, output, quantize, opset, overwrite, model_dir=model_dir, int8_scheme=int8_scheme)
+    return export_model(
+        model, tokenizer, output, quantize, opset, overwrite, model_dir=model_dir, int8_scheme=int8_scheme
+    )
 
 
-__all__ = ["DEFAULT_INT8_SCHEME", "EXPORTABLE_TYPES", "INT8_SCHEMES", "check_exportable", "export_directory", "export_model", "int8_name", "quantize_graph", "quantize_int8"]
+__all__ = [
+    "DEFAULT_INT8_SCHEME",
+    "EXPORTABLE_TYPES",
+    "INT8_SCHEMES",
+    "check_exportable",
+    "export_directory",
+    "export_model",
+    "int8_name",
+    "quantize_graph",
+    "quantize_int8",
+]

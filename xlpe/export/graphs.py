@@ -32,7 +32,11 @@ from torch import nn
 
 from .onnx_fixes import exportable_attention, fix_graph, register_symbolics
 
-ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE = "encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"
+ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE = (
+    "encoder_model.onnx",
+    "decoder_model.onnx",
+    "decoder_with_past_model.onnx",
+)
 GRAPH_FILES = (ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE)
 DEFAULT_OPSET = 17
 
@@ -52,7 +56,9 @@ class GraphLayout:
 
     @property
     def encoder_inputs(self) -> list[str]:
-        extra = (["reorder_positions"] if self.reorder_positions else []) + (["pos_tag_ids"] if self.source_tags else [])
+        extra = (["reorder_positions"] if self.reorder_positions else []) + (
+            ["pos_tag_ids"] if self.source_tags else []
+        )
         return ["input_ids", "attention_mask", *extra]
 
     @property
@@ -60,8 +66,12 @@ class GraphLayout:
         return ["last_hidden_state"] + (["reorder_positions"] if self.predicted_positions else [])
 
     def cache_names(self, prefix: str, sides=("decoder", "encoder")) -> list[str]:
-        return [f"{prefix}.{layer}.{side}.{kind}" for layer in range(self.decoder_layers) for side in sides
-                for kind in ("key", "value")]  # fmt: skip
+        return [
+            f"{prefix}.{layer}.{side}.{kind}"
+            for layer in range(self.decoder_layers)
+            for side in sides
+            for kind in ("key", "value")
+        ]
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -134,9 +144,13 @@ class DecoderGraph(nn.Module):
             cache = None
         outputs = self.model(
             encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
-            attention_mask=encoder_attention_mask, decoder_input_ids=decoder_input_ids, past_key_values=cache,
-            use_cache=True, return_dict=True, **kwargs,
-        )  # fmt: skip
+            attention_mask=encoder_attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            past_key_values=cache,
+            use_cache=True,
+            return_dict=True,
+            **kwargs,
+        )
         cache = outputs.past_key_values if hasattr(outputs, "past_key_values") else outputs.cache
         present = []
         for i in range(self.layout.decoder_layers):
@@ -169,7 +183,9 @@ def example_inputs(model, layout: GraphLayout, batch: int = 2, source: int = 7, 
     first = [decoder_ids, hidden, mask]
     step = [decoder_ids[:, -1:], hidden, mask]
     if layout.tagger_window:
-        first.append(torch.randint(low, config.vocab_size, (batch, layout.tagger_window - 1 + target), generator=generator))
+        first.append(
+            torch.randint(low, config.vocab_size, (batch, layout.tagger_window - 1 + target), generator=generator)
+        )
         step.append(torch.randint(low, config.vocab_size, (batch, layout.tagger_window), generator=generator))
     shape = (batch, layout.decoder_heads, None, layout.head_dim)
     for _ in range(layout.decoder_layers):
@@ -208,14 +224,25 @@ def export_graphs(model, layout: GraphLayout, directory, opset: int = DEFAULT_OP
     tagger = ["tagger_input_ids"] if layout.tagger_window else []
     specs = {
         ENCODER_FILE: (EncoderGraph(model, layout), encoder_inputs, layout.encoder_inputs, layout.encoder_outputs),
-        DECODER_FILE: (DecoderGraph(model, layout, with_past=False), first_inputs,
-                       ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask", *tagger],
-                       ["logits", *layout.cache_names("present")]),
-        DECODER_WITH_PAST_FILE: (DecoderGraph(model, layout, with_past=True), step_inputs,
-                                 ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask", *tagger,
-                                  *layout.cache_names("past_key_values")],
-                                 ["logits", *layout.cache_names("present", sides=("decoder",))]),
-    }  # fmt: skip
+        DECODER_FILE: (
+            DecoderGraph(model, layout, with_past=False),
+            first_inputs,
+            ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask", *tagger],
+            ["logits", *layout.cache_names("present")],
+        ),
+        DECODER_WITH_PAST_FILE: (
+            DecoderGraph(model, layout, with_past=True),
+            step_inputs,
+            [
+                "decoder_input_ids",
+                "encoder_hidden_states",
+                "encoder_attention_mask",
+                *tagger,
+                *layout.cache_names("past_key_values"),
+            ],
+            ["logits", *layout.cache_names("present", sides=("decoder",))],
+        ),
+    }
     register_symbolics(opset)
     written, fastpath = {}, torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # nn.TransformerEncoder's fused op has no ONNX form
@@ -234,13 +261,29 @@ def _export_all(specs: dict, directory, opset: int, written: dict) -> None:
         warnings.simplefilter("ignore")  # the tracer's notes on Python values taken from shapes
         for file_name, (module, inputs, input_names, output_names) in specs.items():
             torch.onnx.export(
-                module, tuple(inputs), str(directory / file_name), input_names=input_names, output_names=output_names,
-                dynamic_axes=_dynamic_axes(input_names + output_names), opset_version=opset, dynamo=False,
+                module,
+                tuple(inputs),
+                str(directory / file_name),
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_axes=_dynamic_axes(input_names + output_names),
+                opset_version=opset,
+                dynamo=False,
                 do_constant_folding=True,
-            )  # fmt: skip
+            )
             fix_graph(directory / file_name)
             written[file_name] = {"inputs": input_names, "outputs": output_names}
 
 
-__all__ = ["DECODER_FILE", "DECODER_WITH_PAST_FILE", "DEFAULT_OPSET", "ENCODER_FILE", "GRAPH_FILES", "DecoderGraph",
-           "EncoderGraph", "GraphLayout", "export_graphs", "graph_layout"]  # fmt: skip
+__all__ = [
+    "DECODER_FILE",
+    "DECODER_WITH_PAST_FILE",
+    "DEFAULT_OPSET",
+    "ENCODER_FILE",
+    "GRAPH_FILES",
+    "DecoderGraph",
+    "EncoderGraph",
+    "GraphLayout",
+    "export_graphs",
+    "graph_layout",
+]

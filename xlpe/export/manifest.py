@@ -24,8 +24,15 @@ from pathlib import Path
 MANIFEST_FILE = "export_manifest.json"
 FORMAT = "xlpe-onnx-export"
 FORMAT_VERSION = 1
-VOLATILE_CONFIG_FIELDS = ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "_commit_hash",
-                          "_attn_implementation_autoset", "check_inputs")  # fmt: skip
+VOLATILE_CONFIG_FIELDS = (
+    "_name_or_path",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+    "_commit_hash",
+    "_attn_implementation_autoset",
+    "check_inputs",
+)
 
 
 def file_digest(path: Path) -> str:
@@ -84,8 +91,10 @@ def read_manifest(directory) -> dict:
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}, "
-                         f"expected {FORMAT!r} version {FORMAT_VERSION}")  # fmt: skip
+        raise ValueError(
+            f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}, "
+            f"expected {FORMAT!r} version {FORMAT_VERSION}"
+        )
     return manifest
 
 
@@ -99,26 +108,35 @@ def verify_files(directory, manifest: dict, tokenizer=None) -> None:
                 raise ValueError(f"{path}: missing (the export manifest lists it)")
             actual = file_digest(path)
             if actual != entry["sha256"]:
-                raise ValueError(f"{path}: SHA-256 {actual[:16]}..., the export manifest records "
-                                 f"{entry['sha256'][:16]}...: the file was changed after export")  # fmt: skip
+                raise ValueError(
+                    f"{path}: SHA-256 {actual[:16]}..., the export manifest records "
+                    f"{entry['sha256'][:16]}...: the file was changed after export"
+                )
     if tokenizer is not None:
         from ..features.predicted_reordering import tokenizer_fingerprint
 
         actual = tokenizer_fingerprint(tokenizer)
         if actual != manifest["model"]["tokenizer_fingerprint"]:
-            raise ValueError(f"{directory}: the tokenizer has fingerprint {actual}, the export manifest records "
-                             f"{manifest['model']['tokenizer_fingerprint']}: it is not the exported model's tokenizer")  # fmt: skip
+            raise ValueError(
+                f"{directory}: the tokenizer has fingerprint {actual}, the export manifest records "
+                f"{manifest['model']['tokenizer_fingerprint']}: it is not the exported model's tokenizer"
+            )
 
 
 def verify_against_model(manifest: dict, model, where: str) -> None:
     """ValueError unless `model` (loaded) has the recorded configuration and weights."""
     recorded = manifest["model"]
-    for field, actual in (("model_type", model.config.model_type), ("config_digest", config_digest(model.config)),
-                          ("weights_digest", weights_digest(model))):  # fmt: skip
+    for field, actual in (
+        ("model_type", model.config.model_type),
+        ("config_digest", config_digest(model.config)),
+        ("weights_digest", weights_digest(model)),
+    ):
         if actual != recorded[field]:
-            raise ValueError(f"{where}: {field} is {actual[:16] if 'digest' in field else actual!r} but the export "
-                             f"manifest records {recorded[field][:16] if 'digest' in field else recorded[field]!r}: the "
-                             "export was not made from this model (or the model changed since)")  # fmt: skip
+            raise ValueError(
+                f"{where}: {field} is {actual[:16] if 'digest' in field else actual!r} but the export "
+                f"manifest records {recorded[field][:16] if 'digest' in field else recorded[field]!r}: the "
+                "export was not made from this model (or the model changed since)"
+            )
 
 
 def verify_export(directory, model=None) -> dict:
@@ -138,5 +156,15 @@ def verify_export(directory, model=None) -> dict:
     return manifest
 
 
-__all__ = ["MANIFEST_FILE", "config_digest", "file_digest", "read_manifest", "tool_versions", "verify_against_model",
-           "verify_export", "verify_files", "weights_digest", "write_manifest"]  # fmt: skip
+__all__ = [
+    "MANIFEST_FILE",
+    "config_digest",
+    "file_digest",
+    "read_manifest",
+    "tool_versions",
+    "verify_against_model",
+    "verify_export",
+    "verify_files",
+    "weights_digest",
+    "write_manifest",
+]

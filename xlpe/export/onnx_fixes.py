@@ -130,8 +130,10 @@ def fix_graph(path: Path) -> int:
 
     model = onnx.load(str(path))
     inferred = shape_inference.infer_shapes(model)
-    types = {info.name: info.type.tensor_type.elem_type
-             for info in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}  # fmt: skip
+    types = {
+        info.name: info.type.tensor_type.elem_type
+        for info in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
+    }
     types.update({init.name: init.data_type for init in model.graph.initializer})
     nodes, rewritten = [], 0
     for node in model.graph.node:

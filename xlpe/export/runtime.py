@@ -56,8 +56,14 @@ class OnnxTranslator:
     threads sleep (for a machine shared with other work); `verify`: check the graph files and the tokenizer against
     the manifest first (a ValueError naming the file)."""
 
-    def __init__(self, directory, precision: str = "fp32", threads: int | None = None, verify: bool = True,
-                 spin_wait: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        directory,
+        precision: str = "fp32",
+        threads: int | None = None,
+        verify: bool = True,
+        spin_wait: bool = True,
+    ):
         import onnxruntime as ort
         from transformers import AutoTokenizer
 
@@ -79,8 +85,15 @@ class OnnxTranslator:
             name = int8_name(file_name) if precision == "int8" else file_name
             return ort.InferenceSession(str(self.directory / name), options, providers=providers)
 
-        self.encoder, self.decoder, self.decoder_with_past = load(ENCODER_FILE), load(DECODER_FILE), load(DECODER_WITH_PAST_FILE)
-        self.inputs = {session: {i.name for i in session.get_inputs()} for session in (self.encoder, self.decoder, self.decoder_with_past)}
+        self.encoder, self.decoder, self.decoder_with_past = (
+            load(ENCODER_FILE),
+            load(DECODER_FILE),
+            load(DECODER_WITH_PAST_FILE),
+        )
+        self.inputs = {
+            session: {i.name for i in session.get_inputs()}
+            for session in (self.encoder, self.decoder, self.decoder_with_past)
+        }
         self._reorderer = self._tagger = None
 
     # --- the front end ------------------------------------------------------------------------------------
@@ -94,7 +107,9 @@ class OnnxTranslator:
         if self._reorderer is None:
             from ..models.modeling_reorderer import XLPEReordererModel
 
-            self._reorderer = XLPEReordererModel.from_pretrained(str(self.directory / self.manifest["front_end"]["reorderer"])).eval()
+            self._reorderer = XLPEReordererModel.from_pretrained(
+                str(self.directory / self.manifest["front_end"]["reorderer"])
+            ).eval()
         return self._reorderer
 
     def tagger(self):
@@ -103,13 +118,20 @@ class OnnxTranslator:
             from ..models.pos_tagging_hub import RawTextTagger
 
             spec = self.manifest["front_end"]["source_tagger"]
-            self._tagger = RawTextTagger(spec["pos_tagger"], spec["pos_tags"], spec.get("nltk_data"), model_dir=str(self.directory))
+            self._tagger = RawTextTagger(
+                spec["pos_tagger"], spec["pos_tags"], spec.get("nltk_data"), model_dir=str(self.directory)
+            )
         return self._tagger
 
     def encode_text(self, texts: list[str]) -> dict:
         """Token ids, mask and the family's extra source inputs of raw `texts` (numpy int64 arrays)."""
-        encoded = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.source_limit(), return_tensors="np")
-        inputs = {"input_ids": encoded["input_ids"].astype(np.int64), "attention_mask": encoded["attention_mask"].astype(np.int64)}
+        encoded = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.source_limit(), return_tensors="np"
+        )
+        inputs = {
+            "input_ids": encoded["input_ids"].astype(np.int64),
+            "attention_mask": encoded["attention_mask"].astype(np.int64),
+        }
         if self.layout.source_tags:
             inputs["pos_tag_ids"] = self.tagger().token_tag_ids(list(texts), encoded).numpy()
         return inputs
@@ -118,16 +140,26 @@ class OnnxTranslator:
         """The encoder graph's feeds; `reorder_positions` of an attached reorderer are decoded here when not given."""
         import torch
 
-        feeds = {"input_ids": np.asarray(input_ids, dtype=np.int64), "attention_mask": np.asarray(attention_mask, dtype=np.int64)}
+        feeds = {
+            "input_ids": np.asarray(input_ids, dtype=np.int64),
+            "attention_mask": np.asarray(attention_mask, dtype=np.int64),
+        }
         if self.layout.source_tags:
             if pos_tag_ids is None:
-                raise ValueError("pos_tag_ids: this model reads source POS tags; give them or use translate() on raw text")
+                raise ValueError(
+                    "pos_tag_ids: this model reads source POS tags; give them or use translate() on raw text"
+                )
             feeds["pos_tag_ids"] = np.asarray(pos_tag_ids, dtype=np.int64)
         if self.layout.reorder_positions:
             if reorder_positions is None:
                 with torch.no_grad():
-                    reorder_positions = self.reorderer().predict_positions(
-                        torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"])).numpy()  # fmt: skip
+                    reorder_positions = (
+                        self.reorderer()
+                        .predict_positions(
+                            torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"])
+                        )
+                        .numpy()
+                    )
             feeds["reorder_positions"] = np.asarray(reorder_positions, dtype=np.int64)
         return feeds
 
@@ -142,15 +174,19 @@ class OnnxTranslator:
         fill = np.full((sequences.shape[0], width), self.generation_config["pad_token_id"], dtype=np.int64)
         return np.concatenate([fill, sequences], axis=1)[:, -width:]
 
-    def generate(self, input_ids, attention_mask, pos_tag_ids=None, reorder_positions=None, **generate_kwargs) -> np.ndarray:
+    def generate(
+        self, input_ids, attention_mask, pos_tag_ids=None, reorder_positions=None, **generate_kwargs
+    ) -> np.ndarray:
         """Token ids [batch, length] (the decoder start token first) for a right-padded batch, as `model.generate`
         with the same arguments (`num_beams`, `max_new_tokens`, `max_length`, `length_penalty`, ...) would give."""
         feeds = self.source_inputs(input_ids, attention_mask, pos_tag_ids, reorder_positions)
         settings = SearchSettings.from_generation_config(self.generation_config, **generate_kwargs)
         limit = self.manifest["model"].get("max_position_embeddings")
         if limit and settings.max_length - 1 > limit:  # decoder inputs: every token but the last
-            raise ValueError(f"max_length={settings.max_length} (max_new_tokens + 1) needs {settings.max_length - 1} "
-                             f"decoder positions, more than the model's max_position_embeddings={limit}")  # fmt: skip
+            raise ValueError(
+                f"max_length={settings.max_length} (max_new_tokens + 1) needs {settings.max_length - 1} "
+                f"decoder positions, more than the model's max_position_embeddings={limit}"
+            )
         hidden = self._run(self.encoder, feeds)[0]
         beams, mask = settings.num_beams, feeds["attention_mask"]
         if beams > 1:

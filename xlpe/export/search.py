@@ -28,17 +28,42 @@ import numpy as np
 NEG = -1.0e9  # transformers' "impossible" score in beam search
 
 UNSUPPORTED = {  # generation-config field -> the value under which it does nothing
-    "do_sample": False, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0, "num_return_sequences": 1, "num_beam_groups": 1, "diversity_penalty": 0.0,
-    "sequence_bias": None, "suppress_tokens": None, "begin_suppress_tokens": None, "exponential_decay_length_penalty": None,
-    "constraints": None, "force_words_ids": None, "guidance_scale": None, "renormalize_logits": False,
+    "do_sample": False,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "num_return_sequences": 1,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+    "sequence_bias": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "exponential_decay_length_penalty": None,
+    "constraints": None,
+    "force_words_ids": None,
+    "guidance_scale": None,
+    "renormalize_logits": False,
     "remove_invalid_values": False,
-}  # fmt: skip
+}
 
 
-ACCEPTED = {"decoder_start_token_id", "eos_token_id", "pad_token_id", "max_length", "max_new_tokens", "num_beams",
-            "min_length", "min_new_tokens", "length_penalty", "early_stopping", "bad_words_ids", "forced_bos_token_id",
-            "forced_eos_token_id", "use_cache"}  # fmt: skip
+ACCEPTED = {
+    "decoder_start_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "max_length",
+    "max_new_tokens",
+    "num_beams",
+    "min_length",
+    "min_new_tokens",
+    "length_penalty",
+    "early_stopping",
+    "bad_words_ids",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "use_cache",
+}
 
 
 @dataclass
@@ -66,8 +91,10 @@ class SearchSettings:
         for name, neutral in UNSUPPORTED.items():
             value = merged.get(name, neutral)
             if value is not None and value != neutral and not (neutral is None and value in ([], {})):
-                raise ValueError(f"{name}={value!r}: the exported model's search supports greedy and beam search only "
-                                 f"(expected {name}={neutral!r})")  # fmt: skip
+                raise ValueError(
+                    f"{name}={value!r}: the exported model's search supports greedy and beam search only "
+                    f"(expected {name}={neutral!r})"
+                )
         unknown = set(overrides) - ACCEPTED - set(UNSUPPORTED)
         if unknown:
             raise ValueError(f"unknown generation arguments: {sorted(unknown)}")
@@ -76,21 +103,29 @@ class SearchSettings:
         bad = []
         for sequence in merged.get("bad_words_ids") or []:
             if len(sequence) != 1:
-                raise ValueError(f"bad_words_ids={merged['bad_words_ids']!r}: only single-token bad words are supported "
-                                 "by the exported model's search")  # fmt: skip
+                raise ValueError(
+                    f"bad_words_ids={merged['bad_words_ids']!r}: only single-token bad words are supported "
+                    "by the exported model's search"
+                )
             if sequence[0] not in eos:  # as NoBadWordsLogitsProcessor: EOS is never banned
                 bad.append(int(sequence[0]))
         max_length = merged.get("max_length", 20)
         if merged.get("max_new_tokens") is not None:
             max_length = 1 + int(merged["max_new_tokens"])  # the decoder prompt is the start token
         settings = cls(
-            decoder_start_token_id=int(merged["decoder_start_token_id"]), eos_token_ids=[int(i) for i in eos],
-            pad_token_id=merged.get("pad_token_id"), max_length=int(max_length), num_beams=int(merged.get("num_beams") or 1),
-            min_length=int(merged.get("min_length") or 0), min_new_tokens=int(merged.get("min_new_tokens") or 0),
-            length_penalty=float(merged.get("length_penalty", 1.0)), early_stopping=merged.get("early_stopping", False),
-            bad_token_ids=bad, forced_bos_token_id=merged.get("forced_bos_token_id"),
+            decoder_start_token_id=int(merged["decoder_start_token_id"]),
+            eos_token_ids=[int(i) for i in eos],
+            pad_token_id=merged.get("pad_token_id"),
+            max_length=int(max_length),
+            num_beams=int(merged.get("num_beams") or 1),
+            min_length=int(merged.get("min_length") or 0),
+            min_new_tokens=int(merged.get("min_new_tokens") or 0),
+            length_penalty=float(merged.get("length_penalty", 1.0)),
+            early_stopping=merged.get("early_stopping", False),
+            bad_token_ids=bad,
+            forced_bos_token_id=merged.get("forced_bos_token_id"),
             forced_eos_token_id=merged.get("forced_eos_token_id"),
-        )  # fmt: skip
+        )
         for name in ("max_length", "num_beams"):
             if getattr(settings, name) < 1 + (name == "max_length"):
                 raise ValueError(f"{name} must be >= {1 + (name == 'max_length')}, got {getattr(settings, name)}")
@@ -151,7 +186,12 @@ def greedy_search(next_logits: Callable, batch: int, settings: SearchSettings) -
 
 def beam_search(next_logits: Callable, batch: int, settings: SearchSettings) -> np.ndarray:
     """[batch, length] the best hypothesis of each row (`GenerationMixin._beam_search`, step for step)."""
-    beams, max_length, penalty, early = settings.num_beams, settings.max_length, settings.length_penalty, settings.early_stopping
+    beams, max_length, penalty, early = (
+        settings.num_beams,
+        settings.max_length,
+        settings.length_penalty,
+        settings.early_stopping,
+    )
     keep = max(2, 1 + len(settings.eos_token_ids)) * beams
     fill = settings.pad_token_id or (settings.eos_token_ids[0] if settings.eos_token_ids else -1)
     running = np.full((batch, beams, max_length), fill, dtype=np.int64)
@@ -190,7 +230,9 @@ def beam_search(next_logits: Callable, batch: int, settings: SearchSettings) -> 
         scored = scored + (~just_finished).astype(np.float32) * NEG
         merged_scores = np.concatenate([finished_scores, scored], axis=1)
         best = top_k(merged_scores, beams)
-        finished_sequences = np.take_along_axis(np.concatenate([finished_sequences, candidates], axis=1), best[:, :, None], axis=1)
+        finished_sequences = np.take_along_axis(
+            np.concatenate([finished_sequences, candidates], axis=1), best[:, :, None], axis=1
+        )
         finished_scores = np.take_along_axis(merged_scores, best, axis=1)
         lengths = np.take_along_axis(np.concatenate([lengths, np.full((batch, keep), cur_len)], axis=1), best, axis=1)
         finished = np.take_along_axis(np.concatenate([finished, just_finished], axis=1), best, axis=1)

@@ -127,7 +127,11 @@ def grow_diag_final(forward, reverse, final: str | None = "and") -> list[tuple[i
             e, f = points[k]
             for de, df in _NEIGHBOURS:
                 point = (e + de, f + df)
-                if point in union and point not in alignment and (point[0] not in aligned_source or point[1] not in aligned_target):
+                if (
+                    point in union
+                    and point not in alignment
+                    and (point[0] not in aligned_source or point[1] not in aligned_target)
+                ):
                     alignment.add(point)
                     aligned_source.add(point[0])
                     aligned_target.add(point[1])
@@ -146,9 +150,7 @@ def grow_diag_final(forward, reverse, final: str | None = "and") -> list[tuple[i
     return sorted(alignment)
 
 
-def symmetrize(
-    forward: Sequence, reverse: Sequence, method: str = "grow-diag-final-and"
-) -> list[list[int]]:
+def symmetrize(forward: Sequence, reverse: Sequence, method: str = "grow-diag-final-and") -> list[list[int]]:
     """Symmetrise per-sentence forward and reverse links (flat lists or pairs) with `method`.
 
     Vectorised over the corpus (`symmetrize_flat`): intersection and union are set operations on integer keys of
@@ -166,8 +168,13 @@ def symmetrize(
     return _pairs_to_lists(sentence, pairs, len(forward))
 
 
-def symmetrize_flat(sent_f: np.ndarray, pairs_f: np.ndarray, sent_r: np.ndarray, pairs_r: np.ndarray,
-                    method: str = "grow-diag-final-and") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def symmetrize_flat(
+    sent_f: np.ndarray,
+    pairs_f: np.ndarray,
+    sent_r: np.ndarray,
+    pairs_r: np.ndarray,
+    method: str = "grow-diag-final-and",
+) -> tuple[np.ndarray, np.ndarray]:
     """`symmetrize` on flat arrays: the sentence of every forward link and its (i, j) pair (an (L, 2) array),
     the same for the reverse links; returns the symmetrised links as (sentences, pairs), sorted by
     (sentence, i, j). Koehn's grow-diag in `_grow_diag_flat`."""
@@ -192,8 +199,9 @@ def symmetrize_flat(sent_f: np.ndarray, pairs_f: np.ndarray, sent_r: np.ndarray,
     return sentence, np.stack(np.divmod(rest, stride), axis=1)
 
 
-def _grow_diag_flat(union: np.ndarray, both: np.ndarray, keys_f: np.ndarray, keys_r: np.ndarray, stride: int,
-                    final: str | None) -> np.ndarray:  # fmt: skip
+def _grow_diag_flat(
+    union: np.ndarray, both: np.ndarray, keys_f: np.ndarray, keys_r: np.ndarray, stride: int, final: str | None
+) -> np.ndarray:
     """Which links of `union` (sorted keys sentence * stride^2 + i * stride + j) grow-diag(-final(-and)) keeps,
     starting from the intersection `both`: exactly `grow_diag_final`, for all sentences at once.
 
@@ -235,7 +243,11 @@ def _grow_diag_flat(union: np.ndarray, both: np.ndarray, keys_f: np.ndarray, key
             grew = np.zeros(len(active), dtype=bool)
             for events in steps:
                 qe, ce = q[events], c[events]
-                fire = aligned[qe] & ~aligned[ce] & ((source_links[source_word[ce]] == 0) | (target_links[target_word[ce]] == 0))
+                fire = (
+                    aligned[qe]
+                    & ~aligned[ce]
+                    & ((source_links[source_word[ce]] == 0) | (target_links[target_word[ce]] == 0))
+                )
                 added = ce[fire]
                 aligned[added] = True
                 source_links[source_word[added]] += 1  # one event per sentence in a step: no repeated index
@@ -316,8 +328,9 @@ def eflomal_directional(
     return _pairs_to_lists(sent_f, pairs_f, len(sources)), _pairs_to_lists(sent_r, pairs_r, len(sources))
 
 
-def eflomal_links(sources: Sequence[str], targets: Sequence[str], priors: str | os.PathLike | None = None,
-                  **eflomal_options) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+def eflomal_links(
+    sources: Sequence[str], targets: Sequence[str], priors: str | os.PathLike | None = None, **eflomal_options
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """`eflomal_directional` as flat arrays: ((pair of every forward link, its (i, j)), the same for reverse),
     in pair order. eflomal's binary runs the two directions in parallel (one thread each, `n_samplers` threads
     under each); its input files are written and its links read with Arrow (`eflomal_files`: the bytes
@@ -339,17 +352,31 @@ def eflomal_links(sources: Sequence[str], targets: Sequence[str], priors: str | 
 
         check_seed(seed)
     aligner = eflomal.Aligner(**eflomal_options)  # its defaults, and a TypeError for an unknown option
-    nonempty = np.array([k for k, (s, t) in enumerate(zip(sources, targets)) if s.split() and t.split()], dtype=np.int64)
+    nonempty = np.array(
+        [k for k, (s, t) in enumerate(zip(sources, targets)) if s.split() and t.split()], dtype=np.int64
+    )
     empty = (np.zeros(0, dtype=np.int64), np.zeros((0, 2), dtype=np.int64))
     if not len(nonempty):
         return empty, empty
-    affixes = (aligner.source_prefix_len, aligner.source_suffix_len, aligner.target_prefix_len, aligner.target_suffix_len)
+    affixes = (
+        aligner.source_prefix_len,
+        aligner.source_suffix_len,
+        aligner.target_prefix_len,
+        aligner.target_suffix_len,
+    )
     with tempfile.TemporaryDirectory(prefix="xlpe-eflomal-") as workdir:
         paths = {name: os.path.join(workdir, name) for name in ("source", "target", "priors", "forward", "reverse")}
-        texts = ([" ".join(sources[k].split()) for k in nonempty.tolist()], [" ".join(targets[k].split()) for k in nonempty.tolist()])
-        with open(paths["source"], "wb") as src, open(paths["target"], "wb") as trg, open(paths["priors"], "w", encoding="utf-8") as out:
+        texts = (
+            [" ".join(sources[k].split()) for k in nonempty.tolist()],
+            [" ".join(targets[k].split()) for k in nonempty.tolist()],
+        )
+        with (
+            open(paths["source"], "wb") as src,
+            open(paths["target"], "wb") as trg,
+            open(paths["priors"], "w", encoding="utf-8") as out,
+        ):
             if any(affixes):  # word prefixes / suffixes: eflomal's own (per-sentence) writer
-                with (open(priors, encoding="utf-8") if priors is not None else contextlib.nullcontext()) as priors_input:
+                with open(priors, encoding="utf-8") if priors is not None else contextlib.nullcontext() as priors_input:
                     quiet_logger = logging.getLogger("eflomal")  # its INFO lines ("Prepared N sentences ...") are noise
                     level = quiet_logger.level
                     quiet_logger.setLevel(max(level, logging.WARNING))
@@ -361,11 +388,20 @@ def eflomal_links(sources: Sequence[str], targets: Sequence[str], priors: str | 
                 source_vocabulary, target_vocabulary = write_text(texts[0], src), write_text(texts[1], trg)
                 if priors is not None:
                     IndexedPriors(priors).write(source_vocabulary, target_vocabulary, out)
-        arguments = dict(source_filename=paths["source"], target_filename=paths["target"], links_filename_fwd=paths["forward"],
-                         links_filename_rev=paths["reverse"], priors_filename=paths["priors"] if priors is not None else None,
-                         model=aligner.model, score_model=aligner.score_model, n_iterations=aligner.n_iterations,
-                         n_samplers=aligner.n_samplers, quiet=True, rel_iterations=aligner.rel_iterations,
-                         null_prior=aligner.null_prior)  # fmt: skip  (what eflomal.Aligner.align runs)
+        arguments = dict(
+            source_filename=paths["source"],
+            target_filename=paths["target"],
+            links_filename_fwd=paths["forward"],
+            links_filename_rev=paths["reverse"],
+            priors_filename=paths["priors"] if priors is not None else None,
+            model=aligner.model,
+            score_model=aligner.score_model,
+            n_iterations=aligner.n_iterations,
+            n_samplers=aligner.n_samplers,
+            quiet=True,
+            rel_iterations=aligner.rel_iterations,
+            null_prior=aligner.null_prior,
+        )  # what eflomal.Aligner.align runs
         if seed is None:
             eflomal.cython.align(**arguments)
         else:
@@ -411,9 +447,14 @@ def align_with_eflomal(
     return _pairs_to_lists(sentence, pairs, len(sources))
 
 
-def align_with_eflomal_flat(sources: Sequence[str], targets: Sequence[str], symmetrization: str = "grow-diag-final-and",
-                            runs: int = 1, priors: str | os.PathLike | None = None,
-                            **eflomal_options) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def align_with_eflomal_flat(
+    sources: Sequence[str],
+    targets: Sequence[str],
+    symmetrization: str = "grow-diag-final-and",
+    runs: int = 1,
+    priors: str | os.PathLike | None = None,
+    **eflomal_options,
+) -> tuple[np.ndarray, np.ndarray]:
     """`align_with_eflomal` as flat arrays: the pair of every link and the (i, j) pairs, sorted by pair (for
     `links_column`), without a Python list per pair."""
     if not isinstance(runs, int) or runs < 1:
@@ -424,11 +465,16 @@ def align_with_eflomal_flat(sources: Sequence[str], targets: Sequence[str], symm
         (sent_f, pairs_f), (sent_r, pairs_r) = eflomal_links(sources, targets, priors, **eflomal_options)
     else:
         seed = eflomal_options.pop("seed", None)  # run k of a seeded vote draws from seed + k
-        directional = [eflomal_directional(sources, targets, priors, **eflomal_options, **({} if seed is None else {"seed": seed + k}))
-                       for k in range(runs)]  # fmt: skip
+        directional = [
+            eflomal_directional(
+                sources, targets, priors, **eflomal_options, **({} if seed is None else {"seed": seed + k})
+            )
+            for k in range(runs)
+        ]
         majority = runs // 2 + 1
-        (sent_f, pairs_f), (sent_r, pairs_r) = (_link_arrays(vote_links([run[side] for run in directional], majority))
-                                                for side in (0, 1))  # fmt: skip
+        (sent_f, pairs_f), (sent_r, pairs_r) = (
+            _link_arrays(vote_links([run[side] for run in directional], majority)) for side in (0, 1)
+        )
     return symmetrize_flat(sent_f, pairs_f, sent_r, pairs_r, symmetrization)
 
 
@@ -438,7 +484,9 @@ def format_pharaoh_flat(sentence: np.ndarray, pairs: np.ndarray, num_sentences: 
     import pyarrow.compute as pc
 
     bounds = np.searchsorted(sentence, np.arange(num_sentences + 1)).astype(np.int32)
-    links = pc.binary_join_element_wise(pc.cast(pa.array(pairs[:, 0]), pa.string()), pc.cast(pa.array(pairs[:, 1]), pa.string()), "-")
+    links = pc.binary_join_element_wise(
+        pc.cast(pa.array(pairs[:, 0]), pa.string()), pc.cast(pa.array(pairs[:, 1]), pa.string()), "-"
+    )
     return pc.binary_join(pa.ListArray.from_arrays(pa.array(bounds), links), " ").to_pylist()
 
 
@@ -475,13 +523,19 @@ def alignment_priors(sources: Sequence[str], targets: Sequence[str], forward: Se
     The same text as `eflomal.calculate_priors` + `eflomal.write_priors` (tested byte for byte), counted with
     numpy over all links at once instead of pair by pair in Python (~40 s for 200k pairs there)."""
     if len(sources) != len(targets) or len(forward) != len(sources) or len(reverse) != len(sources):
-        raise ValueError(f"alignment_priors: {len(sources)} sources, {len(targets)} targets, {len(forward)} forward "
-                         f"and {len(reverse)} reverse link lists; expected one of each per pair")  # fmt: skip
+        raise ValueError(
+            f"alignment_priors: {len(sources)} sources, {len(targets)} targets, {len(forward)} forward "
+            f"and {len(reverse)} reverse link lists; expected one of each per pair"
+        )
     return alignment_priors_flat(sources, targets, _link_arrays(forward), _link_arrays(reverse))
 
 
-def alignment_priors_flat(sources: Sequence[str], targets: Sequence[str], forward: tuple[np.ndarray, np.ndarray],
-                          reverse: tuple[np.ndarray, np.ndarray]) -> str:  # fmt: skip
+def alignment_priors_flat(
+    sources: Sequence[str],
+    targets: Sequence[str],
+    forward: tuple[np.ndarray, np.ndarray],
+    reverse: tuple[np.ndarray, np.ndarray],
+) -> str:
     """`alignment_priors` from flat links as `eflomal_links` gives them: (pair of every link, (i, j) pairs) per
     direction, each direction's links of a pair in eflomal's order."""
     import pyarrow as pa
@@ -495,7 +549,9 @@ def alignment_priors_flat(sources: Sequence[str], targets: Sequence[str], forwar
         if len(sent) and (sent.min() < 0 or sent.max() >= len(sources)):
             raise ValueError("alignment_priors: a link of a pair that does not exist")
     for sent, pairs, name in ((sent_f, pairs_f, "forward"), (sent_r, pairs_r, "reverse")):
-        if len(pairs) and ((pairs < 0).any() or (pairs[:, 0] >= src_lengths[sent]).any() or (pairs[:, 1] >= trg_lengths[sent]).any()):
+        if len(pairs) and (
+            (pairs < 0).any() or (pairs[:, 0] >= src_lengths[sent]).any() or (pairs[:, 1] >= trg_lengths[sent]).any()
+        ):
             raise ValueError(f"alignment_priors: a {name} link is outside its sentence pair")
     i_f, j_f, i_r, j_r = pairs_f[:, 0], pairs_f[:, 1], pairs_r[:, 0], pairs_r[:, 1]
     src_of_f, trg_of_f = src_codes[src_starts[sent_f] + i_f], trg_codes[trg_starts[sent_f] + j_f]
@@ -511,17 +567,34 @@ def alignment_priors_flat(sources: Sequence[str], targets: Sequence[str], forwar
 
     def counts_text(counts: np.ndarray) -> pa.Array:  # '%g' as write_priors (1234567 -> 1.23457e+06)
         unique, inverse = np.unique(counts, return_inverse=True)
-        return pa.array(["%g" % c for c in unique.tolist()], type=pa.string()).take(pa.array(inverse.reshape(-1)))
+        return pa.array(["%g" % c for c in unique.tolist()], type=pa.string()).take(pa.array(inverse.reshape(-1)))  # noqa: UP031
 
     parts = []
     lex_src, lex_trg = np.divmod(lex_keys, len(trg_vocab))
     order = np.lexsort((trg_rank[lex_trg], src_rank[lex_src]))
-    parts.append(pc.binary_join_element_wise(pa.scalar("LEX"), src_vocab.take(pa.array(lex_src[order])),
-                                             trg_vocab.take(pa.array(lex_trg[order])), counts_text(lex_counts[order]), "\t"))  # fmt: skip
-    for tag, (codes, fertility, counts), vocab, rank in (("FERF", ferf, src_vocab, src_rank), ("FERR", ferr, trg_vocab, trg_rank)):
+    parts.append(
+        pc.binary_join_element_wise(
+            pa.scalar("LEX"),
+            src_vocab.take(pa.array(lex_src[order])),
+            trg_vocab.take(pa.array(lex_trg[order])),
+            counts_text(lex_counts[order]),
+            "\t",
+        )
+    )
+    for tag, (codes, fertility, counts), vocab, rank in (
+        ("FERF", ferf, src_vocab, src_rank),
+        ("FERR", ferr, trg_vocab, trg_rank),
+    ):
         order = np.lexsort((fertility, rank[codes]))
-        parts.append(pc.binary_join_element_wise(pa.scalar(tag), vocab.take(pa.array(codes[order])),
-                                                 column(fertility[order]), counts_text(counts[order]), "\t"))  # fmt: skip
+        parts.append(
+            pc.binary_join_element_wise(
+                pa.scalar(tag),
+                vocab.take(pa.array(codes[order])),
+                column(fertility[order]),
+                counts_text(counts[order]),
+                "\t",
+            )
+        )
     for tag, (jumps, counts) in (("HMMF", hmmf), ("HMMR", hmmr)):
         parts.append(pc.binary_join_element_wise(pa.scalar(tag), column(jumps), counts_text(counts), "\t"))
     lines = pa.chunked_array([part.cast(pa.string()) for part in parts], type=pa.string())
@@ -579,8 +652,14 @@ class PriorsAligner:
     forward + reverse started from a priors file, with the iteration counts of a corpus of `corpus_pairs` pairs
     (`eflomal_iterations`), then `symmetrize`. Picklable (for `Dataset.map` workers) and named for the report."""
 
-    def __init__(self, priors: str | os.PathLike, corpus_pairs: int, symmetrization: str = "grow-diag-final-and",
-                 runs: int = 1, **eflomal_options):  # fmt: skip
+    def __init__(
+        self,
+        priors: str | os.PathLike,
+        corpus_pairs: int,
+        symmetrization: str = "grow-diag-final-and",
+        runs: int = 1,
+        **eflomal_options,
+    ):
         self.priors, self.corpus_pairs = str(priors), int(corpus_pairs)
         self.symmetrization, self.runs = symmetrization, runs
         options = dict(eflomal_options)
@@ -595,4 +674,6 @@ class PriorsAligner:
 
     def align_flat(self, sources: Sequence[str], targets: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The links as `align_with_eflomal_flat` gives them (what `prepare` uses: no list per pair)."""
-        return align_with_eflomal_flat(sources, targets, self.symmetrization, self.runs, self.priors, **self.eflomal_options)
+        return align_with_eflomal_flat(
+            sources, targets, self.symmetrization, self.runs, self.priors, **self.eflomal_options
+        )

@@ -117,7 +117,9 @@ def write_record(directory: str | os.PathLike, record: ArtefactRecord) -> Path:
     path = record_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(record.to_json(), indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    temporary.write_text(
+        json.dumps(record.to_json(), indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     os.replace(temporary, path)
     return path
 
@@ -131,14 +133,21 @@ def read_record(directory: str | os.PathLike) -> ArtefactRecord | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
-        raise ArtefactMismatch(f"{path}:{error.lineno}: not a valid artefact record ({error.msg}); delete the "
-                               "directory or pass the override flag to make it anew", str(path), "record") from None  # fmt: skip
+        raise ArtefactMismatch(
+            f"{path}:{error.lineno}: not a valid artefact record ({error.msg}); delete the "
+            "directory or pass the override flag to make it anew",
+            str(path),
+            "record",
+        ) from None
     except UnicodeDecodeError:
         raise ArtefactMismatch(f"{path}: not UTF-8 text: not an artefact record", str(path), "record") from None
     expected = {"kind": str, "inputs": dict, "options": dict, "format": int}
     if not isinstance(data, dict) or any(not isinstance(data.get(key), kind) for key, kind in expected.items()):
-        raise ArtefactMismatch(f"{path}: an artefact record needs kind (text), inputs and options (objects) and format "
-                               "(an integer)", str(path), "record")  # fmt: skip
+        raise ArtefactMismatch(
+            f"{path}: an artefact record needs kind (text), inputs and options (objects) and format (an integer)",
+            str(path),
+            "record",
+        )
     return ArtefactRecord(kind=data["kind"], inputs=data["inputs"], options=data["options"], format=data["format"])
 
 
@@ -164,8 +173,14 @@ def differences(old: ArtefactRecord, new: ArtefactRecord) -> list[tuple[str, obj
     return found
 
 
-def verify_artefact(directory: str | os.PathLike, expected: ArtefactRecord, *, override: str,
-                    changeable: Iterable[str] = (), what: str | None = None) -> list[tuple[str, object, object]]:  # fmt: skip
+def verify_artefact(
+    directory: str | os.PathLike,
+    expected: ArtefactRecord,
+    *,
+    override: str,
+    changeable: Iterable[str] = (),
+    what: str | None = None,
+) -> list[tuple[str, object, object]]:
     """Check that the artefact in `directory` was made as `expected` says. Returns the differing options listed in
     `changeable` (the caller applies them and says so); any other difference raises ArtefactMismatch:
 
@@ -177,16 +192,22 @@ def verify_artefact(directory: str | os.PathLike, expected: ArtefactRecord, *, o
     name = what or str(directory)
     old = read_record(directory)
     if old is None:
-        raise ArtefactMismatch(f"{name}: holds no record of what made it ({RECORD_NAME}), so it cannot be reused "
-                               f"safely; pass {override} to make it anew", str(directory), "record")  # fmt: skip
+        raise ArtefactMismatch(
+            f"{name}: holds no record of what made it ({RECORD_NAME}), so it cannot be reused "
+            f"safely; pass {override} to make it anew",
+            str(directory),
+            "record",
+        )
     changeable = {f"option {option}" for option in changeable}
     allowed, blocking = [], []
     for fact, before, after in differences(old, expected):
         (allowed if fact in changeable else blocking).append((fact, before, after))
     if blocking:
         fact, before, after = blocking[0]
-        reason = {"kind": f"holds a {old.kind}, not a {expected.kind}",
-                  "format": f"was made by another version of xlpe (format {before}, now {after})"}.get(fact)  # fmt: skip
+        reason = {
+            "kind": f"holds a {old.kind}, not a {expected.kind}",
+            "format": f"was made by another version of xlpe (format {before}, now {after})",
+        }.get(fact)
         if reason is None:
             label = "other data" if fact.startswith("input") else "other options"
             more = f" and {len(blocking) - 1} more difference(s)" if len(blocking) > 1 else ""
@@ -215,8 +236,9 @@ def _holder(text: str) -> str:
 
 
 @contextlib.contextmanager
-def directory_lock(directory: str | os.PathLike, command: str, *, shared: bool = False,
-                   lock_file: str | os.PathLike | None = None) -> Iterator[Path]:  # fmt: skip
+def directory_lock(
+    directory: str | os.PathLike, command: str, *, shared: bool = False, lock_file: str | os.PathLike | None = None
+) -> Iterator[Path]:
     """Hold `<directory>/.xlpe.lock` (or `lock_file`) for the block; a conflicting holder -> DirectoryInUse at once.
 
     `shared=True` takes a shared lock: any number of shared holders (e.g. the shard jobs of one plan) run together,
@@ -233,7 +255,9 @@ def directory_lock(directory: str | os.PathLike, command: str, *, shared: bool =
         except BlockingIOError:
             handle.seek(0)
             holder = _holder(handle.read().strip())
-            raise DirectoryInUse(f"{path} is in use by {holder}: wait for it to finish or choose another directory") from None
+            raise DirectoryInUse(
+                f"{path} is in use by {holder}: wait for it to finish or choose another directory"
+            ) from None
         if not shared:  # the one holder says who it is (shared holders leave the last exclusive holder's line)
             handle.seek(0)
             handle.truncate()
@@ -246,7 +270,20 @@ def directory_lock(directory: str | os.PathLike, command: str, *, shared: bool =
 
 
 __all__ = [
-    "ArtefactMismatch", "ArtefactRecord", "DirectoryInUse", "FORMAT_VERSION", "LOCK_NAME", "RECORD_NAME",
-    "canonical_json", "differences", "digest", "directory_lock", "file_digest", "lines_digest", "read_record",
-    "record_path", "verify_artefact", "write_record",
-]  # fmt: skip
+    "ArtefactMismatch",
+    "ArtefactRecord",
+    "DirectoryInUse",
+    "FORMAT_VERSION",
+    "LOCK_NAME",
+    "RECORD_NAME",
+    "canonical_json",
+    "differences",
+    "digest",
+    "directory_lock",
+    "file_digest",
+    "lines_digest",
+    "read_record",
+    "record_path",
+    "verify_artefact",
+    "write_record",
+]

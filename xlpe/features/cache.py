@@ -38,12 +38,21 @@ def _fingerprint(splits: dict[str, ParallelSplit], tokenizer, described_options:
     """The preparation cache's key: a digest of the canonical JSON of every fact that decides the prepared data
     (split names, each side's `lines_digest`, the links, the tokenizer's fingerprint, the options): no two
     different inputs encode alike, whatever characters (newlines, NULs) the texts hold."""
-    facts = {"key": f"xlpe-prepare cache v{CACHE_KEY_VERSION}", "preparation": PREPARATION_VERSION,
-             "splits": [[name, lines_digest(split.sources), lines_digest(split.targets),
-                         None if split.alignments is None else digest(_links_json(split.alignments))]
-                        for name, split in splits.items()],
-             "tokenizer": tokenizer_fingerprint(tokenizer),
-             "options": json.loads(json.dumps(described_options, sort_keys=True, default=str))}  # fmt: skip
+    facts = {
+        "key": f"xlpe-prepare cache v{CACHE_KEY_VERSION}",
+        "preparation": PREPARATION_VERSION,
+        "splits": [
+            [
+                name,
+                lines_digest(split.sources),
+                lines_digest(split.targets),
+                None if split.alignments is None else digest(_links_json(split.alignments)),
+            ]
+            for name, split in splits.items()
+        ],
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "options": json.loads(json.dumps(described_options, sort_keys=True, default=str)),
+    }
     return digest(facts)[:20]
 
 
@@ -175,8 +184,15 @@ def tokenizer_cache_key(texts: list[str], options: dict) -> str:
     of the options, the library version and the texts' `lines_digest` (line boundaries included)."""
     import tokenizers
 
-    return digest({"key": f"xlpe-tokenizer v{CACHE_KEY_VERSION}", "scores": SCORE_DECIMALS,
-                   "tokenizers": tokenizers.__version__, "options": options, "texts": lines_digest(texts)})[:20]  # fmt: skip
+    return digest(
+        {
+            "key": f"xlpe-tokenizer v{CACHE_KEY_VERSION}",
+            "scores": SCORE_DECIMALS,
+            "tokenizers": tokenizers.__version__,
+            "options": options,
+            "texts": lines_digest(texts),
+        }
+    )[:20]
 
 
 def load_cached_tokenizer(cache_dir, key: str):

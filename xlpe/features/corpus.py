@@ -71,8 +71,10 @@ def load_parallel_dataset(
         try:
             loaded = datasets.load_from_disk(str(path))
         except Exception as error:  # noqa: BLE001  (a damaged directory: Arrow, JSON or file errors, named in one line)
-            raise ValueError(f"{path}: a damaged datasets directory, it does not load ({type(error).__name__}: "
-                             f"{' '.join(str(error).split())[:300]})") from None  # fmt: skip
+            raise ValueError(
+                f"{path}: a damaged datasets directory, it does not load ({type(error).__name__}: "
+                f"{' '.join(str(error).split())[:300]})"
+            ) from None
     else:
         loaded = datasets.load_dataset(name_or_path, config_name)
     if isinstance(loaded, datasets.Dataset):
@@ -111,7 +113,9 @@ def load_parallel_dataset(
 # ----------------------------------------------------------------------------------------------------------
 
 
-def filter_pairs(split: ParallelSplit, max_length: int, max_target_length: int | None = None) -> tuple[list[int], Counter]:
+def filter_pairs(
+    split: ParallelSplit, max_length: int, max_target_length: int | None = None
+) -> tuple[list[int], Counter]:
     """Indices of pairs to keep, and the skip counts. More than max_length source words (max_target_length
     target words; default max_length) is over-long for sure (every word is at least one token); pairs over-long
     only in tokens are caught after tokenisation."""
@@ -120,8 +124,17 @@ def filter_pairs(split: ParallelSplit, max_length: int, max_target_length: int |
     keep = []
     for k, (source, target) in enumerate(zip(split.sources, split.targets)):
         n, m = len(source.split()), len(target.split())
-        reason = ("empty_source" if n == 0 else "empty_target" if m == 0 else "source_too_long" if n > max_length
-                  else "target_too_long" if m > target_limit else None)  # fmt: skip
+        reason = (
+            "empty_source"
+            if n == 0
+            else "empty_target"
+            if m == 0
+            else "source_too_long"
+            if n > max_length
+            else "target_too_long"
+            if m > target_limit
+            else None
+        )
         if reason:
             skipped[reason] += 1
         else:
@@ -136,7 +149,10 @@ def validate_links(alignments, split: ParallelSplit) -> list[list[int]]:
     return [
         parse_pharaoh_line(
             links if isinstance(links, str) else format_pharaoh(links if len(links) else np.zeros((0, 2))),
-            len(s.split()), len(t.split()), "<alignments>", n,
+            len(s.split()),
+            len(t.split()),
+            "<alignments>",
+            n,
         )
         for n, (links, s, t) in enumerate(zip(alignments, split.sources, split.targets), start=1)
-    ]  # fmt: skip
+    ]

@@ -42,7 +42,7 @@ def write_text(sentences, file) -> object:
     lengths[empty] = 0  # "" splits into one empty word
     words = pc.list_flatten(pc.filter(split, pa.array(~empty)))
     if len(words) and pc.any(pc.equal(pc.utf8_length(words), 0)).as_py():
-        raise ValueError("write_text: sentences must be words joined by single spaces (\" \".join(s.split()))")
+        raise ValueError('write_text: sentences must be words joined by single spaces (" ".join(s.split()))')
     words = words.dictionary_encode()
     ids = pc.cast(words.indices, pa.string())
     offsets = np.r_[0, np.cumsum(lengths)].astype(np.int32)
@@ -83,7 +83,7 @@ def _format_g(values: np.ndarray):
     formatting per distinct value, as an Arrow string array."""
     pa, _ = _pa()
     unique, inverse = np.unique(values, return_inverse=True)
-    return pa.array(["%g" % v for v in unique.tolist()], type=pa.string()).take(pa.array(inverse.reshape(-1)))
+    return pa.array(["%g" % v for v in unique.tolist()], type=pa.string()).take(pa.array(inverse.reshape(-1)))  # noqa: UP031
 
 
 class IndexedPriors:
@@ -118,7 +118,7 @@ class IndexedPriors:
             mask = (pc.equal(tags, tag).to_numpy(zero_copy_only=False)) & (sizes == size)
             valid |= mask
             rows = pc.filter(fields, pa.array(mask))
-            column = lambda k: pc.list_element(rows, k)  # noqa: E731
+            column = lambda k: pc.list_element(rows, k)  # noqa: B023, E731
             try:
                 alpha = pc.cast(column(size - 1), pa.float64()).to_numpy(zero_copy_only=False)
                 if tag == "LEX":
@@ -132,9 +132,16 @@ class IndexedPriors:
         if not valid.all():
             line = int(np.flatnonzero(~valid)[0])
             raise ValueError(f"{path}:{line + 1}: invalid priors line {lines[line][:80]!r}")
-        if len(sections["FERF"][1]) and sections["FERF"][1].min() < 0 or len(sections["FERR"][1]) and sections["FERR"][1].min() < 0:
+        if (
+            len(sections["FERF"][1])
+            and sections["FERF"][1].min() < 0
+            or len(sections["FERR"][1])
+            and sections["FERR"][1].min() < 0
+        ):
             raise ValueError(f"{path}: a negative fertility")
-        sections["LEX_NULL"] = tuple(pc.equal(words, "<NULL>").to_numpy(zero_copy_only=False) for words in sections["LEX"][:2])
+        sections["LEX_NULL"] = tuple(
+            pc.equal(words, "<NULL>").to_numpy(zero_copy_only=False) for words in sections["LEX"][:2]
+        )
         for tag in ("LEX", "FERF", "FERR"):  # eflomal's TextIndex lowercases the words it looks up
             words = sections[tag][:2] if tag == "LEX" else sections[tag][:1]
             lowered = tuple(pc.utf8_lower(w) for w in words)
@@ -172,15 +179,32 @@ class IndexedPriors:
             jump, alpha = self.sections[tag]
             last = len(jump) - 1 - np.unique(jump[::-1], return_index=True)[1]
             jumps[tag] = (jump[last], alpha[last])
-        file.write("%d %d %d %d %d %d %d\n" % (len(source_vocabulary) + 1, len(target_vocabulary) + 1, len(lex_keys),
-                                               len(jumps["HMMF"][0]), len(jumps["HMMR"][0]), len(fertility["FERF"][0]),
-                                               len(fertility["FERR"][0])))  # fmt: skip
+        file.write(
+            "%d %d %d %d %d %d %d\n"  # noqa: UP031
+            % (
+                len(source_vocabulary) + 1,
+                len(target_vocabulary) + 1,
+                len(lex_keys),
+                len(jumps["HMMF"][0]),
+                len(jumps["HMMR"][0]),
+                len(fertility["FERF"][0]),
+                len(fertility["FERR"][0]),
+            )
+        )
         as_text = lambda values: pc.cast(pa.array(values), pa.string())  # noqa: E731
-        parts = [pc.binary_join_element_wise(as_text(lex_keys // (len(target_vocabulary) + 1)),
-                                             as_text(lex_keys % (len(target_vocabulary) + 1)), _format_g(lex_alphas), " ")]  # fmt: skip
+        parts = [
+            pc.binary_join_element_wise(
+                as_text(lex_keys // (len(target_vocabulary) + 1)),
+                as_text(lex_keys % (len(target_vocabulary) + 1)),
+                _format_g(lex_alphas),
+                " ",
+            )
+        ]
         parts += [pc.binary_join_element_wise(as_text(jump), _format_g(alpha), " ") for jump, alpha in jumps.values()]
-        parts += [pc.binary_join_element_wise(as_text(word), as_text(fert), _format_g(alpha), " ")
-                  for word, fert, alpha in fertility.values()]  # fmt: skip
+        parts += [
+            pc.binary_join_element_wise(as_text(word), as_text(fert), _format_g(alpha), " ")
+            for word, fert, alpha in fertility.values()
+        ]
         for part in parts:
             if len(part):
                 file.write("\n".join(part.to_pylist()) + "\n")

@@ -98,7 +98,9 @@ def seed_library() -> str:
     when that path holds a character LD_PRELOAD splits at (a space, a colon), into a private folder under the
     temporary directory (`_library_folder`)."""
     if not sys.platform.startswith("linux"):
-        raise ValueError(f"a seeded eflomal alignment (eflomal_options seed) needs Linux (LD_PRELOAD); this is {sys.platform}")
+        raise ValueError(
+            f"a seeded eflomal alignment (eflomal_options seed) needs Linux (LD_PRELOAD); this is {sys.platform}"
+        )
     digest = hashlib.sha256(SEED_LIBRARY_SOURCE.encode()).hexdigest()[:12]
     cache = _library_folder()
     library = cache / f"eflomal-seed-{digest}.so"
@@ -107,19 +109,28 @@ def seed_library() -> str:
             return str(library)
         compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
         if not compiler:
-            raise ValueError("a seeded eflomal alignment (eflomal_options seed) builds a 1-page C library once: "
-                             "no C compiler found (set CC, or install cc/gcc), or leave the seed out")  # fmt: skip
+            raise ValueError(
+                "a seeded eflomal alignment (eflomal_options seed) builds a 1-page C library once: "
+                "no C compiler found (set CC, or install cc/gcc), or leave the seed out"
+            )
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache) as build:
             source, output = Path(build) / "seed.c", Path(build) / "seed.so"
             source.write_text(SEED_LIBRARY_SOURCE)
             try:
-                result = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(output), str(source), "-ldl"],
-                                        capture_output=True, text=True)  # fmt: skip
+                result = subprocess.run(
+                    [compiler, "-O2", "-shared", "-fPIC", "-o", str(output), str(source), "-ldl"],
+                    capture_output=True,
+                    text=True,
+                )
             except OSError as error:
-                raise ValueError(f"building the eflomal seed library: cannot run the C compiler {compiler!r} ({error.strerror})") from None
+                raise ValueError(
+                    f"building the eflomal seed library: cannot run the C compiler {compiler!r} ({error.strerror})"
+                ) from None
             if result.returncode != 0:
-                raise ValueError(f"building the eflomal seed library with {compiler} failed: {result.stderr.strip()[-500:]}")
+                raise ValueError(
+                    f"building the eflomal seed library with {compiler} failed: {result.stderr.strip()[-500:]}"
+                )
             os.replace(output, library)  # atomic: concurrent builders (shard workers) agree
     return str(library)
 
@@ -137,15 +148,19 @@ def _library_folder() -> Path:
         return cache
     private = Path(tempfile.gettempdir()).absolute() / f"xlpe-eflomal-seed-{os.getuid()}"
     if not _preloadable(private):
-        raise ValueError(f"a seeded eflomal alignment preloads a library (LD_PRELOAD), whose path cannot hold a space or "
-                         f"a colon: neither {cache} nor {private} qualifies; set XDG_CACHE_HOME or TMPDIR to a "
-                         "folder without them")  # fmt: skip
+        raise ValueError(
+            f"a seeded eflomal alignment preloads a library (LD_PRELOAD), whose path cannot hold a space or "
+            f"a colon: neither {cache} nor {private} qualifies; set XDG_CACHE_HOME or TMPDIR to a "
+            "folder without them"
+        )
     private.mkdir(mode=0o700, exist_ok=True)
     status = private.lstat()
     if not private.is_dir() or private.is_symlink() or status.st_uid != os.getuid() or status.st_mode & 0o022:
-        raise ValueError(f"a seeded eflomal alignment builds its library in {private} (the cache path {cache} holds a "
-                         "space or a colon), and that folder is not a private directory of this user; set "
-                         "XDG_CACHE_HOME to a folder without spaces or colons")  # fmt: skip
+        raise ValueError(
+            f"a seeded eflomal alignment builds its library in {private} (the cache path {cache} holds a "
+            "space or a colon), and that folder is not a private directory of this user; set "
+            "XDG_CACHE_HOME to a folder without spaces or colons"
+        )
     return private
 
 
@@ -169,9 +184,11 @@ class _SubprocessForThisThread:
             kwargs["env"] = {**(kwargs.get("env") or os.environ), **extra, MARK_VARIABLE: mark}
             result = subprocess.run(*args, **kwargs)
             if not os.path.exists(mark):  # the dynamic linker ignored LD_PRELOAD (it only warns): not seeded
-                raise ValueError(f"seeded eflomal: the process did not load the seed library {extra['LD_PRELOAD']} "
-                                 "(LD_PRELOAD ignored: a missing or foreign library?), so its links are not "
-                                 "reproducible; delete the library to have it built again, or leave the seed out")  # fmt: skip
+                raise ValueError(
+                    f"seeded eflomal: the process did not load the seed library {extra['LD_PRELOAD']} "
+                    "(LD_PRELOAD ignored: a missing or foreign library?), so its links are not "
+                    "reproducible; delete the library to have it built again, or leave the seed out"
+                )
         return result
 
 
@@ -195,15 +212,24 @@ def align_seeded(seed: int, **align_arguments) -> None:
     def one_direction(name: str) -> None:
         _local.environment = environment
         try:
-            eflomal.cython.align(**{**align_arguments, "links_filename_fwd": None, "links_filename_rev": None,
-                                    name: align_arguments[name]})  # fmt: skip
+            eflomal.cython.align(
+                **{
+                    **align_arguments,
+                    "links_filename_fwd": None,
+                    "links_filename_rev": None,
+                    name: align_arguments[name],
+                }
+            )
         except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(error)
         finally:
             _local.environment = None
 
-    threads = [threading.Thread(target=one_direction, args=(name,)) for name in ("links_filename_fwd", "links_filename_rev")
-               if align_arguments.get(name)]  # fmt: skip
+    threads = [
+        threading.Thread(target=one_direction, args=(name,))
+        for name in ("links_filename_fwd", "links_filename_rev")
+        if align_arguments.get(name)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -30,7 +30,9 @@ from .tagging import UNK_TAG_ID, Tagger, get_tagger, subword_tag_ids_flat, tagge
 from .tokenization import tokenize_batch
 
 FEATURES = ("reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids")
-PREPARATION_VERSION = 3  # 3: Koehn-exact grow-diag (oracles change). Bump when the produced features change meaning (invalidates caches)
+PREPARATION_VERSION = (
+    3  # 3: Koehn-exact grow-diag (oracles change). Bump when the produced features change meaning (invalidates caches)
+)
 _TAGGERS: dict[tuple, Tagger] = {}  # per process; built before `map` so forked workers inherit them
 
 
@@ -73,10 +75,14 @@ class PrepareOptions:
         unknown = [f for f in self.features if f not in FEATURES]
         if unknown:
             raise ValueError(f"unknown features {unknown}; choose from {list(FEATURES)}")
-        for feature, tagger, side in (("pos_tag_ids", self.source_tagger, "source"),
-                                      ("decoder_pos_tag_ids", self.target_tagger, "target")):  # fmt: skip
+        for feature, tagger, side in (
+            ("pos_tag_ids", self.source_tagger, "source"),
+            ("decoder_pos_tag_ids", self.target_tagger, "target"),
+        ):
             if feature in self.features and not tagger:
-                raise ValueError(f"{feature} needs {side}_tagger (e.g. 'nltk-en', 'jieba-zh', 'spacy:<model>', 'perceptron:<file>')")
+                raise ValueError(
+                    f"{feature} needs {side}_tagger (e.g. 'nltk-en', 'jieba-zh', 'spacy:<model>', 'perceptron:<file>')"
+                )
         if self.symmetrization not in SYMMETRIZATIONS:
             raise ValueError(f"unknown symmetrization {self.symmetrization!r}; choose from {list(SYMMETRIZATIONS)}")
         if self.unaligned not in ("right", "left"):
@@ -95,7 +101,9 @@ class PrepareOptions:
             raise ValueError(f"aligner must be 'eflomal' or a callable, got {self.aligner!r}")
         self.nltk_data = None if self.nltk_data is None else str(self.nltk_data)
         if isinstance(self.keep_text, str) and self.keep_text not in ("eval", "all", "none"):
-            raise ValueError(f"keep_text must be True, False, 'eval', 'all', 'none' or a list of split names, got {self.keep_text!r}")
+            raise ValueError(
+                f"keep_text must be True, False, 'eval', 'all', 'none' or a list of split names, got {self.keep_text!r}"
+            )
         if not isinstance(self.keep_text, (bool, str)):
             self.keep_text = tuple(self.keep_text)
 
@@ -118,19 +126,32 @@ class PrepareOptions:
 
     def describe(self) -> dict:
         """The options that change the result, JSON-able (for the report and the cache key)."""
+
         def name(x):  # taggers and aligners given as objects are described by their name
             if x is None or isinstance(x, str):
                 return tagger_identity(x)  # (a trained tagger file: name + content digest)
             return getattr(x, "name", getattr(x, "__name__", type(x).__name__))
 
-        return dict(features=list(self.features), aligner=name(self.aligner),
-                    symmetrization=self.symmetrization, unaligned=self.unaligned, dpe_unaligned=self.dpe_unaligned,
-                    source_tagger=name(self.source_tagger), target_tagger=name(self.target_tagger),
-                    max_length=self.max_length, noise_ratio=self.noise_ratio, seed=self.seed,
-                    eflomal_options=self.eflomal_options or {}, alignment_runs=self.alignment_runs,
-                    keep_text=list(self.keep_text) if isinstance(self.keep_text, tuple) else self.keep_text,
-                    **({} if self.max_target_length in (None, self.max_length) else
-                       {"max_target_length": self.max_target_length}))  # fmt: skip  (earlier cache keys stay valid)
+        return dict(
+            features=list(self.features),
+            aligner=name(self.aligner),
+            symmetrization=self.symmetrization,
+            unaligned=self.unaligned,
+            dpe_unaligned=self.dpe_unaligned,
+            source_tagger=name(self.source_tagger),
+            target_tagger=name(self.target_tagger),
+            max_length=self.max_length,
+            noise_ratio=self.noise_ratio,
+            seed=self.seed,
+            eflomal_options=self.eflomal_options or {},
+            alignment_runs=self.alignment_runs,
+            keep_text=list(self.keep_text) if isinstance(self.keep_text, tuple) else self.keep_text,
+            **(
+                {}
+                if self.max_target_length in (None, self.max_length)
+                else {"max_target_length": self.max_target_length}
+            ),
+        )  # earlier cache keys stay valid
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -157,8 +178,13 @@ def _batch_inputs(batch) -> tuple[list[str], list[str], pa.Array, np.ndarray, np
         links = links.cast(pa.list_(pa.int64())) if len(links) else pa.array([], type=pa.list_(pa.int64()))
         counts = links.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         flat = links.flatten().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        return (table.column("_source").to_pylist(), table.column("_target").to_pylist(),
-                table.column("_line").combine_chunks().cast(pa.int64()), counts, flat)  # fmt: skip
+        return (
+            table.column("_source").to_pylist(),
+            table.column("_target").to_pylist(),
+            table.column("_line").combine_chunks().cast(pa.int64()),
+            counts,
+            flat,
+        )
     links = batch["_links"]
     counts = np.fromiter(map(len, links), dtype=np.int64, count=len(links))
     flat = np.fromiter(itertools.chain.from_iterable(links), dtype=np.int64, count=int(counts.sum()))
@@ -178,8 +204,9 @@ def _fits_int32(values: np.ndarray) -> bool:
 
 def _pharaoh_strings(link_source: np.ndarray, link_target: np.ndarray, link_offsets: np.ndarray) -> pa.Array:
     """`format_pharaoh` of every pair ("i-j i-j ..."), built by Arrow compute kernels."""
-    pairs = pc.binary_join_element_wise(pc.cast(pa.array(link_source), pa.string()),
-                                        pc.cast(pa.array(link_target), pa.string()), "-")  # fmt: skip
+    pairs = pc.binary_join_element_wise(
+        pc.cast(pa.array(link_source), pa.string()), pc.cast(pa.array(link_target), pa.string()), "-"
+    )
     return pc.binary_join(pa.ListArray.from_arrays(pa.array(link_offsets.astype(np.int32)), pairs), " ")
 
 
@@ -213,8 +240,11 @@ def _compute_features(batch, tokenizer, options: PrepareOptions, keep_text: bool
         source = tokenize_batch(tokenizer, sources)
         target = tokenize_batch(tokenizer, targets, target=True)
     word_offsets = np.r_[0, np.cumsum(source.num_words)]  # sentence s owns words word_offsets[s]:word_offsets[s+1]
-    too_long = np.where(source.lengths > options.max_length, "source_too_long",
-                        np.where(target.lengths > options.target_limit, "target_too_long", ""))  # fmt: skip
+    too_long = np.where(
+        source.lengths > options.max_length,
+        "source_too_long",
+        np.where(target.lengths > options.target_limit, "target_too_long", ""),
+    )
     out = {
         "input_ids": _list_column(source.ids, source.offsets, np.int32 if _fits_int32(source.ids) else np.int64),
         "attention_mask": _list_column(np.ones(len(source.ids), dtype=np.int8), source.offsets, np.int8),
@@ -226,8 +256,9 @@ def _compute_features(batch, tokenizer, options: PrepareOptions, keep_text: bool
     link_source, link_target = flat_links[0::2], flat_links[1::2]
     if options.needs_links:
         check_links_flat(link_sentence, link_source, link_target, word_offsets)
-        oracle = oracle_xl_positions_flat(link_sentence, link_source, link_target, source.num_words,
-                                          unaligned=options.unaligned)  # fmt: skip
+        oracle = oracle_xl_positions_flat(
+            link_sentence, link_source, link_target, source.num_words, unaligned=options.unaligned
+        )
         out["_unaligned"] = pa.array(oracle.unaligned_words)
         out["_repaired"] = pa.array(oracle.repaired)
         out["_tau"] = pa.array(np.where(source.num_words > 1, kendall_tau_flat(oracle.positions, word_offsets), np.nan))
@@ -236,16 +267,28 @@ def _compute_features(batch, tokenizer, options: PrepareOptions, keep_text: bool
             if options.noise_ratio > 0:  # XL PE Sec. 4.5, on word indices so that sub-words still move together
                 word_positions = word_positions.copy()
                 for s, line in enumerate(lines.to_pylist()):
-                    swap_noise_in_place(word_positions[word_offsets[s] : word_offsets[s + 1]], options.noise_ratio,
-                                        np.random.default_rng([options.seed, line]))  # fmt: skip
+                    swap_noise_in_place(
+                        word_positions[word_offsets[s] : word_offsets[s + 1]],
+                        options.noise_ratio,
+                        np.random.default_rng([options.seed, line]),
+                    )
             reorder = project_positions_to_subwords_flat(word_positions, word_offsets, source.word_ids, source.offsets)
             out["reorder_positions"] = _list_column(reorder, source.offsets)
         if "target_positions" in options.features:
-            ranks = dpe_target_positions_flat(link_sentence, link_source, link_target, word_offsets, source.word_ids,
-                                              source.offsets, unaligned=options.dpe_unaligned)  # fmt: skip
+            ranks = dpe_target_positions_flat(
+                link_sentence,
+                link_source,
+                link_target,
+                word_offsets,
+                source.word_ids,
+                source.offsets,
+                unaligned=options.dpe_unaligned,
+            )
             out["target_positions"] = _list_column(ranks, source.offsets)
-    for feature, spec, texts, tokens in (("pos_tag_ids", options.source_tagger, sources, source),
-                                         ("decoder_pos_tag_ids", options.target_tagger, targets, target)):  # fmt: skip
+    for feature, spec, texts, tokens in (
+        ("pos_tag_ids", options.source_tagger, sources, source),
+        ("decoder_pos_tag_ids", options.target_tagger, targets, target),
+    ):
         if feature in options.features:
             tagger = _tagger(spec, options.nltk_data)
             tags = tagger.tag([t.split() for t in texts])
@@ -260,7 +303,10 @@ def _compute_features(batch, tokenizer, options: PrepareOptions, keep_text: bool
             )
     if keep_text:
         link_offsets = np.r_[0, np.cumsum(link_counts // 2)]
-        out.update(line=lines, source_text=pa.array(sources, type=pa.string()),
-                   target_text=pa.array(targets, type=pa.string()),
-                   word_alignment=_pharaoh_strings(link_source, link_target, link_offsets))  # fmt: skip
+        out.update(
+            line=lines,
+            source_text=pa.array(sources, type=pa.string()),
+            target_text=pa.array(targets, type=pa.string()),
+            word_alignment=_pharaoh_strings(link_source, link_target, link_offsets),
+        )
     return pa.table(out)

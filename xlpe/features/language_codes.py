@@ -46,8 +46,10 @@ def check_language_code(value: str | None, argument: str) -> str | None:
         return value
     suggestion = suggest_language_code(value)
     hint = f"; did you mean {suggestion!r}?" if suggestion and suggestion != value else ""
-    raise ValueError(f"{argument} {value!r} is not a language code: expected a BCP 47 / ISO 639 code such as 'en', "
-                     f"'fr', 'de' or 'zh-Hans'{hint}")  # fmt: skip
+    raise ValueError(
+        f"{argument} {value!r} is not a language code: expected a BCP 47 / ISO 639 code such as 'en', "
+        f"'fr', 'de' or 'zh-Hans'{hint}"
+    )
 
 
 __all__ = ["check_language_code", "is_language_code", "suggest_language_code"]

@@ -32,8 +32,10 @@ def check_tokenizer_match(reorderer_config, tokenizer, what: str = "the model's 
     expected = getattr(reorderer_config, "tokenizer_fingerprint", None)
     actual = tokenizer_fingerprint(tokenizer)
     if expected is not None and expected != actual:
-        raise ValueError(f"the reorderer was trained with another tokenizer (fingerprint {expected}) than {what} "
-                         f"({actual}): train it with --tokenizer pointing at that tokenizer")  # fmt: skip
+        raise ValueError(
+            f"the reorderer was trained with another tokenizer (fingerprint {expected}) than {what} "
+            f"({actual}): train it with --tokenizer pointing at that tokenizer"
+        )
 
 
 def collate(features: list[dict], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -71,8 +73,9 @@ def predict_token_positions(reorderer, input_ids: Sequence[Sequence[int]], batch
     return result
 
 
-def predict_word_positions(reorderer, tokenizer, lines: Sequence[str], batch_size: int = 128,
-                           long_lines: str = "error") -> tuple[list[list[int]], list[int]]:  # fmt: skip
+def predict_word_positions(
+    reorderer, tokenizer, lines: Sequence[str], batch_size: int = 128, long_lines: str = "error"
+) -> tuple[list[list[int]], list[int]]:
     """Word-level XL positions (element i = index of source word i in the reordered sentence) for raw lines of
     whitespace words. An empty line gives []. A line over the reorderer's limits (`max_words`, or
     `max_source_positions` tokens) raises ValueError naming its 1-based line number, or with
@@ -82,13 +85,18 @@ def predict_word_positions(reorderer, tokenizer, lines: Sequence[str], batch_siz
     words = [line.split() for line in lines]
     ids, word_ids = tokenize_with_word_ids(tokenizer, [" ".join(w) for w in words])
     config = reorderer.config
-    too_long = [n for n, (w, i) in enumerate(zip(words, ids), start=1)
-                if len(w) > config.max_words or len(i) > config.max_source_positions]  # fmt: skip
+    too_long = [
+        n
+        for n, (w, i) in enumerate(zip(words, ids), start=1)
+        if len(w) > config.max_words or len(i) > config.max_source_positions
+    ]
     if too_long and long_lines == "error":
         n = too_long[0]
-        raise ValueError(f"line {n}: {len(words[n - 1])} words / {len(ids[n - 1])} tokens; the reorderer accepts at "
-                         f"most max_words={config.max_words} words and max_source_positions={config.max_source_positions} tokens "
-                         f"({len(too_long)} such lines; long_lines='monotone' keeps their order)")  # fmt: skip
+        raise ValueError(
+            f"line {n}: {len(words[n - 1])} words / {len(ids[n - 1])} tokens; the reorderer accepts at "
+            f"most max_words={config.max_words} words and max_source_positions={config.max_source_positions} tokens "
+            f"({len(too_long)} such lines; long_lines='monotone' keeps their order)"
+        )
     skip = set(too_long) | {n for n, w in enumerate(words, start=1) if not w}
     todo = [n - 1 for n in range(1, len(lines) + 1) if n not in skip]
     predicted = predict_token_positions(reorderer, [ids[k] for k in todo], batch_size)
@@ -103,5 +111,12 @@ def order_from_positions(positions: Sequence[int]) -> list[int]:
     return np.argsort(np.asarray(positions, dtype=np.int64), kind="stable").tolist()
 
 
-__all__ = ["LONG_LINE_POLICIES", "check_tokenizer_match", "collate", "order_from_positions",
-           "predict_token_positions", "predict_word_positions", "tokenizer_fingerprint"]  # fmt: skip
+__all__ = [
+    "LONG_LINE_POLICIES",
+    "check_tokenizer_match",
+    "collate",
+    "order_from_positions",
+    "predict_token_positions",
+    "predict_word_positions",
+    "tokenizer_fingerprint",
+]

@@ -47,8 +47,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .alignment import _link_arrays, align_with_eflomal, align_with_eflomal_flat, links_column, read_pharaoh_file
-from .cache import _fingerprint, _load_cache, _save_cache, load_cached_tokenizer, save_cached_tokenizer, tokenizer_cache_key
+from .alignment import _link_arrays, align_with_eflomal_flat, links_column, read_pharaoh_file
+from .cache import (
+    _fingerprint,
+    _load_cache,
+    _save_cache,
+    load_cached_tokenizer,
+    save_cached_tokenizer,
+    tokenizer_cache_key,
+)
 from .corpus import (  # noqa: F401  (re-exported: the preparation API in one place)
     SKIP_REASONS,
     ParallelSplit,
@@ -71,16 +78,23 @@ logger = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _word_alignments(splits: dict[str, ParallelSplit], kept: dict[str, list[int]], texts: dict[str, tuple[list, list]],
-                     options: PrepareOptions) -> dict:  # fmt: skip
+def _word_alignments(
+    splits: dict[str, ParallelSplit],
+    kept: dict[str, list[int]],
+    texts: dict[str, tuple[list, list]],
+    options: PrepareOptions,
+) -> dict:
     """Links of the kept pairs per split, as Arrow list<int32> columns of flat links: given ones, or one eflomal
     run over all splits that lack them (unsupervised, so more text gives better links). eflomal samples: runs
     differ slightly; pass `alignments=` or use `cache_dir` for reproducible features. `texts`: the kept pairs'
     words joined by single spaces, per split."""
     import pyarrow as pa
 
-    links = {name: pa.array([splits[name].alignments[k] for k in kept[name]], type=pa.list_(pa.int32()))
-             for name, split in splits.items() if split.alignments is not None}  # fmt: skip
+    links = {
+        name: pa.array([splits[name].alignments[k] for k in kept[name]], type=pa.list_(pa.int32()))
+        for name, split in splits.items()
+        if split.alignments is not None
+    }
     to_align = [name for name, split in splits.items() if split.alignments is None]
     if not to_align:
         return links
@@ -88,8 +102,9 @@ def _word_alignments(splits: dict[str, ParallelSplit], kept: dict[str, list[int]
     targets = [text for name in to_align for text in texts[name][1]]
     logger.info("xlpe-prepare: aligning %d pairs (forward + reverse, %s)", len(sources), options.symmetrization)
     if options.aligner == "eflomal":
-        sentence, pairs = align_with_eflomal_flat(sources, targets, options.symmetrization, options.alignment_runs,
-                                                  **(options.eflomal_options or {}))  # fmt: skip
+        sentence, pairs = align_with_eflomal_flat(
+            sources, targets, options.symmetrization, options.alignment_runs, **(options.eflomal_options or {})
+        )
     elif hasattr(options.aligner, "align_flat"):
         sentence, pairs = options.aligner.align_flat(sources, targets)
     else:
@@ -119,8 +134,13 @@ def filter_and_align(splits: dict[str, ParallelSplit], options: PrepareOptions) 
     for name, split in splits.items():
         kept[name], skipped[name] = filter_pairs(split, options.max_length, options.target_limit)
     timings["filter"] = time.perf_counter() - started
-    texts = {name: ([" ".join(split.sources[k].split()) for k in kept[name]], [" ".join(split.targets[k].split()) for k in kept[name]])
-             for name, split in splits.items()}  # fmt: skip  (the words joined by single spaces, once)
+    texts = {
+        name: (
+            [" ".join(split.sources[k].split()) for k in kept[name]],
+            [" ".join(split.targets[k].split()) for k in kept[name]],
+        )
+        for name, split in splits.items()
+    }  # the words joined by single spaces, once
     if options.needs_links:
         links = _word_alignments(splits, kept, texts, options)
         timings["align"] = time.perf_counter() - started - timings["filter"]
@@ -144,27 +164,46 @@ def _prepare_splits(splits: dict[str, ParallelSplit], tokenizer, options: Prepar
     timings = dict(aligned["timings"])
 
     features_started = time.perf_counter()
-    taggers = {side: _tagger(spec, options.nltk_data) for side, spec, feature in (
-        ("source", options.source_tagger, "pos_tag_ids"), ("target", options.target_tagger, "decoder_pos_tag_ids"),
-    ) if feature in options.features}  # fmt: skip  (built here, so that forked workers inherit them)
+    taggers = {
+        side: _tagger(spec, options.nltk_data)
+        for side, spec, feature in (
+            ("source", options.source_tagger, "pos_tag_ids"),
+            ("target", options.target_tagger, "decoder_pos_tag_ids"),
+        )
+        if feature in options.features
+    }  # built here, so that forked workers inherit them
     if options.num_proc and options.num_proc > 1:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # forked workers: no Rust thread pools there
     prepared, reports = {}, {}
     for name, split in splits.items():
         keep = kept[name]
-        table = datasets.Dataset(InMemoryTable(pa.table({  # Arrow columns as they are (no per-example encoding)
-            "_line": pa.array(np.asarray(keep, dtype=np.int64) + 1 + split.line_offset, type=pa.int64()),
-            "_source": pa.array(texts[name][0], type=pa.string()), "_target": pa.array(texts[name][1], type=pa.string()),
-            "_links": links[name]})))  # fmt: skip
+        table = datasets.Dataset(
+            InMemoryTable(
+                pa.table(
+                    {  # Arrow columns as they are (no per-example encoding)
+                        "_line": pa.array(np.asarray(keep, dtype=np.int64) + 1 + split.line_offset, type=pa.int64()),
+                        "_source": pa.array(texts[name][0], type=pa.string()),
+                        "_target": pa.array(texts[name][1], type=pa.string()),
+                        "_links": links[name],
+                    }
+                )
+            )
+        )
         if len(table) == 0:  # nothing kept: no batch to run
             table = datasets.Dataset.from_dict({column: [] for column in _output_columns(options, name)})
         else:
             table = table.map(
-                _compute_features, batched=True, batch_size=options.batch_size, remove_columns=table.column_names,
-                num_proc=options.num_proc if (options.num_proc or 1) > 1 and len(table) > 1 else None,  # 1: in-process, no pool
+                _compute_features,
+                batched=True,
+                batch_size=options.batch_size,
+                remove_columns=table.column_names,
+                num_proc=options.num_proc
+                if (options.num_proc or 1) > 1 and len(table) > 1
+                else None,  # 1: in-process, no pool
                 new_fingerprint=f"{fingerprint}-{name}",
-                fn_kwargs=dict(tokenizer=tokenizer, options=options, keep_text=options.keeps_text(name)), desc=f"xlpe-prepare {name}",
-            )  # fmt: skip
+                fn_kwargs=dict(tokenizer=tokenizer, options=options, keep_text=options.keeps_text(name)),
+                desc=f"xlpe-prepare {name}",
+            )
         reports[name], prepared[name] = _report_and_strip(table, split, skipped[name], options, taggers, fingerprint)
     timings["tokenize_reorder_tag"] = time.perf_counter() - features_started
     timings["total"] = sum(timings.values())
@@ -192,13 +231,20 @@ def _report_and_strip(table, split: ParallelSplit, skipped: Counter, options: Pr
     column = lambda name, dtype: np.array(stats.get(name, []), dtype=dtype)[keep_rows]  # noqa: E731
     words = column("_words", np.int64)
     report = {
-        "xlpe_prepare_version": PREPARATION_VERSION, "fingerprint": fingerprint, "cache_hit": False,
-        "source": split.source_origin, "target": split.target_origin,
+        "xlpe_prepare_version": PREPARATION_VERSION,
+        "fingerprint": fingerprint,
+        "cache_hit": False,
+        "source": split.source_origin,
+        "target": split.target_origin,
         "alignments": split.alignment_origin or (options.describe()["aligner"] if options.needs_links else None),
-        "pairs_read": len(split.sources), "pairs_kept": len(keep_rows), "pairs_skipped": dict(skipped),
-        "pairs_skipped_total": sum(skipped.values()), "features": list(options.features),
-        "options": options.describe(), "source_words": int(words.sum()),
-    }  # fmt: skip
+        "pairs_read": len(split.sources),
+        "pairs_kept": len(keep_rows),
+        "pairs_skipped": dict(skipped),
+        "pairs_skipped_total": sum(skipped.values()),
+        "features": list(options.features),
+        "options": options.describe(),
+        "source_words": int(words.sum()),
+    }
     if options.needs_links:
         unaligned, repaired, tau = column("_unaligned", np.int64), column("_repaired", bool), column("_tau", float)
         report.update(
@@ -224,8 +270,14 @@ def _report_and_strip(table, split: ParallelSplit, skipped: Counter, options: Pr
 # ----------------------------------------------------------------------------------------------------------
 
 
-def prepare_dataset(sources: str | os.PathLike | Sequence[str], targets: str | os.PathLike | Sequence[str],
-                    tokenizer, *, alignments: str | os.PathLike | Sequence | None = None, **options):  # fmt: skip
+def prepare_dataset(
+    sources: str | os.PathLike | Sequence[str],
+    targets: str | os.PathLike | Sequence[str],
+    tokenizer,
+    *,
+    alignments: str | os.PathLike | Sequence | None = None,
+    **options,
+):
     """Prepare one parallel corpus; returns (`datasets.Dataset`, report dict).
 
     Args:
@@ -276,16 +328,26 @@ def prepare_dataset(sources: str | os.PathLike | Sequence[str], targets: str | o
     return prepared["train"], reports["train"]
 
 
-def prepare_hf_dataset(name_or_path: str, tokenizer, *, source_lang: str, target_lang: str,
-                       splits: Sequence[str] | None = None, config_name: str | None = None,
-                       source_column: str | None = None, target_column: str | None = None, **options):  # fmt: skip
+def prepare_hf_dataset(
+    name_or_path: str,
+    tokenizer,
+    *,
+    source_lang: str,
+    target_lang: str,
+    splits: Sequence[str] | None = None,
+    config_name: str | None = None,
+    source_column: str | None = None,
+    target_column: str | None = None,
+    **options,
+):
     """Prepare a Hub dataset id or a local `datasets` directory; returns (`DatasetDict`, {split: report}).
     All splits are word-aligned in one eflomal run. Options as for `prepare_dataset`."""
     import datasets
 
     options = PrepareOptions(**options)
-    loaded = load_parallel_dataset(name_or_path, source_lang, target_lang, splits, config_name, source_column,
-                                   target_column)  # fmt: skip
+    loaded = load_parallel_dataset(
+        name_or_path, source_lang, target_lang, splits, config_name, source_column, target_column
+    )
     prepared, reports = _prepare_splits(loaded, tokenizer, options)
     return datasets.DatasetDict(prepared), reports
 
@@ -295,31 +357,47 @@ def prepare_hf_dataset(name_or_path: str, tokenizer, *, source_lang: str, target
 # ----------------------------------------------------------------------------------------------------------
 
 
-def train_tokenizer_for_splits(splits: dict[str, ParallelSplit], *, vocab_size: int = 8000, model: str = "unigram",
-                               model_max_length: int = 512, cache_dir: str | os.PathLike | None = None):  # fmt: skip
+def train_tokenizer_for_splits(
+    splits: dict[str, ParallelSplit],
+    *,
+    vocab_size: int = 8000,
+    model: str = "unigram",
+    model_max_length: int = 512,
+    cache_dir: str | os.PathLike | None = None,
+):
     """The joint sub-word tokenizer `xlpe-train` trains when given none: `train_joint_tokenizer` on the 'train'
     split's sources + targets (validation and test text stay unseen). The result is canonical (the same text
     and options give the same tokenizer, so the feature cache hits); with `cache_dir` it is also kept there and
     an identical later call loads it instead of training again."""
     if "train" not in splits:
-        raise ValueError(f"a tokenizer is trained on the 'train' split, and there is none (splits: {sorted(splits)}); "
-                         "give the tokenizer to use")  # fmt: skip
+        raise ValueError(
+            f"a tokenizer is trained on the 'train' split, and there is none (splits: {sorted(splits)}); "
+            "give the tokenizer to use"
+        )
     texts = splits["train"].sources + splits["train"].targets
     if not any(text.strip() for text in texts):
-        raise ValueError(f"no text to train a tokenizer on: {splits['train'].source_origin} and "
-                         f"{splits['train'].target_origin} are empty")  # fmt: skip
+        raise ValueError(
+            f"no text to train a tokenizer on: {splits['train'].source_origin} and "
+            f"{splits['train'].target_origin} are empty"
+        )
     options = dict(vocab_size=vocab_size, model=model, model_max_length=model_max_length)
     key = tokenizer_cache_key(texts, options)
     tokenizer = load_cached_tokenizer(cache_dir, key)
     if tokenizer is None:
-        logger.info("xlpe-prepare: training a joint %s tokenizer (%d pieces) on %d sentence pairs", model, vocab_size,
-                    len(splits["train"].sources))  # fmt: skip
+        logger.info(
+            "xlpe-prepare: training a joint %s tokenizer (%d pieces) on %d sentence pairs",
+            model,
+            vocab_size,
+            len(splits["train"].sources),
+        )
         tokenizer = train_joint_tokenizer(texts, **options)
         save_cached_tokenizer(cache_dir, key, tokenizer)
     return tokenizer
 
 
-def save_prepared(output_dir: str | os.PathLike, prepared: dict, reports: dict, tokenizer, overwrite: bool = True) -> Path:
+def save_prepared(
+    output_dir: str | os.PathLike, prepared: dict, reports: dict, tokenizer, overwrite: bool = True
+) -> Path:
     """Write a prepared directory: the splits (`DatasetDict.save_to_disk`), `report.json` ({split: report})
     and the tokenizer in `tokenizer/`, which `xlpe-train --prepared_dataset` finds by itself. Returns its path.
 

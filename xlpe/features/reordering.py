@@ -368,7 +368,9 @@ def project_positions_to_subwords(word_positions: Sequence[int], word_ids: Seque
     return result.tolist()
 
 
-def word_positions_from_tokens(token_positions: Sequence[int], word_ids: Sequence[int | None], num_words: int) -> list[int]:
+def word_positions_from_tokens(
+    token_positions: Sequence[int], word_ids: Sequence[int | None], num_words: int
+) -> list[int]:
     """Word-level XL positions from token-level ones (the inverse of `project_positions_to_subwords` when each
     word's pieces are contiguous): words are ranked by the smallest position of their pieces; a word with no
     piece (possible only with a lossy tokenizer) keeps its relative source order after the others' ranks."""
@@ -468,8 +470,9 @@ def _none_for_special(word_ids: np.ndarray) -> list[int | None]:
     return [None if w < 0 else w for w in word_ids.tolist()]
 
 
-def check_links_flat(link_sentence: np.ndarray, link_source: np.ndarray, link_target: np.ndarray,
-                     word_offsets: np.ndarray) -> None:  # fmt: skip
+def check_links_flat(
+    link_sentence: np.ndarray, link_source: np.ndarray, link_target: np.ndarray, word_offsets: np.ndarray
+) -> None:
     """Raise `dpe_target_positions`'s ValueError for the first sentence with a link outside its source words
     (a negative index or a source word beyond the sentence)."""
     lengths = np.diff(word_offsets)
@@ -481,16 +484,22 @@ def check_links_flat(link_sentence: np.ndarray, link_source: np.ndarray, link_ta
 
 
 def dpe_target_positions_flat(
-    link_sentence: np.ndarray, link_source: np.ndarray, link_target: np.ndarray, word_offsets: np.ndarray,
-    word_ids: np.ndarray, token_offsets: np.ndarray, unaligned: str = "drop",
-) -> np.ndarray:  # fmt: skip
+    link_sentence: np.ndarray,
+    link_source: np.ndarray,
+    link_target: np.ndarray,
+    word_offsets: np.ndarray,
+    word_ids: np.ndarray,
+    token_offsets: np.ndarray,
+    unaligned: str = "drop",
+) -> np.ndarray:
     """`dpe_target_positions` (DPE Sec. 3.1 rules, Eq. 1 supervision) for a whole batch in one numpy pass;
     equal to it sentence by sentence. Links are flat (one entry per link: sentence, source word, target word);
     words and tokens are laid out as for `project_positions_to_subwords_flat`. Returns flat target ranks."""
     if unaligned not in ("drop", "keep"):
         raise ValueError(f"unaligned must be 'drop' or 'keep', got {unaligned!r}")
-    link_sentence, link_source, link_target = (np.asarray(links, dtype=np.int64)
-                                               for links in (link_sentence, link_source, link_target))  # fmt: skip
+    link_sentence, link_source, link_target = (
+        np.asarray(links, dtype=np.int64) for links in (link_sentence, link_source, link_target)
+    )
     word_offsets, token_offsets = np.asarray(word_offsets, np.int64), np.asarray(token_offsets, np.int64)
     word_ids = np.asarray(word_ids, dtype=np.int64)
     check_links_flat(link_sentence, link_source, link_target, word_offsets)
@@ -516,8 +525,12 @@ def dpe_target_positions_flat(
     for s in _sentences_with(out_of_range, token_sentence).tolist():  # the per-sentence function decides
         tokens = slice(token_offsets[s], token_offsets[s + 1])
         pair_links = np.stack([link_source[link_sentence == s], link_target[link_sentence == s]], axis=1)
-        result[tokens] = dpe_target_positions(pair_links, int(word_offsets[s + 1] - word_offsets[s]),
-                                              _none_for_special(word_ids[tokens]), unaligned=unaligned)  # fmt: skip
+        result[tokens] = dpe_target_positions(
+            pair_links,
+            int(word_offsets[s + 1] - word_offsets[s]),
+            _none_for_special(word_ids[tokens]),
+            unaligned=unaligned,
+        )
     return result
 
 

@@ -45,9 +45,26 @@ from pathlib import Path
 
 import numpy as np
 
-from .alignment import PriorsAligner, align_with_eflomal_flat, alignment_priors_flat, eflomal_links, format_pharaoh_flat, parse_pharaoh_line
-from .artefacts import (RECORD_NAME, ArtefactMismatch, ArtefactRecord, differences, digest, file_digest, lines_digest,
-                        read_record, verify_artefact, write_record)
+from .alignment import (
+    PriorsAligner,
+    align_with_eflomal_flat,
+    alignment_priors_flat,
+    eflomal_links,
+    format_pharaoh_flat,
+    parse_pharaoh_line,
+)
+from .artefacts import (
+    RECORD_NAME,
+    ArtefactMismatch,
+    ArtefactRecord,
+    differences,
+    digest,
+    file_digest,
+    lines_digest,
+    read_record,
+    verify_artefact,
+    write_record,
+)
 from .cache import CHECKSUM_FILE, retire_directory, verify_entry, write_checksum
 from .corpus import ParallelSplit, filter_pairs
 from .example_features import PREPARATION_VERSION, PrepareOptions
@@ -79,10 +96,15 @@ def _scan_split(files: dict[str, str | None], shard_size: int) -> dict:
     scans = {side: scan_text_file(path, shard_size) for side, path in files.items() if path}
     counts = {side: scan.lines for side, scan in scans.items()}
     if len(set(counts.values())) > 1:
-        raise ValueError("parallel files differ in line count: " + ", ".join(f"{files[s]} has {n} lines" for s, n in counts.items()))
-    split = {"lines": counts["source"], **{side: str(files.get(side)) if files.get(side) else None for side in SIDES},
-             "sha256": {side: scan.sha256 for side, scan in scans.items()},
-             "offsets": {side: scan.line_offsets for side, scan in scans.items()}}  # fmt: skip
+        raise ValueError(
+            "parallel files differ in line count: " + ", ".join(f"{files[s]} has {n} lines" for s, n in counts.items())
+        )
+    split = {
+        "lines": counts["source"],
+        **{side: str(files.get(side)) if files.get(side) else None for side in SIDES},
+        "sha256": {side: scan.sha256 for side, scan in scans.items()},
+        "offsets": {side: scan.line_offsets for side, scan in scans.items()},
+    }
     split["shard_digests"] = {side: _range_digests(split, side, shard_size) for side in scans}
     return split
 
@@ -90,8 +112,10 @@ def _scan_split(files: dict[str, str | None], shard_size: int) -> dict:
 def _range_digests(split: dict, side: str, shard_size: int) -> list[str]:
     """`lines_digest` of every shard's line range of one side: what a shard job checks the lines it reads against
     (a file edited after planning is refused, not paired with the plan's alignments and tokenizer)."""
-    return [lines_digest(_read_lines(split, side, start, min(start + shard_size, split["lines"]), shard_size))
-            for start in range(0, split["lines"], shard_size)]  # fmt: skip
+    return [
+        lines_digest(_read_lines(split, side, start, min(start + shard_size, split["lines"]), shard_size))
+        for start in range(0, split["lines"], shard_size)
+    ]
 
 
 def _read_lines(split: dict, side: str, start: int, stop: int, shard_size: int) -> list[str]:
@@ -157,40 +181,66 @@ def _plan_alignment(work: Path, plan: dict, options: PrepareOptions, sample_size
     whole = total <= sample_size
     logger.info("xlpe-prepare: aligning %d %s pairs (eflomal forward + reverse)", len(keep), "" if whole else "sampled")
     if whole:  # the whole corpus: its links are the shards' alignments, exactly as an unsharded preparation's
-        sentence, pairs = align_with_eflomal_flat(kept_sources, kept_targets, options.symmetrization, options.alignment_runs,
-                                                  **(options.eflomal_options or {}))  # fmt: skip
+        sentence, pairs = align_with_eflomal_flat(
+            kept_sources,
+            kept_targets,
+            options.symmetrization,
+            options.alignment_runs,
+            **(options.eflomal_options or {}),
+        )
         per_line = dict(zip((owners[k] for k in keep), format_pharaoh_flat(sentence, pairs, len(keep))))
         for name in to_align:
             path = work / f"alignments.{name}.txt"
             lines = [per_line.get((name, k), "") for k in range(plan["splits"][name]["lines"])]
             write_text_atomic(path, "\n".join(lines) + "\n" if lines else "")
             split = plan["splits"][name]
-            split["alignments"], split["alignment_origin"] = str(path), f"eflomal ({options.symmetrization}), whole corpus"
+            split["alignments"], split["alignment_origin"] = (
+                str(path),
+                f"eflomal ({options.symmetrization}), whole corpus",
+            )
             split["offsets"]["alignments"] = scan_text_file(path, plan["shard_size"]).line_offsets
             split["shard_digests"]["alignments"] = _range_digests(split, "alignments", plan["shard_size"])
         plan["aligned_whole"] = {"pairs": len(keep), "seconds": round(time.perf_counter() - started, 1)}
         return
     forward, reverse = eflomal_links(kept_sources, kept_targets, **(options.eflomal_options or {}))
     write_text_atomic(work / PRIORS_FILE, alignment_priors_flat(kept_sources, kept_targets, forward, reverse))
-    plan["priors"] = {"file": PRIORS_FILE, "sha256": file_digest(work / PRIORS_FILE), "sample_pairs": len(keep), "corpus_pairs": total,
-                      "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+    plan["priors"] = {
+        "file": PRIORS_FILE,
+        "sha256": file_digest(work / PRIORS_FILE),
+        "sample_pairs": len(keep),
+        "corpus_pairs": total,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def _request(scanned: dict, options: dict, shard_size: int, samples: dict, tokenizer, tokenizer_options) -> dict:
     """What defines a sharded preparation: inputs by content, options, shard size, samples, tokenizer."""
-    return {"plan_version": PLAN_VERSION, "xlpe_prepare_version": PREPARATION_VERSION, "shard_size": shard_size,
-            "inputs": {name: {"lines": s["lines"], "sha256": s["sha256"]} for name, s in scanned.items()},
-            "options": options, "samples": samples, "seed": options.get("seed", 0),
-            "tokenizer": tokenizer_fingerprint(tokenizer) if tokenizer is not None else {"train": tokenizer_options}}  # fmt: skip
+    return {
+        "plan_version": PLAN_VERSION,
+        "xlpe_prepare_version": PREPARATION_VERSION,
+        "shard_size": shard_size,
+        "inputs": {name: {"lines": s["lines"], "sha256": s["sha256"]} for name, s in scanned.items()},
+        "options": options,
+        "samples": samples,
+        "seed": options.get("seed", 0),
+        "tokenizer": tokenizer_fingerprint(tokenizer) if tokenizer is not None else {"train": tokenizer_options},
+    }
 
 
 def _plan_record(request: dict) -> ArtefactRecord:
     """The work directory's artefact record: the inputs by content ("<split> <side>": SHA-256 of the decompressed
     bytes) and every option of the request (plan format, shard size, samples, tokenizer, preparation options)."""
-    inputs = {f"{name} {side}": sha for name, split in request["inputs"].items() for side, sha in split["sha256"].items()}
-    options = {**request["options"], "plan_version": request["plan_version"], "shard_size": request["shard_size"],
-               "samples": request["samples"], "tokenizer": request["tokenizer"],
-               "xlpe_prepare_version": request["xlpe_prepare_version"]}  # fmt: skip
+    inputs = {
+        f"{name} {side}": sha for name, split in request["inputs"].items() for side, sha in split["sha256"].items()
+    }
+    options = {
+        **request["options"],
+        "plan_version": request["plan_version"],
+        "shard_size": request["shard_size"],
+        "samples": request["samples"],
+        "tokenizer": request["tokenizer"],
+        "xlpe_prepare_version": request["xlpe_prepare_version"],
+    }
     return ArtefactRecord(kind=PLAN_KIND, inputs=inputs, options=options)
 
 
@@ -209,15 +259,27 @@ def _verify_plan_inputs(work: Path, expected: ArtefactRecord, files: dict) -> No
             raise
         old = read_record(work).inputs.get(error.fact.split(" ", 1)[1])
         new = expected.inputs.get(error.fact.split(" ", 1)[1])
-        raise ArtefactMismatch(f"{_input_path(files, error.fact)}: changed since the plan in {work} was made from it "
-                               f"(SHA-256 {str(old)[:12]}, now {str(new)[:12]}); pass {REPLAN}, or restore the file",
-                               error.path, error.fact) from None  # fmt: skip
+        raise ArtefactMismatch(
+            f"{_input_path(files, error.fact)}: changed since the plan in {work} was made from it "
+            f"(SHA-256 {str(old)[:12]}, now {str(new)[:12]}); pass {REPLAN}, or restore the file",
+            error.path,
+            error.fact,
+        ) from None
 
 
-def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, tokenizer=None, tokenizer_options=None,
-                     shard_size: int = DEFAULT_SHARD_SIZE, alignment_sample: int = DEFAULT_ALIGNMENT_SAMPLE,
-                     tokenizer_sample: int = DEFAULT_TOKENIZER_SAMPLE, cache_dir=None, overwrite_work_dir: bool = False,
-                     **options) -> dict:  # fmt: skip
+def plan_preparation(
+    work_dir,
+    files: dict[str, dict[str, str | None]],
+    *,
+    tokenizer=None,
+    tokenizer_options=None,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    alignment_sample: int = DEFAULT_ALIGNMENT_SAMPLE,
+    tokenizer_sample: int = DEFAULT_TOKENIZER_SAMPLE,
+    cache_dir=None,
+    overwrite_work_dir: bool = False,
+    **options,
+) -> dict:
     """Plan a sharded preparation in `work_dir`, or find the identical plan there (resume). Returns the plan.
 
     Args:
@@ -233,13 +295,21 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
             `DEFAULT_SHARD_EFLOMAL_OPTIONS`, {}: eflomal's own settings (agreement and cost in BENCHMARKS.md, issue 16).
     A work directory holding a plan of another request (other options, or input files whose content changed) is
     an ArtefactMismatch (a ValueError) naming what differs; `overwrite_work_dir` removes it and plans anew."""
-    for name, value in (("shard_size", shard_size), ("alignment_sample", alignment_sample), ("tokenizer_sample", tokenizer_sample)):
+    for name, value in (
+        ("shard_size", shard_size),
+        ("alignment_sample", alignment_sample),
+        ("tokenizer_sample", tokenizer_sample),
+    ):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if "aligner" in options and options["aligner"] != "eflomal":
-        raise ValueError("a sharded preparation aligns with eflomal or reads alignment files; a custom aligner "
-                         "cannot travel to other jobs: give its links as --alignments files")  # fmt: skip
-    shard_eflomal_options = _check_shard_eflomal_options(options.pop("shard_eflomal_options", None), options.get("eflomal_options"))
+        raise ValueError(
+            "a sharded preparation aligns with eflomal or reads alignment files; a custom aligner "
+            "cannot travel to other jobs: give its links as --alignments files"
+        )
+    shard_eflomal_options = _check_shard_eflomal_options(
+        options.pop("shard_eflomal_options", None), options.get("eflomal_options")
+    )
     prepare_options = PrepareOptions(**options)  # validates them
     tokenizer_options = dict(tokenizer_options or {})
     if tokenizer is None and "train" not in files:
@@ -248,25 +318,45 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
     scanned = {name: _scan_split(split_files, shard_size) for name, split_files in files.items()}
     timings = {"scan": round(time.perf_counter() - started, 3)}
     samples = {"alignment": alignment_sample, "tokenizer": tokenizer_sample}
-    request = _request(scanned, _request_options({**options, "shard_eflomal_options": shard_eflomal_options}), shard_size, samples,
-                       tokenizer, tokenizer_options)  # fmt: skip
+    request = _request(
+        scanned,
+        _request_options({**options, "shard_eflomal_options": shard_eflomal_options}),
+        shard_size,
+        samples,
+        tokenizer,
+        tokenizer_options,
+    )
     expected = _plan_record(request)
     if overwrite_work_dir and work.exists():
         _remove_work_dir(work)
     if (work / PLAN_FILE).exists():
         plan = load_plan(work)
         _verify_plan_inputs(work, expected, files)
-        logger.info("xlpe-prepare: resuming the plan in %s (%d of %d shards done)", work, len(finished_shards(work, plan)),
-                    len(plan["shards"]))  # fmt: skip
+        logger.info(
+            "xlpe-prepare: resuming the plan in %s (%d of %d shards done)",
+            work,
+            len(finished_shards(work, plan)),
+            len(plan["shards"]),
+        )
         return plan
     work.mkdir(parents=True, exist_ok=True)
-    shards = [{"index": 0, "split": name, "start": start, "stop": min(start + shard_size, split["lines"])}
-              for name, split in scanned.items() for start in range(0, split["lines"], shard_size)]  # fmt: skip
+    shards = [
+        {"index": 0, "split": name, "start": start, "stop": min(start + shard_size, split["lines"])}
+        for name, split in scanned.items()
+        for start in range(0, split["lines"], shard_size)
+    ]
     for index, shard in enumerate(shards):
         shard["index"] = index
-    plan = {"request": request, "shard_size": shard_size, "splits": scanned, "shards": shards,
-            "options": {**options, "cache_dir": None}, "shard_eflomal_options": shard_eflomal_options,
-            "created": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+    plan = {
+        "request": request,
+        "shard_size": shard_size,
+        "splits": scanned,
+        "shards": shards,
+        "options": {**options, "cache_dir": None},
+        "shard_eflomal_options": shard_eflomal_options,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
     def timed(stage, run):
         stage_started = time.perf_counter()
         run()
@@ -275,9 +365,14 @@ def plan_preparation(work_dir, files: dict[str, dict[str, str | None]], *, token
     # The two are independent: eflomal (a subprocess, two or more threads) aligns in a background thread while
     # the tokenizer trains here (the Unigram trainer is mostly one core), so on 2 cores they overlap.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="xlpe-plan-align") as pool:
-        alignment = pool.submit(timed, "alignment", lambda: _plan_alignment(work, plan, prepare_options, alignment_sample))
+        alignment = pool.submit(
+            timed, "alignment", lambda: _plan_alignment(work, plan, prepare_options, alignment_sample)
+        )
         try:
-            timed("tokenizer", lambda: _plan_tokenizer(work, plan, tokenizer, tokenizer_options, tokenizer_sample, cache_dir))
+            timed(
+                "tokenizer",
+                lambda: _plan_tokenizer(work, plan, tokenizer, tokenizer_options, tokenizer_sample, cache_dir),
+            )
         except BaseException:
             alignment.cancel()
             wait([alignment])  # the tokenizer's error is the one raised
@@ -306,11 +401,15 @@ def _check_shard_eflomal_options(shard_options, eflomal_options) -> dict:
     if shard_options is None:
         return dict(DEFAULT_SHARD_EFLOMAL_OPTIONS)
     if not isinstance(shard_options, dict):
-        raise ValueError(f"shard_eflomal_options must be a JSON object of eflomal.Aligner arguments, got {shard_options!r}")
+        raise ValueError(
+            f"shard_eflomal_options must be a JSON object of eflomal.Aligner arguments, got {shard_options!r}"
+        )
     import eflomal
 
     try:
-        eflomal.Aligner(**{k: v for k, v in {**(eflomal_options or {}), **shard_options}.items() if k != "seed"})  # seed: ours
+        eflomal.Aligner(
+            **{k: v for k, v in {**(eflomal_options or {}), **shard_options}.items() if k != "seed"}
+        )  # seed: ours
     except TypeError as error:
         raise ValueError(f"shard_eflomal_options {json.dumps(shard_options)}: {error}") from None
     return dict(shard_options)
@@ -321,7 +420,9 @@ def _remove_work_dir(work: Path) -> None:
     A directory that holds files but nothing of a preparation is refused (a mistyped --work-dir)."""
     ours = any((work / name).exists() for name in (PLAN_FILE, RECORD_NAME, SHARDS_DIR, TOKENIZER_DIR))
     if not ours and any(work.iterdir()):
-        raise ValueError(f"--work-dir {work}: holds files but no xlpe-prepare work; not removing it (choose another --work-dir)")
+        raise ValueError(
+            f"--work-dir {work}: holds files but no xlpe-prepare work; not removing it (choose another --work-dir)"
+        )
     if not retire_directory(work, "replaced"):
         raise ValueError(f"--work-dir {work}: could not be moved aside to be replaced")
 
@@ -341,19 +442,27 @@ def _read_plan(work: Path) -> dict:
         raise ValueError(f"{path}:{error.lineno}: not a valid plan ({error.msg}); pass {REPLAN}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text, not a plan; pass {REPLAN}") from None
-    wrong = [key for key, kind in _PLAN_KEYS.items() if not isinstance(plan, dict) or not isinstance(plan.get(key), kind)]
+    wrong = [
+        key for key, kind in _PLAN_KEYS.items() if not isinstance(plan, dict) or not isinstance(plan.get(key), kind)
+    ]
     if wrong:
         raise ValueError(f"{path}: not a plan written by xlpe-prepare (no valid {', '.join(wrong)}); pass {REPLAN}")
     version = plan["request"].get("plan_version")
     if version != PLAN_VERSION:
-        raise ValueError(f"{path}: a plan of another xlpe version (plan version {version}, now {PLAN_VERSION}); pass {REPLAN}")
+        raise ValueError(
+            f"{path}: a plan of another xlpe version (plan version {version}, now {PLAN_VERSION}); pass {REPLAN}"
+        )
     try:
         verify_artefact(work, _plan_record(plan["request"]), override=REPLAN, what=f"work directory {work}")
     except ArtefactMismatch as error:
         if error.fact == "record":  # none, or a damaged one: its own message names it
             raise
-        raise ArtefactMismatch(f"{path} does not match the record of what made {work} ({error.fact}: edited, or copied "
-                               f"from another work directory); pass {REPLAN}", error.path, error.fact) from None  # fmt: skip
+        raise ArtefactMismatch(
+            f"{path} does not match the record of what made {work} ({error.fact}: edited, or copied "
+            f"from another work directory); pass {REPLAN}",
+            error.path,
+            error.fact,
+        ) from None
     except (KeyError, TypeError, AttributeError):
         raise ValueError(f"{path}: not a plan written by xlpe-prepare (a malformed request); pass {REPLAN}") from None
     return plan
@@ -362,8 +471,10 @@ def _read_plan(work: Path) -> dict:
 def _check_files(work: Path, plan: dict, files: dict) -> None:
     """The files a shard or merge job was given are the plan's (a job never reads other files than it was told)."""
     if sorted(files) != sorted(plan["splits"]):
-        raise ValueError(f"--work-dir {work} was planned for the splits {', '.join(sorted(plan['splits']))}, this job was "
-                         f"given {', '.join(sorted(files)) or 'none'}; give every stage the same files")  # fmt: skip
+        raise ValueError(
+            f"--work-dir {work} was planned for the splits {', '.join(sorted(plan['splits']))}, this job was "
+            f"given {', '.join(sorted(files)) or 'none'}; give every stage the same files"
+        )
     for name, given in files.items():
         planned = plan["splits"][name]
         for side in SIDES:
@@ -372,8 +483,10 @@ def _check_files(work: Path, plan: dict, files: dict) -> None:
             want, got = planned.get(side), given.get(side)
             if (want is None) != (got is None) or (want and Path(want).resolve() != Path(got).resolve()):
                 flag = f"--{'' if name == 'train' else name + '-'}{side}"
-                raise ValueError(f"{flag} {got}: --work-dir {work} was planned from {want}; give every stage the same "
-                                 f"files, or re-plan with {REPLAN}")  # fmt: skip
+                raise ValueError(
+                    f"{flag} {got}: --work-dir {work} was planned from {want}; give every stage the same "
+                    f"files, or re-plan with {REPLAN}"
+                )
 
 
 def load_plan(work_dir, options: dict | None = None, files: dict | None = None) -> dict:
@@ -385,16 +498,22 @@ def load_plan(work_dir, options: dict | None = None, files: dict | None = None) 
     if files is not None:
         _check_files(work, plan, files)
     if options is not None:
-        shard_options = _check_shard_eflomal_options(options.get("shard_eflomal_options"), options.get("eflomal_options"))
+        shard_options = _check_shard_eflomal_options(
+            options.get("shard_eflomal_options"), options.get("eflomal_options")
+        )
         given = _request_options({**options, "shard_eflomal_options": shard_options})
         recorded = _plan_record(plan["request"])
         changed = differences(recorded, _plan_record({**plan["request"], "options": given}))
         if changed:
             fact, old, new = changed[0]
             more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
-            raise ArtefactMismatch(f"--work-dir {work} was planned with other options ({fact}: {json.dumps(old, default=str)}, "
-                                   f"now {json.dumps(new, default=str)}{more}); give every stage the same flags, or "
-                                   f"re-plan with {REPLAN}", str(work), fact)  # fmt: skip
+            raise ArtefactMismatch(
+                f"--work-dir {work} was planned with other options ({fact}: {json.dumps(old, default=str)}, "
+                f"now {json.dumps(new, default=str)}{more}); give every stage the same flags, or "
+                f"re-plan with {REPLAN}",
+                str(work),
+                fact,
+            )
     return plan
 
 
@@ -411,8 +530,11 @@ def _shard_record(plan: dict, shard: dict) -> ArtefactRecord:
     """What made a shard: the plan (its request's digest) and its lines (the plan's digests of them)."""
     digests = plan["splits"][shard["split"]]["shard_digests"]
     block = shard["start"] // plan["shard_size"]
-    return ArtefactRecord(kind=SHARD_KIND, inputs={"plan": _plan_fingerprint(plan), **{side: d[block] for side, d in digests.items()}},
-                          options={key: shard[key] for key in ("index", "split", "start", "stop")})  # fmt: skip
+    return ArtefactRecord(
+        kind=SHARD_KIND,
+        inputs={"plan": _plan_fingerprint(plan), **{side: d[block] for side, d in digests.items()}},
+        options={key: shard[key] for key in ("index", "split", "start", "stop")},
+    )
 
 
 def shard_problem(work_dir, plan: dict, shard: dict) -> str | None:
@@ -454,12 +576,16 @@ def _load_tokenizer(work: Path, plan: dict | None = None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: the plan's tokenizer does not load ({' '.join(str(error).split())[:200]}); "
-                         f"re-plan: --stage plan {REPLAN.split(' ')[0]}") from None  # fmt: skip
+        raise ValueError(
+            f"{path}: the plan's tokenizer does not load ({' '.join(str(error).split())[:200]}); "
+            f"re-plan: --stage plan {REPLAN.split(' ')[0]}"
+        ) from None
     recorded = ((plan or {}).get("tokenizer") or {}).get("fingerprint")
     if recorded is not None and tokenizer_fingerprint(tokenizer) != recorded:
-        raise ValueError(f"{path}: not the tokenizer the plan was made with (changed since); re-plan: --stage plan "
-                         f"{REPLAN.split(' ')[0]}")  # fmt: skip
+        raise ValueError(
+            f"{path}: not the tokenizer the plan was made with (changed since); re-plan: --stage plan "
+            f"{REPLAN.split(' ')[0]}"
+        )
     return tokenizer
 
 
@@ -470,11 +596,15 @@ def _checked_lines(plan: dict, shard: dict, side: str) -> list[str]:
     try:
         lines = _read_lines(split, side, start, stop, size)
     except ValueError as error:  # fewer lines than planned, or text that no longer decodes there
-        raise ValueError(f"{split[side]}: changed since the plan was made ({' '.join(str(error).split())}); re-plan: "
-                         f"--stage plan {REPLAN.split(' ')[0]}") from None  # fmt: skip
+        raise ValueError(
+            f"{split[side]}: changed since the plan was made ({' '.join(str(error).split())}); re-plan: "
+            f"--stage plan {REPLAN.split(' ')[0]}"
+        ) from None
     if lines_digest(lines) != split["shard_digests"][side][start // size]:
-        raise ValueError(f"{split[side]}: lines {start + 1}-{stop} changed since the plan was made (shard "
-                         f"{shard['index']}); restore the file, or re-plan: --stage plan {REPLAN.split(' ')[0]}")  # fmt: skip
+        raise ValueError(
+            f"{split[side]}: lines {start + 1}-{stop} changed since the plan was made (shard "
+            f"{shard['index']}); restore the file, or re-plan: --stage plan {REPLAN.split(' ')[0]}"
+        )
     return lines
 
 
@@ -484,8 +614,10 @@ def _shard_split(plan: dict, shard: dict) -> ParallelSplit:
     result = ParallelSplit(sources, targets, split["source"], split["target"], line_offset=start)
     if split["alignments"]:
         lines = _checked_lines(plan, shard, "alignments")
-        result.alignments = [parse_pharaoh_line(line, len(s.split()), len(t.split()), split["alignments"], start + k + 1)
-                             for k, (line, s, t) in enumerate(zip(lines, sources, targets))]  # fmt: skip
+        result.alignments = [
+            parse_pharaoh_line(line, len(s.split()), len(t.split()), split["alignments"], start + k + 1)
+            for k, (line, s, t) in enumerate(zip(lines, sources, targets))
+        ]
         result.alignment_origin = split.get("alignment_origin", split["alignments"])
     return result
 
@@ -494,9 +626,13 @@ def _shard_options(work: Path, plan: dict) -> PrepareOptions:
     options = dict(plan["options"])
     if plan.get("priors"):
         eflomal_options = {**(options.get("eflomal_options") or {}), **(plan.get("shard_eflomal_options") or {})}
-        options["aligner"] = PriorsAligner(work / plan["priors"]["file"], plan["priors"]["corpus_pairs"],
-                                           options.get("symmetrization", "grow-diag-final-and"),
-                                           options.get("alignment_runs", 1), **eflomal_options)  # fmt: skip
+        options["aligner"] = PriorsAligner(
+            work / plan["priors"]["file"],
+            plan["priors"]["corpus_pairs"],
+            options.get("symmetrization", "grow-diag-final-and"),
+            options.get("alignment_runs", 1),
+            **eflomal_options,
+        )
     return PrepareOptions(**options)
 
 
@@ -543,8 +679,10 @@ def align_shard(work_dir, plan: dict, index: int) -> tuple[ParallelSplit, dict]:
     if plan.get("priors"):
         priors = Path(work_dir) / plan["priors"]["file"]
         if not priors.is_file() or file_digest(priors) != plan["priors"].get("sha256"):
-            raise ValueError(f"{priors}: missing or changed since the plan was made (the priors every shard starts from); "
-                             f"re-plan: --stage plan {REPLAN.split(' ')[0]}")  # fmt: skip
+            raise ValueError(
+                f"{priors}: missing or changed since the plan was made (the priors every shard starts from); "
+                f"re-plan: --stage plan {REPLAN.split(' ')[0]}"
+            )
     return split, filter_and_align({shard["split"]: split}, _shard_options(Path(work_dir), plan))
 
 
@@ -590,12 +728,22 @@ def run_shards(work_dir, plan: dict, indices=None, progress: bool = True, overla
                 shard, started = plan["shards"][index], time.perf_counter()
                 prealigned = pending.result() if pending is not None else (first if position == 0 else None)
                 pending = None
-                if pool is not None and position + 1 < len(todo) and not _is_finished(_shard_dir(work, todo[position + 1])):
+                if (
+                    pool is not None
+                    and position + 1 < len(todo)
+                    and not _is_finished(_shard_dir(work, todo[position + 1]))
+                ):
                     pending = pool.submit(align_shard, work, plan, todo[position + 1])
                 if run_shard(work, plan, index, tokenizer, prealigned):
                     ran.append(index)
-                logger.info("xlpe-prepare: shard %d (%s lines %d-%d) done in %.1f s", index, shard["split"],
-                            shard["start"] + 1, shard["stop"], time.perf_counter() - started)  # fmt: skip
+                logger.info(
+                    "xlpe-prepare: shard %d (%s lines %d-%d) done in %.1f s",
+                    index,
+                    shard["split"],
+                    shard["start"] + 1,
+                    shard["stop"],
+                    time.perf_counter() - started,
+                )
                 bar.update(shard["stop"] - shard["start"])
     finally:
         if pool is not None:
@@ -609,8 +757,15 @@ def run_shards(work_dir, plan: dict, indices=None, progress: bool = True, overla
 # Merge: shards -> the prepared directory
 # ----------------------------------------------------------------------------------------------------------
 
-_SUMMED = ("pairs_read", "pairs_kept", "pairs_skipped_total", "source_words", "unaligned_source_words", "btg_repairs",
-           "kendall_tau_sentences")  # fmt: skip
+_SUMMED = (
+    "pairs_read",
+    "pairs_kept",
+    "pairs_skipped_total",
+    "source_words",
+    "unaligned_source_words",
+    "btg_repairs",
+    "kendall_tau_sentences",
+)
 
 
 def merge_reports(reports: list[dict]) -> dict:
@@ -622,18 +777,26 @@ def merge_reports(reports: list[dict]) -> dict:
         if key in merged:
             merged[key] = sum(report[key] for report in reports)
     merged["pairs_skipped"] = dict(sum((Counter(report["pairs_skipped"]) for report in reports), Counter()))
-    merged["pairs_skipped"].update({k: 0 for r in reports for k in r["pairs_skipped"] if k not in merged["pairs_skipped"]})
+    merged["pairs_skipped"].update(
+        {k: 0 for r in reports for k in r["pairs_skipped"] if k not in merged["pairs_skipped"]}
+    )
     if "unaligned_source_words" in merged:
         merged["unaligned_ratio"] = merged["unaligned_source_words"] / max(merged["source_words"], 1)
         merged["btg_repair_ratio"] = merged["btg_repairs"] / max(merged["pairs_kept"], 1)
-        weighted = [(r["mean_kendall_tau"], r["kendall_tau_sentences"]) for r in reports if r.get("mean_kendall_tau") is not None]
+        weighted = [
+            (r["mean_kendall_tau"], r["kendall_tau_sentences"])
+            for r in reports
+            if r.get("mean_kendall_tau") is not None
+        ]
         total = sum(n for _, n in weighted)
         merged["mean_kendall_tau"] = sum(t * n for t, n in weighted) / total if total else None
-    for side, counts in merged.get("unknown_tags", {}).items():
+    for side, _counts in merged.get("unknown_tags", {}).items():
         tags = sum((Counter(r["unknown_tags"][side]["tags"]) for r in reports), Counter())
         merged["unknown_tags"][side] = {"count": sum(tags.values()), "tags": dict(tags)}
-    merged["timings_s"] = {stage: round(sum(r["timings_s"].get(stage, 0.0) for r in reports), 3)
-                           for stage in reports[0].get("timings_s", {})}  # fmt: skip
+    merged["timings_s"] = {
+        stage: round(sum(r["timings_s"].get(stage, 0.0) for r in reports), 3)
+        for stage in reports[0].get("timings_s", {})
+    }
     merged["shards"] = len(reports)
     return merged
 
@@ -645,8 +808,10 @@ def _check_input_files(plan: dict) -> None:
         for side, sha in split["sha256"].items():
             now = scan_text_file(split[side], plan["shard_size"]).sha256
             if now != sha:
-                raise ValueError(f"{split[side]}: changed since the plan was made (SHA-256 {sha[:12]}, now {now[:12]}); "
-                                 f"restore it, or re-plan: --stage plan {REPLAN.split(' ')[0]}")  # fmt: skip
+                raise ValueError(
+                    f"{split[side]}: changed since the plan was made (SHA-256 {sha[:12]}, now {now[:12]}); "
+                    f"restore it, or re-plan: --stage plan {REPLAN.split(' ')[0]}"
+                )
 
 
 def _load_shard(work: Path, index: int):
@@ -656,12 +821,15 @@ def _load_shard(work: Path, index: int):
     try:
         return datasets.load_from_disk(str(path))
     except Exception as error:  # noqa: BLE001  (verified, yet unreadable: named, never a traceback)
-        raise ValueError(f"{path}: the shard's dataset does not load ({type(error).__name__}: "
-                         f"{' '.join(str(error).split())[:200]}); run --stage shards --shard-index {index} again") from None  # fmt: skip
+        raise ValueError(
+            f"{path}: the shard's dataset does not load ({type(error).__name__}: "
+            f"{' '.join(str(error).split())[:200]}); run --stage shards --shard-index {index} again"
+        ) from None
 
 
-def merge_shards(work_dir, output, overwrite: bool = True, label=None, started: float | None = None,
-                 check_inputs: bool = True):  # fmt: skip
+def merge_shards(
+    work_dir, output, overwrite: bool = True, label=None, started: float | None = None, check_inputs: bool = True
+):
     """Verify every shard, concatenate each split's shards in line order and write `output` as `save_prepared`
     does (splits, report.json with merged reports, tokenizer/). Returns (output path, {split: report}).
     A missing, damaged or foreign shard is a ValueError naming it and the command that makes it anew (--stage
@@ -676,10 +844,14 @@ def merge_shards(work_dir, output, overwrite: bool = True, label=None, started: 
     plan = load_plan(work)
     problems = [(shard["index"], problem) for shard in plan["shards"] if (problem := shard_problem(work, plan, shard))]
     if problems:
-        named = ", ".join(f"{index} ({problem})" for index, problem in problems[:5]) + (" ..." if len(problems) > 5 else "")
-        raise ValueError(f"cannot merge {work}: shard {named}; run them with the same flags and --stage shards "
-                         f"--shard-index {' '.join(str(index) for index, _ in problems)} (a damaged shard is made anew), "
-                         "then --stage merge")  # fmt: skip
+        named = ", ".join(f"{index} ({problem})" for index, problem in problems[:5]) + (
+            " ..." if len(problems) > 5 else ""
+        )
+        raise ValueError(
+            f"cannot merge {work}: shard {named}; run them with the same flags and --stage shards "
+            f"--shard-index {' '.join(str(index) for index, _ in problems)} (a damaged shard is made anew), "
+            "then --stage merge"
+        )
     if check_inputs:
         _check_input_files(plan)
     prepared, reports = {}, {}
@@ -690,9 +862,17 @@ def merge_shards(work_dir, output, overwrite: bool = True, label=None, started: 
         if not parts:  # an empty file: no shard
             continue
         prepared[name] = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
-        reports[name] = {**merge_reports(shard_reports), "fingerprint": _plan_fingerprint(plan),
-                         "sharded": {"work_dir": str(work), "shard_size": plan["shard_size"], "priors": plan.get("priors"),
-                                     "tokenizer": plan.get("tokenizer"), "plan_timings_s": plan.get("timings_s")}}  # fmt: skip
+        reports[name] = {
+            **merge_reports(shard_reports),
+            "fingerprint": _plan_fingerprint(plan),
+            "sharded": {
+                "work_dir": str(work),
+                "shard_size": plan["shard_size"],
+                "priors": plan.get("priors"),
+                "tokenizer": plan.get("tokenizer"),
+                "plan_timings_s": plan.get("timings_s"),
+            },
+        }
         if started is not None:
             reports[name]["timings_s"]["wall"] = round(time.perf_counter() - started, 3)
     if label is not None:

@@ -34,35 +34,69 @@ DEFAULT_SPLIT_SIZES = {"train": 6000, "validation": 200, "test": 300}
 # ---------------------------------------------------------------------------------------------------------
 
 NOUNS = {
-    "dog": "inu", "cat": "neko", "bird": "tori", "fish": "sakana", "man": "otoko", "woman": "onna",
-    "child": "kodomo", "teacher": "sensei", "student": "gakusei", "doctor": "isha", "farmer": "nouka",
-    "king": "oosama", "book": "hon", "apple": "ringo", "ball": "tama", "letter": "tegami", "car": "kuruma",
-    "flower": "hana", "bag": "kaban", "key": "kagi", "cake": "keeki", "picture": "e",
+    "dog": "inu",
+    "cat": "neko",
+    "bird": "tori",
+    "fish": "sakana",
+    "man": "otoko",
+    "woman": "onna",
+    "child": "kodomo",
+    "teacher": "sensei",
+    "student": "gakusei",
+    "doctor": "isha",
+    "farmer": "nouka",
+    "king": "oosama",
+    "book": "hon",
+    "apple": "ringo",
+    "ball": "tama",
+    "letter": "tegami",
+    "car": "kuruma",
+    "flower": "hana",
+    "bag": "kaban",
+    "key": "kagi",
+    "cake": "keeki",
+    "picture": "e",
 }
 PLACES = {"park": "kouen", "garden": "niwa", "house": "ie", "school": "gakkou", "city": "machi", "river": "kawa"}
 ADJECTIVES = {
-    "big": "ookii", "small": "chiisai", "red": "akai", "old": "furui", "new": "atarashii",
-    "black": "kuroi", "white": "shiroi", "happy": "ureshii",
+    "big": "ookii",
+    "small": "chiisai",
+    "red": "akai",
+    "old": "furui",
+    "new": "atarashii",
+    "black": "kuroi",
+    "white": "shiroi",
+    "happy": "ureshii",
 }
 TRANSITIVE = {
-    ("sees", "saw"): ("miru", "mita"), ("chases", "chased"): ("ou", "otta"), ("likes", "liked"): ("konomu", "kononda"),
-    ("finds", "found"): ("mitsukeru", "mitsuketa"), ("helps", "helped"): ("tasukeru", "tasuketa"),
-    ("carries", "carried"): ("hakobu", "hakonda"), ("paints", "painted"): ("kaku", "kaita"),
+    ("sees", "saw"): ("miru", "mita"),
+    ("chases", "chased"): ("ou", "otta"),
+    ("likes", "liked"): ("konomu", "kononda"),
+    ("finds", "found"): ("mitsukeru", "mitsuketa"),
+    ("helps", "helped"): ("tasukeru", "tasuketa"),
+    ("carries", "carried"): ("hakobu", "hakonda"),
+    ("paints", "painted"): ("kaku", "kaita"),
     ("follows", "followed"): ("tsuzuku", "tsuzuita"),
 }
 DITRANSITIVE = {
-    ("gives", "gave"): ("ageru", "ageta"), ("sends", "sent"): ("okuru", "okutta"),
+    ("gives", "gave"): ("ageru", "ageta"),
+    ("sends", "sent"): ("okuru", "okutta"),
     ("shows", "showed"): ("miseru", "miseta"),
 }
 INTRANSITIVE = {
-    ("sleeps", "slept"): ("neru", "neta"), ("runs", "ran"): ("hashiru", "hashitta"),
-    ("sings", "sang"): ("utau", "utatta"), ("waits", "waited"): ("matsu", "matta"),
+    ("sleeps", "slept"): ("neru", "neta"),
+    ("runs", "ran"): ("hashiru", "hashitta"),
+    ("sings", "sang"): ("utau", "utatta"),
+    ("waits", "waited"): ("matsu", "matta"),
 }
 PREPOSITIONS = {"in": "de", "near": "no chikaku de", "behind": "no ushiro de"}
 ADVERBS = {"today": "kyou", "yesterday": "kinou", "often": "yoku"}
 PARTICLE = {"subject": "ga", "object": "o", "indirect": "ni"}
-SUBJECT_NOUNS = [n for n in NOUNS if n in {"dog", "cat", "bird", "man", "woman", "child", "teacher",
-                                            "student", "doctor", "farmer", "king"}]
+SUBJECT_NOUNS = [
+    n
+    for n in NOUNS
+    if n in {"dog", "cat", "bird", "man", "woman", "child", "teacher", "student", "doctor", "farmer", "king"}
+]
 
 
 @dataclass
@@ -227,7 +261,9 @@ def synthetic_dataset_dict(sizes: dict[str, int] | None = None, seed: int = 0):
             "target_pos": [p.target_pos for p in pairs],
         }
 
-    return DatasetDict({name: Dataset.from_dict(columns(pairs)) for name, pairs in synthetic_splits(sizes, seed).items()})
+    return DatasetDict(
+        {name: Dataset.from_dict(columns(pairs)) for name, pairs in synthetic_splits(sizes, seed).items()}
+    )
 
 
 UNIVERSAL_TAGS = ("ADJ", "ADP", "ADV", "DET", "NOUN", "PART", "PRON", "VERB")
@@ -235,8 +271,20 @@ UNIVERSAL_TAGS = ("ADJ", "ADP", "ADV", "DET", "NOUN", "PART", "PRON", "VERB")
 
 def _lexicon_tags() -> dict[str, str]:
     """Every word of both languages -> its universal POS tag (the grammar's, so it is exact)."""
-    tags = {"the": "DET", "a": "DET", "an": "DET", "this": "DET", "my": "PRON", "that": "PRON", "kono": "DET",
-            "watashi": "PRON", "no": "PART", "chikaku": "NOUN", "ushiro": "NOUN", **{p: "PART" for p in PARTICLE.values()}}
+    tags = {
+        "the": "DET",
+        "a": "DET",
+        "an": "DET",
+        "this": "DET",
+        "my": "PRON",
+        "that": "PRON",
+        "kono": "DET",
+        "watashi": "PRON",
+        "no": "PART",
+        "chikaku": "NOUN",
+        "ushiro": "NOUN",
+        **{p: "PART" for p in PARTICLE.values()},
+    }
     for table, tag in ((NOUNS, "NOUN"), (PLACES, "NOUN"), (ADJECTIVES, "ADJ"), (ADVERBS, "ADV")):
         tags.update({word: tag for pair in table.items() for word in pair})
     for table in (TRANSITIVE, DITRANSITIVE, INTRANSITIVE):

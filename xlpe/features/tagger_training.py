@@ -108,7 +108,9 @@ def read_conllu(path: str | os.PathLike, column: str = "upos", lowercase: bool =
     return sentences
 
 
-def read_treebanks(paths: Iterable[str | os.PathLike], column: str = "upos", lowercase: bool = False) -> list[TaggedSentence]:
+def read_treebanks(
+    paths: Iterable[str | os.PathLike], column: str = "upos", lowercase: bool = False
+) -> list[TaggedSentence]:
     """`read_conllu` of several files, concatenated; FileNotFoundError naming a missing one."""
     sentences = []
     for path in paths:
@@ -143,8 +145,15 @@ def train_perceptron_tagger(sentences: Sequence[TaggedSentence], iterations: int
 
 def save_tagger(tagger, path: str | os.PathLike, lowercase: bool = False, details: dict | None = None) -> None:
     """Write the tagger file (pos_tagging_hub.read_tagger_file reads it): tags sorted, atomic replace."""
-    data = {"format": TAGGER_FILE_FORMAT, "version": 1, "tags": sorted(tagger.classes), "lowercase": bool(lowercase),
-            "details": details or {}, "tagdict": tagger.tagdict, "weights": tagger.model.weights}  # fmt: skip
+    data = {
+        "format": TAGGER_FILE_FORMAT,
+        "version": 1,
+        "tags": sorted(tagger.classes),
+        "lowercase": bool(lowercase),
+        "details": details or {},
+        "tagdict": tagger.tagdict,
+        "weights": tagger.model.weights,
+    }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
@@ -167,11 +176,14 @@ def tagging_accuracy(tagger, sentences: Sequence[TaggedSentence]) -> dict:
                 in_dict_correct += guess == gold
             if guess != gold:
                 confusions[f"{gold}->{guess}"] += 1
-    return {"words": total, "accuracy": correct / total if total else None,
-            "tagdict_words": in_dict, "tagdict_accuracy": in_dict_correct / in_dict if in_dict else None,
-            "other_accuracy": (correct - in_dict_correct) / (total - in_dict) if total > in_dict else None,
-            "top_confusions": dict(confusions.most_common(5))}  # fmt: skip
+    return {
+        "words": total,
+        "accuracy": correct / total if total else None,
+        "tagdict_words": in_dict,
+        "tagdict_accuracy": in_dict_correct / in_dict if in_dict else None,
+        "other_accuracy": (correct - in_dict_correct) / (total - in_dict) if total > in_dict else None,
+        "top_confusions": dict(confusions.most_common(5)),
+    }
 
 
-__all__ = ["TAG_COLUMNS", "read_conllu", "read_treebanks", "save_tagger", "tagging_accuracy",
-           "train_perceptron_tagger"]
+__all__ = ["TAG_COLUMNS", "read_conllu", "read_treebanks", "save_tagger", "tagging_accuracy", "train_perceptron_tagger"]

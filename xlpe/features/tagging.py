@@ -105,8 +105,9 @@ def subword_tag_ids(word_tag_ids: Sequence[int], word_ids: Sequence[int | None])
     return [SPECIAL_TAG_ID if w is None or w < 0 else word_tag_ids[w] for w in word_ids]
 
 
-def subword_tag_ids_flat(word_tag_ids: np.ndarray, tag_offsets: np.ndarray, word_ids: np.ndarray,
-                         token_offsets: np.ndarray) -> np.ndarray:  # fmt: skip
+def subword_tag_ids_flat(
+    word_tag_ids: np.ndarray, tag_offsets: np.ndarray, word_ids: np.ndarray, token_offsets: np.ndarray
+) -> np.ndarray:
     """`subword_tag_ids` for a whole batch, flat: sentence s owns the word tag ids
     `word_tag_ids[tag_offsets[s]:tag_offsets[s + 1]]` and the tokens `token_offsets[s]:token_offsets[s + 1]`
     of `word_ids` (-1 = special token). Returns one tag id per token, flat like `word_ids`."""
@@ -226,9 +227,25 @@ class SpacyTagger(Tagger):
     """
 
     UNIVERSAL_TAGS = (
-        "ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT",
-        "SCONJ", "SYM", "VERB", "X", "SPACE",
-    )  # fmt: skip
+        "ADJ",
+        "ADP",
+        "ADV",
+        "AUX",
+        "CCONJ",
+        "DET",
+        "INTJ",
+        "NOUN",
+        "NUM",
+        "PART",
+        "PRON",
+        "PROPN",
+        "PUNCT",
+        "SCONJ",
+        "SYM",
+        "VERB",
+        "X",
+        "SPACE",
+    )
 
     def __init__(self, model: str, attribute: str = "tag_"):
         try:
@@ -300,5 +317,7 @@ def get_tagger(spec: str | Tagger, **kwargs) -> Tagger:
     if tagger_file_name(spec) is not None:
         return PerceptronFileTagger(tagger_file_name(spec), **kwargs)
     if spec not in TAGGERS:
-        raise ValueError(f"unknown tagger {spec!r}; available: {sorted(TAGGERS)}, 'spacy:<model>' or 'perceptron:<file>'")
+        raise ValueError(
+            f"unknown tagger {spec!r}; available: {sorted(TAGGERS)}, 'spacy:<model>' or 'perceptron:<file>'"
+        )
     return TAGGERS[spec](**kwargs)

@@ -75,8 +75,10 @@ def decode_text_lines(data: bytes, origin: str = "<input>") -> list[str]:
         raise TextFileError(
             f"{origin}:{line_number}: invalid UTF-8 at byte offset {start} ({error.reason}: byte {data[start]:#04x} "
             f"at column {column}); expected UTF-8 text",
-            origin, line_number, start,
-        ) from None  # fmt: skip
+            origin,
+            line_number,
+            start,
+        ) from None
     if not text:
         return []
     if "\r" in text:
@@ -225,8 +227,9 @@ def read_text_line_range(path: str | os.PathLike, start: int, stop: int, start_o
     except TextFileError as error:  # numbers relative to this range: make them absolute
         number, at = error.line + start - inside, error.byte_offset + position - inside
         message = str(error).replace(f"{path}:{error.line}:", f"{path}:{number}:", 1)
-        raise TextFileError(message.replace(f"byte offset {error.byte_offset}", f"byte offset {at}", 1),
-                            str(path), number, at) from None  # fmt: skip
+        raise TextFileError(
+            message.replace(f"byte offset {error.byte_offset}", f"byte offset {at}", 1), str(path), number, at
+        ) from None
     return lines[1:] if inside else lines
 
 
@@ -314,6 +317,20 @@ def _umask() -> int:
     return umask
 
 
-__all__ = ["BOM", "OutputExistsError", "TextFileError", "TextFileScan", "atomic_output_dir", "check_output",
-           "count_text_lines", "decode_text_lines", "read_text_bytes", "read_text_line_range", "read_text_lines", "scan_text_file",
-           "staging_dir", "write_bytes_atomic", "write_text_atomic"]  # fmt: skip
+__all__ = [
+    "BOM",
+    "OutputExistsError",
+    "TextFileError",
+    "TextFileScan",
+    "atomic_output_dir",
+    "check_output",
+    "count_text_lines",
+    "decode_text_lines",
+    "read_text_bytes",
+    "read_text_line_range",
+    "read_text_lines",
+    "scan_text_file",
+    "staging_dir",
+    "write_bytes_atomic",
+    "write_text_atomic",
+]

@@ -128,8 +128,9 @@ def _canonicalise_unigram(tokenizer: Tokenizer) -> None:
         pieces[index] = (piece, score)
     pieces = sorted(((piece, _rounded_score(score)) for piece, score in pieces), key=lambda item: (-item[1], item[0]))
     vocab = [(piece, _rounded_score(score)) for piece, score in specials] + pieces
-    tokenizer.model = models.Unigram(vocab, unk_id=[piece for piece, _ in vocab].index(UNK),
-                                     byte_fallback=bool(state.get("byte_fallback", False)))  # fmt: skip
+    tokenizer.model = models.Unigram(
+        vocab, unk_id=[piece for piece, _ in vocab].index(UNK), byte_fallback=bool(state.get("byte_fallback", False))
+    )
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -152,7 +153,9 @@ def tokenizer_fingerprint(tokenizer) -> str:
 def vocab_fingerprint(tokenizer) -> str:
     """A hash of the piece <-> id table alone: the same for a tokenizer and its saved copy, whatever its class
     or file paths (what decides whether token ids prepared with one mean the same with the other)."""
-    return hashlib.sha256(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode()).hexdigest()[
+        :16
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -186,8 +189,10 @@ def _tokenize_word_by_word(tokenizer, words_batch, target: bool) -> tuple[list[l
     """Fallback for tokenizers without `word_ids()`: encode each word alone, then add the special tokens."""
     all_ids, all_word_ids = [], []
     for words in words_batch:
-        pieces = tokenizer(text_target=words, add_special_tokens=False) if target else tokenizer(
-            words, add_special_tokens=False
+        pieces = (
+            tokenizer(text_target=words, add_special_tokens=False)
+            if target
+            else tokenizer(words, add_special_tokens=False)
         )
         flat = [i for piece in pieces["input_ids"] for i in piece] if words else []
         owner = [w for w, piece in enumerate(pieces["input_ids"]) for _ in piece] if words else []
@@ -219,8 +224,10 @@ class TokenizedBatch:
     def to_lists(self) -> tuple[list[list[int]], list[list[int]]]:
         bounds = self.offsets.tolist()
         ids, word_ids = self.ids.tolist(), self.word_ids.tolist()
-        return ([ids[a:b] for a, b in itertools.pairwise(bounds)],
-                [word_ids[a:b] for a, b in itertools.pairwise(bounds)])  # fmt: skip
+        return (
+            [ids[a:b] for a, b in itertools.pairwise(bounds)],
+            [word_ids[a:b] for a, b in itertools.pairwise(bounds)],
+        )
 
 
 def _flat(lists: Sequence[Sequence[int | None]]) -> tuple[np.ndarray, np.ndarray]:
@@ -270,12 +277,18 @@ def tokenize_batch(tokenizer, texts: Sequence[str], target: bool = False, word_c
     return _tokenize_fast_call(tokenizer, texts, target, num_words)
 
 
-def _tokenize_fast_call(tokenizer, texts: list[str], target: bool, num_words: np.ndarray | None = None) -> TokenizedBatch:
+def _tokenize_fast_call(
+    tokenizer, texts: list[str], target: bool, num_words: np.ndarray | None = None
+) -> TokenizedBatch:
     """One batch call of a fast tokenizer; word ids from `word_ids()`, or the offsets where those do not follow
     the whitespace words."""
     if num_words is None:
         num_words = np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=len(texts))
-    options = {"verbose": False, "return_attention_mask": False, "return_token_type_ids": False}  # callers check lengths
+    options = {
+        "verbose": False,
+        "return_attention_mask": False,
+        "return_token_type_ids": False,
+    }  # callers check lengths
     encoded = tokenizer(text_target=texts, **options) if target else tokenizer(texts, **options)
     encodings = encoded.encodings
     ids, offsets = _flat(encoded["input_ids"])
@@ -308,9 +321,14 @@ class _WordPieceCache:
 
     _caches: dict[int, tuple] = {}  # id(tokenizer) -> (weak reference, signature, cache or None)
 
-    def __init__(self, backend: Tokenizer, prefix: list[int], suffix: list[int], added: list[tuple[str, bool]],
-                 replacement: str):  # fmt: skip
-        self.backend, self.prefix, self.suffix = backend, np.array(prefix, dtype=np.int64), np.array(suffix, dtype=np.int64)
+    def __init__(
+        self, backend: Tokenizer, prefix: list[int], suffix: list[int], added: list[tuple[str, bool]], replacement: str
+    ):
+        self.backend, self.prefix, self.suffix = (
+            backend,
+            np.array(prefix, dtype=np.int64),
+            np.array(suffix, dtype=np.int64),
+        )
         self.added, self.replacement = added, replacement
         self.clear()
 
@@ -343,10 +361,14 @@ class _WordPieceCache:
         normalizer = state.get("normalizer") or {"type": "Sequence", "normalizers": []}
         parts = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
         pre, model = state.get("pre_tokenizer") or {}, state.get("model") or {}
-        if (any(part.get("type") not in _WORD_LOCAL_NORMALIZERS for part in parts)
-                or pre.get("type") != "Metaspace" or not pre.get("split", False)
-                or pre.get("prepend_scheme") not in ("always", "first")
-                or model.get("type") not in ("Unigram", "BPE") or model.get("dropout")):  # fmt: skip
+        if (
+            any(part.get("type") not in _WORD_LOCAL_NORMALIZERS for part in parts)
+            or pre.get("type") != "Metaspace"
+            or not pre.get("split", False)
+            or pre.get("prepend_scheme") not in ("always", "first")
+            or model.get("type") not in ("Unigram", "BPE")
+            or model.get("dropout")
+        ):
             return None
         own = Tokenizer.from_str(backend.to_str())  # a copy: no truncation or padding, as the tokenizer call
         own.no_truncation(), own.no_padding()
@@ -358,7 +380,9 @@ class _WordPieceCache:
         prefix, suffix = full.ids[: content[0]], full.ids[content[-1] + 1 :]
         if full.ids != prefix + plain.ids + suffix or own.encode("").ids != prefix + suffix:
             return None
-        added = [(token.content, token.normalized) for token in own.get_added_tokens_decoder().values() if token.content]
+        added = [
+            (token.content, token.normalized) for token in own.get_added_tokens_decoder().values() if token.content
+        ]
         return cls(own, prefix, suffix, added, pre.get("replacement", "\u2581"))
 
     def _grow(self, words: int, pieces: int) -> None:
@@ -402,8 +426,12 @@ class _WordPieceCache:
         bad |= last != sizes - 1  # every word of the chunk has its pieces
         if self.added:
             normalize = self.backend.normalizer.normalize_str if self.backend.normalizer is not None else str
-            bad |= [any(content in text or (normalized and content in normalize(text)) for content, normalized in self.added)
-                    for text in texts]  # fmt: skip
+            bad |= [
+                any(
+                    content in text or (normalized and content in normalize(text)) for content, normalized in self.added
+                )
+                for text in texts
+            ]
         word_chunk = np.repeat(np.arange(len(texts), dtype=np.int64), sizes)
         good_tokens = ~bad[token_chunk]
         word = (np.r_[0, np.cumsum(sizes)[:-1]][token_chunk] + word_ids)[good_tokens]
@@ -415,7 +443,9 @@ class _WordPieceCache:
         if len(redo):  # splice the words of bad chunks, encoded one by one, in at their places
             redo_pieces, redo_lengths, _ = self._encode_one_by_one([words[k] for k in redo.tolist()])
             lengths[redo] = redo_lengths
-            owner = np.r_[np.repeat(np.flatnonzero(~bad[word_chunk]), lengths[~bad[word_chunk]]), np.repeat(redo, redo_lengths)]
+            owner = np.r_[
+                np.repeat(np.flatnonzero(~bad[word_chunk]), lengths[~bad[word_chunk]]), np.repeat(redo, redo_lengths)
+            ]
             pieces = np.concatenate([pieces, redo_pieces])[np.argsort(owner, kind="stable")]
         return pieces, lengths, unsafe | (lengths == 0)
 
@@ -426,7 +456,9 @@ class _WordPieceCache:
         text (split around it)."""
         encodings = self.backend.encode_batch(words, add_special_tokens=False)
         lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
-        pieces = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int64, count=int(lengths.sum()))
+        pieces = np.fromiter(
+            itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int64, count=int(lengths.sum())
+        )
         return pieces, lengths, self._unsafe(words)
 
     def _unsafe(self, words: list[str]) -> np.ndarray:
@@ -437,8 +469,9 @@ class _WordPieceCache:
         unsafe = np.zeros(len(words), dtype=bool)
         for k, word in enumerate(words):
             text = normalize(word)
-            if text.startswith(starts) or any(content in word or (normalized and content in text)
-                                              for content, normalized in self.added):  # fmt: skip
+            if text.startswith(starts) or any(
+                content in word or (normalized and content in text) for content, normalized in self.added
+            ):
                 unsafe[k] = True
         return unsafe
 
@@ -452,8 +485,11 @@ class _WordPieceCache:
                 self.clear()
                 return self.codes(words)
             self._add(new)
-            codes[missing] = np.fromiter(map(self.index.__getitem__, itertools.compress(words, missing)),
-                                         dtype=np.int64, count=int(missing.sum()))  # fmt: skip
+            codes[missing] = np.fromiter(
+                map(self.index.__getitem__, itertools.compress(words, missing)),
+                dtype=np.int64,
+                count=int(missing.sum()),
+            )
         return codes
 
     def tokenize(self, texts: list[str], num_words: np.ndarray, fallback) -> TokenizedBatch | None:
@@ -478,7 +514,9 @@ class _WordPieceCache:
         first_token = np.r_[0, np.cumsum(counts)[:-1]]  # of each word, in the flat content
         piece = self.starts[codes][token_word] + np.arange(len(token_word), dtype=np.int64) - first_token[token_word]
         content_offsets = np.r_[0, np.cumsum(content)]
-        position = np.arange(len(token_word), dtype=np.int64) + np.repeat(offsets[:-1] + len(self.prefix) - content_offsets[:-1], content)
+        position = np.arange(len(token_word), dtype=np.int64) + np.repeat(
+            offsets[:-1] + len(self.prefix) - content_offsets[:-1], content
+        )
         ids[position] = self.pieces[piece]
         word_offsets = np.r_[0, np.cumsum(num_words)]
         word_ids[position] = token_word - word_offsets[word_text[token_word]]
@@ -516,8 +554,10 @@ def tokenize_with_word_ids(tokenizer, texts: list[str], target: bool = False):
 # Word starts (for the XL PE reorderer's word-level ranking)
 # ----------------------------------------------------------------------------------------------------------
 
-WORD_START_MARKERS = {"\u2581": "sentencepiece / Metaspace: a word starts with ▁",
-                      "\u0120": "byte-level BPE: a word after a space starts with Ġ"}  # fmt: skip
+WORD_START_MARKERS = {
+    "\u2581": "sentencepiece / Metaspace: a word starts with ▁",
+    "\u0120": "byte-level BPE: a word after a space starts with Ġ",
+}
 
 
 def word_start_flags(tokenizer) -> list[bool] | None:

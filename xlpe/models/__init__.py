@@ -72,8 +72,24 @@ def _register_with_transformers() -> None:
 _register_with_transformers()
 
 __all__ = [
-    "DPEMarianConfig", "DPEMarianModel", "DPEMarianMTModel", "MODEL_FAMILIES", "ModelFamily", "MvPEPosConfig",
-    "MvPEPosForConditionalGeneration", "MvPEPosModel", "XLPEMarianConfig", "XLPEMarianModel", "XLPEMarianMTModel",
-    "XLPEReordererConfig", "XLPEReordererModel", "XLPETranslationPipeline", "choose_pe_step", "declares_field", "get_family", "mvpe_objective",
-    "register_family", "table5_preset",
-]  # fmt: skip
+    "DPEMarianConfig",
+    "DPEMarianModel",
+    "DPEMarianMTModel",
+    "MODEL_FAMILIES",
+    "ModelFamily",
+    "MvPEPosConfig",
+    "MvPEPosForConditionalGeneration",
+    "MvPEPosModel",
+    "XLPEMarianConfig",
+    "XLPEMarianModel",
+    "XLPEMarianMTModel",
+    "XLPEReordererConfig",
+    "XLPEReordererModel",
+    "XLPETranslationPipeline",
+    "choose_pe_step",
+    "declares_field",
+    "get_family",
+    "mvpe_objective",
+    "register_family",
+    "table5_preset",
+]

@@ -69,7 +69,9 @@ def btg_chart(pair_logits: torch.Tensor, num_words: int):
     return best, split, inverted
 
 
-def btg_log_partition(pair_logits: torch.Tensor, word_counts: torch.Tensor, rows_per_chunk: int | None = None) -> torch.Tensor:
+def btg_log_partition(
+    pair_logits: torch.Tensor, word_counts: torch.Tensor, rows_per_chunk: int | None = None
+) -> torch.Tensor:
     """[B] log of the sum over the BTG permutations of every row's words of exp(score) (differentiable).
 
     Inside algorithm over normal-form trees: S[i, k] / I[i, k] sum the trees of span [i, k) rooted in a straight /
@@ -157,9 +159,11 @@ def btg_decode(pair_logits: torch.Tensor, word_counts: torch.Tensor) -> torch.Te
         left_offset = torch.where(inv, offset + (end - middle), offset)
         right_offset = torch.where(inv, offset, offset + (middle - start))
         rows, start, end, offset = (
-            torch.cat([rows, rows]), torch.cat([start, middle]), torch.cat([middle, end]),
+            torch.cat([rows, rows]),
+            torch.cat([start, middle]),
+            torch.cat([middle, end]),
             torch.cat([left_offset, right_offset]),
-        )  # fmt: skip
+        )
     return positions
 
 

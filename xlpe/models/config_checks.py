@@ -41,8 +41,16 @@ def check_choice(name: str, value, choices: tuple) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def check_number(name: str, value, low: float | None = None, high: float | None = None, *, integer: bool = False,
-                 low_inclusive: bool = True, high_inclusive: bool = True) -> None:  # fmt: skip
+def check_number(
+    name: str,
+    value,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    integer: bool = False,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+) -> None:
     """Raise ValueError unless `value` is a (finite; integer if asked) number within [low, high] (or open ends)."""
     kind = "an integer" if integer else "a number"
     ok = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)

@@ -60,8 +60,10 @@ class DPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceTa
         self.validate_position_options()
         self.validate_source_tags()
         if not self.absolute_positions:
-            raise ValueError("DPE needs absolute_positions=True: its block reads X + PE and its order loss pulls the block "
-                             "toward PE rows of the target positions (Eq. 1)")  # fmt: skip
+            raise ValueError(
+                "DPE needs absolute_positions=True: its block reads X + PE and its order loss pulls the block "
+                "toward PE rows of the target positions (Eq. 1)"
+            )
 
     def loss_weights(self) -> tuple[float, float]:
         """(weight of L_translation, weight of L_order) in the total loss, per `order_loss_lambda_side`."""
@@ -76,9 +78,18 @@ class DPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceTa
 # Transformer base (Vaswani et al. 2017), the paper's WMT14 setting. vocab_size and the special token ids
 # come from your tokenizer: pass them as overrides.
 TRANSFORMER_BASE = dict(
-    d_model=512, encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
-    encoder_layers=6, decoder_layers=6, activation_function="relu", dropout=0.1, scale_embedding=True,
-    max_position_embeddings=1024, share_encoder_decoder_embeddings=True,
+    d_model=512,
+    encoder_attention_heads=8,
+    decoder_attention_heads=8,
+    encoder_ffn_dim=2048,
+    decoder_ffn_dim=2048,
+    encoder_layers=6,
+    decoder_layers=6,
+    activation_function="relu",
+    dropout=0.1,
+    scale_embedding=True,
+    max_position_embeddings=1024,
+    share_encoder_decoder_embeddings=True,
 )
 
 TABLE5_PRESETS = {

@@ -26,7 +26,6 @@ import torch
 from transformers import BartConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
-
 from .tag_sets import BUILT_IN_TAGS, JIEBA_TAGS, PAD_TAG_ID, PTB_TAGS, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
 
 # Tag ids and the built-in tag sets are defined once in tag_sets.py (shared with xlpe/tagging.py).
@@ -147,8 +146,11 @@ class MvPEPosConfig(ValidatedConfigMixin, BartConfig):
             length = self.pe_step_search_length or self.max_position_embeddings
             try:
                 self.pe_step = choose_pe_step(
-                    int(length), self.word_dim("encoder"), float(self.pe_base),
-                    int(self.pe_step_search_max), float(self.pe_step_plateau_tolerance),
+                    int(length),
+                    self.word_dim("encoder"),
+                    float(self.pe_base),
+                    int(self.pe_step_search_max),
+                    float(self.pe_step_plateau_tolerance),
                 )
             except ValueError as error:
                 raise ValueError(f"pe_step='auto' cannot be computed: {error}") from error
@@ -182,8 +184,12 @@ class MvPEPosConfig(ValidatedConfigMixin, BartConfig):
             raise ValueError(f"pos_tags must be given for pos_tagger={self.pos_tagger!r} (no built-in tag set)")
         for name in ("pos_tags", "decoder_pos_tags"):
             tags = getattr(self, name)
-            if not isinstance(tags, (list, tuple)) or not tags or not all(isinstance(tag, str) and tag for tag in tags) \
-                    or len(set(tags)) != len(tags):  # fmt: skip
+            if (
+                not isinstance(tags, (list, tuple))
+                or not tags
+                or not all(isinstance(tag, str) and tag for tag in tags)
+                or len(set(tags)) != len(tags)
+            ):
                 raise ValueError(f"{name} must be a non-empty list of distinct tag strings, got {tags!r}")
             if set(tags) & set(SPECIAL_TAG_NAMES):
                 raise ValueError(f"{name}: the reserved {SPECIAL_TAG_NAMES} may only come first, in that order")

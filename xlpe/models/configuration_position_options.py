@@ -22,7 +22,9 @@ class PositionOptionsConfigMixin:
     absolute_positions: bool = True  # False: no sinusoid on either side (Shaw's relative-only model; Table 4's noPos)
     relative_attention_max_distance: int = 0  # k, Shaw et al.'s clipping distance (Eq. 5; they use 16); 0 = off
     relative_attention_values: bool = True  # also a^V on the values (Shaw Eq. 3); False: keys only, SDPA throughout
-    relative_attention_sides: str = "both"  # which self-attentions get relative representations: "encoder" | "decoder" | "both"
+    relative_attention_sides: str = (
+        "both"  # which self-attentions get relative representations: "encoder" | "decoder" | "both"
+    )
     directional_attention: bool = False  # DiSAN-style: half the encoder heads see j <= i, the other half j >= i
     rotary_attention: bool = False  # RoPE (Su et al. 2021, Eq. 34): self-attention Q/K rotated by position angles
     rotary_attention_sides: str = "both"  # which self-attentions rotate: "encoder" | "decoder" | "both"
@@ -53,9 +55,17 @@ class PositionOptionsConfigMixin:
                         f"= {self.d_model} / {heads} must be even"
                     )
             if self.rotary_attention_sides == "encoder" and self.encoder_layers == 0:
-                raise ValueError("rotary_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention")
-        if self.relative_attention_max_distance > 0 and self.relative_attention_sides == "encoder" and self.encoder_layers == 0:
-            raise ValueError("relative_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention")
+                raise ValueError(
+                    "rotary_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention"
+                )
+        if (
+            self.relative_attention_max_distance > 0
+            and self.relative_attention_sides == "encoder"
+            and self.encoder_layers == 0
+        ):
+            raise ValueError(
+                "relative_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention"
+            )
 
 
 __all__ = ["PositionOptionsConfigMixin", "RELATIVE_ATTENTION_SIDES"]

@@ -56,9 +56,19 @@ class XLPEReordererConfig(ValidatedConfigMixin, PreTrainedConfig):
         check_choice("pair_scorer", self.pair_scorer, PAIR_SCORERS)
         check_choice("training_loss", self.training_loss, TRAINING_LOSSES)
         if self.decoder == "rank" and self.training_loss == "btg_crf":
-            raise ValueError('decoder="rank" sorts by pair probabilities sigmoid(l), which only a pairwise-trained scorer '
-                             'gives: use training_loss="pairwise" or "pairwise+btg_crf" with it, or decoder="btg"')
-        for name in ("vocab_size", "d_model", "attention_heads", "ffn_dim", "pair_dim", "max_source_positions", "max_words"):
+            raise ValueError(
+                'decoder="rank" sorts by pair probabilities sigmoid(l), which only a pairwise-trained scorer '
+                'gives: use training_loss="pairwise" or "pairwise+btg_crf" with it, or decoder="btg"'
+            )
+        for name in (
+            "vocab_size",
+            "d_model",
+            "attention_heads",
+            "ffn_dim",
+            "pair_dim",
+            "max_source_positions",
+            "max_words",
+        ):
             check_number(name, getattr(self, name), 1, integer=True)
         for name in ("token_layers", "word_layers", "distance_buckets"):
             check_number(name, getattr(self, name), 0, integer=True)

@@ -24,7 +24,9 @@ class SourceTagsConfigMixin:
     """Between `ValidatedConfigMixin` and the stock config in a family config's bases; the family calls
     `fill_source_tag_defaults()` in `__post_init__` and `validate_source_tags()` from `validate_family_fields`."""
 
-    pos_tagger: str | None = None  # source POS tagger of raw text: "nltk-en" | "jieba-zh" | "spacy:<model>" | "perceptron:<file>"; None = no tags
+    pos_tagger: str | None = (
+        None  # source POS tagger of raw text: "nltk-en" | "jieba-zh" | "spacy:<model>" | "perceptron:<file>"; None = no tags
+    )
     pos_tags: list[str] | None = None  # source tag vocabulary, ids 3.. in order; None -> the pos_tagger's built-in set
     nltk_data: str | None = None  # extra nltk.data.path entry for the pipeline's tagger ($XLPE_NLTK_DATA also works)
 
@@ -40,18 +42,26 @@ class SourceTagsConfigMixin:
         tagger, tags = self.pos_tagger, self.pos_tags
         if tagger is None:
             if tags is not None:
-                raise ValueError(f"pos_tags is given ({len(tags)} tags) but pos_tagger is None: name the tagger that "
-                                 "produces them (e.g. pos_tagger='nltk-en'), or drop pos_tags")  # fmt: skip
+                raise ValueError(
+                    f"pos_tags is given ({len(tags)} tags) but pos_tagger is None: name the tagger that "
+                    "produces them (e.g. pos_tagger='nltk-en'), or drop pos_tags"
+                )
             return
         if not isinstance(tagger, str) or not tagger.strip():  # the pipeline's tagger: built-in, spacy:<model>, ...
-            raise ValueError(f"pos_tagger must be a tagger name ({', '.join(sorted(BUILT_IN_TAGS))}, spacy:<model>, "
-                             f"perceptron:<file>) or None, got {tagger!r}")  # fmt: skip
+            raise ValueError(
+                f"pos_tagger must be a tagger name ({', '.join(sorted(BUILT_IN_TAGS))}, spacy:<model>, "
+                f"perceptron:<file>) or None, got {tagger!r}"
+            )
         if tagger.strip() in ("spacy:", "perceptron:"):
             raise ValueError(f"pos_tagger {tagger!r} names no model / file after the colon")
         if tags is None:
             raise ValueError(f"pos_tags must be given for pos_tagger={tagger!r} (no built-in tag set)")
-        if not isinstance(tags, (list, tuple)) or not tags or not all(isinstance(t, str) and t for t in tags) \
-                or len(set(tags)) != len(tags):  # fmt: skip
+        if (
+            not isinstance(tags, (list, tuple))
+            or not tags
+            or not all(isinstance(t, str) and t for t in tags)
+            or len(set(tags)) != len(tags)
+        ):
             raise ValueError(f"pos_tags must be a non-empty list of distinct tag strings, got {tags!r}")
         if set(tags) & set(SPECIAL_TAG_NAMES):
             raise ValueError(f"pos_tags: the reserved {SPECIAL_TAG_NAMES} may only come first, in that order")

@@ -59,13 +59,21 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
     reorder_fixed_token_ids: list[int] | None = None  # extra token ids that keep their place (EOS/pad always do)
     reorderer_config: dict | None = None  # a standalone reorderer (configuration_reorderer.py) that predicts instead
     # --- input checking ---
-    check_inputs: bool = True  # value checks in forward: ids in the vocabulary, right padding, reorder_positions (permutation)
+    check_inputs: bool = (
+        True  # value checks in forward: ids in the vocabulary, right padding, reorder_positions (permutation)
+    )
 
     def __post_init__(self, **kwargs):
         # derived defaults (before the checks, so that they are checked too)
         if self.xl_heads is None:
-            self.xl_heads = max(1, self.encoder_attention_heads // 4) if self.xl_strategy in ("head", "combination") else 0
-        if self.reorder_predictor_hidden_size is None and isinstance(self.reorder_predictor_heads, int) and self.reorder_predictor_heads > 0:
+            self.xl_heads = (
+                max(1, self.encoder_attention_heads // 4) if self.xl_strategy in ("head", "combination") else 0
+            )
+        if (
+            self.reorder_predictor_hidden_size is None
+            and isinstance(self.reorder_predictor_heads, int)
+            and self.reorder_predictor_heads > 0
+        ):
             heads = self.reorder_predictor_heads  # d/4 keeps training within ~2% of stock (BENCHMARKS.md)
             self.reorder_predictor_hidden_size = -(-max(32, self.d_model // 4) // heads) * heads
         self.fill_source_tag_defaults()

@@ -61,7 +61,9 @@ def pad_value_row(spec: ExtraInput, length: int, start: int) -> list[int]:
 def check_integer_tensor(name: str, value: torch.Tensor, expected_shape: tuple[int, ...]) -> None:
     """Raise ValueError unless `value` is an integer tensor of `expected_shape`."""
     if not isinstance(value, torch.Tensor):
-        raise ValueError(f"`{name}` must be a torch.LongTensor of shape {tuple(expected_shape)}, got {type(value).__name__}")
+        raise ValueError(
+            f"`{name}` must be a torch.LongTensor of shape {tuple(expected_shape)}, got {type(value).__name__}"
+        )
     if value.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise ValueError(f"`{name}` must be an integer tensor (torch.long), got dtype {value.dtype}")
     if tuple(value.shape) != tuple(expected_shape):
@@ -110,7 +112,9 @@ def check_permutation(name: str, positions: torch.Tensor, mask: torch.Tensor) ->
         )
 
 
-def check_range(name: str, values: torch.Tensor, mask: torch.Tensor, low: int, high: int, allowed: int | None = None) -> None:
+def check_range(
+    name: str, values: torch.Tensor, mask: torch.Tensor, low: int, high: int, allowed: int | None = None
+) -> None:
     """Values on real tokens must lie in [low, high) (or equal `allowed`, e.g. -100)."""
     if torch.compiler.is_compiling():
         return
@@ -159,8 +163,10 @@ def check_source_inputs(config, input_ids=None, attention_mask=None, inputs_embe
         raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
     shape = tuple(given.shape[:2]) if name == "inputs_embeds" else tuple(given.shape)
     if given.dim() != (3 if name == "inputs_embeds" else 2):
-        raise ValueError(f"`{name}` must be {'3' if name == 'inputs_embeds' else '2'}-D (batch, length"
-                         f"{', d_model' if name == 'inputs_embeds' else ''}), got shape {tuple(given.shape)}")  # fmt: skip
+        raise ValueError(
+            f"`{name}` must be {'3' if name == 'inputs_embeds' else '2'}-D (batch, length"
+            f"{', d_model' if name == 'inputs_embeds' else ''}), got shape {tuple(given.shape)}"
+        )
     if 0 in shape:
         raise ValueError(
             f"`{name}` is empty (shape {tuple(given.shape)}): every input needs at least one token (the tokenizer "
@@ -206,7 +212,11 @@ def check_target_inputs(config, decoder_input_ids=None, labels=None, past_length
             f"`labels` have {labels.shape[1]} tokens, more than max_position_embeddings={limit}: truncate the "
             "targets (e.g. --max_target_length)"
         )
-    if decoder_input_ids is not None and isinstance(past_length, int) and past_length + decoder_input_ids.shape[-1] > limit:
+    if (
+        decoder_input_ids is not None
+        and isinstance(past_length, int)
+        and past_length + decoder_input_ids.shape[-1] > limit
+    ):
         end = past_length + decoder_input_ids.shape[-1]
         raise ValueError(
             f"decoder position {end} exceeds max_position_embeddings={limit}: the model has no position beyond it; "

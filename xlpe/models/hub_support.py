@@ -63,7 +63,11 @@ class XLPEHubMixin:
             stock_type = config_dict.get("model_type")
             own_type = cls.config_class.model_type
             if stock_type not in (None, own_type, *cls.stock_model_types):
-                upgrades = f"; it upgrades stock {', '.join(map(repr, cls.stock_model_types))} checkpoints" if cls.stock_model_types else ""
+                upgrades = (
+                    f"; it upgrades stock {', '.join(map(repr, cls.stock_model_types))} checkpoints"
+                    if cls.stock_model_types
+                    else ""
+                )
                 raise ValueError(
                     f"{pretrained_model_name_or_path} holds a {stock_type!r} checkpoint, but {cls.__name__} loads "
                     f"{own_type!r} checkpoints{upgrades}. Load it with its own class (AutoModelForSeq2SeqLM), or "
@@ -72,7 +76,11 @@ class XLPEHubMixin:
             if stock_type in cls.stock_model_types:
                 config_kwargs = {key: value for key, value in kwargs.items() if key not in HUB_KWARGS}
                 overrides = {key: value for key, value in cls.upgrade_overrides.items() if key not in config_kwargs}
-                stock_dict = {key: value for key, value in config_dict.items() if key not in ("model_type", "architectures", "auto_map")}
+                stock_dict = {
+                    key: value
+                    for key, value in config_dict.items()
+                    if key not in ("model_type", "architectures", "auto_map")
+                }
                 config, model_kwargs = cls.config_class.from_dict(
                     {**stock_dict, **overrides}, return_unused_kwargs=True, **config_kwargs
                 )

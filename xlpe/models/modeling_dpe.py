@@ -26,7 +26,6 @@ The DPE block's layers are `MarianEncoderLayer`s under `encoder.dynamic_position
 `hidden_states`/`attentions` outputs cover the `encoder.layers` only (same counts as stock Marian).
 """
 
-
 from dataclasses import dataclass
 
 import torch
@@ -51,7 +50,6 @@ from .configuration_dpe import DPEMarianConfig
 from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
 from .hub_support import XLPEHubMixin, hf_init
 from .position_attention import PositionOptionsMarianDecoder, apply_position_options
-from .source_tags import SourceTagEncoding, SourceTagsPipelineMixin
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
     decoder_inputs_from_labels,
@@ -65,6 +63,7 @@ from .seq2seq_scaffold import (
     translation_loss,
     weight_by_global_tokens,
 )
+from .source_tags import SourceTagEncoding, SourceTagsPipelineMixin
 from .transformers_compat import renamed_cache_argument, take_cache
 
 # ---------------------------------------------------------------------------------------------------------
@@ -250,14 +249,24 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
         if compute_order_loss is None:
             compute_order_loss = target_positions is not None
         return encode_decode(
-            self, DPESeq2SeqModelOutput, DPEEncoderOutput,
-            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
+            self,
+            DPESeq2SeqModelOutput,
+            DPEEncoderOutput,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            encoder_kwargs={"target_positions": target_positions, "compute_order_loss": compute_order_loss,
-                            "pos_tag_ids": pos_tag_ids},
+            encoder_kwargs={
+                "target_positions": target_positions,
+                "compute_order_loss": compute_order_loss,
+                "pos_tag_ids": pos_tag_ids,
+            },
             **kwargs,
         )
 

@@ -36,7 +36,6 @@ Not function-preserving from stock BART (learned positions have no mvPE counterp
 is empty: `from_pretrained` loads this family's checkpoints only.
 """
 
-
 import math
 from dataclasses import dataclass
 
@@ -82,7 +81,6 @@ from .extra_inputs import (
     token_mask,
 )
 from .hub_support import XLPEHubMixin
-from .source_tags import SourceTagsPipelineMixin
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
     cached_length,
@@ -94,6 +92,7 @@ from .seq2seq_scaffold import (
     weight_by_global_tokens,
 )
 from .sinusoid import SinusoidalPositions
+from .source_tags import SourceTagsPipelineMixin
 from .transformers_compat import CACHE_FIELD, cache_kwargs, renamed_cache_argument, take_cache
 
 logger = logging.get_logger(__name__)
@@ -144,8 +143,13 @@ class HypothesisTagger(nn.Module):
         self.hidden = nn.Linear(self.window * word_dim, config.decoder_tagger_hidden_size)
         self.out = nn.Linear(config.decoder_tagger_hidden_size, num_tag_ids)
 
-    def forward(self, token_embeds: torch.Tensor, fill_embed: torch.Tensor, context: torch.Tensor | None = None,
-                last: int | None = None) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self,
+        token_embeds: torch.Tensor,
+        fill_embed: torch.Tensor,
+        context: torch.Tensor | None = None,
+        last: int | None = None,
+    ) -> torch.Tensor:
         """Tag logits [batch, T, num_tag_ids] of the tokens embedded as `token_embeds` [batch, T, d] (of the `last`
         positions only when given). `context` [batch, c, d]: embeddings of the tokens before them (a cached step);
         `fill_embed` [1, 1, d] fills the window before the first token."""
@@ -154,7 +158,7 @@ class HypothesisTagger(nn.Module):
         if self.window > 1:
             prefix = fill_embed.to(token_embeds.dtype).expand(batch, self.window - 1, dim)
             if context is not None:
-                prefix = torch.cat([prefix, context.to(token_embeds.dtype)], dim=1)[:, -(self.window - 1):]
+                prefix = torch.cat([prefix, context.to(token_embeds.dtype)], dim=1)[:, -(self.window - 1) :]
             padded = torch.cat([prefix, token_embeds], dim=1)
         windows = padded.unfold(1, self.window, 1).transpose(-1, -2)  # [batch, T, window, d], as token_windows
         if last is not None:
@@ -212,7 +216,9 @@ class AugmentedInput(nn.Module):
         self.side, self.word_dim = side, config.word_dim(side)
         self.num_tag_ids = config.num_tag_ids(side) if config.has_tags(side) else 0
         self.max_positions = config.max_position_embeddings
-        self.positions = SinusoidalPositions(config.max_position_embeddings, self.word_dim, config.pe_base, config.pe_step)
+        self.positions = SinusoidalPositions(
+            config.max_position_embeddings, self.word_dim, config.pe_base, config.pe_step
+        )
         self.tags = TagEncoding(config, self.num_tag_ids) if config.has_tags(side) else None
 
     def forward(
@@ -308,7 +314,9 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
         self.dropout, self.layerdrop = config.dropout, config.decoder_layerdrop
         embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         word_dim = config.word_dim("decoder")
-        self.embed_tokens = BartScaledWordEmbedding(config.vocab_size, word_dim, config.pad_token_id, embed_scale=embed_scale)
+        self.embed_tokens = BartScaledWordEmbedding(
+            config.vocab_size, word_dim, config.pad_token_id, embed_scale=embed_scale
+        )
         self.embed_inputs = AugmentedInput(config, "decoder")
         self.layers = nn.ModuleList([BartDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)])
         self.layernorm_embedding = nn.LayerNorm(config.d_model)
@@ -318,8 +326,9 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def tag_logits(self, token_ids: torch.Tensor | None = None, last: int | None = None, inputs_embeds=None,
-                   cache=None) -> torch.Tensor:  # fmt: skip
+    def tag_logits(
+        self, token_ids: torch.Tensor | None = None, last: int | None = None, inputs_embeds=None, cache=None
+    ) -> torch.Tensor:
         """The hypothesis tagger's logits for `token_ids` or their word embeddings `inputs_embeds` (a running
         hypothesis or teacher-forced inputs). With a decoder `cache`, the windows of the first tokens reach back
         into the tokens of earlier calls (kept on the cache), so a cached step tags as the whole sequence would."""
@@ -373,18 +382,28 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
         self_attn_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         attention_mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, **cache_kwargs(self_attn_cache)
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            **cache_kwargs(self_attn_cache),
         )
         encoder_attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
         for layer in self.layers:
             if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
                 continue
             hidden_states = layer(
-                hidden_states, attention_mask, encoder_hidden_states,
-                encoder_attention_mask=encoder_attention_mask, **cache_kwargs(cache), use_cache=use_cache, **kwargs,
+                hidden_states,
+                attention_mask,
+                encoder_hidden_states,
+                encoder_attention_mask=encoder_attention_mask,
+                **cache_kwargs(cache),
+                use_cache=use_cache,
+                **kwargs,
             )
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_FIELD: cache})
 
@@ -423,8 +442,14 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             raise ValueError("encoder and decoder word embeddings differ in width (pos_tag_sides); set them directly")
         super().set_input_embeddings(value)
 
-    def decoder_input_tags(self, decoder_input_ids, decoder_pos_tag_ids=None, decoder_input_pos_tag_ids=None,
-                           decoder_inputs_embeds=None, cache=None):  # fmt: skip
+    def decoder_input_tags(
+        self,
+        decoder_input_ids,
+        decoder_pos_tag_ids=None,
+        decoder_input_pos_tag_ids=None,
+        decoder_inputs_embeds=None,
+        cache=None,
+    ):
         """(tags of decoder_input_ids, tagger logits or None, tag_loss or None); see the module docstring. The
         tokens may come as `decoder_inputs_embeds` (word embeddings) instead; `cache`: see `tag_logits`."""
         if self.decoder.hypothesis_tagger is None:
@@ -436,7 +461,9 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             # a decoding step (the cache holds earlier tokens) feeds back the tags `prepare_inputs_for_generation`
             # took by argmax, always in range: their value check (a host sync per step) runs on the first call only
             step_check = check and not cached_length(cache)
-            tags = checked_tag_ids("decoder_input_pos_tag_ids", decoder_input_pos_tag_ids, shape, None, num_tag_ids, step_check)
+            tags = checked_tag_ids(
+                "decoder_input_pos_tag_ids", decoder_input_pos_tag_ids, shape, None, num_tag_ids, step_check
+            )
             return tags, None, None
         if inputs is None:
             return None, None, None
@@ -486,7 +513,9 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             if input_ids is None:
                 raise ValueError("pass `decoder_input_ids`, `decoder_inputs_embeds` or `input_ids`")
-            decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
+            decoder_input_ids = shift_tokens_right(
+                input_ids, self.config.pad_token_id, self.config.decoder_start_token_id
+            )
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         cache = take_cache(past_key_values, cache)
         if use_cache and cache is None:  # made here: the tagger keeps its window context on it
@@ -497,17 +526,29 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
             decoder_input_ids, decoder_pos_tag_ids, decoder_input_pos_tag_ids, decoder_inputs_embeds, cache
         )
         return encode_decode(
-            self, MvPEPosSeq2SeqModelOutput, BaseModelOutput,
-            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            cache=cache, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache, check_targets=False, encoder_kwargs={"pos_tag_ids": pos_tag_ids}, decoder_kwargs={"pos_tag_ids": tags},
+            self,
+            MvPEPosSeq2SeqModelOutput,
+            BaseModelOutput,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            check_targets=False,
+            encoder_kwargs={"pos_tag_ids": pos_tag_ids},
+            decoder_kwargs={"pos_tag_ids": tags},
             extras={"decoder_input_pos_tag_ids": tags, "tag_logits": tag_logits, "tag_loss": tag_loss},
             **kwargs,
         )
 
 
-class MvPEPosForConditionalGeneration(SourceTagsPipelineMixin, XLPEHubMixin, MvPEPosPreTrainedModel, BartForConditionalGeneration, GenerationMixin):
+class MvPEPosForConditionalGeneration(
+    SourceTagsPipelineMixin, XLPEHubMixin, MvPEPosPreTrainedModel, BartForConditionalGeneration, GenerationMixin
+):
     """The augmented Transformer for translation. `generate(**batch)` tags generated tokens itself;
     the translation pipeline tags raw source text with `config.pos_tagger` (`prepare_pipeline_inputs`)."""
 
@@ -521,7 +562,9 @@ class MvPEPosForConditionalGeneration(SourceTagsPipelineMixin, XLPEHubMixin, MvP
         word_dim = config.word_dim("decoder")
         tied = config.tie_word_embeddings
         # d_model -> d_w before the tied lm_head when the decoder's word embeddings are narrower (module doc)
-        self.output_projection = nn.Linear(config.d_model, word_dim, bias=False) if tied and word_dim < config.d_model else None
+        self.output_projection = (
+            nn.Linear(config.d_model, word_dim, bias=False) if tied and word_dim < config.d_model else None
+        )
         self.lm_head = nn.Linear(word_dim if tied else config.d_model, config.vocab_size, bias=False)
         self.final_logits_bias = nn.Buffer(torch.zeros((1, config.vocab_size)))
         source = "model.shared.weight" if self.model.shares_embeddings else "model.decoder.embed_tokens.weight"
@@ -601,7 +644,7 @@ class MvPEPosForConditionalGeneration(SourceTagsPipelineMixin, XLPEHubMixin, MvP
         if self.model.decoder.hypothesis_tagger is not None:
             new_tokens = model_inputs["decoder_input_ids"].shape[1]
             # only the tokens the new tokens' windows reach (window - 1 before them): O(window) per step, not O(T)
-            recent = input_ids[:, -(self.model.decoder.hypothesis_tagger.window - 1 + new_tokens):]
+            recent = input_ids[:, -(self.model.decoder.hypothesis_tagger.window - 1 + new_tokens) :]
             with torch.no_grad():
                 logits = self.model.decoder.tag_logits(recent.to(self.device), last=new_tokens)
             model_inputs["decoder_input_pos_tag_ids"] = logits.argmax(-1)

@@ -41,7 +41,6 @@ from .configuration_reorderer import XLPEReordererConfig
 from .reorder_predictor import WordStarts, positions_from_scores
 from .sinusoid import sinusoid_table
 
-
 CRF_ROWS_PER_CHUNK = 16  # btg_crf: the inside pass runs on chunks of rows of similar length (memory ~ rows x n^3)
 
 
@@ -61,9 +60,14 @@ def _encoder(config: XLPEReordererConfig, layers: int) -> nn.TransformerEncoder 
     if layers == 0:
         return None
     layer = nn.TransformerEncoderLayer(
-        config.d_model, config.attention_heads, config.ffn_dim, config.dropout,
-        activation="gelu", batch_first=True, norm_first=True,
-    )  # fmt: skip
+        config.d_model,
+        config.attention_heads,
+        config.ffn_dim,
+        config.dropout,
+        activation="gelu",
+        batch_first=True,
+        norm_first=True,
+    )
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
 
@@ -96,7 +100,9 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
     def __init__(self, config: XLPEReordererConfig):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.register_buffer("position_table", sinusoid_table(config.max_source_positions, config.d_model), persistent=False)
+        self.register_buffer(
+            "position_table", sinusoid_table(config.max_source_positions, config.d_model), persistent=False
+        )
         self.dropout = nn.Dropout(config.dropout)
         self.token_encoder = _encoder(config, config.token_layers)
         self.word_encoder = _encoder(config, config.word_layers)
@@ -131,11 +137,14 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
     def check_lengths(self, input_ids: torch.Tensor, most_words: int) -> None:
         """ValueError naming the limit when an input is longer than the reorderer accepts."""
         if input_ids.shape[1] > self.config.max_source_positions:
-            raise ValueError(f"input_ids has {input_ids.shape[1]} tokens; the reorderer accepts at most "
-                             f"max_source_positions={self.config.max_source_positions}")  # fmt: skip
+            raise ValueError(
+                f"input_ids has {input_ids.shape[1]} tokens; the reorderer accepts at most "
+                f"max_source_positions={self.config.max_source_positions}"
+            )
         if most_words > self.config.max_words:
-            raise ValueError(f"an input has {most_words} words; the reorderer accepts at most "
-                             f"max_words={self.config.max_words}")  # fmt: skip
+            raise ValueError(
+                f"an input has {most_words} words; the reorderer accepts at most max_words={self.config.max_words}"
+            )
 
     # --- scoring ------------------------------------------------------------------------------------------
 
@@ -162,7 +171,9 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
             hidden = self.token_encoder(hidden, src_key_padding_mask=pad)
         # mean of each word's pieces (fixed and pad tokens go to a dropped slot `width`)
         slot = torch.where(movable, word, width)
-        sums = hidden.new_zeros(batch, width + 1, hidden.shape[-1]).scatter_add_(1, slot[..., None].expand_as(hidden), hidden)
+        sums = hidden.new_zeros(batch, width + 1, hidden.shape[-1]).scatter_add_(
+            1, slot[..., None].expand_as(hidden), hidden
+        )
         pieces = hidden.new_zeros(batch, width + 1).scatter_add_(1, slot, movable.to(hidden.dtype))
         words = (sums / pieces.clamp(min=1)[..., None])[:, :width]
         word_mask = torch.arange(width, device=input_ids.device)[None, :] < counts[:, None]

@@ -25,7 +25,6 @@ through `ALL_ATTENTION_FUNCTIONS`, so eager, sdpa and flash paths all work (eage
 directional heads, which need an attention bias).
 """
 
-
 from dataclasses import dataclass
 
 import torch
@@ -47,14 +46,13 @@ from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
+from .configuration_reorderer import XLPEReordererConfig
 from .configuration_xlpe import XLPEMarianConfig
 from .extra_inputs import check_integer_tensor, check_permutation, token_mask
-from .configuration_reorderer import XLPEReordererConfig
 from .hub_support import XLPEHubMixin, hf_init
 from .modeling_reorderer import XLPEReordererModel
 from .position_attention import PositionAwareSelfAttention, PositionOptionsMarianDecoder, apply_position_options
 from .reorder_predictor import ReorderPredictor, WordStarts, positions_from_scores, reorder_loss, word_mean_scores
-from .source_tags import SourceTagEncoding, SourceTagsPipelineMixin
 from .seq2seq_scaffold import (
     SelfInitialisingModulesMixin,
     decoder_inputs_from_labels,
@@ -69,8 +67,8 @@ from .seq2seq_scaffold import (
     translation_loss,
     weight_by_global_tokens,
 )
+from .source_tags import SourceTagEncoding, SourceTagsPipelineMixin
 from .transformers_compat import renamed_cache_argument, take_cache
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Position modules
@@ -125,8 +123,13 @@ class XLHeadAttention(PositionAwareSelfAttention):
 
     def __init__(self, config: XLPEMarianConfig):
         relative = config.relative_attention_max_distance > 0 and config.relative_attention_sides in ("encoder", "both")
-        super().__init__(config, config.encoder_attention_heads, layer_idx=0, relative=relative,
-                         directional=config.directional_attention)  # fmt: skip
+        super().__init__(
+            config,
+            config.encoder_attention_heads,
+            layer_idx=0,
+            relative=relative,
+            directional=config.directional_attention,
+        )
         self.xl_heads = config.xl_heads
 
     def project(self, hidden_states, xl_position_delta=None):
@@ -224,24 +227,37 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         if config.xl_strategy in ("head", "combination") and config.xl_heads > 0 and self.xl_form == "absolute":
             self.layers[0].self_attn = XLHeadAttention(config)
         # XL heads in relative/rotary form (position_attention.py): layer 1's, or every layer's
-        self.xl_layers = () if self.xl_form == "absolute" else (
-            tuple(range(config.encoder_layers)) if config.xl_position_layers == "all" else (0,))  # fmt: skip
-        apply_position_options(self, config, is_decoder=False, xl_heads=config.xl_heads, xl_form=self.xl_form,
-                               xl_layers=self.xl_layers)  # Table 1 baselines, Table 4, XL relative/rotary heads
+        self.xl_layers = (
+            ()
+            if self.xl_form == "absolute"
+            else (tuple(range(config.encoder_layers)) if config.xl_position_layers == "all" else (0,))
+        )
+        apply_position_options(
+            self, config, is_decoder=False, xl_heads=config.xl_heads, xl_form=self.xl_form, xl_layers=self.xl_layers
+        )  # Table 1 baselines, Table 4, XL relative/rotary heads
         self.source_tags = SourceTagEncoding(config, self.embed_scale) if config.pos_tagger else None  # XL PE + POS
         if self.uses_xl:
             self.xl_position = CrossLingualPositionEncoding(config)
             self.reorder_predictor = ReorderPredictor(
-                config.d_model, config.reorder_predictor_hidden_size, config.reorder_predictor_layers,
-                config.reorder_predictor_heads, config.reorder_predictor_dropout,
+                config.d_model,
+                config.reorder_predictor_hidden_size,
+                config.reorder_predictor_layers,
+                config.reorder_predictor_heads,
+                config.reorder_predictor_dropout,
             )
             self.word_starts = WordStarts(config.vocab_size)
             # without absolute PE (relative/rotary XL forms) the predictor still needs to know where tokens are
-            self.predictor_positions = None if config.absolute_positions else MarianSinusoidalPositionalEmbedding(
-                config.max_position_embeddings, config.d_model)  # fmt: skip
+            self.predictor_positions = (
+                None
+                if config.absolute_positions
+                else MarianSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
+            )
         # a standalone reorderer (attach_reorderer) predicts the positions instead of the built-in predictor
-        self.reorderer = XLPEReordererModel(XLPEReordererConfig.from_dict(config.reorderer_config)) if (
-            self.uses_xl and config.reorderer_config) else None  # fmt: skip
+        self.reorderer = (
+            XLPEReordererModel(XLPEReordererConfig.from_dict(config.reorderer_config))
+            if (self.uses_xl and config.reorderer_config)
+            else None
+        )
         self.fixed_tokens = FixedTokens(config)
         self.post_init()
 
@@ -300,9 +316,14 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             external = predict and self.reorderer is not None and input_ids is not None
             scores = None
             if (predict and not external) or compute_reorder_loss:
-                predictor_input = hidden_states if self.predictor_positions is None else \
-                    inputs_embeds + self.predictor_positions(inputs_embeds.shape[:-1])
-                predictor_input = predictor_input.detach() if self.config.reorder_predictor_detach_input else predictor_input
+                predictor_input = (
+                    hidden_states
+                    if self.predictor_positions is None
+                    else inputs_embeds + self.predictor_positions(inputs_embeds.shape[:-1])
+                )
+                predictor_input = (
+                    predictor_input.detach() if self.config.reorder_predictor_detach_input else predictor_input
+                )
                 scores = self.reorder_predictor(predictor_input, mask)
             if compute_reorder_loss and reorder_positions is not None:
                 loss = reorder_loss(scores, reorder_positions, movable, self.config.reorder_loss)
@@ -348,15 +369,19 @@ class ReordererAttachMixin:
     def attach_reorderer(self, reorderer: XLPEReordererModel | None) -> None:
         encoder = self.get_encoder()
         if not encoder.uses_xl:
-            raise ValueError(f"xl_strategy={self.config.xl_strategy!r} with xl_heads={self.config.xl_heads} uses no XL "
-                             "positions: there is nothing for a reorderer to predict")  # fmt: skip
+            raise ValueError(
+                f"xl_strategy={self.config.xl_strategy!r} with xl_heads={self.config.xl_heads} uses no XL "
+                "positions: there is nothing for a reorderer to predict"
+            )
         if reorderer is None:
             encoder.reorderer, self.config.reorderer_config = None, None
             return
         for name in ("pad_token_id", "eos_token_id"):
             if getattr(reorderer.config, name) != getattr(self.config, name):
-                raise ValueError(f"reorderer {name} is {getattr(reorderer.config, name)} but the model's is "
-                                 f"{getattr(self.config, name)}: it was trained with another tokenizer")  # fmt: skip
+                raise ValueError(
+                    f"reorderer {name} is {getattr(reorderer.config, name)} but the model's is "
+                    f"{getattr(self.config, name)}: it was trained with another tokenizer"
+                )
         fixed = sorted(set(encoder.fixed_token_ids) | set(reorderer.fixed_token_ids))
         reorderer.config.fixed_token_ids = fixed  # the model's fixed tokens never move, whoever predicts
         reorderer.fixed_token_ids = fixed
@@ -406,19 +431,36 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
             POS tag id of each source token (a model with `config.pos_tagger`).
         """
         return encode_decode(
-            self, XLPESeq2SeqModelOutput, XLPEEncoderOutput,
-            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
+            self,
+            XLPESeq2SeqModelOutput,
+            XLPEEncoderOutput,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            encoder_kwargs={"reorder_positions": reorder_positions, "compute_reorder_loss": compute_reorder_loss,
-                            "pos_tag_ids": pos_tag_ids},
+            encoder_kwargs={
+                "reorder_positions": reorder_positions,
+                "compute_reorder_loss": compute_reorder_loss,
+                "pos_tag_ids": pos_tag_ids,
+            },
             **kwargs,
         )
 
 
-class XLPEMarianMTModel(ReordererAttachMixin, SourceTagsPipelineMixin, XLPEHubMixin, XLPEMarianPreTrainedModel, MarianMTModel, GenerationMixin):
+class XLPEMarianMTModel(
+    ReordererAttachMixin,
+    SourceTagsPipelineMixin,
+    XLPEHubMixin,
+    XLPEMarianPreTrainedModel,
+    MarianMTModel,
+    GenerationMixin,
+):
     """XL PE translation model. `generate(**batch)` predicts reorderings; `generate(..., reorder_positions=p)`
     uses the given ones. `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
 

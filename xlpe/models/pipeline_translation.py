@@ -80,8 +80,11 @@ class XLPETranslationPipeline(Pipeline):
                 if full > limit:
                     logger.warning(
                         "an input of %d tokens is longer than the model's limit of %d (max_position_embeddings): "
-                        "translated from its first %d tokens", full, limit, limit,
-                    )  # fmt: skip
+                        "translated from its first %d tokens",
+                        full,
+                        limit,
+                        limit,
+                    )
         prepare = getattr(self.model, "prepare_pipeline_inputs", None)
         if prepare is not None:
             inputs.update(prepare([text], self.tokenizer, inputs))

@@ -40,7 +40,10 @@ Span = tuple[int, int, str]  # (start char, end char, tag) of one tagged word
 
 def tag_to_id_map(tags: list[str]) -> dict[str, int]:
     """{"<pad>": 0, "<unk>": 1, "<special>": 2, tags[0]: 3, ...}."""
-    return {**{name: index for index, name in enumerate(SPECIAL_TAG_NAMES)}, **{tag: len(SPECIAL_TAG_NAMES) + i for i, tag in enumerate(tags)}}
+    return {
+        **{name: index for index, name in enumerate(SPECIAL_TAG_NAMES)},
+        **{tag: len(SPECIAL_TAG_NAMES) + i for i, tag in enumerate(tags)},
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -179,7 +182,12 @@ def read_tagger_file(path: str) -> dict:
     if data.get("version") != 1:
         raise ValueError(f"{path}: tagger file version {data.get('version')!r}, this xlpe reads version 1")
     tags = data.get("tags")
-    if not isinstance(tags, list) or not tags or not all(isinstance(t, str) and t for t in tags) or len(set(tags)) != len(tags):
+    if (
+        not isinstance(tags, list)
+        or not tags
+        or not all(isinstance(t, str) and t for t in tags)
+        or len(set(tags)) != len(tags)
+    ):
         raise ValueError(f"{path}: 'tags' must be a non-empty list of distinct strings")
     if not isinstance(data.get("weights"), dict) or not isinstance(data.get("tagdict"), dict):
         raise ValueError(f"{path}: 'weights' and 'tagdict' must be JSON objects")
@@ -220,7 +228,9 @@ def load_tagger(name: str, nltk_data: str | None = None, model_dir: str | None =
         return spacy_tagger(name[len("spacy:") :])
     if tagger_file_name(name) is not None:
         return perceptron_file_tagger(tagger_file_name(name), model_dir)
-    raise ValueError(f"unknown pos_tagger {name!r}: expected 'nltk-en', 'jieba-zh', 'spacy:<model>' or 'perceptron:<file>'")
+    raise ValueError(
+        f"unknown pos_tagger {name!r}: expected 'nltk-en', 'jieba-zh', 'spacy:<model>' or 'perceptron:<file>'"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -286,6 +296,16 @@ def first_non_space(text: str, start: int) -> int | None:
     return match.start() if match else None
 
 
-__all__ = ["PERCEPTRON_PREFIX", "SAVED_TAGGER_FILE", "TAGGER_FILE_FORMAT", "RawTextTagger", "load_tagger", "perceptron_from_file",
-           "perceptron_word_tags",
-           "read_tagger_file", "resolve_tagger_file", "tag_to_id_map", "tagger_file_name"]
+__all__ = [
+    "PERCEPTRON_PREFIX",
+    "SAVED_TAGGER_FILE",
+    "TAGGER_FILE_FORMAT",
+    "RawTextTagger",
+    "load_tagger",
+    "perceptron_from_file",
+    "perceptron_word_tags",
+    "read_tagger_file",
+    "resolve_tagger_file",
+    "tag_to_id_map",
+    "tagger_file_name",
+]

@@ -86,8 +86,9 @@ class RelativePositionRepresentations(nn.Module):
         return torch.matmul(per_bucket, self.values.to(weights.dtype))
 
 
-def directional_bias(num_heads: int, query_positions: torch.Tensor, key_positions: torch.Tensor,
-                     dtype: torch.dtype) -> torch.Tensor:  # fmt: skip
+def directional_bias(
+    num_heads: int, query_positions: torch.Tensor, key_positions: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
     """(H, L_q, L_k) additive mask: heads [0, H//2) see j <= i (forward), the others j >= i (backward)."""
     later = key_positions[None, :] > query_positions[:, None]
     earlier = key_positions[None, :] < query_positions[:, None]
@@ -118,14 +119,16 @@ class RotaryPositions(nn.Module):
     def __init__(self, head_dim: int, base: float):
         super().__init__()
         if head_dim % 2 != 0:
-            raise ValueError(f"rotary positions rotate pairs of a head's dimensions: the head size must be even, got {head_dim}")
+            raise ValueError(
+                f"rotary positions rotate pairs of a head's dimensions: the head size must be even, got {head_dim}"
+            )
         self.head_dim, self.base = head_dim, base
         self.register_buffer("inverse_frequencies", self.frequencies(), persistent=False)
 
     def frequencies(self, device=None) -> torch.Tensor:
         """w_k = base^(-2k/d_h), k = 0 .. d_h/2 - 1 (Eq. 15 of Su et al.)."""
         exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=device) / self.head_dim
-        return self.base ** -exponents
+        return self.base**-exponents
 
     @torch.no_grad()
     def init_own_parameters(self) -> None:
@@ -155,23 +158,47 @@ class PositionAwareSelfAttention(MarianAttention):
     PE's HeadXL attention. `forward` takes `xl_positions` (B, L) and `xl_gate` (a scalar tensor) for the XL heads.
     """
 
-    def __init__(self, config, num_heads: int, *, is_decoder: bool = False, layer_idx: int | None = None,
-                 relative: bool = False, directional: bool = False, rotary: bool = False,
-                 xl_heads: int = 0, xl_form: str | None = None):  # fmt: skip
-        super().__init__(config.d_model, num_heads, dropout=config.attention_dropout, is_decoder=is_decoder,
-                         is_causal=is_decoder, config=config, layer_idx=layer_idx)  # fmt: skip
+    def __init__(
+        self,
+        config,
+        num_heads: int,
+        *,
+        is_decoder: bool = False,
+        layer_idx: int | None = None,
+        relative: bool = False,
+        directional: bool = False,
+        rotary: bool = False,
+        xl_heads: int = 0,
+        xl_form: str | None = None,
+    ):
+        super().__init__(
+            config.d_model,
+            num_heads,
+            dropout=config.attention_dropout,
+            is_decoder=is_decoder,
+            is_causal=is_decoder,
+            config=config,
+            layer_idx=layer_idx,
+        )
         distance = getattr(config, "relative_attention_max_distance", 0)
         self.relative = (
             RelativePositionRepresentations(distance, self.head_dim, config.relative_attention_values)
-            if relative and distance > 0 else None
-        )  # fmt: skip
+            if relative and distance > 0
+            else None
+        )
         self.directional = directional
         if xl_form not in (None, "relative", "rotary") or (xl_form is None) != (xl_heads == 0):
-            raise ValueError(f"XL heads take xl_form 'relative' or 'rotary' with xl_heads >= 1, got {xl_form!r} and {xl_heads}")
+            raise ValueError(
+                f"XL heads take xl_form 'relative' or 'rotary' with xl_heads >= 1, got {xl_form!r} and {xl_heads}"
+            )
         self.xl_heads, self.xl_form = xl_heads, xl_form
-        self.xl_relative = RelativePositionRepresentations(
-            config.xl_relative_max_distance, self.head_dim, config.relative_attention_values
-        ) if xl_form == "relative" else None  # fmt: skip
+        self.xl_relative = (
+            RelativePositionRepresentations(
+                config.xl_relative_max_distance, self.head_dim, config.relative_attention_values
+            )
+            if xl_form == "relative"
+            else None
+        )
         needs_rotation = rotary or xl_form == "rotary"
         self.rotary = rotary  # plain RoPE on the heads that are not XL heads (all heads when there are none)
         self.rotary_positions = RotaryPositions(self.head_dim, config.rotary_base) if needs_rotation else None
@@ -181,11 +208,14 @@ class PositionAwareSelfAttention(MarianAttention):
     def project(self, hidden_states: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, H, L, d_h) query, key and value of `hidden_states`."""
         shape = (*hidden_states.shape[:-1], -1, self.head_dim)
-        return tuple(linear(hidden_states).view(shape).transpose(1, 2) for linear in (self.q_proj, self.k_proj, self.v_proj))
+        return tuple(
+            linear(hidden_states).view(shape).transpose(1, 2) for linear in (self.q_proj, self.k_proj, self.v_proj)
+        )
 
     @renamed_cache_argument
-    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, cache=None,
-                **kwargs):  # fmt: skip
+    def forward(
+        self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, cache=None, **kwargs
+    ):
         """`past_key_values` / `cache`: the decoder cache under the name of either transformers release (one of
         them; transformers_compat.py)."""
         cache = take_cache(past_key_values, cache)
@@ -210,11 +240,23 @@ class PositionAwareSelfAttention(MarianAttention):
             key, value = layer_cache.update(key, value, self.layer_idx)
         xl_relative = xl if self.xl_relative is not None else None
         if self.relative is None and not self.directional and xl_relative is None:
-            interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
-            output, weights = interface(self, query, key, value, attention_mask,
-                                        dropout=self.dropout if self.training else 0.0, scaling=self.scaling, **kwargs)  # fmt: skip
+            interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+            output, weights = interface(
+                self,
+                query,
+                key,
+                value,
+                attention_mask,
+                dropout=self.dropout if self.training else 0.0,
+                scaling=self.scaling,
+                **kwargs,
+            )
         else:
-            output, weights = self.attend_with_positions(query, key, value, attention_mask, query_positions, xl_relative, **kwargs)
+            output, weights = self.attend_with_positions(
+                query, key, value, attention_mask, query_positions, xl_relative, **kwargs
+            )
         output = self.out_proj(output.reshape(*hidden_states.shape[:-1], -1).contiguous())
         return output, weights
 
@@ -224,7 +266,9 @@ class PositionAwareSelfAttention(MarianAttention):
         if xl is None or self.xl_form != "rotary":
             return query_positions
         xl_positions = xl["xl_positions"].to(torch.float32) * xl["xl_gate"].to(torch.float32)
-        others = query_positions.to(torch.float32) if self.rotary else torch.zeros_like(query_positions, dtype=torch.float32)
+        others = (
+            query_positions.to(torch.float32) if self.rotary else torch.zeros_like(query_positions, dtype=torch.float32)
+        )
         is_xl = heads_split(self.num_heads, self.xl_heads, query_positions.device)[None, :, :, 0]  # (1, H, 1)
         return torch.where(is_xl, xl_positions[:, None, :], others)
 
@@ -253,34 +297,50 @@ class PositionAwareSelfAttention(MarianAttention):
             xl_positions, gate = xl_relative["xl_positions"], xl_relative["xl_gate"].to(dtype)
             xl_buckets = self.xl_relative.buckets(xl_positions[:, :, None], xl_positions[:, None, :])[:, None]
             xl_term = self.xl_relative.key_bias(query[:, : self.xl_heads], xl_buckets, self.scaling) * gate
-            bias = bias + torch.cat([xl_term, xl_term.new_zeros(*xl_term.shape[:1], self.num_heads - self.xl_heads,
-                                                                 *xl_term.shape[2:])], dim=1)  # fmt: skip
+            bias = bias + torch.cat(
+                [xl_term, xl_term.new_zeros(*xl_term.shape[:1], self.num_heads - self.xl_heads, *xl_term.shape[2:])],
+                dim=1,
+            )
         if self.directional:
             bias = bias + directional_bias(self.num_heads, query_positions, key_positions, dtype)
         bias = bias.clamp(min=torch.finfo(dtype).min)  # two masks summed stay finite: a fully masked row is uniform
         plain_values = self.relative is not None and self.relative.values is not None
         xl_values = xl_relative is not None and self.xl_relative.values is not None
         if plain_values or xl_values or implementation == "eager":
-            output, weights = eager_attention_forward(self, query, key, value, bias,
-                                                      dropout=self.dropout if self.training else 0.0, scaling=self.scaling)  # fmt: skip
+            output, weights = eager_attention_forward(
+                self, query, key, value, bias, dropout=self.dropout if self.training else 0.0, scaling=self.scaling
+            )
             if plain_values:
                 term = self.relative.value_term(weights, buckets)
                 output = output + (term if plain_heads is None else term * plain_heads).transpose(1, 2)
             if xl_values:
                 term = self.xl_relative.value_term(weights[:, : self.xl_heads], xl_buckets) * gate
-                output = output + torch.cat([term, term.new_zeros(*term.shape[:1], self.num_heads - self.xl_heads,
-                                                                  *term.shape[2:])], dim=1).transpose(1, 2)  # fmt: skip
+                output = output + torch.cat(
+                    [term, term.new_zeros(*term.shape[:1], self.num_heads - self.xl_heads, *term.shape[2:])], dim=1
+                ).transpose(1, 2)
             return output, weights
-        return ALL_ATTENTION_FUNCTIONS["sdpa"](self, query, key, value, bias.contiguous(), dropout=self.dropout if self.training else 0.0,
-                                              scaling=self.scaling, is_causal=False)  # fmt: skip
+        return ALL_ATTENTION_FUNCTIONS["sdpa"](
+            self,
+            query,
+            key,
+            value,
+            bias.contiguous(),
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            is_causal=False,
+        )
 
     def padding_bias(self, attention_mask, query_positions, key_positions, dtype) -> torch.Tensor:
         """The given mask as an additive float (B|1, 1|H, L_q, L_k) bias, with causality where the module is causal."""
         minimum = torch.finfo(dtype).min
         if attention_mask is None:
-            bias = torch.zeros(1, 1, len(query_positions), len(key_positions), dtype=dtype, device=query_positions.device)
+            bias = torch.zeros(
+                1, 1, len(query_positions), len(key_positions), dtype=dtype, device=query_positions.device
+            )
         elif attention_mask.dtype == torch.bool:
-            bias = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device).masked_fill(~attention_mask, minimum)
+            bias = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device).masked_fill(
+                ~attention_mask, minimum
+            )
         else:
             bias = attention_mask.to(dtype)
         if self.is_causal:
@@ -288,8 +348,15 @@ class PositionAwareSelfAttention(MarianAttention):
         return bias
 
 
-def apply_position_options(model_part: nn.Module, config, *, is_decoder: bool, xl_heads: int = 0,
-                           xl_form: str | None = None, xl_layers: tuple[int, ...] = ()) -> None:  # fmt: skip
+def apply_position_options(
+    model_part: nn.Module,
+    config,
+    *,
+    is_decoder: bool,
+    xl_heads: int = 0,
+    xl_form: str | None = None,
+    xl_layers: tuple[int, ...] = (),
+) -> None:
     """Apply the config's position options to an encoder or decoder (Marian layout: `embed_positions`, `layers`):
     `absolute_positions=False` replaces the sinusoid by `NoPositions`; relative representations and rotary
     positions (on the sides `relative_attention_sides` / `rotary_attention_sides` name) and directional heads
@@ -308,9 +375,16 @@ def apply_position_options(model_part: nn.Module, config, *, is_decoder: bool, x
     for index, layer in enumerate(model_part.layers):
         if not isinstance(layer.self_attn, PositionAwareSelfAttention):
             xl = {"xl_heads": xl_heads, "xl_form": xl_form} if index in xl_layers else {}
-            layer.self_attn = PositionAwareSelfAttention(config, heads, is_decoder=is_decoder, layer_idx=index,
-                                                         relative=relative, directional=directional, rotary=rotary,
-                                                         **xl)  # fmt: skip
+            layer.self_attn = PositionAwareSelfAttention(
+                config,
+                heads,
+                is_decoder=is_decoder,
+                layer_idx=index,
+                relative=relative,
+                directional=directional,
+                rotary=rotary,
+                **xl,
+            )
 
 
 class PositionOptionsMarianDecoder(InitOwnParametersMixin, MarianDecoder):

@@ -86,7 +86,9 @@ def pre_norm_layer_forward(layer: nn.TransformerEncoderLayer, hidden: torch.Tens
     normed = layer.norm1(hidden)
     qkv = F.linear(normed, attention.in_proj_weight, attention.in_proj_bias)
     q, k, v = qkv.view(batch, length, 3, heads, width // heads).permute(2, 0, 3, 1, 4).unbind(0)
-    attended = F.scaled_dot_product_attention(q, k, v, attn_mask=keys, dropout_p=attention.dropout if layer.training else 0.0)
+    attended = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=keys, dropout_p=attention.dropout if layer.training else 0.0
+    )
     attended = attention.out_proj(attended.transpose(1, 2).reshape(batch, length, width))
     hidden = hidden + F.dropout(attended, dropout, layer.training)
     inner = F.dropout(layer.activation(layer.linear1(layer.norm2(hidden))), dropout, layer.training)
@@ -132,7 +134,9 @@ class WordStarts(nn.Module):
     def set_from(self, flags) -> None:
         flags = torch.as_tensor(flags, dtype=torch.bool, device=self.flags.device)
         if flags.shape != self.flags.shape:
-            raise ValueError(f"word-start flags must have one entry per vocabulary id ({self.flags.shape[0]}), got {tuple(flags.shape)}")
+            raise ValueError(
+                f"word-start flags must have one entry per vocabulary id ({self.flags.shape[0]}), got {tuple(flags.shape)}"
+            )
         self.flags.copy_(flags)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -154,7 +158,9 @@ def word_mean_scores(scores: torch.Tensor, word_start: torch.Tensor, movable: to
     return torch.where(movable, (sums / counts.clamp(min=1)).gather(1, word), scores)
 
 
-def reorder_loss(scores: torch.Tensor, oracle_positions: torch.Tensor, movable: torch.Tensor, kind: str) -> torch.Tensor:
+def reorder_loss(
+    scores: torch.Tensor, oracle_positions: torch.Tensor, movable: torch.Tensor, kind: str
+) -> torch.Tensor:
     """Imitation loss of the predictor against the oracle XL positions (mean over pairs or tokens)."""
     oracle = oracle_positions.to(scores.dtype)
     if kind == "pairwise":

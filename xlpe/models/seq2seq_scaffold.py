@@ -185,8 +185,11 @@ def encode_decode(
     cache = take_cache(past_key_values, cache)
     if encoder_outputs is None:
         encoder_outputs = model.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-            **(encoder_kwargs or {}), **kwargs,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            **(encoder_kwargs or {}),
+            **kwargs,
         )
     elif not isinstance(encoder_outputs, BaseModelOutput):
         encoder_outputs = encoder_output_class(*encoder_outputs)
@@ -242,7 +245,9 @@ def decoder_inputs_from_labels(config, labels, decoder_input_ids, decoder_inputs
     return decoder_input_ids, False
 
 
-def translation_loss(logits: torch.Tensor, labels: torch.Tensor | None, label_smoothing: float = 0.0) -> torch.Tensor | None:
+def translation_loss(
+    logits: torch.Tensor, labels: torch.Tensor | None, label_smoothing: float = 0.0
+) -> torch.Tensor | None:
     """Token-level cross-entropy (mean over non -100 labels), in float32 whatever the logits' dtype.
 
     `label_smoothing` = epsilon (Szegedy et al. 2016; 0.1 in both papers' recipes): (1 - eps) * NLL + eps * mean
@@ -252,8 +257,9 @@ def translation_loss(logits: torch.Tensor, labels: torch.Tensor | None, label_sm
     if labels is None:
         return None
     labels = labels.reshape(-1).to(logits.device)
-    summed = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, reduction="sum",
-                             label_smoothing=label_smoothing)  # fmt: skip
+    summed = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), labels, reduction="sum", label_smoothing=label_smoothing
+    )
     return summed / (labels != -100).sum().clamp_min(1)  # the mean; 0 (not NaN) for a batch with no supervised token
 
 

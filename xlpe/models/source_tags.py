@@ -44,14 +44,18 @@ class SourceTagEncoding(nn.Module):
         self.table.weight.normal_(0.0, self.init_std)
         self.table.weight[PAD_TAG_ID].zero_()
 
-    def forward(self, inputs_embeds: torch.Tensor, pos_tag_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, inputs_embeds: torch.Tensor, pos_tag_ids: torch.Tensor | None, mask: torch.Tensor
+    ) -> torch.Tensor:
         """`inputs_embeds` [batch, T, d] (scaled words) + the tag encoding of `pos_tag_ids` [batch, T] (tag ids on
         real tokens: 1 unknown, 2 special, 3.. config.pos_tags; pad slots may hold anything). Omitted: every
         token gets the <unk> tag, with a warning (a tagged model should be given its tags)."""
         shape = tuple(inputs_embeds.shape[:2])
         if pos_tag_ids is None:
-            logger.warning_once("no `pos_tag_ids` given to a model with source POS tags (config.pos_tagger): every "
-                                "source token is tagged <unk>")  # fmt: skip
+            logger.warning_once(
+                "no `pos_tag_ids` given to a model with source POS tags (config.pos_tagger): every "
+                "source token is tagged <unk>"
+            )
             pos_tag_ids = torch.full(shape, UNK_TAG_ID, dtype=torch.long, device=inputs_embeds.device)
             pos_tag_ids = pos_tag_ids.masked_fill(~mask, PAD_TAG_ID)
         else:
@@ -67,8 +71,12 @@ class SourceTagsPipelineMixin:
     def raw_text_tagger(self) -> RawTextTagger:
         """The configured tagger of raw source text (built once; `.unknown_tags` counts out-of-vocabulary tags)."""
         if self._raw_text_tagger is None:
-            self._raw_text_tagger = RawTextTagger(self.config.pos_tagger, self.config.pos_tags, self.config.nltk_data,
-                                                  model_dir=getattr(self.config, "_name_or_path", None) or None)  # fmt: skip
+            self._raw_text_tagger = RawTextTagger(
+                self.config.pos_tagger,
+                self.config.pos_tags,
+                self.config.nltk_data,
+                model_dir=getattr(self.config, "_name_or_path", None) or None,
+            )
         return self._raw_text_tagger
 
     _tagger_file: tuple[str, bytes] | None = None  # (pos_tagger, the bytes of its file), read at the first save
@@ -82,7 +90,9 @@ class SourceTagsPipelineMixin:
         if file_name is None or not kwargs.get("is_main_process", True):
             return super().save_pretrained(save_directory, *args, **kwargs)
         if self._tagger_file is None or self._tagger_file[0] != self.config.pos_tagger:
-            with open(resolve_tagger_file(file_name, getattr(self.config, "_name_or_path", None) or None), "rb") as handle:
+            with open(
+                resolve_tagger_file(file_name, getattr(self.config, "_name_or_path", None) or None), "rb"
+            ) as handle:
                 self._tagger_file = (self.config.pos_tagger, handle.read())
         os.makedirs(save_directory, exist_ok=True)
         with open(os.path.join(save_directory, SAVED_TAGGER_FILE), "wb") as handle:

@@ -57,5 +57,12 @@ def output_cache(outputs):
     return getattr(outputs, CACHE_FIELD, None)
 
 
-__all__ = ["CACHE_ARGUMENT", "CACHE_FIELD", "CACHE_NAMES", "cache_kwargs", "output_cache", "renamed_cache_argument",
-           "take_cache"]
+__all__ = [
+    "CACHE_ARGUMENT",
+    "CACHE_FIELD",
+    "CACHE_NAMES",
+    "cache_kwargs",
+    "output_cache",
+    "renamed_cache_argument",
+    "take_cache",
+]

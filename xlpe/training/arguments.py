@@ -44,26 +44,39 @@ def _help(text: str, **kwargs):
 class ModelArguments:
     """Which model, tokenizer and family to train (run_translation's names first)."""
 
-    model_name_or_path: str | None = _help("checkpoint to start from (Hub id or directory); none = from scratch", default=None)
+    model_name_or_path: str | None = _help(
+        "checkpoint to start from (Hub id or directory); none = from scratch", default=None
+    )
     model_type: str | None = _help(
         "vanilla (stock MarianMT) or a registered family: xlpe, dpe, mvpe_pos, ... Default: xlpe from scratch, "
         "the checkpoint's own type with --model_name_or_path. A stock Marian checkpoint with --model_type xlpe "
-        "is upgraded function-preservingly", default=None)  # fmt: skip
+        "is upgraded function-preservingly",
+        default=None,
+    )
     config_name: str | None = _help("config (directory or Hub id) to build a from-scratch model from", default=None)
-    tokenizer_name: str | None = _help("tokenizer (directory or Hub id); none = the checkpoint's, or a new "
-                                       "joint tokenizer trained on the training text", default=None)  # fmt: skip
+    tokenizer_name: str | None = _help(
+        "tokenizer (directory or Hub id); none = the checkpoint's, or a new "
+        "joint tokenizer trained on the training text",
+        default=None,
+    )
     cache_dir: str | None = _help("where downloads and prepared features are cached", default=None)
     model_revision: str = _help("model version: branch, tag or commit", default="main")
     token: str | None = _help("Hub token (default: the saved login)", default=None)
     trust_remote_code: bool = _help("allow Hub custom code for checkpoints of other packages", default=False)
-    config_overrides: str | None = _help("more config fields: 'key=value,key=value' (JSON values), e.g. "
-                                         "'relative_attention_max_distance=16,directional_attention=true'", default=None)  # fmt: skip
+    config_overrides: str | None = _help(
+        "more config fields: 'key=value,key=value' (JSON values), e.g. "
+        "'relative_attention_max_distance=16,directional_attention=true'",
+        default=None,
+    )
     # --- family fields (None: the family's default); each is checked against the family's config ---
     xl_strategy: str | None = _help("XL PE: none | in | head | combination", default=None)
     xl_heads: int | None = _help("XL PE: tau, first-layer heads that see the XL positions", default=None)
     reorder_loss_weight: float | None = _help("XL PE: weight of the reorder predictor's loss", default=None)
-    reorderer: str | None = _help("XL PE: a standalone reorderer (`xlpe-reorder train`, same tokenizer) that supplies "
-                                  "the predicted positions; saved inside the checkpoint", default=None)  # fmt: skip
+    reorderer: str | None = _help(
+        "XL PE: a standalone reorderer (`xlpe-reorder train`, same tokenizer) that supplies "
+        "the predicted positions; saved inside the checkpoint",
+        default=None,
+    )
     order_loss_weight: float | None = _help("DPE: lambda of Eq. 2", default=None)
     pe_step: str | None = _help("mvPE+POS: k of Eq. 9-10, a number or 'auto'", default=None)
     # --- size of a model trained from scratch (None: Transformer-base) ---
@@ -74,16 +87,24 @@ class ModelArguments:
     ffn_dim: int | None = _help("feed-forward width (encoder and decoder)", default=None)
     dropout: float | None = _help("dropout", default=None)
     # --- initialisation of a model built here (from scratch or --config_name) ---
-    init_std: float | None = _help("std of the weights HF initialises (every linear layer, and the embeddings unless "
-                                   "--embedding_init_std); default d_model^-1/2 from scratch, the config's with "
-                                   "--config_name", default=None)  # fmt: skip
-    embedding_init_std: float | None = _help("std of the token embeddings alone (scaled by sqrt(d_model) in use); "
-                                             "default --init_std. See docs/training.md, 'Initialisation'", default=None)  # fmt: skip
+    init_std: float | None = _help(
+        "std of the weights HF initialises (every linear layer, and the embeddings unless "
+        "--embedding_init_std); default d_model^-1/2 from scratch, the config's with "
+        "--config_name",
+        default=None,
+    )
+    embedding_init_std: float | None = _help(
+        "std of the token embeddings alone (scaled by sqrt(d_model) in use); "
+        "default --init_std. See docs/training.md, 'Initialisation'",
+        default=None,
+    )
     # --- a tokenizer trained here ---
     tokenizer_vocab_size: int = _help("sub-word vocabulary of a tokenizer trained here", default=8000)
     tokenizer_model: str = _help("unigram | bpe, for a tokenizer trained here", default="unigram")
-    use_fast_tokenizer: bool = _help("run_translation's flag: transformers 5 always loads the fast tokenizer "
-                                     "(false is accepted and warned about)", default=True)  # fmt: skip
+    use_fast_tokenizer: bool = _help(
+        "run_translation's flag: transformers 5 always loads the fast tokenizer (false is accepted and warned about)",
+        default=True,
+    )
 
 
 @dataclass
@@ -94,47 +115,77 @@ class DataTrainingArguments:
     target_lang: str | None = _help("target language key (e.g. de)", default=None)
     dataset_name: str | None = _help(f"Hub dataset id, local datasets directory, or {BUILTIN_DATASET}", default=None)
     dataset_config_name: str | None = _help("dataset configuration (e.g. de-en)", default=None)
-    dataset_label: str | None = _help("what the training data is called in the model card (e.g. 'Multi30k fr-en, "
-                                      "10k pairs'); default: the name xlpe-prepare recorded (--name), the "
-                                      "--dataset_name, or the training files' names", default=None)  # fmt: skip
-    train_file: str | None = _help('jsonlines {"translation": {src: ..., tgt: ...}} (optional "alignment")', default=None)
+    dataset_label: str | None = _help(
+        "what the training data is called in the model card (e.g. 'Multi30k fr-en, "
+        "10k pairs'); default: the name xlpe-prepare recorded (--name), the "
+        "--dataset_name, or the training files' names",
+        default=None,
+    )
+    train_file: str | None = _help(
+        'jsonlines {"translation": {src: ..., tgt: ...}} (optional "alignment")', default=None
+    )
     validation_file: str | None = _help("jsonlines validation file", default=None)
     test_file: str | None = _help("jsonlines test file", default=None)
     train_source_file: str | None = _help("plain text, one source sentence per line (.gz ok)", default=None)
     train_target_file: str | None = _help("plain text, parallel to --train_source_file", default=None)
-    train_alignment_file: str | None = _help("Pharaoh i-j links parallel to the training pairs (default: eflomal)", default=None)
+    train_alignment_file: str | None = _help(
+        "Pharaoh i-j links parallel to the training pairs (default: eflomal)", default=None
+    )
     validation_source_file: str | None = _help("plain text validation sources", default=None)
     validation_target_file: str | None = _help("plain text validation targets", default=None)
     validation_alignment_file: str | None = _help("Pharaoh links for the validation pairs", default=None)
     test_source_file: str | None = _help("plain text test sources", default=None)
     test_target_file: str | None = _help("plain text test targets", default=None)
     test_alignment_file: str | None = _help("Pharaoh links for the test pairs", default=None)
-    prepared_dataset: str | None = _help("a directory written by xlpe-prepare: its splits, and its tokenizer "
-                                         "unless --tokenizer_name is given; no other data flags", default=None)  # fmt: skip
-    source_prefix: str | None = _help("text put before every source sentence, in training and evaluation (T5-style "
-                                      "task prefix; recorded in the model card: add it when translating)", default=None)  # fmt: skip
-    overwrite_cache: bool = _help("recompute the prepared features even when the cache holds them (and replace them)", default=False)
-    pad_to_max_length: bool = _help("pad every batch to max(--max_source_length, --max_target_length) (static "
-                                    "shapes); default: to the longest example of the batch", default=False)  # fmt: skip
-    ignore_pad_token_for_loss: bool = _help("padded label positions are left out of the loss (-100); false trains "
-                                            "them to predict the pad token, as run_translation's flag does", default=True)  # fmt: skip
-    forced_bos_token: str | None = _help("token forced as the first generated one (e.g. a target-language tag); "
-                                         "must be in the vocabulary", default=None)  # fmt: skip
+    prepared_dataset: str | None = _help(
+        "a directory written by xlpe-prepare: its splits, and its tokenizer "
+        "unless --tokenizer_name is given; no other data flags",
+        default=None,
+    )
+    source_prefix: str | None = _help(
+        "text put before every source sentence, in training and evaluation (T5-style "
+        "task prefix; recorded in the model card: add it when translating)",
+        default=None,
+    )
+    overwrite_cache: bool = _help(
+        "recompute the prepared features even when the cache holds them (and replace them)", default=False
+    )
+    pad_to_max_length: bool = _help(
+        "pad every batch to max(--max_source_length, --max_target_length) (static "
+        "shapes); default: to the longest example of the batch",
+        default=False,
+    )
+    ignore_pad_token_for_loss: bool = _help(
+        "padded label positions are left out of the loss (-100); false trains "
+        "them to predict the pad token, as run_translation's flag does",
+        default=True,
+    )
+    forced_bos_token: str | None = _help(
+        "token forced as the first generated one (e.g. a target-language tag); must be in the vocabulary", default=None
+    )
     max_source_length: int = _help("longest source in tokens; longer pairs are skipped (counted)", default=128)
     max_target_length: int = _help("longest target in tokens; longer pairs are skipped (counted)", default=128)
-    val_max_target_length: int | None = _help("generation length limit at evaluation (default max_target_length)", default=None)
+    val_max_target_length: int | None = _help(
+        "generation length limit at evaluation (default max_target_length)", default=None
+    )
     max_train_samples: int | None = _help("use the first N training pairs", default=None)
     max_eval_samples: int | None = _help("use the first N validation pairs", default=None)
     max_predict_samples: int | None = _help("use the first N test pairs", default=None)
     num_beams: int | None = _help("beams at evaluation/prediction (also saved as the model's default)", default=None)
     preprocessing_num_workers: int | None = _help("processes for the feature preparation", default=None)
-    source_tagger: str | None = _help("POS tagger of the source (families with tags): nltk-en | jieba-zh | spacy:<model> | perceptron:<file> (xlpe-tagger train)", default=None)
+    source_tagger: str | None = _help(
+        "POS tagger of the source (families with tags): nltk-en | jieba-zh | spacy:<model> | perceptron:<file> (xlpe-tagger train)",
+        default=None,
+    )
     target_tagger: str | None = _help("POS tagger of the target (families with tags)", default=None)
     nltk_data: str | None = _help("extra nltk_data directory for the nltk-en tagger", default=None)
     num_translation_examples: int = _help("test translations printed at the end", default=5)
-    bleu_tokenize: str | None = _help("sacrebleu's BLEU tokenizer: 13a, intl, zh, ja-mecab, ko-mecab, char, none, ... "
-                                      "Default: sacrebleu's choice for --target_lang (zh -> zh, ja -> ja-mecab, "
-                                      "ko -> ko-mecab, else 13a); checked before training", default=None)  # fmt: skip
+    bleu_tokenize: str | None = _help(
+        "sacrebleu's BLEU tokenizer: 13a, intl, zh, ja-mecab, ko-mecab, char, none, ... "
+        "Default: sacrebleu's choice for --target_lang (zh -> zh, ja -> ja-mecab, "
+        "ko -> ko-mecab, else 13a); checked before training",
+        default=None,
+    )
 
     def uses_builtin_corpus(self) -> bool:
         files = [v for k, v in vars(self).items() if k.endswith("_file") and v]
@@ -146,20 +197,36 @@ class XLPETrainingArguments(Seq2SeqTrainingArguments):
     """Seq2SeqTrainingArguments (generation on by default) plus resume/averaging/evaluation options."""
 
     predict_with_generate: bool = _help("evaluate with generate() (BLEU, chrF)", default=True)
-    overwrite_output_dir: bool = _help("start over in an output_dir that holds checkpoints (they are deleted)", default=False)
+    overwrite_output_dir: bool = _help(
+        "start over in an output_dir that holds checkpoints (they are deleted)", default=False
+    )
     average_last_checkpoints: int = _help("average the last N checkpoints into the final model (papers: 5)", default=0)
-    recipe: str | None = _help(f"argument defaults: {' | '.join(RECIPE_NAMES)} (architecture, inverse-sqrt schedule, "
-                               "label smoothing, token batches, BLEU evaluation, early stopping, averaging; explicit "
-                               "flags win), or none (transformers' defaults). Default from scratch: chosen for the data size and device (logged)", default=None)  # fmt: skip
-    max_tokens: int | None = _help("token-based batches: length-bucketed, at most N padded tokens (longest side x "
-                                   "sentences) per batch and process, instead of --per_device_train_batch_size", default=None)  # fmt: skip
-    early_stopping_patience: int | None = _help("stop after N evaluations without a better --metric_for_best_model "
-                                                "(default bleu); needs --eval_strategy steps", default=None)  # fmt: skip
-    eval_subset: int | None = _help("periodic evaluations during training score only the first N validation "
-                                    "sentences (bounded cost; early stopping reads them); the final evaluation "
-                                    "scores the whole split. Recipe small: 200", default=None)  # fmt: skip
-    eval_with_oracle_positions: bool = _help("validation: give generate() the gold reorderings (an upper bound; default: "
-                                             "predicted). The test split of an XL PE model is scored both ways anyway", default=False)  # fmt: skip
+    recipe: str | None = _help(
+        f"argument defaults: {' | '.join(RECIPE_NAMES)} (architecture, inverse-sqrt schedule, "
+        "label smoothing, token batches, BLEU evaluation, early stopping, averaging; explicit "
+        "flags win), or none (transformers' defaults). Default from scratch: chosen for the data size and device (logged)",
+        default=None,
+    )
+    max_tokens: int | None = _help(
+        "token-based batches: length-bucketed, at most N padded tokens (longest side x "
+        "sentences) per batch and process, instead of --per_device_train_batch_size",
+        default=None,
+    )
+    early_stopping_patience: int | None = _help(
+        "stop after N evaluations without a better --metric_for_best_model (default bleu); needs --eval_strategy steps",
+        default=None,
+    )
+    eval_subset: int | None = _help(
+        "periodic evaluations during training score only the first N validation "
+        "sentences (bounded cost; early stopping reads them); the final evaluation "
+        "scores the whole split. Recipe small: 200",
+        default=None,
+    )
+    eval_with_oracle_positions: bool = _help(
+        "validation: give generate() the gold reorderings (an upper bound; default: "
+        "predicted). The test split of an XL PE model is scored both ways anyway",
+        default=False,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -175,27 +242,42 @@ def check_batching(training_args, explicit: set[str]) -> None:
         raise ValueError(f"--max_tokens must be a positive number of tokens, got {training_args.max_tokens}")
     conflicting = sorted(explicit & {"per_device_train_batch_size", "train_sampling_strategy", "auto_find_batch_size"})
     if "max_tokens" in explicit and conflicting:
-        raise ValueError(f"--max_tokens makes token-based, length-bucketed batches; it conflicts with --{conflicting[0]} "
-                         "(sentence batches): give one or the other")  # fmt: skip
+        raise ValueError(
+            f"--max_tokens makes token-based, length-bucketed batches; it conflicts with --{conflicting[0]} "
+            "(sentence batches): give one or the other"
+        )
 
 
 def check_data_sources(data_args) -> None:
     """A dataset name beside data files: one of them would be ignored (the built-in corpus or a Hub / local dataset
     wins over the files), so the two are refused together, naming both. Alignment files may go with a dataset
     (Pharaoh links for its splits)."""
-    files = [f"--{name}" for name, value in vars(data_args).items()
-             if name.endswith("_file") and not name.endswith("_alignment_file") and value]  # fmt: skip
+    files = [
+        f"--{name}"
+        for name, value in vars(data_args).items()
+        if name.endswith("_file") and not name.endswith("_alignment_file") and value
+    ]
     if data_args.dataset_name and files:
-        raise UsageError(f"--dataset_name {data_args.dataset_name} and {', '.join(files)} both name training data, and "
-                         f"only one can be used: give the dataset or the files")  # fmt: skip
+        raise UsageError(
+            f"--dataset_name {data_args.dataset_name} and {', '.join(files)} both name training data, and "
+            f"only one can be used: give the dataset or the files"
+        )
 
 
 def check_numbers(data_args, training_args) -> None:
     """Numbers that cannot work, before any work: lengths and counts below 1, and a training length that would
     train nothing (`--max_steps 0`, a negative one other than -1, which is transformers' "train for
     --num_train_epochs", or -1 with `--num_train_epochs` <= 0)."""
-    for name in ("max_source_length", "max_target_length", "val_max_target_length", "max_train_samples",
-                 "max_eval_samples", "max_predict_samples", "num_beams", "preprocessing_num_workers"):  # fmt: skip
+    for name in (
+        "max_source_length",
+        "max_target_length",
+        "val_max_target_length",
+        "max_train_samples",
+        "max_eval_samples",
+        "max_predict_samples",
+        "num_beams",
+        "preprocessing_num_workers",
+    ):
         value = getattr(data_args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name} must be >= 1, got {value}")
@@ -203,8 +285,10 @@ def check_numbers(data_args, training_args) -> None:
         return
     steps, epochs = training_args.max_steps, training_args.num_train_epochs
     if steps == 0 or steps < -1:
-        raise UsageError(f"--max_steps must be a positive number of optimizer steps, or -1 to train for "
-                         f"--num_train_epochs ({epochs}); got {steps}")  # fmt: skip
+        raise UsageError(
+            f"--max_steps must be a positive number of optimizer steps, or -1 to train for "
+            f"--num_train_epochs ({epochs}); got {steps}"
+        )
     if steps == -1 and epochs <= 0:
         raise UsageError(f"--num_train_epochs must be > 0 when --max_steps is -1 (training by epochs); got {epochs}")
 
@@ -219,8 +303,12 @@ def fit_recipe_to_explicit(training_args, explicit: set[str]) -> None:
         saved = (steps // every if steps > 0 else None) if training_args.save_strategy == "steps" else 0
         fitting = min(c for c in (training_args.average_last_checkpoints, saved, keep) if c is not None)
         if fitting < training_args.average_last_checkpoints:
-            logger.info("averaging the last %d checkpoints, not the recipe's %d (--save_strategy/--save_steps/--max_steps "
-                        "save fewer)", fitting, training_args.average_last_checkpoints)  # fmt: skip
+            logger.info(
+                "averaging the last %d checkpoints, not the recipe's %d (--save_strategy/--save_steps/--max_steps "
+                "save fewer)",
+                fitting,
+                training_args.average_last_checkpoints,
+            )
             training_args.average_last_checkpoints = fitting
 
 
@@ -228,11 +316,25 @@ def builtin_recipe(model_args: ModelArguments) -> dict:
     """Defaults for the built-in corpus: a small model that learns the SVO -> SOV reordering in a few CPU
     minutes. Model-size entries apply only to a model trained from scratch."""
     recipe = dict(
-        source_lang="en", target_lang="sov", num_beams=4, max_source_length=64, max_target_length=64,
-        learning_rate=2e-3, warmup_steps=100, max_steps=800, per_device_train_batch_size=64,
-        per_device_eval_batch_size=100, weight_decay=0.0, logging_steps=50, save_steps=400, save_total_limit=2,
-        eval_strategy="no", tokenizer_model="bpe", tokenizer_vocab_size=1000, lr_scheduler_type="linear",
-    )  # fmt: skip
+        source_lang="en",
+        target_lang="sov",
+        num_beams=4,
+        max_source_length=64,
+        max_target_length=64,
+        learning_rate=2e-3,
+        warmup_steps=100,
+        max_steps=800,
+        per_device_train_batch_size=64,
+        per_device_eval_batch_size=100,
+        weight_decay=0.0,
+        logging_steps=50,
+        save_steps=400,
+        save_total_limit=2,
+        eval_strategy="no",
+        tokenizer_model="bpe",
+        tokenizer_vocab_size=1000,
+        lr_scheduler_type="linear",
+    )
     if model_args.model_name_or_path is None and model_args.config_name is None:
         recipe.update(d_model=128, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=256, dropout=0.1)
     return recipe
@@ -246,10 +348,15 @@ def describe_device(training_args) -> dict | None:
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
     properties = torch.cuda.get_device_properties(index)  # SMs (a MIG slice has fewer) and memory: recipes fit to them
-    return {"type": "cuda", "name": torch.cuda.get_device_name(index),
-            "capability": list(torch.cuda.get_device_capability(index)),
-            "compile": importlib.util.find_spec("triton") is not None, "cpus": os.cpu_count() or 1,
-            "multi_processor_count": properties.multi_processor_count, "memory": properties.total_memory}  # fmt: skip
+    return {
+        "type": "cuda",
+        "name": torch.cuda.get_device_name(index),
+        "capability": list(torch.cuda.get_device_capability(index)),
+        "compile": importlib.util.find_spec("triton") is not None,
+        "cpus": os.cpu_count() or 1,
+        "multi_processor_count": properties.multi_processor_count,
+        "memory": properties.total_memory,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -297,14 +404,23 @@ def read_arguments_file(path: Path) -> dict:
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"{path}: cannot be read ({type(error).__name__})") from None
     if not isinstance(given, dict):
-        raise UsageError(f"{path}: the arguments file must hold a JSON object of argument names and values, got {type(given).__name__}")
+        raise UsageError(
+            f"{path}: the arguments file must hold a JSON object of argument names and values, got {type(given).__name__}"
+        )
     from .reuse import key_line
 
     hints = {}
     for cls in (ModelArguments, DataTrainingArguments, XLPETrainingArguments):
         hints.update(typing.get_type_hints(cls))
-    names = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "text", "list": "a list",
-             "dict": "an object", "NoneType": "null"}  # fmt: skip
+    names = {
+        "bool": "true or false",
+        "int": "an integer",
+        "float": "a number",
+        "str": "text",
+        "list": "a list",
+        "dict": "an object",
+        "NoneType": "null",
+    }
     for key, value in given.items():
         if key not in hints:
             raise UsageError(f"{path}:{key_line(text, key)}: unknown argument {key!r} (see xlpe-train --help)")
@@ -313,7 +429,9 @@ def read_arguments_file(path: Path) -> dict:
             continue
         fits = type(value) in kinds or (type(value) is int and float in kinds)
         if not fits:
-            wanted = " or ".join(names.get(kind.__name__, kind.__name__) for kind in sorted(kinds, key=lambda k: k.__name__))
+            wanted = " or ".join(
+                names.get(kind.__name__, kind.__name__) for kind in sorted(kinds, key=lambda k: k.__name__)
+            )
             raise UsageError(f"{path}:{key_line(text, key)}: {key!r} must be {wanted}, got {json.dumps(value)}")
     return given
 
@@ -356,13 +474,17 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
     check_data_sources(data_args)
     for name in ("source_lang", "target_lang"):  # `french` or `ffr` would pick tokenizers by a wrong code
         check_language_code(getattr(data_args, name), f"--{name}")
-    defaults = {"dataset_name": BUILTIN_DATASET, **builtin_recipe(model_args)} if data_args.uses_builtin_corpus() else {}
+    defaults = (
+        {"dataset_name": BUILTIN_DATASET, **builtin_recipe(model_args)} if data_args.uses_builtin_corpus() else {}
+    )
     recipe = recipe or training_args.recipe
     device = describe_device(training_args)
     if recipe and recipe != NO_RECIPE:
         from_scratch = model_args.model_name_or_path is None and model_args.config_name is None
-        defaults.update(recipe_settings(recipe, from_scratch, with_validation, training_args.predict_with_generate,
-                                        device=device), recipe=recipe)  # fmt: skip
+        defaults.update(
+            recipe_settings(recipe, from_scratch, with_validation, training_args.predict_with_generate, device=device),
+            recipe=recipe,
+        )
         if "max_tokens" not in explicit and explicit & {"per_device_train_batch_size", "train_sampling_strategy"}:
             defaults.pop("max_tokens")  # an explicit sentence batching replaces the recipe's token batches
     defaults = {key: value for key, value in defaults.items() if key not in explicit or key == "dataset_name"}
@@ -391,29 +513,45 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
         training_args.generation_num_beams = data_args.num_beams
     fit_recipe_to_explicit(training_args, explicit)
     if training_args.average_last_checkpoints and training_args.do_train:
-        keep, count, steps = training_args.save_total_limit, training_args.average_last_checkpoints, training_args.max_steps
+        keep, count, steps = (
+            training_args.save_total_limit,
+            training_args.average_last_checkpoints,
+            training_args.max_steps,
+        )
         saved = steps // training_args.save_steps if steps > 0 and training_args.save_strategy == "steps" else None
-        if training_args.save_strategy == "no" or (keep is not None and keep < count) or (saved is not None and saved < count):
-            raise ValueError(f"--average_last_checkpoints {count} needs at least {count} saved checkpoints: "
-                             f"--save_strategy is {getattr(training_args.save_strategy, 'value', training_args.save_strategy)}, --save_total_limit is {keep}, "
-                             f"--max_steps {steps} / --save_steps {training_args.save_steps} saves {saved}")  # fmt: skip
+        if (
+            training_args.save_strategy == "no"
+            or (keep is not None and keep < count)
+            or (saved is not None and saved < count)
+        ):
+            raise ValueError(
+                f"--average_last_checkpoints {count} needs at least {count} saved checkpoints: "
+                f"--save_strategy is {getattr(training_args.save_strategy, 'value', training_args.save_strategy)}, --save_total_limit is {keep}, "
+                f"--max_steps {steps} / --save_steps {training_args.save_steps} saves {saved}"
+            )
     if training_args.early_stopping_patience:
         if training_args.metric_for_best_model is None:  # (greater_is_better follows the metric's name)
             training_args.metric_for_best_model = "bleu" if training_args.predict_with_generate else "loss"
             training_args.greater_is_better = training_args.predict_with_generate
         if training_args.eval_strategy == "no" and training_args.do_train:
-            raise ValueError(f"--early_stopping_patience {training_args.early_stopping_patience} needs periodic "
-                             "evaluation: --eval_strategy steps --eval_steps N (got --eval_strategy no)")  # fmt: skip
+            raise ValueError(
+                f"--early_stopping_patience {training_args.early_stopping_patience} needs periodic "
+                "evaluation: --eval_strategy steps --eval_steps N (got --eval_strategy no)"
+            )
     if training_args.predict_with_generate and (training_args.do_eval or training_args.do_predict):
         # the tokenizer BLEU will need, resolved and tried now, not after hours of training (ja-mecab needs mecab)
         data_args.bleu_tokenize = check_bleu_tokenizer(data_args.target_lang, data_args.bleu_tokenize)
     if "tensorboard" in (training_args.report_to or []) and importlib.util.find_spec("tensorboard") is None:
-        raise ValueError("--report_to tensorboard needs the tensorboard package: pip install tensorboard (or xlpe[eval])")
+        raise ValueError(
+            "--report_to tensorboard needs the tensorboard package: pip install tensorboard (or xlpe[eval])"
+        )
     if "dataloader_persistent_workers" not in explicit and training_args.dataloader_num_workers > 0:
         training_args.dataloader_persistent_workers = True  # workers kept across epochs, not forked again each one
     if "dataloader_pin_memory" not in explicit and not torch.cuda.is_available():
         training_args.dataloader_pin_memory = False  # pinning is meaningless on CPU (and warns every epoch)
     if os.environ.get("ACCELERATE_USE_CPU") == "True" and training_args.world_size == 1:
-        logger.warning("`accelerate launch --cpu` starts ONE process (unless an MPI hostfile is given); for N CPU "
-                       "processes use `accelerate launch --multi_gpu --num_processes N ... --use_cpu` or torchrun")  # fmt: skip
+        logger.warning(
+            "`accelerate launch --cpu` starts ONE process (unless an MPI hostfile is given); for N CPU "
+            "processes use `accelerate launch --multi_gpu --num_processes N ... --use_cpu` or torchrun"
+        )
     return model_args, data_args, training_args

@@ -35,12 +35,17 @@ class ValidationEarlyStopping(EarlyStoppingCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if args.metric_for_best_model is None or args.eval_strategy == "no":
-            raise ValueError(f"--early_stopping_patience {self.early_stopping_patience} needs periodic evaluation "
-                             f"(--eval_strategy steps) and --metric_for_best_model; got --eval_strategy "
-                             f"{getattr(args.eval_strategy, 'value', args.eval_strategy)}, --metric_for_best_model "
-                             f"{args.metric_for_best_model}")  # fmt: skip
-        logger.info("early stopping: after %d evaluations without a better eval_%s", self.early_stopping_patience,
-                    args.metric_for_best_model.removeprefix("eval_"))  # fmt: skip
+            raise ValueError(
+                f"--early_stopping_patience {self.early_stopping_patience} needs periodic evaluation "
+                f"(--eval_strategy steps) and --metric_for_best_model; got --eval_strategy "
+                f"{getattr(args.eval_strategy, 'value', args.eval_strategy)}, --metric_for_best_model "
+                f"{args.metric_for_best_model}"
+            )
+        logger.info(
+            "early stopping: after %d evaluations without a better eval_%s",
+            self.early_stopping_patience,
+            args.metric_for_best_model.removeprefix("eval_"),
+        )
 
     def on_evaluate(self, args, state, control, metrics, **kwargs):
         super().on_evaluate(args, state, control, metrics, **kwargs)
@@ -48,12 +53,24 @@ class ValidationEarlyStopping(EarlyStoppingCallback):
         # the metric stopped improving)
         if self.early_stopping_patience_counter >= self.early_stopping_patience and self.stopped_at is None:
             self.stopped_at = state.global_step
-            logger.warning("early stopping at step %d: eval_%s has not improved on %s for %d evaluations", state.global_step,
-                           args.metric_for_best_model.removeprefix("eval_"), state.best_metric, self.early_stopping_patience)  # fmt: skip
+            logger.warning(
+                "early stopping at step %d: eval_%s has not improved on %s for %d evaluations",
+                state.global_step,
+                args.metric_for_best_model.removeprefix("eval_"),
+                state.best_metric,
+                self.early_stopping_patience,
+            )
 
 
-def describe_run_end(step: int, max_steps: int, history: list[tuple[int, float]], metric: str | None,
-                     early_stopped_at: int | None, patience: int | None = None, greater_is_better: bool = True) -> str:
+def describe_run_end(
+    step: int,
+    max_steps: int,
+    history: list[tuple[int, float]],
+    metric: str | None,
+    early_stopped_at: int | None,
+    patience: int | None = None,
+    greater_is_better: bool = True,
+) -> str:
     """One sentence saying why training ended and what the validation metric did: early stopping (and on which
     best value), or the step/epoch budget, with the metric's first, best and last values (`history`: (step, value)
     of every periodic evaluation). Pure: `RunOutcome` prints it."""
@@ -72,8 +89,10 @@ def describe_run_end(step: int, max_steps: int, history: list[tuple[int, float]]
             text += f"; eval_{metric} stayed at {last:g} from step {first_step} to step {last_step} over {count}"
         else:
             moved = "rose" if last > first else "fell"
-            text += (f"; eval_{metric} {moved} from {first:g} (step {first_step}) to {last:g} (step {last_step}) over "
-                     f"{count}")  # fmt: skip
+            text += (
+                f"; eval_{metric} {moved} from {first:g} (step {first_step}) to {last:g} (step {last_step}) over "
+                f"{count}"
+            )
         text += f", best {best:g} at step {best_step}"
         if early_stopped_at is None and best_step == last_step and len(history) > 1:
             text += " (still improving: more steps may help)"
@@ -91,8 +110,11 @@ class RunOutcome(TrainerCallback):
     @staticmethod
     def history(log_history: list[dict], metric: str) -> list[tuple[int, float]]:
         """(step, value) of `eval_<metric>` in a trainer log history, one per step, in step order."""
-        values = {entry["step"]: float(entry[f"eval_{metric}"]) for entry in log_history
-                  if isinstance(entry.get(f"eval_{metric}"), (int, float)) and "step" in entry}  # fmt: skip
+        values = {
+            entry["step"]: float(entry[f"eval_{metric}"])
+            for entry in log_history
+            if isinstance(entry.get(f"eval_{metric}"), (int, float)) and "step" in entry
+        }
         return sorted(values.items())
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -100,10 +122,19 @@ class RunOutcome(TrainerCallback):
             return
         metric = (args.metric_for_best_model or "").removeprefix("eval_") or None
         stopper = self.early_stopping
-        print("xlpe-train: " + describe_run_end(
-            state.global_step, args.max_steps, self.history(state.log_history, metric) if metric else [], metric,
-            stopper.stopped_at if stopper else None, stopper.early_stopping_patience if stopper else None,
-            args.greater_is_better is not False), flush=True)  # fmt: skip
+        print(
+            "xlpe-train: "
+            + describe_run_end(
+                state.global_step,
+                args.max_steps,
+                self.history(state.log_history, metric) if metric else [],
+                metric,
+                stopper.stopped_at if stopper else None,
+                stopper.early_stopping_patience if stopper else None,
+                args.greater_is_better is not False,
+            ),
+            flush=True,
+        )
 
 
 class RunClock(TrainerCallback):
@@ -140,7 +171,9 @@ class RunClock(TrainerCallback):
 
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and checkpoint.is_dir():
-            (checkpoint / self.FILE).write_text(json.dumps({"seconds": round(self.seconds(), 2), "segments": self.segments}))
+            (checkpoint / self.FILE).write_text(
+                json.dumps({"seconds": round(self.seconds(), 2), "segments": self.segments})
+            )
 
     def total(self) -> tuple[float, int]:
         return self.seconds(), self.segments
@@ -187,7 +220,7 @@ GPU_PEAKS: dict[str, dict] = {
     "L40": dict(bfloat16=181.0, float16=181.0, tf32=90.5, float32=90.5, sms=142),
     "L4": dict(bfloat16=121.0, float16=121.0, tf32=60.0, float32=30.3, sms=58),
     "A10": dict(bfloat16=125.0, float16=125.0, tf32=62.5, float32=31.2, sms=72),
-}  # fmt: skip
+}
 # the dense bf16 column alone (the figure `xlpe-train` divides by in a bf16 run)
 PEAK_DENSE_BF16_TFLOPS: dict[str, float] = {name: peaks["bfloat16"] for name, peaks in GPU_PEAKS.items()}
 MATH_MODES = ("bfloat16", "float16", "tf32", "float32")
@@ -233,7 +266,9 @@ def math_mode(bf16: bool = False, fp16: bool = False, tf32: bool | None = None) 
     return "tf32" if tf32 else "float32"
 
 
-def device_peak(device_name: str | None, dtype: str = "bfloat16", multi_processor_count: int | None = None) -> tuple[float | None, str]:
+def device_peak(
+    device_name: str | None, dtype: str = "bfloat16", multi_processor_count: int | None = None
+) -> tuple[float | None, str]:
     """(peak TFLOP/s, what it is) of the device called `device_name` for matmuls in `dtype` (a `MATH_MODES`
     entry), or (None, why there is none). A MIG slice (the name says "MIG", or `multi_processor_count` is below
     the part's full SM count) gets the part's peak scaled by its share of the SMs; a slice whose SM count is
@@ -251,13 +286,17 @@ def device_peak(device_name: str | None, dtype: str = "bfloat16", multi_processo
     mig = "MIG" in device_name.upper().replace("-", " ").split()
     if multi_processor_count is not None and multi_processor_count < full:
         share = multi_processor_count / full
-        return round(peak * share, 1), f"dense {dtype} peak of the {part} ({peak:g}) x {multi_processor_count}/{full} SMs (a MIG slice)"
+        return round(
+            peak * share, 1
+        ), f"dense {dtype} peak of the {part} ({peak:g}) x {multi_processor_count}/{full} SMs (a MIG slice)"
     if mig:
         return None, f"{device_name} is a MIG slice and its SM count is unknown"
     return peak, f"dense {dtype} peak of the {part}"
 
 
-def peak_tflops(device_name: str | None, dtype: str = "bfloat16", multi_processor_count: int | None = None) -> float | None:
+def peak_tflops(
+    device_name: str | None, dtype: str = "bfloat16", multi_processor_count: int | None = None
+) -> float | None:
     """Dense peak (TFLOP/s) of the GPU called `device_name` in math mode `dtype` (None: unknown device, not a
     GPU, a MIG slice of unknown size, or no figure for that mode). `device_peak` says why."""
     return device_peak(device_name, dtype, multi_processor_count)[0]
@@ -276,7 +315,11 @@ def train_flops_per_token(config) -> tuple[float, float] | None:
     try:
         d, vocab = int(config.d_model), int(config.vocab_size)
         enc_layers = int(config.encoder_layers) + int(getattr(config, "dpe_layers", 0) or 0)
-        dec_layers, enc_ffn, dec_ffn = int(config.decoder_layers), int(config.encoder_ffn_dim), int(config.decoder_ffn_dim)
+        dec_layers, enc_ffn, dec_ffn = (
+            int(config.decoder_layers),
+            int(config.encoder_ffn_dim),
+            int(config.decoder_ffn_dim),
+        )
     except (AttributeError, TypeError, ValueError):
         return None
     source = enc_layers * (4 * d * d + 2 * d * enc_ffn) + dec_layers * 2 * d * d
@@ -306,7 +349,9 @@ class Throughput(TrainerCallback):
 
         if self.peak is None and args.device.type == "cuda":
             properties = torch.cuda.get_device_properties(args.device)
-            mode = math_mode(bool(getattr(args, "bf16", False)), bool(getattr(args, "fp16", False)), getattr(args, "tf32", None))
+            mode = math_mode(
+                bool(getattr(args, "bf16", False)), bool(getattr(args, "fp16", False)), getattr(args, "tf32", None)
+            )
             self.peak, self.peak_source = device_peak(properties.name, mode, properties.multi_processor_count)
             if self.peak is None:
                 logger.info("MFU not reported: %s", self.peak_source)

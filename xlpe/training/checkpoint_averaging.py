@@ -25,8 +25,14 @@ from ..features.text_files import write_text_atomic
 from ..models.hub_support import apply_umask_to_weights
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
-TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "scaler.pt",
-                        "optimizer.bin"}  # optimizer.bin: FSDP runs (accelerate's name)
+TRAINING_STATE_FILES = {
+    "optimizer.pt",
+    "scheduler.pt",
+    "trainer_state.json",
+    "training_args.bin",
+    "scaler.pt",
+    "optimizer.bin",
+}  # optimizer.bin: FSDP runs (accelerate's name)
 FSDP_WEIGHTS_PREFIX = "pytorch_model_fsdp"  # an FSDP checkpoint's second copy of the weights (torch.save): not copied
 WEIGHT_SUFFIX = ".safetensors"
 
@@ -80,7 +86,9 @@ def average_checkpoints(checkpoints: list[str | Path]) -> dict[str, torch.Tensor
             )
         for name, tensor in state.items():
             if name in sums and sums[name].shape != tensor.shape:
-                raise ValueError(f"{name}: shape {tuple(tensor.shape)} in {checkpoint}, {tuple(sums[name].shape)} before")
+                raise ValueError(
+                    f"{name}: shape {tuple(tensor.shape)} in {checkpoint}, {tuple(sums[name].shape)} before"
+                )
             if tensor.is_floating_point():
                 sums[name] = sums[name] + tensor.double() if name in sums else tensor.double()
             newest[name] = tensor
@@ -98,14 +106,25 @@ def save_averaged_model(checkpoints: list[str | Path], output_dir: str | Path) -
     output_dir.mkdir(parents=True, exist_ok=True)
     newest = checkpoints[-1]
     for file in newest.iterdir():  # config, tokenizer, custom code: everything but weights and training state
-        if file.is_file() and not file.name.endswith(WEIGHT_SUFFIX) and file.name not in TRAINING_STATE_FILES \
-                and not file.name.startswith(("rng_state", FSDP_WEIGHTS_PREFIX)) and not file.name.endswith(".safetensors.index.json"):
+        if (
+            file.is_file()
+            and not file.name.endswith(WEIGHT_SUFFIX)
+            and file.name not in TRAINING_STATE_FILES
+            and not file.name.startswith(("rng_state", FSDP_WEIGHTS_PREFIX))
+            and not file.name.endswith(".safetensors.index.json")
+        ):
             shutil.copy2(file, output_dir / file.name)
     for stale in output_dir.glob("*.safetensors*"):
         stale.unlink()
-    save_file({k: v.contiguous() for k, v in averaged.items()}, str(output_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous() for k, v in averaged.items()},
+        str(output_dir / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     apply_umask_to_weights(output_dir)  # safetensors leaves its file at 0600
-    write_text_atomic(output_dir / "averaged_checkpoints.json", json.dumps({"checkpoints": [c.name for c in checkpoints]}, indent=2))
+    write_text_atomic(
+        output_dir / "averaged_checkpoints.json", json.dumps({"checkpoints": [c.name for c in checkpoints]}, indent=2)
+    )
     return averaged
 
 

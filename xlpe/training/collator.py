@@ -46,8 +46,10 @@ class XLPEDataCollator(DataCollatorForSeq2Seq):
             missing = next((index for index, f in enumerate(features) if key not in f), None)
             if missing is not None:
                 having = next(index for index, f in enumerate(features) if key in f)
-                raise ValueError(f"example {missing} has no `{key}` but example {having} has: every example of a "
-                                 "batch needs the same extra inputs (prepare all splits with the same --features)")  # fmt: skip
+                raise ValueError(
+                    f"example {missing} has no `{key}` but example {having} has: every example of a "
+                    "batch needs the same extra inputs (prepare all splits with the same --features)"
+                )
         return keys
 
     def __call__(self, features: list[dict[str, Any]], return_tensors=None) -> dict[str, torch.Tensor]:

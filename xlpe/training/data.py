@@ -1,14 +1,14 @@
 """The data side of `xlpe-train`: raw sentence pairs from wherever they are, checked, then features.
 
-    load_raw_splits   built-in corpus | Hub id / local datasets dir | jsonlines | plain text pairs
-                      -> {"train"/"validation"/"test": xlpe.features.corpus.ParallelSplit} (+ gold/Pharaoh alignments)
-    check_splits      a clear ValueError before training: wrong language codes (listing the dataset's keys),
-                      missing columns, an empty training set, a requested split that is missing
-    resolve_taggers   POS taggers for families that take tags
-    prepare_features  xlpe.features.prepare over all splits at once (one eflomal run), cached, main process first
-    use_prepared_dataset, _load_prepared
-                      an xlpe-prepare directory instead: its splits, report, languages and saved tokenizer; raw
-                      data flags beside it are refused (they would be ignored)
+load_raw_splits   built-in corpus | Hub id / local datasets dir | jsonlines | plain text pairs
+                  -> {"train"/"validation"/"test": xlpe.features.corpus.ParallelSplit} (+ gold/Pharaoh alignments)
+check_splits      a clear ValueError before training: wrong language codes (listing the dataset's keys),
+                  missing columns, an empty training set, a requested split that is missing
+resolve_taggers   POS taggers for families that take tags
+prepare_features  xlpe.features.prepare over all splits at once (one eflomal run), cached, main process first
+use_prepared_dataset, _load_prepared
+                  an xlpe-prepare directory instead: its splits, report, languages and saved tokenizer; raw
+                  data flags beside it are refused (they would be ignored)
 """
 
 from __future__ import annotations
@@ -19,17 +19,34 @@ import os
 from pathlib import Path
 
 from ..features.alignment import parse_pharaoh_line, read_pharaoh_file
-from ..features.text_files import read_text_lines
 from ..features.prepare import PREPARED_TOKENIZER_DIR, ParallelSplit, load_parallel_dataset, read_parallel_files
+from ..features.text_files import read_text_lines
 from .errors import UsageError
 
 logger = logging.getLogger("xlpe.train")
-SPLIT_ALIASES = {"train": "train", "validation": "validation", "valid": "validation", "dev": "validation",
-                 "val": "validation", "test": "test"}  # fmt: skip
+SPLIT_ALIASES = {
+    "train": "train",
+    "validation": "validation",
+    "valid": "validation",
+    "dev": "validation",
+    "val": "validation",
+    "test": "test",
+}
 SPLIT_LIMITS = {"train": "max_train_samples", "validation": "max_eval_samples", "test": "max_predict_samples"}
-RAW_DATA_FLAGS = ("dataset_name", "dataset_config_name", "train_file", "validation_file", "test_file",
-                  *(f"{split}_{kind}_file" for split in ("train", "validation", "test") for kind in ("source", "target", "alignment")),
-                  "source_prefix", "overwrite_cache")  # fmt: skip  (what shapes raw text: ignored by a prepared dataset)
+RAW_DATA_FLAGS = (
+    "dataset_name",
+    "dataset_config_name",
+    "train_file",
+    "validation_file",
+    "test_file",
+    *(
+        f"{split}_{kind}_file"
+        for split in ("train", "validation", "test")
+        for kind in ("source", "target", "alignment")
+    ),
+    "source_prefix",
+    "overwrite_cache",
+)  # what shapes raw text: ignored by a prepared dataset
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -46,10 +63,14 @@ def _builtin_splits(data_args) -> dict[str, ParallelSplit]:
 
     _check_languages(data_args, [SOURCE_LANG, TARGET_LANG], "the built-in corpus (builtin:synthetic)")
     return {
-        name: ParallelSplit([p.source for p in pairs], [p.target for p in pairs],
-                            f"builtin:synthetic[{name}]:{SOURCE_LANG}", f"builtin:synthetic[{name}]:{TARGET_LANG}",
-                            alignments=[_flat_links(p.alignment) for p in pairs],
-                            alignment_origin="gold alignments of the synthetic grammar")  # fmt: skip
+        name: ParallelSplit(
+            [p.source for p in pairs],
+            [p.target for p in pairs],
+            f"builtin:synthetic[{name}]:{SOURCE_LANG}",
+            f"builtin:synthetic[{name}]:{TARGET_LANG}",
+            alignments=[_flat_links(p.alignment) for p in pairs],
+            alignment_origin="gold alignments of the synthetic grammar",
+        )
         for name, pairs in synthetic_splits().items()
     }
 
@@ -60,7 +81,9 @@ def _check_languages(data_args, keys, origin: str) -> None:
         if value is None:
             raise UsageError(f"--{flag} is required for {origin}; its translation keys are {sorted(keys)}")
         if value not in keys:
-            raise UsageError(f"--{flag} {value!r} is not a language of {origin}: its translation keys are {sorted(keys)}")
+            raise UsageError(
+                f"--{flag} {value!r} is not a language of {origin}: its translation keys are {sorted(keys)}"
+            )
 
 
 def _read_jsonlines(path: str, data_args, alignment_file: str | None) -> ParallelSplit:
@@ -87,12 +110,15 @@ def _read_jsonlines(path: str, data_args, alignment_file: str | None) -> Paralle
     targets = [row["translation"][data_args.target_lang] for row in rows]
     split = ParallelSplit(sources, targets, f"{path}:{data_args.source_lang}", f"{path}:{data_args.target_lang}")
     if alignment_file:
-        split.alignments = read_pharaoh_file(alignment_file, [len(s.split()) for s in sources],
-                                             [len(t.split()) for t in targets], path)  # fmt: skip
+        split.alignments = read_pharaoh_file(
+            alignment_file, [len(s.split()) for s in sources], [len(t.split()) for t in targets], path
+        )
         split.alignment_origin = alignment_file
     elif all("alignment" in row for row in rows):
-        split.alignments = [parse_pharaoh_line(row["alignment"], len(s.split()), len(t.split()), path, n)
-                            for n, (row, s, t) in enumerate(zip(rows, sources, targets), start=1)]  # fmt: skip
+        split.alignments = [
+            parse_pharaoh_line(row["alignment"], len(s.split()), len(t.split()), path, n)
+            for n, (row, s, t) in enumerate(zip(rows, sources, targets), start=1)
+        ]
         split.alignment_origin = f"{path} (alignment column)"
     return split
 
@@ -101,7 +127,9 @@ def _dataset_splits(data_args, model_args) -> dict[str, ParallelSplit]:
     name = data_args.dataset_name
     if data_args.source_lang is None or data_args.target_lang is None:
         raise UsageError(f"--dataset_name {name} needs --source_lang and --target_lang")
-    loaded = load_parallel_dataset(name, data_args.source_lang, data_args.target_lang, config_name=data_args.dataset_config_name)
+    loaded = load_parallel_dataset(
+        name, data_args.source_lang, data_args.target_lang, config_name=data_args.dataset_config_name
+    )
     splits = {}
     for split_name, split in loaded.items():
         if split_name in SPLIT_ALIASES:
@@ -110,8 +138,10 @@ def _dataset_splits(data_args, model_args) -> dict[str, ParallelSplit]:
         for side, texts, flag in (("source", split.sources, "source_lang"), ("target", split.targets, "target_lang")):
             if texts and not any(texts):
                 keys = _translation_keys(name, data_args.dataset_config_name)
-                raise UsageError(f"--{flag} {getattr(data_args, flag)!r} gave no {side} text in {name}: its languages "
-                                 f"(translation keys or columns) are {keys}")  # fmt: skip
+                raise UsageError(
+                    f"--{flag} {getattr(data_args, flag)!r} gave no {side} text in {name}: its languages "
+                    f"(translation keys or columns) are {keys}"
+                )
     return splits
 
 
@@ -120,8 +150,11 @@ def _translation_keys(name: str, config_name: str | None) -> list[str]:
     import datasets
 
     path = Path(name)
-    loaded = datasets.load_from_disk(name) if path.is_dir() and any((path / f).exists() for f in ("dataset_dict.json", "state.json")) \
-        else datasets.load_dataset(name, config_name)  # fmt: skip
+    loaded = (
+        datasets.load_from_disk(name)
+        if path.is_dir() and any((path / f).exists() for f in ("dataset_dict.json", "state.json"))
+        else datasets.load_dataset(name, config_name)
+    )
     table = next(iter(loaded.values())) if isinstance(loaded, datasets.DatasetDict) else loaded
     if "translation" in table.column_names and len(table):
         return sorted({key for row in table.select(range(min(len(table), 100)))["translation"] for key in (row or {})})
@@ -149,7 +182,9 @@ def _load_raw_splits(data_args, model_args) -> dict[str, ParallelSplit]:
     else:
         splits = {}
         for name in ("train", "validation", "test"):
-            jsonl, source, target = (getattr(data_args, f"{name}_{kind}") for kind in ("file", "source_file", "target_file"))
+            jsonl, source, target = (
+                getattr(data_args, f"{name}_{kind}") for kind in ("file", "source_file", "target_file")
+            )
             alignment = getattr(data_args, f"{name}_alignment_file")
             if jsonl:
                 splits[name] = _read_jsonlines(jsonl, data_args, alignment)
@@ -160,8 +195,12 @@ def _load_raw_splits(data_args, model_args) -> dict[str, ParallelSplit]:
     for name, split in splits.items():
         alignment_file = getattr(data_args, f"{name}_alignment_file")
         if alignment_file and split.alignments is None:  # e.g. Pharaoh links for a Hub dataset's split
-            split.alignments = read_pharaoh_file(alignment_file, [len(s.split()) for s in split.sources],
-                                                 [len(t.split()) for t in split.targets], split.source_origin)  # fmt: skip
+            split.alignments = read_pharaoh_file(
+                alignment_file,
+                [len(s.split()) for s in split.sources],
+                [len(t.split()) for t in split.targets],
+                split.source_origin,
+            )
             split.alignment_origin = alignment_file
         limit = getattr(data_args, SPLIT_LIMITS[name])
         if limit is not None:
@@ -190,29 +229,44 @@ def check_splits(splits: dict[str, ParallelSplit], data_args, training_args, tok
     """Errors that must come before any training: an empty training set, a requested split that is missing."""
     if data_args.prepared_dataset:
         if not tokenizer_given:
-            raise UsageError(f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
-                             f"--model_name_or_path: {data_args.prepared_dataset} has no {PREPARED_TOKENIZER_DIR}/ "
-                             "(xlpe-prepare saves the one it used there)")  # fmt: skip
+            raise UsageError(
+                f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
+                f"--model_name_or_path: {data_args.prepared_dataset} has no {PREPARED_TOKENIZER_DIR}/ "
+                "(xlpe-prepare saves the one it used there)"
+            )
         splits = dict.fromkeys(prepared_split_names(data_args.prepared_dataset))
         if training_args.do_train and "train" not in splits:
-            raise UsageError(f"--do_train needs a train split; --prepared_dataset {data_args.prepared_dataset} has "
-                             f"{sorted(splits)}")  # fmt: skip
+            raise UsageError(
+                f"--do_train needs a train split; --prepared_dataset {data_args.prepared_dataset} has {sorted(splits)}"
+            )
     elif training_args.do_train:
         train = splits.get("train")
         if train is None:
-            raise UsageError("--do_train needs training data: --train_file, --train_source_file/--train_target_file, "
-                             "--dataset_name with a 'train' split, or no data arguments for the built-in corpus")  # fmt: skip
+            raise UsageError(
+                "--do_train needs training data: --train_file, --train_source_file/--train_target_file, "
+                "--dataset_name with a 'train' split, or no data arguments for the built-in corpus"
+            )
         if not any(s.strip() and t.strip() for s, t in zip(train.sources, train.targets)):
-            raise UsageError(f"the training set is empty: {train.source_origin} / {train.target_origin} has no "
-                             f"non-empty sentence pair ({len(train.sources)} lines)")  # fmt: skip
+            raise UsageError(
+                f"the training set is empty: {train.source_origin} / {train.target_origin} has no "
+                f"non-empty sentence pair ({len(train.sources)} lines)"
+            )
     if not tokenizer_given and "train" not in splits:
-        raise UsageError("no tokenizer: give --tokenizer_name or --model_name_or_path, or training data to train one on")
+        raise UsageError(
+            "no tokenizer: give --tokenizer_name or --model_name_or_path, or training data to train one on"
+        )
     where = f"(--prepared_dataset {data_args.prepared_dataset} has {sorted(splits)}: xlpe-prepare --validation-source/--test-source ...)"
     for flag, split in (("do_eval", "validation"), ("do_predict", "test")):
         if getattr(training_args, flag) and split not in splits:
             if flag in getattr(training_args, "explicit_do", ()):
-                raise UsageError(f"--{flag} needs a {split} split " + (where if data_args.prepared_dataset else
-                                 f"(--{split}_file or --{split}_source_file/--{split}_target_file)"))  # fmt: skip
+                raise UsageError(
+                    f"--{flag} needs a {split} split "
+                    + (
+                        where
+                        if data_args.prepared_dataset
+                        else f"(--{split}_file or --{split}_source_file/--{split}_target_file)"
+                    )
+                )
             logger.warning("no %s split: skipping %s", split, flag)
             setattr(training_args, flag, False)
 
@@ -251,12 +305,17 @@ def resolve_taggers(data_args, config, overrides: dict | None = None) -> dict:
             return {"nltk_data": data_args.nltk_data} if data_args.nltk_data else {}
         return {"model_dir": model_dir} if spec.startswith("perceptron:") else {}
 
-    taggers = {"source_spec": source_spec, "source": get_tagger(source_spec, **options(source_spec)),
-               "nltk_data": data_args.nltk_data}  # fmt: skip
+    taggers = {
+        "source_spec": source_spec,
+        "source": get_tagger(source_spec, **options(source_spec)),
+        "nltk_data": data_args.nltk_data,
+    }
     if data_args.target_tagger and declares_field(config_class, "decoder_pos_tags"):
         taggers["target"] = get_tagger(data_args.target_tagger, **options(data_args.target_tagger))
     elif data_args.target_tagger:
-        logger.warning("--target_tagger ignored: %s takes source tags only (decoder tags: mvPE+POS)", config_class.__name__)
+        logger.warning(
+            "--target_tagger ignored: %s takes source tags only (decoder tags: mvPE+POS)", config_class.__name__
+        )
     elif data_args.uses_builtin_corpus() and declares_field(config_class, "decoder_pos_tags"):
         from ..features.synthetic import SyntheticTagger
 
@@ -279,20 +338,32 @@ def prepare_features(splits, tokenizer, features, taggers, data_args, model_args
     if "decoder_pos_tag_ids" in features and taggers.get("target") is None:
         logger.warning("no --target_tagger: training without decoder_pos_tag_ids")
         features = [f for f in features if f != "decoder_pos_tag_ids"]
-    options = dict(features=features, source_tagger=taggers.get("source"), target_tagger=taggers.get("target"),
-                   nltk_data=data_args.nltk_data, max_length=data_args.max_source_length,
-                   max_target_length=data_args.max_target_length,
-                   num_proc=data_args.preprocessing_num_workers or 1, cache_dir=str(default_cache_dir(model_args)),
-                   keep_text=True, seed=training_args.seed, overwrite_cache=data_args.overwrite_cache)  # fmt: skip
+    options = dict(
+        features=features,
+        source_tagger=taggers.get("source"),
+        target_tagger=taggers.get("target"),
+        nltk_data=data_args.nltk_data,
+        max_length=data_args.max_source_length,
+        max_target_length=data_args.max_target_length,
+        num_proc=data_args.preprocessing_num_workers or 1,
+        cache_dir=str(default_cache_dir(model_args)),
+        keep_text=True,
+        seed=training_args.seed,
+        overwrite_cache=data_args.overwrite_cache,
+    )
     with training_args.main_process_first(local=False, desc="preparing features"):
         prepared, reports = run_preparation(splits, tokenizer, options)
     for name, report in reports.items():
         skipped = report.get("pairs_skipped_total", 0)
         if skipped:
-            logger.warning("%s: %d of %d pairs skipped %s", name, skipped, report["pairs_read"], report["pairs_skipped"])
+            logger.warning(
+                "%s: %d of %d pairs skipped %s", name, skipped, report["pairs_read"], report["pairs_skipped"]
+            )
     if training_args.do_train and len(prepared["train"]) == 0:
-        raise UsageError(f"no training pair survived the preparation: {reports['train']['pairs_skipped']} "
-                         f"(--max_source_length {data_args.max_source_length}, --max_target_length {data_args.max_target_length})")  # fmt: skip
+        raise UsageError(
+            f"no training pair survived the preparation: {reports['train']['pairs_skipped']} "
+            f"(--max_source_length {data_args.max_source_length}, --max_target_length {data_args.max_target_length})"
+        )
     return datasets.DatasetDict(prepared), reports
 
 
@@ -317,17 +388,21 @@ def use_prepared_dataset(data_args, model_args) -> None:
     path = Path(data_args.prepared_dataset)
     given = [f"--{name}" for name in RAW_DATA_FLAGS if getattr(data_args, name, None)]
     if given:
-        raise UsageError(f"--prepared_dataset {path} holds the train/validation/test splits already, so "
-                         f"{', '.join(given)} would be ignored: give the files to xlpe-prepare (--validation-source, "
-                         "--test-source, ...) or drop --prepared_dataset")  # fmt: skip
+        raise UsageError(
+            f"--prepared_dataset {path} holds the train/validation/test splits already, so "
+            f"{', '.join(given)} would be ignored: give the files to xlpe-prepare (--validation-source, "
+            "--test-source, ...) or drop --prepared_dataset"
+        )
     if not path.is_dir():
         raise UsageError(f"--prepared_dataset {path}: no such directory (expected an xlpe-prepare --output)")
     saved_tokenizer = path / PREPARED_TOKENIZER_DIR
     if not (model_args.tokenizer_name or model_args.model_name_or_path):
         if not saved_tokenizer.is_dir():
-            raise UsageError(f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
-                             f"--model_name_or_path: {path} has no {PREPARED_TOKENIZER_DIR}/ (xlpe-prepare saves the "
-                             "one it used there)")  # fmt: skip
+            raise UsageError(
+                f"--prepared_dataset needs --tokenizer_name (the tokenizer it was prepared with) or "
+                f"--model_name_or_path: {path} has no {PREPARED_TOKENIZER_DIR}/ (xlpe-prepare saves the "
+                "one it used there)"
+            )
         model_args.tokenizer_name = str(saved_tokenizer)
     prepared_split_names(path)  # a datasets directory at all?
     for report in _read_reports(path).values():
@@ -336,8 +411,10 @@ def use_prepared_dataset(data_args, model_args) -> None:
             if recorded and getattr(data_args, flag) is None:
                 setattr(data_args, flag, recorded)
             elif recorded and getattr(data_args, flag) != recorded:
-                raise UsageError(f"--{flag} {getattr(data_args, flag)} but --prepared_dataset {path} was prepared with "
-                                 f"{side} language {recorded!r}")  # fmt: skip
+                raise UsageError(
+                    f"--{flag} {getattr(data_args, flag)} but --prepared_dataset {path} was prepared with "
+                    f"{side} language {recorded!r}"
+                )
 
 
 def prepared_split_names(path) -> list[str]:
@@ -348,8 +425,10 @@ def prepared_split_names(path) -> list[str]:
     elif (path / "state.json").is_file():
         names = ["train"]  # a single Dataset (an xlpe-prepare output of version 0.3 and earlier)
     else:
-        raise UsageError(f"--prepared_dataset {path} is not a prepared dataset directory (no dataset_dict.json; "
-                         "expected an xlpe-prepare --output)")  # fmt: skip
+        raise UsageError(
+            f"--prepared_dataset {path} is not a prepared dataset directory (no dataset_dict.json; "
+            "expected an xlpe-prepare --output)"
+        )
     return [SPLIT_ALIASES[name] for name in names if name in SPLIT_ALIASES]
 
 
@@ -369,9 +448,11 @@ def check_tag_vocabulary(path: str, split: str, report: dict, config, features) 
         return
     recorded = [tag for tag in recorded if tag not in SPECIAL_TAG_NAMES]
     if recorded != list(config.pos_tags):
-        raise UsageError(f"--prepared_dataset {path} [{split}] was tagged with another tag set ({len(recorded)} tags, "
-                         f"first {recorded[:5]}) than the model's pos_tags ({len(config.pos_tags)}, first "
-                         f"{list(config.pos_tags)[:5]}): give the --source_tagger it was prepared with")  # fmt: skip
+        raise UsageError(
+            f"--prepared_dataset {path} [{split}] was tagged with another tag set ({len(recorded)} tags, "
+            f"first {recorded[:5]}) than the model's pos_tags ({len(config.pos_tags)}, first "
+            f"{list(config.pos_tags)[:5]}): give the --source_tagger it was prepared with"
+        )
 
 
 def _load_prepared(path: str, features, model, data_args, tokenizer=None):
@@ -390,18 +471,24 @@ def _load_prepared(path: str, features, model, data_args, tokenizer=None):
         from ..features.tokenization import vocab_fingerprint
 
         if vocab_fingerprint(tokenizer) not in recorded:
-            raise UsageError(f"--prepared_dataset {path} was prepared with another tokenizer than this run's "
-                             f"({getattr(tokenizer, 'name_or_path', '?')}: other pieces or ids); use the one saved "
-                             f"beside it, {Path(path) / PREPARED_TOKENIZER_DIR} (the default without --tokenizer_name)")  # fmt: skip
+            raise UsageError(
+                f"--prepared_dataset {path} was prepared with another tokenizer than this run's "
+                f"({getattr(tokenizer, 'name_or_path', '?')}: other pieces or ids); use the one saved "
+                f"beside it, {Path(path) / PREPARED_TOKENIZER_DIR} (the default without --tokenizer_name)"
+            )
     for name, table in prepared.items():
         missing = [f for f in ("input_ids", "labels", *features) if f not in table.column_names]
         if missing:
-            raise UsageError(f"--prepared_dataset {path} [{name}] lacks {missing} that this model needs; "
-                             f"prepare it with xlpe-prepare --features {' '.join(features)}")  # fmt: skip
+            raise UsageError(
+                f"--prepared_dataset {path} [{name}] lacks {missing} that this model needs; "
+                f"prepare it with xlpe-prepare --features {' '.join(features)}"
+            )
         check_tag_vocabulary(path, name, reports.get(name, {}), model.config, features)
         sample = table.select(range(min(len(table), 1000)))
         largest = max((max(ids) for column in ("input_ids", "labels") for ids in sample[column] if ids), default=-1)
         if largest >= model.config.vocab_size:
-            raise UsageError(f"--prepared_dataset {path} [{name}] has token id {largest} but the model's vocab_size is "
-                             f"{model.config.vocab_size}: it was prepared with another tokenizer (--tokenizer_name)")  # fmt: skip
+            raise UsageError(
+                f"--prepared_dataset {path} [{name}] has token id {largest} but the model's vocab_size is "
+                f"{model.config.vocab_size}: it was prepared with another tokenizer (--tokenizer_name)"
+            )
     return datasets.DatasetDict(prepared), reports

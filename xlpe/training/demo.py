@@ -17,11 +17,11 @@ import time
 
 import torch
 
-from .collator import XLPEDataCollator
+from ..features.tokenization import train_joint_tokenizer
 from ..models.configuration_xlpe import XLPEMarianConfig
 from ..models.modeling_xlpe import XLPEMarianMTModel
 from ..models.pipeline_translation import XLPETranslationPipeline
-from ..features.tokenization import train_joint_tokenizer
+from .collator import XLPEDataCollator
 
 WORDS = "cat dog bird fish man woman child sees chases likes eats finds big small red old the a".split()
 
@@ -55,20 +55,40 @@ def run_demo(steps: int = 300, seed: int = 0, num_beams: int = 4) -> float:
     train, test = toy_pairs(2000, rng), toy_pairs(8, rng)
     tokenizer = train_joint_tokenizer([s for pair in train for s in pair], vocab_size=200, model="bpe")
     config = XLPEMarianConfig(
-        vocab_size=len(tokenizer), d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, forced_eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id, dropout=0.0, scale_embedding=True, xl_strategy="combination",
+        vocab_size=len(tokenizer),
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        dropout=0.0,
+        scale_embedding=True,
+        xl_strategy="combination",
     )
     model = XLPEMarianMTModel(config)
-    print(f"XL PE model: strategy={config.xl_strategy}, tau={config.xl_heads} of {config.encoder_attention_heads} heads, "
-          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    print(
+        f"XL PE model: strategy={config.xl_strategy}, tau={config.xl_heads} of {config.encoder_attention_heads} heads, "
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters"
+    )
 
     features = []
     for source, target in train:
         encoded = tokenizer(source, text_target=target)
-        features.append({"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
-                         "labels": encoded["labels"], "reorder_positions": oracle_reversal(encoded["input_ids"], encoded.word_ids())})
+        features.append(
+            {
+                "input_ids": encoded["input_ids"],
+                "attention_mask": encoded["attention_mask"],
+                "labels": encoded["labels"],
+                "reorder_positions": oracle_reversal(encoded["input_ids"], encoded.word_ids()),
+            }
+        )
     collator = XLPEDataCollator(tokenizer, model=model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.98))
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 40))
@@ -81,7 +101,9 @@ def run_demo(steps: int = 300, seed: int = 0, num_beams: int = 4) -> float:
         optimizer.step()
         warmup.step()
         if step % 50 == 0 or step == 1:
-            print(f"step {step:4d}  translation_loss {out.translation_loss.item():.3f}  reorder_loss {out.reorder_loss.item():.3f}")
+            print(
+                f"step {step:4d}  translation_loss {out.translation_loss.item():.3f}  reorder_loss {out.reorder_loss.item():.3f}"
+            )
 
     model.eval()
     translator = XLPETranslationPipeline(model=model, tokenizer=tokenizer)
@@ -93,6 +115,8 @@ def run_demo(steps: int = 300, seed: int = 0, num_beams: int = 4) -> float:
             predicted = model.get_encoder()(**encoded).reorder_positions[0].tolist()
         hypothesis = translator(source, num_beams=args.num_beams)[0]["translation_text"]
         correct += hypothesis == reference
-        print(f"  source      : {source}\n  XL positions: {predicted}\n  translation : {hypothesis}\n  reference   : {reference}\n")
+        print(
+            f"  source      : {source}\n  XL positions: {predicted}\n  translation : {hypothesis}\n  reference   : {reference}\n"
+        )
     print(f"exact match {correct}/{len(test)}; {time.time() - start:.0f} s")
     return correct / len(test)

@@ -29,8 +29,13 @@ def suggest_option(given: str, options) -> str | None:
 def unknown_flags_message(unknown, options) -> str:
     """`unrecognized arguments: --sorce a (did you mean --source?)`: argparse's message with a suggestion for
     each mistyped long flag."""
-    pairs = [(item.split("=", 1)[0], suggestion) for item in map(str, unknown) if item.startswith("--")
-             for suggestion in [suggest_option(item, options)] if suggestion]  # fmt: skip
+    pairs = [
+        (item.split("=", 1)[0], suggestion)
+        for item in map(str, unknown)
+        if item.startswith("--")
+        for suggestion in [suggest_option(item, options)]
+        if suggestion
+    ]
     text = f"unrecognized arguments: {' '.join(map(str, unknown))}"
     if len(pairs) == 1:
         return f"{text} (did you mean {pairs[0][1]}?)"

@@ -38,11 +38,22 @@ from ..models.registry import MODEL_FAMILIES
 from .run_card import CARD_INPUTS
 
 TEMPLATE_NAME = "model_card_template.md"
-FAMILY_TITLES = {"xlpe": "XL PE (cross-lingual position representation)", "dpe": "DPE (dynamic position encoding)",
-                 "mvpe_pos": "mvPE+POS (augmented Transformer)"}
+FAMILY_TITLES = {
+    "xlpe": "XL PE (cross-lingual position representation)",
+    "dpe": "DPE (dynamic position encoding)",
+    "mvpe_pos": "mvPE+POS (augmented Transformer)",
+}
 METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER", "aer": "AER"}
-ARCHITECTURE_FIELDS = ("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                       "decoder_attention_heads", "encoder_ffn_dim", "vocab_size", "max_position_embeddings")
+ARCHITECTURE_FIELDS = (
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "vocab_size",
+    "max_position_embeddings",
+)
 
 # ---------------------------------------------------------------------------------------------------------
 # What the config says
@@ -110,11 +121,17 @@ def _parameter_count(model_or_dir) -> int | None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def evaluation_entry(scores: Mapping, dataset_name: str, dataset_type: str, split: str = "test",
-                     config: str | None = None) -> dict:
+def evaluation_entry(
+    scores: Mapping, dataset_name: str, dataset_type: str, split: str = "test", config: str | None = None
+) -> dict:
     """One evaluation for the card: `corpus_bleu_chrf(...)` output plus the dataset it was measured on."""
-    return {**scores, "dataset_name": dataset_name, "dataset_type": dataset_type, "dataset_split": split,
-            "dataset_config": config}
+    return {
+        **scores,
+        "dataset_name": dataset_name,
+        "dataset_type": dataset_type,
+        "dataset_split": split,
+        "dataset_config": config,
+    }
 
 
 def _metric_items(entry: Mapping):
@@ -123,8 +140,13 @@ def _metric_items(entry: Mapping):
             yield key, float(value["score"]), value.get("signature")
 
 
-def validation_entry(metrics: Mapping, dataset_name: str, target_language: str | None = None,
-                     tokenize: str | None = None, prefix: str = "eval") -> dict | None:
+def validation_entry(
+    metrics: Mapping,
+    dataset_name: str,
+    target_language: str | None = None,
+    tokenize: str | None = None,
+    prefix: str = "eval",
+) -> dict | None:
     """The card entry of the validation scores a run logged (`eval_bleu`, `eval_chrf`, 0-100), with the
     signatures of the metrics that produced them (`metrics.bleu_chrf_signatures`); None without scores."""
     from ..evaluation.metrics import bleu_chrf_signatures
@@ -133,8 +155,11 @@ def validation_entry(metrics: Mapping, dataset_name: str, target_language: str |
     if not any(isinstance(value, (int, float)) for value in scores.values()):
         return None
     signatures = bleu_chrf_signatures(target_language, tokenize)
-    result = {name: {"score": float(value), "signature": signatures[name]} for name, value in scores.items()
-              if isinstance(value, (int, float))}  # fmt: skip
+    result = {
+        name: {"score": float(value), "signature": signatures[name]}
+        for name, value in scores.items()
+        if isinstance(value, (int, float))
+    }
     return evaluation_entry(result, dataset_name, dataset_name, "validation")
 
 
@@ -145,8 +170,11 @@ def data_sizes(report: Mapping) -> dict:
     for split, value in (report or {}).items():
         if isinstance(value, Mapping) and isinstance(value.get("pairs_kept"), int):
             skipped = value.get("pairs_skipped")
-            sizes[split] = {"pairs_read": value.get("pairs_read"), "pairs_kept": value["pairs_kept"],
-                            "pairs_skipped": sum(skipped.values()) if isinstance(skipped, Mapping) else skipped}
+            sizes[split] = {
+                "pairs_read": value.get("pairs_read"),
+                "pairs_kept": value["pairs_kept"],
+                "pairs_skipped": sum(skipped.values()) if isinstance(skipped, Mapping) else skipped,
+            }
     return sizes
 
 
@@ -158,14 +186,24 @@ def reorderer_summary(config: PretrainedConfig) -> dict | None:
     if not reorderer:
         return None
     reorderer = reorderer if isinstance(reorderer, Mapping) else reorderer.to_dict()
-    fields = ("decoder", "training_loss", "pair_scorer", "d_model", "token_layers", "word_layers", "max_words",
-              "order_prior")
+    fields = (
+        "decoder",
+        "training_loss",
+        "pair_scorer",
+        "d_model",
+        "token_layers",
+        "word_layers",
+        "max_words",
+        "order_prior",
+    )
     quality = {key: value for key, value in reorderer.items() if "kendall" in key.lower()}
     for key, value in reorderer.items():
         if isinstance(value, Mapping):
             quality.update({f"{key}.{k}": v for k, v in value.items() if "kendall" in k.lower()})
-    return {"settings": [(f, json.dumps(reorderer[f])) for f in fields if f in reorderer],
-            "kendall_tau": [(k, v) for k, v in quality.items()]}
+    return {
+        "settings": [(f, json.dumps(reorderer[f])) for f in fields if f in reorderer],
+        "kendall_tau": [(k, v) for k, v in quality.items()],
+    }
 
 
 def _eval_results(entries: Sequence[Mapping]) -> list[EvalResult]:
@@ -174,13 +212,20 @@ def _eval_results(entries: Sequence[Mapping]) -> list[EvalResult]:
         if "dataset_name" not in entry or "dataset_type" not in entry:
             raise ValueError(f"an evaluation entry needs dataset_name and dataset_type, got keys {sorted(entry)}")
         for metric, value, signature in _metric_items(entry):
-            results.append(EvalResult(
-                task_type="translation", task_name="Translation",
-                dataset_type=entry["dataset_type"], dataset_name=entry["dataset_name"],
-                dataset_split=entry.get("dataset_split"), dataset_config=entry.get("dataset_config"),
-                metric_type=metric, metric_name=METRIC_NAMES.get(metric, metric), metric_value=round(value, 2),
-                metric_config=signature,
-            ))
+            results.append(
+                EvalResult(
+                    task_type="translation",
+                    task_name="Translation",
+                    dataset_type=entry["dataset_type"],
+                    dataset_name=entry["dataset_name"],
+                    dataset_split=entry.get("dataset_split"),
+                    dataset_config=entry.get("dataset_config"),
+                    metric_type=metric,
+                    metric_name=METRIC_NAMES.get(metric, metric),
+                    metric_value=round(value, 2),
+                    metric_config=signature,
+                )
+            )
     return results
 
 
@@ -194,8 +239,10 @@ def find_template(template_path: str | Path | None = None) -> Path:
     candidates = [Path(template_path)] if template_path else []
     if os.environ.get("XLPE_HUB_CARDS"):
         candidates.append(Path(os.environ["XLPE_HUB_CARDS"]) / TEMPLATE_NAME)
-    candidates += [Path(__file__).resolve().parents[2] / "hub_cards" / TEMPLATE_NAME,  # xlpe/training/ -> checkout
-                   Path(sys.prefix) / "share" / "xlpe" / "hub_cards" / TEMPLATE_NAME]
+    candidates += [
+        Path(__file__).resolve().parents[2] / "hub_cards" / TEMPLATE_NAME,  # xlpe/training/ -> checkout
+        Path(sys.prefix) / "share" / "xlpe" / "hub_cards" / TEMPLATE_NAME,
+    ]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
@@ -251,26 +298,47 @@ def build_model_card(
     datasets = _as_list(datasets)
     entries = [eval_results] if isinstance(eval_results, Mapping) else list(eval_results or [])
     name = repo_id or (Path(model_or_dir).name if not hasattr(model_or_dir, "config") else f"{family}-model")
-    tags = list(dict.fromkeys(["translation", "xlpe", family, *([f"{family}-{variant}"] if variant else []),
-                               config.model_type, "custom_code"]))
+    tags = list(
+        dict.fromkeys(
+            [
+                "translation",
+                "xlpe",
+                family,
+                *([f"{family}-{variant}"] if variant else []),
+                config.model_type,
+                "custom_code",
+            ]
+        )
+    )
     card_data = ModelCardData(
-        language=languages, license=license, datasets=datasets, library_name="transformers",
-        pipeline_tag="translation", tags=tags, base_model=base_model, model_name=name,
+        language=languages,
+        license=license,
+        datasets=datasets,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=tags,
+        base_model=base_model,
+        model_name=name,
         eval_results=_eval_results(entries) or None,
     )
-    settings = [(key, json.dumps(value)) for key, value in variant_settings(config).items()
-                if key != "reorderer_config"]  # (its own section)
+    settings = [
+        (key, json.dumps(value)) for key, value in variant_settings(config).items() if key != "reorderer_config"
+    ]  # (its own section)
     architecture = [(f, getattr(config, f)) for f in ARCHITECTURE_FIELDS if getattr(config, f, None) is not None]
     parameters = _parameter_count(model_or_dir)
     languages_text = " → ".join(languages) if languages else "not stated"
     eval_rows = [
-        {"dataset": entry["dataset_name"] + (f" ({entry['dataset_config']})" if entry.get("dataset_config") else ""),
-         "split": entry.get("dataset_split") or "", "metric": METRIC_NAMES.get(metric, metric),
-         "value": f"{value:.2f}",
-         "signature": (signature or "n/a").replace("|", "\\|"),  # a bare | would split the table cell
-         "signature_plain": signature or "n/a",
-         "sentences": f"{entry['sentences']:,}" if isinstance(entry.get("sentences"), int) else ""}
-        for entry in entries for metric, value, signature in _metric_items(entry)
+        {
+            "dataset": entry["dataset_name"] + (f" ({entry['dataset_config']})" if entry.get("dataset_config") else ""),
+            "split": entry.get("dataset_split") or "",
+            "metric": METRIC_NAMES.get(metric, metric),
+            "value": f"{value:.2f}",
+            "signature": (signature or "n/a").replace("|", "\\|"),  # a bare | would split the table cell
+            "signature_plain": signature or "n/a",
+            "sentences": f"{entry['sentences']:,}" if isinstance(entry.get("sentences"), int) else "",
+        }
+        for entry in entries
+        for metric, value, signature in _metric_items(entry)
     ]
     family_title = FAMILY_TITLES.get(family, family)
     return ModelCard.from_template(
@@ -278,15 +346,24 @@ def build_model_card(
         template_path=str(find_template(template_path)),
         title=name,
         summary=summary or f"A {languages_text} translation model of the {family_title} family, built with `xlpe`.",
-        family=family, family_title=family_title, model_type=config.model_type,
+        family=family,
+        family_title=family_title,
+        model_type=config.model_type,
         variant_text=f"`{variant}`" if variant else "the family's default",
-        languages_text=languages_text, datasets_text=", ".join(datasets) if datasets else "unstated data",
+        languages_text=languages_text,
+        datasets_text=", ".join(datasets) if datasets else "unstated data",
         parameters=f"{parameters:,}" if parameters else None,
-        variant_settings=settings, architecture=architecture,
+        variant_settings=settings,
+        architecture=architecture,
         training=[(key, value) for key, value in (training or {}).items()],
-        eval_rows=eval_rows, repo_id=name, example_source=(example_source or "Hello world!").replace('"', '\\"'),
-        data_rows=_data_rows(data), recipe=recipe, reorderer=reorderer_summary(config),
-        preprocessing=preprocessing, translations_file=translations_file,
+        eval_rows=eval_rows,
+        repo_id=name,
+        example_source=(example_source or "Hello world!").replace('"', '\\"'),
+        data_rows=_data_rows(data),
+        recipe=recipe,
+        reorderer=reorderer_summary(config),
+        preprocessing=preprocessing,
+        translations_file=translations_file,
     )
 
 
@@ -294,8 +371,15 @@ def _data_rows(data: Mapping | None) -> list[dict]:
     rows = []
     for split, value in (data or {}).items():
         value = value if isinstance(value, Mapping) else {"pairs_kept": value}
-        rows.append({"split": split, **{key: "" if value.get(key) is None else f"{value[key]:,}"
-                                        for key in ("pairs_read", "pairs_kept", "pairs_skipped", "sentences_scored")}})  # fmt: skip
+        rows.append(
+            {
+                "split": split,
+                **{
+                    key: "" if value.get(key) is None else f"{value[key]:,}"
+                    for key in ("pairs_read", "pairs_kept", "pairs_skipped", "sentences_scored")
+                },
+            }
+        )
     return rows
 
 
@@ -306,14 +390,21 @@ def write_model_card(directory: str | Path, **kwargs) -> Path:
     return path
 
 
-def write_training_card(output_dir, model_args, data_args, training_args, metrics: Mapping,
-                        facts: Mapping | None = None) -> Path:
+def write_training_card(
+    output_dir, model_args, data_args, training_args, metrics: Mapping, facts: Mapping | None = None
+) -> Path:
     """The card `xlpe-train` writes into `output_dir` at the end of a run, from what the run did
     (`run_card`: data name, sentences scored, arguments in force, optimizer as run, time across resumes,
     preprocessing, test translations, an example from the test split); recorded in `xlpe_card.json` so that
     `xlpe-push` can render it again with the Hub id. `facts`: what the run measured (`run_card.training_settings`)."""
-    from .run_card import (TRANSLATIONS_FILE, _prepared_reports, dataset_label, example_source, preprocessing_text,
-                           training_settings)  # fmt: skip
+    from .run_card import (
+        TRANSLATIONS_FILE,
+        _prepared_reports,
+        dataset_label,
+        example_source,
+        preprocessing_text,
+        training_settings,
+    )
 
     output_dir = Path(output_dir)
     report_file = output_dir / "preparation_report.json"
@@ -324,8 +415,14 @@ def write_training_card(output_dir, model_args, data_args, training_args, metric
     scores_file = output_dir / "test_scores.json"
     if scores_file.is_file():
         test_scores = json.loads(scores_file.read_text(encoding="utf-8"))
-        entries.append({**evaluation_entry({k: v for k, v in test_scores.items() if k != "oracle_positions"},
-                                           dataset, dataset, "test"), "sentences": metrics.get("predict_samples")})  # fmt: skip
+        entries.append(
+            {
+                **evaluation_entry(
+                    {k: v for k, v in test_scores.items() if k != "oracle_positions"}, dataset, dataset, "test"
+                ),
+                "sentences": metrics.get("predict_samples"),
+            }
+        )
     validation = validation_entry(metrics, dataset, data_args.target_lang, getattr(data_args, "bleu_tokenize", None))
     if validation is not None:
         entries.insert(0, {**validation, "sentences": metrics.get("eval_samples")})
@@ -333,16 +430,28 @@ def write_training_card(output_dir, model_args, data_args, training_args, metric
     for split, key in (("validation", "eval_samples"), ("test", "predict_samples")):
         if split in data and isinstance(metrics.get(key), int):
             data[split]["sentences_scored"] = metrics[key]
-    recipe = getattr(training_args, "recipe", None) or getattr(model_args, "recipe", None) or getattr(data_args, "recipe", None)
+    recipe = (
+        getattr(training_args, "recipe", None)
+        or getattr(model_args, "recipe", None)
+        or getattr(data_args, "recipe", None)
+    )
     if recipe is None and getattr(data_args, "uses_builtin_corpus", lambda: False)():
         recipe = "builtin (defaults for the built-in synthetic corpus)"
     base_model = model_args.model_name_or_path
     base_model = None if base_model is None or Path(base_model).exists() else base_model  # Hub ids only
     languages = [lang for lang in (data_args.source_lang, data_args.target_lang) if lang]
-    card = dict(languages=languages or None, datasets=[dataset], eval_results=entries, data=data, recipe=recipe,
-                training=training_settings(training_args, data_args, facts or {}), base_model=base_model,
-                preprocessing=preprocessing_text(prepared or report, data_args), example_source=example_source(output_dir),
-                translations_file=TRANSLATIONS_FILE if (output_dir / TRANSLATIONS_FILE).is_file() else None)  # fmt: skip
+    card = dict(
+        languages=languages or None,
+        datasets=[dataset],
+        eval_results=entries,
+        data=data,
+        recipe=recipe,
+        training=training_settings(training_args, data_args, facts or {}),
+        base_model=base_model,
+        preprocessing=preprocessing_text(prepared or report, data_args),
+        example_source=example_source(output_dir),
+        translations_file=TRANSLATIONS_FILE if (output_dir / TRANSLATIONS_FILE).is_file() else None,
+    )
     return render_recorded_card(output_dir, card)
 
 
@@ -362,8 +471,10 @@ def render_recorded_card(directory, card: Mapping) -> Path:
 
     directory = Path(directory)
     path = write_model_card(directory, **card)
-    write_text_atomic(directory / CARD_INPUTS, json.dumps({"card": dict(card), "readme_sha256": _digest(path)},
-                                                          indent=2, ensure_ascii=False, default=str))  # fmt: skip
+    write_text_atomic(
+        directory / CARD_INPUTS,
+        json.dumps({"card": dict(card), "readme_sha256": _digest(path)}, indent=2, ensure_ascii=False, default=str),
+    )
     return path
 
 
@@ -384,6 +495,17 @@ def rerender_for_push(folder, card_kwargs: Mapping, regenerate: bool = False) ->
     return True
 
 
-__all__ = ["build_model_card", "data_sizes", "evaluation_entry", "family_of", "find_template", "render_recorded_card",
-           "reorderer_summary", "rerender_for_push", "validation_entry", "variant_settings", "write_model_card",
-           "write_training_card"]
+__all__ = [
+    "build_model_card",
+    "data_sizes",
+    "evaluation_entry",
+    "family_of",
+    "find_template",
+    "render_recorded_card",
+    "reorderer_summary",
+    "rerender_for_push",
+    "validation_entry",
+    "variant_settings",
+    "write_model_card",
+    "write_training_card",
+]

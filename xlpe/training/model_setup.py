@@ -8,7 +8,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from pathlib import Path
 
 import torch
 import transformers
@@ -18,9 +17,14 @@ from ..models.registry import MODEL_FAMILIES, declares_field, get_family
 
 logger = logging.getLogger("xlpe.train")
 FAMILY_FIELDS = ("xl_strategy", "xl_heads", "reorder_loss_weight", "order_loss_weight", "pe_step")
-SIZE_FIELDS = {"d_model": ("d_model",), "encoder_layers": ("encoder_layers",), "decoder_layers": ("decoder_layers",),
-               "attention_heads": ("encoder_attention_heads", "decoder_attention_heads"),
-               "ffn_dim": ("encoder_ffn_dim", "decoder_ffn_dim"), "dropout": ("dropout",)}  # fmt: skip
+SIZE_FIELDS = {
+    "d_model": ("d_model",),
+    "encoder_layers": ("encoder_layers",),
+    "decoder_layers": ("decoder_layers",),
+    "attention_heads": ("encoder_attention_heads", "decoder_attention_heads"),
+    "ffn_dim": ("encoder_ffn_dim", "decoder_ffn_dim"),
+    "dropout": ("dropout",),
+}
 TRANSFORMER_BASE = dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1)
 
 
@@ -31,7 +35,9 @@ def family_classes(model_type: str) -> tuple[type, type]:
     try:
         family = get_family(model_type)
     except ValueError:
-        raise ValueError(f"unknown --model_type {model_type!r}; known: {sorted({'vanilla', *MODEL_FAMILIES})}") from None
+        raise ValueError(
+            f"unknown --model_type {model_type!r}; known: {sorted({'vanilla', *MODEL_FAMILIES})}"
+        ) from None
     return family.config_class, family.generation_model_class
 
 
@@ -43,24 +49,39 @@ def family_overrides(model_args, config_class: type, model_type: str) -> dict:
         overrides["pe_step"] = float(overrides["pe_step"])
     for name in overrides:
         if not (declares_field(config_class, name) or hasattr(config_class(), name)):
-            raise ValueError(f"--{name} does not apply to --model_type {model_type} ({config_class.__name__} has no such field)")
+            raise ValueError(
+                f"--{name} does not apply to --model_type {model_type} ({config_class.__name__} has no such field)"
+            )
     return overrides
 
 
 def load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint):
     source = checkpoint or model_args.tokenizer_name or model_args.model_name_or_path
     if source:
-        return AutoTokenizer.from_pretrained(source, cache_dir=model_args.cache_dir, revision=model_args.model_revision,
-                                             token=model_args.token, trust_remote_code=model_args.trust_remote_code)  # fmt: skip
+        return AutoTokenizer.from_pretrained(
+            source,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            token=model_args.token,
+            trust_remote_code=model_args.trust_remote_code,
+        )
     from ..features.tokenization import train_joint_tokenizer
 
     with training_args.main_process_first(local=False, desc="training the joint tokenizer"):
         if training_args.process_index == 0:  # the others load what it saved
             train = splits["train"]
-            logger.info("training a joint %s tokenizer (%d pieces) on %d sentence pairs", model_args.tokenizer_model,
-                        model_args.tokenizer_vocab_size, len(train.sources))  # fmt: skip
-            tokenizer = train_joint_tokenizer(train.sources + train.targets, vocab_size=model_args.tokenizer_vocab_size,
-                                              model=model_args.tokenizer_model, model_max_length=data_args.max_source_length)  # fmt: skip
+            logger.info(
+                "training a joint %s tokenizer (%d pieces) on %d sentence pairs",
+                model_args.tokenizer_model,
+                model_args.tokenizer_vocab_size,
+                len(train.sources),
+            )
+            tokenizer = train_joint_tokenizer(
+                train.sources + train.targets,
+                vocab_size=model_args.tokenizer_vocab_size,
+                model=model_args.tokenizer_model,
+                model_max_length=data_args.max_source_length,
+            )
             tokenizer.save_pretrained(training_args.output_dir)
         else:
             tokenizer = AutoTokenizer.from_pretrained(training_args.output_dir)
@@ -71,16 +92,27 @@ def target_config(model_args, checkpoint):
     """The config (instance, when one exists already) or config class of the model to train."""
     if checkpoint or (model_args.model_name_or_path and not model_args.model_type):
         source = checkpoint or model_args.model_name_or_path
-        config = AutoConfig.from_pretrained(source, cache_dir=model_args.cache_dir, revision=model_args.model_revision,
-                                            token=model_args.token, trust_remote_code=model_args.trust_remote_code)  # fmt: skip
-        config._name_or_path = str(source)  # as the model's from_pretrained sets it: where its files (a tagger file) are
+        config = AutoConfig.from_pretrained(
+            source,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            token=model_args.token,
+            trust_remote_code=model_args.trust_remote_code,
+        )
+        config._name_or_path = str(
+            source
+        )  # as the model's from_pretrained sets it: where its files (a tagger file) are
         return config
     return family_classes(model_args.model_type or "xlpe")[0]
 
 
 def build_model(model_args, data_args, tokenizer, checkpoint, taggers):
-    hub = dict(cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token,
-               trust_remote_code=model_args.trust_remote_code)  # fmt: skip
+    hub = dict(
+        cache_dir=model_args.cache_dir,
+        revision=model_args.model_revision,
+        token=model_args.token,
+        trust_remote_code=model_args.trust_remote_code,
+    )
     if checkpoint:  # weights come from the checkpoint (Trainer loads them); config and tokenizer too
         return AutoModelForSeq2SeqLM.from_config(AutoConfig.from_pretrained(checkpoint))
     model_type = model_args.model_type or ("xlpe" if not model_args.model_name_or_path else None)
@@ -99,18 +131,24 @@ def build_model(model_args, data_args, tokenizer, checkpoint, taggers):
     if model_args.config_name:
         model = model_class(config_class.from_pretrained(model_args.config_name, **overrides, **hub))
     else:
-        size = {k: getattr(model_args, k) if getattr(model_args, k) is not None else v for k, v in TRANSFORMER_BASE.items()}
+        size = {
+            k: getattr(model_args, k) if getattr(model_args, k) is not None else v for k, v in TRANSFORMER_BASE.items()
+        }
         lengths = [data_args.max_source_length, data_args.max_target_length, data_args.val_max_target_length or 0]
         config_kwargs = dict(
-            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id,
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id,
+            forced_eos_token_id=tokenizer.eos_token_id,
             max_position_embeddings=2 * max(lengths) + 16,  # room for pipeline generation beyond max_target_length
             # Transformer-style embeddings (Vaswani et al.): N(0, d^-1/2) scaled by sqrt(d). With Marian's defaults
             # (no scaling, std 0.02) the sinusoids swamp the token embeddings and lexical learning crawls. HF's
             # init_std also sets every linear layer's std: see --embedding_init_std (docs/training.md).
-            scale_embedding=True, init_std=size["d_model"] ** -0.5,
+            scale_embedding=True,
+            init_std=size["d_model"] ** -0.5,
             **{field: size[arg] for arg, fields in SIZE_FIELDS.items() for field in fields},
-        )  # fmt: skip
+        )
         config_kwargs.update(overrides)
         model = model_class(config_class(**config_kwargs))
     if model_args.embedding_init_std is not None:
@@ -128,8 +166,10 @@ def check_init_options(model_args, checkpoint) -> None:
             raise ValueError(f"--{name} must be a positive standard deviation, got {value}")
         source = checkpoint or model_args.model_name_or_path
         if source:
-            raise ValueError(f"--{name} initialises a model built here; {source} brings trained weights "
-                             "(drop --model_name_or_path, or use --config_name for its architecture)")  # fmt: skip
+            raise ValueError(
+                f"--{name} initialises a model built here; {source} brings trained weights "
+                "(drop --model_name_or_path, or use --config_name for its architecture)"
+            )
 
 
 def initialise_token_embeddings(model, std: float) -> None:
@@ -156,10 +196,14 @@ def untrainable_decoder_tags(config_class, taggers, overrides: dict) -> dict:
     if sides not in ("both", "decoder"):
         return {}
     if "pos_tag_sides" in overrides:
-        raise ValueError(f"pos_tag_sides={sides!r} needs decoder tags to train the hypothesis tagger: give "
-                         "--target_tagger, or use pos_tag_sides=encoder")  # fmt: skip
-    logger.warning("no --target_tagger: POS tags on the encoder only (pos_tag_sides=encoder); decoder tags need a "
-                   "target tagger to train the hypothesis tagger")  # fmt: skip
+        raise ValueError(
+            f"pos_tag_sides={sides!r} needs decoder tags to train the hypothesis tagger: give "
+            "--target_tagger, or use pos_tag_sides=encoder"
+        )
+    logger.warning(
+        "no --target_tagger: POS tags on the encoder only (pos_tag_sides=encoder); decoder tags need a "
+        "target tagger to train the hypothesis tagger"
+    )
     return {"pos_tag_sides": "encoder"}
 
 
@@ -189,7 +233,9 @@ def check_vocabulary(tokenizer, model, tokenizer_source: str) -> None:
         )
     for name in ("pad_token_id", "eos_token_id"):
         if getattr(tokenizer, name) is not None and getattr(config, name) != getattr(tokenizer, name):
-            raise ValueError(f"tokenizer {name}={getattr(tokenizer, name)} but model config {name}={getattr(config, name)}")
+            raise ValueError(
+                f"tokenizer {name}={getattr(tokenizer, name)} but model config {name}={getattr(config, name)}"
+            )
 
 
 def model_features(model) -> list[str]:
@@ -212,7 +258,6 @@ def parse_config_overrides(text: str | None) -> dict:
         except json.JSONDecodeError:
             overrides[key.strip()] = value.strip()
     return overrides
-
 
 
 def set_word_starts(model, tokenizer) -> None:
@@ -239,10 +284,15 @@ def apply_generation_options(model, tokenizer, model_args, data_args) -> None:
     from .errors import UsageError
 
     if not model_args.use_fast_tokenizer:
-        logger.warning("--use_fast_tokenizer false: transformers 5 always loads the fast tokenizer; using %s", type(tokenizer).__name__)
+        logger.warning(
+            "--use_fast_tokenizer false: transformers 5 always loads the fast tokenizer; using %s",
+            type(tokenizer).__name__,
+        )
     if data_args.forced_bos_token:
         token_id = tokenizer.convert_tokens_to_ids(data_args.forced_bos_token)
-        if token_id is None or (token_id == tokenizer.unk_token_id and data_args.forced_bos_token != tokenizer.unk_token):
+        if token_id is None or (
+            token_id == tokenizer.unk_token_id and data_args.forced_bos_token != tokenizer.unk_token
+        ):
             raise UsageError(f"--forced_bos_token {data_args.forced_bos_token!r} is not in the tokenizer's vocabulary")
         model.config.forced_bos_token_id = token_id
         model.generation_config.forced_bos_token_id = token_id

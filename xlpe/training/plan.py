@@ -64,8 +64,11 @@ def estimate_run(shape: RunShape, seconds_per_step: float, seconds_per_evaluatio
     if seconds_per_evaluation is not None:
         parts["periodic evaluations"] = shape.evaluations * seconds_per_evaluation
         per_sentence = seconds_per_evaluation / max(shape.eval_sentences, 1) / beam_factor(shape.eval_beams)
-        parts["final evaluation + test"] = (per_sentence * beam_factor(shape.final_beams)
-                                            * (shape.final_sentences + shape.test_sentences * shape.test_passes))  # fmt: skip
+        parts["final evaluation + test"] = (
+            per_sentence
+            * beam_factor(shape.final_beams)
+            * (shape.final_sentences + shape.test_sentences * shape.test_passes)
+        )
     total = sum(parts.values())
     shares = {name: value / total if total else 0.0 for name, value in parts.items()}
     return {**parts, "total": total, "shares": shares, "dominant": max(parts, key=parts.get)}
@@ -86,11 +89,17 @@ def plan_line(shape: RunShape, batching: str, eval_subset_of: int | None, early_
     if shape.evaluations:
         of = f" of {eval_subset_of:,}" if eval_subset_of and eval_subset_of > shape.eval_sentences else ""
         decoding = "greedy" if shape.eval_beams <= 1 else f"{shape.eval_beams} beams"
-        text += (f", {shape.evaluations} periodic evaluation{'s' if shape.evaluations != 1 else ''} on "
-                 f"{shape.eval_sentences:,}{of} validation sentences ({decoding})")  # fmt: skip
-    after = [f"the final evaluation on {shape.final_sentences:,} validation sentences" if shape.final_sentences else "",
-             f"the test split's {shape.test_sentences:,} sentences" + (
-                 " (twice: predicted, then oracle positions)" if shape.test_passes > 1 else "") if shape.test_sentences else ""]  # fmt: skip
+        text += (
+            f", {shape.evaluations} periodic evaluation{'s' if shape.evaluations != 1 else ''} on "
+            f"{shape.eval_sentences:,}{of} validation sentences ({decoding})"
+        )
+    after = [
+        f"the final evaluation on {shape.final_sentences:,} validation sentences" if shape.final_sentences else "",
+        f"the test split's {shape.test_sentences:,} sentences"
+        + (" (twice: predicted, then oracle positions)" if shape.test_passes > 1 else "")
+        if shape.test_sentences
+        else "",
+    ]
     after = [part for part in after if part]
     if after:
         text += f"; then {' and '.join(after)} ({shape.final_beams} beams)"
@@ -98,8 +107,9 @@ def plan_line(shape: RunShape, batching: str, eval_subset_of: int | None, early_
 
 
 def estimate_line(estimate: dict, when: str) -> str:
-    parts = ", ".join(f"{name} {_duration(estimate[name])} ({100 * estimate['shares'][name]:.0f}%)"
-                      for name in estimate["shares"])  # fmt: skip
+    parts = ", ".join(
+        f"{name} {_duration(estimate[name])} ({100 * estimate['shares'][name]:.0f}%)" for name in estimate["shares"]
+    )
     measured = "" if "periodic evaluations" in estimate else " (evaluations not measured yet)"
     return f"estimate {when}: {_duration(estimate['total'])} in all on this machine{measured}: {parts}; {estimate['dominant']} dominates"
 
@@ -109,8 +119,18 @@ class RunPlan(TrainerCallback):
     validation sentences of the periodic evaluations (`eval_sentences`, of `validation_total`), of the final
     evaluation (`final_sentences`) and the test (`test_sentences`)."""
 
-    def __init__(self, eval_sentences: int, validation_total: int, final_sentences: int, test_sentences: int,
-                 batching: str, final_beams: int = 1, measure_steps: int = 20, echo=print, test_passes: int = 1):
+    def __init__(
+        self,
+        eval_sentences: int,
+        validation_total: int,
+        final_sentences: int,
+        test_sentences: int,
+        batching: str,
+        final_beams: int = 1,
+        measure_steps: int = 20,
+        echo=print,
+        test_passes: int = 1,
+    ):
         self.sizes = (eval_sentences, validation_total, final_sentences, test_sentences)
         self.test_passes = test_passes
         self.final_beams = final_beams
@@ -131,11 +151,16 @@ class RunPlan(TrainerCallback):
         evaluating = getattr(args.eval_strategy, "value", args.eval_strategy) == "steps"
         self.shape = RunShape(
             steps=max(state.max_steps - state.global_step, 0),
-            evaluations=periodic_evaluations(state.global_step, state.max_steps, args.eval_steps, evaluating and eval_sentences > 0),
-            eval_sentences=eval_sentences, eval_beams=int(args.generation_num_beams or 1),
-            final_sentences=final_sentences, test_sentences=test_sentences,
-            final_beams=int(self.final_beams or 1), test_passes=self.test_passes,
-        )  # fmt: skip
+            evaluations=periodic_evaluations(
+                state.global_step, state.max_steps, args.eval_steps, evaluating and eval_sentences > 0
+            ),
+            eval_sentences=eval_sentences,
+            eval_beams=int(args.generation_num_beams or 1),
+            final_sentences=final_sentences,
+            test_sentences=test_sentences,
+            final_beams=int(self.final_beams or 1),
+            test_passes=self.test_passes,
+        )
         self._first_step, self._train_start = state.global_step, time.perf_counter()
         self._last_step_end, self._training = self._train_start, True
         stopping = bool(getattr(args, "early_stopping_patience", None) and self.shape.evaluations)
@@ -147,7 +172,9 @@ class RunPlan(TrainerCallback):
         if done == 1:  # the first step warms up (allocations, compilation): timed from its end
             self._timed_from, self._training_seconds = now, 0.0
         elif self._timed_from is not None:
-            self._training_seconds += now - self._last_step_end  # (evaluations are left out: on_evaluate moves the mark)
+            self._training_seconds += (
+                now - self._last_step_end
+            )  # (evaluations are left out: on_evaluate moves the mark)
             if self.step_seconds is None and done >= self.measure_steps:
                 self.step_seconds = self._training_seconds / (done - 1)
                 self.estimate = estimate_run(self.shape, self.step_seconds, None)
@@ -169,9 +196,15 @@ class RunPlan(TrainerCallback):
             self.step_seconds = self._last_step_end - self._train_start
         self.estimate = estimate_run(self.shape, self.step_seconds, self.eval_seconds)
         count = len(self._evaluation_seconds)
-        self._say(state, estimate_line(self.estimate, f"at step {state.global_step}, after evaluation {count} of "
-                                                      f"{self.shape.evaluations} ({seconds:.0f} s; "
-                                                      f"{self.step_seconds:.2f} s a step so far)"))  # fmt: skip
+        self._say(
+            state,
+            estimate_line(
+                self.estimate,
+                f"at step {state.global_step}, after evaluation {count} of "
+                f"{self.shape.evaluations} ({seconds:.0f} s; "
+                f"{self.step_seconds:.2f} s a step so far)",
+            ),
+        )
         self._last_step_end = time.perf_counter()  # (the next step is timed from here)
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -180,13 +213,25 @@ class RunPlan(TrainerCallback):
         self._training = False
         took = time.perf_counter() - self._train_start
         evaluations = sum(self._evaluation_seconds)
-        text = (f"training took {_duration(took)}, {len(self._evaluation_seconds)} periodic evaluations "
-                f"{_duration(evaluations)} of it ({100 * evaluations / took:.0f}%)" if took else "training took 0 s")  # fmt: skip
+        text = (
+            f"training took {_duration(took)}, {len(self._evaluation_seconds)} periodic evaluations "
+            f"{_duration(evaluations)} of it ({100 * evaluations / took:.0f}%)"
+            if took
+            else "training took 0 s"
+        )
         if self.estimate is not None:
             planned = self.estimate["training"] + self.estimate.get("periodic evaluations", 0.0)
             text += f"; estimated {_duration(planned)} for that part"
         self._say(state, text)
 
 
-__all__ = ["BEAM_COST", "RunPlan", "RunShape", "beam_factor", "estimate_line", "estimate_run", "periodic_evaluations",
-           "plan_line"]
+__all__ = [
+    "BEAM_COST",
+    "RunPlan",
+    "RunShape",
+    "beam_factor",
+    "estimate_line",
+    "estimate_run",
+    "periodic_evaluations",
+    "plan_line",
+]

@@ -30,16 +30,24 @@ from pathlib import Path
 
 from huggingface_hub import HfApi
 
-from .model_card import write_model_card
-from .model_card import rerender_for_push
+from .model_card import rerender_for_push, write_model_card
 
 # Training leftovers that do not belong in a model repository.
-DEFAULT_IGNORE_PATTERNS = ["checkpoint-*/**", "runs/**", "optimizer.pt", "scheduler.pt", "rng_state*.pth", "*.lock",
-                           ".cache/**"]
+DEFAULT_IGNORE_PATTERNS = [
+    "checkpoint-*/**",
+    "runs/**",
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state*.pth",
+    "*.lock",
+    ".cache/**",
+]
 SENTENCEPIECE_FILES = ("source.spm", "target.spm", "spiece.model", "sentencepiece.bpe.model")
 
 
-def upload_file_list(local_dir, ignore_patterns: Sequence[str] = tuple(DEFAULT_IGNORE_PATTERNS)) -> tuple[list[str], int]:
+def upload_file_list(
+    local_dir, ignore_patterns: Sequence[str] = tuple(DEFAULT_IGNORE_PATTERNS)
+) -> tuple[list[str], int]:
     """(the relative paths an upload of `local_dir` sends, how many files the ignore patterns leave out): what
     `push_model` uploads, for `xlpe-push --dry_run`."""
     from huggingface_hub.utils import filter_repo_objects
@@ -48,6 +56,7 @@ def upload_file_list(local_dir, ignore_patterns: Sequence[str] = tuple(DEFAULT_I
     paths = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     sent = list(filter_repo_objects(paths, ignore_patterns=list(ignore_patterns)))
     return sent, len(paths) - len(sent)
+
 
 # ---------------------------------------------------------------------------------------------------------
 # What must be in the folder
@@ -97,13 +106,20 @@ def check_upload_folder(folder: str | Path) -> list[str]:
     if not (folder / "README.md").is_file():
         problems.append("README.md (model card) is missing")
     tagger = config.get("pos_tagger")
-    if isinstance(tagger, str) and tagger.startswith("perceptron:") and not (folder / tagger.split(":", 1)[1]).is_file():
-        problems.append(f"the POS tagger file of pos_tagger={tagger!r} is missing (model.save_pretrained(folder) writes it)")
+    if (
+        isinstance(tagger, str)
+        and tagger.startswith("perceptron:")
+        and not (folder / tagger.split(":", 1)[1]).is_file()
+    ):
+        problems.append(
+            f"the POS tagger file of pos_tagger={tagger!r} is missing (model.save_pretrained(folder) writes it)"
+        )
     return problems
 
 
-def prepare_upload_folder(folder: str | Path, card_kwargs: Mapping | None = None,
-                          regenerate_card: bool = False) -> None:
+def prepare_upload_folder(
+    folder: str | Path, card_kwargs: Mapping | None = None, regenerate_card: bool = False
+) -> None:
     """Make `folder` complete (module docstring) or raise ValueError listing what cannot be fixed here."""
     folder = Path(folder)
     problems = check_upload_folder(folder)
@@ -114,8 +130,9 @@ def prepare_upload_folder(folder: str | Path, card_kwargs: Mapping | None = None
 
         AutoModelForSeq2SeqLM.from_pretrained(folder).save_pretrained(folder)  # writes config entries + code files
     # a card xlpe-train wrote is rendered again from what it recorded, with the Hub id (unless edited since)
-    if not rerender_for_push(folder, card_kwargs or {}, regenerate=regenerate_card) and \
-            (regenerate_card or not (folder / "README.md").is_file()):
+    if not rerender_for_push(folder, card_kwargs or {}, regenerate=regenerate_card) and (
+        regenerate_card or not (folder / "README.md").is_file()
+    ):
         write_model_card(folder, **dict(card_kwargs or {}))
     problems = check_upload_folder(folder)
     if problems:
@@ -155,15 +172,25 @@ def push_model(
     try:  # the first request: an unreachable Hub or a refused token fails here, before the folder is touched
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     except (OSError, *_http_errors()) as error:
-        raise PushError(f"{repo_id}: the Hub refused or could not be reached ({_one_line(error)}); nothing was "
-                        f"written to {local_dir} or uploaded") from None  # fmt: skip
+        raise PushError(
+            f"{repo_id}: the Hub refused or could not be reached ({_one_line(error)}); nothing was "
+            f"written to {local_dir} or uploaded"
+        ) from None
     prepare_upload_folder(local_dir, card_kwargs, regenerate_card=regenerate_card)
     try:
-        return api.upload_folder(repo_id=repo_id, folder_path=str(local_dir), repo_type="model", revision=revision,
-                                 commit_message=commit_message, ignore_patterns=list(ignore_patterns))
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(local_dir),
+            repo_type="model",
+            revision=revision,
+            commit_message=commit_message,
+            ignore_patterns=list(ignore_patterns),
+        )
     except (OSError, *_http_errors()) as error:
-        raise PushError(f"{repo_id}: the upload failed ({_one_line(error)}); the folder was completed for it "
-                        f"(model card, code files) and can be pushed again") from None  # fmt: skip
+        raise PushError(
+            f"{repo_id}: the upload failed ({_one_line(error)}); the folder was completed for it "
+            f"(model card, code files) and can be pushed again"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -196,7 +223,10 @@ def hub_is_offline() -> bool:
     """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set now, or huggingface_hub told so at import."""
     from huggingface_hub import constants
 
-    now = any(os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    now = any(
+        os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
     return now or bool(constants.HF_HUB_OFFLINE)
 
 
@@ -206,19 +236,24 @@ def check_hub_access(token: str | None = None) -> str:
     from huggingface_hub import get_token
 
     if hub_is_offline():
-        raise PushError("the Hub is switched off (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set): unset it to push; "
-                        "nothing was written or uploaded")  # fmt: skip
+        raise PushError(
+            "the Hub is switched off (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set): unset it to push; "
+            "nothing was written or uploaded"
+        )
     token = token or get_token()
     if not token:
-        raise PushError("no Hub token: pass --token, set HF_TOKEN or log in (`hf auth login`); nothing was written "
-                        "or uploaded")  # fmt: skip
+        raise PushError(
+            "no Hub token: pass --token, set HF_TOKEN or log in (`hf auth login`); nothing was written or uploaded"
+        )
     return token
 
 
 def check_fixable(folder: str | Path) -> None:
     """ValueError listing what `prepare_upload_folder` could not fix (a missing tokenizer or weights), before it
     writes anything: only config entries, code files and the card are completed there."""
-    fixable = lambda p: "auto_map" in p or "custom_pipelines" in p or p.endswith(".py is missing") or p.startswith("README.md")
+    fixable = lambda p: (
+        "auto_map" in p or "custom_pipelines" in p or p.endswith(".py is missing") or p.startswith("README.md")
+    )
     problems = [p for p in check_upload_folder(folder) if not fixable(p)]
     if problems:
         raise ValueError(f"{folder} cannot be uploaded: " + "; ".join(problems))

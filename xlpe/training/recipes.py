@@ -29,41 +29,113 @@ BIG_DATA_PAIRS = 5_000_000  # on a GPU, this many pairs or more get `big` (WMT14
 
 # every recipe: the papers' optimiser, schedule and regularisation; evaluation/early stopping/averaging
 _COMMON = dict(
-    lr_scheduler_type="inverse_sqrt", label_smoothing_factor=0.1, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.98,
-    adam_epsilon=1e-9, eval_strategy="steps", save_strategy="steps", metric_for_best_model="bleu",
-    greater_is_better=True, num_beams=4, per_device_eval_batch_size=64,
-)  # fmt: skip
+    lr_scheduler_type="inverse_sqrt",
+    label_smoothing_factor=0.1,
+    weight_decay=0.0,
+    adam_beta1=0.9,
+    adam_beta2=0.98,
+    adam_epsilon=1e-9,
+    eval_strategy="steps",
+    save_strategy="steps",
+    metric_for_best_model="bleu",
+    greater_is_better=True,
+    num_beams=4,
+    per_device_eval_batch_size=64,
+)
 
 # name -> (model + tokenizer defaults: from scratch only, training defaults)
 RECIPES: dict[str, tuple[dict, dict]] = {
     "small": (
-        dict(d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024, dropout=0.1,
-             tokenizer_model="bpe", tokenizer_vocab_size=6000),
-        dict(learning_rate=1e-3, warmup_steps=400, max_tokens=2048, max_steps=1200, logging_steps=50, eval_steps=200,
-             save_steps=200, save_total_limit=3, average_last_checkpoints=3, early_stopping_patience=3,
-             generation_num_beams=1, eval_subset=200),  # 200 greedy sentences: ~80 s on 2 cores against ~20 min for the 200 steps between evaluations (~6%; fr-en, measured)
+        dict(
+            d_model=256,
+            encoder_layers=3,
+            decoder_layers=3,
+            attention_heads=4,
+            ffn_dim=1024,
+            dropout=0.1,
+            tokenizer_model="bpe",
+            tokenizer_vocab_size=6000,
+        ),
+        dict(
+            learning_rate=1e-3,
+            warmup_steps=400,
+            max_tokens=2048,
+            max_steps=1200,
+            logging_steps=50,
+            eval_steps=200,
+            save_steps=200,
+            save_total_limit=3,
+            average_last_checkpoints=3,
+            early_stopping_patience=3,
+            generation_num_beams=1,
+            eval_subset=200,
+        ),  # 200 greedy sentences: ~80 s on 2 cores against ~20 min for the 200 steps between evaluations (~6%; fr-en, measured)
     ),
     "base": (
-        dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1,
-             tokenizer_model="bpe", tokenizer_vocab_size=16000),
-        dict(learning_rate=7e-4, warmup_steps=4000, max_tokens=4096, max_steps=100_000, logging_steps=100,
-             eval_steps=2000, save_steps=2000, save_total_limit=5, average_last_checkpoints=5,
-             early_stopping_patience=10, generation_num_beams=4),
+        dict(
+            d_model=512,
+            encoder_layers=6,
+            decoder_layers=6,
+            attention_heads=8,
+            ffn_dim=2048,
+            dropout=0.1,
+            tokenizer_model="bpe",
+            tokenizer_vocab_size=16000,
+        ),
+        dict(
+            learning_rate=7e-4,
+            warmup_steps=4000,
+            max_tokens=4096,
+            max_steps=100_000,
+            logging_steps=100,
+            eval_steps=2000,
+            save_steps=2000,
+            save_total_limit=5,
+            average_last_checkpoints=5,
+            early_stopping_patience=10,
+            generation_num_beams=4,
+        ),
     ),
     "big": (
-        dict(d_model=1024, encoder_layers=6, decoder_layers=6, attention_heads=16, ffn_dim=4096, dropout=0.3,
-             tokenizer_model="bpe", tokenizer_vocab_size=32000),
-        dict(learning_rate=5e-4, warmup_steps=4000, max_tokens=4096, max_steps=300_000, logging_steps=100,
-             eval_steps=2000, save_steps=2000, save_total_limit=5, average_last_checkpoints=5,
-             early_stopping_patience=10, generation_num_beams=4),
+        dict(
+            d_model=1024,
+            encoder_layers=6,
+            decoder_layers=6,
+            attention_heads=16,
+            ffn_dim=4096,
+            dropout=0.3,
+            tokenizer_model="bpe",
+            tokenizer_vocab_size=32000,
+        ),
+        dict(
+            learning_rate=5e-4,
+            warmup_steps=4000,
+            max_tokens=4096,
+            max_steps=300_000,
+            logging_steps=100,
+            eval_steps=2000,
+            save_steps=2000,
+            save_total_limit=5,
+            average_last_checkpoints=5,
+            early_stopping_patience=10,
+            generation_num_beams=4,
+        ),
     ),
-}  # fmt: skip
-EVALUATION_KEYS = ("eval_strategy", "eval_steps", "metric_for_best_model", "greater_is_better", "early_stopping_patience",
-                   "generation_num_beams", "eval_subset")  # fmt: skip
+}
+EVALUATION_KEYS = (
+    "eval_strategy",
+    "eval_steps",
+    "metric_for_best_model",
+    "greater_is_better",
+    "early_stopping_patience",
+    "generation_num_beams",
+    "eval_subset",
+)
 
 
-def recipe_settings(name: str, from_scratch: bool, with_validation: bool = True, with_bleu: bool = True,
-                    device: dict | None = None) -> dict:
+def recipe_settings(
+    name: str, from_scratch: bool, with_validation: bool = True, with_bleu: bool = True, device: dict | None = None
+) -> dict:
     """Argument defaults of recipe `name`: without the architecture/tokenizer for a model not built from scratch,
     without periodic evaluation and early stopping when there is no validation split, early stopping on the
     validation loss when evaluation does not generate (no BLEU); on a CUDA `device` (`arguments.describe_device`)
@@ -87,8 +159,10 @@ def choose_recipe(train_pairs: int | None, on_gpu: bool) -> tuple[str, str]:
     """(recipe, reason) for a model trained from scratch without `--recipe`: the size the device can train in
     hours and the data can feed without overfitting at once."""
     if not on_gpu:
-        return "small", ("no GPU: a Transformer-base takes about a day on CPU; `small` is sized for a CPU (the plan "
-                         "below estimates the run's time on this machine)")  # fmt: skip
+        return "small", (
+            "no GPU: a Transformer-base takes about a day on CPU; `small` is sized for a CPU (the plan "
+            "below estimates the run's time on this machine)"
+        )
     if train_pairs is None:
         return "base", "GPU, training-set size unknown"
     if train_pairs < SMALL_DATA_PAIRS:
@@ -131,13 +205,18 @@ def fill_tokens(device: dict, d_model: int, ffn_dim: int) -> tuple[float | None,
     peak, _ = device_peak(device.get("name"), mode, sms)
     if peak:
         wanted = peak * 1e12 * GPU_FILL_MICROSECONDS * 1e-6 / (2.0 * d_model * ffn_dim)
-        return wanted, f"{wanted:,.0f} tokens keep a {d_model}x{ffn_dim} FFN matmul >= {GPU_FILL_MICROSECONDS:g} us at {peak:g} TFLOP/s ({mode})"
+        return (
+            wanted,
+            f"{wanted:,.0f} tokens keep a {d_model}x{ffn_dim} FFN matmul >= {GPU_FILL_MICROSECONDS:g} us at {peak:g} TFLOP/s ({mode})",
+        )
     if sms:
         return 128.0 * sms, f"peak unknown: 128 tokens per SM x {sms} SMs"
     return None, "peak and SM count unknown"
 
 
-def device_token_batch(device: dict, d_model: int, ffn_dim: int, layers: int, vocab: int, floor: int) -> tuple[int, str]:
+def device_token_batch(
+    device: dict, d_model: int, ffn_dim: int, layers: int, vocab: int, floor: int
+) -> tuple[int, str]:
     """(tokens per step, why) for a model of these dimensions on a CUDA `device` (`fill_tokens`'s fields and
     "memory", bytes): the power of two >= `fill_tokens`, never below `floor` (the recipe's own batch), at most
     GPU_MAX_TOKENS and what GPU_MEMORY_SHARE of the memory holds (`step_bytes_per_token`); `floor` when the
@@ -173,7 +252,9 @@ def fit_recipe_to_device(name: str, settings: dict, device: dict) -> tuple[dict,
         return settings, notes
     model = RECIPES[name][0]
     d_model, ffn_dim = settings.get("d_model", model["d_model"]), settings.get("ffn_dim", model["ffn_dim"])
-    layers = settings.get("encoder_layers", model["encoder_layers"]) + settings.get("decoder_layers", model["decoder_layers"])
+    layers = settings.get("encoder_layers", model["encoder_layers"]) + settings.get(
+        "decoder_layers", model["decoder_layers"]
+    )
     vocab = settings.get("tokenizer_vocab_size", model["tokenizer_vocab_size"])
     floor = settings["max_tokens"]
     if name == "small" and "d_model" in settings:
@@ -181,8 +262,10 @@ def fit_recipe_to_device(name: str, settings: dict, device: dict) -> tuple[dict,
         if wanted is not None and wanted > GPU_MAX_TOKENS:
             settings.update(SMALL_WIDE_MODEL, **SMALL_WIDE_TRAINING)
             d_model, ffn_dim = SMALL_WIDE_MODEL["d_model"], SMALL_WIDE_MODEL["ffn_dim"]
-            notes.append(f"d {model['d_model']} would need {wanted:,.0f} > {GPU_MAX_TOKENS:,} tokens a step to fill the GPU: "
-                         + ", ".join(f"{key} {value}" for key, value in {**SMALL_WIDE_MODEL, **SMALL_WIDE_TRAINING}.items()))
+            notes.append(
+                f"d {model['d_model']} would need {wanted:,.0f} > {GPU_MAX_TOKENS:,} tokens a step to fill the GPU: "
+                + ", ".join(f"{key} {value}" for key, value in {**SMALL_WIDE_MODEL, **SMALL_WIDE_TRAINING}.items())
+            )
     tokens, why = device_token_batch(device, d_model, ffn_dim, layers, vocab, floor)
     if tokens != floor:
         settings["max_tokens"] = tokens

@@ -29,13 +29,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..features.artefacts import (RECORD_NAME, ArtefactRecord, canonical_json, lines_digest, read_record,
-                                  verify_artefact, write_record)  # fmt: skip
-from ..models.configuration_reorderer import XLPEReordererConfig
-from ..models.hub_support import apply_umask_to_weights
+from ..features.artefacts import (
+    RECORD_NAME,
+    ArtefactRecord,
+    canonical_json,
+    lines_digest,
+    read_record,
+    verify_artefact,
+    write_record,
+)
 from ..features.predicted_reordering import collate, predict_token_positions, tokenizer_fingerprint
 from ..features.reordering import kendall_tau_flat
 from ..features.text_files import write_text_atomic
+from ..models.configuration_reorderer import XLPEReordererConfig
+from ..models.hub_support import apply_umask_to_weights
 from ..models.modeling_reorderer import XLPEReordererModel, word_keys
 
 logger = logging.getLogger(__name__)
@@ -61,9 +68,12 @@ def build_reorderer(tokenizer, seed: int = 0, **config_fields) -> XLPEReordererM
     from ..features.tokenization import word_start_flags
 
     config = XLPEReordererConfig(
-        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), **config_fields,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        **config_fields,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = XLPEReordererModel(config)
@@ -97,9 +107,17 @@ def _training_columns(dataset):
     return dataset.remove_columns([c for c in dataset.column_names if c not in COLUMNS])
 
 
-def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | Path, options: ReordererTraining,
-                    tokenizer=None, eval_dataset=None, resume: bool = True, calibration_dataset=None,
-                    report_extra: dict | None = None) -> XLPEReordererModel:  # fmt: skip
+def train_reorderer(
+    model: XLPEReordererModel,
+    train_dataset,
+    output_dir: str | Path,
+    options: ReordererTraining,
+    tokenizer=None,
+    eval_dataset=None,
+    resume: bool = True,
+    calibration_dataset=None,
+    report_extra: dict | None = None,
+) -> XLPEReordererModel:
     """Train on a prepared dataset (`input_ids`, `reorder_positions`); save model (+ tokenizer) to output_dir.
     `resume`: continue from the newest checkpoint in output_dir when there is one. `calibration_dataset`: held-out
     pairs (never trained on) on which the decoding prior `order_prior` is chosen (`calibrate_order_prior`) before
@@ -113,19 +131,34 @@ def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | 
         raise ValueError(f"train_dataset lacks {missing}: prepare it with features=['reorder_positions']")
     output_dir = Path(output_dir)
     args = TrainingArguments(
-        output_dir=str(output_dir), num_train_epochs=options.epochs, per_device_train_batch_size=options.batch_size,
-        per_device_eval_batch_size=options.batch_size, learning_rate=options.learning_rate,
-        warmup_steps=options.warmup_ratio, weight_decay=options.weight_decay, lr_scheduler_type="linear",
-        seed=options.seed, logging_steps=options.logging_steps, save_strategy="epoch", save_total_limit=1,
-        eval_strategy="epoch" if eval_dataset is not None else "no", report_to=[], remove_unused_columns=False,
-        prediction_loss_only=True, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), **options.extra,
-    )  # fmt: skip
+        output_dir=str(output_dir),
+        num_train_epochs=options.epochs,
+        per_device_train_batch_size=options.batch_size,
+        per_device_eval_batch_size=options.batch_size,
+        learning_rate=options.learning_rate,
+        warmup_steps=options.warmup_ratio,
+        weight_decay=options.weight_decay,
+        lr_scheduler_type="linear",
+        seed=options.seed,
+        logging_steps=options.logging_steps,
+        save_strategy="epoch",
+        save_total_limit=1,
+        eval_strategy="epoch" if eval_dataset is not None else "no",
+        report_to=[],
+        remove_unused_columns=False,
+        prediction_loss_only=True,
+        dataloader_num_workers=0,
+        use_cpu=not torch.cuda.is_available(),
+        **options.extra,
+    )
     pad = model.config.pad_token_id
     trainer = Trainer(
-        model=model, args=args, train_dataset=_training_columns(train_dataset),
+        model=model,
+        args=args,
+        train_dataset=_training_columns(train_dataset),
         eval_dataset=_training_columns(eval_dataset) if eval_dataset is not None else None,
         data_collator=lambda features: collate(features, pad),
-    )  # fmt: skip
+    )
     checkpoint = get_last_checkpoint(str(output_dir)) if resume and output_dir.is_dir() else None
     if checkpoint:
         logger.info("resuming reorderer training from %s", checkpoint)
@@ -133,15 +166,25 @@ def train_reorderer(model: XLPEReordererModel, train_dataset, output_dir: str | 
     calibration = None
     if calibration_dataset is not None and len(calibration_dataset):
         calibration = calibrate_order_prior(model, calibration_dataset, batch_size=options.batch_size)
-        logger.info("order prior %s chosen on %d held-out pairs (tau %.3f; best %s at tau %.3f)", calibration["chosen"],
-                    calibration["held_out_pairs"], calibration["by_prior"][str(calibration["chosen"])]["kendall_tau"],
-                    calibration["best"], calibration["by_prior"][str(calibration["best"])]["kendall_tau"])  # fmt: skip
+        logger.info(
+            "order prior %s chosen on %d held-out pairs (tau %.3f; best %s at tau %.3f)",
+            calibration["chosen"],
+            calibration["held_out_pairs"],
+            calibration["by_prior"][str(calibration["chosen"])]["kendall_tau"],
+            calibration["best"],
+            calibration["by_prior"][str(calibration["best"])]["kendall_tau"],
+        )
     model.save_pretrained(output_dir)
     apply_umask_to_weights(output_dir)  # safetensors leaves its file owner-only (0600)
     if tokenizer is not None:
         tokenizer.save_pretrained(output_dir)
-    report = {"train_pairs": len(train_dataset), "train_runtime_s": result.metrics.get("train_runtime"),
-              "train_loss": result.metrics.get("train_loss"), "options": asdict(options), "resumed_from": checkpoint}  # fmt: skip
+    report = {
+        "train_pairs": len(train_dataset),
+        "train_runtime_s": result.metrics.get("train_runtime"),
+        "train_loss": result.metrics.get("train_loss"),
+        "options": asdict(options),
+        "resumed_from": checkpoint,
+    }
     if calibration is not None:
         report["order_prior_calibration"] = calibration
     report.update(report_extra or {})
@@ -191,14 +234,18 @@ def sentence_taus(model: XLPEReordererModel, dataset, priors=ORDER_PRIORS, batch
         offsets, keep = np.concatenate([[0], np.cumsum(lengths)]), lengths >= 2
         orders = {prior: model.decode(out.pair_logits, counts, order_prior=prior) for prior in priors}
         orders["monotone"] = torch.arange(width, device=device).expand(len(ids), width)
-        for prior, predicted in orders.items():  # tau of the predicted positions read in oracle order = tau vs the oracle
+        for (
+            prior,
+            predicted,
+        ) in orders.items():  # tau of the predicted positions read in oracle order = tau vs the oracle
             read = predicted.gather(1, in_oracle_order)[valid].cpu().numpy()
             taus[prior].extend(kendall_tau_flat(read, offsets)[keep].tolist())
     return taus, len(taus[priors[0]])
 
 
-def calibrate_order_prior(model: XLPEReordererModel, dataset, priors=ORDER_PRIORS, batch_size: int = 64,
-                          rule: str = "one_se") -> dict:  # fmt: skip
+def calibrate_order_prior(
+    model: XLPEReordererModel, dataset, priors=ORDER_PRIORS, batch_size: int = 64, rule: str = "one_se"
+) -> dict:
     """Choose `order_prior` on held-out pairs and set it in `model.config`. Every prior is scored by mean word-level
     Kendall tau against the oracle; "best" takes the highest, "one_se" (default) the largest prior whose tau is
     within one standard error (of the paired per-sentence difference) of the best: when the data cannot tell
@@ -221,8 +268,15 @@ def calibrate_order_prior(model: XLPEReordererModel, dataset, priors=ORDER_PRIOR
             within.append(prior)
     chosen = max(within) if rule == "one_se" else best
     model.config.order_prior = float(chosen)
-    return {"chosen": float(chosen), "best": float(best), "rule": rule, "held_out_pairs": len(dataset),
-            "sentences_scored": sentences, "by_prior": by_prior, "monotone_kendall_tau": float(np.mean(taus["monotone"]))}  # fmt: skip
+    return {
+        "chosen": float(chosen),
+        "best": float(best),
+        "rule": rule,
+        "held_out_pairs": len(dataset),
+        "sentences_scored": sentences,
+        "by_prior": by_prior,
+        "monotone_kendall_tau": float(np.mean(taus["monotone"])),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -230,8 +284,15 @@ def calibrate_order_prior(model: XLPEReordererModel, dataset, priors=ORDER_PRIOR
 # ----------------------------------------------------------------------------------------------------------
 
 
-def jackknife_positions(dataset, tokenizer, folds: int, options: ReordererTraining, work_dir: str | Path,
-                        override: str = "--overwrite_output", **config_fields) -> list[list[int]]:  # fmt: skip
+def jackknife_positions(
+    dataset,
+    tokenizer,
+    folds: int,
+    options: ReordererTraining,
+    work_dir: str | Path,
+    override: str = "--overwrite_output",
+    **config_fields,
+) -> list[list[int]]:
     """Predicted `reorder_positions` for every example of `dataset`, each from a reorderer trained on the other
     folds (`folds` >= 2); fold K's reorderer starts from seed `options.seed + K`, so a rerun gives the same positions.
     Costs `folds` reorderer trainings; resumable per fold (work_dir/fold-K). Each fold directory records what made
@@ -251,14 +312,18 @@ def jackknife_positions(dataset, tokenizer, folds: int, options: ReordererTraini
         held_out = np.flatnonzero(assignment == fold)
         model = build_reorderer(tokenizer, seed=options.seed + fold, **config_fields)
         write_record(Path(work_dir) / f"fold-{fold}", records[fold])
-        train_reorderer(model, dataset.select(np.flatnonzero(assignment != fold)), Path(work_dir) / f"fold-{fold}", options)
+        train_reorderer(
+            model, dataset.select(np.flatnonzero(assignment != fold)), Path(work_dir) / f"fold-{fold}", options
+        )
         positions = predict_token_positions(model, dataset.select(held_out)["input_ids"])
         for index, row in zip(held_out.tolist(), positions):
             predicted[index] = row
     return predicted
 
 
-def fold_records(dataset, tokenizer, folds: int, options: ReordererTraining, config_fields: dict) -> list[ArtefactRecord]:
+def fold_records(
+    dataset, tokenizer, folds: int, options: ReordererTraining, config_fields: dict
+) -> list[ArtefactRecord]:
     """The record of each jackknife fold directory: the training data and tokenizer (digests), the fold, the
     number of folds and every option that shapes the fold's reorderer (seed included: it draws the folds)."""
     from ..features.tokenization import tokenizer_fingerprint as segmentation_fingerprint
@@ -269,8 +334,9 @@ def fold_records(dataset, tokenizer, folds: int, options: ReordererTraining, con
     return [ArtefactRecord(FOLD_KIND, inputs=inputs, options={**shared, "fold": fold}) for fold in range(folds)]
 
 
-def mix_positions(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]], oracle_share: float,
-                  seed: int) -> list[list[int]]:  # fmt: skip
+def mix_positions(
+    predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]], oracle_share: float, seed: int
+) -> list[list[int]]:
     """Per example, the oracle positions with probability `oracle_share` (examples drawn with `seed`), else the
     predicted ones: the "mixed" remedy for the train/test mismatch (0: all predicted, 1: all oracle)."""
     if not 0.0 <= oracle_share <= 1.0:
@@ -284,7 +350,9 @@ def mix_positions(predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[
 def with_predicted_positions(split, predicted: Sequence[Sequence[int]]):
     """`split` (a prepared Dataset) training on `predicted` positions: they become `reorder_positions` and the oracle
     ones stay beside them as `oracle_reorder_positions` (what `xlpe-reorder jackknife` writes)."""
-    return split.rename_column("reorder_positions", "oracle_reorder_positions").add_column("reorder_positions", list(predicted))
+    return split.rename_column("reorder_positions", "oracle_reorder_positions").add_column(
+        "reorder_positions", list(predicted)
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -294,16 +362,32 @@ def with_predicted_positions(split, predicted: Sequence[Sequence[int]]):
 REORDERER_KIND, JACKKNIFE_KIND, FOLD_KIND = "reorderer", "jackknife", "jackknife-fold"
 REPORT_NAME = "reorderer_training.json"  # written last by train_reorderer: a finished run
 # what `xlpe-reorder train` writes into its --output_dir: all that --overwrite_output / --no-resume remove there
-OWNED_PATTERNS = (RECORD_NAME, REPORT_NAME, "checkpoint-*", "config.json", "generation_config.json", "model*.safetensors*",
-                  "tokenizer*", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "vocab.*",
-                  "merges.txt", "spiece.model", "training_args.bin")  # fmt: skip
+OWNED_PATTERNS = (
+    RECORD_NAME,
+    REPORT_NAME,
+    "checkpoint-*",
+    "config.json",
+    "generation_config.json",
+    "model*.safetensors*",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "vocab.*",
+    "merges.txt",
+    "spiece.model",
+    "training_args.bin",
+)
 
 
 def dataset_digest(dataset, columns: Sequence[str] = ("input_ids", "reorder_positions")) -> str:
     """Digest of a prepared dataset's rows (the given columns, in order): one canonical JSON line per row."""
     rows = dataset.select_columns(list(columns))
-    return lines_digest(canonical_json([row[c] for c in columns]) for batch in rows.iter(batch_size=1024)
-                        for row in (dict(zip(batch, values)) for values in zip(*batch.values())))  # fmt: skip
+    return lines_digest(
+        canonical_json([row[c] for c in columns])
+        for batch in rows.iter(batch_size=1024)
+        for row in (dict(zip(batch, values)) for values in zip(*batch.values()))
+    )
 
 
 def model_type_of(directory: str | Path) -> str | None:
@@ -352,16 +436,40 @@ def check_reorderer_dir(path: str | Path, flag: str = "--reorderer") -> None:
     if model_type is None:
         raise FileNotFoundError(f"{flag} {path}: no reorderer there (config.json missing)")
     if model_type != XLPEReordererConfig.model_type:
-        raise ValueError(f"{flag} {path}: holds a {model_type} model, not a reorderer written by `xlpe-reorder "
-                         f"train` (model_type {XLPEReordererConfig.model_type})")  # fmt: skip
+        raise ValueError(
+            f"{flag} {path}: holds a {model_type} model, not a reorderer written by `xlpe-reorder "
+            f"train` (model_type {XLPEReordererConfig.model_type})"
+        )
     config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     if not config.get("tokenizer_fingerprint"):
-        raise ValueError(f"{flag} {path}: its config.json records no tokenizer_fingerprint, so its token ids "
-                         "cannot be checked; retrain it with `xlpe-reorder train`")  # fmt: skip
+        raise ValueError(
+            f"{flag} {path}: its config.json records no tokenizer_fingerprint, so its token ids "
+            "cannot be checked; retrain it with `xlpe-reorder train`"
+        )
 
 
-__all__ = ["CALIBRATION_RULES", "FOLD_KIND", "JACKKNIFE_KIND", "ORDER_PRIORS", "OWNED_PATTERNS", "REORDERER_KIND",
-           "REPORT_NAME", "ReordererTraining", "build_reorderer", "calibrate_order_prior", "calibration_split",
-           "check_reorderer_dir", "clear_owned", "dataset_digest", "default_training_loss", "fold_records",
-           "jackknife_positions", "mix_positions", "model_type_of", "owned_entries", "sentence_taus", "train_reorderer",
-           "with_predicted_positions"]
+__all__ = [
+    "CALIBRATION_RULES",
+    "FOLD_KIND",
+    "JACKKNIFE_KIND",
+    "ORDER_PRIORS",
+    "OWNED_PATTERNS",
+    "REORDERER_KIND",
+    "REPORT_NAME",
+    "ReordererTraining",
+    "build_reorderer",
+    "calibrate_order_prior",
+    "calibration_split",
+    "check_reorderer_dir",
+    "clear_owned",
+    "dataset_digest",
+    "default_training_loss",
+    "fold_records",
+    "jackknife_positions",
+    "mix_positions",
+    "model_type_of",
+    "owned_entries",
+    "sentence_taus",
+    "train_reorderer",
+    "with_predicted_positions",
+]

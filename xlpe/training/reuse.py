@@ -30,34 +30,96 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from ..features.artefacts import (
-    ArtefactMismatch, ArtefactRecord, DirectoryInUse, digest, directory_lock, file_digest, read_record,
-    verify_artefact, write_record,
-)  # fmt: skip
+    ArtefactMismatch,
+    ArtefactRecord,
+    DirectoryInUse,
+    digest,
+    directory_lock,
+    file_digest,
+    read_record,
+    verify_artefact,
+    write_record,
+)
 from .errors import UsageError
 
 logger = logging.getLogger("xlpe.train")
 KIND = "training-run"
 
 # options of the arguments dataclasses left out of the record: where things are cached, credentials, speed only
-NOT_RECORDED = {"cache_dir", "token", "trust_remote_code", "use_fast_tokenizer", "overwrite_cache",
-                "preprocessing_num_workers", "nltk_data", "num_translation_examples", "dataset_label"}  # fmt: skip
+NOT_RECORDED = {
+    "cache_dir",
+    "token",
+    "trust_remote_code",
+    "use_fast_tokenizer",
+    "overwrite_cache",
+    "preprocessing_num_workers",
+    "nltk_data",
+    "num_translation_examples",
+    "dataset_label",
+}
 # options naming an input: recorded as the digest of what they name (a local file or directory), not the path
 PATH_OPTIONS = ("model_name_or_path", "config_name", "tokenizer_name", "reorderer", "dataset_name", "prepared_dataset")
 # training arguments that shape the optimisation (the others are output, logging and device plumbing)
-TRAINING_RECORDED = ("seed", "data_seed", "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps",
-                     "warmup_ratio", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim",
-                     "optim_args", "per_device_train_batch_size", "gradient_accumulation_steps", "max_tokens",
-                     "label_smoothing_factor", "group_by_length", "train_sampling_strategy", "recipe",
-                     "ignore_pad_token_for_loss")  # fmt: skip
+TRAINING_RECORDED = (
+    "seed",
+    "data_seed",
+    "learning_rate",
+    "lr_scheduler_type",
+    "lr_scheduler_kwargs",
+    "warmup_steps",
+    "warmup_ratio",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
+    "optim",
+    "optim_args",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_tokens",
+    "label_smoothing_factor",
+    "group_by_length",
+    "train_sampling_strategy",
+    "recipe",
+    "ignore_pad_token_for_loss",
+)
 # what a resume may change: applied and listed. The rest (model, data, learning rate and schedule, batch size) is
 # refused: the restored optimizer/scheduler state and data order would silently ignore a new value
-RESUME_CHANGEABLE = ("max_steps", "num_train_epochs", "logging_steps", "eval_steps", "save_steps", "save_total_limit",
-                     "eval_strategy", "save_strategy", "logging_strategy", "early_stopping_patience",
-                     "average_last_checkpoints", "per_device_eval_batch_size", "max_eval_samples", "max_predict_samples",
-                     "num_beams", "val_max_target_length", "generation_max_length", "generation_num_beams",
-                     "bleu_tokenize", "eval_with_oracle_positions", "bf16", "fp16", "tf32", "torch_compile",
-                     "eval_subset")  # fmt: skip
-RESULTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "train_results.json", "trainer_state.json")
+RESUME_CHANGEABLE = (
+    "max_steps",
+    "num_train_epochs",
+    "logging_steps",
+    "eval_steps",
+    "save_steps",
+    "save_total_limit",
+    "eval_strategy",
+    "save_strategy",
+    "logging_strategy",
+    "early_stopping_patience",
+    "average_last_checkpoints",
+    "per_device_eval_batch_size",
+    "max_eval_samples",
+    "max_predict_samples",
+    "num_beams",
+    "val_max_target_length",
+    "generation_max_length",
+    "generation_num_beams",
+    "bleu_tokenize",
+    "eval_with_oracle_positions",
+    "bf16",
+    "fp16",
+    "tf32",
+    "torch_compile",
+    "eval_subset",
+)
+RESULTS = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "train_results.json",
+    "trainer_state.json",
+)
 LARGE_FILE = 256 << 20  # bytes: bigger files are fingerprinted by size, head and tail (a model's weights)
 
 
@@ -93,7 +155,9 @@ def _path_fingerprint(path: Path) -> str:
                 handle.seek(size - (1 << 20))
                 entries[item.name] = [size, digest(head.hex()), digest(handle.read().hex())]
     for sub in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(("checkpoint-", "."))):
-        entries[sub.name + "/"] = digest({p.name: file_digest(p) for p in sorted(sub.glob("*.json"))})  # datasets splits
+        entries[sub.name + "/"] = digest(
+            {p.name: file_digest(p) for p in sorted(sub.glob("*.json"))}
+        )  # datasets splits
     return digest(entries)
 
 
@@ -159,7 +223,9 @@ def held_results(output_dir: Path) -> list[str]:
     """What a finished or interrupted run left in `output_dir`: checkpoints, a final model, train results."""
     if not output_dir.is_dir():
         return []
-    return sorted(p.name for p in output_dir.iterdir() if p.name in RESULTS or (p.is_dir() and p.name.startswith("checkpoint-")))
+    return sorted(
+        p.name for p in output_dir.iterdir() if p.name in RESULTS or (p.is_dir() and p.name.startswith("checkpoint-"))
+    )
 
 
 def verify_resume(model_args, data_args, training_args, checkpoint: str) -> ArtefactRecord:
@@ -169,8 +235,13 @@ def verify_resume(model_args, data_args, training_args, checkpoint: str) -> Arte
     run_dir = Path(checkpoint).resolve().parent
     override = "the run's own values to resume it, or --overwrite_output_dir without --resume_from_checkpoint (or another --output_dir)"
     try:
-        changed = verify_artefact(run_dir, expected, override=override, changeable=[f"--{n}" for n in RESUME_CHANGEABLE],
-                                  what=f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: {run_dir}")  # fmt: skip
+        changed = verify_artefact(
+            run_dir,
+            expected,
+            override=override,
+            changeable=[f"--{n}" for n in RESUME_CHANGEABLE],
+            what=f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: {run_dir}",
+        )
     except ArtefactMismatch as error:
         raise UsageError(str(error)) from None
     if changed and training_args.process_index == 0:
@@ -254,15 +325,31 @@ def check_checkpoint(checkpoint: str, training_args) -> None:
         elif not any((path / name).is_file() for name in ("pytorch_model.bin", "model.safetensors.index.json")):
             raise UsageError(f"{what}: {path} lacks model.safetensors (the weights): not a checkpoint to resume")
     rng = f"rng_state_{training_args.process_index}.pth" if training_args.world_size > 1 else "rng_state.pth"
-    needed = [] if sharded else [("optimizer.pt", "the optimizer state"), ("scheduler.pt", "the learning-rate schedule")]
-    for name, meaning in [*needed, (rng, f"the random state of process {training_args.process_index} of {training_args.world_size}")]:
+    needed = (
+        [] if sharded else [("optimizer.pt", "the optimizer state"), ("scheduler.pt", "the learning-rate schedule")]
+    )
+    for name, meaning in [
+        *needed,
+        (rng, f"the random state of process {training_args.process_index} of {training_args.world_size}"),
+    ]:
         if not (path / name).is_file():
-            raise UsageError(f"{what}: {path} lacks {name} ({meaning}), so the run cannot continue exactly where it stopped{weights_only}")
+            raise UsageError(
+                f"{what}: {path} lacks {name} ({meaning}), so the run cannot continue exactly where it stopped{weights_only}"
+            )
         check_torch_file(path / name, what)
 
 
-POSITIVE_INTEGERS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                     "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings")  # fmt: skip
+POSITIVE_INTEGERS = (
+    "vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "max_position_embeddings",
+)
 PROBABILITIES = ("dropout", "attention_dropout", "activation_dropout")
 
 
@@ -287,7 +374,9 @@ def check_config_file(directory, what: str) -> None:
             bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1
         if bad:
             line = key_line(text, name)
-            raise UsageError(f"{what}: {path}:{line}: {name} must be {'a positive integer' if integer else 'a number in [0, 1]'}, got {json.dumps(value)}")
+            raise UsageError(
+                f"{what}: {path}:{line}: {name} must be {'a positive integer' if integer else 'a number in [0, 1]'}, got {json.dumps(value)}"
+            )
 
 
 def key_line(text: str, key: str) -> int:
@@ -313,7 +402,7 @@ def check_prepared_dataset(path) -> None:
         splits = read_json_file(path / "dataset_dict.json", what)
         names = splits.get("splits") if isinstance(splits, dict) else None
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise UsageError(f"{what}: {path / 'dataset_dict.json'}: needs \"splits\", a list of split names")
+            raise UsageError(f'{what}: {path / "dataset_dict.json"}: needs "splits", a list of split names')
         folders = [path / name for name in names]
     elif (path / "state.json").is_file():
         folders = [path]
@@ -327,8 +416,10 @@ def check_prepared_dataset(path) -> None:
             raise UsageError(f"{what}: split {folder.name} lacks {state_file} (damaged: prepare it again)")
         state = read_json_file(state_file, what)
         files = state.get("_data_files") if isinstance(state, dict) else None
-        if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files):
-            raise UsageError(f"{what}: {state_file}: needs \"_data_files\", a list of {{\"filename\": ...}}")
+        if not isinstance(files, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files
+        ):
+            raise UsageError(f'{what}: {state_file}: needs "_data_files", a list of {{"filename": ...}}')
         for entry in files:
             arrow = folder / entry["filename"]
             if not arrow.is_file():
@@ -342,6 +433,16 @@ def check_prepared_dataset(path) -> None:
                 raise UsageError(f"{what}: {arrow}: damaged or truncated Arrow file: prepare it again") from None
 
 
-__all__ = ["ApplyResumedFrequencies", "RESUME_CHANGEABLE", "check_checkpoint", "check_config_file",
-           "check_prepared_dataset", "held_results", "locked_output_dir", "read_json_file", "run_record",
-           "verify_resume", "write_run_record"]  # fmt: skip
+__all__ = [
+    "ApplyResumedFrequencies",
+    "RESUME_CHANGEABLE",
+    "check_checkpoint",
+    "check_config_file",
+    "check_prepared_dataset",
+    "held_results",
+    "locked_output_dir",
+    "read_json_file",
+    "run_record",
+    "verify_resume",
+    "write_run_record",
+]

@@ -34,31 +34,39 @@ import datasets
 import transformers
 from transformers import AutoConfig, set_seed
 
-from .arguments import parse_arguments
-from .errors import UsageError
-from .callbacks import RunClock, RunOutcome, ValidationEarlyStopping
-from ..models.hub_support import apply_umask_to_weights
-from ..features.text_files import write_text_atomic
 from ..features.artefacts import record_path
+from ..features.text_files import write_text_atomic
+from ..models.hub_support import apply_umask_to_weights
+from .arguments import parse_arguments
+from .callbacks import RunClock, RunOutcome, ValidationEarlyStopping
 from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_averaged_model
 from .collator import XLPEDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
-from .recipes import NO_RECIPE, choose_recipe, describe_fast_defaults
-from .reuse import (ApplyResumedFrequencies, check_checkpoint, check_config_file, held_results, locked_output_dir,
-                    run_record, verify_resume, write_run_record)  # fmt: skip
+from .errors import UsageError
 from .model_setup import (
     apply_generation_options,
     attach_reorderer,
     build_model,
-    set_word_starts,
     check_init_options,
     check_vocabulary,
-    parse_config_overrides,
     load_or_train_tokenizer,
     model_features,
+    parse_config_overrides,
+    set_word_starts,
     target_config,
 )
 from .plan import RunPlan
+from .recipes import NO_RECIPE, choose_recipe, describe_fast_defaults
+from .reuse import (
+    ApplyResumedFrequencies,
+    check_checkpoint,
+    check_config_file,
+    held_results,
+    locked_output_dir,
+    run_record,
+    verify_resume,
+    write_run_record,
+)
 from .run_card import describe_optimizer, write_test_translations
 from .trainer import XLPESeq2SeqTrainer, decode_ids, make_compute_metrics
 
@@ -91,10 +99,14 @@ def resolve_checkpoint(training_args) -> str | None:
     held = held_results(output_dir) if training_args.do_train else []
     if held and not training_args.overwrite_output_dir:
         if existing:
-            raise UsageError(f"--output_dir {output_dir} already holds checkpoints {[p.name for p in existing]}: pass "
-                             "--resume_from_checkpoint last to continue that run, or --overwrite_output_dir to start over")  # fmt: skip
-        raise UsageError(f"--output_dir {output_dir} already holds a finished run ({', '.join(held)}): pass "
-                         "--overwrite_output_dir to replace it, or choose another --output_dir")  # fmt: skip
+            raise UsageError(
+                f"--output_dir {output_dir} already holds checkpoints {[p.name for p in existing]}: pass "
+                "--resume_from_checkpoint last to continue that run, or --overwrite_output_dir to start over"
+            )
+        raise UsageError(
+            f"--output_dir {output_dir} already holds a finished run ({', '.join(held)}): pass "
+            "--overwrite_output_dir to replace it, or choose another --output_dir"
+        )
     if held and training_args.process_index == 0:
         for path in existing:
             shutil.rmtree(path)
@@ -108,8 +120,11 @@ def resolve_checkpoint(training_args) -> str | None:
 
 
 def setup_logging(training_args) -> None:
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
-                        handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
     level = training_args.get_process_log_level()
     logger.setLevel(level)
     logging.getLogger("xlpe").setLevel(level)
@@ -151,10 +166,15 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
     Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
 
     splits = load_raw_splits(data_args, model_args)
-    model_args, data_args, training_args = apply_recipe(argv, (model_args, data_args, training_args), splits, checkpoint)
+    model_args, data_args, training_args = apply_recipe(
+        argv, (model_args, data_args, training_args), splits, checkpoint
+    )
     if training_args.do_train:  # what made this run, kept beside it; a resume must match it (reuse.py)
-        record = verify_resume(model_args, data_args, training_args, checkpoint) if checkpoint else \
-            run_record(model_args, data_args, training_args)
+        record = (
+            verify_resume(model_args, data_args, training_args, checkpoint)
+            if checkpoint
+            else run_record(model_args, data_args, training_args)
+        )
         write_run_record(training_args, record)
     report_cuda_defaults(training_args)
     if training_args.torch_compile:
@@ -163,9 +183,13 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         import torch
 
         torch.backends.mha.set_fastpath_enabled(False)
-    check_splits(splits, data_args, training_args, bool(model_args.tokenizer_name or model_args.model_name_or_path or checkpoint))
+    check_splits(
+        splits, data_args, training_args, bool(model_args.tokenizer_name or model_args.model_name_or_path or checkpoint)
+    )
     tokenizer = load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint)
-    taggers = resolve_taggers(data_args, target_config(model_args, checkpoint), parse_config_overrides(model_args.config_overrides))
+    taggers = resolve_taggers(
+        data_args, target_config(model_args, checkpoint), parse_config_overrides(model_args.config_overrides)
+    )
     try:
         model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
     except UsageError:
@@ -174,7 +198,9 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         source = checkpoint or model_args.model_name_or_path or model_args.config_name  # type, another family
         where = f" ({Path(source) / 'config.json'})" if source and Path(source).is_dir() else ""
         raise UsageError(f"model{where}: {(str(error).strip().splitlines() or [type(error).__name__])[0]}") from error
-    check_vocabulary(tokenizer, model, checkpoint or model_args.tokenizer_name or model_args.model_name_or_path or "trained here")
+    check_vocabulary(
+        tokenizer, model, checkpoint or model_args.tokenizer_name or model_args.model_name_or_path or "trained here"
+    )
     from ..evaluation.model_loading import record_tokenizer_fingerprint  # (config.json: xlpe-translate checks it)
 
     record_tokenizer_fingerprint(model.config, tokenizer)
@@ -187,25 +213,41 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
     features = model_features(model)
     stages = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
     splits = {name: split for name, split in splits.items() if stages[name]}  # prepare only what is used
-    prepared, reports = prepare_features(splits, tokenizer, features, taggers, data_args, model_args, training_args, model)
+    prepared, reports = prepare_features(
+        splits, tokenizer, features, taggers, data_args, model_args, training_args, model
+    )
     if training_args.process_index == 0:
-        write_text_atomic(Path(training_args.output_dir) / "preparation_report.json", json.dumps(reports, indent=2, default=str))
+        write_text_atomic(
+            Path(training_args.output_dir) / "preparation_report.json", json.dumps(reports, indent=2, default=str)
+        )
 
     trainer_ref: list = []
     clock = RunClock(checkpoint)
-    stopper = ValidationEarlyStopping(training_args.early_stopping_patience) \
-        if training_args.early_stopping_patience and training_args.do_train else None
+    stopper = (
+        ValidationEarlyStopping(training_args.early_stopping_patience)
+        if training_args.early_stopping_patience and training_args.do_train
+        else None
+    )
     trainer = XLPESeq2SeqTrainer(
-        model=model, args=training_args, processing_class=tokenizer,
+        model=model,
+        args=training_args,
+        processing_class=tokenizer,
         train_dataset=prepared.get("train") if training_args.do_train else None,
         eval_dataset=periodic_eval_dataset(prepared, training_args) if training_args.do_eval else None,
         data_collator=make_collator(tokenizer, model, data_args, training_args),
-        compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize) if training_args.predict_with_generate else None,
-        eval_with_oracle_positions=training_args.eval_with_oracle_positions, callbacks=[
-            *(callbacks or []), *([ApplyResumedFrequencies()] if checkpoint else []),
-            *([stopper] if stopper else []), RunOutcome(stopper), clock,
-            *([run_plan(prepared, model, data_args, training_args)] if training_args.do_train else [])],
-    )  # fmt: skip
+        compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize)
+        if training_args.predict_with_generate
+        else None,
+        eval_with_oracle_positions=training_args.eval_with_oracle_positions,
+        callbacks=[
+            *(callbacks or []),
+            *([ApplyResumedFrequencies()] if checkpoint else []),
+            *([stopper] if stopper else []),
+            RunOutcome(stopper),
+            clock,
+            *([run_plan(prepared, model, data_args, training_args)] if training_args.do_train else []),
+        ],
+    )
     trainer_ref.append(trainer)
     for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
         if type(callback).__name__ == "TensorBoardCallback" and getattr(callback, "logging_dir", None) is None:
@@ -217,23 +259,37 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=checkpoint)
         seconds, segments = clock.total()
-        facts.update(optimizer=describe_optimizer(trainer.optimizer), global_step=trainer.state.global_step,
-                     epoch=trainer.state.epoch, training_seconds=None if clock.unknown_before else seconds,
-                     segments=segments)  # fmt: skip
+        facts.update(
+            optimizer=describe_optimizer(trainer.optimizer),
+            global_step=trainer.state.global_step,
+            epoch=trainer.state.epoch,
+            training_seconds=None if clock.unknown_before else seconds,
+            segments=segments,
+        )
         trainer.save_model()
         apply_umask_to_weights(training_args.output_dir)  # stock (vanilla) models too: safetensors writes 0600
-        metrics = {**result.metrics, **trainer.padding_metrics(result.metrics.get("train_runtime")),
-                   "train_samples": len(prepared["train"])}  # fmt: skip
-        logger.info("padding: %.1f%% of the trained tokens (%s batches)", 100 * metrics["train_padding_waste"],
-                    f"--max_tokens {training_args.max_tokens}" if training_args.max_tokens else "sentence")  # fmt: skip
+        metrics = {
+            **result.metrics,
+            **trainer.padding_metrics(result.metrics.get("train_runtime")),
+            "train_samples": len(prepared["train"]),
+        }
+        logger.info(
+            "padding: %.1f%% of the trained tokens (%s batches)",
+            100 * metrics["train_padding_waste"],
+            f"--max_tokens {training_args.max_tokens}" if training_args.max_tokens else "sentence",
+        )
         trainer.log_metrics("train", metrics), trainer.save_metrics("train", metrics), trainer.save_state()
         all_metrics.update(metrics)
         if training_args.average_last_checkpoints:
             average_into(trainer, training_args)
-    generation = dict(max_length=data_args.val_max_target_length or data_args.max_target_length, num_beams=data_args.num_beams)
+    generation = dict(
+        max_length=data_args.val_max_target_length or data_args.max_target_length, num_beams=data_args.num_beams
+    )
     if training_args.do_eval and "validation" in prepared:
-        metrics = {**trainer.evaluate(prepared["validation"], metric_key_prefix="eval", **generation),
-                   "eval_samples": len(prepared["validation"])}  # (the whole split, not the periodic subset)
+        metrics = {
+            **trainer.evaluate(prepared["validation"], metric_key_prefix="eval", **generation),
+            "eval_samples": len(prepared["validation"]),
+        }  # (the whole split, not the periodic subset)
         trainer.log_metrics("eval", metrics), trainer.save_metrics("eval", metrics)
         all_metrics.update(metrics)
     if training_args.do_predict and "test" in prepared:
@@ -264,13 +320,21 @@ def run_plan(prepared: dict, model, data_args, training_args) -> RunPlan:
         if "reorder_positions" in test.column_names and getattr(model.config, "xl_strategy", "none") != "none":
             passes = 2
     accumulation = training_args.gradient_accumulation_steps
-    batching = (f"token batches of {training_args.max_tokens:,} tokens" if training_args.max_tokens else
-                f"{training_args.per_device_train_batch_size} pairs a batch") + (f" x {accumulation} accumulated" if accumulation > 1 else "")  # fmt: skip
+    batching = (
+        f"token batches of {training_args.max_tokens:,} tokens"
+        if training_args.max_tokens
+        else f"{training_args.per_device_train_batch_size} pairs a batch"
+    ) + (f" x {accumulation} accumulated" if accumulation > 1 else "")
     beams = data_args.num_beams or getattr(model.generation_config, "num_beams", 1) or 1
-    return RunPlan(eval_sentences=len(periodic) if periodic is not None and training_args.eval_strategy == "steps" else 0,
-                   validation_total=len(validation) if validation is not None else 0,
-                   final_sentences=len(validation) if training_args.do_eval and validation is not None else 0,
-                   test_sentences=tests, test_passes=passes, batching=batching, final_beams=beams)  # fmt: skip
+    return RunPlan(
+        eval_sentences=len(periodic) if periodic is not None and training_args.eval_strategy == "steps" else 0,
+        validation_total=len(validation) if validation is not None else 0,
+        final_sentences=len(validation) if training_args.do_eval and validation is not None else 0,
+        test_sentences=tests,
+        test_passes=passes,
+        batching=batching,
+        final_beams=beams,
+    )
 
 
 def make_collator(tokenizer, model, data_args, training_args) -> XLPEDataCollator:
@@ -278,11 +342,13 @@ def make_collator(tokenizer, model, data_args, training_args) -> XLPEDataCollato
     padding is -100 (left out of the loss) unless `--ignore_pad_token_for_loss false`."""
     fixed = data_args.pad_to_max_length
     return XLPEDataCollator(
-        tokenizer, model=model, padding="max_length" if fixed else True,
+        tokenizer,
+        model=model,
+        padding="max_length" if fixed else True,
         max_length=max(data_args.max_source_length, data_args.max_target_length) if fixed else None,
         label_pad_token_id=-100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id,
         pad_to_multiple_of=8 if (training_args.fp16 or training_args.bf16) and not fixed else None,
-    )  # fmt: skip
+    )
 
 
 def average_into(trainer, training_args) -> None:
@@ -290,7 +356,9 @@ def average_into(trainer, training_args) -> None:
     when early stopping ended the run before N were saved."""
     count, saved = training_args.average_last_checkpoints, len(list_checkpoints(training_args.output_dir))
     if 0 < saved < count and training_args.early_stopping_patience:
-        logger.warning("averaging the last %d checkpoints, not %d: training stopped early after %d", saved, count, saved)
+        logger.warning(
+            "averaging the last %d checkpoints, not %d: training stopped early after %d", saved, count, saved
+        )
         count = saved
     checkpoints = last_checkpoints(training_args.output_dir, count)
     if trainer.is_world_process_zero():
@@ -325,11 +393,17 @@ def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> t
     if name != training_args.recipe or not with_validation:
         model_args, data_args, training_args = parse_arguments(argv, recipe=name, with_validation=with_validation)
     if training_args.process_index == 0:  # shown whatever the log level
-        print(f"xlpe-train: recipe {name} ({reason})" + ("" if with_validation else ", without periodic evaluation and "
-              "early stopping (no validation split)") + "; explicit arguments override it", flush=True)  # fmt: skip
+        print(
+            f"xlpe-train: recipe {name} ({reason})"
+            + ("" if with_validation else ", without periodic evaluation and early stopping (no validation split)")
+            + "; explicit arguments override it",
+            flush=True,
+        )
     if training_args.process_index == 0 and training_args.do_train:
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-        write_text_atomic(recorded, json.dumps({"recipe": name, "reason": reason, "with_validation": with_validation}, indent=2))
+        write_text_atomic(
+            recorded, json.dumps({"recipe": name, "reason": reason, "with_validation": with_validation}, indent=2)
+        )
     return model_args, data_args, training_args
 
 
@@ -344,12 +418,17 @@ def report_cuda_defaults(training_args) -> None:
         return
     mode = math_mode(bool(training_args.bf16), bool(training_args.fp16), training_args.tf32)
     peak, source = device_peak(device.get("name"), mode, device.get("multi_processor_count"))
-    print(describe_fast_defaults(decision, device) + (f" MFU against {peak:g} TFLOP/s ({source})." if peak else
-          f" MFU not reported: {source}."), flush=True)  # fmt: skip
+    print(
+        describe_fast_defaults(decision, device)
+        + (f" MFU against {peak:g} TFLOP/s ({source})." if peak else f" MFU not reported: {source}."),
+        flush=True,
+    )
     if training_args.do_train:
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-        write_text_atomic(Path(training_args.output_dir) / "cuda_defaults.json",
-                          json.dumps({**decision, "peak_tflops": peak, "peak": source}, indent=2))  # fmt: skip
+        write_text_atomic(
+            Path(training_args.output_dir) / "cuda_defaults.json",
+            json.dumps({**decision, "peak_tflops": peak, "peak": source}, indent=2),
+        )
 
 
 def describe_device_for_card(training_args) -> str:
@@ -384,7 +463,10 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
     if data_args.max_predict_samples is not None:
         test_dataset = test_dataset.select(range(min(len(test_dataset), data_args.max_predict_samples)))
     passes = [("predict", False)]
-    if "reorder_positions" in test_dataset.column_names and getattr(trainer.model.config, "xl_strategy", "none") != "none":
+    if (
+        "reorder_positions" in test_dataset.column_names
+        and getattr(trainer.model.config, "xl_strategy", "none") != "none"
+    ):
         passes.append(("predict_oracle", True))
     metrics, all_scores, output_dir = {"predict_samples": len(test_dataset)}, {}, Path(trainer.args.output_dir)
     has_text = "target_text" in test_dataset.column_names  # score against the text, not the decoded label ids
@@ -404,9 +486,15 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
         if has_text:
             from ..evaluation.metrics import corpus_bleu_chrf
 
-            scores = corpus_bleu_chrf(hypotheses, references, target_language=data_args.target_lang,
-                                      tokenize=data_args.bleu_tokenize)  # fmt: skip
-            metrics.update({f"{prefix}_bleu": round(scores["bleu"]["score"], 2), f"{prefix}_chrf": round(scores["chrf"]["score"], 2)})
+            scores = corpus_bleu_chrf(
+                hypotheses, references, target_language=data_args.target_lang, tokenize=data_args.bleu_tokenize
+            )
+            metrics.update(
+                {
+                    f"{prefix}_bleu": round(scores["bleu"]["score"], 2),
+                    f"{prefix}_chrf": round(scores["chrf"]["score"], 2),
+                }
+            )
             all_scores[prefix] = scores
             if not oracle:
                 write_test_translations(output_dir, sources, references, hypotheses)  # beside the card

@@ -77,8 +77,11 @@ def describe_optimizer(optimizer) -> str:
     steps used, read from the parameter groups, not the class defaults."""
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps it
     groups = list(getattr(inner, "param_groups", None) or [getattr(inner, "defaults", {}) or {}])
-    shown = {key: groups[0][key] for key in ("fused", "foreach", "betas", "eps", "momentum")
-             if groups[0].get(key) is not None}  # fmt: skip
+    shown = {
+        key: groups[0][key]
+        for key in ("fused", "foreach", "betas", "eps", "momentum")
+        if groups[0].get(key) is not None
+    }
     decays = sorted({group["weight_decay"] for group in groups if group.get("weight_decay") is not None})
     if decays:
         shown["weight_decay"] = decays[0] if len(decays) == 1 else " / ".join(map(str, decays))
@@ -114,13 +117,23 @@ def training_settings(training_args, data_args, facts: Mapping) -> dict:
         settings["steps run"] = facts["global_step"]
     if facts.get("epoch") is not None:
         settings["epochs run"] = round(float(facts["epoch"]), 2)
-    for name in ("learning_rate", "lr_scheduler_type", "warmup_steps", "label_smoothing_factor", "weight_decay",
-                 "max_grad_norm", "seed", "average_last_checkpoints", "early_stopping_patience"):  # fmt: skip
+    for name in (
+        "learning_rate",
+        "lr_scheduler_type",
+        "warmup_steps",
+        "label_smoothing_factor",
+        "weight_decay",
+        "max_grad_norm",
+        "seed",
+        "average_last_checkpoints",
+        "early_stopping_patience",
+    ):
         value = getattr(training_args, name, None)
         if value is not None and (value not in ("", 0) or name in ("learning_rate", "seed")):
             settings[name] = getattr(value, "value", value)
-    settings["optimizer"] = facts.get("optimizer") or getattr(getattr(training_args, "optim", None), "value",
-                                                              getattr(training_args, "optim", None))  # fmt: skip
+    settings["optimizer"] = facts.get("optimizer") or getattr(
+        getattr(training_args, "optim", None), "value", getattr(training_args, "optim", None)
+    )
     settings["precision"] = _precision(training_args)
     if facts.get("device"):
         settings["device"] = facts["device"]
@@ -129,8 +142,9 @@ def training_settings(training_args, data_args, facts: Mapping) -> dict:
             settings[name] = getattr(data_args, name)
     if facts.get("training_seconds") is not None:
         segments = int(facts.get("segments") or 1)
-        settings["training time"] = (f"{facts['training_seconds']:,.0f} s" +
-                                     (f" in {segments} segments (resumed {segments - 1}x)" if segments > 1 else ""))  # fmt: skip
+        settings["training time"] = f"{facts['training_seconds']:,.0f} s" + (
+            f" in {segments} segments (resumed {segments - 1}x)" if segments > 1 else ""
+        )
     return {key: value for key, value in settings.items() if value is not None}
 
 
@@ -142,17 +156,25 @@ def preprocessing_text(reports: Mapping, data_args) -> str | None:
     parts = []
     tokenizer = train.get("tokenizer") or {}
     if tokenizer.get("origin") or tokenizer.get("vocab_size"):
-        parts.append(f"sub-words: {tokenizer['origin']}" if tokenizer.get("origin") else
-                     f"sub-words: joint tokenizer, {tokenizer['vocab_size']:,} pieces")  # fmt: skip
+        parts.append(
+            f"sub-words: {tokenizer['origin']}"
+            if tokenizer.get("origin")
+            else f"sub-words: joint tokenizer, {tokenizer['vocab_size']:,} pieces"
+        )
     aligner = train.get("alignments")
     if aligner:
         parts.append(f"word alignments: {aligner if isinstance(aligner, str) else json.dumps(aligner)}")
     if "reorder_positions" in (train.get("features") or []):
         tau = train.get("mean_kendall_tau")
-        parts.append("oracle cross-lingual positions from the alignments by BTG (XL PE Sec. 3.1)"
-                     + (f", mean Kendall tau {tau:.2f} between source and target order" if isinstance(tau, float) else ""))  # fmt: skip
-    limits = [f"{side} {getattr(data_args, f'max_{side}_length')} tokens" for side in ("source", "target")
-              if getattr(data_args, f"max_{side}_length", None)]  # fmt: skip
+        parts.append(
+            "oracle cross-lingual positions from the alignments by BTG (XL PE Sec. 3.1)"
+            + (f", mean Kendall tau {tau:.2f} between source and target order" if isinstance(tau, float) else "")
+        )
+    limits = [
+        f"{side} {getattr(data_args, f'max_{side}_length')} tokens"
+        for side in ("source", "target")
+        if getattr(data_args, f"max_{side}_length", None)
+    ]
     if limits:
         parts.append(f"pairs longer than {' / '.join(limits)} skipped (counted below), never truncated")
     return "; ".join(parts) + "." if parts else None
@@ -175,12 +197,21 @@ def write_test_translations(output_dir, sources, references, hypotheses) -> Path
     from ..features.text_files import write_text_atomic
 
     clean = lambda text: " ".join(str(text).replace("\t", " ").split())
-    rows = ["source\treference\ttranslation"] + [f"{clean(s)}\t{clean(r)}\t{clean(h)}" for s, r, h in
-                                                 zip(sources, references, hypotheses, strict=True)]  # fmt: skip
+    rows = ["source\treference\ttranslation"] + [
+        f"{clean(s)}\t{clean(r)}\t{clean(h)}" for s, r, h in zip(sources, references, hypotheses, strict=True)
+    ]
     path = Path(output_dir) / TRANSLATIONS_FILE
     write_text_atomic(path, "\n".join(rows) + "\n")
     return path
 
 
-__all__ = ["CARD_INPUTS", "TRANSLATIONS_FILE", "dataset_label", "describe_optimizer", "example_source",
-           "preprocessing_text", "training_settings", "write_test_translations"]
+__all__ = [
+    "CARD_INPUTS",
+    "TRANSLATIONS_FILE",
+    "dataset_label",
+    "describe_optimizer",
+    "example_source",
+    "preprocessing_text",
+    "training_settings",
+    "write_test_translations",
+]

@@ -36,7 +36,12 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
         if batch_size < 1 or mega_batch_mult < 1:
             raise ValueError(f"batch_size and mega_batch_mult must be >= 1, got {batch_size} and {mega_batch_mult}")
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.batch_size, self.seed, self.mega_batch_mult, self.epoch = int(batch_size), int(seed), int(mega_batch_mult), 0
+        self.batch_size, self.seed, self.mega_batch_mult, self.epoch = (
+            int(batch_size),
+            int(seed),
+            int(mega_batch_mult),
+            0,
+        )
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -74,7 +79,9 @@ def example_lengths(dataset) -> np.ndarray:
         table = dataset.with_format("arrow")
         columns = [c for c in ("input_ids", "labels") if c in dataset.column_names]
         if not columns:
-            raise ValueError(f"length-grouped batches need `input_ids` or `labels`; the dataset has {dataset.column_names}")
+            raise ValueError(
+                f"length-grouped batches need `input_ids` or `labels`; the dataset has {dataset.column_names}"
+            )
         sides = [pc.list_value_length(table[c]).to_numpy(zero_copy_only=False) for c in columns]
         return np.maximum.reduce(sides) if len(sides) > 1 else sides[0]
     return np.asarray([max(len(item.get("input_ids", ())), len(item.get("labels", ()))) for item in dataset])
@@ -106,12 +113,21 @@ class TokenBatchSampler(torch.utils.data.Sampler):
         num_replicas, rank: data-parallel processes and this one's index.
     """
 
-    def __init__(self, source_lengths, target_lengths=None, max_tokens: int = 4096, seed: int = 0,
-                 num_replicas: int = 1, rank: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        source_lengths,
+        target_lengths=None,
+        max_tokens: int = 4096,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ):
         source = np.asarray(source_lengths, dtype=np.int64)
         target = source if target_lengths is None else np.asarray(target_lengths, dtype=np.int64)
         if source.shape != target.shape or source.ndim != 1:
-            raise ValueError(f"source and target lengths must be two equal 1-d sequences, got {source.shape} and {target.shape}")
+            raise ValueError(
+                f"source and target lengths must be two equal 1-d sequences, got {source.shape} and {target.shape}"
+            )
         if max_tokens < 1:
             raise ValueError(f"--max_tokens must be >= 1, got {max_tokens}")
         if not 0 <= rank < num_replicas:
@@ -120,11 +136,21 @@ class TokenBatchSampler(torch.utils.data.Sampler):
         self.lengths, self.totals = np.maximum(source, target), source + target
         longest = int(self.lengths.max()) if len(self.lengths) else 0
         if longest > max_tokens:
-            raise ValueError(f"--max_tokens {max_tokens} is smaller than the longest training example ({longest} tokens): "
-                             f"raise it to at least {longest} or lower --max_source_length/--max_target_length")  # fmt: skip
+            raise ValueError(
+                f"--max_tokens {max_tokens} is smaller than the longest training example ({longest} tokens): "
+                f"raise it to at least {longest} or lower --max_source_length/--max_target_length"
+            )
         if len(self.lengths) < num_replicas:
-            raise ValueError(f"{len(self.lengths)} training examples cannot fill one batch on each of {num_replicas} processes")
-        self.max_tokens, self.seed, self.num_replicas, self.rank, self.epoch = int(max_tokens), int(seed), int(num_replicas), int(rank), 0
+            raise ValueError(
+                f"{len(self.lengths)} training examples cannot fill one batch on each of {num_replicas} processes"
+            )
+        self.max_tokens, self.seed, self.num_replicas, self.rank, self.epoch = (
+            int(max_tokens),
+            int(seed),
+            int(num_replicas),
+            int(rank),
+            0,
+        )
         self.sizes = batch_sizes(np.sort(self.lengths), self.max_tokens, self.num_replicas)
         self.repeated = -len(self.sizes) % self.num_replicas  # batches served twice so that every process has as many
 
@@ -156,14 +182,24 @@ class TokenBatchSampler(torch.utils.data.Sampler):
         (both sides padded apart, as the collator pads them) in this epoch's batches."""
         batches = self.all_batches()
         if not batches:
-            return {"batches_per_epoch": 0, "sentences_per_batch": 0.0, "padded_tokens_per_batch": 0.0, "padding_waste": 0.0}
+            return {
+                "batches_per_epoch": 0,
+                "sentences_per_batch": 0.0,
+                "padded_tokens_per_batch": 0.0,
+                "padding_waste": 0.0,
+            }
         order, sizes = np.concatenate(batches), np.asarray([len(b) for b in batches])
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         longest = np.maximum.reduceat(self.lengths[order], starts)
-        padded = sizes * (np.maximum.reduceat(self.source[order], starts) + np.maximum.reduceat(self.target[order], starts))
-        return {"batches_per_epoch": len(batches), "sentences_per_batch": round(float(sizes.mean()), 2),
-                "padded_tokens_per_batch": round(float((sizes * longest).mean()), 1),
-                "padding_waste": round(1.0 - float(self.totals.sum()) / max(float(padded.sum()), 1.0), 4)}  # fmt: skip
+        padded = sizes * (
+            np.maximum.reduceat(self.source[order], starts) + np.maximum.reduceat(self.target[order], starts)
+        )
+        return {
+            "batches_per_epoch": len(batches),
+            "sentences_per_batch": round(float(sizes.mean()), 2),
+            "padded_tokens_per_batch": round(float((sizes * longest).mean()), 1),
+            "padding_waste": round(1.0 - float(self.totals.sum()) / max(float(padded.sum()), 1.0), 4),
+        }
 
 
 def batch_sizes(sorted_lengths: np.ndarray, max_tokens: int, num_replicas: int = 1) -> np.ndarray:
@@ -191,7 +227,9 @@ def batch_sizes(sorted_lengths: np.ndarray, max_tokens: int, num_replicas: int =
     while len(sizes_array) % num_replicas and sizes_array.max() > 1:
         largest = int(np.argmax(sizes_array))
         half = sizes_array[largest] // 2  # halves stay adjacent: the cut remains one pass over sorted lengths
-        sizes_array = np.concatenate([sizes_array[:largest], [sizes_array[largest] - half, half], sizes_array[largest + 1 :]])
+        sizes_array = np.concatenate(
+            [sizes_array[:largest], [sizes_array[largest] - half, half], sizes_array[largest + 1 :]]
+        )
     return sizes_array
 
 
@@ -226,8 +264,12 @@ def example_side_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
         import pyarrow.compute as pc
 
         table = dataset.with_format("arrow")
-        sides = [pc.list_value_length(table[c]).to_numpy(zero_copy_only=False).astype(np.int64)
-                 if c in dataset.column_names else np.zeros(len(dataset), dtype=np.int64) for c in ("input_ids", "labels")]  # fmt: skip
+        sides = [
+            pc.list_value_length(table[c]).to_numpy(zero_copy_only=False).astype(np.int64)
+            if c in dataset.column_names
+            else np.zeros(len(dataset), dtype=np.int64)
+            for c in ("input_ids", "labels")
+        ]
         if "input_ids" not in dataset.column_names and "labels" not in dataset.column_names:
             raise ValueError(f"token batches need `input_ids` or `labels`; the dataset has {dataset.column_names}")
         return sides[0], sides[1]

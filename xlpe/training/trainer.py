@@ -62,9 +62,9 @@ import numpy as np
 import torch
 from accelerate.utils import gather_object
 from transformers import Seq2SeqTrainer
-from transformers.trainer_utils import EvalLoopOutput, seed_worker
 from transformers.distributed.fsdp import is_fsdp_managed_module
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+from transformers.trainer_utils import EvalLoopOutput, seed_worker
 
 from ..models.extra_inputs import EXTRA_INPUTS
 from .callbacks import Throughput, TokenBatchEpoch
@@ -130,12 +130,18 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         factor = float(self.args.label_smoothing_factor)
         if factor > 0:
             if config.label_smoothing not in (0, factor):
-                logger.warning("label smoothing: --label_smoothing_factor %s replaces the model's label_smoothing %s",
-                               factor, config.label_smoothing)  # fmt: skip
+                logger.warning(
+                    "label smoothing: --label_smoothing_factor %s replaces the model's label_smoothing %s",
+                    factor,
+                    config.label_smoothing,
+                )
             config.label_smoothing = factor
         elif config.label_smoothing > 0:
-            logger.warning("label smoothing: the model's config has label_smoothing=%s, which its translation loss "
-                           "applies (pass --label_smoothing_factor to change it)", config.label_smoothing)  # fmt: skip
+            logger.warning(
+                "label smoothing: the model's config has label_smoothing=%s, which its translation loss "
+                "applies (pass --label_smoothing_factor to change it)",
+                config.label_smoothing,
+            )
         self.label_smoother = None  # labels stay in the inputs; the model's loss is already smoothed
 
     # --- resuming: no false "missing keys" warning -------------------------------------------------------
@@ -177,21 +183,35 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         else:
             collator = self._get_collator_with_removed_columns(collator, description="Training")
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        self.token_sampler = TokenBatchSampler(*example_side_lengths(dataset), max_tokens=max_tokens, seed=seed,
-                                               num_replicas=self.accelerator.num_processes,
-                                               rank=self.accelerator.process_index)  # fmt: skip
+        self.token_sampler = TokenBatchSampler(
+            *example_side_lengths(dataset),
+            max_tokens=max_tokens,
+            seed=seed,
+            num_replicas=self.accelerator.num_processes,
+            rank=self.accelerator.process_index,
+        )
         plan = self.token_sampler.plan()
-        logger.info("token batches (--max_tokens %d): %d batches per epoch over %d process(es), %.1f sentences and %.0f "
-                    "padded tokens per batch on average, padding %.1f%%", max_tokens, plan["batches_per_epoch"],
-                    self.accelerator.num_processes, plan["sentences_per_batch"], plan["padded_tokens_per_batch"],
-                    100 * plan["padding_waste"])  # fmt: skip
+        logger.info(
+            "token batches (--max_tokens %d): %d batches per epoch over %d process(es), %.1f sentences and %.0f "
+            "padded tokens per batch on average, padding %.1f%%",
+            max_tokens,
+            plan["batches_per_epoch"],
+            self.accelerator.num_processes,
+            plan["sentences_per_batch"],
+            plan["padded_tokens_per_batch"],
+            100 * plan["padding_waste"],
+        )
         workers = self.args.dataloader_num_workers
         loader = torch.utils.data.DataLoader(
-            dataset, batch_sampler=self.token_sampler, collate_fn=collator, num_workers=workers,
-            pin_memory=self.args.dataloader_pin_memory, persistent_workers=self.args.dataloader_persistent_workers,
+            dataset,
+            batch_sampler=self.token_sampler,
+            collate_fn=collator,
+            num_workers=workers,
+            pin_memory=self.args.dataloader_pin_memory,
+            persistent_workers=self.args.dataloader_persistent_workers,
             prefetch_factor=self.args.dataloader_prefetch_factor if workers else None,
             worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
-        )  # fmt: skip
+        )
         prepared = self.accelerator.prepare(loader)
         wrapper = getattr(prepared, "batch_sampler", None)
         if wrapper is not self.token_sampler and getattr(wrapper, "batch_sampler", None) is self.token_sampler:
@@ -229,7 +249,9 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         counts = torch.stack([real.double(), target.double()])  # built once, added twice
         for bucket in ("interval", "total"):
             previous = self._padding[bucket]
-            self._padding[bucket] = (counts, padded) if previous is None else (previous[0] + counts, previous[1] + padded)
+            self._padding[bucket] = (
+                (counts, padded) if previous is None else (previous[0] + counts, previous[1] + padded)
+            )
 
     def _pop_padding(self, bucket: str) -> tuple[float, float, float]:
         """(real, padded, real target) tokens since the last call, summed over processes."""
@@ -247,8 +269,11 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         the runtime, `train_tokens_per_second` (real tokens, both sides, all processes); `train_target_tokens`,
         `train_target_tokens_per_second` and (GPU of known peak) `train_mfu` over the training time alone."""
         real, padded, target = self._pop_padding("total")
-        metrics = {"train_padding_waste": round(1 - real / padded, 4) if padded else 0.0, "train_real_tokens": int(real),
-                   "train_target_tokens": int(target)}  # fmt: skip
+        metrics = {
+            "train_padding_waste": round(1 - real / padded, 4) if padded else 0.0,
+            "train_real_tokens": int(real),
+            "train_target_tokens": int(target),
+        }
         if train_runtime:
             metrics["train_tokens_per_second"] = round(real / train_runtime, 1)
         metrics.update(self.throughput.totals(real - target, target, train_runtime))  # training time only
@@ -287,7 +312,9 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
     def get_eval_dataloader(self, eval_dataset=None):
         if isinstance(eval_dataset, str):
             eval_dataset = self.eval_dataset[eval_dataset]
-        return super().get_eval_dataloader(self._indexed(eval_dataset if eval_dataset is not None else self.eval_dataset))
+        return super().get_eval_dataloader(
+            self._indexed(eval_dataset if eval_dataset is not None else self.eval_dataset)
+        )
 
     def get_test_dataloader(self, test_dataset):
         return super().get_test_dataloader(self._indexed(test_dataset))
@@ -304,8 +331,10 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         index = torch.cat(indices).cpu().numpy()
         rows = len(output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions)
         if len(index) != rows or not np.array_equal(np.sort(index), np.arange(rows)):
-            raise RuntimeError(f"cannot restore the input order: {rows} predictions but example indices "
-                               f"{len(index)} (unique {len(np.unique(index))})")  # fmt: skip
+            raise RuntimeError(
+                f"cannot restore the input order: {rows} predictions but example indices "
+                f"{len(index)} (unique {len(np.unique(index))})"
+            )
         order = np.argsort(index, kind="stable")
 
         def reorder(x):
@@ -313,8 +342,12 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
                 return None
             return tuple(reorder(v) for v in x) if isinstance(x, (tuple, list)) else x[order]
 
-        return EvalLoopOutput(predictions=reorder(output.predictions), label_ids=reorder(output.label_ids),
-                              metrics=output.metrics, num_samples=output.num_samples)  # fmt: skip
+        return EvalLoopOutput(
+            predictions=reorder(output.predictions),
+            label_ids=reorder(output.label_ids),
+            metrics=output.metrics,
+            num_samples=output.num_samples,
+        )
 
     # --- auxiliary losses ---------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -382,7 +415,9 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
             # dtype for the whole of generate(); accelerate's forward wrapper covers only the decoder steps, not the
             # encoder, which generate() calls itself (module docstring)
             with _full_parameters(self.model), self.accelerator.autocast():
-                generated = self.model.generate(**generation_inputs(inputs, self.eval_with_oracle_positions), **gen_kwargs)
+                generated = self.model.generate(
+                    **generation_inputs(inputs, self.eval_with_oracle_positions), **gen_kwargs
+                )
             loss, labels = None, inputs.get("labels")  # (the stock label smoother pops them in compute_loss)
             if labels is not None:
                 with self.compute_loss_context_manager():
@@ -444,15 +479,20 @@ def decode_ids(tokenizer, ids) -> list[str]:
     return [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
 
 
-def score_translations(hypotheses: list[str], references: list[str], target_lang: str | None = None,
-                       tokenize: str | None = None) -> dict:
+def score_translations(
+    hypotheses: list[str], references: list[str], target_lang: str | None = None, tokenize: str | None = None
+) -> dict:
     """{"bleu": ..., "chrf": ..., "bleu_signature": ..., "chrf_signature": ...} (sacrebleu, 0-100); `tokenize`:
     sacrebleu's BLEU tokenizer (default: its choice for `target_lang`)."""
     from ..evaluation.metrics import corpus_bleu_chrf
 
     scores = corpus_bleu_chrf(hypotheses, references, target_language=target_lang, tokenize=tokenize)
-    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
-            "bleu_signature": scores["bleu"]["signature"], "chrf_signature": scores["chrf"]["signature"]}  # fmt: skip
+    return {
+        "bleu": scores["bleu"]["score"],
+        "chrf": scores["chrf"]["score"],
+        "bleu_signature": scores["bleu"]["signature"],
+        "chrf_signature": scores["chrf"]["signature"],
+    }
 
 
 def generated_lengths(ids, tokenizer) -> np.ndarray:
@@ -462,7 +502,9 @@ def generated_lengths(ids, tokenizer) -> np.ndarray:
     return ((~ended) & (ids != tokenizer.pad_token_id)).sum(axis=1) + (ids == tokenizer.eos_token_id).any(axis=1)
 
 
-def make_compute_metrics(tokenizer, trainer_ref: list, target_lang: str | None = None, bleu_tokenize: str | None = None):
+def make_compute_metrics(
+    tokenizer, trainer_ref: list, target_lang: str | None = None, bleu_tokenize: str | None = None
+):
     """`compute_metrics` for the trainer: BLEU, chrF and mean generation length; the sacrebleu signatures go
     to `trainer.metric_signatures` (strings do not belong in logged metrics). `trainer_ref` is a one-element
     list filled with the trainer after it is built."""
@@ -473,7 +515,10 @@ def make_compute_metrics(tokenizer, trainer_ref: list, target_lang: str | None =
         scores = score_translations(hypotheses, references, target_lang, bleu_tokenize)
         if trainer_ref:
             trainer_ref[0].metric_signatures = {"bleu": scores["bleu_signature"], "chrf": scores["chrf_signature"]}
-        return {"bleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2),
-                "gen_len": round(float(generated_lengths(predictions, tokenizer).mean()), 2)}  # fmt: skip
+        return {
+            "bleu": round(scores["bleu"], 2),
+            "chrf": round(scores["chrf"], 2),
+            "gen_len": round(float(generated_lengths(predictions, tokenizer).mean()), 2),
+        }
 
     return compute_metrics
