@@ -35,3 +35,156 @@ def replace_section(path: Path, heading: str, section: str) -> None:
         end = text.find("\n## ", start + 1)
         text = text[: start + 1] + section + (text[end:] if end != -1 else "")
     path.write_text(text, encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tables rendered from results files
+# ---------------------------------------------------------------------------------------------------------
+#
+# A benchmark page holds each table between two markers, `<!-- table: TOPIC/NAME -->` and `<!-- end table -->`;
+# what lies between them is rendered from docs/benchmarks/results/TOPIC.json (its "tables"[TOPIC/NAME]: the
+# header, the column alignments and the rows, cell by cell). `bench/render_tables.py` rewrites the pages from the
+# results files, and `--check` fails when a page differs from what its results render.
+
+TABLE_START = "<!-- table: {} -->"
+TABLE_END = "<!-- end table -->"
+RESULTS_DIR = "results"  # beside the pages: docs/benchmarks/results/<topic>.json
+
+
+def split_row(line: str) -> list[str]:
+    """The cells of one Markdown table row (`|` inside backticks or escaped as `\\|` does not split)."""
+    cells, cell, code = [], "", False
+    body = line.strip()
+    body = body[1:] if body.startswith("|") else body
+    body = body[:-1] if body.endswith("|") and not body.endswith("\\|") else body
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body) and body[i + 1] == "|":
+            cell += "\\|"
+            i += 2
+            continue
+        if ch == "`":
+            code = not code
+        if ch == "|" and not code:
+            cells.append(cell.strip())
+            cell = ""
+        else:
+            cell += ch
+        i += 1
+    cells.append(cell.strip())
+    return cells
+
+
+def render_table(table: dict) -> str:
+    """A results-file table as Markdown: the header, the alignment row (`---`, `---:`, ...) and the rows."""
+
+    def line(cells: list[str]) -> str:
+        return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+
+    lines = [line(table["header"]), "|" + "|".join(table["align"]) + "|"]
+    for row in table["rows"]:
+        if len(row) != len(table["header"]):
+            raise ValueError(f"a row of {len(row)} cells under {len(table['header'])} columns: {row}")
+        lines.append(line(row))
+    return "\n".join(lines)
+
+
+def parse_table(lines: list[str]) -> dict:
+    """The inverse of `render_table`, for a table written by hand or by a report (header, alignment row, rows)."""
+    return {
+        "header": split_row(lines[0]),
+        "align": [c.strip() for c in lines[1].strip().strip("|").split("|")],
+        "rows": [split_row(line) for line in lines[2:]],
+    }
+
+
+def slug(title: str) -> str:
+    text = "".join(c if c.isalnum() else "-" for c in title.lower())
+    return "-".join(part for part in text.split("-") if part)[:48].strip("-") or "table"
+
+
+def tables_to_markers(text: str, topic: str, taken: set[str] | None = None) -> tuple[str, dict[str, dict]]:
+    """Every Markdown table of `text` (outside code blocks and markers) moved into a results dict and replaced by
+    its markers with the same table rendered between them: the text reads the same, the numbers live in the dict.
+    Table names come from the heading above each table (`-2`, `-3`, ... when a heading has several)."""
+    taken = set() if taken is None else taken
+    lines, out, tables = text.split("\n"), [], {}
+    heading, section, fence, i = topic, topic, False, 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            fence = not fence
+        if not fence and line.startswith("#"):
+            heading = line.lstrip("#").strip()
+            section = heading if line.startswith("## ") else section
+        is_table = (
+            not fence
+            and line.startswith("|")
+            and i + 1 < len(lines)
+            and lines[i + 1].startswith("|")
+            and set(lines[i + 1].replace("|", "").replace(":", "").strip()) == {"-"}
+            and not (out and out[-1].startswith("<!-- table:"))
+        )
+        if not is_table:
+            out.append(line)
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and lines[j].startswith("|"):
+            j += 1
+        name = f"{topic}/{slug(heading)}"
+        if (name in taken or name in tables) and section != heading:  # "### table1 (cpu mode)" under each pair
+            name = f"{topic}/{slug(section)}--{slug(heading)}"
+        base, n = name, 2
+        while name in taken or name in tables:
+            name, n = f"{base}-{n}", n + 1
+        tables[name] = {"title": heading, **parse_table(lines[i:j])}
+        out += [TABLE_START.format(name), render_table(tables[name]), TABLE_END]
+        i = j
+    return "\n".join(out), tables
+
+
+def render_markers(text: str, tables: dict[str, dict]) -> tuple[str, list[str]]:
+    """`text` with every marked table rendered again from `tables`; and the marker names with no table."""
+    out, missing, pos = [], [], 0
+    while True:
+        start = text.find("<!-- table: ", pos)
+        if start == -1:
+            out.append(text[pos:])
+            break
+        head_end = text.index("-->", start) + 3
+        name = text[start + len("<!-- table: ") : head_end - 3].strip()
+        end = text.find(TABLE_END, head_end)
+        if end == -1:
+            raise ValueError(f"table {name}: no {TABLE_END}")
+        out.append(text[pos:head_end])
+        if name in tables:
+            out.append("\n" + render_table(tables[name]) + "\n")
+        else:
+            missing.append(name)
+            out.append(text[head_end:end])
+        pos = end
+    return "".join(out), missing
+
+
+def load_results(results_dir: Path) -> dict[str, dict]:
+    """Every table of every results file in `results_dir` ({"TOPIC/NAME": table})."""
+    import json
+
+    tables = {}
+    for path in sorted(Path(results_dir).glob("*.json")):
+        tables.update(json.loads(path.read_text(encoding="utf-8")).get("tables", {}))
+    return tables
+
+
+def write_results(path: Path, tables: dict[str, dict], drop_prefix: str | None = None) -> None:
+    """Merge `tables` into the results file `path` (after dropping its tables named `drop_prefix`...)."""
+    import json
+
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"tables": {}}
+    if drop_prefix:
+        data["tables"] = {k: v for k, v in data["tables"].items() if not k.startswith(drop_prefix)}
+    data["tables"].update(tables)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

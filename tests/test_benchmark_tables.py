@@ -1,0 +1,88 @@
+"""The benchmark pages: every table rendered from its results file (`bench/render_tables.py --check`), every relative
+link and anchor in BENCHMARKS.md and docs/benchmarks/ resolving, no issue numbers a reader cannot see, and the table
+helpers' round trip (a page's tables moved into a results file render back to the same text)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+from benchlib.tables import render_markers, tables_to_markers  # noqa: E402
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def load_renderer():
+    spec = importlib.util.spec_from_file_location("render_tables", REPO_ROOT / "bench" / "render_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def anchors(text: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, -1, -2 for repeats."""
+    seen: dict[str, int] = {}
+    out, fence = set(), False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        if fence or not line.startswith("#"):
+            continue
+        slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower().replace("`", "")).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_pages_match_their_results():
+    renderer = load_renderer()
+    assert renderer.render(check=True) == []
+    assert renderer.main(["--check"]) == 0
+
+
+def test_links_and_anchors_resolve():
+    broken = []
+    for page in load_renderer().pages():
+        text = page.read_text(encoding="utf-8")
+        code_free = re.sub(r"```.*?```", "", text, flags=re.S)
+        for target in LINK.findall(code_free):
+            if re.match(r"[a-z]+:", target):  # http(s), mailto: not checked here
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            if not resolved.exists():
+                broken.append(f"{page.relative_to(REPO_ROOT)}: {target} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved.read_text(encoding="utf-8")):
+                broken.append(f"{page.relative_to(REPO_ROOT)}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_no_issue_numbers_and_the_results_page_stays_short():
+    for page in load_renderer().pages():
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"\bissues? \d+", text, flags=re.I), page
+    assert len((REPO_ROOT / "BENCHMARKS.md").read_text(encoding="utf-8").splitlines()) <= 300
+
+
+def test_tables_round_trip_through_results():
+    page = (
+        "# T\n\n## A section\n\n| run | BLEU | note |\n|---|---:|---|\n| vanilla | 26.79 ± 0.40 | `a|b` |\n"
+        "| in | 27.78 |  |\n\n```bash\n| not | a table |\n|---|---|\n```\n\n"
+        "### table1 (cpu mode)\n\n| x |\n|---|\n| 1 |\n"
+    )
+    marked, tables = tables_to_markers(page, "topic")
+    assert list(tables) == ["topic/a-section", "topic/table1-cpu-mode"]
+    assert tables["topic/a-section"]["rows"][0] == ["vanilla", "26.79 ± 0.40", "`a|b`"]
+    assert tables["topic/a-section"]["align"] == ["---", "---:", "---"]
+    assert "<!-- table: topic/a-section -->" in marked and "| not | a table |" in marked
+    unmarked = re.sub(r"<!-- table: [^>]*-->\n|<!-- end table -->\n", "", marked)
+    assert unmarked == page.replace("| in | 27.78 |  |", "| in | 27.78 | |")
+    tables["topic/a-section"]["rows"][1][1] = "27.80"
+    rendered, missing = render_markers(marked, tables)
+    assert missing == [] and "| in | 27.80 | |" in rendered and "27.78" not in rendered
+    assert render_markers(marked, {})[1] == ["topic/a-section", "topic/table1-cpu-mode"]
