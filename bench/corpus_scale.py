@@ -2,7 +2,8 @@
 `--num-proc` 1 and 2, and the agreement of sharded (priors) alignment with one whole-corpus alignment.
 
     python bench/corpus_scale.py build --pairs 1000000 --out runs/scale        # the corpus (see below)
-    python bench/corpus_scale.py run --corpus runs/scale --pairs 10000 100000 1000000 --num-proc 2 --json runs/scale.json
+    python bench/corpus_scale.py run --corpus runs/scale --pairs 10000 100000 1000000 --num-proc 2 \\
+        --json runs/scale.json
     python bench/corpus_scale.py agreement --pairs 80000 --shard-size 20000 --sample 40000
 
 The corpus: every real de-en pair in ../shared/data (Multi30k raw train, 29k, and the WMT newstest 2008-2020 +

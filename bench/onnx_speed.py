@@ -11,9 +11,10 @@ tokenizer, front end, search and detokenisation all counted) in length-sorted ba
 interleaved across repeats (A B C ... then ... C B A) so that drift on a shared machine cancels. Reported per pair:
 median sentences/s over repeats (wall clock; process CPU seconds beside it), the per-repeat ratio against the stock
 model's same engine (median), BLEU (sacrebleu) and, for ONNX fp32, the share of translations identical to
-PyTorch's. `--model NAME=DIR`: the NAME given as `--baseline` (default "marian") is the denominator. `--random NAME=FAMILY`
-adds a random-init model of a family with the baseline's dimensions, for speed rows under `--fixed_new_tokens N` (every
-engine decodes exactly N tokens a sentence, so untrained and trained models do the same work).
+PyTorch's. `--model NAME=DIR`: the NAME given as `--baseline` (default "marian") is the denominator. `--random
+NAME=FAMILY` adds a random-init model of a family with the baseline's dimensions, for speed rows under
+`--fixed_new_tokens N` (every engine decodes exactly N tokens a sentence, so untrained and trained models do the same
+work).
 """
 
 from __future__ import annotations
@@ -231,7 +232,8 @@ def main(argv=None) -> int:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
     print(text)
     print(
-        "\n| model | engine | sentences/s | x own PyTorch | ratio vs stock (same engine) | BLEU | Δ BLEU vs PyTorch | identical to PyTorch |"
+        "\n| model | engine | sentences/s | x own PyTorch | ratio vs stock (same engine) | BLEU | Δ BLEU vs PyTorch "
+        "| identical to PyTorch |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:

@@ -1,11 +1,12 @@
 """How stable is the oracle BTG order that XL PE trains on? (issue 17, item 0)
 
-eflomal samples (unseeded by default), so two alignment runs of the same corpus give different links and
-therefore different oracles; `--seed N` seeds both (`eflomal_options={"seed": N}`), which should make them equal. For each language pair this aligns the same training slice twice,
-independently, with `alignment_runs` K = 1, 3, 5 (K runs per direction, links kept by a strict majority), and
-reports how much the two resulting word-level oracles agree: mean Kendall τ between them, the share of
-sentences whose oracle is identical, and the alignment time. It also measures the symmetrisation change of
-this release: Koehn's reference grow-diag-final-and against the previous loop, on the same directional links.
+eflomal samples (unseeded by default), so two alignment runs of the same corpus give different links and therefore
+different oracles; `--seed N` seeds both (`eflomal_options={"seed": N}`), which should make them equal. For each
+language pair this aligns the same training slice twice, independently, with `alignment_runs` K = 1, 3, 5 (K runs per
+direction, links kept by a strict majority), and reports how much the two resulting word-level oracles agree: mean
+Kendall τ between them, the share of sentences whose oracle is identical, and the alignment time. It also measures the
+symmetrisation change of this release: Koehn's reference grow-diag-final-and against the previous loop, on the same
+directional links.
 
     python bench/oracle_stability.py --pairs en-ja,de-en --limit 10000 --runs 1,3,5
     python bench/oracle_stability.py --pairs en-ja --limit 10000 --runs 1 --seed 0
@@ -85,7 +86,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     seeded = {} if args.seed is None else {"seed": args.seed}
     print(
-        "| pair | pairs | alignment runs K | oracle vs oracle: mean Kendall τ | identical oracles | seconds per alignment |"
+        "| pair | pairs | alignment runs K | oracle vs oracle: mean Kendall τ | identical oracles "
+        "| seconds per alignment |"
     )
     print("|---|---|---|---|---|---|")
     symmetrisation_rows = []
@@ -111,7 +113,8 @@ def main(argv=None) -> int:
             f"| {pair} | {len(sources)} | {100 * links_differ:.1f}% | {100 * oracle_differ:.1f}% |"
         )
         print(
-            f"(symmetrisation, {pair}: links differ {100 * links_differ:.1f}%, oracle differs {100 * oracle_differ:.1f}%)",
+            f"(symmetrisation, {pair}: links differ {100 * links_differ:.1f}%, "
+            f"oracle differs {100 * oracle_differ:.1f}%)",
             flush=True,
         )
     print("\n| pair | pairs | links differ (reference vs previous grow-diag-final-and) | oracle differs |")

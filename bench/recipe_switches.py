@@ -1,9 +1,9 @@
 """Do the standard MT recipe switches change what the built-in demo learns? (issue 20)
 
-Trains the built-in demo (`xlpe-train`, XL PE Combination, SVO -> SOV corpus) as is, with
-`--label_smoothing_factor 0.1 --train_sampling_strategy group_by_length`, and with each switch alone, for several seeds, and reports test
-BLEU with predicted and oracle positions (mean ± std), the last logged reorder loss, and a paired bootstrap of
-the switched run against the plain one per seed (sacrebleu).
+Trains the built-in demo (`xlpe-train`, XL PE Combination, SVO -> SOV corpus) as is, with `--label_smoothing_factor 0.1
+--train_sampling_strategy group_by_length`, and with each switch alone, for several seeds, and reports test BLEU with
+predicted and oracle positions (mean ± std), the last logged reorder loss, and a paired bootstrap of the switched run
+against the plain one per seed (sacrebleu).
 
     python bench/recipe_switches.py --seeds 1,2,3 --work_dir runs/switches > switches.md
 """
@@ -104,7 +104,8 @@ def main(argv=None) -> int:
         losses = [r["last_reorder_loss"] for r in records]
         print(
             f"| {name} | {len(records)} | {mean_std([r['bleu'] for r in records])} | "
-            f"{mean_std([r['oracle_bleu'] for r in records])} | {mean_std(losses) if None not in losses else 'not logged'} |"
+            f"{mean_std([r['oracle_bleu'] for r in records])} | "
+            f"{mean_std(losses) if None not in losses else 'not logged'} |"
         )
     print("\nAgainst the plain demo, per seed (ΔBLEU, paired bootstrap p):")
     for name, cells in pvalues.items():

@@ -186,7 +186,8 @@ def main(argv=None) -> dict:
     print("| order | Kendall tau | FRS | exact match | sentences |\n|---|---|---|---|---|")
     for name, q in rows.items():
         print(
-            f"| {name} | {q['kendall_tau']:.3f} | {q['fuzzy_reordering_score']:.3f} | {q['exact_match']:.3f} | {q['sentences']} |"
+            f"| {name} | {q['kendall_tau']:.3f} | {q['fuzzy_reordering_score']:.3f} | "
+            f"{q['exact_match']:.3f} | {q['sentences']} |"
         )
     print({k: v for k, v in record.items() if k != "rows"})
     return record

@@ -121,7 +121,8 @@ def main(argv=None) -> dict:
         row = calibration["by_prior"][str(p)]
         test = result["test_kendall_tau"].get(str(p))
         print(
-            f"| {p} | {row['kendall_tau']:.3f} | {row['tau_standard_error_vs_best']:.3f} | {'' if test is None else f'{test:.3f}'} |"
+            f"| {p} | {row['kendall_tau']:.3f} | {row['tau_standard_error_vs_best']:.3f} | "
+            f"{'' if test is None else f'{test:.3f}'} |"
         )
     print(
         f"| monotone | {calibration['monotone_kendall_tau']:.3f} | | {result['test_kendall_tau']['monotone']:.3f} |\n"
@@ -142,7 +143,8 @@ def main(argv=None) -> dict:
         same = sum(a == b for a, b in zip(decoded[as_run], recorded))
         if same != len(recorded) or len(decoded[as_run]) != len(recorded):
             raise SystemExit(
-                f"seed {seed}: prior {as_run} re-decoded {same} of {len(recorded)} lines as the run did: not the same decoding"
+                f"seed {seed}: prior {as_run} re-decoded {same} of {len(recorded)} lines as the run did: "
+                "not the same decoding"
             )
         at_zero, chosen = decoded[0.0], decoded[prior]
         vanilla = Path(runs["vanilla", seed]["hypotheses"]).read_text(encoding="utf-8").splitlines()
@@ -161,17 +163,20 @@ def main(argv=None) -> dict:
         }
     rows = result["seeds"].values()
     print(
-        f"| combination+reorderer, {len(seeds)} seeds | ΔBLEU, prior {prior} vs 0 (p per seed) | vs vanilla, prior 0 | vs vanilla, prior {prior} |"
+        f"| combination+reorderer, {len(seeds)} seeds | ΔBLEU, prior {prior} vs 0 (p per seed) | "
+        f"vs vanilla, prior 0 | vs vanilla, prior {prior} |"
     )
     print("|---|---|---|---|")
     p_zero = ", ".join(f"{r['p_vs_prior_0']:.3f}" for r in rows)
     p_vanilla = ", ".join(f"{r['p_vs_vanilla']:.3f}" for r in rows)
     print(
         f"| {args.pair} | {mean_std([r['delta_vs_prior_0'] for r in rows])} ({p_zero}) | "
-        f"{mean_std([r['prior_0_delta_vs_vanilla'] for r in rows])} | {mean_std([r['delta_vs_vanilla'] for r in rows])} ({p_vanilla}) |"
+        f"{mean_std([r['prior_0_delta_vs_vanilla'] for r in rows])} | "
+        f"{mean_std([r['delta_vs_vanilla'] for r in rows])} ({p_vanilla}) |"
     )
     print(
-        f"\nthe runs' own prior ({as_run}) re-decoded identically: {', '.join(str(r['identical_lines_as_run']) for r in rows)} lines of {len(references)}"
+        f"\nthe runs' own prior ({as_run}) re-decoded identically: "
+        f"{', '.join(str(r['identical_lines_as_run']) for r in rows)} lines of {len(references)}"
     )
     (work / f"reorderer_calibration_{args.pair}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result

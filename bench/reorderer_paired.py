@@ -84,7 +84,8 @@ def main(argv=None) -> dict:
     for name, r in result.items():
         low, high = r["interval_95"]
         print(
-            f"| {name} | {r['baseline']:.3f} | {r['system']:.3f} | {r['difference']:+.3f} | [{low:+.3f}, {high:+.3f}] | {r['p']:.4f} |"
+            f"| {name} | {r['baseline']:.3f} | {r['system']:.3f} | {r['difference']:+.3f} | "
+            f"[{low:+.3f}, {high:+.3f}] | {r['p']:.4f} |"
         )
     print(json.dumps({"baseline": args.baseline, "system": args.system, "sentences": len(base["kendall_tau"])}))
     return result

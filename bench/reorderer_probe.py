@@ -1,11 +1,12 @@
 """Where the standalone reorderer's Kendall tau gap comes from (issue 17): probes on a prepared corpus.
 
-    python bench/reorderer_probe.py fit --prepared runs/enja3 --reorderer runs/reo3-btg_crf            # test vs train fit
+    python bench/reorderer_probe.py fit --prepared runs/enja3 --reorderer runs/reo3-btg_crf          # test vs train fit
     python bench/reorderer_probe.py ensemble --prepared runs/enja3 --reorderer runs/reo3-btg_crf runs/reo3-pairwise
-    python bench/reorderer_probe.py hypothesis --prepared runs/enja3 --hypotheses runs/vanilla/generated_predictions.txt \\
-        [--reorderer runs/reo3-btg_crf] [--model runs/vanilla]
+    python bench/reorderer_probe.py hypothesis --prepared runs/enja3 \\
+        --hypotheses runs/vanilla/generated_predictions.txt [--reorderer runs/reo3-btg_crf] [--model runs/vanilla]
     python bench/reorderer_probe.py positions --prepared runs/jackknifed/data --reorderer runs/reo3-btg_crf
-    python bench/reorderer_probe.py pos --prepared runs/enja3 --tokenizer runs/enja3/tokenizer --output_dir runs/reo3-pos
+    python bench/reorderer_probe.py pos --prepared runs/enja3 --tokenizer runs/enja3/tokenizer \\
+        --output_dir runs/reo3-pos
 
 * `fit`: word-level tau / FRS / exact match on the test split and on the first `--train_rows` training pairs,
   against the oracle the features carry (a word's oracle key is the smallest XL position of its pieces, as in
@@ -311,7 +312,8 @@ def voted_orders(model, test, hint_positions, gammas, batch_size: int = 128) -> 
             hint = torch.tensor(hint_positions[start + row], dtype=logits.dtype)
             if len(hint) != int(counts[row]):
                 raise SystemExit(
-                    f"test sentence {start + row + 1}: the reorderer sees {int(counts[row])} words, the hint has {len(hint)}"
+                    f"test sentence {start + row + 1}: the reorderer sees {int(counts[row])} words, "
+                    f"the hint has {len(hint)}"
                 )
             vote[row, : len(hint), : len(hint)] = torch.sign(hint[None, :] - hint[:, None])
         for gamma in gammas:

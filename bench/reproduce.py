@@ -194,7 +194,8 @@ def run_all(args) -> int:
             source = same_run_record(results, args.mode, spec, seed)
             if source is None:
                 print(
-                    f"[reproduce] not yet run: {key} reuses {spec['same_as']!r} of seed {seed}; add its group (rerun to resume)"
+                    f"[reproduce] not yet run: {key} reuses {spec['same_as']!r} of seed {seed}; "
+                    "add its group (rerun to resume)"
                 )
                 continue
             record.update({k: v for k, v in source.items() if k not in record}, same_as=source["key"])

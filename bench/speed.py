@@ -488,7 +488,8 @@ def main(argv=None) -> dict:
         measure_static(runner, args)
         print(
             f"#   warmed up {runner.name} ({time.perf_counter() - started:.0f}s; train: "
-            f"{runner.results['warmup_train']['cycles']} cycles, first {runner.results['warmup_train']['first_cycle_s']:.1f}s)",
+            f"{runner.results['warmup_train']['cycles']} cycles, "
+            f"first {runner.results['warmup_train']['first_cycle_s']:.1f}s)",
             file=sys.stderr,
         )
 

@@ -10,7 +10,7 @@ the real tokens trained (batch volume) and the wall clock of the training alone 
 
 Pick N near B x the mean padded length so that steps carry similar numbers of tokens (see "real tokens trained").
 
-    python bench/token_batching.py --max_steps 40                          # Multi30k de-en (shared data), small recipe model
+    python bench/token_batching.py --max_steps 40                     # Multi30k de-en (shared data), small recipe model
     python bench/token_batching.py --data builtin --max_steps 40 --batch_size 64 --max_tokens 1024
 """
 

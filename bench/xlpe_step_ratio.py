@@ -11,12 +11,12 @@ tau = H/4 as bench/speed.py's "XL PE combination" row, trained on oracle positio
 its loss run. A train step is forward + backward + AdamW, eager, fp32; AdamW is the fused implementation
 (`--optimizer fused`, the default), which is what `xlpe-train` and any Trainer run on CPU as on CUDA
 (transformers' default `optim` is `adamw_torch_fused` with torch >= 2.8); `--optimizer default` times torch's
-per-parameter loop instead, whose cost grows with the number of parameter tensors (XL PE has 21 more than stock). After a warm-up, `--pairs` steps of each
-model are interleaved (XL PE then stock, then stock then XL PE, ...); the ratio is median(XL PE step) /
-median(stock step), on the wall clock (`time.perf_counter`) and on process CPU time (`time.process_time`; with
-one thread it is what the step cost whatever else runs on the machine). The XL PE model runs twice in the same
-interleave: with `config.check_inputs=True` (the default; its input checks sync once per call) and with the
-checks off (stock models have none), same weights.
+per-parameter loop instead, whose cost grows with the number of parameter tensors (XL PE has 21 more than stock). After
+a warm-up, `--pairs` steps of each model are interleaved (XL PE then stock, then stock then XL PE, ...); the ratio is
+median(XL PE step) / median(stock step), on the wall clock (`time.perf_counter`) and on process CPU time
+(`time.process_time`; with one thread it is what the step cost whatever else runs on the machine). The XL PE model runs
+twice in the same interleave: with `config.check_inputs=True` (the default; its input checks sync once per call) and
+with the checks off (stock models have none), same weights.
 
 This is bench/speed.py's train measurement cut down to one row and one batch shape, for bisecting a regression;
 bench/speed.py's rows remain the reported numbers.

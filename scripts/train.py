@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """`xlpe-train` as a script, for `accelerate launch scripts/train.py ...` (and for a checkout without pip install).
 
-    accelerate launch --num_processes 4 scripts/train.py --output_dir runs/ddp ...                   # 4 GPUs
-    accelerate launch --multi_gpu --num_processes 2 scripts/train.py --use_cpu --output_dir runs/ddp ...  # 2 CPU processes
+    accelerate launch --num_processes 4 scripts/train.py --output_dir runs/ddp ...     # 4 GPUs
+    accelerate launch --multi_gpu --num_processes 2 scripts/train.py --use_cpu \\
+        --output_dir runs/ddp ...                                                    # 2 CPU processes
 
 (`accelerate launch --cpu --num_processes 2` starts a single process: accelerate needs MPI for several CPU ones.)
 

@@ -1,6 +1,7 @@
 """Issue 39, item 2: every timing or result the README and docs quote between `<!-- timing:NAME -->` markers is the
 range `bench/doc_timings.py` recorded (bench/doc_timings.json, with the machine); the test fails when the docs drift
-from the record (rerun `python bench/doc_timings.py measure` and `update-docs`), and the old single-run claims are gone."""
+from the record (rerun `python bench/doc_timings.py measure` and `update-docs`), and the old single-run claims are
+gone."""
 
 from __future__ import annotations
 

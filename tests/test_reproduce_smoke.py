@@ -267,8 +267,8 @@ def test_reorderer_words_driver(tmp_path, capsys):
     split, words = rows["words (reorder_unit=word)"].rstrip(" |").split(" | ")[-1].split(" ")[0].split("/")
     assert split == "0" and int(words) > 0  # multi-piece words exist (unigram, 300 pieces) and none is split
 
-    # bench/reorderer.py on the same corpus: the standalone reorderer (both decoders: the rank decoder needs the pairwise
-    # loss, so both losses are summed here) next to the built-in predictor
+    # bench/reorderer.py on the same corpus: the standalone reorderer (both decoders: the rank decoder needs the
+    # pairwise loss, so both losses are summed here) next to the built-in predictor
     spec = importlib.util.spec_from_file_location("reorderer_bench", REPO_ROOT / "bench" / "reorderer.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -2,11 +2,11 @@
 sub-word tokens (EOS included) of a real corpus, stored in `lengths_<name>.json` beside this file, so the bench
 draws batches of real shapes on a machine that has no corpus (the GPU machine).
 
-`newstest-deen`: WMT newstest2008-2019 (news-test2008, newssyscomb2009, newstest2009-2019; 2020 is
-document-level and left out), de -> en, 32,741 pairs (5 longer ones dropped) from `shared/data/wmt_newstest_tatoeba_testsets`,
-tokenized with a joint 32k BPE (`xlpe.features.tokenization.train_joint_tokenizer`) trained on both sides; pairs
-with a side over 128 tokens (`xlpe-train`'s default `--max_source_length`/`--max_target_length`) dropped, as
-training drops them. Rebuild (about a minute): `python bench/benchlib/lengths.py`.
+`newstest-deen`: WMT newstest2008-2019 (news-test2008, newssyscomb2009, newstest2009-2019; 2020 is document-level and
+left out), de -> en, 32,741 pairs (5 longer ones dropped) from `shared/data/wmt_newstest_tatoeba_testsets`, tokenized
+with a joint 32k BPE (`xlpe.features.tokenization.train_joint_tokenizer`) trained on both sides; pairs with a side over
+128 tokens (`xlpe-train`'s default `--max_source_length`/`--max_target_length`) dropped, as training drops them. Rebuild
+(about a minute): `python bench/benchlib/lengths.py`.
 """
 
 from __future__ import annotations

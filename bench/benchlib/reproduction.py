@@ -98,7 +98,8 @@ def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None
 
 
 def deeper_encoder(name: str, extra_layers: int, mode: dict, **fields) -> dict:
-    """Table 5's 8E / 10E at this mode's width: vanilla with `extra_layers` more encoder layers, nothing else changed."""
+    """Table 5's 8E / 10E at this mode's width: vanilla with `extra_layers` more encoder layers, nothing else
+    changed."""
     return run(name, "vanilla", encoder_layers=mode["layers"] + extra_layers, **fields)
 
 

@@ -61,7 +61,8 @@ def test_help_is_fast(name, tmp_path):
 def test_cli_modules_and_parsers_do_not_import_heavy_packages():
     code = (
         "import sys\n"
-        "import xlpe, xlpe.cli.translate as t, xlpe.cli.evaluate as e, xlpe.cli.push as p, xlpe.cli.demo, xlpe.cli.train\n"
+        "import xlpe, xlpe.cli.translate as t, xlpe.cli.evaluate as e, xlpe.cli.push as p, xlpe.cli.demo, "
+        "xlpe.cli.train\n"
         "import xlpe.cli.prepare as pr, xlpe.cli.reorder as r, xlpe.cli.tagger as tg\n"
         "t.build_parser(); e.build_parser(); p._parser(); pr._parser(); r.build_parser(); tg.build_parser()\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
@@ -76,7 +77,8 @@ def test_import_xlpe_registers_the_families_whenever_transformers_is_imported(or
     imports = "import xlpe\nimport transformers\n" if order == "xlpe first" else "import transformers\nimport xlpe\n"
     code = (
         "import sys\n" + imports + "from transformers import AutoConfig, AutoModelForSeq2SeqLM\n"
-        "names = [type(AutoConfig.for_model(t)).__name__ for t in ('xlpe_marian', 'dpe_marian', 'mvpe_pos', 'xlpe_reorderer')]\n"
+        "names = [type(AutoConfig.for_model(t)).__name__ "
+        "for t in ('xlpe_marian', 'dpe_marian', 'mvpe_pos', 'xlpe_reorderer')]\n"
         "model = AutoModelForSeq2SeqLM.from_config(AutoConfig.for_model('xlpe_marian', vocab_size=20, d_model=8, "
         "encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, "
         "encoder_ffn_dim=8, decoder_ffn_dim=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))\n"

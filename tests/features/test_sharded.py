@@ -1,8 +1,8 @@
-"""Sharded preparation (xlpe.features.sharded, `xlpe-prepare --shard-size/--stage`): the same dataset as one
-in-memory preparation, however it is run (one process, resumed after a kill, shards as concurrent jobs, the Slurm
-array script); merged reports; refusals that name what is wrong. A synthetic corpus with exact Pharaoh links makes
-the comparison exact (and a seeded eflomal run is compared whole); the eflomal paths (whole-corpus alignment in the plan, priors for
-a larger corpus) are checked for what they must produce."""
+"""Sharded preparation (xlpe.features.sharded, `xlpe-prepare --shard-size/--stage`): the same dataset as one in-memory
+preparation, however it is run (one process, resumed after a kill, shards as concurrent jobs, the Slurm array script);
+merged reports; refusals that name what is wrong. A synthetic corpus with exact Pharaoh links makes the comparison exact
+(and a seeded eflomal run is compared whole); the eflomal paths (whole-corpus alignment in the plan, priors for a larger
+corpus) are checked for what they must produce."""
 
 from __future__ import annotations
 

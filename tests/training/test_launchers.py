@@ -310,7 +310,9 @@ report["full_numel"] = sum(p.numel() for p in reference.parameters())
 
 def full_state():
     # what FULL_STATE_DICT saving gathers; offload_to_cpu=True (accelerate's choice on GPUs) crashes CPU-only torch
-    with FSDP.state_dict_type(sharded, StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=False, rank0_only=True)):
+    with FSDP.state_dict_type(
+        sharded, StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=False, rank0_only=True)
+    ):
         return sharded.state_dict()
 
 
@@ -319,10 +321,15 @@ rows, length = 4 * world, 10
 ids = torch.randint(2, 64, (rows, length), generator=generator)
 labels = torch.randint(2, 64, (rows, length), generator=generator)
 ids[:, -1] = labels[:, -1] = 1
-order = torch.stack([torch.cat([torch.randperm(length - 1, generator=generator), torch.tensor([length - 1])]) for _ in range(rows)])
+order = torch.stack(
+    [torch.cat([torch.randperm(length - 1, generator=generator), torch.tensor([length - 1])]) for _ in range(rows)]
+)
 batch = dict(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels, reorder_positions=order)
 mine = {key: value[4 * rank: 4 * rank + 4] for key, value in batch.items()}  # this process's share of the batch
-optimizer, reference_optimizer = torch.optim.SGD(sharded.parameters(), lr=0.2), torch.optim.SGD(reference.parameters(), lr=0.2)
+optimizer, reference_optimizer = (
+    torch.optim.SGD(sharded.parameters(), lr=0.2),
+    torch.optim.SGD(reference.parameters(), lr=0.2),
+)
 run_dir = out / "run"
 report["losses"], report["reference_losses"], report["max_difference"] = [], [], []
 for step in (1, 2):
@@ -341,7 +348,9 @@ for step in (1, 2):
     state = full_state()
     if rank == 0:
         expected = reference.state_dict()
-        report["max_difference"].append(max((state[k].double() - expected[k].double()).abs().max().item() for k in state))
+        report["max_difference"].append(
+            max((state[k].double() - expected[k].double()).abs().max().item() for k in state)
+        )
         sharded.module.save_pretrained(run_dir / f"checkpoint-{step}", state_dict=state)
     dist.barrier()
 
@@ -349,7 +358,9 @@ for step in (1, 2):
 trainer = XLPESeq2SeqTrainer(model=reference, args=Seq2SeqTrainingArguments(
     output_dir=str(run_dir), use_cpu=True, predict_with_generate=True, report_to="none"))
 trainer.model = trainer.model_wrapped = sharded  # what the Trainer holds after accelerate's FSDP preparation
-average_into(trainer, SimpleNamespace(output_dir=str(run_dir), average_last_checkpoints=2, early_stopping_patience=None))
+average_into(
+    trainer, SimpleNamespace(output_dir=str(run_dir), average_last_checkpoints=2, early_stopping_patience=None)
+)
 state = full_state()
 if rank == 0:
     sharded.module.save_pretrained(out / "final", state_dict=state)

@@ -106,7 +106,8 @@ def test_a_run_prints_its_plan_and_estimates_and_the_final_evaluation_scores_the
         "sentences (2 beams)" in out
     )  # (the small recipe, chosen for a model from scratch, stops early)
     assert re.search(
-        r"xlpe-train: estimate at step 3, after evaluation 1 of 2 \(\d+ s; [\d.]+ s a step so far\): .* in all on this machine: "
+        r"xlpe-train: estimate at step 3, after evaluation 1 of 2 \(\d+ s; [\d.]+ s a step so far\): "
+        r".* in all on this machine: "
         r"training .*, periodic evaluations .*, final evaluation \+ test .*; \w.* dominates",
         out,
     )

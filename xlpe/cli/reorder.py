@@ -28,8 +28,9 @@ option that shapes the model; none may change on resume) and are locked while a 
 same record reuses a finished R (one line says so) or resumes an unfinished R or J; a difference is a one-line error
 naming it, and `--overwrite_output` starts afresh (in R it removes only what `train` writes there; a directory
 holding another kind of artefact, a translation model say, is never replaced), as it does for a finished R or J.
-`--no-resume` restarts a `train` run of the same record. predict, evaluate and attach refuse by name a --reorderer that is not a finished reorderer written by
-`train` (a translation model, a jackknife fold, an unfinished run) and attach a --model that is not an XL PE model.
+`--no-resume` restarts a `train` run of the same record. predict, evaluate and attach refuse by name a --reorderer that
+is not a finished reorderer written by `train` (a translation model, a jackknife fold, an unfinished run) and attach a
+--model that is not an XL PE model.
 """
 
 from __future__ import annotations
@@ -522,7 +523,8 @@ def run_jackknife(args) -> dict:
     train = data["train"]
     if "reorder_positions" not in train.column_names:
         raise ValueError(
-            f"--prepared {args.prepared}: the train split has no reorder_positions (xlpe-prepare --features reorder_positions)"
+            f"--prepared {args.prepared}: the train split has no reorder_positions "
+            "(xlpe-prepare --features reorder_positions)"
         )
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     options = ReordererTraining(
@@ -608,7 +610,8 @@ def run_evaluate(args) -> dict:
     rows = [(key, value) for key, value in result.items() if isinstance(value, dict)]
     table = ["| order | Kendall tau | FRS | exact match | sentences |", "|---|---|---|---|---|"]
     table += [
-        f"| {key} | {v['kendall_tau']:.3f} | {v['fuzzy_reordering_score']:.3f} | {v['exact_match']:.3f} | {v['sentences']} |"
+        f"| {key} | {v['kendall_tau']:.3f} | {v['fuzzy_reordering_score']:.3f} | "
+        f"{v['exact_match']:.3f} | {v['sentences']} |"
         for key, v in rows
     ]
     print("\n".join(table), file=sys.stderr)

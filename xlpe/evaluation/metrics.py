@@ -99,7 +99,8 @@ def check_bleu_tokenizer(target_language: str | None = None, tokenize: str | Non
         extra = TOKENIZER_EXTRAS.get(name)
         fix = f'pip install "xlpe[{extra}]", or choose' if extra else "choose"
         raise ValueError(
-            f"BLEU tokenizer {name!r} ({why}) cannot run here ({type(error).__name__}: {' '.join(str(error).split())}); "
+            f"BLEU tokenizer {name!r} ({why}) cannot run here "
+            f"({type(error).__name__}: {' '.join(str(error).split())}); "
             f"{fix} another tokenizer, e.g. 'char' or 'intl' (--bleu_tokenize)"
         ) from error
     return name

@@ -6,7 +6,8 @@
                                                     (settings: --int8_scheme, INT8_SCHEMES; default per-channel)
       tokenizer files, config.json, generation_config.json
       reorderer/                                    XL PE with an attached reorderer: the reorderer (front end)
-      pos_tagger.json                               a trained source tagger ("perceptron:<file>"), when the model has one
+      pos_tagger.json                               a trained source tagger ("perceptron:<file>"), when the model
+                                                    has one
       export_manifest.json                          where it came from, digests, layout, front end (manifest.py)
 
 Which models: the three families of this package in every position option, and stock MarianMT (the baseline of

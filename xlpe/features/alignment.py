@@ -667,7 +667,10 @@ class PriorsAligner:
             options["n_iterations"] = eflomal_iterations(self.corpus_pairs, options.pop("rel_iterations", 1.0))
         self.eflomal_options = options
         samplers = f", {options['n_samplers']} samplers" if "n_samplers" in options else ""
-        self.name = f"eflomal+priors (corpus of {self.corpus_pairs} pairs, iterations {tuple(options['n_iterations'])}{samplers})"
+        self.name = (
+            f"eflomal+priors (corpus of {self.corpus_pairs} pairs, "
+            f"iterations {tuple(options['n_iterations'])}{samplers})"
+        )
 
     def __call__(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[int]]:
         return _pairs_to_lists(*self.align_flat(sources, targets), len(sources))

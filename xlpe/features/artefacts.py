@@ -39,8 +39,8 @@ FORMAT_VERSION = 1  # bump when what an artefact holds changes meaning: older re
 
 
 class ArtefactMismatch(ValueError):
-    """A reused artefact made from other inputs, options or code: one line naming it, the difference and the
-    override. Attributes: `path`, `fact` (the first differing fact: "kind", "format", "input <name>", "option <name>")."""
+    """A reused artefact made from other inputs, options or code: one line naming it, the difference and the override.
+    Attributes: `path`, `fact` (the first differing fact: "kind", "format", "input <name>", "option <name>")."""
 
     def __init__(self, message: str, path: str, fact: str):
         super().__init__(message)

@@ -1,10 +1,10 @@
 """Language codes given on the command line or to the library, checked against a maintained list.
 
-A code (`--source_lang fr`, `xlpe-evaluate --lang en`, `xlpe-push --language de en`) picks tokenisers, BLEU
-tokenizers, taggers and the Hub's language tags, so a name where a code belongs (`french`) or a typo (`ffr`) must
-be refused before any work, not silently turned into a wrong choice. Validity is the IANA language subtag
-registry's (BCP 47: ISO 639-1/-2/-3 codes with optional script and region, `en`, `fra`, `zh-Hans`, `pt-BR`;
-`en_US` too, as dataset keys spell it), as the `langcodes` package keeps it; the suggestion comes from language names (`french` -> `fr`, with the
+A code (`--source_lang fr`, `xlpe-evaluate --lang en`, `xlpe-push --language de en`) picks tokenisers, BLEU tokenizers,
+taggers and the Hub's language tags, so a name where a code belongs (`french`) or a typo (`ffr`) must be refused before
+any work, not silently turned into a wrong choice. Validity is the IANA language subtag registry's (BCP 47: ISO
+639-1/-2/-3 codes with optional script and region, `en`, `fra`, `zh-Hans`, `pt-BR`; `en_US` too, as dataset keys spell
+it), as the `langcodes` package keeps it; the suggestion comes from language names (`french` -> `fr`, with the
 `language_data` tables) or, for a mistyped code, from the closest two-letter ISO 639-1 codes.
 
 This module imports only the standard library at module level (`langcodes` is light), so the command-line tools

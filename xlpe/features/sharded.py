@@ -695,10 +695,11 @@ def run_shards(work_dir, plan: dict, indices=None, progress: bool = True, overla
     """Run the shards `indices` (default: every unfinished one) in order, with a progress bar in pairs (ETA);
     returns the indices that ran. Each is independent: several jobs may run disjoint (or even equal) lists.
 
-    `overlap` (off by default: at 1M pairs it raised the measured peak from under 4 GB to 4.8 GB): shard k+1 is read and aligned in a background thread (eflomal is a subprocess with its
-    own threads) while the features of shard k are computed and saved; the features are mostly one core of
-    numpy and Python, so on 2 cores the second core aligns meanwhile (BENCHMARKS.md, issue 16). The datasets
-    are the same either way; it holds two shards in memory instead of one."""
+    `overlap` (off by default: at 1M pairs it raised the measured peak from under 4 GB to 4.8 GB): shard k+1 is read and
+    aligned in a background thread (eflomal is a subprocess with its own threads) while the features of shard k are
+    computed and saved; the features are mostly one core of numpy and Python, so on 2 cores the second core aligns
+    meanwhile (BENCHMARKS.md, issue 16). The datasets are the same either way; it holds two shards in memory instead of
+    one."""
     import datasets
     from tqdm.auto import tqdm
 

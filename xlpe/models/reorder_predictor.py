@@ -135,7 +135,8 @@ class WordStarts(nn.Module):
         flags = torch.as_tensor(flags, dtype=torch.bool, device=self.flags.device)
         if flags.shape != self.flags.shape:
             raise ValueError(
-                f"word-start flags must have one entry per vocabulary id ({self.flags.shape[0]}), got {tuple(flags.shape)}"
+                f"word-start flags must have one entry per vocabulary id ({self.flags.shape[0]}), "
+                f"got {tuple(flags.shape)}"
             )
         self.flags.copy_(flags)
 

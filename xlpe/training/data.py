@@ -255,7 +255,10 @@ def check_splits(splits: dict[str, ParallelSplit], data_args, training_args, tok
         raise UsageError(
             "no tokenizer: give --tokenizer_name or --model_name_or_path, or training data to train one on"
         )
-    where = f"(--prepared_dataset {data_args.prepared_dataset} has {sorted(splits)}: xlpe-prepare --validation-source/--test-source ...)"
+    where = (
+        f"(--prepared_dataset {data_args.prepared_dataset} has {sorted(splits)}: "
+        "xlpe-prepare --validation-source/--test-source ...)"
+    )
     for flag, split in (("do_eval", "validation"), ("do_predict", "test")):
         if getattr(training_args, flag) and split not in splits:
             if flag in getattr(training_args, "explicit_do", ()):

@@ -102,7 +102,8 @@ def run_demo(steps: int = 300, seed: int = 0, num_beams: int = 4) -> float:
         warmup.step()
         if step % 50 == 0 or step == 1:
             print(
-                f"step {step:4d}  translation_loss {out.translation_loss.item():.3f}  reorder_loss {out.reorder_loss.item():.3f}"
+                f"step {step:4d}  translation_loss {out.translation_loss.item():.3f}  "
+                f"reorder_loss {out.reorder_loss.item():.3f}"
             )
 
     model.eval()
@@ -116,7 +117,8 @@ def run_demo(steps: int = 300, seed: int = 0, num_beams: int = 4) -> float:
         hypothesis = translator(source, num_beams=args.num_beams)[0]["translation_text"]
         correct += hypothesis == reference
         print(
-            f"  source      : {source}\n  XL positions: {predicted}\n  translation : {hypothesis}\n  reference   : {reference}\n"
+            f"  source      : {source}\n  XL positions: {predicted}\n"
+            f"  translation : {hypothesis}\n  reference   : {reference}\n"
         )
     print(f"exact match {correct}/{len(test)}; {time.time() - start:.0f} s")
     return correct / len(test)

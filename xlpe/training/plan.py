@@ -5,10 +5,11 @@
 1. **the plan**, when training starts: steps, batching, the periodic evaluations (how many, on how many validation
    sentences, greedy or beam), and the final evaluation and test translation that follow;
 2. **an estimate** once the first `measure_steps` steps are timed (seconds per step after a warm-up step), and
-   **again after every periodic evaluation** (the mean step and evaluation times so far: a shared machine changes
-   speed during a run): the wall time of the whole run on this machine, split into training, periodic
-   evaluations, and final evaluation + test, with the share of each and what dominates. The final evaluation and the test are extrapolated from the measured periodic evaluation, per
-   sentence, times `BEAM_COST` per extra beam (beam search costs more than greedy; the factor is stated);
+   **again after every periodic evaluation** (the mean step and evaluation times so far: a shared machine changes speed
+   during a run): the wall time of the whole run on this machine, split into training, periodic evaluations, and final
+   evaluation + test, with the share of each and what dominates. The final evaluation and the test are extrapolated from
+   the measured periodic evaluation, per sentence, times `BEAM_COST` per extra beam (beam search costs more than greedy;
+   the factor is stated);
 3. **the outcome** when training ends: the time it took against the last estimate of the training part.
 
 `estimate_run` is the pure arithmetic (tested on its own); `plan_line` the plan's text.
@@ -111,7 +112,10 @@ def estimate_line(estimate: dict, when: str) -> str:
         f"{name} {_duration(estimate[name])} ({100 * estimate['shares'][name]:.0f}%)" for name in estimate["shares"]
     )
     measured = "" if "periodic evaluations" in estimate else " (evaluations not measured yet)"
-    return f"estimate {when}: {_duration(estimate['total'])} in all on this machine{measured}: {parts}; {estimate['dominant']} dominates"
+    return (
+        f"estimate {when}: {_duration(estimate['total'])} in all on this machine{measured}: {parts}; "
+        f"{estimate['dominant']} dominates"
+    )
 
 
 class RunPlan(TrainerCallback):

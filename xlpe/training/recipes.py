@@ -13,7 +13,7 @@ docs/training.md, "Recipes".
 | small | d 256, 3+3 layers, 4 heads, FFN 1024 | 2048 tokens | lr 1e-3, 400 warm-up, 1200 steps | CPU; < 100k pairs on GPU |
 | base | Transformer-base: d 512, 6+6, 8 heads, FFN 2048 | 4096 tokens | lr 7e-4, 4000 warm-up, 100k steps | GPU, 100k-5M pairs |
 | big | Transformer-big: d 1024, 6+6, 16 heads, FFN 4096 | 4096 tokens | lr 5e-4, 4000 warm-up, 300k steps | GPU, >= 5M pairs |
-"""
+"""  # noqa: E501 (the recipe table is a table)
 
 from __future__ import annotations
 
@@ -69,7 +69,9 @@ RECIPES: dict[str, tuple[dict, dict]] = {
             early_stopping_patience=3,
             generation_num_beams=1,
             eval_subset=200,
-        ),  # 200 greedy sentences: ~80 s on 2 cores against ~20 min for the 200 steps between evaluations (~6%; fr-en, measured)
+            # 200 greedy sentences: ~80 s on 2 cores against ~20 min for the 200 steps between evaluations (~6%;
+            # fr-en, measured)
+        ),
     ),
     "base": (
         dict(
@@ -207,7 +209,8 @@ def fill_tokens(device: dict, d_model: int, ffn_dim: int) -> tuple[float | None,
         wanted = peak * 1e12 * GPU_FILL_MICROSECONDS * 1e-6 / (2.0 * d_model * ffn_dim)
         return (
             wanted,
-            f"{wanted:,.0f} tokens keep a {d_model}x{ffn_dim} FFN matmul >= {GPU_FILL_MICROSECONDS:g} us at {peak:g} TFLOP/s ({mode})",
+            f"{wanted:,.0f} tokens keep a {d_model}x{ffn_dim} FFN matmul >= {GPU_FILL_MICROSECONDS:g} us "
+            f"at {peak:g} TFLOP/s ({mode})",
         )
     if sms:
         return 128.0 * sms, f"peak unknown: 128 tokens per SM x {sms} SMs"

@@ -233,7 +233,10 @@ def verify_resume(model_args, data_args, training_args, checkpoint: str) -> Arte
     record to keep, with the changed options of RESUME_CHANGEABLE applied (and logged in one line)."""
     expected = run_record(model_args, data_args, training_args)
     run_dir = Path(checkpoint).resolve().parent
-    override = "the run's own values to resume it, or --overwrite_output_dir without --resume_from_checkpoint (or another --output_dir)"
+    override = (
+        "the run's own values to resume it, or --overwrite_output_dir without --resume_from_checkpoint "
+        "(or another --output_dir)"
+    )
     try:
         changed = verify_artefact(
             run_dir,
@@ -312,7 +315,10 @@ def check_checkpoint(checkpoint: str, training_args) -> None:
     state. A missing one would silently restart the schedule or the data order."""
     path = Path(checkpoint)
     what = f"--resume_from_checkpoint {training_args.resume_from_checkpoint}"
-    weights_only = f"; start a new run from its weights with --model_name_or_path {path} instead, or resume from another checkpoint"
+    weights_only = (
+        f"; start a new run from its weights with --model_name_or_path {path} instead, "
+        "or resume from another checkpoint"
+    )
     state = read_json_file(path / "trainer_state.json", what)
     if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
         raise UsageError(f"{what}: {path / 'trainer_state.json'}: not a trainer state (no integer global_step)")
@@ -334,7 +340,8 @@ def check_checkpoint(checkpoint: str, training_args) -> None:
     ]:
         if not (path / name).is_file():
             raise UsageError(
-                f"{what}: {path} lacks {name} ({meaning}), so the run cannot continue exactly where it stopped{weights_only}"
+                f"{what}: {path} lacks {name} ({meaning}), "
+                f"so the run cannot continue exactly where it stopped{weights_only}"
             )
         check_torch_file(path / name, what)
 
@@ -375,7 +382,8 @@ def check_config_file(directory, what: str) -> None:
         if bad:
             line = key_line(text, name)
             raise UsageError(
-                f"{what}: {path}:{line}: {name} must be {'a positive integer' if integer else 'a number in [0, 1]'}, got {json.dumps(value)}"
+                f"{what}: {path}:{line}: {name} must be "
+                f"{'a positive integer' if integer else 'a number in [0, 1]'}, got {json.dumps(value)}"
             )
 
 

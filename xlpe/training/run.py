@@ -141,7 +141,8 @@ def load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, 
         if not source:
             raise
         raise UsageError(
-            f"no tokenizer could be loaded from {source} ({type(error).__name__}: {str(error).strip().splitlines()[0]}); "
+            f"no tokenizer could be loaded from {source} "
+            f"({type(error).__name__}: {str(error).strip().splitlines()[0]}); "
             "save the model's tokenizer there or give --tokenizer_name"
         ) from error
 
