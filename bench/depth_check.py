@@ -1,5 +1,5 @@
 """Is the depth failure of the short recipe transformers' Marian, or post-LN Transformers at that schedule?
-(BENCHMARKS.md, "Encoder depth and initialisation".)
+(docs/benchmarks/depth_and_init.md.)
 
     OMP_NUM_THREADS=1 python bench/depth_check.py                          # 2+2, 6+2, 6+6; marian and torch
     OMP_NUM_THREADS=1 python bench/depth_check.py --depths 6+6 --norm_first # pre-LN torch (marian is post-LN only)

@@ -1,4 +1,4 @@
-"""Which code the speed rows in BENCHMARKS.md were measured on: a guard that fails when a hot-path file changed
+"""Which code the speed rows in docs/benchmarks were measured on: a guard that fails when a hot-path file changed
 and the speed rows were not re-run (issue 38: "a change to a forward or training path re-runs the speed rows it
 touches").
 
@@ -73,8 +73,8 @@ def check(record_path: Path = RECORD, root: Path = ROOT) -> str | None:
         return (
             f"the forward/generation code of the speed rows changed since they were measured "
             f"({record.get('measured')}: {record.get('command')}): re-run the rows it touches (bench/speed.py), "
-            "update BENCHMARKS.md, then python bench/hot_paths.py --record --measured DATE --command CMD "
-            "--reason WHY"
+            "update docs/benchmarks/results/speed.json (python bench/render_tables.py), then python "
+            "bench/hot_paths.py --record --measured DATE --command CMD --reason WHY"
         )
     return None
 

@@ -1,5 +1,5 @@
-"""How distinct the encoder's token states are at initialisation, by encoder depth and init (BENCHMARKS.md,
-"Encoder depth and initialisation"). This was a hypothesis for the weak Table 5 rows: the init that keeps
+"""How distinct the encoder's token states are at initialisation, by encoder depth and init
+(docs/benchmarks/depth_and_init.md). This was a hypothesis for the weak Table 5 rows: the init that keeps
 the states distinct trains worse, so it is not their explanation (docs/training.md, "Initialisation").
 
     python bench/init_probe.py                       # d=128 (CPU mode) and d=512 (Transformer-base)

@@ -6,7 +6,7 @@
 # xlpe's kendall_tau / fuzzy_reordering_score / exact match, next to the monotone order.
 #
 # Usage:   bench/lader_baseline.sh LADER_DIR [OUT_DIR]
-#   (results in BENCHMARKS.md, "The standalone reorderer"; score the order files next to xlpe's reorderer with
+#   (results in docs/benchmarks/reorderer.md, "The standalone reorderer"; score the order files next to xlpe's reorderer with
 #   python bench/reorderer.py ... --orders lader=OUT_DIR/enja_test_10k.order)
 #   LADER_DIR  lader source tree after `autoreconf -i && ./configure && make` (uses src/bin/{train-lader,lader}
 #              and script/contiguous-extract.pl). Build notes: needs boost (system, filesystem, thread, regex);

@@ -16,7 +16,7 @@ for
         --output_dir runs/reorderer-enja [--model runs/enja] [--orders lader=lader.order] [--train_limit N]
     python bench/reorderer.py --raw train.de train.en test.de test.en --output_dir runs/reorderer-deen
 
-Writes <output_dir>/comparison.json and prints a markdown table (paste into BENCHMARKS.md).
+Writes <output_dir>/comparison.json and prints a markdown table (for docs/benchmarks/reorderer.md and its results file).
 """
 
 from __future__ import annotations

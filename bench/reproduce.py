@@ -2,7 +2,7 @@
 
     python bench/reproduce.py --mode smoke --groups xl,noise --seeds 1 --work_dir runs/repro-smoke
     python bench/reproduce.py --mode cpu --groups xl --seeds 1,2 --work_dir runs/repro-cpu --max_minutes 40
-    python bench/reproduce.py --report --work_dir runs/repro-cpu      # tables + plots -> BENCHMARKS.md
+    python bench/reproduce.py --report --work_dir runs/repro-cpu      # tables + plots (--benchmarks PAGE: into a page)
     python bench/reproduce.py --mode cpu --pair en-ja --groups xl,baselines --seeds 1,2,3 --work_dir runs/repro-enja
 
 --pair runs the groups on another language pair of the shared data: de-en (the default of most groups), en-de,
@@ -232,7 +232,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--report", action="store_true", help="aggregate results.jsonl (after running, if --run too)")
     parser.add_argument("--run", action="store_true", help="with --report: run the groups first")
-    parser.add_argument("--benchmarks", default=None, help="write the tables into this BENCHMARKS.md's ## Reproduction")
+    parser.add_argument(
+        "--benchmarks", default=None, help="write the tables into this page's ## Reproduction (docs/benchmarks/*.md)"
+    )
     parser.add_argument("--section", default="Reproduction", help="with --benchmarks: the section (## title) to write")
     parser.add_argument(
         "--report_groups",

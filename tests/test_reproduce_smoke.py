@@ -2,7 +2,7 @@
 a few steps. `--workers 2` trains them side by side in two processes; the JSON lines file has both runs with
 BLEU/chrF and their sacrebleu signatures; a second call skips them (resumable); a run that trains the same model
 as a finished one reuses its result (and says so when that run is missing); the report writes a table into the
-`## Reproduction` section of a BENCHMARKS.md."""
+`## Reproduction` section of a benchmark page, its rows into the page's results file."""
 
 from __future__ import annotations
 
@@ -68,6 +68,10 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert "| XL PE run | seeds | BLEU, predicted positions | BLEU, oracle positions |" in section
     assert "| combination | 1 | " in section
     assert "Mode(s): **smoke**" in section and f"Date: {records[0]['date']}." in section
+    # the numbers live in results/<page>.json beside the page; the page shows them between markers
+    tables = json.loads((tmp_path / "results" / "BENCHMARKS.json").read_text())["tables"]
+    assert ["combination", "de-en", "1"] == tables["BENCHMARKS/xl-combination-smoke-mode"]["rows"][1][:3]
+    assert "<!-- table: BENCHMARKS/xl-combination-smoke-mode -->" in section
 
     # noise ratio 0 is the clean Combination model: its result is reused, nothing is trained
     monkeypatch.setattr(driver.reproduction, "NOISE_RATIOS", (0.0,))

@@ -1,7 +1,7 @@
 """Shared pieces of the benchmark drivers in bench/ (never imported by the xlpe package):
 
 * `data`: where the shared data lives, Multi30k slices;
-* `tables`: mean ± std, run dates, replacing one `## Section` of BENCHMARKS.md;
+* `tables`: mean ± std, run dates, replacing one `## Section` of a benchmark page, tables rendered from results files;
 * `timing`: interleaved, repeated timing of several models on the same batches (CUDA events, warm-up until
   stable, switches: precision, AdamW implementation, compile), peak memory, ratios;
 * `speed_models`: the models `speed.py` times, each beside the stock model it is compared with, and its batches;

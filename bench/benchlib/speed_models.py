@@ -312,7 +312,7 @@ def all_specs(families: list[str], dims: dict) -> list[Spec]:
         specs += [xl_spec("in"), xl_spec("head"), xl_spec("combination"), xl_spec("combination", "predicted")]
         specs[-1].generation = False  # at inference it is the "combination" model: nothing else to time
         specs[-1].note = "xl_train_positions='predicted': the translation loss sees the predictor's order"
-        # the predictor's width is the one knob that matters for the training overhead (see BENCHMARKS.md):
+        # the predictor's width is the one knob that matters for the training overhead (docs/benchmarks/speed.md):
         # also measure a predictor a quarter of the model's width when the package default differs from it
         default_hidden = xlpe.XLPEMarianConfig(**marian_kwargs(dims)).reorder_predictor_hidden_size
         heads = xlpe.XLPEMarianConfig().reorder_predictor_heads

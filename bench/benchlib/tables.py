@@ -1,5 +1,6 @@
-"""Markdown helpers shared by the drivers: mean ± std over seeds, the dates runs finished, and replacing
-one `## Section` of BENCHMARKS.md while leaving every other section as it is."""
+"""Markdown helpers shared by the drivers: mean ± std over seeds, the dates runs finished, replacing one
+`## Section` of a benchmark page while leaving every other section as it is, and the tables of the benchmark pages
+rendered from their results files (docs/benchmarks/results/*.json; `bench/render_tables.py`)."""
 
 from __future__ import annotations
 
@@ -178,13 +179,33 @@ def load_results(results_dir: Path) -> dict[str, dict]:
     return tables
 
 
-def write_results(path: Path, tables: dict[str, dict], drop_prefix: str | None = None) -> None:
-    """Merge `tables` into the results file `path` (after dropping its tables named `drop_prefix`...)."""
+def write_results(path: Path, tables: dict[str, dict], drop: set[str] = frozenset()) -> None:
+    """Merge `tables` into the results file `path`, after dropping its tables named in `drop`."""
     import json
 
     data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"tables": {}}
-    if drop_prefix:
-        data["tables"] = {k: v for k, v in data["tables"].items() if not k.startswith(drop_prefix)}
+    data["tables"] = {k: v for k, v in data["tables"].items() if k not in drop}
     data["tables"].update(tables)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+def marker_names(text: str) -> set[str]:
+    return {line[len("<!-- table: ") : -len(" -->")] for line in text.splitlines() if line.startswith("<!-- table: ")}
+
+
+def replace_section_with_results(path: Path, heading: str, section: str) -> None:
+    """`replace_section`, with the section's tables moved into the page's results file (results/<page stem>.json
+    beside the page, under "<page stem>/<name>"): the tables the old section showed are dropped from it, the new
+    ones written, and the page shows them between markers, rendered as `bench/render_tables.py` renders them."""
+    import json
+
+    results = path.parent / RESULTS_DIR / f"{path.stem}.json"
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    start = text.find(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1) if start != -1 else -1
+    old = marker_names(text[start : end if end != -1 else len(text)]) if start != -1 else set()
+    kept = set(json.loads(results.read_text(encoding="utf-8"))["tables"]) - old if results.is_file() else set()
+    marked, tables = tables_to_markers(section, path.stem, taken=kept)
+    write_results(results, tables, drop=old)
+    replace_section(path, heading, marked)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import TOY_SENTENCES
@@ -215,4 +216,42 @@ def test_training_calibrates_the_order_prior_on_held_out_pairs(reversed_corpus, 
         and XLPEReordererModel.from_pretrained(tmp_path).config.order_prior
         == report["chosen"]
         == model.config.order_prior
+    )
+
+
+def test_training_prints_its_plan_an_estimate_and_the_calibrations_time(reversed_corpus, toy_tokenizer, tmp_path):
+    """xlpe-reorder train states its plan (steps, epochs, pairs, the calibration that follows) before it starts, an
+    estimate once the first steps are timed (training + the calibration measured on a sample of the held-out
+    pairs), how long training took against it, and the calibration's time against its estimate."""
+    from xlpe.training.reorderer import calibration_split
+
+    train, held = calibration_split(reversed_corpus, 500, seed=3)
+    lines = []
+    options = ReordererTraining(epochs=2, batch_size=2, extra={"disable_tqdm": True})
+    model = build_reorderer(toy_tokenizer, **TINY)
+    train_reorderer(
+        model,
+        train,
+        tmp_path,
+        options,
+        calibration_dataset=held,
+        plan_echo=lambda text, flush=False: lines.append(text),
+    )
+    steps = 2 * -(-len(train) // 2)  # >= 21: the estimate comes after 20 steps
+    assert lines[0] == (
+        f"xlpe-reorder train: plan: {steps} training steps (2 epochs over {len(train)} pairs, 2 sentences a step); "
+        f"then the order-prior calibration on {len(held)} held-out pairs; time estimate after the first steps"
+    )
+    estimate = next(line for line in lines if "estimate after 20 steps" in line)
+    assert re.search(
+        r"estimate after 20 steps \([\d.]+ s a step\): .* in all on this machine: training .* \(\d+%\), "
+        r"order-prior calibration .* \(\d+%\); (training|order-prior calibration) dominates",
+        estimate,
+    ), estimate
+    assert "not measured" not in estimate and "periodic evaluations" not in estimate
+    assert any(
+        re.fullmatch(r"xlpe-reorder train: training took .*; estimated .* for that part", line) for line in lines
+    )
+    assert re.fullmatch(r"xlpe-reorder train: the order-prior calibration took \d+ s \(estimated \d+ s\)", lines[-1]), (
+        lines[-1]
     )

@@ -99,7 +99,7 @@ def _source_front_end(model, layout, model_dir: Path | None, output: Path) -> di
 def fp32_nodes(path: Path) -> list[str]:
     """The nodes int8 quantization leaves in fp32: the output projection onto the vocabulary (`lm_head`), whose
     logits rank the beam's candidates (toy Marian / XL PE, one batching: BLEU -0.14 / -0.10 with it quantized,
-    +0.06 / +0.11 without; BENCHMARKS.md)."""
+    +0.06 / +0.11 without; docs/benchmarks/onnx.md)."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
@@ -113,7 +113,7 @@ def fp32_nodes(path: Path) -> list[str]:
 # Marian ties to the output projection, stays fp32). `fp32_nodes` (the output projection) is kept in fp32 by all.
 # Default "channel": on 1500 held-out sentences (two batchings) its int8 BLEU change was -0.07..+0.02 for the four
 # trained toy models (stock Marian, XL PE, DPE, mvPE+POS), "tensor" -0.13..+0.09; on the 300-sentence test split
-# every scheme moved by up to 0.3-0.7 with the batching (2-14 sentences change): bench/onnx_int8.py, BENCHMARKS.md.
+# every scheme moved by up to 0.3-0.7 with the batching (2-14 sentences change): docs/benchmarks/onnx.md.
 INT8_SCHEMES = {
     "tensor": {"per_channel": False, "reduce_range": False, "op_types": None},
     "tensor-nogather": {"per_channel": False, "reduce_range": False, "op_types": ["MatMul", "Gemm"]},

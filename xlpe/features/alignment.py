@@ -442,7 +442,7 @@ def align_with_eflomal(
     same corpus disagree on some links; `seed=N` among the eflomal options makes the run reproducible
     (`eflomal_seed.py`; run k of a vote draws from N + k). `runs=K > 1` aligns K times and keeps, per direction, the
     links a strict majority of the runs agree on before symmetrising: a more stable oracle for K times the
-    alignment cost (measured in BENCHMARKS.md, "Oracle stability"). `priors`: see `eflomal_directional`."""
+    alignment cost (docs/benchmarks/preparation.md, "Oracle stability"). `priors`: see `eflomal_directional`."""
     sentence, pairs = align_with_eflomal_flat(sources, targets, symmetrization, runs, priors, **eflomal_options)
     return _pairs_to_lists(sentence, pairs, len(sources))
 
@@ -518,7 +518,7 @@ def alignment_priors(sources: Sequence[str], targets: Sequence[str], forward: Se
     """eflomal's Dirichlet priors (the text `eflomal-makepriors` writes: lexical, HMM jump and fertility counts)
     learned from forward and reverse links of whitespace-tokenised pairs, e.g. one eflomal run on a large sample
     of the corpus (`eflomal_directional`). Aligning every shard with them keeps shards consistent with one
-    whole-corpus alignment (issue 16; agreement measured in BENCHMARKS.md, "Corpus scale").
+    whole-corpus alignment (agreement measured in docs/benchmarks/corpus_scale.md).
 
     The same text as `eflomal.calculate_priors` + `eflomal.write_priors` (tested byte for byte), counted with
     numpy over all links at once instead of pair by pair in Python (~40 s for 200k pairs there)."""

@@ -2,7 +2,7 @@
 
 eflomal has no seed option: its binary seeds every sampler from `/dev/urandom` and runs the samplers (and the
 two directions) in OpenMP threads, so two alignments of one corpus differ (an oracle that changes with each
-preparation, BENCHMARKS.md "Oracle stability"). A seeded alignment runs the same binary, with the same
+preparation, docs/benchmarks/preparation.md "Oracle stability"). A seeded alignment runs the same binary, with the same
 arguments, under three changes:
 
 * a tiny preloaded library (`SEED_LIBRARY_SOURCE`, built once with the system C compiler into the user cache)

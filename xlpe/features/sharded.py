@@ -80,7 +80,7 @@ DEFAULT_ALIGNMENT_SAMPLE = 200_000  # pairs aligned once: the whole of a smaller
 DEFAULT_TOKENIZER_SAMPLE = 200_000  # training pairs a tokenizer trained here sees (held-out compression as with 500k)
 # eflomal settings of the shards aligned from priors (over `eflomal_options`): 2 samplers and 0.6x eflomal's sweeps
 # for the corpus size ((2, 1, 3) at 1M pairs): half the shards' alignment CPU; link agreement with a whole-corpus
-# alignment and the oracle's statistics in BENCHMARKS.md ("Corpus scale", third round). `{}` keeps eflomal's own.
+# alignment and the oracle's statistics in docs/benchmarks/corpus_scale.md (third round). `{}` keeps eflomal's own.
 DEFAULT_SHARD_EFLOMAL_OPTIONS = {"n_samplers": 2, "rel_iterations": 0.6}
 SIDES = ("source", "target", "alignments")
 
@@ -292,7 +292,7 @@ def plan_preparation(
         options: `prepare_dataset`'s options (features, symmetrization, max_length, num_proc, ...); the aligner is
             eflomal (with priors) or the given alignment files. `shard_eflomal_options` (also here): eflomal.Aligner
             arguments for the shards aligned from priors only, over `eflomal_options`; None (default):
-            `DEFAULT_SHARD_EFLOMAL_OPTIONS`, {}: eflomal's own settings (agreement and cost in BENCHMARKS.md, issue 16).
+            `DEFAULT_SHARD_EFLOMAL_OPTIONS`, {}: eflomal's own settings (docs/benchmarks/corpus_scale.md).
     A work directory holding a plan of another request (other options, or input files whose content changed) is
     an ArtefactMismatch (a ValueError) naming what differs; `overwrite_work_dir` removes it and plans anew."""
     for name, value in (
@@ -698,8 +698,8 @@ def run_shards(work_dir, plan: dict, indices=None, progress: bool = True, overla
     `overlap` (off by default: at 1M pairs it raised the measured peak from under 4 GB to 4.8 GB): shard k+1 is read and
     aligned in a background thread (eflomal is a subprocess with its own threads) while the features of shard k are
     computed and saved; the features are mostly one core of numpy and Python, so on 2 cores the second core aligns
-    meanwhile (BENCHMARKS.md, issue 16). The datasets are the same either way; it holds two shards in memory instead of
-    one."""
+    meanwhile (docs/benchmarks/corpus_scale.md). The datasets are the same either way; it holds two shards in
+    memory instead of one."""
     import datasets
     from tqdm.auto import tqdm
 

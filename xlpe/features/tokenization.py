@@ -317,7 +317,7 @@ class _WordPieceCache:
     dropout, and a post-processor adding the same special tokens around every text. Words holding an added
     token's text (`</s>`, ...) and texts not single-space joined go through the tokenizer call instead. The
     tokenizer's Rust encoder costs ~1.6 us per word; a corpus repeats its words, so most words cost one dict
-    lookup here (BENCHMARKS.md, issue 16)."""
+    lookup here (docs/benchmarks/corpus_scale.md)."""
 
     _caches: dict[int, tuple] = {}  # id(tokenizer) -> (weak reference, signature, cache or None)
 

@@ -74,7 +74,7 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
             and isinstance(self.reorder_predictor_heads, int)
             and self.reorder_predictor_heads > 0
         ):
-            heads = self.reorder_predictor_heads  # d/4 keeps training within ~2% of stock (BENCHMARKS.md)
+            heads = self.reorder_predictor_heads  # d/4: see docs/benchmarks/speed.md
             self.reorder_predictor_hidden_size = -(-max(32, self.d_model // 4) // heads) * heads
         self.fill_source_tag_defaults()
         super().__post_init__(**kwargs)

@@ -17,7 +17,7 @@ decoded exactly over BTG trees:
     order  = argmax over BTG permutations of score(π)                               (btg_chart.py, exact CKY)
 
 `decoder="rank"` replaces the CKY by sorting the words by their expected rank sum_c sigmoid(l[c, a]) (a
-second design, compared in BENCHMARKS.md; its output is a permutation but not necessarily BTG-reachable).
+second design, compared in docs/benchmarks/reorderer.md; its output is a permutation but not necessarily BTG-reachable).
 
 Words are the whitespace words of the oracle: a word is a word-start token (the `WordStarts` table, filled from
 the tokenizer) and the movable non-start tokens after it; EOS, pad and `fixed_token_ids` keep their place. Its

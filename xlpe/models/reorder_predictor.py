@@ -10,8 +10,8 @@ translates raw text with no external tool:
     XL position of token i = rank of its (word) score among the movable tokens    # a valid permutation
 
 With word scores a word's sub-words keep together and in order, as in the oracle; ranked per token, the
-predictor split 79 % of the multi-piece words of an en-ja test set (BENCHMARKS.md, "The in-model reorderer
-splits words"). Word starts come from the tokenizer (`WordStarts`, set by `xlpe-train`).
+predictor split 79 % of the multi-piece words of an en-ja test set (docs/benchmarks/reorderer.md, "The in-model
+reorderer"). Word starts come from the tokenizer (`WordStarts`, set by `xlpe-train`).
 
 It is trained by imitation of the oracle BTG order whenever `reorder_positions` are given with `labels`:
 
@@ -77,8 +77,8 @@ def pre_norm_layer_forward(layer: nn.TransformerEncoderLayer, hidden: torch.Tens
     `dropout_p`). Same parameters (so checkpoints and their state-dict keys are unchanged) and the same function
     (equal to the module's output in eval mode; a test checks it), with a third fewer autograd nodes than
     `nn.MultiheadAttention`'s general path (input checks, mask merging, per-call reshapes): the predictor runs at
-    every training step of a small model, where those small ops are most of its cost (BENCHMARKS.md, CPU
-    train-step ratio). The reshapes are batch-agnostic, so the ONNX exporter traces it with dynamic axes."""
+    every training step of a small model, where those small ops are most of its cost (docs/benchmarks/speed.md,
+    CPU train-step ratio). The reshapes are batch-agnostic, so the ONNX exporter traces it with dynamic axes."""
     attention = layer.self_attn
     batch, length, width = hidden.shape
     heads = attention.num_heads

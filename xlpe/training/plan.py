@@ -72,7 +72,12 @@ def estimate_run(shape: RunShape, seconds_per_step: float, seconds_per_evaluatio
         )
     total = sum(parts.values())
     shares = {name: value / total if total else 0.0 for name, value in parts.items()}
-    return {**parts, "total": total, "shares": shares, "dominant": max(parts, key=parts.get)}
+    pending = ""
+    if seconds_per_evaluation is None and shape.evaluations:
+        pending = "evaluations not measured yet"
+    elif seconds_per_evaluation is None and (shape.final_sentences or shape.test_sentences):
+        pending = "the final evaluation and the test not included: no periodic evaluation to time them from"
+    return {**parts, "total": total, "shares": shares, "dominant": max(parts, key=parts.get), "pending": pending}
 
 
 def _duration(seconds: float) -> str:
@@ -111,7 +116,7 @@ def estimate_line(estimate: dict, when: str) -> str:
     parts = ", ".join(
         f"{name} {_duration(estimate[name])} ({100 * estimate['shares'][name]:.0f}%)" for name in estimate["shares"]
     )
-    measured = "" if "periodic evaluations" in estimate else " (evaluations not measured yet)"
+    measured = f" ({estimate['pending']})" if estimate.get("pending") else ""
     return (
         f"estimate {when}: {_duration(estimate['total'])} in all on this machine{measured}: {parts}; "
         f"{estimate['dominant']} dominates"
@@ -139,6 +144,7 @@ class RunPlan(TrainerCallback):
         self.test_passes = test_passes
         self.final_beams = final_beams
         self.batching, self.measure_steps, self.echo = batching, measure_steps, echo
+        self.command = "xlpe-train"
         self.shape: RunShape | None = None
         self.step_seconds = self.eval_seconds = None
         self.estimate: dict | None = None
@@ -148,7 +154,7 @@ class RunPlan(TrainerCallback):
 
     def _say(self, state, text: str) -> None:
         if state.is_world_process_zero:
-            self.echo(f"xlpe-train: {text}", flush=True)
+            self.echo(f"{self.command}: {text}", flush=True)
 
     def on_train_begin(self, args, state, control, **kwargs):
         eval_sentences, validation_total, final_sentences, test_sentences = self.sizes
@@ -170,6 +176,10 @@ class RunPlan(TrainerCallback):
         stopping = bool(getattr(args, "early_stopping_patience", None) and self.shape.evaluations)
         self._say(state, plan_line(self.shape, self.batching, validation_total, stopping))
 
+    def estimate_for(self, seconds_per_step: float, seconds_per_evaluation: float | None) -> dict:
+        """The run's estimate from the times measured so far (`estimate_run` on this run's shape)."""
+        return estimate_run(self.shape, seconds_per_step, seconds_per_evaluation)
+
     def on_step_end(self, args, state, control, **kwargs):
         now = time.perf_counter()
         done = state.global_step - self._first_step
@@ -181,7 +191,7 @@ class RunPlan(TrainerCallback):
             )  # (evaluations are left out: on_evaluate moves the mark)
             if self.step_seconds is None and done >= self.measure_steps:
                 self.step_seconds = self._training_seconds / (done - 1)
-                self.estimate = estimate_run(self.shape, self.step_seconds, None)
+                self.estimate = self.estimate_for(self.step_seconds, None)
                 self._say(state, estimate_line(self.estimate, f"after {done} steps ({self.step_seconds:.2f} s a step)"))
         self._last_step_end = now
 
@@ -198,7 +208,7 @@ class RunPlan(TrainerCallback):
             self.step_seconds = self._training_seconds / (done - 1)
         elif self.step_seconds is None:
             self.step_seconds = self._last_step_end - self._train_start
-        self.estimate = estimate_run(self.shape, self.step_seconds, self.eval_seconds)
+        self.estimate = self.estimate_for(self.step_seconds, self.eval_seconds)
         count = len(self._evaluation_seconds)
         self._say(
             state,
@@ -217,20 +227,79 @@ class RunPlan(TrainerCallback):
         self._training = False
         took = time.perf_counter() - self._train_start
         evaluations = sum(self._evaluation_seconds)
-        text = (
-            f"training took {_duration(took)}, {len(self._evaluation_seconds)} periodic evaluations "
-            f"{_duration(evaluations)} of it ({100 * evaluations / took:.0f}%)"
-            if took
-            else "training took 0 s"
-        )
+        text = f"training took {_duration(took)}"
+        if self._evaluation_seconds and took:
+            text += (
+                f", {len(self._evaluation_seconds)} periodic evaluations "
+                f"{_duration(evaluations)} of it ({100 * evaluations / took:.0f}%)"
+            )
         if self.estimate is not None:
             planned = self.estimate["training"] + self.estimate.get("periodic evaluations", 0.0)
             text += f"; estimated {_duration(planned)} for that part"
         self._say(state, text)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# xlpe-reorder train: training steps, then the order-prior calibration
+# ----------------------------------------------------------------------------------------------------------
+
+
+def reorderer_plan_line(steps: int, epochs: float, batch_size: int, pairs: int, calibration_pairs: int) -> str:
+    """The standalone reorderer's plan in one paragraph."""
+    text = f"plan: {steps:,} training steps ({epochs:g} epochs over {pairs:,} pairs, {batch_size} sentences a step)"
+    if calibration_pairs:
+        text += f"; then the order-prior calibration on {calibration_pairs:,} held-out pairs"
+    return text + "; time estimate after the first steps"
+
+
+class ReordererPlan(RunPlan):
+    """`xlpe-reorder train`'s plan, estimates and outcome: the training steps (timed as in `RunPlan`: after a
+    warm-up step, from the first `measure_steps`), then the order-prior calibration, whose cost is measured before
+    training on a sample of the held-out pairs (`calibration_seconds`, scaled to all of them; None: no
+    calibration). The reorderer trains without periodic evaluations."""
+
+    def __init__(
+        self,
+        pairs: int,
+        batch_size: int,
+        calibration_pairs: int = 0,
+        calibration_seconds: float | None = None,
+        measure_steps: int = 20,
+        echo=print,
+    ):
+        super().__init__(0, 0, 0, 0, f"{batch_size} sentences a step", measure_steps=measure_steps, echo=echo)
+        self.command = "xlpe-reorder train"
+        self.pairs, self.batch_size = pairs, batch_size
+        self.calibration_pairs, self.calibration_seconds = calibration_pairs, calibration_seconds
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.shape = RunShape(
+            steps=max(state.max_steps - state.global_step, 0),
+            evaluations=0,
+            eval_sentences=0,
+            eval_beams=1,
+            final_sentences=0,
+            test_sentences=0,
+            final_beams=1,
+        )
+        self._first_step, self._train_start = state.global_step, time.perf_counter()
+        self._last_step_end, self._training = self._train_start, True
+        epochs = float(args.num_train_epochs)
+        plan = reorderer_plan_line(self.shape.steps, epochs, self.batch_size, self.pairs, self.calibration_pairs)
+        self._say(state, plan)
+
+    def estimate_for(self, seconds_per_step: float, seconds_per_evaluation: float | None) -> dict:
+        parts = {"training": self.shape.steps * seconds_per_step}
+        if self.calibration_seconds is not None:
+            parts["order-prior calibration"] = self.calibration_seconds
+        total = sum(parts.values())
+        shares = {name: value / total if total else 0.0 for name, value in parts.items()}
+        return {**parts, "total": total, "shares": shares, "dominant": max(parts, key=parts.get)}
+
+
 __all__ = [
     "BEAM_COST",
+    "ReordererPlan",
     "RunPlan",
     "RunShape",
     "beam_factor",
@@ -238,4 +307,5 @@ __all__ = [
     "estimate_run",
     "periodic_evaluations",
     "plan_line",
+    "reorderer_plan_line",
 ]

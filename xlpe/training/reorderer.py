@@ -8,7 +8,7 @@ Running a trained reorderer lives in `xlpe.features.predicted_reordering` (it ma
 `jackknife_positions` gives every training example positions predicted by a reorderer that never saw it
 (k folds), the remedy for the train/test mismatch of XL PE (oracle positions in training, predicted at test);
 `mix_positions` keeps the oracle for a share of them (the "mixed" remedy). Both measured against the oracle in
-BENCHMARKS.md ("Training positions"): within noise, so the oracle stays the default.
+docs/benchmarks/reorderer.md ("Training positions"): within noise, so the oracle stays the default.
 `calibrate_order_prior` picks the decoding prior for the source order (config `order_prior`) on held-out pairs.
 
 Reuse (xlpe.features.artefacts, docs/command_line.md "Reruns, resumes and reused artefacts"): a reorderer directory
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,13 +45,14 @@ from ..features.text_files import write_text_atomic
 from ..models.configuration_reorderer import XLPEReordererConfig
 from ..models.hub_support import apply_umask_to_weights
 from ..models.modeling_reorderer import XLPEReordererModel, word_keys
+from .plan import ReordererPlan
 
 logger = logging.getLogger(__name__)
 
 COLUMNS = ("input_ids", "attention_mask", "reorder_positions")
 
 
-DEFAULT_TRAINING_LOSS = "btg_crf"  # structured training (BENCHMARKS.md: +0.05 FRS on en->ja over "pairwise", same tau)
+DEFAULT_TRAINING_LOSS = "btg_crf"  # structured training (docs/benchmarks/reorderer.md: +0.05 FRS on en->ja, same tau)
 
 
 def default_training_loss(decoder: str | None) -> str:
@@ -91,7 +93,8 @@ def build_reorderer(tokenizer, seed: int = 0, **config_fields) -> XLPEReordererM
 
 @dataclass
 class ReordererTraining:
-    """Optimisation settings of `train_reorderer` (defaults sized for 50k pairs on 2 CPU cores: BENCHMARKS.md)."""
+    """Optimisation settings of `train_reorderer` (defaults sized for 50k pairs on 2 CPU cores:
+    docs/benchmarks/reorderer.md)."""
 
     epochs: float = 3.0  # passes over the training pairs (2 and 4 epochs: within 0.01 tau on en-ja)
     batch_size: int = 64  # sentences per step
@@ -117,12 +120,14 @@ def train_reorderer(
     resume: bool = True,
     calibration_dataset=None,
     report_extra: dict | None = None,
+    plan_echo=print,
 ) -> XLPEReordererModel:
     """Train on a prepared dataset (`input_ids`, `reorder_positions`); save model (+ tokenizer) to output_dir.
     `resume`: continue from the newest checkpoint in output_dir when there is one. `calibration_dataset`: held-out
     pairs (never trained on) on which the decoding prior `order_prior` is chosen (`calibrate_order_prior`) before
     the model is saved; the choice and every prior's tau go into reorderer_training.json (with `report_extra`),
-    written last: its presence marks a finished run."""
+    written last: its presence marks a finished run. The run's plan and time estimates (`ReordererPlan`) go to
+    `plan_echo` (print: stdout)."""
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -162,10 +167,27 @@ def train_reorderer(
     checkpoint = get_last_checkpoint(str(output_dir)) if resume and output_dir.is_dir() else None
     if checkpoint:
         logger.info("resuming reorderer training from %s", checkpoint)
+    calibrating = calibration_dataset is not None and len(calibration_dataset) > 0
+    calibration_estimate = calibration_seconds(model, calibration_dataset, options.batch_size) if calibrating else None
+    trainer.add_callback(
+        ReordererPlan(
+            len(train_dataset),
+            options.batch_size,
+            len(calibration_dataset) if calibrating else 0,
+            calibration_estimate,
+            echo=plan_echo,
+        )
+    )
     result = trainer.train(resume_from_checkpoint=checkpoint)
     calibration = None
-    if calibration_dataset is not None and len(calibration_dataset):
+    if calibrating:
+        started = time.perf_counter()
         calibration = calibrate_order_prior(model, calibration_dataset, batch_size=options.batch_size)
+        plan_echo(
+            f"xlpe-reorder train: the order-prior calibration took {time.perf_counter() - started:.0f} s "
+            f"(estimated {calibration_estimate:.0f} s)",
+            flush=True,
+        )
         logger.info(
             "order prior %s chosen on %d held-out pairs (tau %.3f; best %s at tau %.3f)",
             calibration["chosen"],
@@ -190,6 +212,15 @@ def train_reorderer(
     report.update(report_extra or {})
     write_text_atomic(output_dir / REPORT_NAME, json.dumps(report, indent=2) + "\n")
     return model
+
+
+def calibration_seconds(model: XLPEReordererModel, dataset, batch_size: int, sample: int = 64) -> float:
+    """The calibration's estimated wall time: `sentence_taus` timed on (at most) `sample` of the held-out pairs,
+    scaled to all of them (its cost is the encoder and the BTG chart of each sentence, whatever the weights)."""
+    rows = dataset.select(range(min(sample, len(dataset))))
+    started = time.perf_counter()
+    sentence_taus(model, rows, batch_size=batch_size)
+    return (time.perf_counter() - started) * len(dataset) / max(len(rows), 1)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ transformers' `LengthGroupedSampler` (`--train_sampling_strategy group_by_length
 batches by length and serves its batches in that sorted order: every 50 steps the model sweeps from the
 longest to the shortest sentences. Where length tracks content (sentence structure, domain, a synthetic
 grammar) consecutive updates then see one kind of sentence at a time, and the built-in demo lost 5 BLEU
-(BENCHMARKS.md, "Training switches"). `ShuffledLengthGroupedSampler` groups the same way and then shuffles the
+(docs/benchmarks/training_switches.md). `ShuffledLengthGroupedSampler` groups the same way and then shuffles the
 order of the batches, every epoch anew (`set_epoch`), reproducibly from the seed.
 
 `TokenBatchSampler` (`--max_tokens N`) makes batches by token count instead of sentence count: examples
