@@ -1,29 +1,35 @@
-"""POS taggers behind one interface, and the tag vocabulary stored with a model.
+"""POS taggers for feature preparation: a thin adapter over the one tagger registry, and the tag vocabulary
+stored with a model.
 
 mvPE+POS (Sec. IV, Table I/II) encodes a POS tag per word: Penn Treebank tags from NLTK's averaged-perceptron
-tagger for English, jieba's tags for Chinese. Here:
+tagger for English, jieba's tags for Chinese. Every tagger lives once, in the registry of
+`xlpe/models/taggers.py` (which travels with a saved model, so its pipeline runs the same implementation).
+Here:
 
 - `TagVocabulary`: ordered tags with reserved ids 0 "<pad>", 1 "<unk>" (a tag the vocabulary lacks; counted),
   2 "<special>" (special tokens such as </s>), then the tags. `to_list()`/`from_list()` round-trip through a
-  model config, so ids mean the same at training and inference. `PTB_TAGS` and `JIEBA_TAGS` are built in.
-- Taggers, by name: `get_tagger("nltk-en")`, `get_tagger("jieba-zh")`, `get_tagger("spacy:<model>")`,
-  `get_tagger("perceptron:<file>")` (a tagger trained by `xlpe-tagger train`, tagger_training.py: how a language
-  with no built-in tagger, e.g. German from a UD treebank, gets tags); `register_tagger(name, cls)` adds more.
-  `tagger.tag(list_of_word_lists)` tags pre-split words (batched);
-  `tagger.tag_sentence(text)` splits raw text itself and returns (words, tags), for inference pipelines.
+  model config, so ids mean the same at training and inference. `builtin_vocabulary("nltk-en")`: a registered
+  tagger's tag set.
+- Taggers, by name: `get_tagger(name)` for any registered name: "nltk-en", "jieba-zh", "spacy:<model>",
+  "perceptron:<file>" (a tagger trained by `xlpe-tagger train`, tagger_training.py: how a language with no
+  built-in tagger, e.g. German from a UD treebank, gets tags), and any tagger added with `register_tagger`
+  (CONTRIBUTING.md, "Adding a POS tagger"). `tagger.tag(list_of_word_lists)` tags pre-split words (batched);
+  `tagger.tag_sentence(text)` tags raw text as a saved model's pipeline does and returns (words, tags).
 - `subword_tag_ids`: word-level tag ids -> one id per sub-word token (pieces share their word's tag).
 """
 
 from __future__ import annotations
 
-import logging
+import functools
+import inspect
 import os
+import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 
 import numpy as np
 
-from ..models.pos_tagging_hub import perceptron_word_tags, read_tagger_file, resolve_tagger_file, tagger_file_name
+from ..models.pos_tagging_hub import tagger_file_name
 from ..models.tag_sets import (  # noqa: F401  (re-exported)
     JIEBA_TAGS,
     PAD_TAG,
@@ -35,6 +41,19 @@ from ..models.tag_sets import (  # noqa: F401  (re-exported)
     UNK_TAG,
     UNK_TAG_ID,
 )
+from ..models.taggers import (
+    PERCEPTRON_PREFIX,
+    UNIVERSAL_TAGS,
+    TaggerEntry,
+    WordTagger,
+    builtin_tags,
+    find_tagger,
+    load_word_tagger,
+    registered_taggers,
+    unknown_tagger_message,
+    unregister_tagger,
+)
+from ..models.taggers import register_tagger as register_models_tagger
 
 RESERVED_TAGS = SPECIAL_TAG_NAMES
 
@@ -90,14 +109,17 @@ class TagVocabulary:
         return [self.tags[i] for i in ids]
 
 
-BUILTIN_VOCABULARIES = {"ptb": PTB_TAGS, "jieba": JIEBA_TAGS}
+_TAG_SET_ALIASES = {"ptb": "nltk-en", "jieba": "jieba-zh"}  # the older names of the built-in tag sets
 
 
 def builtin_vocabulary(name: str) -> TagVocabulary:
-    """A fresh `TagVocabulary` of a built-in tag set: "ptb" (English) or "jieba" (Chinese)."""
-    if name not in BUILTIN_VOCABULARIES:
-        raise ValueError(f"unknown tag set {name!r}; built in: {sorted(BUILTIN_VOCABULARIES)}")
-    return TagVocabulary(BUILTIN_VOCABULARIES[name])
+    """A fresh `TagVocabulary` of a registered tagger's tag set, e.g. "nltk-en" (PTB), "jieba-zh" (the older
+    tag-set names "ptb" and "jieba" still work)."""
+    tags = builtin_tags(_TAG_SET_ALIASES.get(name, name))
+    if tags is None:
+        known = sorted({*_TAG_SET_ALIASES, *(e.name for e in registered_taggers() if e.tags is not None)})
+        raise ValueError(f"unknown tag set {name!r}; registered taggers with a tag set: {known}")
+    return TagVocabulary(tags)
 
 
 def subword_tag_ids(word_tag_ids: Sequence[int], word_ids: Sequence[int | None]) -> list[int]:
@@ -125,7 +147,7 @@ def subword_tag_ids_flat(
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Taggers
+# Taggers: a thin adapter over the tagger registry (xlpe/models/taggers.py)
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -149,8 +171,26 @@ class Tagger:
         return [self.vocabulary.encode(tags) for tags in self.tag(sentences)]
 
 
-class NLTKPerceptronTagger(Tagger):
-    """NLTK's averaged-perceptron English tagger (Penn Treebank tags), as in mvPE+POS Table II.
+class RegisteredTagger(Tagger):
+    """A tagger of the registry, for preparation: the registry's implementation (`WordTagger`) runs `tag` (its
+    `tag_batch`) and `tag_sentence` (its `tag_text`, the spans a saved model's pipeline tags raw text into);
+    the vocabulary is its tag set. `options` go to the tagger (nltk_data, model_dir, ...)."""
+
+    def __init__(self, spec: str, **options):
+        self.word_tagger = load_word_tagger(spec, **options)
+        self.name = spec
+        self.vocabulary = TagVocabulary(self.word_tagger.tags or ())
+
+    def tag(self, sentences):
+        return self.word_tagger.tag_batch(sentences)
+
+    def tag_sentence(self, text):
+        spans = self.word_tagger.tag_text(text)
+        return [text[start:end] for start, end, _ in spans], [tag for _, _, tag in spans]
+
+
+class NLTKPerceptronTagger(RegisteredTagger):
+    """ "nltk-en": NLTK's averaged-perceptron English tagger (Penn Treebank tags), as in mvPE+POS Table II.
 
     The model is `taggers/averaged_perceptron_tagger_eng` of nltk_data (`nltk.download(
     'averaged_perceptron_tagger_eng')`). `nltk_data` (or the env var XLPE_NLTK_DATA) adds a directory that is
@@ -160,116 +200,27 @@ class NLTKPerceptronTagger(Tagger):
     name = "nltk-en"
 
     def __init__(self, nltk_data: str | os.PathLike | None = None):
-        import nltk
-        from nltk.tag import PerceptronTagger
-
-        for path in (os.environ.get(NLTK_DATA_ENV), nltk_data):
-            if path and str(path) not in nltk.data.path:
-                nltk.data.path.insert(0, str(path))
-        try:
-            self._tagger = PerceptronTagger()
-        except LookupError as error:
-            raise LookupError(
-                "NLTK's English POS tagger data is missing. Install it with\n"
-                "    python -c \"import nltk; nltk.download('averaged_perceptron_tagger_eng')\"\n"
-                f"or point nltk_data= / ${NLTK_DATA_ENV} at an nltk_data directory that has "
-                "taggers/averaged_perceptron_tagger_eng/. Searched: " + ", ".join(map(str, nltk.data.path))
-            ) from error
-        self.vocabulary = builtin_vocabulary("ptb")
-
-    def tag(self, sentences):
-        tag = self._tagger.tag
-        return [[t for _, t in tag(list(words))] if words else [] for words in sentences]
+        super().__init__("nltk-en", nltk_data=nltk_data)
 
 
-class JiebaTagger(Tagger):
-    """jieba's POS tags for Chinese (mvPE+POS Sec. IV).
-
-    jieba segments text itself. For already-segmented words (the units the alignment and the tokenizer use)
-    each word is tagged on its own: a dictionary word gets its dictionary tag; any other word is cut by
-    `jieba.posseg` (HMM on) and takes the tag of its last piece (Chinese compounds are head-final), so the
-    number of tags always equals the number of words. `tag_sentence(text)` instead lets jieba segment raw
-    text (whitespace runs dropped) and returns jieba's words with their tags.
-    """
+class JiebaTagger(RegisteredTagger):
+    """ "jieba-zh": jieba's POS tags for Chinese (mvPE+POS Sec. IV; taggers.JiebaWordTagger says how words and raw
+    text are tagged: one tag per given word; raw text segmented by jieba)."""
 
     name = "jieba-zh"
 
     def __init__(self):
-        import jieba
-        import jieba.posseg
-
-        jieba.setLogLevel(logging.WARNING)
-        self._posseg = jieba.posseg
-        self._posseg.dt.initialize()
-        self._word_tags = self._posseg.dt.word_tag_tab
-        self.vocabulary = builtin_vocabulary("jieba")
-
-    def _tag_word(self, word: str) -> str:
-        tag = self._word_tags.get(word)
-        if tag is None:
-            pieces = [p for p in self._posseg.lcut(word) if p.word.strip()]
-            tag = pieces[-1].flag if pieces else "x"
-        return tag
-
-    def tag(self, sentences):
-        return [[self._tag_word(w) for w in words] for words in sentences]
-
-    def tag_sentence(self, text):
-        pairs = [(p.word, p.flag) for p in self._posseg.lcut(text) if p.word.strip()]
-        return [w for w, _ in pairs], [t for _, t in pairs]
+        super().__init__("jieba-zh")
 
 
-class SpacyTagger(Tagger):
-    """Fine-grained tags (`token.tag_`, or `token.pos_` with `attribute="pos_"`) of an installed spaCy model.
+class SpacyTagger(RegisteredTagger):
+    """ "spacy:<model>": fine-grained tags (`token.tag_`, or `token.pos_` with `attribute="pos_"`) of an installed
+    spaCy model; the vocabulary is the model's tagger labels (UD universal tags for `pos_`): store `to_list()`."""
 
-    Pre-split words are wrapped in a `Doc` so spaCy does not re-tokenise them. The vocabulary is the model's
-    tagger labels (UD universal tags for `pos_`), so it is only as stable as the model: store `to_list()`.
-    """
-
-    UNIVERSAL_TAGS = (
-        "ADJ",
-        "ADP",
-        "ADV",
-        "AUX",
-        "CCONJ",
-        "DET",
-        "INTJ",
-        "NOUN",
-        "NUM",
-        "PART",
-        "PRON",
-        "PROPN",
-        "PUNCT",
-        "SCONJ",
-        "SYM",
-        "VERB",
-        "X",
-        "SPACE",
-    )
+    UNIVERSAL_TAGS = UNIVERSAL_TAGS
 
     def __init__(self, model: str, attribute: str = "tag_"):
-        try:
-            import spacy
-            from spacy.tokens import Doc
-        except ImportError as error:
-            raise ImportError(f"the spaCy tagger needs spaCy and the model {model!r}: pip install spacy") from error
-        if attribute not in ("tag_", "pos_"):
-            raise ValueError(f"attribute must be 'tag_' or 'pos_', got {attribute!r}")
-        self.name = f"spacy:{model}"
-        self._nlp = spacy.load(model)
-        self._doc = Doc
-        self._attribute = attribute
-        labels = self._nlp.get_pipe("tagger").labels if "tagger" in self._nlp.pipe_names else ()
-        self.vocabulary = TagVocabulary(labels if attribute == "tag_" else self.UNIVERSAL_TAGS)
-
-    def tag(self, sentences):
-        docs = [self._doc(self._nlp.vocab, words=list(words)) for words in sentences]
-        return [[getattr(token, self._attribute) for token in doc] for doc in self._nlp.pipe(docs)]
-
-    def tag_sentence(self, text):
-        doc = self._nlp(text)
-        tokens = [t for t in doc if not t.is_space]
-        return [t.text for t in tokens], [getattr(t, self._attribute) for t in tokens]
+        super().__init__(f"spacy:{model}", attribute=attribute)
 
 
 def tagger_identity(spec: str | None) -> str | None:
@@ -284,40 +235,130 @@ def tagger_identity(spec: str | None) -> str | None:
         return f"{spec}@sha256:{hashlib.sha256(handle.read()).hexdigest()[:16]}"
 
 
-class PerceptronFileTagger(Tagger):
-    """An averaged-perceptron tagger trained by `xlpe-tagger train` (tagger_training.py), read from its file;
-    the file's tags are the vocabulary. `model_dir`: a saved model that holds the file (its relative name)."""
+class PerceptronFileTagger(RegisteredTagger):
+    """ "perceptron:<file>": an averaged-perceptron tagger trained by `xlpe-tagger train` (tagger_training.py),
+    read from its file; the file's tags are the vocabulary. `model_dir`: a saved model that holds the file."""
 
     def __init__(self, path: str | os.PathLike, model_dir: str | None = None):
-        self.path = resolve_tagger_file(str(path), model_dir)
+        super().__init__(PERCEPTRON_PREFIX + str(path), model_dir=model_dir)
+        self.path, self.data = self.word_tagger.path, self.word_tagger.data
         self.name = tagger_identity(f"perceptron:{self.path}")
-        self.data = read_tagger_file(self.path)
-        self._tag_words = perceptron_word_tags(self.data)
-        self.vocabulary = TagVocabulary(self.data["tags"])
-
-    def tag(self, sentences):
-        return [self._tag_words(words) if words else [] for words in sentences]
 
 
-TAGGERS: dict[str, type[Tagger]] = {"nltk-en": NLTKPerceptronTagger, "jieba-zh": JiebaTagger}
+# The built-in taggers' preparation classes (kept for `isinstance`); any other registered tagger is a
+# `RegisteredTagger`, and a class registered the old way (`register_tagger(name, TaggerSubclass)`) is itself.
+_ADAPTERS: dict[str, type[Tagger]] = {"nltk-en": NLTKPerceptronTagger, "jieba-zh": JiebaTagger}
+_TAGGER_CLASSES: dict[str, type[Tagger]] = {}  # registered as `Tagger` subclasses: get_tagger builds them
 
 
-def register_tagger(name: str, tagger_class: type[Tagger]) -> None:
-    """Make `get_tagger(name)` build `tagger_class(**kwargs)`."""
-    TAGGERS[name] = tagger_class
+class _TaggerClassWordTagger(WordTagger):
+    """A `Tagger` subclass registered the old way, as the registry's `WordTagger` (so a model's pipeline runs it
+    too): `tag_words` is its `tag`; raw text is its `tag_sentence`, each word found in the text in order."""
+
+    def __init__(self, tagger: Tagger):
+        super().__init__()
+        self.tagger, self.tags = tagger, tuple(tagger.vocabulary.tags[len(RESERVED_TAGS) :])
+
+    def tag_words(self, words):
+        return self.tagger.tag([list(words)])[0]
+
+    def tag_text(self, text):
+        if type(self.tagger).tag_sentence is Tagger.tag_sentence:
+            return super().tag_text(text)
+        spans, position = [], 0
+        for word, word_tag in zip(*self.tagger.tag_sentence(text)):
+            start = text.find(word, position)
+            start = position if start < 0 else start
+            position = start + len(word)
+            spans.append((start, position, word_tag))
+        return spans
+
+
+def _tagger_class_factory(tagger_class: type[Tagger]):
+    def build(argument=None, **options):
+        accepted = inspect.signature(tagger_class).parameters
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+            options = {key: value for key, value in options.items() if key in accepted}
+        return _TaggerClassWordTagger(tagger_class(**options))
+
+    return build
+
+
+def register_tagger(name: str, tagger, **entry) -> TaggerEntry:
+    """Register a tagger in the one registry (xlpe.models.taggers.register_tagger: preparation, the CLI help, the
+    configs' tag sets and every saved model's pipeline in this process read it). `tagger`: a `WordTagger`
+    subclass (or factory) with `entry` fields (tags, languages, description, argument, requires); a `Tagger`
+    subclass (the older form) is accepted too: `get_tagger(name)` builds it, a model's pipeline runs its `tag`."""
+    if isinstance(tagger, type) and issubclass(tagger, Tagger):
+        registered = register_models_tagger(name, _tagger_class_factory(tagger), **entry)
+        _TAGGER_CLASSES[name] = tagger
+        return registered
+    _TAGGER_CLASSES.pop(name, None)
+    return register_models_tagger(name, tagger, **entry)
+
+
+class _TaggerTable(MutableMapping):
+    """`TAGGERS`: the registry's taggers by name (without the name families such as spacy:<model>), as the
+    preparation classes that `get_tagger` builds; assigning registers a `Tagger` subclass, `pop` unregisters."""
+
+    def __getitem__(self, name):
+        found = find_tagger(name)
+        if found is None or found[1] is not None:
+            raise KeyError(name)
+        return _TAGGER_CLASSES.get(name) or _ADAPTERS.get(name) or functools.partial(RegisteredTagger, name)
+
+    def __setitem__(self, name, tagger_class):
+        register_tagger(name, tagger_class)
+
+    def __delitem__(self, name):
+        if name not in self:
+            raise KeyError(name)
+        unregister_tagger(name)
+        _TAGGER_CLASSES.pop(name, None)
+
+    def __iter__(self):
+        return iter([entry.name for entry in registered_taggers() if entry.argument is None])
+
+    def __len__(self):
+        return len(list(iter(self)))
+
+    def __contains__(self, name):
+        return name in list(iter(self))
+
+
+TAGGERS: MutableMapping[str, type[Tagger]] = _TaggerTable()
 
 
 def get_tagger(spec: str | Tagger, **kwargs) -> Tagger:
-    """A tagger by name: "nltk-en" (kwargs: nltk_data), "jieba-zh", "spacy:<model>" (kwargs: attribute),
-    "perceptron:<file>" (kwargs: model_dir), or any registered name. A `Tagger` instance is returned as is."""
+    """A tagger by name: any name of the registry ("nltk-en" (kwargs: nltk_data), "jieba-zh", "spacy:<model>"
+    (kwargs: attribute), "perceptron:<file>" (kwargs: model_dir), or a registered one). A `Tagger` instance is
+    returned as is."""
     if isinstance(spec, Tagger):
         return spec
-    if spec.startswith("spacy:"):
-        return SpacyTagger(spec.split(":", 1)[1], **kwargs)
-    if tagger_file_name(spec) is not None:
-        return PerceptronFileTagger(tagger_file_name(spec), **kwargs)
-    if spec not in TAGGERS:
-        raise ValueError(
-            f"unknown tagger {spec!r}; available: {sorted(TAGGERS)}, 'spacy:<model>' or 'perceptron:<file>'"
+    found = find_tagger(spec)
+    if found is None:
+        raise ValueError(unknown_tagger_message(spec, "tagger"))
+    entry, argument = found
+    if entry.name in _TAGGER_CLASSES:
+        return _TAGGER_CLASSES[entry.name](**kwargs)
+    if entry.name == "perceptron":
+        return PerceptronFileTagger(argument, **kwargs)
+    if entry.name == "spacy":
+        return SpacyTagger(argument, **kwargs)
+    if entry.name in _ADAPTERS:
+        return _ADAPTERS[entry.name](**kwargs)
+    return RegisteredTagger(spec, **kwargs)
+
+
+def __getattr__(name: str):
+    """`BUILTIN_VOCABULARIES` ("ptb", "jieba": a third naming of the tag sets) is deprecated: the tagger registry
+    holds each tagger's tag set, `builtin_vocabulary("nltk-en")`."""
+    if name == "BUILTIN_VOCABULARIES":
+        warnings.warn(
+            "xlpe.features.tagging.BUILTIN_VOCABULARIES is deprecated: builtin_vocabulary(tagger name) reads the "
+            "tag set from the tagger registry (xlpe.models.taggers)",
+            DeprecationWarning,
+            stacklevel=2,
         )
-    return TAGGERS[spec](**kwargs)
+        return {alias: builtin_tags(tagger) for alias, tagger in _TAG_SET_ALIASES.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,10 +26,11 @@ import torch
 from transformers import BartConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
-from .tag_sets import BUILT_IN_TAGS, JIEBA_TAGS, PAD_TAG_ID, PTB_TAGS, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
+from .configuration_source_tags import SourceTagsConfigMixin
+from .tag_sets import JIEBA_TAGS, PAD_TAG_ID, PTB_TAGS, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
 
-# Tag ids and the built-in tag sets are defined once in tag_sets.py (shared with xlpe/tagging.py).
-DEFAULT_TAGS = BUILT_IN_TAGS  # pos_tags=None -> the set of config.pos_tagger
+# Tag ids and the tag sets are defined once in tag_sets.py; which tagger has which set, in the tagger registry
+# (taggers.py). The source-tag fields (pos_tagger, pos_tags, nltk_data) are SourceTagsConfigMixin's.
 
 POS_TAG_SIDES = ("both", "encoder", "decoder", "none")
 POS_TAG_ENCODINGS = ("sinusoid", "learned")
@@ -95,10 +96,13 @@ def choose_pe_step(max_length: int, dim: int, base: float, search_max: int = 100
 # ---------------------------------------------------------------------------------------------------------
 
 
-class MvPEPosConfig(ValidatedConfigMixin, BartConfig):
+class MvPEPosConfig(ValidatedConfigMixin, SourceTagsConfigMixin, BartConfig):
     """BartConfig with mvPE (Eq. 8-10) in place of BART's learned positions and POS tags (Eq. 11).
 
-    Every BartConfig argument is accepted. Word embeddings are `d_model - pos_dim` wide on a tagged side, so that
+    Every BartConfig argument is accepted; the source-tag fields `pos_tagger` (here "nltk-en" by default: the
+    pipeline's tagger of raw source text, a name of the tagger registry), `pos_tags` (source tag vocabulary, ids
+    3.. in order; None -> the pos_tagger's registered set) and `nltk_data` are `SourceTagsConfigMixin`'s.
+    Word embeddings are `d_model - pos_dim` wide on a tagged side, so that
     (word embedding + mvPE) concatenated with the `pos_dim`-wide tag encoding is `d_model` wide. The fields:
     """
 
@@ -116,10 +120,8 @@ class MvPEPosConfig(ValidatedConfigMixin, BartConfig):
     pos_tag_sides: str = "both"  # inputs that get tags: "both" | "encoder" | "decoder" | "none" (mvPE only)
     pos_dim: int = 64  # d_PoST of Eq. 11: width of the tag encoding (paper: 64)
     pos_tag_encoding: str = "sinusoid"  # "sinusoid": the mvPE function of the tag id (Eq. 11); "learned": ablation
-    pos_tags: list[str] | None = None  # source tag vocabulary, ids 3.. in order; None -> the pos_tagger's built-in set
+    pos_tagger: str = "nltk-en"  # SourceTagsConfigMixin's field, with mvPE+POS's default (the paper's English tagger)
     decoder_pos_tags: list[str] | None = None  # target tag vocabulary (e.g. jieba's for Chinese); None -> pos_tags
-    pos_tagger: str = "nltk-en"  # the pipeline's tagger of raw source text: "nltk-en" | "jieba-zh" | "spacy:<model>" | "perceptron:<file>"
-    nltk_data: str | None = None  # extra nltk.data.path entry for the pipeline's tagger ($XLPE_NLTK_DATA also works)
     # --- decoder tags of generated tokens: the hypothesis tagger (modeling_mvpe_pos.HypothesisTagger) ---
     decoder_tagger_window: int = 4  # it tags token t from tokens t-window+1..t of the hypothesis (causal)
     decoder_tagger_hidden_size: int = 256  # its hidden layer
@@ -132,12 +134,10 @@ class MvPEPosConfig(ValidatedConfigMixin, BartConfig):
 
     def __post_init__(self, **kwargs):
         # derived defaults; each only when what it is derived from passed its check (reported by the checks below)
-        for name in ("pos_tags", "decoder_pos_tags"):
-            tags = getattr(self, name)
-            if tags is not None and list(tags[: len(SPECIAL_TAG_NAMES)]) == list(SPECIAL_TAG_NAMES):
-                setattr(self, name, list(tags[len(SPECIAL_TAG_NAMES) :]))  # TagVocabulary.to_list() form
-        if self.pos_tags is None and self.pos_tagger in DEFAULT_TAGS:  # stored: ids stay stable across save/load
-            self.pos_tags = list(DEFAULT_TAGS[self.pos_tagger])
+        tags = self.decoder_pos_tags
+        if tags is not None and list(tags[: len(SPECIAL_TAG_NAMES)]) == list(SPECIAL_TAG_NAMES):
+            self.decoder_pos_tags = list(tags[len(SPECIAL_TAG_NAMES) :])  # TagVocabulary.to_list() form
+        self.fill_source_tag_defaults()  # pos_tags: the same form; None -> the tagger's registered set, stored
         if self.decoder_pos_tags is None and self.pos_tags is not None:
             self.decoder_pos_tags = list(self.pos_tags)
         if self.pe_base is None:

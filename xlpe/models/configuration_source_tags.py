@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .tag_sets import BUILT_IN_TAGS, SPECIAL_TAG_NAMES
+from .tag_sets import SPECIAL_TAG_NAMES
+from .taggers import builtin_tags, incomplete_tagger_name, tagger_help
 
 
 @dataclass
@@ -24,19 +25,17 @@ class SourceTagsConfigMixin:
     """Between `ValidatedConfigMixin` and the stock config in a family config's bases; the family calls
     `fill_source_tag_defaults()` in `__post_init__` and `validate_source_tags()` from `validate_family_fields`."""
 
-    pos_tagger: str | None = (
-        None  # source POS tagger of raw text: "nltk-en" | "jieba-zh" | "spacy:<model>" | "perceptron:<file>"; None = no tags
-    )
+    pos_tagger: str | None = None  # source POS tagger of raw text, a name of the registry (taggers.py); None = no tags
     pos_tags: list[str] | None = None  # source tag vocabulary, ids 3.. in order; None -> the pos_tagger's built-in set
     nltk_data: str | None = None  # extra nltk.data.path entry for the pipeline's tagger ($XLPE_NLTK_DATA also works)
 
     def fill_source_tag_defaults(self) -> None:
-        """Derived defaults, stored (tag ids stay stable across save/load): the tagger's built-in tag set."""
+        """Derived defaults, stored (tag ids stay stable across save/load): the tagger's registered tag set."""
         tags = self.pos_tags
         if tags is not None and list(tags[: len(SPECIAL_TAG_NAMES)]) == list(SPECIAL_TAG_NAMES):
             self.pos_tags = list(tags[len(SPECIAL_TAG_NAMES) :])  # TagVocabulary.to_list() form
-        if self.pos_tags is None and self.pos_tagger in BUILT_IN_TAGS:
-            self.pos_tags = list(BUILT_IN_TAGS[self.pos_tagger])
+        if self.pos_tags is None and builtin_tags(self.pos_tagger) is not None:
+            self.pos_tags = list(builtin_tags(self.pos_tagger))
 
     def validate_source_tags(self) -> None:
         tagger, tags = self.pos_tagger, self.pos_tags
@@ -47,13 +46,10 @@ class SourceTagsConfigMixin:
                     "produces them (e.g. pos_tagger='nltk-en'), or drop pos_tags"
                 )
             return
-        if not isinstance(tagger, str) or not tagger.strip():  # the pipeline's tagger: built-in, spacy:<model>, ...
-            raise ValueError(
-                f"pos_tagger must be a tagger name ({', '.join(sorted(BUILT_IN_TAGS))}, spacy:<model>, "
-                f"perceptron:<file>) or None, got {tagger!r}"
-            )
-        if tagger.strip() in ("spacy:", "perceptron:"):
-            raise ValueError(f"pos_tagger {tagger!r} names no model / file after the colon")
+        if not isinstance(tagger, str) or not tagger.strip():  # the pipeline's tagger: a name of the registry
+            raise ValueError(f"pos_tagger must be a tagger name ({tagger_help(', ')}) or None, got {tagger!r}")
+        if incomplete_tagger_name(tagger.strip()):  # a family's name without its argument: "spacy:"
+            raise ValueError(incomplete_tagger_name(tagger.strip()))
         if tags is None:
             raise ValueError(f"pos_tags must be given for pos_tagger={tagger!r} (no built-in tag set)")
         if (

@@ -1,30 +1,28 @@
-"""POS tags for raw source text inside a saved model (the translation pipeline of the mvPE + POS family).
+"""POS tags for raw source text inside a saved model (the translation pipeline of every family with tags).
 
-`RawTextTagger(tagger_name, tags, nltk_data)` tags raw text with a real tagger and projects the word tags onto
-the sub-word tokens of a fast tokenizer, returning the `pos_tag_ids` the model expects (Eq. 11):
+`RawTextTagger(tagger_name, tags, nltk_data, model_dir)` tags raw text with a tagger of the registry
+(taggers.py: "nltk-en", "jieba-zh", "spacy:<model>", "perceptron:<file>", and any tagger registered with
+`register_tagger`; the same implementation preparation runs) and projects the word tags onto the sub-word tokens
+of a fast tokenizer, returning the `pos_tag_ids` the model expects (Eq. 11):
 
-* taggers: "nltk-en" (NLTK's averaged-perceptron PTB tagger on whitespace-separated words, as `xlpe-prepare`),
-  "jieba-zh" (dictionary tag of a pre-segmented word, else jieba's segmentation + tags), "spacy:<model>"
-  (spaCy's fine-grained `tag_`, when spaCy is installed), "perceptron:<file>" (an averaged-perceptron tagger
-  trained by `xlpe-tagger train`, e.g. on a UD treebank, for a language with no built-in tagger; on whitespace
-  words). A saved model keeps that file beside its weights as `pos_tagger.json` (`SAVED_TAGGER_FILE`), and a
-  relative file name is looked up in the model's own directory or Hub repo (`resolve_tagger_file`);
+* taggers: `load_tagger(name, nltk_data, model_dir)` is the registry's `tag_text` of the tagger (raw text ->
+  (start, end, tag) spans). A trained tagger file travels with the model as `pos_tagger.json`
+  (`SAVED_TAGGER_FILE`), and a relative file name is looked up in the model's own directory or Hub repo
+  (`resolve_tagger_file`);
 * ids: 0 = "<pad>", 1 = "<unk>", 2 = "<special>", then the model's tags in config order, the same convention as
-  `xlpe.tagging.TagVocabulary`. A tag the vocabulary lacks becomes 1 and is counted in `unknown_tags`;
+  `xlpe.features.tagging.TagVocabulary`. A tag the vocabulary lacks becomes 1 and is counted in `unknown_tags`;
 * projection: a token takes the tag of the tagged word that contains its first non-space character (found from
-  the token's character offsets, so a whitespace piece such as Metaspace's lone "▁" takes the next word's tag);
-  tokens with no word (`word_ids()` None: </s>, <s>) get "<special>", padding gets "<pad>".
+  the token's character offsets, so a whitespace piece such as Metaspace's lone "▁" takes the next word's
+  tag); tokens with no word (`word_ids()` None: </s>, <s>) get "<special>", padding gets "<pad>".
 
-This file travels as Hub custom code with `modeling_mvpe_pos.py`: it imports only the standard library and
-torch at module level; nltk, jieba and spaCy are imported inside functions, in `try` blocks, so a saved model
-loads where they are missing (only tagging then fails, with an error that says what to install).
+This file travels as Hub custom code with the modeling files: it imports only the standard library, torch and
+its siblings (taggers.py imports nltk, jieba and spaCy inside functions, so a saved model loads where they are
+missing; only tagging then fails, with an error that says what to install).
 """
 
 from __future__ import annotations
 
 import bisect
-import json
-import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -32,10 +30,19 @@ from collections.abc import Callable
 import torch
 
 from .tag_sets import PAD_TAG_ID, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
-
-NLTK_DATA_ENV = ("XLPE_NLTK_DATA", "NLTK_DATA")  # extra nltk data directories, besides config.nltk_data
-
-Span = tuple[int, int, str]  # (start char, end char, tag) of one tagged word
+from .taggers import (  # noqa: F401  (the tagger-file helpers, re-exported: saved models and xlpe import them here)
+    NLTK_DATA_ENV,
+    PERCEPTRON_PREFIX,
+    SAVED_TAGGER_FILE,
+    TAGGER_FILE_FORMAT,
+    Span,
+    load_word_tagger,
+    perceptron_from_file,
+    perceptron_word_tags,
+    read_tagger_file,
+    resolve_tagger_file,
+    tagger_file_name,
+)
 
 
 def tag_to_id_map(tags: list[str]) -> dict[str, int]:
@@ -47,190 +54,14 @@ def tag_to_id_map(tags: list[str]) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Taggers: text -> tagged character spans
+# Taggers: text -> tagged character spans (the registry's, taggers.py)
 # ---------------------------------------------------------------------------------------------------------
-
-
-def whitespace_word_tagger(tag_words: Callable[[list[str]], list[str]]) -> Callable[[str], list[Span]]:
-    """Text -> spans of its whitespace-separated words, tagged by `tag_words` (a list of words -> their tags)."""
-
-    def tag(text: str) -> list[Span]:
-        words = [(match.start(), match.end(), match.group()) for match in re.finditer(r"\S+", text)]
-        tags = tag_words([word for _, _, word in words]) if words else []
-        return [(start, end, word_tag) for (start, end, _), word_tag in zip(words, tags)]
-
-    return tag
-
-
-def nltk_english_tagger(nltk_data: str | None = None) -> Callable[[str], list[Span]]:
-    """NLTK's averaged-perceptron PTB tagger over the whitespace-separated words of the text."""
-    try:
-        import nltk
-        from nltk.tag import PerceptronTagger
-    except ImportError as error:
-        raise ImportError("the 'nltk-en' tagger needs nltk: pip install nltk") from error
-    for path in (nltk_data, *(os.environ.get(name) for name in NLTK_DATA_ENV)):
-        if path and path not in nltk.data.path:
-            nltk.data.path.insert(0, path)
-    try:
-        tagger = PerceptronTagger()
-    except LookupError as error:
-        raise ValueError(
-            "the 'nltk-en' tagger needs NLTK's averaged_perceptron_tagger_eng data: set config.nltk_data or "
-            f"$XLPE_NLTK_DATA to a directory holding taggers/averaged_perceptron_tagger_eng ({error})"
-        ) from error
-    return whitespace_word_tagger(lambda words: [word_tag for _, word_tag in tagger.tag(words)])
-
-
-def jieba_chinese_tagger() -> Callable[[str], list[Span]]:
-    """jieba's tags. Each whitespace-separated chunk that is a jieba dictionary word gets its dictionary tag
-    (as `xlpe.tagging.JiebaTagger` tags pre-segmented training text); any other chunk, e.g. a whole raw
-    sentence, is segmented by `jieba.posseg` and each piece keeps its own tag."""
-    try:
-        import logging
-
-        import jieba
-        import jieba.posseg
-    except ImportError as error:
-        raise ImportError("the 'jieba-zh' tagger needs jieba: pip install jieba") from error
-    jieba.setLogLevel(logging.WARNING)
-    jieba.posseg.dt.initialize()
-    dictionary_tags = jieba.posseg.dt.word_tag_tab
-
-    def tag(text: str) -> list[Span]:
-        spans = []
-        for chunk in re.finditer(r"\S+", text):
-            if chunk.group() in dictionary_tags:
-                spans.append((chunk.start(), chunk.end(), dictionary_tags[chunk.group()]))
-                continue
-            position = chunk.start()
-            for pair in jieba.posseg.cut(chunk.group()):
-                start = text.find(pair.word, position, chunk.end())
-                start = position if start < 0 else start
-                position = start + len(pair.word)
-                if pair.word.strip():
-                    spans.append((start, position, pair.flag))
-        return spans
-
-    return tag
-
-
-def spacy_tagger(model_name: str) -> Callable[[str], list[Span]]:
-    """spaCy's fine-grained tags (`token.tag_`, PTB for the English models)."""
-    try:
-        import spacy
-    except ImportError as error:
-        raise ImportError(f"the 'spacy:{model_name}' tagger needs spaCy: pip install spacy") from error
-    nlp = spacy.load(model_name)
-
-    def tag(text: str) -> list[Span]:
-        return [(t.idx, t.idx + len(t.text), t.tag_) for t in nlp(text) if not t.is_space]
-
-    return tag
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Trained tagger files: "perceptron:<file>" (written by `xlpe-tagger train`)
-# ---------------------------------------------------------------------------------------------------------
-
-PERCEPTRON_PREFIX = "perceptron:"
-TAGGER_FILE_FORMAT = "xlpe-averaged-perceptron-tagger"  # the "format" field of a tagger file (version 1)
-SAVED_TAGGER_FILE = "pos_tagger.json"  # the tagger file's name inside a saved model
-
-
-def tagger_file_name(name: str | None) -> str | None:
-    """The file of a "perceptron:<file>" tagger name, else None."""
-    if isinstance(name, str) and name.startswith(PERCEPTRON_PREFIX):
-        return name[len(PERCEPTRON_PREFIX) :]
-    return None
-
-
-def resolve_tagger_file(path: str, model_dir: str | None = None) -> str:
-    """The tagger file `path` as given when it exists; else the file of that name in `model_dir` (a saved
-    model's directory or Hub repo id, `config._name_or_path`). FileNotFoundError naming both otherwise."""
-    if not path:
-        raise ValueError("pos_tagger 'perceptron:<file>' needs a file name after 'perceptron:'")
-    if os.path.isfile(path):
-        return path
-    if model_dir:
-        local = os.path.join(model_dir, path)
-        if os.path.isfile(local):
-            return local
-        if not os.path.isdir(model_dir):  # a Hub repo: the file beside its weights
-            try:
-                from transformers.utils import cached_file
-
-                found = cached_file(model_dir, path, _raise_exceptions_for_missing_entries=False)
-            except (OSError, ValueError):
-                found = None
-            if found:
-                return found
-    where = f" nor in the model at {model_dir!r}" if model_dir else ""
-    raise FileNotFoundError(f"POS tagger file {path!r} not found (as a path{where})")
-
-
-def read_tagger_file(path: str) -> dict:
-    """The contents of a tagger file, checked: format, tags (list of distinct strings), weights, tagdict."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not a tagger file (invalid JSON at line {error.lineno}: {error.msg})") from None
-    if not isinstance(data, dict) or data.get("format") != TAGGER_FILE_FORMAT:
-        found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"{path}: not a tagger file (format {found!r}, expected {TAGGER_FILE_FORMAT!r})")
-    if data.get("version") != 1:
-        raise ValueError(f"{path}: tagger file version {data.get('version')!r}, this xlpe reads version 1")
-    tags = data.get("tags")
-    if (
-        not isinstance(tags, list)
-        or not tags
-        or not all(isinstance(t, str) and t for t in tags)
-        or len(set(tags)) != len(tags)
-    ):
-        raise ValueError(f"{path}: 'tags' must be a non-empty list of distinct strings")
-    if not isinstance(data.get("weights"), dict) or not isinstance(data.get("tagdict"), dict):
-        raise ValueError(f"{path}: 'weights' and 'tagdict' must be JSON objects")
-    return data
-
-
-def perceptron_from_file(data: dict):
-    """An NLTK `PerceptronTagger` holding the weights of a tagger file (`read_tagger_file`'s dict)."""
-    try:
-        from nltk.tag.perceptron import PerceptronTagger
-    except ImportError as error:
-        raise ImportError("a 'perceptron:<file>' tagger needs nltk: pip install nltk") from error
-    tagger = PerceptronTagger(load=False)
-    tagger.model.weights, tagger.tagdict = data["weights"], data["tagdict"]
-    tagger.classes = tagger.model.classes = set(data["tags"])
-    return tagger
-
-
-def perceptron_word_tags(data: dict) -> Callable[[list[str]], list[str]]:
-    """Words -> their tags by a tagger file's perceptron (`read_tagger_file`'s dict); the words are lowercased
-    first when the tagger was trained on lowercased text."""
-    tagger, lowercase = perceptron_from_file(data), bool(data.get("lowercase"))
-    return lambda words: [t for _, t in tagger.tag([w.lower() for w in words] if lowercase else list(words))]
-
-
-def perceptron_file_tagger(path: str, model_dir: str | None = None) -> Callable[[str], list[Span]]:
-    """A trained tagger file's tags over the whitespace-separated words of the text."""
-    return whitespace_word_tagger(perceptron_word_tags(read_tagger_file(resolve_tagger_file(path, model_dir))))
 
 
 def load_tagger(name: str, nltk_data: str | None = None, model_dir: str | None = None) -> Callable[[str], list[Span]]:
-    """A raw-text tagger by name; `model_dir` is where a "perceptron:<file>" name may point into."""
-    if name == "nltk-en":
-        return nltk_english_tagger(nltk_data)
-    if name == "jieba-zh":
-        return jieba_chinese_tagger()
-    if name.startswith("spacy:") and len(name) > len("spacy:"):
-        return spacy_tagger(name[len("spacy:") :])
-    if tagger_file_name(name) is not None:
-        return perceptron_file_tagger(tagger_file_name(name), model_dir)
-    raise ValueError(
-        f"unknown pos_tagger {name!r}: expected 'nltk-en', 'jieba-zh', 'spacy:<model>' or 'perceptron:<file>'"
-    )
+    """The raw-text tagging of the registered tagger `name` (text -> spans); `model_dir` is where a
+    "perceptron:<file>" name may point into. ValueError naming the registered taggers for an unknown name."""
+    return load_word_tagger(name, nltk_data=nltk_data, model_dir=model_dir).tag_text
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Part-of-speech tag sets and the tag-id convention (mvPE+POS, Sec. IV), defined once.
 
-Imported by `tagging.py` (feature preparation), `configuration_mvpe_pos.py` and `pos_tagging_hub.py` (which
-travel as Hub custom code: this file has no imports, so it travels with them).
+Imported by the tagger registry (`taggers.py`, which says which tagger has which set), `tagging.py` (feature
+preparation), the configurations and `pos_tagging_hub.py` (which travel as Hub custom code: this file imports
+nothing at module level, so it travels with them).
 
 Tag ids: 0 pads, 1 is any tag outside the vocabulary (counted where it happens), 2 marks special tokens
 (</s>, <s>, the decoder start), then the tags of the vocabulary in order.
@@ -130,4 +131,19 @@ JIEBA_TAGS = (
     "zg",
 )
 
-BUILT_IN_TAGS = {"nltk-en": PTB_TAGS, "jieba-zh": JIEBA_TAGS}  # a config's pos_tags=None -> the set of its pos_tagger
+
+def __getattr__(name: str):
+    """`BUILT_IN_TAGS` (tagger name -> tag set) is gone: the tagger registry holds each tagger's tag set
+    (taggers.builtin_tags, taggers.registered_taggers). A read gives the registry's sets, with a warning."""
+    if name == "BUILT_IN_TAGS":
+        import warnings
+
+        from .taggers import registered_taggers
+
+        warnings.warn(
+            "tag_sets.BUILT_IN_TAGS is deprecated: use taggers.builtin_tags(name) (the tagger registry)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return {entry.name: entry.tags for entry in registered_taggers() if entry.tags is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
