@@ -84,11 +84,78 @@ def render_table(table: dict) -> str:
         return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
 
     lines = [line(table["header"]), "|" + "|".join(table["align"]) + "|"]
-    for row in table["rows"]:
+    for row in table_rows(table):
         if len(row) != len(table["header"]):
             raise ValueError(f"a row of {len(row)} cells under {len(table['header'])} columns: {row}")
         lines.append(line(row))
     return "\n".join(lines)
+
+
+# A results-file table either lists its rows or names the benchmark output they are read from: "source":
+# {"file": "bench/onnx_speed_trained.json", "view": "onnx-by-model"} renders the rows from that file as the view
+# formats them, so the page shows what the benchmark wrote, not a copy of it.
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _minus(value: float) -> str:
+    return f"{value:+.2f}".replace("-", "−")
+
+
+def _onnx_engines(data: dict) -> list[list[str]]:
+    """bench/onnx_speed.py's output, one row per model and engine (no BLEU for a randomly initialised model)."""
+    untrained = {name.split("=")[0] for name in data.get("random_init", ())}  # "dpe=DIR"
+    return [
+        [
+            r["model"],
+            r["engine"],
+            f"{r['sentences_per_s']:.0f}",
+            f"{r['speedup_vs_own_pytorch']:.2f}",
+            f"{r['ratio_vs_baseline_same_engine']:.2f}",
+            *(
+                ["n/a (random init)", "—"]
+                if r["model"] in untrained
+                else [f"{r['bleu']:.2f}", f"{r['bleu_change_vs_pytorch']:+.2f}"]
+            ),
+            f"{100 * r['identical_to_pytorch']:.1f}%",
+        ]
+        for r in data["rows"]
+    ]
+
+
+def _onnx_by_model(data: dict) -> list[list[str]]:
+    """bench/onnx_speed.py's output, one row per model: PyTorch, ONNX fp32 and int8 side by side."""
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in data["rows"]):
+        by = {r["engine"]: r for r in data["rows"] if r["model"] == model}
+        py, fp32, int8 = by["pytorch"], by["onnx-fp32"], by["onnx-int8"]
+        ratios = " / ".join(f"{r['ratio_vs_baseline_same_engine']:.2f}" for r in (py, fp32, int8))
+        rows.append(
+            [
+                f"{model} (stock)" if model == "marian" else model,
+                *(f"{r['sentences_per_s']:.0f}" for r in (py, fp32, int8)),
+                f"{fp32['speedup_vs_own_pytorch']:.2f}",
+                f"{int8['speedup_vs_own_pytorch']:.2f}",
+                ratios,
+                _minus(int8["bleu_change_vs_pytorch"]),
+                f"{100 * fp32['identical_to_pytorch']:.0f} %",
+            ]
+        )
+    return rows
+
+
+VIEWS = {"onnx-engines": _onnx_engines, "onnx-by-model": _onnx_by_model}
+
+
+def table_rows(table: dict) -> list[list[str]]:
+    """The rows of a results-file table: its own, or those its "source" benchmark output renders to."""
+    if "source" not in table:
+        return table["rows"]
+    import json
+
+    source = table["source"]
+    data = json.loads((REPO_ROOT / source["file"]).read_text(encoding="utf-8"))
+    return VIEWS[source["view"]](data)
 
 
 def parse_table(lines: list[str]) -> dict:
