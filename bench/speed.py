@@ -55,7 +55,9 @@ Usage:
     python bench/speed.py --size tiny --repeats 2 --no-plot  # the seconds-long smoke run
 
 `--json PATH` writes every raw timing (rewritten after every repeat, so a run cut short keeps what it
-measured); `--markdown PATH` the tables; `--plot PATH` the bar chart (default bench/speed_<device>_<size>.png).
+measured); `--markdown PATH` the tables; `--results NAME` puts them into docs/benchmarks/results/speed.json (rendered
+into the benchmark pages by bench/render_tables.py); `--plot PATH` the bar chart (default
+bench/speed_<device>_<size>.png).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ from benchlib.speed_models import (  # noqa: E402
     sentence_batches,
     token_batches,
 )
-from benchlib.speed_report import markdown, plot  # noqa: E402
+from benchlib.speed_report import markdown, plot, write_results_tables  # noqa: E402
 from benchlib.timing import Runner, Switches, measure_static, ratios, spread, summary  # noqa: E402
 
 import xlpe  # noqa: E402
@@ -286,6 +288,13 @@ def parse_args(argv=None):
     )
     p.add_argument("--json", type=Path, default=None, help="write the raw report here (also after every repeat)")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
+    p.add_argument(
+        "--results",
+        default=None,
+        metavar="NAME",
+        help="also put the tables into docs/benchmarks/results/speed.json as speed/NAME and speed/NAME-figures "
+        "(mark them in a page, then python bench/render_tables.py)",
+    )
     p.add_argument("--plot", type=Path, default=None, help="PNG path (default bench/speed_<device>_<size>.png)")
     p.add_argument("--no-plot", action="store_true", help="no bar chart")
     args = p.parse_args(argv)
@@ -543,6 +552,8 @@ def main(argv=None) -> dict:
     print(f"\n{report['command']} | {report['machine']} | {report['date']} | {report['wall_s']:.0f}s")
     if args.markdown:
         args.markdown.write_text(table + "\n")
+    if args.results:
+        print(f"results: {', '.join(write_results_tables(report, args.results))}", file=sys.stderr)
     if not args.no_plot:
         plot_path = args.plot or REPO_ROOT / "bench" / f"speed_{args.device}_{args.size}.png"
         plot(report, plot_path)

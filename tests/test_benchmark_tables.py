@@ -5,6 +5,7 @@ helpers' round trip (a page's tables moved into a results file render back to th
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 
@@ -98,3 +99,22 @@ def test_tables_round_trip_through_results():
     rendered, missing = render_markers(marked, tables)
     assert missing == [] and "| in | 27.80 | |" in rendered and "27.78" not in rendered
     assert render_markers(marked, {})[1] == ["topic/a-section", "topic/table1-cpu-mode"]
+
+
+def test_speed_driver_writes_its_tables_into_the_results_file(tmp_path, monkeypatch, capsys):
+    """bench/speed.py --results NAME: the report's two tables land in the speed results file as speed/NAME and
+    speed/NAME-figures, rendering to what the driver printed."""
+    from benchlib import speed_report
+    from benchlib.tables import render_table
+
+    monkeypatch.setattr(speed_report, "RESULTS", tmp_path / "speed.json")
+    spec = importlib.util.spec_from_file_location("speed", REPO_ROOT / "bench" / "speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    args = ["--size", "tiny", "--families", "dpe", "--repeats", "2", "--skip-generation", "--no-memory", "--no-plot"]
+    speed.main(args + ["--results", "smoke"])
+    printed = capsys.readouterr().out
+    tables = json.loads((tmp_path / "speed.json").read_text(encoding="utf-8"))["tables"]
+    assert set(tables) == {"speed/smoke", "speed/smoke-figures"}
+    assert tables["speed/smoke"]["rows"][0][0] == "DPE" and tables["speed/smoke"]["rows"][0][1].startswith("Marian")
+    assert render_table(tables["speed/smoke"]) in printed and render_table(tables["speed/smoke-figures"]) in printed

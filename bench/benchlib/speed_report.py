@@ -1,8 +1,11 @@
-"""The speed report: per-repeat ratio summaries against the targets, the Markdown table, the bar chart."""
+"""The speed report: per-repeat ratio summaries against the targets, the Markdown table, the bar chart, and the
+tables as entries of the speed results file (docs/benchmarks/results/speed.json, rendered into docs/benchmarks/)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "results" / "speed.json"
 
 # ---------------------------------------------------------------------------------------------------------
 # Report
@@ -88,9 +91,11 @@ def markdown(report: dict) -> str:
         warm = r.get("warmup_train") or {}
         line = (
             f"| {r['name']} | {rel('parameters', '.2f', 1e6, 'M')} | {r['train_tokens_per_s']:.0f} | "
-            f"{format(r['gen_sentences_per_s'], '.2f') if r['gen_sentences_per_s'] else '—'} | {rel('train_flops', '.1f', 1e9)} | "
+            f"{format(r['gen_sentences_per_s'], '.2f') if r['gen_sentences_per_s'] else '—'} | "
+            f"{rel('train_flops', '.1f', 1e9)} | "
             f"{rel('train_peak_bytes', '.0f', 2**20)} | {rel('gen_peak_bytes', '.0f', 2**20)} | "
-            f"{warm.get('cycles', '—')}{'' if warm.get('stable', True) else ' ⚠'} ({warm.get('first_cycle_s', 0):.1f}) |"
+            f"{warm.get('cycles', '—')}{'' if warm.get('stable', True) else ' ⚠'} "
+            f"({warm.get('first_cycle_s', 0):.1f}) |"
         )
         if peak:
             line += f" {pct('train_mfu')} | {pct('train_counted_flops_utilisation')} | {pct('gen_mfu')} |"
@@ -98,6 +103,26 @@ def markdown(report: dict) -> str:
     if report.get("flags"):
         out += ["", "**Flagged** (not to be trusted as measured):", *[f"* {f}" for f in report["flags"]]]
     return "\n".join(out)
+
+
+def results_tables(report: dict, name: str) -> dict[str, dict]:
+    """The report's two tables as results-file tables (docs/benchmarks/results/speed.json): `speed/NAME` (the
+    ratios) and `speed/NAME-figures` (parameters, throughput, FLOPs, memory, warm-up)."""
+    from .tables import tables_to_markers
+
+    _, tables = tables_to_markers(markdown(report), "speed")
+    return dict(zip((f"speed/{name}", f"speed/{name}-figures"), tables.values()))
+
+
+def write_results_tables(report: dict, name: str, results: Path | None = None) -> list[str]:
+    """Put the report's tables into the speed results file (replacing tables of the same names); the page shows
+    them once `<!-- table: speed/NAME -->` ... `<!-- end table -->` marks their place and `bench/render_tables.py`
+    has run."""
+    from .tables import write_results
+
+    tables = results_tables(report, name)
+    write_results(results or RESULTS, tables, drop=set(tables))
+    return list(tables)
 
 
 def plot(report: dict, path: Path) -> None:
@@ -135,7 +160,8 @@ def plot(report: dict, path: Path) -> None:
         ax.set_xlabel(f"{'CPU-time' if report['clock'] == 'cpu' else 'wall-clock'} ratio vs baseline")
         ax.set_title(title)
     fig.suptitle(
-        f"xlpe speed overhead — {report['machine']['device']}, {report.get('switches', report['dtype'])}, size {report['size']}, "
+        f"xlpe speed overhead — {report['machine']['device']}, {report.get('switches', report['dtype'])}, "
+        f"size {report['size']}, "
         f"{report['date']}\nbars: median of {report['repeats']} interleaved repeats, whiskers: min–max, "
         "dashed: target (green = met, red = missed, grey = no target), hatched: flagged",
         fontsize=9,
