@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..features.alignment import SYMMETRIZATIONS  # (light: numpy only)
+from ..models.taggers import tagger_help  # (light: the tagger registry, standard library only)
 from . import canonical_flags
 
 # xlpe.features.prepare imports torch and transformers: imported when the command runs (fast --help);
@@ -102,8 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--unaligned", default="right", choices=("right", "left"), help="BTG oracle attachment")
     p.add_argument("--dpe-unaligned", default="drop", choices=("drop", "keep"), help="DPE unaligned tokens")
-    p.add_argument("--source-tagger", help="nltk-en | jieba-zh | spacy:<model> | perceptron:<file> (xlpe-tagger train)")
-    p.add_argument("--target-tagger", help="nltk-en | jieba-zh | spacy:<model> | perceptron:<file>")
+    p.add_argument("--source-tagger", help=f"{tagger_help()} (the tagger registry; perceptron: xlpe-tagger train)")
+    p.add_argument("--target-tagger", help=tagger_help())
     p.add_argument("--nltk-data", help="extra nltk_data directory (offline NLTK tagger)")
     p.add_argument("--max-length", type=int, default=256, help="max tokens per side incl. </s> (default 256)")
     p.add_argument("--num-proc", type=int, default=1)

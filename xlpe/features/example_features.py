@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..models.taggers import tagger_help
 from .alignment import SYMMETRIZATIONS
 from .reordering import (
     check_links_flat,
@@ -80,9 +81,7 @@ class PrepareOptions:
             ("decoder_pos_tag_ids", self.target_tagger, "target"),
         ):
             if feature in self.features and not tagger:
-                raise ValueError(
-                    f"{feature} needs {side}_tagger (e.g. 'nltk-en', 'jieba-zh', 'spacy:<model>', 'perceptron:<file>')"
-                )
+                raise ValueError(f"{feature} needs {side}_tagger (one of {tagger_help(', ')})")
         if self.symmetrization not in SYMMETRIZATIONS:
             raise ValueError(f"unknown symmetrization {self.symmetrization!r}; choose from {list(SYMMETRIZATIONS)}")
         if self.unaligned not in ("right", "left"):

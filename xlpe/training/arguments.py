@@ -23,6 +23,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..evaluation.metrics import check_bleu_tokenizer
 from ..features.language_codes import check_language_code
+from ..models.taggers import tagger_help
 from .errors import UsageError, unknown_flags_message
 from .recipes import NO_RECIPE, RECIPE_NAMES, cuda_fast_defaults, recipe_settings
 
@@ -174,7 +175,7 @@ class DataTrainingArguments:
     num_beams: int | None = _help("beams at evaluation/prediction (also saved as the model's default)", default=None)
     preprocessing_num_workers: int | None = _help("processes for the feature preparation", default=None)
     source_tagger: str | None = _help(
-        "POS tagger of the source (families with tags): nltk-en | jieba-zh | spacy:<model> | perceptron:<file> (xlpe-tagger train)",
+        f"POS tagger of the source (families with tags): {tagger_help()} (xlpe-tagger train)",
         default=None,
     )
     target_tagger: str | None = _help("POS tagger of the target (families with tags)", default=None)
