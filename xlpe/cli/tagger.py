@@ -7,6 +7,8 @@
     evaluate  --tagger T.json --conllu F [F ...] [--column upos|xpos]   word accuracy against a treebank (JSON)
     tag       --tagger T.json --input F [--output O]   one line of tags per input line (whitespace words;
               an empty line gives an empty line; lines end at \\n only, as every xlpe reader splits them)
+    list      the registered taggers (JSON: name, languages, tag set size, what they need), the names that
+              --source_tagger / --source-tagger and a config's pos_tagger take
 
 Use the file as `--source_tagger perceptron:T.json` (xlpe-train, xlpe-prepare) or `pos_tagger="perceptron:T.json"`
 in a config; a saved model keeps a copy (pos_tagger.json), so its pipeline tags raw text with no extra step.
@@ -21,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..models.taggers import tagger_help  # (light: the tagger registry, standard library only)
 from . import canonical_flags, check_input_file, user_error
 
 TAG_COLUMNS = ("upos", "xpos")  # = xlpe.features.tagger_training.TAG_COLUMNS (kept light: no import at --help)
@@ -72,6 +75,21 @@ def run_tag(args) -> None:
         sys.stdout.write(text)
 
 
+def run_list(args) -> list[dict]:
+    from ..models.taggers import registered_taggers
+
+    return [
+        {
+            "name": entry.usage,
+            "languages": list(entry.languages),
+            "tags": len(entry.tags) if entry.tags is not None else None,
+            "description": entry.description,
+            "requires": entry.requires,
+        }
+        for entry in registered_taggers()
+    ]
+
+
 def build_parser() -> argparse.ArgumentParser:
     summary, details = __doc__.split("\n\n", 1)
     parser = argparse.ArgumentParser(
@@ -96,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     tag.add_argument("--tagger", required=True)
     tag.add_argument("--input", required=True, help="text file of whitespace-separated words, or - for stdin")
     tag.add_argument("--output", help="write here instead of stdout")
+    sub.add_parser("list", help=f"the registered taggers: {tagger_help()}")
     return canonical_flags(parser)
 
 
@@ -121,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         parser.exit(user_error("xlpe-tagger", problem))
     try:
-        result = {"train": run_train, "evaluate": run_evaluate, "tag": run_tag}[args.command](args)
+        result = {"train": run_train, "evaluate": run_evaluate, "tag": run_tag, "list": run_list}[args.command](args)
     except (ValueError, OSError) as error:
         parser.exit(user_error(f"xlpe-tagger {args.command}", " ".join(str(error).split())))
     if result is not None:

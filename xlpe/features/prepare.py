@@ -296,7 +296,7 @@ def prepare_dataset(
         unaligned: "right" (lader's default) or "left": where unaligned words attach in the BTG oracle.
         dpe_unaligned: "drop" (default, as the DPE code: -100, no loss) or "keep" (DPE paper prose: an unaligned
             token's target is its own index).
-        source_tagger, target_tagger: tagger names ("nltk-en", "jieba-zh", "spacy:<model>") or `Tagger`s;
+        source_tagger, target_tagger: names of the tagger registry (xlpe.models.taggers) or `Tagger`s;
             nltk_data: extra nltk_data directory searched first.
         max_length: longest kept sequence in tokens (incl. </s>), per side; longer pairs are skipped, counted.
         max_target_length: longest kept target in tokens (incl. </s>) when it differs from max_length (which

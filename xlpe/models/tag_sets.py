@@ -131,19 +131,4 @@ JIEBA_TAGS = (
     "zg",
 )
 
-
-def __getattr__(name: str):
-    """`BUILT_IN_TAGS` (tagger name -> tag set) is gone: the tagger registry holds each tagger's tag set
-    (taggers.builtin_tags, taggers.registered_taggers). A read gives the registry's sets, with a warning."""
-    if name == "BUILT_IN_TAGS":
-        import warnings
-
-        from .taggers import registered_taggers
-
-        warnings.warn(
-            "tag_sets.BUILT_IN_TAGS is deprecated: use taggers.builtin_tags(name) (the tagger registry)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return {entry.name: entry.tags for entry in registered_taggers() if entry.tags is not None}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Which tagger has which set (once BUILT_IN_TAGS here) is the tagger registry's: taggers.builtin_tags(name).

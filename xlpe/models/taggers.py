@@ -120,11 +120,14 @@ def register_tagger(
     requires: str | None = None,
 ) -> TaggerEntry:
     """Register (or replace) the tagger `name` (module docstring); returns its entry. `tags`: its tag set, when
-    fixed (a config's `pos_tags` default); `argument`: e.g. "<model>", for a family of names "name:<model>"."""
+    fixed (a config's `pos_tags` default; default: the `tags` of a `WordTagger` subclass given as `factory`);
+    `argument`: e.g. "<model>", for a family of names "name:<model>"."""
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise ValueError(f"a tagger name is letters, digits, '.', '_', '-' (no ':' or spaces), got {name!r}")
     if not callable(factory):
         raise TypeError(f"the factory of tagger {name!r} must be callable (a WordTagger subclass), got {factory!r}")
+    if tags is None and isinstance(factory, type):
+        tags = getattr(factory, "tags", None)  # a WordTagger subclass's fixed tag set
     entry = TaggerEntry(
         name=name,
         factory=factory,
@@ -143,14 +146,44 @@ def unregister_tagger(name: str) -> TaggerEntry | None:
     return _REGISTRY.pop(name, None)
 
 
+ENTRY_POINT_GROUP = "xlpe.taggers"  # installed packages' taggers: each entry point is a module that registers
+_plugins_loaded = False
+
+
+def load_plugin_taggers() -> None:
+    """Import, once per process, the modules of the installed packages' "xlpe.taggers" entry points (each
+    registers its taggers on import; a callable entry point is called): how a fresh process (the CLI, a saved
+    model's pipeline) finds a tagger that is not built in. A failing plugin is reported with a warning."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    try:
+        from importlib.metadata import entry_points
+
+        found = list(entry_points(group=ENTRY_POINT_GROUP))
+    except Exception:  # broken package metadata must not stop the built-in taggers
+        return
+    for point in found:
+        try:
+            target = point.load()
+            if callable(target) and not isinstance(target, type):
+                target()
+        except Exception as error:  # a broken plugin must not stop the others
+            import warnings
+
+            warnings.warn(f"tagger plugin {point.value!r} ({ENTRY_POINT_GROUP}) failed to load: {error}", stacklevel=2)
+
+
 def registered_taggers() -> list[TaggerEntry]:
-    """All entries, in registration order (the built-in ones first)."""
+    """All entries, in registration order (the built-in ones first, then the installed plugins')."""
+    load_plugin_taggers()
     return list(_REGISTRY.values())
 
 
 def tagger_choices() -> list[str]:
     """How each registered tagger is named: ["nltk-en", "jieba-zh", "spacy:<model>", "perceptron:<file>", ...]."""
-    return [entry.usage for entry in _REGISTRY.values()]
+    return [entry.usage for entry in registered_taggers()]
 
 
 def tagger_help(separator: str = " | ") -> str:
@@ -163,6 +196,8 @@ def find_tagger(spec: str) -> tuple[TaggerEntry, str | None] | None:
     unknown (a family's name without an argument, e.g. "spacy:", is unknown too)."""
     if not isinstance(spec, str):
         return None
+    if spec not in _REGISTRY and spec.partition(":")[0] not in _REGISTRY:
+        load_plugin_taggers()
     entry = _REGISTRY.get(spec)
     if entry is not None and entry.argument is None:
         return entry, None
@@ -488,8 +523,10 @@ __all__ = [
     "TaggerEntry",
     "WordTagger",
     "builtin_tags",
+    "ENTRY_POINT_GROUP",
     "find_tagger",
     "incomplete_tagger_name",
+    "load_plugin_taggers",
     "load_word_tagger",
     "perceptron_from_file",
     "perceptron_word_tags",
