@@ -162,9 +162,9 @@ def _tagger(spec: str | Tagger, nltk_data: str | None) -> Tagger:
     """One tagger instance per (name, data path) and process."""
     if isinstance(spec, Tagger):
         return spec
-    key = (spec, nltk_data if spec == "nltk-en" else None)
+    key = (spec, nltk_data)  # any tagger may use the NLTK data directory
     if key not in _TAGGERS:
-        _TAGGERS[key] = get_tagger(spec, **({"nltk_data": nltk_data} if key[1] else {}))
+        _TAGGERS[key] = get_tagger(spec, **({"nltk_data": nltk_data} if nltk_data else {}))
     return _TAGGERS[key]
 
 

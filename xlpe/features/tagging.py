@@ -199,8 +199,8 @@ class NLTKPerceptronTagger(RegisteredTagger):
 
     name = "nltk-en"
 
-    def __init__(self, nltk_data: str | os.PathLike | None = None):
-        super().__init__("nltk-en", nltk_data=nltk_data)
+    def __init__(self, nltk_data: str | os.PathLike | None = None, **options):
+        super().__init__("nltk-en", nltk_data=nltk_data, **options)
 
 
 class JiebaTagger(RegisteredTagger):
@@ -209,8 +209,8 @@ class JiebaTagger(RegisteredTagger):
 
     name = "jieba-zh"
 
-    def __init__(self):
-        super().__init__("jieba-zh")
+    def __init__(self, **options):
+        super().__init__("jieba-zh", **options)
 
 
 class SpacyTagger(RegisteredTagger):
@@ -219,8 +219,8 @@ class SpacyTagger(RegisteredTagger):
 
     UNIVERSAL_TAGS = UNIVERSAL_TAGS
 
-    def __init__(self, model: str, attribute: str = "tag_"):
-        super().__init__(f"spacy:{model}", attribute=attribute)
+    def __init__(self, model: str, attribute: str = "tag_", **options):
+        super().__init__(f"spacy:{model}", attribute=attribute, **options)
 
 
 def tagger_identity(spec: str | None) -> str | None:
@@ -239,8 +239,8 @@ class PerceptronFileTagger(RegisteredTagger):
     """ "perceptron:<file>": an averaged-perceptron tagger trained by `xlpe-tagger train` (tagger_training.py),
     read from its file; the file's tags are the vocabulary. `model_dir`: a saved model that holds the file."""
 
-    def __init__(self, path: str | os.PathLike, model_dir: str | None = None):
-        super().__init__(PERCEPTRON_PREFIX + str(path), model_dir=model_dir)
+    def __init__(self, path: str | os.PathLike, model_dir: str | None = None, **options):
+        super().__init__(PERCEPTRON_PREFIX + str(path), model_dir=model_dir, **options)
         self.path, self.data = self.word_tagger.path, self.word_tagger.data
         self.name = tagger_identity(f"perceptron:{self.path}")
 
@@ -274,12 +274,17 @@ class _TaggerClassWordTagger(WordTagger):
         return spans
 
 
+def _accepted_options(tagger_class: type, options: dict) -> dict:
+    """The options `tagger_class(**options)` takes (all of them when it takes **kwargs)."""
+    accepted = inspect.signature(tagger_class).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return options
+    return {key: value for key, value in options.items() if key in accepted}
+
+
 def _tagger_class_factory(tagger_class: type[Tagger]):
     def build(argument=None, **options):
-        accepted = inspect.signature(tagger_class).parameters
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
-            options = {key: value for key, value in options.items() if key in accepted}
-        return _TaggerClassWordTagger(tagger_class(**options))
+        return _TaggerClassWordTagger(tagger_class(**_accepted_options(tagger_class, options)))
 
     return build
 
@@ -330,9 +335,9 @@ TAGGERS: MutableMapping[str, type[Tagger]] = _TaggerTable()
 
 
 def get_tagger(spec: str | Tagger, **kwargs) -> Tagger:
-    """A tagger by name: any name of the registry ("nltk-en" (kwargs: nltk_data), "jieba-zh", "spacy:<model>"
-    (kwargs: attribute), "perceptron:<file>" (kwargs: model_dir), or a registered one). A `Tagger` instance is
-    returned as is."""
+    """A tagger by name: any name of the registry ("nltk-en", "jieba-zh", "spacy:<model>" (kwargs: attribute),
+    "perceptron:<file>", or a registered one). The options `nltk_data` and `model_dir` (a checkpoint that may hold
+    a tagger file) may be given for any tagger: each takes what it uses. A `Tagger` instance is returned as is."""
     if isinstance(spec, Tagger):
         return spec
     found = find_tagger(spec)
@@ -340,7 +345,7 @@ def get_tagger(spec: str | Tagger, **kwargs) -> Tagger:
         raise ValueError(unknown_tagger_message(spec, "tagger"))
     entry, argument = found
     if entry.name in _TAGGER_CLASSES:
-        return _TAGGER_CLASSES[entry.name](**kwargs)
+        return _TAGGER_CLASSES[entry.name](**_accepted_options(_TAGGER_CLASSES[entry.name], kwargs))
     if entry.name == "perceptron":
         return PerceptronFileTagger(argument, **kwargs)
     if entry.name == "spacy":

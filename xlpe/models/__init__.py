@@ -21,7 +21,8 @@ Shared building blocks (written once, imported by the families):
                           family (XL PE + POS, DPE + POS)
 The standalone reorderer (XL PE's test-time preorderer; `xlpe-reorder`, can ride inside an XL PE checkpoint):
     configuration_reorderer.py  modeling_reorderer.py  btg_chart.py (exact CKY over BTG trees)
-    tag_sets.py, pos_tagging_hub.py   POS tag ids and the raw-text tagger the mvPE+POS pipeline runs
+    tag_sets.py, taggers.py, pos_tagging_hub.py   POS tag ids, the tagger registry (every POS tagger once, for
+                          preparation and the pipeline) and the raw-text tags of a saved model's pipeline
     hub_support.py        save/load plumbing: custom pipeline entry, stock-checkpoint upgrade
     pipeline_translation.py  the "translation" pipeline (raw text in, translations out)
     registry.py           the family registry (`--model_type NAME`); not needed by remote code

@@ -22,8 +22,10 @@ Built in: "nltk-en" (NLTK's averaged-perceptron PTB tagger, English), "jieba-zh"
 
 A tagger registered at run time is usable by preparation and by every model's pipeline in that process. A
 saved model names its tagger in `config.pos_tagger` and stores its tag set in `config.pos_tags`, so the config
-loads anywhere; its pipeline needs the tagger registered in the process that runs it (import the module that
-registers it before tagging raw text), or a built-in one.
+loads anywhere; its pipeline needs the tagger registered in the process that runs it: a built-in one (this file
+travels with the model), one whose module was imported before tagging, or one of an installed package that
+names its registering module as an entry point of the group "xlpe.taggers" (`load_plugin_taggers`, run when a
+name is not found and when the names are listed). CONTRIBUTING.md, "Adding a POS tagger", is the recipe.
 
 This file travels as Hub custom code with the modeling files: it imports only the standard library at module
 level and its sibling tag_sets.py; nltk, jieba and spaCy are imported inside functions, in `try` blocks, so a

@@ -303,10 +303,8 @@ def resolve_taggers(data_args, config, overrides: dict | None = None) -> dict:
 
     model_dir = None if isinstance(config, type) else getattr(config, "_name_or_path", None) or None
 
-    def options(spec: str) -> dict:  # nltk-en: the data directory; a tagger file: the checkpoint that may hold it
-        if spec == "nltk-en":
-            return {"nltk_data": data_args.nltk_data} if data_args.nltk_data else {}
-        return {"model_dir": model_dir} if spec.startswith("perceptron:") else {}
+    def options(spec: str) -> dict:  # each tagger takes what it uses: NLTK's data, a checkpoint holding its file
+        return {"nltk_data": data_args.nltk_data, "model_dir": model_dir}
 
     taggers = {
         "source_spec": source_spec,
