@@ -18,7 +18,7 @@ import textwrap
 import pytest
 import torch
 
-from xlpe import XLPEDataCollator, XLPETranslationPipeline
+from xlpe import ExtraInputsDataCollator, XLPETranslationPipeline
 
 # A tiny Marian-shaped configuration (HF ModelTester style): fast on a CPU, big enough to exercise every path.
 TINY_MARIAN = dict(
@@ -193,7 +193,7 @@ class FamilyTests:
             for key, value in self.extra_inputs(single).items():
                 feature[key] = value[0].tolist()
             features.append(feature)
-        batch = XLPEDataCollator(toy_tokenizer, model=model)(features)
+        batch = ExtraInputsDataCollator(toy_tokenizer, model=model)(features)
         for key in self.extra_inputs({k: torch.tensor([v]) for k, v in features[0].items() if k != "labels"}):
             reference = "labels" if key.startswith("decoder_") else "input_ids"
             assert batch[key].shape == batch[reference].shape

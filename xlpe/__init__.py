@@ -54,8 +54,10 @@ _EXPORTS = {
     ),
     "OracleReorderTranslator": "evaluation.two_pass",
     "TwoPassTranslator": "evaluation.two_pass",
-    "XLPEDataCollator": "training.collator",
+    "ExtraInputsDataCollator": "training.collator",
 }
+# old public name -> (new name, its submodule): importable for one release, with a DeprecationWarning
+_RENAMED = {"XLPEDataCollator": ("ExtraInputsDataCollator", "training.collator")}
 
 
 def untested_transformers(installed: str | None = None, accepted: str | None = None) -> str | None:
@@ -131,6 +133,14 @@ elif not any(isinstance(finder, _RegisterAfterTransformers) for finder in sys.me
 
 
 def __getattr__(name: str):
+    if name in _RENAMED:
+        new_name, _ = _RENAMED[name]
+        warnings.warn(
+            f"xlpe.{name} was renamed {new_name}; the old name goes away in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return __getattr__(new_name)
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     importlib.import_module(f"{__name__}.models")  # registers the families with the Auto classes
@@ -155,8 +165,8 @@ __all__ = [
     "MvPEPosForConditionalGeneration",
     "MvPEPosModel",
     "OracleReorderTranslator",
+    "ExtraInputsDataCollator",
     "TwoPassTranslator",
-    "XLPEDataCollator",
     "XLPEMarianConfig",
     "XLPEMarianModel",
     "XLPEMarianMTModel",

@@ -382,9 +382,9 @@ def test_tagger_tag_keeps_one_output_line_per_input_line(tmp_path, monkeypatch, 
 
 
 def test_collator_refuses_an_extra_key_missing_from_some_examples(toy_tokenizer):
-    from xlpe.training.collator import XLPEDataCollator
+    from xlpe.training.collator import ExtraInputsDataCollator
 
-    collator = XLPEDataCollator(toy_tokenizer)
+    collator = ExtraInputsDataCollator(toy_tokenizer)
     example = lambda n, **extra: {"input_ids": list(range(3, 3 + n)), "labels": list(range(3, 3 + n)), **extra}
     both = [example(3, pos_tag_ids=[1, 2, 3]), example(2, pos_tag_ids=[4, 5])]
     assert collator(both)["pos_tag_ids"].tolist() == [[1, 2, 3], [4, 5, 0]]

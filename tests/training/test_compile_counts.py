@@ -33,7 +33,7 @@ from transformers import (
 )
 
 import xlpe
-from xlpe.training.collator import XLPEDataCollator
+from xlpe.training.collator import ExtraInputsDataCollator
 from xlpe.training.sampling import TokenBatchSampler, batch_sizes
 from xlpe.training.trainer import XLPESeq2SeqTrainer
 
@@ -159,7 +159,7 @@ def compiled_training_graphs(name: str, tmp_path, shapes=SHAPES) -> tuple[int, l
         learning_rate=1e-4,
         disable_tqdm=True,
     )
-    collator = XLPEDataCollator(tokenizer(bart), label_pad_token_id=-100)
+    collator = ExtraInputsDataCollator(tokenizer(bart), label_pad_token_id=-100)
     trainer = XLPESeq2SeqTrainer(model=model, args=args, train_dataset=rows, data_collator=collator)
     trainer.get_train_dataloader = lambda: torch.utils.data.DataLoader(rows, batch_sampler=batches, collate_fn=collator)
     seen = []
@@ -202,7 +202,7 @@ def test_stock_models_compile_once_too(stock_graphs):
 def test_inputs_are_marked_dynamic_only_when_the_trainer_compiles(tmp_path):
     model, bart = build("Marian")
     rows, _ = examples([(3, 7, 5)], bart)
-    batch = XLPEDataCollator(tokenizer(bart), label_pad_token_id=-100)(
+    batch = ExtraInputsDataCollator(tokenizer(bart), label_pad_token_id=-100)(
         [{k: r[k] for k in ("input_ids", "labels")} for r in rows]
     )
     for compiled in (False, True):

@@ -21,7 +21,7 @@ from torch._dynamo.testing import CompileCounter
 
 from xlpe.models import seq2seq_scaffold
 from xlpe.models.transformers_compat import cache_kwargs, output_cache
-from xlpe.training.collator import XLPEDataCollator
+from xlpe.training.collator import ExtraInputsDataCollator
 
 FAMILIES = ["xlpe", "dpe", "mvpe_pos"]
 GENERATION_INPUTS = {"xlpe": (), "dpe": (), "mvpe_pos": ("pos_tag_ids",)}  # source-side inputs generate() gets
@@ -31,7 +31,7 @@ def batch_of(name: str, device="cpu") -> tuple[torch.nn.Module, dict]:
     model, bart = build(name)
     rows, batches = examples([(4, 11, 9)], bart)
     keep = {"input_ids", "attention_mask", "labels", *FAMILY_INPUTS[name]}
-    batch = XLPEDataCollator(tokenizer(bart), label_pad_token_id=-100)(
+    batch = ExtraInputsDataCollator(tokenizer(bart), label_pad_token_id=-100)(
         [{k: v for k, v in r.items() if k in keep} for r in rows]
     )
     return model.to(device), {key: value.to(device) for key, value in batch.items()}

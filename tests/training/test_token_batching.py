@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 from test_train import StopAt, log_history, tiny
 
-from xlpe.training.collator import XLPEDataCollator
+from xlpe.training.collator import ExtraInputsDataCollator
 from xlpe.training.run import main
 from xlpe.training.sampling import TokenBatchSampler, batch_sizes, example_side_lengths
 
@@ -112,7 +112,7 @@ def test_side_lengths_come_from_arrow():
 
 def test_training_batches_respect_the_budget_and_padding_is_reported(tmp_path, monkeypatch):
     shapes = []
-    original = XLPEDataCollator.__call__
+    original = ExtraInputsDataCollator.__call__
 
     def record(self, features, *args, **kwargs):
         batch = original(self, features, *args, **kwargs)
@@ -120,7 +120,7 @@ def test_training_batches_respect_the_budget_and_padding_is_reported(tmp_path, m
             shapes.append((batch["input_ids"].shape, batch["labels"].shape))
         return batch
 
-    monkeypatch.setattr(XLPEDataCollator, "__call__", record)
+    monkeypatch.setattr(ExtraInputsDataCollator, "__call__", record)
     main(
         without_batch_size(
             tiny(tmp_path, "--do_train", "--max_steps", "6", "--max_tokens", "120", "--logging_steps", "3")

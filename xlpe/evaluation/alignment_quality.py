@@ -382,7 +382,7 @@ def predicted_and_oracle_reorderings(
     model, tokenizer, sources: Sequence[Sequence[str]], links: Sequence[Iterable[Link]], batch_size: int = 32
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Per sentence, the XL positions the model's reorder predictor gives the word tokens (encoder output
-    `reorder_positions`) and the oracle BTG positions from `links` (`xlpe.reordering`), projected to the same
+    `reorder_positions`) and the oracle BTG positions from `links` (`xlpe.features.reordering`), projected to the same
     sub-words. Both are restricted to word tokens (special tokens never move); compare with
     `reordering_quality`. Token level, because that is what the model predicts."""
     was_training = model.training

@@ -330,7 +330,7 @@ def text_batches(
 
 def perplexity(model, batches: Iterable[Mapping[str, torch.Tensor]]) -> dict:
     """exp(mean negative log-likelihood per target token) of `model` on `batches` (dicts with `labels`,
-    -100 = ignored; e.g. `text_batches(...)` or a DataLoader with `XLPEDataCollator`). The NLL is computed
+    -100 = ignored; e.g. `text_batches(...)` or a DataLoader with `ExtraInputsDataCollator`). The NLL is computed
     from the logits, so auxiliary losses (XL PE's reorder loss, mvPE's tag loss) never enter it. Batches
     without `reorder_positions` let XL PE predict them, as at test time. Returns {"perplexity", "nll" (mean
     per token), "tokens"}."""

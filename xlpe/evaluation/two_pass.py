@@ -12,9 +12,9 @@ Training data (`two_pass_training_pairs`): every source sentence is reordered wi
 oracle; the reorderer learns source -> reordered source, the translator reordered source -> target. Two oracle
 rules (`rule`), both at the level of whitespace-separated words (the unit Pharaoh links index):
 
-  "btg"    `xlpe.reordering.oracle_xl_positions`, the BTG oracle of the preparation step (lader's rules;
+  "btg"    `xlpe.features.reordering.oracle_xl_positions`, the BTG oracle of the preparation step (lader's rules;
            unaligned words attach to a neighbour), shared with the XL PE family;
-  "paper"  the rules of DPE Sec. 3.1, `xlpe.reordering.dpe_target_positions(unaligned="keep")`: a word takes
+  "paper"  the rules of DPE Sec. 3.1, `xlpe.features.reordering.dpe_target_positions(unaligned="keep")`: a word takes
            its first linked target index (one-to-many), words with the same index move together in their
            source order (many-to-one), unaligned words keep their position.
 
@@ -81,7 +81,9 @@ def oracle_word_positions(links, num_words: int, rule: str = "btg") -> list[int]
     try:
         from ..features import reordering
     except ImportError as error:  # pragma: no cover - the preparation module is part of the package
-        raise ImportError("the oracle reorderings need xlpe.reordering (pass `oracle=` to use your own)") from error
+        raise ImportError(
+            "the oracle reorderings need xlpe.features.reordering (pass `oracle=` to use your own)"
+        ) from error
     links = parse_links(links)
     for i, j in links:
         if not 0 <= i < num_words or j < 0:

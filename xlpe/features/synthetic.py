@@ -297,7 +297,7 @@ _LEXICON_TAGS = _lexicon_tags()
 
 
 class SyntheticTagger(Tagger):
-    """An `xlpe.tagging.Tagger` for both languages of this corpus: universal tags from the lexicon (exact)."""
+    """An `xlpe.features.tagging.Tagger` for both languages of this corpus: universal tags from the lexicon (exact)."""
 
     name = "synthetic"
 

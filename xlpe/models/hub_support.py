@@ -1,5 +1,18 @@
-"""Hub plumbing shared by every model family of this package.
+"""`HubModelMixin`: what every family's `<Family>PreTrainedModel` adds to the stock `*PreTrainedModel` it extends.
 
+A family's pre-trained base is `class <Family>PreTrainedModel(HubModelMixin, <Stock>PreTrainedModel)` (a mixin
+before the class it extends, as always in Python); its encoder, decoder, base model and generation model derive
+from that one class only (the generation model also from `GenerationMixin`), as in transformers' own model files.
+
+* `__init__` validates the config (config_checks.py) before any module is built, whichever way the config was
+  built or changed.
+* `_init_weights` (seq2seq_scaffold.InitOwnParametersMixin): after the stock initialisation, a module that
+  defines `init_own_parameters()` (XL fusion and gate, DPE gate, sinusoid tables) initialises itself, and a
+  generation model's `final_logits_bias` starts at zero (what the stock rule does for the stock classes only).
+  It runs for every module at `post_init` and for the modules a checkpoint does not cover at `from_pretrained`
+  (meta-device loading), so state filled here (e.g. non-persistent sinusoid tables) survives both.
+* The translation pipeline's hook `prepare_pipeline_inputs` and the source tagger's file in `save_pretrained`
+  (source_tags.SourceTagsPipelineMixin).
 * `save_pretrained` writes what `pipeline("translation", model=dir, trust_remote_code=True)` needs: the
   `custom_pipelines` entry in config.json, and (through the relative import below, which
   `custom_object_save` follows) the file `pipeline_translation.py` next to the modeling files.
@@ -13,19 +26,25 @@
   (e.g. the XL gate at 0, which makes the new model compute exactly the stock function) and loads every stock
   weight; the new parameters are initialised by `_init_weights`. Any other directory loads as usual.
 
+`XLPEHubMixin`, the old name of `HubModelMixin`, still imports (with a DeprecationWarning) for one release.
+
 Flat file, single-dot imports only, so it travels as Hub custom code.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
+import torch
 from transformers import PreTrainedConfig
 from transformers import initialization as hf_init  # noqa: F401  (re-exported for the modeling files)
 from transformers.utils import logging
 
 from .pipeline_translation import TRANSLATION_PIPELINE_ENTRY
+from .seq2seq_scaffold import InitOwnParametersMixin
+from .source_tags import SourceTagsPipelineMixin
 
 logger = logging.get_logger(__name__)
 
@@ -43,11 +62,22 @@ def apply_umask_to_weights(directory) -> None:
             path.chmod(mode)
 
 
-class XLPEHubMixin:
-    """Mixed into every `PreTrainedModel` of this package (first in the bases)."""
+class HubModelMixin(SourceTagsPipelineMixin, InitOwnParametersMixin):
+    """The base, besides the stock `*PreTrainedModel`, of every family's `<Family>PreTrainedModel` (module doc)."""
 
     stock_model_types: tuple[str, ...] = ()  # model_type values that `from_pretrained` upgrades
     upgrade_overrides: dict = {}  # config fields set when upgrading a stock checkpoint
+
+    def __init__(self, config, *args, **kwargs):
+        config.validate()  # a config changed by attribute assignment since it was built is checked here
+        super().__init__(config, *args, **kwargs)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        final_logits_bias = getattr(module, "final_logits_bias", None)
+        if isinstance(final_logits_bias, torch.Tensor):  # a generation model's: the stock rule knows only its own
+            hf_init.zeros_(final_logits_bias)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         self.config.custom_pipelines = {"translation": dict(TRANSLATION_PIPELINE_ENTRY)}
@@ -92,3 +122,16 @@ class XLPEHubMixin:
                     pretrained_model_name_or_path, *model_args, config=config, **hub_kwargs, **model_kwargs
                 )
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+
+
+def __getattr__(name: str):
+    """`XLPEHubMixin`: the old name of `HubModelMixin`, importable for one release (a DeprecationWarning)."""
+    if name == "XLPEHubMixin":
+        warnings.warn(
+            "XLPEHubMixin was renamed HubModelMixin (it serves every family); the old name goes away in the next "
+            "release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return HubModelMixin
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ encoder that wires them in, then the base model and the generation head (Eq. 2).
 position options of the XL PE paper's baselines (relative PE, DiSAN-style heads; position_attention.py) apply to
 the translation layers of both sides, not to the DPE block.
 
-With X = scaled token embeddings and PE = rows of Marian's sinusoid table (`xlpe/sinusoid.py` layout):
+With X = scaled token embeddings and PE = rows of Marian's sinusoid table (`xlpe/models/sinusoid.py` layout):
 
 * enriched embeddings    Z = dropout(X + PE)                   (Sec. 3.2, "w_i + p_i")
 * DPE block              r = DPE(Z): `dpe_layers` post-LN Marian encoder layers of the encoder's width
@@ -48,23 +48,19 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_dpe import DPEMarianConfig
 from .extra_inputs import IGNORE_INDEX, check_integer_tensor, check_range, token_mask
-from .hub_support import XLPEHubMixin, hf_init
+from .hub_support import HubModelMixin, hf_init
 from .position_attention import PositionOptionsMarianDecoder, apply_position_options
 from .seq2seq_scaffold import (
-    SelfInitialisingModulesMixin,
-    decoder_inputs_from_labels,
     embed_source,
     encode_decode,
+    generation_head_forward,
     init_marian_body,
     init_marian_encoder_parts,
     init_marian_head,
-    lm_output,
     run_encoder_layers,
-    translation_loss,
-    weight_by_global_tokens,
 )
-from .source_tags import SourceTagEncoding, SourceTagsPipelineMixin
-from .transformers_compat import renamed_cache_argument, take_cache
+from .source_tags import SourceTagEncoding
+from .transformers_compat import renamed_cache_argument
 
 # ---------------------------------------------------------------------------------------------------------
 # The DPE block and the order loss
@@ -142,10 +138,16 @@ class DPESeq2SeqLMOutput(Seq2SeqLMOutput):
 # ---------------------------------------------------------------------------------------------------------
 
 
-class DPEMarianPreTrainedModel(SelfInitialisingModulesMixin, MarianPreTrainedModel):
+class DPEMarianPreTrainedModel(HubModelMixin, MarianPreTrainedModel):
+    """The one pre-trained base of this family (encoder, base model, generation model): Marian's, plus the Hub and
+    initialisation behaviour of every family (hub_support.HubModelMixin). `from_pretrained(stock_marian_dir)`
+    upgrades a MarianMT checkpoint function-preservingly (gate g = 0, see module doc)."""
+
     config_class = DPEMarianConfig
     config: DPEMarianConfig
     _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
+    stock_model_types = ("marian",)
+    upgrade_overrides = {"dpe_gate_init": 0.0}
 
 
 class DPEMarianEncoder(DPEMarianPreTrainedModel):
@@ -180,7 +182,7 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
         r"""
         target_positions (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             Target rank of each source token (Eq. 1 supervision; -100 = none), as prepared by
-            `xlpe.reordering.dpe_target_positions`.
+            `xlpe.features.reordering.dpe_target_positions`.
             Only read for the order loss; DPE itself runs from the source alone.
         compute_order_loss (`bool`): return the order loss (Eq. 1) against `target_positions`.
         pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
@@ -209,14 +211,19 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
         return DPEEncoderOutput(last_hidden_state=hidden_states, dynamic_positions=r, order_loss=loss)
 
 
-class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
+class DPEMarianModel(DPEMarianPreTrainedModel):
     """Marian encoder-decoder whose encoder runs the DPE block; `forward` takes `target_positions`."""
 
-    stock_model_types = ("marian",)
-    upgrade_overrides = {"dpe_gate_init": 0.0}
+    # stock MarianModel behaviour: functions that do not call super(), so they serve this class as they are
+    _keys_to_ignore_on_load_missing = MarianModel._keys_to_ignore_on_load_missing
+    get_input_embeddings = MarianModel.get_input_embeddings
+    set_input_embeddings = MarianModel.set_input_embeddings
+    get_decoder_input_embeddings = MarianModel.get_decoder_input_embeddings
+    set_decoder_input_embeddings = MarianModel.set_decoder_input_embeddings
+    resize_decoder_token_embeddings = MarianModel.resize_decoder_token_embeddings
 
     def __init__(self, config: DPEMarianConfig):
-        DPEMarianPreTrainedModel.__init__(self, config)
+        super().__init__(config)
         init_marian_body(self, config, DPEMarianEncoder(config), PositionOptionsMarianDecoder(config))
         self.post_init()
 
@@ -271,20 +278,39 @@ class DPEMarianModel(XLPEHubMixin, DPEMarianPreTrainedModel, MarianModel):
         )
 
 
-class DPEMarianMTModel(SourceTagsPipelineMixin, XLPEHubMixin, DPEMarianPreTrainedModel, MarianMTModel, GenerationMixin):
+class DPEMarianMTModel(DPEMarianPreTrainedModel, GenerationMixin):
     """DPE translation model. Training: `model(**batch)` with `labels` and `target_positions` returns Eq. 2.
     Inference: `generate(**batch)` (DPE needs the source only). `from_pretrained(stock_marian_dir)` upgrades a
     MarianMT checkpoint function-preservingly (gate g = 0, see module doc)."""
 
     accepts_loss_kwargs = True  # loss weighted by `num_items_in_batch` (seq2seq_scaffold.weight_by_global_tokens)
-
-    stock_model_types = ("marian",)
-    upgrade_overrides = {"dpe_gate_init": 0.0}
+    # stock MarianMTModel behaviour: functions that do not call super(), so they serve this class as they are
+    _keys_to_ignore_on_load_missing = MarianMTModel._keys_to_ignore_on_load_missing
+    _keys_to_ignore_on_save = MarianMTModel._keys_to_ignore_on_save
+    _tied_weights_keys = MarianMTModel._tied_weights_keys
+    _resize_token_embeddings = MarianMTModel._resize_token_embeddings
+    resize_decoder_token_embeddings = MarianMTModel.resize_decoder_token_embeddings
+    _resize_final_logits_bias = MarianMTModel._resize_final_logits_bias
+    set_output_embeddings = MarianMTModel.set_output_embeddings
+    prepare_decoder_input_ids_from_labels = MarianMTModel.prepare_decoder_input_ids_from_labels
 
     def __init__(self, config: DPEMarianConfig):
-        DPEMarianPreTrainedModel.__init__(self, config)
+        super().__init__(config)
         init_marian_head(self, config, DPEMarianModel(config))
         self.post_init()
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """As `MarianMTModel`'s: with shared embeddings, `final_logits_bias` follows the vocabulary."""
+        new_embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if self.config.share_encoder_decoder_embeddings:
+            self._resize_final_logits_bias(new_num_tokens)
+        return new_embeddings
+
+    def add_auxiliary_losses(self, token_loss, outputs, labels):
+        """Eq. 2 when the order loss was computed (`target_positions` given), else `token_loss` alone."""
+        if outputs.order_loss is not None:
+            return self.combine_losses(token_loss, outputs.order_loss, labels)
+        return token_loss
 
     def combine_losses(self, translation_loss: torch.Tensor, order_loss: torch.Tensor, labels: torch.Tensor):
         """Eq. 2 with the configured lambda side; `order_loss_normalization="reference"` divides L_order by the
@@ -315,38 +341,32 @@ class DPEMarianMTModel(SourceTagsPipelineMixin, XLPEHubMixin, DPEMarianPreTraine
     ) -> DPESeq2SeqLMOutput:
         r"""
         target_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
-            Target rank of each source token (-100 = none; `xlpe.reordering.dpe_target_positions`). Given together
-            with `labels`: the order loss (Eq. 1) is computed and `loss` is Eq. 2. Without: `loss` is the
-            translation loss alone. Never needed at inference.
+            Target rank of each source token (-100 = none; `xlpe.features.reordering.dpe_target_positions`).
+            Given together with `labels`: the order loss (Eq. 1) is computed and `loss` is Eq. 2. Without: `loss`
+            is the translation loss alone. Never needed at inference.
         pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
             POS tag id of each source token, for a model with `config.pos_tagger` (DPE + POS, source_tags.py).
         """
-        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
-        decoder_input_ids, use_cache = decoder_inputs_from_labels(
-            self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
-        )
-        outputs = self.model(
-            input_ids,
+        return generation_head_forward(
+            self,
+            DPESeq2SeqLMOutput,
+            input_ids=input_ids,
             attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids,
-            encoder_outputs=encoder_outputs,
             decoder_attention_mask=decoder_attention_mask,
-            cache=take_cache(past_key_values, cache),
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
+            labels=labels,
             use_cache=use_cache,
             target_positions=target_positions,
             compute_order_loss=labels is not None and target_positions is not None,
             pos_tag_ids=pos_tag_ids,
-            return_dict=True,
+            auxiliary_losses=self.add_auxiliary_losses,
             **kwargs,
         )
-        logits = self.lm_head(outputs[0]) + self.final_logits_bias
-        loss = token_loss = translation_loss(logits, labels, self.config.label_smoothing)
-        if token_loss is not None and outputs.order_loss is not None:
-            loss = self.combine_losses(token_loss, outputs.order_loss, labels)
-        loss = weight_by_global_tokens(loss, labels, num_items_in_batch)
-        return lm_output(DPESeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
 
 __all__ = ["DPEMarianMTModel", "DPEMarianModel", "DPEMarianPreTrainedModel", "DynamicPositionEncoding", "order_loss"]

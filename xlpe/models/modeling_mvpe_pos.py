@@ -8,7 +8,7 @@ Input of each side (Eq. 11), with d_w = d_model - pos_dim on a tagged side, d_mo
 
     x_t = LayerNorm( [ E[w_t] * scale + mvPE(t) ;  TagPE(tag_t) ] )          (d_w + pos_dim = d_model)
 
-* mvPE(t) = PE(t * k) (Eq. 9-10): the sinusoid of `xlpe/sinusoid.py` with base `pe_base` (the paper's
+* mvPE(t) = PE(t * k) (Eq. 9-10): the sinusoid of `xlpe/models/sinusoid.py` with base `pe_base` (the paper's
   max_length, Eq. 5-6) at position t*k; k = `pe_step`, 1 = vanilla sinusoid. It replaces BART's learned
   positions on both sides. Layout: Marian's (sines then cosines, not interleaved); a fixed permutation of the
   features of Eq. 9-10, immaterial to a model that learns its weights.
@@ -80,19 +80,14 @@ from .extra_inputs import (
     checked_tag_ids,
     token_mask,
 )
-from .hub_support import XLPEHubMixin
+from .hub_support import HubModelMixin
 from .seq2seq_scaffold import (
-    SelfInitialisingModulesMixin,
     cached_length,
-    decoder_inputs_from_labels,
     encode_decode,
-    lm_output,
+    generation_head_forward,
     touch_parameters,
-    translation_loss,
-    weight_by_global_tokens,
 )
 from .sinusoid import SinusoidalPositions
-from .source_tags import SourceTagsPipelineMixin
 from .transformers_compat import CACHE_FIELD, cache_kwargs, renamed_cache_argument, take_cache
 
 logger = logging.get_logger(__name__)
@@ -203,7 +198,12 @@ class MvPEPosSeq2SeqLMOutput(Seq2SeqLMOutput):
 # ---------------------------------------------------------------------------------------------------------
 
 
-class MvPEPosPreTrainedModel(SelfInitialisingModulesMixin, BartPreTrainedModel):
+class MvPEPosPreTrainedModel(HubModelMixin, BartPreTrainedModel):
+    """The one pre-trained base of this family (encoder, decoder, base model, generation model): BART's, plus the
+    Hub and initialisation behaviour of every family (hub_support.HubModelMixin). `stock_model_types` is empty:
+    BART's learned positions have no function-preserving mvPE counterpart, so `from_pretrained` loads this
+    family's checkpoints only."""
+
     config_class = MvPEPosConfig
     config: MvPEPosConfig
 
@@ -413,11 +413,13 @@ class MvPEPosDecoder(MvPEPosPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------
 
 
-class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
+class MvPEPosModel(MvPEPosPreTrainedModel):
     """BART encoder-decoder with mvPE + POS inputs; `forward` takes `pos_tag_ids` and `decoder_pos_tag_ids`."""
 
+    _tied_weights_keys = BartModel._tied_weights_keys  # per instance below: None when the two sides differ
+
     def __init__(self, config: MvPEPosConfig):
-        MvPEPosPreTrainedModel.__init__(self, config)
+        super().__init__(config)
         self.shares_embeddings = config.word_dim("encoder") == config.word_dim("decoder")
         if self.shares_embeddings:  # one vocabulary matrix for both sides, as BART (tied by key)
             embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
@@ -440,7 +442,9 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
     def set_input_embeddings(self, value):
         if not self.shares_embeddings:
             raise ValueError("encoder and decoder word embeddings differ in width (pos_tag_sides); set them directly")
-        super().set_input_embeddings(value)
+        self.shared = value  # as BartModel
+        self.encoder.embed_tokens = self.shared
+        self.decoder.embed_tokens = self.shared
 
     def decoder_input_tags(
         self,
@@ -546,18 +550,19 @@ class MvPEPosModel(XLPEHubMixin, MvPEPosPreTrainedModel, BartModel):
         )
 
 
-class MvPEPosForConditionalGeneration(
-    SourceTagsPipelineMixin, XLPEHubMixin, MvPEPosPreTrainedModel, BartForConditionalGeneration, GenerationMixin
-):
+class MvPEPosForConditionalGeneration(MvPEPosPreTrainedModel, GenerationMixin):
     """The augmented Transformer for translation. `generate(**batch)` tags generated tokens itself;
     the translation pipeline tags raw source text with `config.pos_tagger` (`prepare_pipeline_inputs`)."""
 
     accepts_loss_kwargs = True  # loss weighted by `num_items_in_batch` (seq2seq_scaffold.weight_by_global_tokens)
-
-    stock_model_types = ()  # BART's learned positions have no function-preserving mvPE counterpart
+    # stock BartForConditionalGeneration behaviour: functions that do not call super(), so they serve this class
+    _tied_weights_keys = BartForConditionalGeneration._tied_weights_keys  # per instance below
+    _keys_to_ignore_on_load_missing = BartForConditionalGeneration._keys_to_ignore_on_load_missing
+    _resize_final_logits_bias = BartForConditionalGeneration._resize_final_logits_bias
+    prepare_decoder_input_ids_from_labels = BartForConditionalGeneration.prepare_decoder_input_ids_from_labels
 
     def __init__(self, config: MvPEPosConfig):
-        MvPEPosPreTrainedModel.__init__(self, config)
+        super().__init__(config)
         self.model = MvPEPosModel(config)
         word_dim = config.word_dim("decoder")
         tied = config.tie_word_embeddings
@@ -572,6 +577,19 @@ class MvPEPosForConditionalGeneration(
         for target, shared in (self.model._tied_weights_keys or {}).items():
             self._tied_weights_keys[f"model.{target}"] = f"model.{shared}"
         self.post_init()
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """As `BartForConditionalGeneration`'s: `final_logits_bias` follows the vocabulary."""
+        new_embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        self._resize_final_logits_bias(new_embeddings.weight.shape[0])
+        return new_embeddings
+
+    def add_auxiliary_losses(self, token_loss, outputs, labels):
+        """`token_loss` + tag_loss_weight * the hypothesis tagger's loss; without its supervision (no gold decoder
+        tags), a zero-weighted term over the tagger's parameters, so that DDP sees them used."""
+        if outputs.tag_loss is not None:
+            return token_loss + self.config.tag_loss_weight * outputs.tag_loss
+        return token_loss + touch_parameters(self.model.decoder.hypothesis_tagger)
 
     @can_return_tuple
     @renamed_cache_argument
@@ -602,37 +620,32 @@ class MvPEPosForConditionalGeneration(
         decoder_input_pos_tag_ids (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
             tags of `decoder_input_ids` themselves (set by `prepare_inputs_for_generation`).
         """
-        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
-        decoder_input_ids, use_cache = decoder_inputs_from_labels(
-            self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
-        )
-        if labels is not None and decoder_pos_tag_ids is not None and self.config.check_inputs:
-            check_integer_tensor("decoder_pos_tag_ids", decoder_pos_tag_ids, tuple(labels.shape))
-        outputs = self.model(
-            input_ids,
+
+        def check_target_tags(labels):
+            if decoder_pos_tag_ids is not None and self.config.check_inputs:
+                check_integer_tensor("decoder_pos_tag_ids", decoder_pos_tag_ids, tuple(labels.shape))
+
+        return generation_head_forward(
+            self,
+            MvPEPosSeq2SeqLMOutput,
+            input_ids=input_ids,
             attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids,
-            encoder_outputs=encoder_outputs,
             decoder_attention_mask=decoder_attention_mask,
-            cache=take_cache(past_key_values, cache),
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
+            labels=labels,
             use_cache=use_cache,
             pos_tag_ids=pos_tag_ids,
             decoder_pos_tag_ids=decoder_pos_tag_ids,
             decoder_input_pos_tag_ids=decoder_input_pos_tag_ids,
-            return_dict=True,
+            auxiliary_losses=self.add_auxiliary_losses,
+            check_target_extras=check_target_tags,
             **kwargs,
         )
-        hidden = outputs[0] if self.output_projection is None else self.output_projection(outputs[0])
-        logits = self.lm_head(hidden) + self.final_logits_bias.to(hidden.device)
-        loss = token_loss = translation_loss(logits, labels, self.config.label_smoothing)
-        if token_loss is not None and outputs.tag_loss is not None:
-            loss = token_loss + self.config.tag_loss_weight * outputs.tag_loss
-        elif token_loss is not None:  # the tagger had no supervision: give its parameters a zero gradient
-            loss = token_loss + touch_parameters(self.model.decoder.hypothesis_tagger)
-        loss = weight_by_global_tokens(loss, labels, num_items_in_batch)
-        return lm_output(MvPEPosSeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
     # --- generation: tags of the running hypothesis -------------------------------------------------------
     def prepare_inputs_for_generation(self, input_ids, **kwargs):

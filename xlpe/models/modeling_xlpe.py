@@ -49,26 +49,22 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_reorderer import XLPEReordererConfig
 from .configuration_xlpe import XLPEMarianConfig
 from .extra_inputs import check_integer_tensor, check_permutation, token_mask
-from .hub_support import XLPEHubMixin, hf_init
+from .hub_support import HubModelMixin, hf_init
 from .modeling_reorderer import XLPEReordererModel
 from .position_attention import PositionAwareSelfAttention, PositionOptionsMarianDecoder, apply_position_options
 from .reorder_predictor import ReorderPredictor, WordStarts, positions_from_scores, reorder_loss, word_mean_scores
 from .seq2seq_scaffold import (
-    SelfInitialisingModulesMixin,
-    decoder_inputs_from_labels,
     embed_source,
     encode_decode,
+    generation_head_forward,
     init_marian_body,
     init_marian_encoder_parts,
     init_marian_head,
-    lm_output,
     run_encoder_layers,
     touch_parameters,
-    translation_loss,
-    weight_by_global_tokens,
 )
-from .source_tags import SourceTagEncoding, SourceTagsPipelineMixin
-from .transformers_compat import renamed_cache_argument, take_cache
+from .source_tags import SourceTagEncoding
+from .transformers_compat import renamed_cache_argument
 
 # ---------------------------------------------------------------------------------------------------------
 # Position modules
@@ -155,7 +151,7 @@ class FixedTokens(nn.Module):
     it is an integer tensor), so the forward neither builds a tensor from a Python list (a blocking host-to-device
     copy on an accelerator) nor writes state, which under torch.compile would fail a guard and recompile. Not in
     the state dict (checkpoints are unchanged); refilled by `init_own_parameters`, which `_init_weights` calls at
-    `post_init` and for `from_pretrained`'s meta-device loading (seq2seq_scaffold.SelfInitialisingModulesMixin)."""
+    `post_init` and for `from_pretrained`'s meta-device loading (seq2seq_scaffold.InitOwnParametersMixin)."""
 
     def __init__(self, config: XLPEMarianConfig):
         super().__init__()
@@ -206,10 +202,46 @@ class XLPESeq2SeqLMOutput(Seq2SeqLMOutput):
 # ---------------------------------------------------------------------------------------------------------
 
 
-class XLPEMarianPreTrainedModel(SelfInitialisingModulesMixin, MarianPreTrainedModel):
+class XLPEMarianPreTrainedModel(HubModelMixin, MarianPreTrainedModel):
+    """The one pre-trained base of this family (encoder, base model, generation model): Marian's, plus the Hub and
+    initialisation behaviour of every family (hub_support.HubModelMixin) and `attach_reorderer`.
+    `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
+
     config_class = XLPEMarianConfig
     config: XLPEMarianConfig
     _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
+    stock_model_types = ("marian",)
+    upgrade_overrides = {"xl_gate_init": 0.0}
+
+    def attach_reorderer(self, reorderer: XLPEReordererModel | None) -> None:
+        """Make a standalone reorderer (modeling_reorderer.py) the source of predicted positions (`None` detaches
+        it). It is saved inside this checkpoint (weights under `model.encoder.reorderer.`, its config in
+        `config.reorderer_config`), so `from_pretrained` and the translation pipeline use it with no extra step.
+        It predicts without gradients and in eval mode, so training the translation model never changes it."""
+        encoder = self.get_encoder()
+        if not encoder.uses_xl:
+            raise ValueError(
+                f"xl_strategy={self.config.xl_strategy!r} with xl_heads={self.config.xl_heads} uses no XL "
+                "positions: there is nothing for a reorderer to predict"
+            )
+        if reorderer is None:
+            encoder.reorderer, self.config.reorderer_config = None, None
+            return
+        for name in ("pad_token_id", "eos_token_id"):
+            if getattr(reorderer.config, name) != getattr(self.config, name):
+                raise ValueError(
+                    f"reorderer {name} is {getattr(reorderer.config, name)} but the model's is "
+                    f"{getattr(self.config, name)}: it was trained with another tokenizer"
+                )
+        fixed = sorted(set(encoder.fixed_token_ids) | set(reorderer.fixed_token_ids))
+        reorderer.config.fixed_token_ids = fixed  # the model's fixed tokens never move, whoever predicts
+        reorderer.fixed_token_ids = fixed
+        reorderer.init_own_parameters()
+        config = reorderer.config.to_dict()
+        config.pop("transformers_version", None)
+        self.config.reorderer_config = config
+        parameter = next(self.parameters())
+        encoder.reorderer = reorderer.to(device=parameter.device).eval().requires_grad_(False)
 
 
 class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
@@ -360,47 +392,19 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         return XLPEEncoderOutput(last_hidden_state=hidden_states, reorder_positions=used_positions, reorder_loss=loss)
 
 
-class ReordererAttachMixin:
-    """`attach_reorderer`: make a standalone reorderer (modeling_reorderer.py) the source of predicted positions.
-    It is saved inside this checkpoint (weights under `model.encoder.reorderer.`, its config in
-    `config.reorderer_config`), so `from_pretrained` and the translation pipeline use it with no extra step. It
-    predicts without gradients and in eval mode, so training the translation model never changes it."""
-
-    def attach_reorderer(self, reorderer: XLPEReordererModel | None) -> None:
-        encoder = self.get_encoder()
-        if not encoder.uses_xl:
-            raise ValueError(
-                f"xl_strategy={self.config.xl_strategy!r} with xl_heads={self.config.xl_heads} uses no XL "
-                "positions: there is nothing for a reorderer to predict"
-            )
-        if reorderer is None:
-            encoder.reorderer, self.config.reorderer_config = None, None
-            return
-        for name in ("pad_token_id", "eos_token_id"):
-            if getattr(reorderer.config, name) != getattr(self.config, name):
-                raise ValueError(
-                    f"reorderer {name} is {getattr(reorderer.config, name)} but the model's is "
-                    f"{getattr(self.config, name)}: it was trained with another tokenizer"
-                )
-        fixed = sorted(set(encoder.fixed_token_ids) | set(reorderer.fixed_token_ids))
-        reorderer.config.fixed_token_ids = fixed  # the model's fixed tokens never move, whoever predicts
-        reorderer.fixed_token_ids = fixed
-        reorderer.init_own_parameters()
-        config = reorderer.config.to_dict()
-        config.pop("transformers_version", None)
-        self.config.reorderer_config = config
-        parameter = next(self.parameters())
-        encoder.reorderer = reorderer.to(device=parameter.device).eval().requires_grad_(False)
-
-
-class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedModel, MarianModel):
+class XLPEMarianModel(XLPEMarianPreTrainedModel):
     """Marian encoder-decoder whose encoder carries XL positions; `forward` takes `reorder_positions`."""
 
-    stock_model_types = ("marian",)
-    upgrade_overrides = {"xl_gate_init": 0.0}
+    # stock MarianModel behaviour: functions that do not call super(), so they serve this class as they are
+    _keys_to_ignore_on_load_missing = MarianModel._keys_to_ignore_on_load_missing
+    get_input_embeddings = MarianModel.get_input_embeddings
+    set_input_embeddings = MarianModel.set_input_embeddings
+    get_decoder_input_embeddings = MarianModel.get_decoder_input_embeddings
+    set_decoder_input_embeddings = MarianModel.set_decoder_input_embeddings
+    resize_decoder_token_embeddings = MarianModel.resize_decoder_token_embeddings
 
     def __init__(self, config: XLPEMarianConfig):
-        XLPEMarianPreTrainedModel.__init__(self, config)
+        super().__init__(config)
         init_marian_body(self, config, XLPEMarianEncoder(config), PositionOptionsMarianDecoder(config))
         self.post_init()
 
@@ -453,25 +457,39 @@ class XLPEMarianModel(ReordererAttachMixin, XLPEHubMixin, XLPEMarianPreTrainedMo
         )
 
 
-class XLPEMarianMTModel(
-    ReordererAttachMixin,
-    SourceTagsPipelineMixin,
-    XLPEHubMixin,
-    XLPEMarianPreTrainedModel,
-    MarianMTModel,
-    GenerationMixin,
-):
+class XLPEMarianMTModel(XLPEMarianPreTrainedModel, GenerationMixin):
     """XL PE translation model. `generate(**batch)` predicts reorderings; `generate(..., reorder_positions=p)`
     uses the given ones. `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
 
     accepts_loss_kwargs = True  # loss weighted by `num_items_in_batch` (seq2seq_scaffold.weight_by_global_tokens)
-    stock_model_types = ("marian",)
-    upgrade_overrides = {"xl_gate_init": 0.0}
+    # stock MarianMTModel behaviour: functions that do not call super(), so they serve this class as they are
+    _keys_to_ignore_on_load_missing = MarianMTModel._keys_to_ignore_on_load_missing
+    _keys_to_ignore_on_save = MarianMTModel._keys_to_ignore_on_save
+    _tied_weights_keys = MarianMTModel._tied_weights_keys
+    _resize_token_embeddings = MarianMTModel._resize_token_embeddings
+    resize_decoder_token_embeddings = MarianMTModel.resize_decoder_token_embeddings
+    _resize_final_logits_bias = MarianMTModel._resize_final_logits_bias
+    set_output_embeddings = MarianMTModel.set_output_embeddings
+    prepare_decoder_input_ids_from_labels = MarianMTModel.prepare_decoder_input_ids_from_labels
 
     def __init__(self, config: XLPEMarianConfig):
-        XLPEMarianPreTrainedModel.__init__(self, config)
+        super().__init__(config)
         init_marian_head(self, config, XLPEMarianModel(config))
         self.post_init()
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """As `MarianMTModel`'s: with shared embeddings, `final_logits_bias` follows the vocabulary."""
+        new_embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if self.config.share_encoder_decoder_embeddings:
+            self._resize_final_logits_bias(new_num_tokens)
+        return new_embeddings
+
+    def add_auxiliary_losses(self, token_loss, outputs, labels):
+        """`token_loss` + reorder_loss_weight * the predictor's loss; without its supervision, a zero-weighted
+        term over the predictor's parameters, so that DDP sees them used."""
+        if outputs.reorder_loss is not None:
+            return token_loss + self.config.reorder_loss_weight * outputs.reorder_loss
+        return token_loss + touch_parameters(getattr(self.model.encoder, "reorder_predictor", None))
 
     @can_return_tuple
     @renamed_cache_argument
@@ -494,41 +512,33 @@ class XLPEMarianMTModel(
     ) -> XLPESeq2SeqLMOutput:
         r"""
         reorder_positions (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
-            XL position of each source token (oracle BTG order in training, see `xlpe.reordering`). Omitted:
+            XL position of each source token (oracle BTG order in training, see `xlpe.features.reordering`). Omitted:
             predicted from the source. Given together with `labels`: also trains the reorder predictor (without
             them, `loss` carries a zero-weighted term over the predictor's parameters, so that DDP sees them used).
         pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
             POS tag id of each source token, for a model with `config.pos_tagger` (XL PE + POS, source_tags.py):
             0 pad, 1 unknown, 2 special, 3.. `config.pos_tags`. The translation pipeline tags raw text itself.
         """
-        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
-        decoder_input_ids, use_cache = decoder_inputs_from_labels(
-            self.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
-        )
-        outputs = self.model(
-            input_ids,
+        return generation_head_forward(
+            self,
+            XLPESeq2SeqLMOutput,
+            input_ids=input_ids,
             attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids,
-            encoder_outputs=encoder_outputs,
             decoder_attention_mask=decoder_attention_mask,
-            cache=take_cache(past_key_values, cache),
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
+            labels=labels,
             use_cache=use_cache,
             reorder_positions=reorder_positions,
             compute_reorder_loss=labels is not None and reorder_positions is not None,
             pos_tag_ids=pos_tag_ids,
-            return_dict=True,
+            auxiliary_losses=self.add_auxiliary_losses,
             **kwargs,
         )
-        logits = self.lm_head(outputs[0]) + self.final_logits_bias
-        loss = token_loss = translation_loss(logits, labels, self.config.label_smoothing)
-        if token_loss is not None and outputs.reorder_loss is not None:
-            loss = token_loss + self.config.reorder_loss_weight * outputs.reorder_loss
-        elif token_loss is not None:  # the predictor had no supervision: give its parameters a zero gradient
-            loss = token_loss + touch_parameters(getattr(self.model.encoder, "reorder_predictor", None))
-        loss = weight_by_global_tokens(loss, labels, num_items_in_batch)
-        return lm_output(XLPESeq2SeqLMOutput, outputs, logits, loss, translation_loss=token_loss)
 
 
 __all__ = ["XLPEMarianModel", "XLPEMarianMTModel", "XLPEMarianPreTrainedModel"]

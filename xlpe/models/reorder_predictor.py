@@ -20,7 +20,7 @@ It is trained by imitation of the oracle BTG order whenever `reorder_positions` 
 * "mse": regression of s_i onto the normalised oracle rank xl_i / (n - 1).
 
 Special tokens (EOS, pad, `reorder_fixed_token_ids`) are not movable: they keep their own index, as in the
-oracle (see `xlpe.reordering`). Ranking is vectorised (one argsort per batch); the pairwise loss costs
+oracle (see `xlpe.features.reordering`). Ranking is vectorised (one argsort per batch); the pairwise loss costs
 O(batch x length^2) memory, which is small next to attention. Departure from the paper (documented in
 docs/xl_pe.md): a ranking network rather than a BTG parser, so the predicted order is a permutation but not
 necessarily BTG-reachable.

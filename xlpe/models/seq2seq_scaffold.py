@@ -5,8 +5,10 @@ A family differs from stock MarianMT/BART only in its encoder (and, for mvPE+POS
 encoder → decoder plumbing and the output assembly are the same. These helpers build and run them so that each
 `modeling_<family>.py` keeps only what is specific to its paper:
 
-* `SelfInitialisingModulesMixin` (its `_init_weights` is `InitOwnParametersMixin`, also used by a stock decoder with new modules): one `_init_weights` rule for every family: after the stock initialisation, a
-  module that defines `init_own_parameters()` (XL fusion and gate, DPE gate, sinusoid tables) initialises itself.
+* `InitOwnParametersMixin`: one `_init_weights` rule for every family (through hub_support.HubModelMixin, the
+  base of each family's `<Family>PreTrainedModel`) and for a stock decoder with new modules: after the stock
+  initialisation, a module that defines `init_own_parameters()` (XL fusion and gate, DPE gate, sinusoid tables)
+  initialises itself.
 * `init_marian_encoder_parts`, `embed_source`, `run_encoder_layers`: the parts of `MarianEncoder` a family's
   encoder keeps (same submodule names), its embedding prologue and its LayerDrop loop.
 * `init_marian_body(model, config, encoder)` / `init_marian_head(model, config, base_model)`: the stock
@@ -14,7 +16,10 @@ encoder → decoder plumbing and the output assembly are the same. These helpers
 * `encode_decode(model, output_class, ...)`: run the encoder (unless `encoder_outputs` are given, as in
   generation) with the family's extra encoder inputs, then the decoder; every extra field of `output_class`
   (e.g. `reorder_positions`, `order_loss`) is copied from the encoder output of the same name.
-* `decoder_inputs_from_labels`, `translation_loss`, `lm_output`: the generation head's forward.
+* `generation_head_forward(model, output_class, ...)`: the generation head's forward, written once for every
+  family: teacher-forcing inputs from `labels`, the base model, logits, the translation loss plus the family's
+  auxiliary losses, the loss weighting of gradient accumulation, the output assembly. Its parts:
+  `decoder_inputs_from_labels`, `translation_loss`, `weight_by_global_tokens`, `lm_output`.
 * `touch_parameters`: a zero-weighted term over a module's parameters, added to the loss when an auxiliary
   module ran without its own supervision, so that every trainable parameter gets a gradient at every step
   (DDP with `find_unused_parameters=False`).
@@ -36,7 +41,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
-from transformers.modeling_utils import PreTrainedModel
 from transformers.models.marian.modeling_marian import (
     MarianDecoder,
     MarianEncoderLayer,
@@ -53,7 +57,9 @@ _LM_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqLMOutput)}
 
 class InitOwnParametersMixin:
     """Put before a stock `PreTrainedModel` class: its `_init_weights` also calls each module's
-    `init_own_parameters()` (parameters and tables the stock initialisation does not know)."""
+    `init_own_parameters()` (parameters and tables the stock initialisation does not know). `_init_weights` runs
+    for every module at `post_init` and for the modules a checkpoint does not cover at `from_pretrained`
+    (meta-device loading), so state filled here (e.g. non-persistent sinusoid tables) survives both."""
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -61,20 +67,6 @@ class InitOwnParametersMixin:
         init_own_parameters = getattr(module, "init_own_parameters", None)
         if callable(init_own_parameters):
             init_own_parameters()
-
-
-class SelfInitialisingModulesMixin(InitOwnParametersMixin):
-    """Put before the stock `*PreTrainedModel` in a family's bases. `_init_weights` runs for every module at
-    `post_init` and for the modules a checkpoint does not cover at `from_pretrained` (meta-device loading), so
-    state filled here (e.g. non-persistent sinusoid tables) survives both. `__init__` also validates the config
-    (config_checks.py) before any module is built, whichever way the config was built or changed."""
-
-    def __init__(self, config, *args, **kwargs):
-        config.validate()  # a config changed by attribute assignment since it was built is checked here
-        # PreTrainedModel's own __init__, not the next class in the MRO: for a family's base/generation model that
-        # is the stock MarianModel/BartModel, whose __init__ would build (and throw away) a stock encoder and
-        # decoder, and consume `config.gradient_checkpointing` before the family's own modules exist
-        PreTrainedModel.__init__(self, config, *args, **kwargs)
 
 
 def extra_fields(output_class, standard: set[str]) -> list[str]:
@@ -147,6 +139,8 @@ def init_marian_head(model: nn.Module, config, base_model: nn.Module) -> None:
             "model.decoder.embed_tokens.weight": "model.shared.weight",
             "model.encoder.embed_tokens.weight": "model.shared.weight",
         }
+    else:
+        model._tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
     target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
     model.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
     model.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
@@ -310,3 +304,59 @@ def lm_output(output_class, outputs, logits, loss, **losses):
         encoder_attentions=outputs.encoder_attentions,
         **extras,
     )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The generation head's forward
+# ---------------------------------------------------------------------------------------------------------
+
+
+def generation_head_forward(
+    model: nn.Module,
+    output_class,
+    *,
+    labels=None,
+    decoder_input_ids=None,
+    decoder_inputs_embeds=None,
+    use_cache=None,
+    past_key_values=None,
+    cache=None,
+    auxiliary_losses=None,
+    check_target_extras=None,
+    **model_inputs,
+):
+    """The `forward` of every family's generation model, around its base model `model.model`.
+
+    1. With `labels`: no cache, and `decoder_input_ids` = labels shifted right unless decoder inputs are given;
+       then `check_target_extras(labels)` (the family's checks of target-side extra inputs), when given.
+    2. The base model, with `model_inputs` (the encoder inputs, the family's extra inputs, the decoder mask, the
+       encoder outputs, ...) and the decoder cache (`past_key_values` or `cache`, transformers_compat.py).
+    3. logits = lm_head(h) + final_logits_bias, h the decoder output (through `model.output_projection` first
+       when the model has one: mvPE+POS's d_model -> d_w before a tied, narrower lm_head).
+    4. With `labels`: loss = `auxiliary_losses(translation_loss, outputs, labels)` (the family's Eq.: the reorder,
+       order or tag loss, or a zero-weighted touch of an unsupervised module; `translation_loss` alone when not
+       given), weighted by `num_items_in_batch` (in `model_inputs` when the Trainer passes it).
+    5. `output_class` (`lm_output`): the base model's fields, the logits, `loss`, `translation_loss`, and every
+       other extra field of `output_class` copied from the base model's output by name."""
+    num_items_in_batch = model_inputs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
+    decoder_input_ids, use_cache = decoder_inputs_from_labels(
+        model.config, labels, decoder_input_ids, decoder_inputs_embeds, use_cache
+    )
+    if labels is not None and check_target_extras is not None:
+        check_target_extras(labels)
+    outputs = model.model(
+        decoder_input_ids=decoder_input_ids,
+        cache=take_cache(past_key_values, cache),
+        decoder_inputs_embeds=decoder_inputs_embeds,
+        use_cache=use_cache,
+        return_dict=True,
+        **model_inputs,
+    )
+    projection = getattr(model, "output_projection", None)
+    hidden = outputs[0] if projection is None else projection(outputs[0])
+    logits = model.lm_head(hidden) + model.final_logits_bias.to(hidden.device)
+    loss = token_loss = translation_loss(logits, labels, model.config.label_smoothing)
+    if token_loss is not None and auxiliary_losses is not None:
+        loss = auxiliary_losses(token_loss, outputs, labels)
+    loss = weight_by_global_tokens(loss, labels, num_items_in_batch)
+    return lm_output(output_class, outputs, logits, loss, translation_loss=token_loss)

@@ -7,7 +7,7 @@ counters, index buffers) are taken from the newest checkpoint. The result is a m
 newest checkpoint; optimizer/scheduler/RNG states (and an FSDP run's `pytorch_model_fsdp.bin`) are not.
 
     xlpe-train ... --save_steps 500 --save_total_limit 5 --average_last_checkpoints 5
-    python -m xlpe.checkpoint_averaging runs/demo --last 5 --output runs/demo/averaged
+    python -m xlpe.training.checkpoint_averaging runs/demo --last 5 --output runs/demo/averaged
 """
 
 from __future__ import annotations

@@ -1,16 +1,20 @@
 """One data collator for every model family: pads `input_ids`/`labels` and the per-token extra inputs.
 
 `DataCollatorForSeq2Seq` pads only the tokenizer's `model_input_names` and `labels`; a feature such as
-`reorder_positions` makes it fail ("Unable to create tensor"). `XLPEDataCollator` takes the extra keys
-listed in `xlpe.extra_inputs.EXTRA_INPUTS` out of the features, lets the stock collator do its job, then pads
+`reorder_positions` makes it fail ("Unable to create tensor"). `ExtraInputsDataCollator` takes the extra keys
+listed in `xlpe.models.extra_inputs.EXTRA_INPUTS` out of the features, lets the stock collator do its job, then pads
 each extra key to the padded length of the side it is aligned with (source → `input_ids`, target → `labels`),
 on the tokenizer's padding side, with the key's pad rule. Length mismatches are reported with the example
 index instead of producing a ragged tensor; so is an extra key present in some examples but not in others
 (every example is read, not only the first).
+
+`XLPEDataCollator`, the old name of `ExtraInputsDataCollator`, still imports (with a DeprecationWarning) for one
+release.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +25,7 @@ from ..models.extra_inputs import EXTRA_INPUTS, ExtraInput, pad_value_row
 
 
 @dataclass
-class XLPEDataCollator(DataCollatorForSeq2Seq):
+class ExtraInputsDataCollator(DataCollatorForSeq2Seq):
     """`DataCollatorForSeq2Seq` plus the extra per-token inputs of this package.
 
     Args (besides the parent's `tokenizer`, `model`, `padding`, `max_length`, `pad_to_multiple_of`,
@@ -89,3 +93,16 @@ class XLPEDataCollator(DataCollatorForSeq2Seq):
                         rows.append(pad_value_row(spec, shift, 0) + values)
             batch[key] = torch.tensor(rows, dtype=torch.long)
         return batch
+
+
+def __getattr__(name: str):
+    """`XLPEDataCollator`: the old name of `ExtraInputsDataCollator`, importable for one release (it warns)."""
+    if name == "XLPEDataCollator":
+        warnings.warn(
+            "XLPEDataCollator was renamed ExtraInputsDataCollator (it serves every family); the old name goes away "
+            "in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ExtraInputsDataCollator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,7 @@ from ..features.tokenization import train_joint_tokenizer
 from ..models.configuration_xlpe import XLPEMarianConfig
 from ..models.modeling_xlpe import XLPEMarianMTModel
 from ..models.pipeline_translation import XLPETranslationPipeline
-from .collator import XLPEDataCollator
+from .collator import ExtraInputsDataCollator
 
 WORDS = "cat dog bird fish man woman child sees chases likes eats finds big small red old the a".split()
 
@@ -89,7 +89,7 @@ def run_demo(steps: int = 300, seed: int = 0, num_beams: int = 4) -> float:
                 "reorder_positions": oracle_reversal(encoded["input_ids"], encoded.word_ids()),
             }
         )
-    collator = XLPEDataCollator(tokenizer, model=model)
+    collator = ExtraInputsDataCollator(tokenizer, model=model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.98))
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 40))
     model.train()

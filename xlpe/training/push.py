@@ -9,7 +9,7 @@ anything is sent (`check_upload_folder`):
 * a trained POS tagger's file when the config names one (`pos_tagger="perceptron:pos_tagger.json"`);
 * the code files: every module named in `auto_map` and `custom_pipelines`, and the sibling files they import
   (`from .x import y`), e.g. `configuration_xlpe.py`, `modeling_xlpe.py`, `pipeline_translation.py`;
-* `README.md`, the model card (`xlpe.model_card`; written here when missing or when asked to regenerate).
+* `README.md`, the model card (`xlpe.training.model_card`; written here when missing or when asked to regenerate).
 
 A folder saved by `model.save_pretrained` of this package has all of it except the tokenizer and card. If
 config entries or code files are missing (a folder written by other code), the model is loaded and saved
@@ -160,7 +160,7 @@ def push_model(
     """Check/complete `local_dir`, create `repo_id` if needed and upload the folder (one commit for a
     model-sized folder; huggingface_hub splits very large ones).
 
-    `card_kwargs` go to `xlpe.model_card.build_model_card` (languages, license, datasets, base_model,
+    `card_kwargs` go to `xlpe.training.model_card.build_model_card` (languages, license, datasets, base_model,
     eval_results, training, ...) when the card is written; `repo_id` is filled in. Returns the
     `CommitInfo` of the upload.
     """

@@ -40,7 +40,7 @@ from ..models.hub_support import apply_umask_to_weights
 from .arguments import parse_arguments
 from .callbacks import RunClock, RunOutcome, ValidationEarlyStopping
 from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_averaged_model
-from .collator import XLPEDataCollator
+from .collator import ExtraInputsDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
 from .errors import UsageError
 from .model_setup import (
@@ -338,11 +338,11 @@ def run_plan(prepared: dict, model, data_args, training_args) -> RunPlan:
     )
 
 
-def make_collator(tokenizer, model, data_args, training_args) -> XLPEDataCollator:
+def make_collator(tokenizer, model, data_args, training_args) -> ExtraInputsDataCollator:
     """Batches padded to the longest example (default) or to a fixed length (`--pad_to_max_length`); label
     padding is -100 (left out of the loss) unless `--ignore_pad_token_for_loss false`."""
     fixed = data_args.pad_to_max_length
-    return XLPEDataCollator(
+    return ExtraInputsDataCollator(
         tokenizer,
         model=model,
         padding="max_length" if fixed else True,
