@@ -99,7 +99,9 @@ def save_tiny_xlpe_model(tokenizer, directory: Path, model_max_length: int | Non
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The `gpu` marker: tests that need a CUDA device (tests/gpu); skipped without one, so CI never depends on it
+# Markers. `gpu`: tests that need a CUDA device (tests/gpu); skipped without one, so CI never depends on it.
+# `slow`: the long end-to-end variants of a test whose short version runs by default (the suite stays within about
+# ten minutes on CI's two cores); XLPE_SLOW_TESTS=1 (or `-m slow`) runs them too.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -109,9 +111,22 @@ def pytest_configure(config):
         "gpu: needs a CUDA device, skipped without one (run: python -m pytest tests/gpu "
         "-m gpu, or bench/gpu_session.sh tests; XLPE_TEST_DEVICE=cpu runs them on the CPU)",
     )
+    config.addinivalue_line(
+        "markers",
+        "slow: a long end-to-end variant whose short version runs by default; run with XLPE_SLOW_TESTS=1 (or -m slow)",
+    )
+
+
+def run_slow_tests(config) -> bool:
+    return os.environ.get("XLPE_SLOW_TESTS") == "1" or "slow" in (config.getoption("-m", default="") or "")
 
 
 def pytest_collection_modifyitems(config, items):
+    if not run_slow_tests(config):
+        skip_slow = pytest.mark.skip(reason="slow end-to-end variant (XLPE_SLOW_TESTS=1 runs it)")
+        for item in items:
+            if item.get_closest_marker("slow") is not None:
+                item.add_marker(skip_slow)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items or os.environ.get("XLPE_TEST_DEVICE", "cuda") != "cuda":
         return
