@@ -96,7 +96,7 @@ def register() -> None:
         message = untested_transformers()
         if message:
             warnings.warn(message, UserWarning, stacklevel=2)
-    importlib.import_module(f"{__name__}.models")
+    importlib.import_module(f"{__name__}.models").register_with_transformers()
 
 
 _checked_release = False
@@ -143,7 +143,7 @@ def __getattr__(name: str):
         return __getattr__(new_name)
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    importlib.import_module(f"{__name__}.models")  # registers the families with the Auto classes
+    importlib.import_module(f"{__name__}.models").register_with_transformers()  # the families, with the Auto classes
     value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     globals()[name] = value
     return value

@@ -13,12 +13,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..features.alignment import SYMMETRIZATIONS  # (light: numpy only)
+from ..models.registry import extra_input_names  # (light: the registry imports no model module)
 from ..models.taggers import tagger_help  # (light: the tagger registry, standard library only)
 from . import canonical_flags
 
-# xlpe.features.prepare imports torch and transformers: imported when the command runs (fast --help);
-# FEATURE_CHOICES spells out xlpe.features.example_features.FEATURES (tests/cli/test_help.py keeps them equal)
-FEATURE_CHOICES = ("reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids")
+# xlpe.features.prepare imports torch and transformers: imported when the command runs (fast --help); the
+# --features choices are the registry's extra inputs (light: no model module is imported)
+
+
+def __getattr__(name: str):
+    if name == "FEATURE_CHOICES":  # the old constant: the registered extra inputs, read when asked
+        return extra_input_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 PREPARED_TOKENIZER_DIR = "tokenizer"  # = xlpe.features.prepare.PREPARED_TOKENIZER_DIR (tested)
 
 PROG = "xlpe-prepare"
@@ -77,7 +85,9 @@ def _parser() -> argparse.ArgumentParser:
         help="directory for the splits, report.json and tokenizer/ (written aside, renamed into place when complete)",
     )
     p.add_argument("--overwrite-output", action="store_true", help="replace an existing --output directory")
-    p.add_argument("--features", nargs="+", choices=FEATURE_CHOICES, help="default: positions + tags of given taggers")
+    p.add_argument(
+        "--features", nargs="+", choices=extra_input_names(), help="default: positions + tags of given taggers"
+    )
     p.add_argument("--symmetrization", default="grow-diag-final-and", choices=SYMMETRIZATIONS)
     p.add_argument(
         "--eflomal-options",
@@ -151,7 +161,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_ALIGNMENT_SAMPLE,
         metavar="N",
-        help=f"pairs aligned once to learn the eflomal priors every shard starts from (default {DEFAULT_ALIGNMENT_SAMPLE:,})",
+        help="pairs aligned once to learn the eflomal priors every shard starts from "
+        f"(default {DEFAULT_ALIGNMENT_SAMPLE:,})",
     )
     scale.add_argument(
         "--tokenizer-sample",

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from ..features.language_codes import check_language_code
+from ..models.registry import help_signature  # (light: the registry imports no model module)
 from . import CommandLineError, check_input_file, check_model_path, unknown_flags_message, user_error
 
 PROG = "xlpe-train"
@@ -70,18 +71,20 @@ def _help_cache_file() -> Path:
         digest.update(source.name.encode() + source.read_bytes())
     versions = [_version("xlpe"), _version("transformers")]
     width = shutil.get_terminal_size().columns
-    digest.update(f"{sys.version_info[:2]}|{versions}|{width}".encode())
+    digest.update(f"{sys.version_info[:2]}|{versions}|{width}|{help_signature()}".encode())
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlpe" / "help"
     return root / f"xlpe-train-{digest.hexdigest()[:20]}.txt"
 
 
 def snapshot_key() -> str:
     """What the shipped help text must have been made from to be served: Python's minor version (argparse's
-    layout), the transformers release (its training arguments) and the sources in `HELP_SOURCES`."""
+    layout), the transformers release (its training arguments), the sources in `HELP_SOURCES` and the registered
+    families' flags (`registry.help_signature`: a family or strategy added in a plugin shows in the help)."""
     digest = hashlib.sha256()
     training = Path(__file__).resolve().parents[1] / "training"
     for name in HELP_SOURCES:
         digest.update(name.encode() + (training / name).read_bytes())
+    digest.update(help_signature().encode())
     python = ".".join(map(str, sys.version_info[:2]))
     return f"python {python}, transformers {_version('transformers')}, sources {digest.hexdigest()[:16]}"
 

@@ -2,7 +2,10 @@
 both sides with word ids, then per source token the oracle BTG order (`reorder_positions`, XL PE Sec. 3.1),
 the DPE target ranks (`target_positions`, DPE Eq. 1), source POS tags, and per label token the target POS
 tags; `PrepareOptions` holds every option that changes the result (it is part of the cache key). A batch is
-computed at once on flat arrays (all pairs' tokens / words / links with offsets), not pair by pair."""
+computed at once on flat arrays (all pairs' tokens / words / links with offsets), not pair by pair.
+
+The features are the extra inputs of the registry (`xlpe.models.registry`): the four built-in ones are computed
+here; one registered with a `compute` function (`register_extra_input`) is computed by it from a `FeatureBatch`."""
 
 from __future__ import annotations
 
@@ -12,11 +15,13 @@ import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..models.registry import BUILTIN_FEATURES, EXTRA_INPUTS, extra_input_names, feature_computer
 from ..models.taggers import tagger_help
 from .alignment import SYMMETRIZATIONS
 from .reordering import (
@@ -30,7 +35,13 @@ from .reordering import (
 from .tagging import UNK_TAG_ID, Tagger, get_tagger, subword_tag_ids_flat, tagger_identity
 from .tokenization import tokenize_batch
 
-FEATURES = ("reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids")
+
+def __getattr__(name: str):
+    if name == "FEATURES":  # every registered extra input (the registry's, read when asked: plugins included)
+        return extra_input_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 PREPARATION_VERSION = (
     3  # 3: Koehn-exact grow-diag (oracles change). Bump when the produced features change meaning (invalidates caches)
 )
@@ -73,9 +84,15 @@ class PrepareOptions:
             self.features += ["pos_tag_ids"] if self.source_tagger else []
             self.features += ["decoder_pos_tag_ids"] if self.target_tagger else []
         self.features = tuple(self.features)
-        unknown = [f for f in self.features if f not in FEATURES]
+        unknown = [f for f in self.features if f not in EXTRA_INPUTS]
         if unknown:
-            raise ValueError(f"unknown features {unknown}; choose from {list(FEATURES)}")
+            raise ValueError(f"unknown features {unknown}; choose from {list(extra_input_names())}")
+        uncomputable = [f for f in self.features if f not in BUILTIN_FEATURES and feature_computer(f) is None]
+        if uncomputable:
+            raise ValueError(
+                f"features {uncomputable} are registered without a way to compute them: give `compute` to "
+                "xlpe.models.registry.register_extra_input"
+            )
         for feature, tagger, side in (
             ("pos_tag_ids", self.source_tagger, "source"),
             ("decoder_pos_tag_ids", self.target_tagger, "target"),
@@ -156,6 +173,33 @@ class PrepareOptions:
 # ----------------------------------------------------------------------------------------------------------
 # Per-batch features (runs inside `Dataset.map`, possibly in worker processes)
 # ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FeatureBatch:
+    """What a registered feature's `compute(batch)` gets: the texts, both sides tokenised (`TokenizedBatch`: flat
+    ids / word ids with offsets), the word alignment links (flat, one entry per link) and the options. It returns
+    one list of ints per pair, as long as that pair's tokens on the feature's side (`ExtraInput.side`)."""
+
+    sources: list[str]
+    targets: list[str]
+    source: Any  # TokenizedBatch of the sources
+    target: Any  # TokenizedBatch of the targets (labels)
+    link_sentence: np.ndarray  # pair of each link
+    link_source: np.ndarray  # source word of each link (index within its sentence)
+    link_target: np.ndarray  # target word of each link
+    options: PrepareOptions
+
+
+def _registered_feature(name: str, batch: FeatureBatch) -> pa.ListArray:
+    """A registered (not built-in) feature, computed by its `compute` and checked against its side's lengths."""
+    values = feature_computer(name)(batch)
+    tokens = batch.source if EXTRA_INPUTS[name].side == "source" else batch.target
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    if len(values) != len(tokens) or not np.array_equal(lengths, tokens.lengths):
+        raise ValueError(f"feature {name!r}: compute() must give one value per {EXTRA_INPUTS[name].side} token")
+    flat = np.fromiter(itertools.chain.from_iterable(values), dtype=np.int64, count=int(lengths.sum()))
+    return _list_column(flat, tokens.offsets)
 
 
 def _tagger(spec: str | Tagger, nltk_data: str | None) -> Tagger:
@@ -300,6 +344,12 @@ def _compute_features(batch, tokenizer, options: PrepareOptions, keep_text: bool
                 [[t for t, i in zip(ts, ids) if i == UNK_TAG_ID] for ts, ids in zip(tags, word_tag_ids)],
                 type=pa.list_(pa.string()),
             )
+    for feature in options.features:
+        if feature not in BUILTIN_FEATURES:
+            batch_view = FeatureBatch(
+                sources, targets, source, target, link_sentence, link_source, link_target, options
+            )
+            out[feature] = _registered_feature(feature, batch_view)
     if keep_text:
         link_offsets = np.r_[0, np.cumsum(link_counts // 2)]
         out.update(

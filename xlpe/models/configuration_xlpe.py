@@ -13,8 +13,9 @@ from transformers import MarianConfig
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
 from .configuration_position_options import PositionOptionsConfigMixin
 from .configuration_source_tags import SourceTagsConfigMixin
+from .strategies import INPUT_FUSION, XL_HEADS, strategy_names, strategy_traits
 
-XL_STRATEGIES = ("none", "in", "head", "combination")
+FAMILY = "xlpe"  # the registry name whose strategies (strategies.py) `xl_strategy` chooses from
 XL_FUSIONS = ("diagonal", "full")
 XL_TRAIN_POSITIONS = ("oracle", "predicted")
 XL_POSITION_FORMS = ("absolute", "relative", "rotary")
@@ -34,11 +35,17 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
     model_type = "xlpe_marian"
 
     # --- where the XL signal enters (Sec. 3.2) ---
-    xl_strategy: str = "combination"  # "none" | "in" (Eq. 7-8) | "head" (Eq. 9-11) | "combination" (footnote 2)
+    xl_strategy: str = (
+        "combination"  # strategies.py: "none" | "in" (Eq. 7-8) | "head" (Eq. 9-11) | "combination" (fn. 2)
+    )
     xl_heads: int | None = None  # tau: first-layer heads fed X+PE_XL (Eq. 9-11); None -> H // 4 (paper: 4 of 16)
     # --- how the XL heads see XL positions (docs/xl_pe.md, "XL order in relative and rotary form") ---
-    xl_position_form: str = "absolute"  # "absolute": X + PE_XL (Eq. 9); "relative": Shaw distances of XL positions; "rotary": RoPE angles of them
-    xl_position_layers: str = "first"  # relative/rotary form: the tau heads of layer 1 ("first", HeadXL's place) or of every encoder layer ("all")
+    # xl_position_form: "absolute": X + PE_XL (Eq. 9); "relative": Shaw distances of XL positions; "rotary": RoPE
+    # angles of them
+    xl_position_form: str = "absolute"
+    # xl_position_layers (relative/rotary form): the tau heads of layer 1 ("first", HeadXL's place) or of every
+    # encoder layer ("all")
+    xl_position_layers: str = "first"
     xl_relative_max_distance: int = 16  # k clipping the XL distances of the relative form: clip(xl_j - xl_i, -k, k)
     # --- the InXL fusion PE_In-XL = tanh(PE_abs U + PE_XL V) (Eq. 7) ---
     xl_fusion: str = "diagonal"  # "diagonal": U, V are d-vectors (2d params, the paper's +0.01M); "full": d x d
@@ -66,9 +73,7 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
     def __post_init__(self, **kwargs):
         # derived defaults (before the checks, so that they are checked too)
         if self.xl_heads is None:
-            self.xl_heads = (
-                max(1, self.encoder_attention_heads // 4) if self.xl_strategy in ("head", "combination") else 0
-            )
+            self.xl_heads = max(1, self.encoder_attention_heads // 4) if XL_HEADS in self.xl_traits else 0
         if (
             self.reorder_predictor_hidden_size is None
             and isinstance(self.reorder_predictor_heads, int)
@@ -80,9 +85,21 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         super().__post_init__(**kwargs)
         self.validate()
 
+    @property
+    def xl_traits(self) -> frozenset:
+        """What the strategy switches on (strategies.py): `INPUT_FUSION` (InXL), `XL_HEADS` (HeadXL), both, none."""
+        return strategy_traits(FAMILY, self.xl_strategy)
+
+    @property
+    def uses_xl(self) -> bool:
+        """Does the model read XL positions at all (an InXL input, or at least one XL head)? Computed here once;
+        the model, the export and the checks read it."""
+        traits = self.xl_traits
+        return INPUT_FUSION in traits or (XL_HEADS in traits and isinstance(self.xl_heads, int) and self.xl_heads > 0)
+
     def validate_family_fields(self):
         """The XL fields (run at construction, after `from_pretrained` keywords, and by `validate()`)."""
-        check_choice("xl_strategy", self.xl_strategy, XL_STRATEGIES)
+        check_choice("xl_strategy", self.xl_strategy, strategy_names(FAMILY))
         check_choice("xl_fusion", self.xl_fusion, XL_FUSIONS)
         check_choice("xl_train_positions", self.xl_train_positions, XL_TRAIN_POSITIONS)
         check_choice("reorder_unit", self.reorder_unit, REORDER_UNITS)
@@ -92,12 +109,13 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         check_number("xl_relative_max_distance", self.xl_relative_max_distance, 1, integer=True)
         heads = self.encoder_attention_heads
         check_number(f"xl_heads (tau, of encoder_attention_heads={heads})", self.xl_heads, 0, heads, integer=True)
-        if self.xl_strategy in ("none", "in") and self.xl_heads != 0:
+        if XL_HEADS not in self.xl_traits and self.xl_heads != 0:
+            with_heads = [name for name in strategy_names(FAMILY) if XL_HEADS in strategy_traits(FAMILY, name)]
             raise ValueError(
-                f"xl_heads={self.xl_heads} only applies to xl_strategy 'head' or 'combination', "
+                f"xl_heads={self.xl_heads} only applies to xl_strategy {' or '.join(map(repr, with_heads))}, "
                 f"not {self.xl_strategy!r}: set xl_heads=0 or change the strategy"
             )
-        if self.xl_position_form != "absolute" and (self.xl_strategy != "head" or self.xl_heads == 0):
+        if self.xl_position_form != "absolute" and (self.xl_traits != {XL_HEADS} or self.xl_heads == 0):
             raise ValueError(
                 f"xl_position_form={self.xl_position_form!r} gives XL distances/angles to the tau XL heads: it needs "
                 f"xl_strategy='head' and xl_heads >= 1, got xl_strategy={self.xl_strategy!r}, xl_heads={self.xl_heads} "
@@ -130,20 +148,26 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         check_number("xl_fusion_init_scale", self.xl_fusion_init_scale)
 
     def validate_position_options(self):
-        """The shared rules (configuration_position_options.py), then XL PE's (docs/xl_pe.md, "Baselines and stacking")."""
+        """The shared rules (configuration_position_options.py), then XL PE's (docs/xl_pe.md, "Baselines and
+        stacking")."""
         super().validate_position_options()
-        uses_xl = self.xl_strategy == "in" or (self.xl_strategy in ("head", "combination") and self.xl_heads > 0)
-        if uses_xl and not self.absolute_positions and self.xl_position_form == "absolute":
+        if self.uses_xl and not self.absolute_positions and self.xl_position_form == "absolute":
             raise ValueError(
                 f"xl_strategy={self.xl_strategy!r} needs absolute_positions=True: XL PE fuses PE_abs with PE_XL "
                 "(Eq. 7) and its first layer's residual carries X + PE_abs (Eq. 9); use xl_strategy='none' for a "
                 "model without absolute positions, or xl_position_form 'relative' / 'rotary', which need no PE_abs"
             )
-        if self.xl_strategy in ("head", "combination") and self.xl_heads > 0 and self.encoder_layers == 0:
+        if XL_HEADS in self.xl_traits and self.xl_heads > 0 and self.encoder_layers == 0:
             raise ValueError(
                 f"xl_strategy={self.xl_strategy!r} feeds XL positions to heads of the first encoder layer (Eq. 9-11), "
                 "but encoder_layers=0: use xl_strategy='in' for an encoder-free model (the paper's Table 4)"
             )
+
+
+def __getattr__(name: str):
+    if name == "XL_STRATEGIES":  # the old constant: now the strategy table's names (strategies.py), read when asked
+        return strategy_names(FAMILY)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["XLPEMarianConfig"]

@@ -9,46 +9,18 @@ source (`input_ids`) or the target (`labels`). This module is the single place t
 * how it is validated inside `forward` (shape, dtype, range) with a ValueError that names the argument and
   says what was expected and what was given. No IndexError from an embedding lookup, no device assert.
 
-To add a new per-token input: add an `ExtraInput` to `EXTRA_INPUTS`; the collator, the pipeline and the
-validation pick it up (see CONTRIBUTING.md).
+The table itself (`EXTRA_INPUTS`: name, side, pad rule, oracle, `generate`) is `extra_input_specs.py`, which has
+no imports so that the registry and the CLI read it without torch; it is re-exported here under its old names.
+To add a new per-token input: add an `ExtraInput` there; the collator, the pipeline and the validation pick it
+up (see CONTRIBUTING.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from .extra_input_specs import EXTRA_INPUTS, IGNORE_INDEX, ExtraInput, pad_value_row  # noqa: F401  (the table)
 from .tag_sets import PAD_TAG_ID
-
-IGNORE_INDEX = -100  # "no supervision" marker, as in `labels`
-
-
-@dataclass(frozen=True)
-class ExtraInput:
-    name: str
-    side: str  # "source" (aligned with input_ids) or "target" (aligned with labels)
-    pad: int | str  # constant pad value, or "identity" (pad slot i gets value i)
-    doc: str
-
-
-EXTRA_INPUTS: dict[str, ExtraInput] = {
-    spec.name: spec
-    for spec in (
-        ExtraInput("reorder_positions", "source", "identity", "XL position of each source token (XL PE Fig. 1b)"),
-        ExtraInput("target_positions", "source", IGNORE_INDEX, "target rank of each source token (DPE Eq. 1)"),
-        ExtraInput("pos_tag_ids", "source", 0, "POS tag id of each source token (mvPE+POS Eq. 11)"),
-        ExtraInput("decoder_pos_tag_ids", "target", 0, "POS tag id of each target token (mvPE+POS Eq. 11)"),
-    )
-}
-
-
-def pad_value_row(spec: ExtraInput, length: int, start: int) -> list[int]:
-    """Values for padding slots start..length-1 of one row."""
-    if spec.pad == "identity":
-        return list(range(start, length))
-    return [int(spec.pad)] * (length - start)
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Validation helpers (called from the models' forward; vectorised, one host sync per check)
@@ -239,5 +211,6 @@ def check_target_inputs(config, decoder_input_ids=None, labels=None, past_length
             row, col = _first_bad(bad)
             allowed = f" or {IGNORE_INDEX}" if name == "labels" else ""
             raise ValueError(
-                f"`{name}` must be token ids in [0, {vocab_size}){allowed}; row {row}, token {col} has {int(values[row, col])}"
+                f"`{name}` must be token ids in [0, {vocab_size}){allowed}; row {row}, token {col} has "
+                f"{int(values[row, col])}"
             )

@@ -252,9 +252,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
     def __init__(self, config: XLPEMarianConfig):
         super().__init__(config)
         init_marian_encoder_parts(self, config)
-        self.uses_xl = config.xl_strategy == "in" or (
-            config.xl_strategy in ("head", "combination") and config.xl_heads > 0
-        )
+        self.uses_xl = config.uses_xl  # computed once, by the config (its strategy's traits and xl_heads)
         self.xl_form = config.xl_position_form if self.uses_xl else "absolute"
         if config.xl_strategy in ("head", "combination") and config.xl_heads > 0 and self.xl_form == "absolute":
             self.layers[0].self_attn = XLHeadAttention(config)

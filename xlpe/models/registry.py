@@ -1,32 +1,162 @@
-"""The tiny registry of model families: name -> (config class, base model class, generation model class).
+"""The registries of xlpe's extension points, the one place every layer reads them from: model families (name ->
+classes, the family's `xlpe-train` fields, its variant, the extra inputs it reads, its title), strategies (a
+family's named variants: XL PE's none / in / head / combination) and the per-token extra inputs (name, side,
+padding, oracle or not, whether `generate` takes it).
 
-`xlpe-train --model_type NAME` and the benchmarks look families up here; `xlpe/__init__.py` registers each
-family with the transformers Auto classes from this table. Adding a family is one `register_family` call
-(see CONTRIBUTING.md).
+Light: this module imports no torch, no transformers and no model module. A family names its classes as
+"module:Class" strings, loaded on first use (`ModelFamily.config_class`, ...), so `xlpe-train --help`, the CLIs'
+argument choices and a user error read the registry at once. The strategy and extra-input tables live in the
+remote-code files `strategies.py` and `extra_input_specs.py` (the configs, the collator and the input checks read
+them where xlpe is not installed); this module re-exports them and adds to them. The Auto registration of the
+classes is `xlpe.models.register_with_transformers` (it runs when transformers is imported, and for a family
+registered later at once).
+
+Adding a family, a strategy, an extra input: one `register_*` call (CONTRIBUTING.md); the built-in families are
+the `BUILTIN_FAMILIES` rows below.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from .extra_input_specs import EXTRA_INPUTS, ExtraInput
+from .strategies import STRATEGIES, Strategy, add_strategy, remove_strategy, strategy_names
+
+# ---------------------------------------------------------------------------------------------------------
+# Model families
+# ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
+class FamilyField:
+    """A config field `xlpe-train` takes as a flag (`--name VALUE`; None = the family's default)."""
+
+    name: str
+    type: type  # the flag's value type: int, float or str
+    help: str  # one line; the family's strategy field gets its choices appended
+    convert: Callable | None = None  # flag value -> config value (e.g. pe_step: "auto" or a number)
+
+
+def _load(reference):
+    """A class given as itself or as "module:Qualified.Name"."""
+    if not isinstance(reference, str):
+        return reference
+    module, _, name = reference.partition(":")
+    value = importlib.import_module(module)
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _reference(value) -> str:
+    return value if isinstance(value, str) else f"{value.__module__}:{value.__qualname__}"
+
+
 class ModelFamily:
-    name: str  # what users type: --model_type NAME
-    config_class: type
-    base_model_class: type
-    generation_model_class: type
+    """One model family: what users type (`--model_type NAME`), its three classes (classes or "module:Class"
+    strings, loaded on first use) and the facts every layer reads:
+
+    * `model_type`: the config's `model_type` (known without importing it; default: read off the config class);
+    * `title`: the family in words (model cards, docs);
+    * `fields`: the config fields `xlpe-train` takes as flags (`FamilyField`s);
+    * `strategy_field`: the config field that picks one of the family's strategies (`register_strategy`), if any;
+    * `variant`: the model's variant in one word (the Hub tag "<family>-<variant>"): a config field name or a
+      function of the config; default the strategy field;
+    * `extra_inputs`: the per-token extra inputs its `forward` may read (None: every registered one it takes).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config_class,
+        base_model_class,
+        generation_model_class,
+        *,
+        model_type: str | None = None,
+        title: str | None = None,
+        fields: tuple[FamilyField, ...] = (),
+        strategy_field: str | None = None,
+        variant: str | Callable | None = None,
+        extra_inputs: tuple[str, ...] | None = None,
+    ):
+        self.name = name
+        self._references = (config_class, base_model_class, generation_model_class)
+        self._classes: dict[int, type] = {}
+        self._model_type = model_type
+        self.title = title or name
+        self.fields = tuple(fields)
+        self.strategy_field = strategy_field
+        self.variant = variant if variant is not None else strategy_field
+        self.extra_inputs = tuple(extra_inputs) if extra_inputs is not None else None
+
+    def _class(self, index: int) -> type:
+        if index not in self._classes:
+            self._classes[index] = _load(self._references[index])
+        return self._classes[index]
+
+    config_class = property(lambda self: self._class(0), doc="the config class (loaded on first use)")
+    base_model_class = property(lambda self: self._class(1), doc="the base model class (AutoModel)")
+    generation_model_class = property(lambda self: self._class(2), doc="the model with the LM head (Seq2SeqLM)")
+
+    @property
+    def model_type(self) -> str:
+        return self._model_type or self.config_class.model_type
+
+    def strategies(self) -> tuple[str, ...]:
+        """The names of the family's registered strategies (empty without a strategy field)."""
+        return strategy_names(self.name) if self.strategy_field else ()
+
+    def field_help(self, field: FamilyField) -> str:
+        if field.name == self.strategy_field:
+            return f"{field.help}: {' | '.join(self.strategies())}"
+        return field.help
+
+    def variant_of(self, config) -> str | None:
+        """The variant `config` is, in one word (None: the family has none)."""
+        if self.variant is None:
+            return None
+        if callable(self.variant):
+            return self.variant(config)
+        value = getattr(config, self.variant, None)
+        return value if isinstance(value, str) else None
+
+    def _key(self):
+        fields = tuple((f.name, f.type, f.help) for f in self.fields)
+        return (self.name, tuple(map(_reference, self._references)), self._model_type, fields, self.strategy_field)
+
+    def __eq__(self, other):
+        return isinstance(other, ModelFamily) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"ModelFamily({self.name!r}, {', '.join(map(_reference, self._references))})"
 
 
 MODEL_FAMILIES: dict[str, ModelFamily] = {}
+_LISTENERS: list[Callable[[ModelFamily], None]] = []  # called for each family registered (the Auto registration)
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
+    """Add `family` (the same family again is a no-op; another one of that name an error). Once the families are
+    registered with transformers (`xlpe.models.register_with_transformers`), this one is too, at once."""
     existing = MODEL_FAMILIES.get(family.name)
     if existing is not None and existing != family:
-        raise ValueError(f"model family {family.name!r} is already registered with {existing.config_class.__name__}")
+        raise ValueError(f"model family {family.name!r} is already registered as {existing!r}")
     MODEL_FAMILIES[family.name] = family
+    if existing is None:
+        for listener in list(_LISTENERS):
+            listener(family)
     return family
+
+
+def unregister_family(name: str) -> ModelFamily | None:
+    """Remove a family from the registry (tests, plugins). Its classes stay known to the Auto classes of this
+    process (transformers has no way to unregister)."""
+    return MODEL_FAMILIES.pop(name, None)
 
 
 def get_family(name: str) -> ModelFamily:
@@ -35,6 +165,200 @@ def get_family(name: str) -> ModelFamily:
     return MODEL_FAMILIES[name]
 
 
+def family_names() -> tuple[str, ...]:
+    return tuple(MODEL_FAMILIES)
+
+
+def family_of_model_type(model_type: str) -> ModelFamily | None:
+    """The registered family whose config has `model_type` (e.g. "xlpe_marian" -> the "xlpe" family)."""
+    for family in MODEL_FAMILIES.values():
+        if family.model_type == model_type:
+            return family
+    return None
+
+
+def family_fields() -> dict[str, tuple[FamilyField, list[ModelFamily]]]:
+    """Every family's `xlpe-train` fields: name -> (field, the families that declare it), in registration order."""
+    found: dict[str, tuple[FamilyField, list[ModelFamily]]] = {}
+    for family in MODEL_FAMILIES.values():
+        for field in family.fields:
+            found.setdefault(field.name, (field, []))[1].append(family)
+    return found
+
+
 def declares_field(config_class: type, name: str) -> bool:
     """Does `config_class` (or a base) declare the config field `name`? (a family's own fields, e.g. `pos_tags`)"""
     return any(name in getattr(klass, "__annotations__", {}) for klass in config_class.__mro__)
+
+
+def on_register(listener: Callable[[ModelFamily], None]) -> None:
+    """Call `listener(family)` for every family registered from now on (`xlpe.models` uses it for the Auto
+    classes)."""
+    if listener not in _LISTENERS:
+        _LISTENERS.append(listener)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Strategies (strategies.py holds the table: the configs validate against it)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def register_strategy(strategy: Strategy) -> Strategy:
+    """Add a strategy to its family (the family's config accepts it, `xlpe-train` lists it, the model card tags it).
+    The family need not be registered yet (the built-in tables load in any order)."""
+    return add_strategy(strategy)
+
+
+def unregister_strategy(family: str, name: str) -> None:
+    remove_strategy(family, name)
+
+
+def strategies_of(family: str) -> tuple[str, ...]:
+    return strategy_names(family)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Extra inputs (extra_input_specs.py holds the table: the collator and the input checks read it)
+# ---------------------------------------------------------------------------------------------------------
+
+_FEATURE_COMPUTERS: dict[str, Callable | str] = {}  # extra input -> how the preparation computes it (not built in)
+BUILTIN_FEATURES = ("reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids")
+
+
+def register_extra_input(spec: ExtraInput, compute: Callable | str | None = None) -> ExtraInput:
+    """Add a per-token extra input: the collator pads it, `generate` takes it if `spec.generate`, the preparation
+    computes it with `compute(batch) -> list of per-token int lists` (a callable or "module:function"; see
+    `xlpe.features.example_features.FeatureBatch`), `xlpe-prepare --features` lists it."""
+    existing = EXTRA_INPUTS.get(spec.name)
+    if existing is not None and existing != spec:
+        raise ValueError(f"extra input {spec.name!r} is already registered as {existing}")
+    if spec.side not in ("source", "target"):
+        raise ValueError(f"extra input {spec.name!r}: side must be 'source' or 'target', got {spec.side!r}")
+    EXTRA_INPUTS[spec.name] = spec
+    if compute is not None:
+        _FEATURE_COMPUTERS[spec.name] = compute
+    return spec
+
+
+def unregister_extra_input(name: str) -> None:
+    if name in BUILTIN_FEATURES:
+        raise ValueError(f"{name!r} is a built-in extra input")
+    EXTRA_INPUTS.pop(name, None)
+    _FEATURE_COMPUTERS.pop(name, None)
+
+
+def extra_input_names() -> tuple[str, ...]:
+    """Every registered extra input, built-in ones first (the preparation's features, `--features` choices)."""
+    return tuple(EXTRA_INPUTS)
+
+
+def feature_computer(name: str) -> Callable | None:
+    """How the preparation computes a registered (not built-in) extra input, or None."""
+    compute = _FEATURE_COMPUTERS.get(name)
+    return _load(compute) if isinstance(compute, str) else compute
+
+
+def generate_inputs(with_oracle: bool = False) -> tuple[str, ...]:
+    """The extra inputs `generate()` may be given: test-time ones, and the oracles when `with_oracle`."""
+    return tuple(n for n, s in EXTRA_INPUTS.items() if s.generate and (with_oracle or not s.oracle))
+
+
+def oracle_inputs() -> tuple[str, ...]:
+    return tuple(name for name, spec in EXTRA_INPUTS.items() if spec.oracle)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The built-in families, and what the CLI's help is made from
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _pe_step(value):
+    return value if value == "auto" else float(value)
+
+
+def _mvpe_variant(config) -> str:
+    return "mvpe" if config.pos_tag_sides == "none" else f"pos-{config.pos_tag_sides}"
+
+
+_M = __name__.rpartition(".")[0]  # xlpe.models
+BUILTIN_FAMILIES = (
+    ModelFamily(
+        "xlpe",
+        f"{_M}.configuration_xlpe:XLPEMarianConfig",
+        f"{_M}.modeling_xlpe:XLPEMarianModel",
+        f"{_M}.modeling_xlpe:XLPEMarianMTModel",
+        model_type="xlpe_marian",
+        title="XL PE (cross-lingual position representation)",
+        fields=(
+            FamilyField("xl_strategy", str, "XL PE"),
+            FamilyField("xl_heads", int, "XL PE: tau, first-layer heads that see the XL positions"),
+            FamilyField("reorder_loss_weight", float, "XL PE: weight of the reorder predictor's loss"),
+        ),
+        strategy_field="xl_strategy",
+        extra_inputs=("reorder_positions", "pos_tag_ids"),
+    ),
+    ModelFamily(
+        "dpe",
+        f"{_M}.configuration_dpe:DPEMarianConfig",
+        f"{_M}.modeling_dpe:DPEMarianModel",
+        f"{_M}.modeling_dpe:DPEMarianMTModel",
+        model_type="dpe_marian",
+        title="DPE (dynamic position encoding)",
+        fields=(FamilyField("order_loss_weight", float, "DPE: lambda of Eq. 2"),),
+        extra_inputs=("target_positions", "pos_tag_ids"),
+    ),
+    ModelFamily(
+        "mvpe_pos",
+        f"{_M}.configuration_mvpe_pos:MvPEPosConfig",
+        f"{_M}.modeling_mvpe_pos:MvPEPosModel",
+        f"{_M}.modeling_mvpe_pos:MvPEPosForConditionalGeneration",
+        model_type="mvpe_pos",
+        title="mvPE+POS (augmented Transformer)",
+        fields=(FamilyField("pe_step", str, "mvPE+POS: k of Eq. 9-10, a number or 'auto'", convert=_pe_step),),
+        variant=_mvpe_variant,
+        extra_inputs=("pos_tag_ids", "decoder_pos_tag_ids"),
+    ),
+)
+for _family in BUILTIN_FAMILIES:
+    register_family(_family)
+del _family
+
+
+def help_signature() -> str:
+    """What of the registry shapes `xlpe-train --help` (families, their fields and strategies), as one string:
+    part of the help text's cache key, so a family registered in a plugin never shows a stale help."""
+    parts = []
+    for family in MODEL_FAMILIES.values():
+        fields = ",".join(f"{f.name}:{f.type.__name__}:{family.field_help(f)}" for f in family.fields)
+        parts.append(f"{family.name}[{fields}]")
+    return ";".join(parts)
+
+
+__all__ = [
+    "BUILTIN_FAMILIES",
+    "EXTRA_INPUTS",
+    "MODEL_FAMILIES",
+    "STRATEGIES",
+    "ExtraInput",
+    "FamilyField",
+    "ModelFamily",
+    "Strategy",
+    "declares_field",
+    "extra_input_names",
+    "family_fields",
+    "family_names",
+    "family_of_model_type",
+    "feature_computer",
+    "generate_inputs",
+    "get_family",
+    "help_signature",
+    "on_register",
+    "oracle_inputs",
+    "register_extra_input",
+    "register_family",
+    "register_strategy",
+    "strategies_of",
+    "unregister_extra_input",
+    "unregister_family",
+    "unregister_strategy",
+]

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from pathlib import Path
 
 import torch
@@ -23,6 +23,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..evaluation.metrics import check_bleu_tokenizer
 from ..features.language_codes import check_language_code
+from ..models.registry import MODEL_FAMILIES, family_fields, help_signature
 from ..models.taggers import tagger_help
 from .errors import UsageError, unknown_flags_message
 from .recipes import NO_RECIPE, RECIPE_NAMES, cuda_fast_defaults, recipe_settings
@@ -42,8 +43,9 @@ def _help(text: str, **kwargs):
 
 
 @dataclass
-class ModelArguments:
-    """Which model, tokenizer and family to train (run_translation's names first)."""
+class _ModelArgumentsBase:
+    """Which model, tokenizer and family to train (run_translation's names first); the registered families' own
+    fields are added after `config_overrides` (`model_arguments_class`)."""
 
     model_name_or_path: str | None = _help(
         "checkpoint to start from (Hub id or directory); none = from scratch", default=None
@@ -69,17 +71,13 @@ class ModelArguments:
         "'relative_attention_max_distance=16,directional_attention=true'",
         default=None,
     )
-    # --- family fields (None: the family's default); each is checked against the family's config ---
-    xl_strategy: str | None = _help("XL PE: none | in | head | combination", default=None)
-    xl_heads: int | None = _help("XL PE: tau, first-layer heads that see the XL positions", default=None)
-    reorder_loss_weight: float | None = _help("XL PE: weight of the reorder predictor's loss", default=None)
+    # --- here: the families' fields (xlpe.models.registry, `ModelFamily.fields`; None: the family's default);
+    # each is checked against the family's config ---
     reorderer: str | None = _help(
         "XL PE: a standalone reorderer (`xlpe-reorder train`, same tokenizer) that supplies "
         "the predicted positions; saved inside the checkpoint",
         default=None,
     )
-    order_loss_weight: float | None = _help("DPE: lambda of Eq. 2", default=None)
-    pe_step: str | None = _help("mvPE+POS: k of Eq. 9-10, a number or 'auto'", default=None)
     # --- size of a model trained from scratch (None: Transformer-base) ---
     d_model: int | None = _help("hidden size", default=None)
     encoder_layers: int | None = _help("encoder layers", default=None)
@@ -106,6 +104,50 @@ class ModelArguments:
         "run_translation's flag: transformers 5 always loads the fast tokenizer (false is accepted and warned about)",
         default=True,
     )
+
+
+def _family_flag_fields() -> list[tuple]:
+    """(name, type, field) of every registered family's `xlpe-train` fields; a strategy field lists its choices."""
+    made = []
+    for name, (family_field, families) in family_fields().items():
+        family = families[0]
+        metadata = {"help": family.field_help(family_field)}
+        if name == family.strategy_field and family.strategies():
+            metadata["choices"] = family.strategies()  # (argparse's; HfArgumentParser passes metadata on)
+        made.append((name, family_field.type | None, field(default=None, metadata=metadata)))
+    return made
+
+
+def _model_type_help() -> str:
+    return (
+        f"vanilla (stock MarianMT) or a registered family: {', '.join(MODEL_FAMILIES)}. Default: xlpe from scratch, "
+        "the checkpoint's own type with --model_name_or_path. A stock Marian checkpoint with --model_type xlpe "
+        "is upgraded function-preservingly"
+    )
+
+
+_MODEL_ARGUMENTS: dict[str, type] = {}
+
+
+def model_arguments_class() -> type:
+    """`ModelArguments` for the families registered now: the base fields, with each family's fields (and their
+    choices) after `config_overrides` (built once per registry state)."""
+    key = help_signature()
+    if key not in _MODEL_ARGUMENTS:
+        made = []
+        for base in fields(_ModelArgumentsBase):
+            default = {"default": base.default} if base.default is not MISSING else {}
+            help_text = _model_type_help() if base.name == "model_type" else base.metadata["help"]
+            made.append((base.name, base.type, _help(help_text, **default)))
+            if base.name == "config_overrides":
+                made += _family_flag_fields()
+        cls = make_dataclass("ModelArguments", made)
+        cls.__module__, cls.__doc__ = __name__, _ModelArgumentsBase.__doc__
+        _MODEL_ARGUMENTS[key] = cls
+    return _MODEL_ARGUMENTS[key]
+
+
+ModelArguments = model_arguments_class()  # the built-in families' (the parser builds its own: a plugin's fields)
 
 
 @dataclass
@@ -205,7 +247,8 @@ class XLPETrainingArguments(Seq2SeqTrainingArguments):
     recipe: str | None = _help(
         f"argument defaults: {' | '.join(RECIPE_NAMES)} (architecture, inverse-sqrt schedule, "
         "label smoothing, token batches, BLEU evaluation, early stopping, averaging; explicit "
-        "flags win), or none (transformers' defaults). Default from scratch: chosen for the data size and device (logged)",
+        "flags win), or none (transformers' defaults). Default from scratch: chosen for the data size and device "
+        "(logged)",
         default=None,
     )
     max_tokens: int | None = _help(
@@ -406,12 +449,13 @@ def read_arguments_file(path: Path) -> dict:
         raise UsageError(f"{path}: cannot be read ({type(error).__name__})") from None
     if not isinstance(given, dict):
         raise UsageError(
-            f"{path}: the arguments file must hold a JSON object of argument names and values, got {type(given).__name__}"
+            f"{path}: the arguments file must hold a JSON object of argument names and values, "
+            f"got {type(given).__name__}"
         )
     from .reuse import key_line
 
     hints = {}
-    for cls in (ModelArguments, DataTrainingArguments, XLPETrainingArguments):
+    for cls in (model_arguments_class(), DataTrainingArguments, XLPETrainingArguments):
         hints.update(typing.get_type_hints(cls))
     names = {
         "bool": "true or false",
@@ -451,7 +495,7 @@ def parse_arguments(argv: list[str] | None = None, recipe: str | None = None, wi
 
 
 def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, with_validation: bool = True):
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, XLPETrainingArguments))
+    parser = HfArgumentParser((model_arguments_class(), DataTrainingArguments, XLPETrainingArguments))
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
         given = read_arguments_file(Path(argv[0]))
@@ -527,7 +571,8 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
         ):
             raise ValueError(
                 f"--average_last_checkpoints {count} needs at least {count} saved checkpoints: "
-                f"--save_strategy is {getattr(training_args.save_strategy, 'value', training_args.save_strategy)}, --save_total_limit is {keep}, "
+                f"--save_strategy is {getattr(training_args.save_strategy, 'value', training_args.save_strategy)}, "
+                f"--save_total_limit is {keep}, "
                 f"--max_steps {steps} / --save_steps {training_args.save_steps} saves {saved}"
             )
     if training_args.early_stopping_patience:

@@ -34,15 +34,10 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig, PretrainedConfig
 
-from ..models.registry import MODEL_FAMILIES
+from ..models.registry import MODEL_FAMILIES, family_of_model_type
 from .run_card import CARD_INPUTS
 
 TEMPLATE_NAME = "model_card_template.md"
-FAMILY_TITLES = {
-    "xlpe": "XL PE (cross-lingual position representation)",
-    "dpe": "DPE (dynamic position encoding)",
-    "mvpe_pos": "mvPE+POS (augmented Transformer)",
-}
 METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER", "aer": "AER"}
 ARCHITECTURE_FIELDS = (
     "d_model",
@@ -62,9 +57,9 @@ ARCHITECTURE_FIELDS = (
 
 def family_of(config: PretrainedConfig) -> str:
     """The registered family name of a config (by model_type), e.g. "xlpe"."""
-    for name, family in MODEL_FAMILIES.items():
-        if family.config_class.model_type == config.model_type:
-            return name
+    family = family_of_model_type(config.model_type)
+    if family is not None:
+        return family.name
     raise ValueError(f"model_type {config.model_type!r} is not an xlpe family; known: {sorted(MODEL_FAMILIES)}")
 
 
@@ -80,19 +75,30 @@ def variant_settings(config: PretrainedConfig) -> dict:
     return {name: getattr(config, name) for name in names if hasattr(config, name)}
 
 
-# The variant a model is, in one word, for the Hub tag "<family>-<variant>" (families not listed: the value of
-# their first declared `*strategy` field, if any).
-VARIANT_OF = {
-    "xlpe": lambda config: config.xl_strategy,  # in | head | combination | none
-    "mvpe_pos": lambda config: "mvpe" if config.pos_tag_sides == "none" else f"pos-{config.pos_tag_sides}",
-}
+def __getattr__(name: str):
+    """The old tables `FAMILY_TITLES` and `VARIANT_OF`, now read off the registry (deprecated)."""
+    moved = {"FAMILY_TITLES": "ModelFamily.title", "VARIANT_OF": "ModelFamily.variant_of (or variant_name(config))"}
+    if name not in moved:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+
+    warnings.warn(
+        f"xlpe.training.model_card.{name} is deprecated: each family's is {moved[name]} (xlpe.models.registry)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    if name == "FAMILY_TITLES":
+        return {family.name: family.title for family in MODEL_FAMILIES.values()}
+    return {family.name: family.variant_of for family in MODEL_FAMILIES.values() if family.variant is not None}
 
 
 def variant_name(config: PretrainedConfig) -> str | None:
-    """The model's position variant (`VARIANT_OF`), e.g. "combination" for XL PE's `xl_strategy`."""
-    family = family_of(config)
-    if family in VARIANT_OF:
-        return VARIANT_OF[family](config)
+    """The model's position variant in one word, for the Hub tag "<family>-<variant>": what its family's `variant`
+    says (`ModelFamily.variant`, e.g. "combination" for XL PE's `xl_strategy`), else the value of the first
+    declared `*strategy` field, if any."""
+    family = MODEL_FAMILIES[family_of(config)]
+    if family.variant is not None:
+        return family.variant_of(config)
     for name, value in variant_settings(config).items():
         if name.endswith("strategy") and isinstance(value, str):
             return value
@@ -340,7 +346,7 @@ def build_model_card(
         for entry in entries
         for metric, value, signature in _metric_items(entry)
     ]
-    family_title = FAMILY_TITLES.get(family, family)
+    family_title = MODEL_FAMILIES[family].title
     return ModelCard.from_template(
         card_data,
         template_path=str(find_template(template_path)),

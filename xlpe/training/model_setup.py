@@ -13,10 +13,16 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
-from ..models.registry import MODEL_FAMILIES, declares_field, get_family
+from ..models.registry import (
+    MODEL_FAMILIES,
+    declares_field,
+    extra_input_names,
+    family_fields,
+    family_of_model_type,
+    get_family,
+)
 
 logger = logging.getLogger("xlpe.train")
-FAMILY_FIELDS = ("xl_strategy", "xl_heads", "reorder_loss_weight", "order_loss_weight", "pe_step")
 SIZE_FIELDS = {
     "d_model": ("d_model",),
     "encoder_layers": ("encoder_layers",),
@@ -26,6 +32,12 @@ SIZE_FIELDS = {
     "dropout": ("dropout",),
 }
 TRANSFORMER_BASE = dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1)
+
+
+def __getattr__(name: str):
+    if name == "FAMILY_FIELDS":  # the families' flags, now read off the registry (`ModelFamily.fields`)
+        return tuple(family_fields())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def family_classes(model_type: str) -> tuple[type, type]:
@@ -42,11 +54,14 @@ def family_classes(model_type: str) -> tuple[type, type]:
 
 
 def family_overrides(model_args, config_class: type, model_type: str) -> dict:
-    """Config fields given on the command line (family fields and --config_overrides), checked by name."""
-    overrides = {name: getattr(model_args, name) for name in FAMILY_FIELDS if getattr(model_args, name) is not None}
+    """Config fields given on the command line (the registered families' fields and --config_overrides), checked
+    by name; a field's `convert` turns the flag's value into the config's."""
+    fields = family_fields()
+    overrides = {name: getattr(model_args, name) for name in fields if getattr(model_args, name, None) is not None}
     overrides.update(parse_config_overrides(model_args.config_overrides))
-    if "pe_step" in overrides and overrides["pe_step"] != "auto":
-        overrides["pe_step"] = float(overrides["pe_step"])
+    for name, (field, _) in fields.items():
+        if name in overrides and field.convert is not None:
+            overrides[name] = field.convert(overrides[name])
     for name in overrides:
         if not (declares_field(config_class, name) or hasattr(config_class(), name)):
             raise ValueError(
@@ -239,13 +254,19 @@ def check_vocabulary(tokenizer, model, tokenizer_source: str) -> None:
 
 
 def model_features(model) -> list[str]:
-    """The per-token extra inputs this model reads (what the preparation must compute): those its forward takes
-    that its config uses (`uses_extra_input`: e.g. an XL PE model takes `pos_tag_ids` only with a tagger)."""
-    from ..features.prepare import FEATURES
-
+    """The per-token extra inputs this model reads (what the preparation must compute): of the registered extra
+    inputs, those its family declares (`ModelFamily.extra_inputs`; every one for a family that declares none),
+    its forward takes and its config uses (`uses_extra_input`: e.g. an XL PE model takes `pos_tag_ids` only with
+    a tagger)."""
     parameters = inspect.signature(model.forward).parameters
     uses = getattr(model.config, "uses_extra_input", lambda name: True)
-    return [feature for feature in FEATURES if feature in parameters and uses(feature)]
+    family = family_of_model_type(getattr(model.config, "model_type", ""))
+    declared = family.extra_inputs if family is not None and family.extra_inputs is not None else None
+    return [
+        feature
+        for feature in extra_input_names()
+        if (declared is None or feature in declared) and feature in parameters and uses(feature)
+    ]
 
 
 def parse_config_overrides(text: str | None) -> dict:

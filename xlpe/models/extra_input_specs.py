@@ -1,0 +1,58 @@
+"""The per-token extra inputs (next to `input_ids` / `labels`) as a table: name, side, pad rule, whether it is an
+oracle and whether `generate` takes it. No imports: this file travels as Hub custom code (the collator and the
+input checks in `extra_inputs.py` read it), and `registry.py` reads it without torch (the CLI's `--features`
+choices, the feature preparation, `xlpe-train`'s list of what a model reads).
+
+For each input:
+* `side`: "source" (same length as `input_ids`) or "target" (as `labels`);
+* `pad`: how the collator pads it: a constant, or "identity" (a padded slot i gets value i, so a padded row of
+  `reorder_positions` is still a permutation of 0..T-1);
+* `oracle`: a gold training signal read off the references (word alignments) and predicted by the model at
+  test time: `generate` sees it only when asked for explicitly (an oracle evaluation);
+* `generate`: whether `generate()` accepts it (a source-side input a test-time tool produces, or an oracle).
+
+To add one: an `ExtraInput` row below, or `xlpe.models.registry.register_extra_input` (CONTRIBUTING.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+IGNORE_INDEX = -100  # "no supervision" marker, as in `labels`
+
+
+@dataclass(frozen=True)
+class ExtraInput:
+    name: str
+    side: str  # "source" (aligned with input_ids) or "target" (aligned with labels)
+    pad: int | str  # constant pad value, or "identity" (pad slot i gets value i)
+    doc: str
+    oracle: bool = False  # gold at training time, predicted at test time
+    generate: bool = True  # `generate()` accepts it (an oracle only when asked for)
+
+
+EXTRA_INPUTS: dict[str, ExtraInput] = {
+    spec.name: spec
+    for spec in (
+        ExtraInput(
+            "reorder_positions", "source", "identity", "XL position of each source token (XL PE Fig. 1b)", oracle=True
+        ),
+        ExtraInput(
+            "target_positions", "source", IGNORE_INDEX, "target rank of each source token (DPE Eq. 1)", oracle=True
+        ),
+        ExtraInput("pos_tag_ids", "source", 0, "POS tag id of each source token (mvPE+POS Eq. 11)"),
+        ExtraInput(
+            "decoder_pos_tag_ids", "target", 0, "POS tag id of each target token (mvPE+POS Eq. 11)", generate=False
+        ),
+    )
+}
+
+
+def pad_value_row(spec: ExtraInput, length: int, start: int) -> list[int]:
+    """Values for padding slots start..length-1 of one row."""
+    if spec.pad == "identity":
+        return list(range(start, length))
+    return [int(spec.pad)] * (length - start)
+
+
+__all__ = ["EXTRA_INPUTS", "IGNORE_INDEX", "ExtraInput", "pad_value_row"]
