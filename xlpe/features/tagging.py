@@ -190,7 +190,7 @@ class RegisteredTagger(Tagger):
 
 
 class NLTKPerceptronTagger(RegisteredTagger):
-    """ "nltk-en": NLTK's averaged-perceptron English tagger (Penn Treebank tags), as in mvPE+POS Table II.
+    """The "nltk-en" tagger: NLTK's averaged-perceptron English tagger (Penn Treebank tags), mvPE+POS Table II.
 
     The model is `taggers/averaged_perceptron_tagger_eng` of nltk_data (`nltk.download(
     'averaged_perceptron_tagger_eng')`). `nltk_data` (or the env var XLPE_NLTK_DATA) adds a directory that is
@@ -204,8 +204,8 @@ class NLTKPerceptronTagger(RegisteredTagger):
 
 
 class JiebaTagger(RegisteredTagger):
-    """ "jieba-zh": jieba's POS tags for Chinese (mvPE+POS Sec. IV; taggers.JiebaWordTagger says how words and raw
-    text are tagged: one tag per given word; raw text segmented by jieba)."""
+    """The "jieba-zh" tagger: jieba's POS tags for Chinese (mvPE+POS Sec. IV; taggers.JiebaWordTagger says how
+    words and raw text are tagged: one tag per given word; raw text segmented by jieba)."""
 
     name = "jieba-zh"
 
@@ -214,8 +214,9 @@ class JiebaTagger(RegisteredTagger):
 
 
 class SpacyTagger(RegisteredTagger):
-    """ "spacy:<model>": fine-grained tags (`token.tag_`, or `token.pos_` with `attribute="pos_"`) of an installed
-    spaCy model; the vocabulary is the model's tagger labels (UD universal tags for `pos_`): store `to_list()`."""
+    """The "spacy:<model>" taggers: fine-grained tags (`token.tag_`, or `token.pos_` with `attribute="pos_"`) of
+    an installed spaCy model; the vocabulary is the model's tagger labels (UD universal tags for `pos_`): store
+    `to_list()`."""
 
     UNIVERSAL_TAGS = UNIVERSAL_TAGS
 
@@ -236,8 +237,9 @@ def tagger_identity(spec: str | None) -> str | None:
 
 
 class PerceptronFileTagger(RegisteredTagger):
-    """ "perceptron:<file>": an averaged-perceptron tagger trained by `xlpe-tagger train` (tagger_training.py),
-    read from its file; the file's tags are the vocabulary. `model_dir`: a saved model that holds the file."""
+    """The "perceptron:<file>" taggers: an averaged-perceptron tagger trained by `xlpe-tagger train`
+    (tagger_training.py), read from its file; the file's tags are the vocabulary. `model_dir`: a saved model that
+    holds the file."""
 
     def __init__(self, path: str | os.PathLike, model_dir: str | None = None, **options):
         super().__init__(PERCEPTRON_PREFIX + str(path), model_dir=model_dir, **options)
