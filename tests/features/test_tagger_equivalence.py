@@ -1,13 +1,14 @@
 """The built-in taggers tag as they did before the tagger registry (issue 40): preparation (`get_tagger`: pre-split
 words and `tag_sentence`) and a saved model's pipeline (`load_tagger`: raw text -> character spans). The expected
-values were recorded with the code before the refactoring and are kept as a regression guard."""
+values were recorded with the code before the refactoring and are kept as a regression guard; so are config dicts
+saved by that code (old_source_tag_configs.json, commit f5f5496), which load and save as before."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import SHARED_DIR
 
-from xlpe.features.tagging import get_tagger
+from xlpe.features.tagging import PTB_TAGS, get_tagger
 from xlpe.models.pos_tagging_hub import load_tagger
 
 NLTK_DATA = str(SHARED_DIR / "data" / "nltk_data")
@@ -138,3 +139,34 @@ def test_trained_perceptron_file_tags_unchanged(tmp_path):
     save_tagger(train_perceptron_tagger(sentences, 2, 0), tmp_path / "de.json")
     name = f"perceptron:{tmp_path / 'de.json'}"
     check(get_tagger(name), load_tagger(name), DE, [s.split() for s in DE], DE_TAG, DE_SENTENCE, DE_SPANS)
+
+
+def test_configs_saved_before_the_registry_load_and_save_as_before():
+    """Config dicts saved by the code before the registry (MvPEPosConfig declared its own source-tag fields then;
+    now SourceTagsConfigMixin's): they load, and save to the same dict; new configs equal them too."""
+    import json
+    from pathlib import Path
+
+    from xlpe import MvPEPosConfig, XLPEMarianConfig
+
+    saved = json.loads((Path(__file__).parent / "old_source_tag_configs.json").read_text(encoding="utf-8"))
+    made = {
+        "mvpe_default": MvPEPosConfig(d_model=32, pos_dim=8, max_position_embeddings=16, pe_step=1),
+        "mvpe_jieba": MvPEPosConfig(
+            d_model=32,
+            pos_dim=8,
+            max_position_embeddings=16,
+            pe_step=1,
+            pos_tagger="jieba-zh",
+            decoder_pos_tags=["<pad>", "<unk>", "<special>", "A", "B"],
+        ),
+        "xlpe_nltk": XLPEMarianConfig(pos_tagger="nltk-en"),
+    }
+    for name, old in saved.items():
+        config_class = MvPEPosConfig if name.startswith("mvpe") else XLPEMarianConfig
+        loaded = config_class.from_dict(old).to_dict()
+        new = made[name].to_dict()
+        for key in ("transformers_version",):
+            loaded.pop(key, None), new.pop(key, None), old.pop(key, None)
+        assert json.loads(json.dumps(loaded, default=str)) == old == json.loads(json.dumps(new, default=str)), name
+    assert saved["mvpe_default"]["pos_tagger"] == "nltk-en" and saved["mvpe_default"]["pos_tags"] == list(PTB_TAGS)
