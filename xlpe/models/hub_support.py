@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 from transformers import PreTrainedConfig
-from transformers import initialization as hf_init  # noqa: F401  (re-exported for the modeling files)
+from transformers import initialization as hf_init  # also imported from here by the modeling files
 from transformers.utils import logging
 
 from .pipeline_translation import TRANSLATION_PIPELINE_ENTRY
