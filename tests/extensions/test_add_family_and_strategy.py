@@ -188,6 +188,19 @@ def test_the_feature_preparation_computes_the_extra_input(registered, toy_tokeni
         PrepareOptions(features=["no_such_input"], aligner=lambda s, t: [])
 
 
+def test_the_collator_pads_it_and_generate_is_given_it(registered, toy_tokenizer):
+    from xlpe.training.collator import ExtraInputsDataCollator
+    from xlpe.training.trainer import generation_inputs
+
+    features = [
+        {"input_ids": [5, 6, 1], "attention_mask": [1, 1, 1], "labels": [5, 1], "dummy_ids": [7, 8, 9]},
+        {"input_ids": [5, 1], "attention_mask": [1, 1], "labels": [5, 6, 1], "dummy_ids": [3, 4]},
+    ]
+    batch = ExtraInputsDataCollator(tokenizer=toy_tokenizer)(features)
+    assert batch["dummy_ids"].tolist() == [[7, 8, 9], [3, 4, 0]]  # its side's length, its pad value
+    assert "dummy_ids" in generation_inputs(dict(batch))  # a source-side input a test-time tool would give
+
+
 def test_the_auto_classes_and_a_saved_model_load_the_family(registered, tmp_path):
     torch.manual_seed(0)
     model = DummyPEMTModel(DummyPEConfig(**TINY, dummy_scale=2.0)).eval()
