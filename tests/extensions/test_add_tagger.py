@@ -11,7 +11,7 @@ import pytest
 import torch
 from family_tester import tiny_kwargs
 
-from xlpe.models.taggers import WordTagger, find_tagger, register_tagger, unregister_tagger
+from xlpe.models.taggers import WordTagger, find_tagger, register_tagger, taggers_for_language, unregister_tagger
 
 NAME = "vowel-xx"
 
@@ -71,6 +71,7 @@ def test_the_cli_lists_it_and_configs_take_its_tag_set(vowel_tagger, capsys):
     assert tagger.main(["list"]) == 0
     listed = {entry["name"]: entry for entry in json.loads(capsys.readouterr().out)}
     assert listed[vowel_tagger]["languages"] == ["xx"] and listed[vowel_tagger]["tags"] == 2
+    assert taggers_for_language("xx") == [vowel_tagger] and taggers_for_language("en") == ["nltk-en"]
     assert XLPEMarianConfig(pos_tagger=vowel_tagger).pos_tags == ["V", "C"]
     assert MvPEPosConfig(
         d_model=32, pos_dim=8, max_position_embeddings=16, pe_step=1, pos_tagger=vowel_tagger

@@ -3,7 +3,8 @@
 mvPE+POS and XL PE + POS need a tagger of the source language. NLTK ships one for English and jieba tags
 Chinese; for any other language (German, the XL PE paper's IWSLT source) this module trains NLTK's averaged
 perceptron (Collins 2002; NLTK's features) on a Universal Dependencies treebank and writes it as one JSON file
-that a model then carries beside its weights (pos_tagging_hub.py reads it, in training and in the pipeline).
+that a model then carries beside its weights (the "perceptron" tagger of the registry, xlpe/models/taggers.py,
+reads it, in training and in the pipeline).
 
 The unit is the whitespace word, as everywhere in xlpe (alignments, the oracle, `tag_sentence`): a treebank
 token glued to the next one (`SpaceAfter=No`, e.g. "Haus" + ".") is merged with it into the word "Haus.", which
@@ -25,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..models.pos_tagging_hub import TAGGER_FILE_FORMAT
+from ..models.taggers import TAGGER_FILE_FORMAT
 from .text_files import read_text_lines
 
 TAG_COLUMNS = {"upos": 3, "xpos": 4}  # CoNLL-U columns (0-based) of the two tag sets
@@ -144,7 +145,7 @@ def train_perceptron_tagger(sentences: Sequence[TaggedSentence], iterations: int
 
 
 def save_tagger(tagger, path: str | os.PathLike, lowercase: bool = False, details: dict | None = None) -> None:
-    """Write the tagger file (pos_tagging_hub.read_tagger_file reads it): tags sorted, atomic replace."""
+    """Write the tagger file (taggers.read_tagger_file reads it): tags sorted, atomic replace."""
     data = {
         "format": TAGGER_FILE_FORMAT,
         "version": 1,

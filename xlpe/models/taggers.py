@@ -183,6 +183,11 @@ def registered_taggers() -> list[TaggerEntry]:
     return list(_REGISTRY.values())
 
 
+def taggers_for_language(language: str) -> list[str]:
+    """The names of the registered taggers that tag `language` (an ISO code: "en" -> ["nltk-en"])."""
+    return [entry.usage for entry in registered_taggers() if language in entry.languages]
+
+
 def tagger_choices() -> list[str]:
     """How each registered tagger is named: ["nltk-en", "jieba-zh", "spacy:<model>", "perceptron:<file>", ...]."""
     return [entry.usage for entry in registered_taggers()]
@@ -539,6 +544,7 @@ __all__ = [
     "tagger_choices",
     "tagger_file_name",
     "tagger_help",
+    "taggers_for_language",
     "unknown_tagger_message",
     "unregister_tagger",
 ]
