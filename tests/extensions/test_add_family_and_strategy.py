@@ -32,7 +32,7 @@ from xlpe.models.registry import (
     unregister_family,
     unregister_strategy,
 )
-from xlpe.models.strategies import XL_HEADS
+from xlpe.models.strategies import INPUT_FUSION, XL_HEADS
 
 TINY = dict(
     d_model=16,
@@ -169,6 +169,30 @@ def test_the_strategy_is_validated_and_unknown_ones_still_refused(registered):
     assert config.uses_xl and config.xl_heads == 1
     with pytest.raises(ValueError, match="xl_strategy must be one of"):
         XLPEMarianConfig(**TINY, xl_strategy="dummy_other")
+
+
+@pytest.mark.parametrize(
+    "traits, same_as", [({XL_HEADS}, "head"), ({INPUT_FUSION}, "in"), ({INPUT_FUSION, XL_HEADS}, "combination")]
+)
+def test_the_model_reads_a_strategys_traits_not_its_name(traits, same_as):
+    """A strategy registered with the traits of a built-in one builds the same modules and computes the same
+    output: the modeling file reads traits (INPUT_FUSION, XL_HEADS), so a new strategy needs no code there."""
+    strategy = Strategy("dummy_traits", "xlpe", "a built-in strategy's traits under another name", frozenset(traits))
+    register_strategy(strategy)
+    try:
+        outputs = []
+        for name in (same_as, strategy.name):
+            torch.manual_seed(0)
+            model = XLPEMarianMTModel(XLPEMarianConfig(**TINY, xl_strategy=name)).eval()
+            ids = torch.tensor([[5, 6, 7, 8, 1]])
+            positions = torch.tensor([[3, 2, 1, 0, 4]])
+            with torch.no_grad():
+                outputs.append(model(input_ids=ids, reorder_positions=positions, decoder_input_ids=ids).logits)
+            outputs.append(sorted(name for name, _ in model.named_parameters()))
+        assert outputs[1] == outputs[3]  # the same parameters
+        torch.testing.assert_close(outputs[0], outputs[2], rtol=0, atol=0)
+    finally:
+        unregister_strategy("xlpe", strategy.name)
 
 
 def test_the_feature_preparation_computes_the_extra_input(registered, toy_tokenizer):

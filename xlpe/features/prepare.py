@@ -64,7 +64,7 @@ from .corpus import (  # noqa: F401  (re-exported: the preparation API in one pl
     read_parallel_files,
     validate_links,
 )
-from .example_features import FEATURES, PREPARATION_VERSION, PrepareOptions, _compute_features, _tagger  # noqa: F401
+from .example_features import PREPARATION_VERSION, PrepareOptions, _compute_features, _tagger  # noqa: F401
 from .text_files import OutputExistsError, atomic_output_dir
 from .tokenization import tokenize_with_word_ids, train_joint_tokenizer, vocab_fingerprint  # noqa: F401
 
@@ -417,3 +417,13 @@ def save_prepared(
         tokenizer.save_pretrained(str(staging / PREPARED_TOKENIZER_DIR))
         (staging / "report.json").write_text(json.dumps(reports, indent=2, ensure_ascii=False, default=str))
     return output
+
+
+def __getattr__(name: str):
+    """`FEATURES`: every registered extra input, read from the registry when asked (plugins registered after this
+    module was imported included), as the example_features module gives it."""
+    if name == "FEATURES":
+        from . import example_features
+
+        return example_features.FEATURES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,9 @@ Strategies (config.xl_strategy), with X = scaled token embeddings, PE_abs/PE_XL 
 * "combination" as "head" with PE_In-XL in place of PE_XL in Eq. 9 (footnote 2); residual carries Z_abs.
 * "none"        vanilla Marian (a baseline with the same code path).
 
+The model reads a strategy's traits (strategies.py: INPUT_FUSION, PE_In-XL of Eq. 7; XL_HEADS, the tau heads of
+Eq. 9-11), never its name, so a new strategy made of these traits is one row there and no code here.
+
 Gate (not in the paper; config.xl_gate_init): the XL side is PE_abs + g * (PE_target - PE_abs) with one
 scalar g. g = 1 is exactly the paper; training from scratch starts there ("the XL signal from the first step").
 `from_pretrained` on a stock MarianMT checkpoint starts at g = 0, which makes the new model compute exactly
@@ -64,6 +67,7 @@ from .seq2seq_scaffold import (
     touch_parameters,
 )
 from .source_tags import SourceTagEncoding
+from .strategies import INPUT_FUSION, XL_HEADS
 from .transformers_compat import renamed_cache_argument
 
 # ---------------------------------------------------------------------------------------------------------
@@ -82,9 +86,10 @@ class CrossLingualPositionEncoding(nn.Module):
     def __init__(self, config: XLPEMarianConfig):
         super().__init__()
         self.strategy, self.fusion, self.init_scale = config.xl_strategy, config.xl_fusion, config.xl_fusion_init_scale
+        self.fuses = INPUT_FUSION in config.xl_traits  # PE_In-XL (Eq. 7); else PE_XL itself (HeadXL)
         self.gate_init = config.xl_gate_init
         d = config.d_model
-        if self.strategy in ("in", "combination"):
+        if self.fuses:
             shape = (d,) if self.fusion == "diagonal" else (d, d)
             self.fusion_abs = nn.Parameter(torch.empty(shape))  # U of Eq. 7
             self.fusion_xl = nn.Parameter(torch.empty(shape))  # V of Eq. 7
@@ -92,7 +97,7 @@ class CrossLingualPositionEncoding(nn.Module):
 
     @torch.no_grad()
     def init_own_parameters(self) -> None:
-        if self.strategy in ("in", "combination"):
+        if self.fuses:
             for weight in (self.fusion_abs, self.fusion_xl):
                 if self.fusion == "diagonal":
                     hf_init.constant_(weight, self.init_scale)
@@ -101,7 +106,7 @@ class CrossLingualPositionEncoding(nn.Module):
         hf_init.constant_(self.gate, self.gate_init)
 
     def forward(self, pe_abs: torch.Tensor, pe_xl: torch.Tensor) -> torch.Tensor:
-        if self.strategy == "head":
+        if not self.fuses:
             target = pe_xl
         elif self.fusion == "diagonal":
             target = torch.tanh(pe_abs * self.fusion_abs + pe_xl * self.fusion_xl)
@@ -254,7 +259,8 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         init_marian_encoder_parts(self, config)
         self.uses_xl = config.uses_xl  # computed once, by the config (its strategy's traits and xl_heads)
         self.xl_form = config.xl_position_form if self.uses_xl else "absolute"
-        if config.xl_strategy in ("head", "combination") and config.xl_heads > 0 and self.xl_form == "absolute":
+        self.xl_in_input = INPUT_FUSION in config.xl_traits and XL_HEADS not in config.xl_traits  # InXL alone: Z
+        if XL_HEADS in config.xl_traits and config.xl_heads > 0 and self.xl_form == "absolute":
             self.layers[0].self_attn = XLHeadAttention(config)
         # XL heads in relative/rotary form (position_attention.py): layer 1's, or every layer's
         self.xl_layers = (
@@ -372,7 +378,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         elif self.uses_xl:
             pe_xl = F.embedding(used_positions, self.embed_positions.weight)
             pe_xl_side = self.xl_position(pe_abs, pe_xl).to(inputs_embeds.dtype)
-            if self.config.xl_strategy == "in":
+            if self.xl_in_input:
                 hidden_states = inputs_embeds + pe_xl_side
             else:
                 xl_delta = pe_xl_side - pe_abs

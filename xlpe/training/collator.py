@@ -14,6 +14,7 @@ release.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,7 @@ class ExtraInputsDataCollator(DataCollatorForSeq2Seq):
     def _spec(self, key: str) -> ExtraInput:
         spec = EXTRA_INPUTS[key]
         if key in self.pad_values:
-            spec = ExtraInput(spec.name, spec.side, int(self.pad_values[key]), spec.doc)
+            spec = dataclasses.replace(spec, pad=int(self.pad_values[key]))
         return spec
 
     @staticmethod

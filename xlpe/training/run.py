@@ -318,7 +318,7 @@ def run_plan(prepared: dict, model, data_args, training_args) -> RunPlan:
     tests, passes = 0, 1
     if training_args.do_predict and test is not None:
         tests = min(len(test), data_args.max_predict_samples or len(test))
-        if "reorder_positions" in test.column_names and getattr(model.config, "xl_strategy", "none") != "none":
+        if "reorder_positions" in test.column_names and getattr(model.config, "uses_xl", False):
             passes = 2
     accumulation = training_args.gradient_accumulation_steps
     batching = (
@@ -464,10 +464,7 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
     if data_args.max_predict_samples is not None:
         test_dataset = test_dataset.select(range(min(len(test_dataset), data_args.max_predict_samples)))
     passes = [("predict", False)]
-    if (
-        "reorder_positions" in test_dataset.column_names
-        and getattr(trainer.model.config, "xl_strategy", "none") != "none"
-    ):
+    if "reorder_positions" in test_dataset.column_names and getattr(trainer.model.config, "uses_xl", False):
         passes.append(("predict_oracle", True))
     metrics, all_scores, output_dir = {"predict_samples": len(test_dataset)}, {}, Path(trainer.args.output_dir)
     has_text = "target_text" in test_dataset.column_names  # score against the text, not the decoded label ids

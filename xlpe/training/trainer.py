@@ -70,7 +70,6 @@ from ..models.extra_inputs import EXTRA_INPUTS
 from .callbacks import Throughput, TokenBatchEpoch
 from .sampling import ShuffledLengthGroupedSampler, TokenBatchSampler, example_lengths, example_side_lengths
 
-ORACLE_INPUTS = ("reorder_positions", "target_positions")  # gold training signals, predicted at test time
 SOURCE_INPUTS = ("input_ids", "attention_mask")
 EXAMPLE_INDEX = "example_index"  # position of an evaluation/test example in its dataset (restores input order)
 logger = logging.getLogger(__name__)
@@ -88,7 +87,8 @@ def generation_inputs(inputs: dict, with_oracle_positions: bool = False) -> dict
         if key in SOURCE_INPUTS:
             return True
         spec = EXTRA_INPUTS.get(key)
-        return spec is not None and spec.side == "source" and (key not in ORACLE_INPUTS or with_oracle_positions)
+        # the extra inputs' table says which `generate` takes, and which are oracles (shown only when asked for)
+        return spec is not None and spec.generate and (not spec.oracle or with_oracle_positions)
 
     return {key: value for key, value in inputs.items() if allowed(key)}
 
