@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,6 +37,9 @@ DEFAULT_SHARD_EFLOMAL_OPTIONS = {"n_samplers": 2, "rel_iterations": 0.6}
 AUTO_SHARD_PAIRS = 200_000  # --shard-size auto: files holding more pairs than this are prepared in shards
 FILE_SPLITS = {"train": "", "validation": "validation-", "test": "test-"}  # split -> flag prefix
 TOKENIZER_TRAINING = {"tokenizer_vocab_size": 8000, "tokenizer_model": "unigram"}  # xlpe-train's defaults
+# the whole preparation's rate on 2 cores (Multi30k en-de, 29,000 pairs in 29.9 s: docs/benchmarks/preparation.md),
+# for the plan's estimate; the summary prints the rate measured on this machine
+PAIRS_PER_SECOND_2_CORES = 950
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -501,7 +505,25 @@ def _run_sharded_stages(args, options: dict, work: Path, sharded) -> int:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _print_summary(output, reports: dict, tokenizer_origin: str) -> None:
+def _plan_line(args, splits: dict) -> str:
+    """What `xlpe-prepare` will do, and about how long it takes at the documented rate."""
+    sizes = {name: len(split.sources) for name, split in splits.items()}
+    total = sum(sizes.values())
+    steps = ["train a joint tokenizer on the train split"] if not args.tokenizer else []
+    aligning = [name for name, split in splits.items() if split.alignments is None]
+    if aligning:
+        steps.append(f"align the words of {', '.join(aligning)} with eflomal (both directions)")
+    steps.append("read off the features (" + ", ".join(args.features or ["positions", "tags of given taggers"]) + ")")
+    seconds = total / PAIRS_PER_SECOND_2_CORES
+    about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+    return (
+        f"{PROG}: plan: {total:,} pairs ({', '.join(f'{name} {size:,}' for name, size in sizes.items())}): "
+        f"{'; '.join(steps)}; about {about} at the rate measured on 2 cores ({PAIRS_PER_SECOND_2_CORES} pairs/s; "
+        "more cores are faster, a loaded machine slower)"
+    )
+
+
+def _print_summary(output, reports: dict, tokenizer_origin: str, seconds: float | None = None) -> None:
     for name, report in reports.items():
         print(
             f"{PROG}: {name}: kept {report['pairs_kept']} of {report['pairs_read']}, skipped {report['pairs_skipped']}",
@@ -512,6 +534,11 @@ def _print_summary(output, reports: dict, tokenizer_origin: str) -> None:
         f"{output / PREPARED_TOKENIZER_DIR} ({tokenizer_origin})",
         file=sys.stderr,
     )
+    if seconds is not None:
+        pairs = sum(report["pairs_read"] for report in reports.values())
+        print(
+            f"{PROG}: took {seconds:.0f} s ({pairs / max(seconds, 1e-9):,.0f} pairs/s on this machine)", file=sys.stderr
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -546,7 +573,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if _is_sharded(args):
             return _run_sharded(args, options)
+        started = time.perf_counter()
         splits = _read_splits(args)
+        print(_plan_line(args, splits), file=sys.stderr, flush=True)
         tokenizer, tokenizer_origin = _tokenizer(args, splits)
         prepared, reports = prepare_splits(splits, tokenizer, **options)
         _label_reports(args, reports, tokenizer_origin)
@@ -558,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else f"{error.filename}: {error.strerror}"
         )
         parser.exit(2, f"{PROG}: error: {message}\n")
-    _print_summary(output, reports, tokenizer_origin)
+    _print_summary(output, reports, tokenizer_origin, time.perf_counter() - started)
     return 0
 
 
