@@ -197,6 +197,7 @@ def test_depth_check_trains_both_backends_on_the_same_batches(capsys):
     assert "--depths: '6x2' is not ENCODER+DECODER layers" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_speed_driver_counts_flops_of_every_family_beside_its_baseline(capsys):
     """bench/speed.py (driver + benchlib) end to end in its cheapest mode: one row per model, ratios vs stock."""
     spec = importlib.util.spec_from_file_location("speed", REPO_ROOT / "bench" / "speed.py")
@@ -207,6 +208,7 @@ def test_speed_driver_counts_flops_of_every_family_beside_its_baseline(capsys):
     assert "| Marian | — |" in out and "| XL PE combination | Marian |" in out and "(×1.0" in out
 
 
+@pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_oracle_stability_driver(capsys, shared_dir, monkeypatch):
     """bench/oracle_stability.py on a small slice: a row per K with τ in [-1, 1], and the symmetrisation row."""
     monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
@@ -220,6 +222,7 @@ def test_oracle_stability_driver(capsys, shared_dir, monkeypatch):
     assert len([row for row in rows if len(row) == 4]) == 1  # reference vs previous grow-diag-final-and
 
 
+@pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_reorderer_words_driver(tmp_path, capsys):
     """bench/reorderer_words.py on a tiny XL PE model: both rows, and ranking whole words never splits one."""
     from xlpe.training.run import main as xlpe_train
@@ -589,6 +592,7 @@ def test_every_run_keeps_its_own_hypotheses(tmp_path, capsys):
         driver.main(["--report", "--work_dir", str(tmp_path)])
 
 
+@pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_a_german_source_is_tagged_by_a_tagger_trained_on_ud_german_gsd(tmp_path, shared_dir, monkeypatch, capsys):
     """de-en's tagged rows: the tagger is trained once per work dir ("perceptron:<file>", STTS tags), the tagged
     preparation tags the German source with it, and a tagged XL PE run trains, scores, and ships the tagger file."""
@@ -691,6 +695,7 @@ def test_stacked_runs_are_compared_with_their_parts(tmp_path, capsys):
     assert "| combination+pos | combination | 3 |" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_reorderer_calibration_bench_redecodes_the_runs(tmp_path, shared_dir, monkeypatch, capsys):
     """bench/reorderer_calibration.py on a smoke work dir: the pair reorderer (calibrated on the validation split
     when trained) is calibrated again, the run is re-decoded at its own prior line for line, at prior 0 and at the
@@ -723,6 +728,7 @@ def test_reorderer_calibration_bench_redecodes_the_runs(tmp_path, shared_dir, mo
     )
 
 
+@pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path, shared_dir, monkeypatch):
     """Issue 17 item 5: the `train-positions` group trains Combination on the oracle, on k-fold predicted (jackknifed)
     positions, and on a mix, every one decoded with the pair reorderer. The jackknifed split keeps the oracle beside the

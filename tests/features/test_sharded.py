@@ -260,6 +260,7 @@ def cli_flags(corpus: dict, output: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # several processes; sharding ≡ one run in-process: the other tests here
 def test_cli_shards_as_concurrent_jobs_equal_one_run(corpus, reference, tmp_path):
     """plan, then two concurrent shard jobs over disjoint shard lists (as two machines would), then merge."""
     flags = cli_flags(corpus, tmp_path / "out")
@@ -341,6 +342,7 @@ def test_cli_refusals_are_one_line(corpus, tmp_path):
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+@pytest.mark.slow  # several processes; sharding ≡ one run in-process: the other tests here
 def test_slurm_array_script(corpus, tmp_path):
     """examples/slurm/prepare_array.sbatch: the plan job plans and submits an array of one task per shard and a merge
     after it (a stub sbatch records the calls); an array task runs its shard. (The full array + merge, run with

@@ -34,7 +34,17 @@ def test_every_family_is_tested_here():
     assert set(TESTERS) == set(MODEL_FAMILIES)
 
 
-@pytest.mark.parametrize("family", [*sorted(TESTERS), "xlpe+reorderer", "xlpe+relative", "xlpe+pos"])
+@pytest.mark.parametrize(
+    "family",
+    [
+        # each family's fresh-process pipeline also runs in its FamilyTests (test_fresh_process_remote_code_...);
+        # through a local Hub, by default: the XL PE model carrying its reorderer (the most remote code)
+        *(pytest.param(name, marks=pytest.mark.slow) for name in sorted(TESTERS)),
+        "xlpe+reorderer",
+        pytest.param("xlpe+relative", marks=pytest.mark.slow),
+        pytest.param("xlpe+pos", marks=pytest.mark.slow),
+    ],
+)
 def test_pushed_family_translates_in_a_process_without_the_package(family, toy_tokenizer, tmp_path, shared_dir):
     # xlpe+relative: the paper's baselines stacked on XL PE travel as remote code too (position_attention.py);
     # xlpe+pos: source POS tags, whose pipeline tags raw text (source_tags.py, pos_tagging_hub.py)

@@ -116,6 +116,7 @@ def test_multi_node_ddp_config_is_read_by_accelerate():
     assert config.num_processes % config.num_machines == 0  # processes per machine
 
 
+@pytest.mark.slow  # two launchers; two processes of one launcher: test_distributed.py
 def test_two_machines_rendezvous_on_loopback_and_train(tmp_path):
     """Two `accelerate launch --config_file multi_node_ddp.yaml` (machine ranks 0 and 1) form one job of two
     processes, train for a few steps, and the main process saves a model that loads."""

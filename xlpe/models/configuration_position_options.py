@@ -1,5 +1,6 @@
 """Config fields of the position options every Marian-based family takes (the XL PE paper's Table 1 baselines and
-Table 4 setting, and rotary positions; the modules are in position_attention.py): one declaration, mixed into each family's config.
+Table 4 setting, and rotary positions; the modules are in position_attention.py): one declaration, mixed into each
+family's config.
 
 This file travels as Hub custom code next to the configuration files: it imports only from transformers' siblings
 here (no `xlpe` import).
