@@ -37,9 +37,10 @@ DEFAULT_SHARD_EFLOMAL_OPTIONS = {"n_samplers": 2, "rel_iterations": 0.6}
 AUTO_SHARD_PAIRS = 200_000  # --shard-size auto: files holding more pairs than this are prepared in shards
 FILE_SPLITS = {"train": "", "validation": "validation-", "test": "test-"}  # split -> flag prefix
 TOKENIZER_TRAINING = {"tokenizer_vocab_size": 8000, "tokenizer_model": "unigram"}  # xlpe-train's defaults
-# the whole preparation's rate on 2 cores (Multi30k en-de, 29,000 pairs in 29.9 s: docs/benchmarks/preparation.md),
-# for the plan's estimate; the summary prints the rate measured on this machine
-PAIRS_PER_SECOND_2_CORES = 950
+# the whole command's rate on 2 cores, tokenizer training included, for the plan's estimate (Multi30k fr-en: 12,014
+# pairs in 19 s, 2026-11-27, one other process on the machine; without the tokenizer 29,000 en-de pairs take 29.9 s:
+# docs/benchmarks/preparation.md); the summary prints the rate measured on this machine
+PAIRS_PER_SECOND_2_CORES = 650
 
 
 # ---------------------------------------------------------------------------------------------------------
