@@ -37,8 +37,6 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2
 from transformers.models.marian.modeling_marian import (
     MarianAttention,
     MarianEncoderLayer,
-    MarianModel,
-    MarianMTModel,
     MarianPreTrainedModel,
 )
 from transformers.processing_utils import Unpack
@@ -57,6 +55,8 @@ from .seq2seq_scaffold import (
     init_marian_body,
     init_marian_encoder_parts,
     init_marian_head,
+    marian_model_behaviour,
+    marian_mt_model_behaviour,
     run_encoder_layers,
 )
 from .source_tags import SourceTagEncoding
@@ -211,16 +211,9 @@ class DPEMarianEncoder(DPEMarianPreTrainedModel):
         return DPEEncoderOutput(last_hidden_state=hidden_states, dynamic_positions=r, order_loss=loss)
 
 
+@marian_model_behaviour  # what it keeps of the stock class (seq2seq_scaffold.stock_behaviour)
 class DPEMarianModel(DPEMarianPreTrainedModel):
     """Marian encoder-decoder whose encoder runs the DPE block; `forward` takes `target_positions`."""
-
-    # stock MarianModel behaviour: functions that do not call super(), so they serve this class as they are
-    _keys_to_ignore_on_load_missing = MarianModel._keys_to_ignore_on_load_missing
-    get_input_embeddings = MarianModel.get_input_embeddings
-    set_input_embeddings = MarianModel.set_input_embeddings
-    get_decoder_input_embeddings = MarianModel.get_decoder_input_embeddings
-    set_decoder_input_embeddings = MarianModel.set_decoder_input_embeddings
-    resize_decoder_token_embeddings = MarianModel.resize_decoder_token_embeddings
 
     def __init__(self, config: DPEMarianConfig):
         super().__init__(config)
@@ -278,33 +271,18 @@ class DPEMarianModel(DPEMarianPreTrainedModel):
         )
 
 
+@marian_mt_model_behaviour  # what it keeps of the stock class (seq2seq_scaffold.stock_behaviour)
 class DPEMarianMTModel(DPEMarianPreTrainedModel, GenerationMixin):
     """DPE translation model. Training: `model(**batch)` with `labels` and `target_positions` returns Eq. 2.
     Inference: `generate(**batch)` (DPE needs the source only). `from_pretrained(stock_marian_dir)` upgrades a
     MarianMT checkpoint function-preservingly (gate g = 0, see module doc)."""
 
     accepts_loss_kwargs = True  # loss weighted by `num_items_in_batch` (seq2seq_scaffold.weight_by_global_tokens)
-    # stock MarianMTModel behaviour: functions that do not call super(), so they serve this class as they are
-    _keys_to_ignore_on_load_missing = MarianMTModel._keys_to_ignore_on_load_missing
-    _keys_to_ignore_on_save = MarianMTModel._keys_to_ignore_on_save
-    _tied_weights_keys = MarianMTModel._tied_weights_keys
-    _resize_token_embeddings = MarianMTModel._resize_token_embeddings
-    resize_decoder_token_embeddings = MarianMTModel.resize_decoder_token_embeddings
-    _resize_final_logits_bias = MarianMTModel._resize_final_logits_bias
-    set_output_embeddings = MarianMTModel.set_output_embeddings
-    prepare_decoder_input_ids_from_labels = MarianMTModel.prepare_decoder_input_ids_from_labels
 
     def __init__(self, config: DPEMarianConfig):
         super().__init__(config)
         init_marian_head(self, config, DPEMarianModel(config))
         self.post_init()
-
-    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
-        """As `MarianMTModel`'s: with shared embeddings, `final_logits_bias` follows the vocabulary."""
-        new_embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        if self.config.share_encoder_decoder_embeddings:
-            self._resize_final_logits_bias(new_num_tokens)
-        return new_embeddings
 
     def add_auxiliary_losses(self, token_loss, outputs, labels):
         """Eq. 2 when the order loss was computed (`target_positions` given), else `token_loss` alone."""

@@ -39,8 +39,6 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2
 from transformers.models.marian.modeling_marian import (
     MarianAttention,
     MarianEncoderLayer,
-    MarianModel,
-    MarianMTModel,
     MarianPreTrainedModel,
     MarianSinusoidalPositionalEmbedding,
 )
@@ -63,6 +61,8 @@ from .seq2seq_scaffold import (
     init_marian_body,
     init_marian_encoder_parts,
     init_marian_head,
+    marian_model_behaviour,
+    marian_mt_model_behaviour,
     run_encoder_layers,
     touch_parameters,
 )
@@ -396,16 +396,9 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         return XLPEEncoderOutput(last_hidden_state=hidden_states, reorder_positions=used_positions, reorder_loss=loss)
 
 
+@marian_model_behaviour  # what it keeps of the stock class (seq2seq_scaffold.stock_behaviour)
 class XLPEMarianModel(XLPEMarianPreTrainedModel):
     """Marian encoder-decoder whose encoder carries XL positions; `forward` takes `reorder_positions`."""
-
-    # stock MarianModel behaviour: functions that do not call super(), so they serve this class as they are
-    _keys_to_ignore_on_load_missing = MarianModel._keys_to_ignore_on_load_missing
-    get_input_embeddings = MarianModel.get_input_embeddings
-    set_input_embeddings = MarianModel.set_input_embeddings
-    get_decoder_input_embeddings = MarianModel.get_decoder_input_embeddings
-    set_decoder_input_embeddings = MarianModel.set_decoder_input_embeddings
-    resize_decoder_token_embeddings = MarianModel.resize_decoder_token_embeddings
 
     def __init__(self, config: XLPEMarianConfig):
         super().__init__(config)
@@ -461,32 +454,17 @@ class XLPEMarianModel(XLPEMarianPreTrainedModel):
         )
 
 
+@marian_mt_model_behaviour  # what it keeps of the stock class (seq2seq_scaffold.stock_behaviour)
 class XLPEMarianMTModel(XLPEMarianPreTrainedModel, GenerationMixin):
     """XL PE translation model. `generate(**batch)` predicts reorderings; `generate(..., reorder_positions=p)`
     uses the given ones. `from_pretrained(stock_marian_dir)` upgrades a MarianMT checkpoint (see module doc)."""
 
     accepts_loss_kwargs = True  # loss weighted by `num_items_in_batch` (seq2seq_scaffold.weight_by_global_tokens)
-    # stock MarianMTModel behaviour: functions that do not call super(), so they serve this class as they are
-    _keys_to_ignore_on_load_missing = MarianMTModel._keys_to_ignore_on_load_missing
-    _keys_to_ignore_on_save = MarianMTModel._keys_to_ignore_on_save
-    _tied_weights_keys = MarianMTModel._tied_weights_keys
-    _resize_token_embeddings = MarianMTModel._resize_token_embeddings
-    resize_decoder_token_embeddings = MarianMTModel.resize_decoder_token_embeddings
-    _resize_final_logits_bias = MarianMTModel._resize_final_logits_bias
-    set_output_embeddings = MarianMTModel.set_output_embeddings
-    prepare_decoder_input_ids_from_labels = MarianMTModel.prepare_decoder_input_ids_from_labels
 
     def __init__(self, config: XLPEMarianConfig):
         super().__init__(config)
         init_marian_head(self, config, XLPEMarianModel(config))
         self.post_init()
-
-    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
-        """As `MarianMTModel`'s: with shared embeddings, `final_logits_bias` follows the vocabulary."""
-        new_embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        if self.config.share_encoder_decoder_embeddings:
-            self._resize_final_logits_bias(new_num_tokens)
-        return new_embeddings
 
     def add_auxiliary_losses(self, token_loss, outputs, labels):
         """`token_loss` + reorder_loss_weight * the predictor's loss; without its supervision, a zero-weighted

@@ -34,16 +34,20 @@ Flat file, imports only torch/transformers and its siblings `extra_inputs.py` (t
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import fields
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.models.marian.modeling_marian import (
     MarianDecoder,
     MarianEncoderLayer,
+    MarianModel,
+    MarianMTModel,
     MarianSinusoidalPositionalEmbedding,
     shift_tokens_right,
 )
@@ -144,6 +148,58 @@ def init_marian_head(model: nn.Module, config, base_model: nn.Module) -> None:
     target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
     model.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
     model.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+
+
+def stock_behaviour(stock: type, names: tuple[str, ...], **own):
+    """Class decorator: what a flat class keeps of the stock class it no longer derives from: `stock`'s attributes
+    `names` as they are (class tables, and functions that do not call super(), so they serve any class), and
+    `own` functions in place of stock ones that do call super()."""
+
+    def take(cls: type) -> type:
+        for name in names:
+            setattr(cls, name, inspect.getattr_static(stock, name))
+        for name, function in own.items():
+            setattr(cls, name, function)
+        return cls
+
+    return take
+
+
+def resize_token_embeddings_and_bias(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+    """`MarianMTModel.resize_token_embeddings` for a flat class: with shared embeddings, `final_logits_bias`
+    follows the vocabulary."""
+    new_embeddings = PreTrainedModel.resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of, mean_resizing)
+    if self.config.share_encoder_decoder_embeddings:
+        self._resize_final_logits_bias(new_num_tokens)
+    return new_embeddings
+
+
+# what the Marian-based families' base model and generation model keep of MarianModel and MarianMTModel
+marian_model_behaviour = stock_behaviour(
+    MarianModel,
+    (
+        "_keys_to_ignore_on_load_missing",
+        "get_input_embeddings",
+        "set_input_embeddings",
+        "get_decoder_input_embeddings",
+        "set_decoder_input_embeddings",
+        "resize_decoder_token_embeddings",
+    ),
+)
+marian_mt_model_behaviour = stock_behaviour(
+    MarianMTModel,
+    (
+        "_keys_to_ignore_on_load_missing",
+        "_keys_to_ignore_on_save",
+        "_tied_weights_keys",
+        "_resize_token_embeddings",
+        "resize_decoder_token_embeddings",
+        "_resize_final_logits_bias",
+        "set_output_embeddings",
+        "prepare_decoder_input_ids_from_labels",
+    ),
+    resize_token_embeddings=resize_token_embeddings_and_bias,
+)
 
 
 # ---------------------------------------------------------------------------------------------------------
