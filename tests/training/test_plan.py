@@ -44,7 +44,7 @@ def test_estimate_splits_the_run_and_names_what_dominates():
     assert full["periodic evaluations"] == 120
     assert full["final evaluation + test"] == pytest.approx(20.0 / 200 * beam_factor(4) * 2014) and beam_factor(
         4
-    ) == pytest.approx(1.3)
+    ) == pytest.approx(2.5)
     assert full["total"] == pytest.approx(1800 + 120 + full["final evaluation + test"])
     assert sum(full["shares"].values()) == pytest.approx(1.0)
     line = estimate_line(full, "after the first evaluation")

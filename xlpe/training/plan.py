@@ -26,10 +26,13 @@ from transformers import TrainerCallback
 logger = logging.getLogger("xlpe.train")
 
 # a sentence decoded with B beams costs 1 + BEAM_COST x (B - 1) times a greedy one; used only to extrapolate the
-# final evaluation and the test from the periodic (greedy) evaluations. Measured on 2 CPU cores (fr-en Multi30k,
-# recipe small, 60 steps): greedy 0.40 s a validation sentence, 4 beams (batched) 0.47 s on validation and 0.44 s
-# on test, i.e. 1.1-1.2x; 0.1 a beam (4 beams: 1.3x) keeps the extrapolation on the safe side of that
-BEAM_COST = 0.1
+# final evaluation and the test from the mean periodic (greedy) evaluation. Measured on 2 CPU cores, recipe small,
+# fr-en Multi30k: after the full 1,200 steps (10k pairs, 2026-11-27) the mean greedy evaluation cost 0.027 s a
+# sentence and 4 beams (batched) 0.064 s on validation and 0.077-0.086 s on test, i.e. 2.4-3.2x (0.1 a beam had
+# estimated the final part at 1.7 min; it took 3.8); after 60 steps (an untrained model, greedy decoding running to
+# the length limit) 0.40 s greedy against 0.44-0.47 s with 4 beams, 1.1-1.2x. 0.5 a beam (4 beams: 2.5x) is right
+# for a trained model and errs on the long side early in training
+BEAM_COST = 0.5
 
 
 def beam_factor(beams: int | None) -> float:
