@@ -576,8 +576,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_sharded(args, options)
         started = time.perf_counter()
         splits = _read_splits(args)
-        print(_plan_line(args, splits), file=sys.stderr, flush=True)
+        if not args.tokenizer:  # the plan comes once the inputs are known good: a user error stays one line
+            print(_plan_line(args, splits), file=sys.stderr, flush=True)
         tokenizer, tokenizer_origin = _tokenizer(args, splits)
+        if args.tokenizer:
+            print(_plan_line(args, splits), file=sys.stderr, flush=True)
         prepared, reports = prepare_splits(splits, tokenizer, **options)
         _label_reports(args, reports, tokenizer_origin)
         output = save_prepared(args.output, prepared, reports, tokenizer, overwrite=args.overwrite_output)
