@@ -73,13 +73,19 @@ def estimate_run(shape: RunShape, seconds_per_step: float, seconds_per_evaluatio
             * beam_factor(shape.final_beams)
             * (shape.final_sentences + shape.test_sentences * shape.test_passes)
         )
-    total = sum(parts.values())
-    shares = {name: value / total if total else 0.0 for name, value in parts.items()}
     pending = ""
     if seconds_per_evaluation is None and shape.evaluations:
         pending = "evaluations not measured yet"
     elif seconds_per_evaluation is None and (shape.final_sentences or shape.test_sentences):
         pending = "the final evaluation and the test not included: no periodic evaluation to time them from"
+    return summarise(parts, pending)
+
+
+def summarise(parts: dict, pending: str = "") -> dict:
+    """{part: seconds} with "total", "shares" ({part: share of total}), "dominant" and "pending" (what the
+    estimate leaves out, "" when nothing): the estimate `estimate_line` prints."""
+    total = sum(parts.values())
+    shares = {name: value / total if total else 0.0 for name, value in parts.items()}
     return {**parts, "total": total, "shares": shares, "dominant": max(parts, key=parts.get), "pending": pending}
 
 
@@ -174,10 +180,14 @@ class RunPlan(TrainerCallback):
             final_beams=int(self.final_beams or 1),
             test_passes=self.test_passes,
         )
-        self._first_step, self._train_start = state.global_step, time.perf_counter()
-        self._last_step_end, self._training = self._train_start, True
+        self._start_timing(state)
         stopping = bool(getattr(args, "early_stopping_patience", None) and self.shape.evaluations)
         self._say(state, plan_line(self.shape, self.batching, validation_total, stopping))
+
+    def _start_timing(self, state) -> None:
+        """Training starts now, at `state.global_step` (a resumed run counts from there)."""
+        self._first_step, self._train_start = state.global_step, time.perf_counter()
+        self._last_step_end, self._training = self._train_start, True
 
     def estimate_for(self, seconds_per_step: float, seconds_per_evaluation: float | None) -> dict:
         """The run's estimate from the times measured so far (`estimate_run` on this run's shape)."""
@@ -285,8 +295,7 @@ class ReordererPlan(RunPlan):
             test_sentences=0,
             final_beams=1,
         )
-        self._first_step, self._train_start = state.global_step, time.perf_counter()
-        self._last_step_end, self._training = self._train_start, True
+        self._start_timing(state)
         epochs = float(args.num_train_epochs)
         plan = reorderer_plan_line(self.shape.steps, epochs, self.batch_size, self.pairs, self.calibration_pairs)
         self._say(state, plan)
@@ -295,9 +304,7 @@ class ReordererPlan(RunPlan):
         parts = {"training": self.shape.steps * seconds_per_step}
         if self.calibration_seconds is not None:
             parts["order-prior calibration"] = self.calibration_seconds
-        total = sum(parts.values())
-        shares = {name: value / total if total else 0.0 for name, value in parts.items()}
-        return {**parts, "total": total, "shares": shares, "dominant": max(parts, key=parts.get)}
+        return summarise(parts)
 
 
 __all__ = [
