@@ -273,6 +273,13 @@ def parse_args(argv=None):
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--host-allocator",
+        default="steady",
+        choices=["steady", "default"],
+        help='"steady": glibc keeps freed memory, as xlpe-train does on CPU (xlpe/training/host_memory.py); '
+        '"default": as the process starts (page faults on the large tensors vary with allocation order)',
+    )
+    p.add_argument(
         "--peak-tflops",
         type=positive(float),
         default=None,
@@ -322,6 +329,10 @@ def parse_args(argv=None):
 def main(argv=None) -> dict:
     args = parse_args(argv)
     started = time.perf_counter()
+    if args.device == "cpu" and args.host_allocator == "steady":
+        from xlpe.training.host_memory import keep_freed_host_memory
+
+        print(keep_freed_host_memory(), flush=True)
     threads = args.threads or (1 if args.device == "cpu" else torch.get_num_threads())
     torch.set_num_threads(threads)
     load_before = os.getloadavg()

@@ -3,6 +3,7 @@
     python bench/xlpe_step_ratio.py                      # 2 threads, 40 interleaved pairs, wall clock
     python bench/xlpe_step_ratio.py --threads 1          # + process CPU time, robust to other load on the machine
     python bench/xlpe_step_ratio.py --runs 3             # three independent measurements (spread)
+    python bench/xlpe_step_ratio.py --host-allocator default   # glibc as the process starts (see below)
 
 Setup: d_model 256, 3+3 layers, 4 heads, FFN 1024, vocabulary 8000 (bench/speed.py's `small` dims); one
 sentence batch of 32 x 24 tokens (source and target lengths uniform in [12, 24], the longest 24, EOS
@@ -18,6 +19,11 @@ median(XL PE step) / median(stock step), on the wall clock (`time.perf_counter`)
 twice in the same interleave: with `config.check_inputs=True` (the default; its input checks sync once per call) and
 with the checks off (stock models have none), same weights.
 
+The host allocator is tuned first, as `xlpe-train` does on CPU (`--host-allocator steady`,
+xlpe/training/host_memory.py): with glibc's defaults, whether a step's 25 MB logits and gradients land in memory the
+kernel must fault in again depends on the order of the step's allocations, which moves either model's median by
+5-10 % for no reason of its own (docs/benchmarks/speed.md, "The host allocator").
+
 This is bench/speed.py's train measurement cut down to one row and one batch shape, for bisecting a regression;
 bench/speed.py's rows remain the reported numbers.
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import statistics
 import sys
 import time
@@ -48,11 +55,11 @@ def make_batch(sentences: int, length: int, vocab_size: int, seed: int):
     return batch_from_lengths(lengths[0], lengths[1], vocab_size, gen)
 
 
-def build_models(dims: dict, seed: int) -> dict:
+def build_models(dims: dict, seed: int, xl_config: dict | None = None) -> dict:
     torch.manual_seed(seed)
     stock = MarianMTModel(MarianConfig(**marian_kwargs(dims)))
     torch.manual_seed(seed)
-    checked = xl_spec("combination").build(dims)
+    checked = xl_spec("combination", **(xl_config or {})).build(dims)
     unchecked = copy.deepcopy(checked)
     unchecked.config.check_inputs = False
     return {"stock": stock, "xlpe": checked, "xlpe_unchecked": unchecked}
@@ -79,7 +86,7 @@ def step_fn(name: str, model, batch, optimizer_name: str = "fused"):
 def measure(args) -> dict:
     dims = dict(SIZES[args.size])
     batch = make_batch(args.batch_size, args.length, dims["vocab_size"], args.seed)
-    models = build_models(dims, args.seed)
+    models = build_models(dims, args.seed, dict(args.xl_config))
     steps = {name: step_fn(name, model, batch, args.optimizer) for name, model in models.items()}
     for _ in range(args.warmup):
         for step in steps.values():
@@ -101,6 +108,17 @@ def measure(args) -> dict:
     return result
 
 
+def config_value(text: str) -> tuple[str, object]:
+    """FIELD=VALUE, the value read as JSON where it parses (numbers, true/false, null), else a string."""
+    field, sep, value = text.partition("=")
+    if not sep or not field:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+    try:
+        return field, json.loads(value)
+    except json.JSONDecodeError:
+        return field, value
+
+
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="small", choices=sorted(SIZES), help="model dims (bench/speed.py's sizes)")
@@ -117,14 +135,34 @@ def main(argv=None) -> list[dict]:
         choices=sorted(OPTIMIZERS),
         help="AdamW implementation (fused: what the Trainer runs; default: torch's per-parameter loop)",
     )
+    parser.add_argument(
+        "--xl-config",
+        type=config_value,
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="an XL PE config field for the timed model (repeatable), e.g. reorder_predictor_dropout=0.0",
+    )
+    parser.add_argument(
+        "--host-allocator",
+        default="steady",
+        choices=["steady", "default"],
+        help='"steady": glibc keeps freed memory, as xlpe-train does on CPU (xlpe/training/host_memory.py); '
+        '"default": as the process starts (page faults on the large tensors vary with allocation order)',
+    )
     args = parser.parse_args(argv)
+    if args.host_allocator == "steady":
+        from xlpe.training.host_memory import keep_freed_host_memory
+
+        print(keep_freed_host_memory(), flush=True)
     torch.set_num_threads(args.threads)
     results = []
     for run in range(args.runs):
         result = measure(args)
         results.append(result)
         print(
-            f"run {run + 1}: batch {result['shape']} -> {result['labels']}, {args.threads} thread(s), "
+            f"run {run + 1}{' ' + str(dict(args.xl_config)) if args.xl_config else ''}: "
+            f"batch {result['shape']} -> {result['labels']}, {args.threads} thread(s), "
             f"{args.pairs} pairs, AdamW {args.optimizer} | median ms stock {1e3 * result['wall']['stock']:.1f}, XL PE "
             f"{1e3 * result['wall']['xlpe']:.1f} | ratio wall {result['wall_ratio']:.3f} (checks off "
             f"{result['wall_ratio_unchecked']:.3f}), cpu {result['cpu_ratio']:.3f} (checks off "

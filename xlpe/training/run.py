@@ -43,6 +43,7 @@ from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_avera
 from .collator import ExtraInputsDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
 from .errors import UsageError
+from .host_memory import keep_freed_host_memory
 from .model_setup import (
     apply_generation_options,
     attach_reorderer,
@@ -178,6 +179,8 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         )
         write_run_record(training_args, record)
     report_cuda_defaults(training_args)
+    if training_args.device.type == "cpu":  # no page faults on the step's large tensors (host_memory.py)
+        logger.info(keep_freed_host_memory())
     if training_args.torch_compile:
         # nn.TransformerEncoderLayer's inference fast path (the XL PE reorder predictor, in the evaluation loss)
         # ignores autocast under torch.compile and fails on mixed dtypes (torch bug): use the regular path
