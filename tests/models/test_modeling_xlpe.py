@@ -11,7 +11,14 @@ from transformers import MarianConfig, MarianMTModel
 
 from xlpe import XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel
 from xlpe.models.modeling_xlpe import CrossLingualPositionEncoding
-from xlpe.models.reorder_predictor import ReorderPredictor, positions_from_scores, reorder_loss, word_mean_scores
+from xlpe.models.reorder_predictor import (
+    ReorderPredictor,
+    dropout_fast_on_cpu,
+    keep_mask,
+    positions_from_scores,
+    reorder_loss,
+    word_mean_scores,
+)
 from xlpe.models.sinusoid import sinusoid_table
 
 
@@ -277,6 +284,39 @@ def test_word_start_table_is_no_bool_tensor_and_old_bool_checkpoints_load(toy_to
         assert torch.equal(
             loaded.get_encoder()(**batch).reorder_positions, model.get_encoder()(**batch).reorder_positions
         )
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_cpu_dropout_masks_have_dropouts_distribution(p):
+    """`keep_mask` (the CPU dropout mask of the predictor and of the XL encoder input): values 0 or 1/(1-p), a
+    fraction p of zeros, mean 1 (what F.dropout's bernoulli mask gives), in the input's dtype, fresh each call."""
+    torch.manual_seed(0)
+    like = torch.empty(400, 500)
+    mask = keep_mask(like, p)
+    assert mask.shape == like.shape and mask.dtype == like.dtype
+    values = mask.unique()
+    assert len(values) == 2 and values[0] == 0 and values[1].item() == pytest.approx(1 / (1 - p))
+    n = mask.numel()
+    zeros = (mask == 0).float().mean().item()
+    assert abs(zeros - p) < 5 * (p * (1 - p) / n) ** 0.5  # within 5 standard errors of p
+    assert abs(mask.mean().item() - 1.0) < 0.01
+    assert not torch.equal(mask, keep_mask(like, p))
+    assert keep_mask(like.to(torch.bfloat16), p).dtype == torch.bfloat16
+
+
+def test_cpu_dropout_is_dropout_in_training_and_the_identity_otherwise(monkeypatch):
+    torch.manual_seed(0)
+    x = torch.randn(64, 64, requires_grad=True)
+    assert dropout_fast_on_cpu(x, 0.1, training=False) is x and dropout_fast_on_cpu(x, 0.0, training=True) is x
+    out = dropout_fast_on_cpu(x, 0.25, training=True)
+    kept = out != 0
+    torch.testing.assert_close(out[kept], x[kept] / 0.75)
+    out.sum().backward()  # the gradient flows through the kept entries, scaled, and nowhere else
+    torch.testing.assert_close(x.grad, kept.float() / 0.75)
+    calls = []  # under torch.compile the graph's own dropout is used
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(torch.nn.functional, "dropout", lambda t, p, training: calls.append(p) or t)
+    assert dropout_fast_on_cpu(x, 0.25, training=True) is x and calls == [0.25]
 
 
 @pytest.mark.parametrize("layers", [1, 2])

@@ -53,7 +53,14 @@ from .extra_inputs import check_integer_tensor, check_permutation, token_mask
 from .hub_support import HubModelMixin, hf_init
 from .modeling_reorderer import XLPEReordererModel
 from .position_attention import PositionAwareSelfAttention, PositionOptionsMarianDecoder, apply_position_options
-from .reorder_predictor import ReorderPredictor, WordStarts, positions_from_scores, reorder_loss, word_mean_scores
+from .reorder_predictor import (
+    ReorderPredictor,
+    WordStarts,
+    keep_mask,
+    positions_from_scores,
+    reorder_loss,
+    word_mean_scores,
+)
 from .seq2seq_scaffold import (
     embed_source,
     encode_decode,
@@ -383,7 +390,11 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             else:
                 xl_delta = pe_xl_side - pe_abs
         if self.training and self.dropout > 0:  # one dropout mask for Z_abs and for the XL heads' Z_XL
-            keep = torch.empty_like(hidden_states).bernoulli_(1 - self.dropout) / (1 - self.dropout)
+            keep = (
+                keep_mask(hidden_states, self.dropout)
+                if hidden_states.device.type == "cpu" and not torch.compiler.is_compiling()
+                else torch.empty_like(hidden_states).bernoulli_(1 - self.dropout) / (1 - self.dropout)
+            )
             hidden_states = hidden_states * keep
             xl_delta = xl_delta * keep if xl_delta is not None else None
         attention_mask = create_bidirectional_mask(
