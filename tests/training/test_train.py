@@ -27,6 +27,7 @@ from xlpe.training.checkpoint_averaging import (
     list_checkpoints,
     save_averaged_model,
 )
+from xlpe.training.errors import UsageError
 from xlpe.training.run import main, parse_arguments
 from xlpe.training.trainer import generation_inputs
 
@@ -92,6 +93,27 @@ def test_no_arguments_means_builtin_corpus_recipe_and_all_stages(tmp_path):
     assert training_args.do_train and training_args.do_eval and training_args.do_predict
     assert training_args.predict_with_generate and training_args.report_to in ([], "none", ["none"])
     assert model_args.d_model == 128 and model_args.tokenizer_model == "bpe" and data_args.num_beams == 4
+
+
+@pytest.mark.parametrize(
+    "flags, stages",
+    [
+        (["--do_train"], (True, False, False)),  # naming stages as true runs only those
+        (["--do_train", "--do_predict"], (True, False, True)),
+        (["--do_eval", "false"], (True, False, True)),  # switching stages off runs the others
+        (["--do_eval", "false", "--do_predict", "false"], (True, False, False)),
+        (["--do_train", "false"], (False, True, True)),
+    ],
+)
+def test_stages_named_true_run_alone_and_stages_switched_off_leave_the_others(tmp_path, flags, stages):
+    _, _, training_args = parse_arguments(["--output_dir", str(tmp_path), *flags])
+    assert (training_args.do_train, training_args.do_eval, training_args.do_predict) == stages
+
+
+def test_every_stage_switched_off_is_a_usage_error_not_a_run_that_does_nothing(tmp_path):
+    off = ["--do_train", "false", "--do_eval", "false", "--do_predict", "false"]
+    with pytest.raises(UsageError, match="all false: nothing to do"):
+        parse_arguments(["--output_dir", str(tmp_path), *off])
 
 
 def test_explicit_arguments_win_over_the_recipe_also_from_json(tmp_path):

@@ -547,9 +547,13 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
 
         check_prepared_dataset(data_args.prepared_dataset)  # whole: JSON files parse, Arrow files read to the end
         use_prepared_dataset(data_args, model_args)
-    training_args.explicit_do = {k for k in ("do_train", "do_eval", "do_predict") if k in explicit}
-    if not training_args.explicit_do:  # (an eval_strategy alone turns do_eval on: not a choice of stages)
-        training_args.do_train = training_args.do_eval = training_args.do_predict = True
+    stages = ("do_train", "do_eval", "do_predict")
+    training_args.explicit_do = {k for k in stages if k in explicit}
+    if not any(getattr(training_args, k) for k in training_args.explicit_do):  # none asked for, some switched off:
+        for stage in set(stages) - training_args.explicit_do:  # the others run (`--do_eval false`: train + test)
+            setattr(training_args, stage, True)  # (an eval_strategy alone turns do_eval on: not a choice of stages)
+        if not any(getattr(training_args, k) for k in stages):
+            raise UsageError("--do_train, --do_eval and --do_predict are all false: nothing to do")
     check_numbers(data_args, training_args)
     # generation settings of evaluations run *during* training (eval_strategy steps/epoch)
     if training_args.generation_max_length is None:
