@@ -12,6 +12,20 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = Path(os.environ.get("XLPE_SHARED_DIR", REPO_ROOT.parent / "shared"))
 
+# The smallest model xlpe-train builds (its model flags), for runs that only need training to happen
+TINY_MODEL_ARGS = [
+    "--d_model",
+    "16",
+    "--ffn_dim",
+    "32",
+    "--attention_heads",
+    "2",
+    "--encoder_layers",
+    "1",
+    "--decoder_layers",
+    "1",
+]
+
 # A small vocabulary of words that every tiny model test uses (no corpus text is stored in the repo).
 TOY_SENTENCES = [
     "the cat sees the dog",

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, TINY_MODEL_ARGS
 
 
 def load_driver():
@@ -233,16 +233,7 @@ def test_reorderer_words_driver(tmp_path, capsys):
             str(tmp_path / "run"),
             "--cache_dir",
             str(tmp_path / "cache"),
-            "--d_model",
-            "16",
-            "--ffn_dim",
-            "32",
-            "--attention_heads",
-            "2",
-            "--encoder_layers",
-            "1",
-            "--decoder_layers",
-            "1",
+            *TINY_MODEL_ARGS,
             "--max_train_samples",
             "64",
             "--max_predict_samples",

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import warnings
 
-from conftest import REPO_ROOT, write_multi30k_slice
+from conftest import REPO_ROOT, TINY_MODEL_ARGS, write_multi30k_slice
 from local_hub import FRESH_PROCESS_SCRIPT, local_hub_endpoint
 
 from xlpe.cli import evaluate, prepare, push, reorder, train, translate
@@ -26,16 +26,7 @@ ENTRY_POINTS = {
 }
 SIZE_FLAGS = {  # appended to the README's lines: sizes only, every data/tokenizer/language choice is the README's
     "xlpe-train": [
-        "--d_model",
-        "16",
-        "--ffn_dim",
-        "32",
-        "--attention_heads",
-        "2",
-        "--encoder_layers",
-        "1",
-        "--decoder_layers",
-        "1",
+        *TINY_MODEL_ARGS,
         "--max_steps",
         "4",
         "--eval_steps",

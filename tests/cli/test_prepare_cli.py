@@ -14,7 +14,7 @@ import sys
 import warnings
 
 import pytest
-from conftest import REPO_ROOT, SHARED_DIR, write_multi30k_slice
+from conftest import REPO_ROOT, SHARED_DIR, TINY_MODEL_ARGS, write_multi30k_slice
 
 from xlpe.cli.prepare import main
 from xlpe.features.tokenization import tokenizer_fingerprint, train_joint_tokenizer, vocab_fingerprint
@@ -22,16 +22,7 @@ from xlpe.features.tokenization import tokenizer_fingerprint, train_joint_tokeni
 MULTI30K = SHARED_DIR / "data" / "multi30k" / "raw"
 FAST_EFLOMAL = json.dumps({"n_iterations": [4, 4, 8], "n_samplers": 1})
 TINY_MODEL = [
-    "--d_model",
-    "16",
-    "--ffn_dim",
-    "32",
-    "--attention_heads",
-    "2",
-    "--encoder_layers",
-    "1",
-    "--decoder_layers",
-    "1",
+    *TINY_MODEL_ARGS,
     "--max_steps",
     "2",
     "--per_device_train_batch_size",

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import TOY_SENTENCES, save_tiny_xlpe_model
+from conftest import TINY_MODEL_ARGS, TOY_SENTENCES, save_tiny_xlpe_model
 
 from xlpe.evaluation.model_loading import record_tokenizer_fingerprint
 
@@ -118,16 +118,7 @@ def test_xlpe_train_records_its_tokenizer_and_translate_refuses_another(tmp_path
             "--do_train",
             "--max_steps",
             "1",
-            "--d_model",
-            "16",
-            "--ffn_dim",
-            "32",
-            "--attention_heads",
-            "2",
-            "--encoder_layers",
-            "1",
-            "--decoder_layers",
-            "1",
+            *TINY_MODEL_ARGS,
             "--tokenizer_vocab_size",
             "200",
             "--per_device_train_batch_size",

@@ -14,21 +14,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, TINY_MODEL_ARGS
 from safetensors.torch import load_file
 
 STEPS = 3
 COMMON = [
-    "--d_model",
-    "16",
-    "--ffn_dim",
-    "32",
-    "--attention_heads",
-    "2",
-    "--encoder_layers",
-    "1",
-    "--decoder_layers",
-    "1",
+    *TINY_MODEL_ARGS,
     "--max_train_samples",
     "48",
     "--tokenizer_vocab_size",

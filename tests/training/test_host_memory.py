@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import TINY_MODEL_ARGS
 
 from xlpe.training import host_memory
 from xlpe.training.host_memory import reason_to_skip
@@ -95,29 +96,6 @@ def test_xlpe_train_tunes_the_allocator_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(host_memory, "_applied", None)  # as in a fresh process
     calls = []
     monkeypatch.setattr("xlpe.training.run.keep_freed_host_memory", lambda: calls.append(1) or "host allocator: x")
-    main(
-        [
-            "--output_dir",
-            str(tmp_path / "run"),
-            "--max_steps",
-            "1",
-            "--do_train",
-            "--d_model",
-            "16",
-            "--ffn_dim",
-            "32",
-            "--attention_heads",
-            "2",
-            "--encoder_layers",
-            "1",
-            "--decoder_layers",
-            "1",
-            "--max_train_samples",
-            "16",
-            "--report_to",
-            "none",
-            "--cache_dir",
-            str(tmp_path / "cache"),
-        ]
-    )
+    run = ["--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--do_train", "--max_train_samples", "16"]
+    main([*run, *TINY_MODEL_ARGS, "--report_to", "none", "--cache_dir", str(tmp_path / "cache")])
     assert calls == [1]

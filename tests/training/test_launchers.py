@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, TINY_MODEL_ARGS
 
 DDP_CONFIG = REPO_ROOT / "examples" / "accelerate" / "multi_node_ddp.yaml"
 FSDP_CONFIG = REPO_ROOT / "examples" / "accelerate" / "fsdp_big.yaml"
@@ -61,16 +61,7 @@ STEPS, PER_DEVICE = 3, 4
 TINY_RUN = [
     "--model_type",
     "xlpe",
-    "--d_model",
-    "16",
-    "--ffn_dim",
-    "32",
-    "--attention_heads",
-    "2",
-    "--encoder_layers",
-    "1",
-    "--decoder_layers",
-    "1",
+    *TINY_MODEL_ARGS,
     "--max_train_samples",
     "48",
     "--tokenizer_vocab_size",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import warnings
 
-from conftest import write_multi30k_slice
+from conftest import TINY_MODEL_ARGS, write_multi30k_slice
 
 from xlpe.cli import prepare, push, train
 from xlpe.training.run_card import (
@@ -22,16 +22,7 @@ from xlpe.training.run_card import (
 TRAIN = [
     "--model_type",
     "xlpe",
-    "--d_model",
-    "16",
-    "--ffn_dim",
-    "32",
-    "--attention_heads",
-    "2",
-    "--encoder_layers",
-    "1",
-    "--decoder_layers",
-    "1",
+    *TINY_MODEL_ARGS,
     "--eval_steps",
     "2",
     "--save_steps",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, TINY_MODEL_ARGS
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, MarianConfig, MarianMTModel, TrainerCallback
 
@@ -33,16 +33,7 @@ from xlpe.training.trainer import generation_inputs
 
 REPO = REPO_ROOT
 TINY = [
-    "--d_model",
-    "16",
-    "--ffn_dim",
-    "32",
-    "--attention_heads",
-    "2",
-    "--encoder_layers",
-    "1",
-    "--decoder_layers",
-    "1",
+    *TINY_MODEL_ARGS,
     "--max_train_samples",
     "64",
     "--max_eval_samples",
