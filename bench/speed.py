@@ -94,7 +94,16 @@ from benchlib.speed_models import (  # noqa: E402
     token_batches,
 )
 from benchlib.speed_report import markdown, plot, write_results_tables  # noqa: E402
-from benchlib.timing import Runner, Switches, measure_static, ratios, spread, summary  # noqa: E402
+from benchlib.timing import (  # noqa: E402
+    Runner,
+    Switches,
+    add_host_allocator_argument,
+    measure_static,
+    ratios,
+    set_host_allocator,
+    spread,
+    summary,
+)
 
 import xlpe  # noqa: E402
 from xlpe.training.callbacks import peak_tflops as device_peak_tflops  # noqa: E402
@@ -272,13 +281,7 @@ def parse_args(argv=None):
         "machine; the default on cuda)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--host-allocator",
-        default="steady",
-        choices=["steady", "default"],
-        help='"steady": glibc keeps freed memory, as xlpe-train does on CPU (xlpe/training/host_memory.py); '
-        '"default": as the process starts (page faults on the large tensors vary with allocation order)',
-    )
+    add_host_allocator_argument(p)
     p.add_argument(
         "--peak-tflops",
         type=positive(float),
@@ -329,10 +332,8 @@ def parse_args(argv=None):
 def main(argv=None) -> dict:
     args = parse_args(argv)
     started = time.perf_counter()
-    if args.device == "cpu" and args.host_allocator == "steady":
-        from xlpe.training.host_memory import keep_freed_host_memory
-
-        print(keep_freed_host_memory(), flush=True)
+    if args.device == "cpu":
+        set_host_allocator(args.host_allocator)
     threads = args.threads or (1 if args.device == "cpu" else torch.get_num_threads())
     torch.set_num_threads(threads)
     load_before = os.getloadavg()

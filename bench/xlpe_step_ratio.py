@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import time
@@ -44,7 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib.speed_models import SIZES, batch_from_lengths, marian_kwargs, xl_spec  # noqa: E402
+from benchlib.timing import add_host_allocator_argument, set_host_allocator  # noqa: E402
 from transformers import MarianConfig, MarianMTModel  # noqa: E402
+
+from xlpe.training.model_setup import parse_config_overrides  # noqa: E402
 
 
 def make_batch(sentences: int, length: int, vocab_size: int, seed: int):
@@ -86,7 +88,7 @@ def step_fn(name: str, model, batch, optimizer_name: str = "fused"):
 def measure(args) -> dict:
     dims = dict(SIZES[args.size])
     batch = make_batch(args.batch_size, args.length, dims["vocab_size"], args.seed)
-    models = build_models(dims, args.seed, dict(args.xl_config))
+    models = build_models(dims, args.seed, args.xl_config)
     steps = {name: step_fn(name, model, batch, args.optimizer) for name, model in models.items()}
     for _ in range(args.warmup):
         for step in steps.values():
@@ -108,15 +110,11 @@ def measure(args) -> dict:
     return result
 
 
-def config_value(text: str) -> tuple[str, object]:
-    """FIELD=VALUE, the value read as JSON where it parses (numbers, true/false, null), else a string."""
-    field, sep, value = text.partition("=")
-    if not sep or not field:
+def config_fields(text: str) -> dict:
+    """FIELD=VALUE[,FIELD=VALUE...], read as xlpe-train's --config_overrides (JSON values, else strings)."""
+    if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
-    try:
-        return field, json.loads(value)
-    except json.JSONDecodeError:
-        return field, value
+    return parse_config_overrides(text)
 
 
 def main(argv=None) -> list[dict]:
@@ -137,31 +135,24 @@ def main(argv=None) -> list[dict]:
     )
     parser.add_argument(
         "--xl-config",
-        type=config_value,
+        type=config_fields,
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="an XL PE config field for the timed model (repeatable), e.g. reorder_predictor_dropout=0.0",
+        help="XL PE config fields for the timed model, as xlpe-train's --config_overrides (repeatable), e.g. "
+        "reorder_predictor_dropout=0.0",
     )
-    parser.add_argument(
-        "--host-allocator",
-        default="steady",
-        choices=["steady", "default"],
-        help='"steady": glibc keeps freed memory, as xlpe-train does on CPU (xlpe/training/host_memory.py); '
-        '"default": as the process starts (page faults on the large tensors vary with allocation order)',
-    )
+    add_host_allocator_argument(parser)
     args = parser.parse_args(argv)
-    if args.host_allocator == "steady":
-        from xlpe.training.host_memory import keep_freed_host_memory
-
-        print(keep_freed_host_memory(), flush=True)
+    args.xl_config = {field: value for fields in args.xl_config for field, value in fields.items()}
+    set_host_allocator(args.host_allocator)
     torch.set_num_threads(args.threads)
     results = []
     for run in range(args.runs):
         result = measure(args)
         results.append(result)
         print(
-            f"run {run + 1}{' ' + str(dict(args.xl_config)) if args.xl_config else ''}: "
+            f"run {run + 1}{' ' + str(args.xl_config) if args.xl_config else ''}: "
             f"batch {result['shape']} -> {result['labels']}, {args.threads} thread(s), "
             f"{args.pairs} pairs, AdamW {args.optimizer} | median ms stock {1e3 * result['wall']['stock']:.1f}, XL PE "
             f"{1e3 * result['wall']['xlpe']:.1f} | ratio wall {result['wall_ratio']:.3f} (checks off "

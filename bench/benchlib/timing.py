@@ -23,6 +23,29 @@ import torch
 from .speed_models import Batch, Spec
 
 # ---------------------------------------------------------------------------------------------------------
+# The host allocator (every CPU bench: as xlpe-train runs)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def add_host_allocator_argument(parser) -> None:
+    parser.add_argument(
+        "--host-allocator",
+        default="steady",
+        choices=["steady", "default"],
+        help='"steady": glibc keeps freed memory, as xlpe-train does on CPU (xlpe/training/host_memory.py); '
+        '"default": as the process starts (page faults on the large tensors vary with allocation order)',
+    )
+
+
+def set_host_allocator(choice: str) -> None:
+    """`--host-allocator steady`: tune the host allocator before any model is built, and say so."""
+    if choice == "steady":
+        from xlpe.training.host_memory import keep_freed_host_memory
+
+        print(keep_freed_host_memory(), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Switches and clocks
 # ---------------------------------------------------------------------------------------------------------
 

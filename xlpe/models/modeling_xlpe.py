@@ -390,11 +390,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             else:
                 xl_delta = pe_xl_side - pe_abs
         if self.training and self.dropout > 0:  # one dropout mask for Z_abs and for the XL heads' Z_XL
-            keep = (
-                keep_mask(hidden_states, self.dropout)
-                if hidden_states.device.type == "cpu" and not torch.compiler.is_compiling()
-                else torch.empty_like(hidden_states).bernoulli_(1 - self.dropout) / (1 - self.dropout)
-            )
+            keep = keep_mask(hidden_states, self.dropout)  # (cheaper on CPU: reorder_predictor.keep_mask)
             hidden_states = hidden_states * keep
             xl_delta = xl_delta * keep if xl_delta is not None else None
         attention_mask = create_bidirectional_mask(

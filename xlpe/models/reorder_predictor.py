@@ -98,9 +98,12 @@ def pre_norm_layer_forward(layer: nn.TransformerEncoderLayer, hidden: torch.Tens
 def keep_mask(like: torch.Tensor, p: float) -> torch.Tensor:
     """Inverted-dropout mask shaped like `like`: 1 / (1 - p) with probability 1 - p, else 0 (in `like`'s dtype).
 
-    Drawn as `uniform(0, 1) >= p` in float32 rather than with `bernoulli_`: the same distribution (to 2^-24), at
-    about half the cost on CPU, where drawing the mask is most of dropout's time (2 threads, 768 x 256 floats:
-    bernoulli_ 1.17 ms, uniform_ 0.57 ms, the multiply 0.02 ms; docs/benchmarks/speed.md, "Dropout masks on CPU")."""
+    On CPU in eager mode drawn as `uniform(0, 1) >= p` in float32 rather than with `bernoulli_`: the same
+    distribution (to 2^-24), at about half the cost, where drawing the mask is most of dropout's time (2 threads,
+    768 x 256 floats: bernoulli_ 1.17 ms, uniform_ 0.57 ms, the multiply 0.02 ms; docs/benchmarks/speed.md, "The
+    host allocator"). Elsewhere (CUDA, a compiled graph) `bernoulli_`, as before."""
+    if like.device.type != "cpu" or torch.compiler.is_compiling():
+        return torch.empty_like(like).bernoulli_(1 - p) / (1 - p)
     return torch.rand(like.shape, device=like.device).ge_(p).mul_(1.0 / (1.0 - p)).to(like.dtype)
 
 

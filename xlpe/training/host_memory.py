@@ -29,7 +29,7 @@ OPT_OUT = "XLPE_HOST_ALLOCATOR"  # "default": leave the allocator as it is
 USER_TUNING = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 OTHER_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 
-_applied: str | None = None  # what the last call decided, for logs and run reports
+_applied: str | None = None  # what the first call decided (the line it returned)
 
 
 def reason_to_skip(environ=None, platform: str | None = None) -> str | None:
