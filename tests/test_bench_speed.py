@@ -139,3 +139,22 @@ def test_xlpe_step_ratio_check_reports_both_clocks_and_the_checks_off_ratio():
     # fused AdamW by default: what the Trainer runs (transformers' default optim), CPU included
     assert check.step_fn("stock", models["stock"], batch).optimizer.defaults["fused"] is True
     assert not check.step_fn("xlpe", models["xlpe"], batch, "default").optimizer.defaults["fused"]
+
+
+def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys):
+    """bench/step_ratio_across_commits.py at tiny dims on this checkout: one process per tree and repeat, each a ratio
+    of medians from the public API alone (so older commits' packages run it too). Timings are not asserted."""
+    spec = importlib.util.spec_from_file_location(
+        "step_ratio_across_commits", REPO_ROOT / "bench" / "step_ratio_across_commits.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv = ["--trees", str(REPO_ROOT), "--processes", "2", "--pairs", "1", "--warmup", "1", "--threads", "1"]
+    results = bench.main([*argv, "--size", "tiny", "--length", "12"])
+    (values,) = results.values()
+    assert len(values) == 2 and all(0 < value["ratio"] < float("inf") for value in values)
+    assert "2 processes" in capsys.readouterr().out
+    assert bench.allocator_env("steady")["MALLOC_TRIM_THRESHOLD_"] == str(bench.TRIM_THRESHOLD_BYTES)
+    assert not any(key.startswith("MALLOC_") for key in bench.allocator_env("default"))
+    with pytest.raises(SystemExit):
+        bench.main(["HEAD", "--trees", str(REPO_ROOT)])  # commits or trees, not both
