@@ -113,13 +113,24 @@ def checkouts(commits: list[str], folder: Path) -> list[Path]:
     trees = []
     for index, commit in enumerate(commits):
         tree = folder / f"tree{index}"
-        subprocess.run(
+        added = subprocess.run(
             ["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(tree), commit],
-            check=True,
             capture_output=True,
+            text=True,
+            check=False,
         )
+        if added.returncode != 0:
+            remove(trees)
+            last = (added.stderr.strip().splitlines() or ["git worktree add failed"])[-1]
+            print(f"step_ratio_across_commits.py: cannot check out {commit!r}: {last}", file=sys.stderr)
+            raise SystemExit(2)
         trees.append(tree)
     return trees
+
+
+def remove(trees: list[Path]) -> None:
+    for tree in trees:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
 
 
 def run(trees: list[Path], labels: list[str], args) -> dict:
@@ -171,8 +182,7 @@ def main(argv=None) -> dict:
         try:
             return run(trees, args.commits, args)
         finally:
-            for tree in trees:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+            remove(trees)
 
 
 if __name__ == "__main__":

@@ -158,3 +158,6 @@ def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys):
     assert not any(key.startswith("MALLOC_") for key in bench.allocator_env("default"))
     with pytest.raises(SystemExit):
         bench.main(["HEAD", "--trees", str(REPO_ROOT)])  # commits or trees, not both
+    with pytest.raises(SystemExit) as error:
+        bench.main(["no-such-commit-xyz"])
+    assert error.value.code == 2 and "cannot check out 'no-such-commit-xyz'" in capsys.readouterr().err
