@@ -65,8 +65,8 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert "### xl-combination (smoke mode)" in section and "| combination | de-en | 1 |" in section
     # the XL PE run is also decoded with oracle positions in the same xlpe-train run: its row beside the predicted
     assert "oracle_bleu" in records[1] and "oracle_bleu" not in records[0]
-    assert "| XL PE run | seeds | BLEU, predicted positions | BLEU, oracle positions |" in section
-    assert "| combination | 1 | " in section
+    assert "| XL PE run | pair | seeds | BLEU, predicted positions | BLEU, oracle positions |" in section
+    assert "| combination | de-en | 1 | " in section
     assert "Mode(s): **smoke**" in section and f"Date: {records[0]['date']}." in section
     # the numbers live in results/<page>.json beside the page; the page shows them between markers
     tables = json.loads((tmp_path / "results" / "BENCHMARKS.json").read_text())["tables"]
@@ -683,7 +683,64 @@ def test_stacked_runs_are_compared_with_their_parts(tmp_path, capsys):
         )
         == 0
     )
-    assert "| combination+pos | combination | 3 |" in capsys.readouterr().out
+    assert "| combination+pos | combination | de-en | 3 |" in capsys.readouterr().out
+
+
+def test_runs_of_two_pairs_in_one_work_dir_are_never_pooled(tmp_path):
+    """One work dir may hold the same runs on several pairs (`--pair en-ja` after the de-en runs): every table row
+    is one pair's seeds (the main table, oracle vs predicted, each run against its parts, 2PT), never both pairs'
+    seeds as one row under the first pair's name."""
+    import datasets
+
+    driver = load_driver()
+    report_module = sys.modules[driver.report.__module__]
+    words = "a man rides a red bike down the hill while two dogs run after him in the rain".split()
+    references = [" ".join(words[i % 7 :] + words[: i % 7]) for i in range(60)]
+    garbled = [" ".join(r.split()[::-1][:6]) for r in references]
+    half = [r if i % 2 else g for i, (r, g) in enumerate(zip(references, garbled))]
+    outputs = {"vanilla": garbled, "relative": half, "xl-relative": references}
+    records = []
+    for pair, seeds in (("de-en", (1, 2)), ("en-de", (1,))):
+        datasets.DatasetDict(
+            {"test": datasets.Dataset.from_dict({"source_text": references, "target_text": references})}
+        ).save_to_disk(str(tmp_path / "data" / pair / "clean"))
+        for seed in seeds:
+            for name, lines in outputs.items():
+                path = tmp_path / "runs" / f"{pair}-{name}-{seed}.txt"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+                record = dict(
+                    group="xl-forms",
+                    mode="smoke",
+                    name=name,
+                    pair=pair,
+                    seed=seed,
+                    key=f"smoke|{pair}|{name}|{seed}",
+                    kind="train",
+                    bleu=10.0 if pair == "de-en" else 30.0,
+                    chrf=1.0,
+                    hypotheses=str(path),
+                    bleu_signature="s",
+                    chrf_signature="c",
+                )
+                if name == "xl-relative":
+                    record.update(oracle_hypotheses=str(path), oracle_bleu=record["bleu"] + 1)
+                records.append(record)
+    records.append({**records[0], "name": "2pt", "kind": "two_pass", "oracle_bleu": 1.0, "oracle_chrf": 1.0})
+    records.append({**records[-1], "pair": "en-de", "bleu": 50.0})
+    text = "\n".join(report_module.group_table("xl-forms", records, tmp_path, {"smoke"}))
+    for row in (
+        "| vanilla | de-en | 2 | 10.00 ± 0.00 |",
+        "| vanilla | en-de | 1 | 30.00 ± 0.00 |",
+        "| xl-relative | de-en | 2 | 10.00 ± 0.00 | 11.00 ± 0.00 | +1.00 |",
+        "| xl-relative | en-de | 1 | 30.00 ± 0.00 | 31.00 ± 0.00 | +1.00 |",
+        "| xl-relative | relative | de-en | 2 |",
+        "| xl-relative | relative | en-de | 1 |",
+        "| 2PT (reorderer + translator) | de-en | 10.00 ± 0.00 |",
+        "| 2PT (reorderer + translator) | en-de | 50.00 ± 0.00 |",
+    ):
+        assert row in text, row
+    assert "| vanilla | de-en | 3 |" not in text and "| xl-relative | relative | de-en | 3 |" not in text
 
 
 @pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination

@@ -41,8 +41,10 @@ def group_table(group: str, records: list[dict], work: Path, modes: set[str]) ->
         "verdict (BLEU) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name in names:
-        rows = [r for r in records if r["name"] == name]
+    for pair, name in ((pair, name) for pair in pairs_of(records) for name in names):
+        rows = [r for r in records if r["name"] == name and r["pair"] == pair]  # never pooled across pairs
+        if not rows:
+            continue
         pvalues, deltas, chrf_pvalues, chrf_deltas = [], [], [], []
         for r in rows:
             base = next(
@@ -64,12 +66,18 @@ def group_table(group: str, records: list[dict], work: Path, modes: set[str]) ->
         reused = sorted({r["same_as"].split("|")[2] for r in rows if r.get("same_as")})
         label = f"{name} (= {', '.join(reused)})" if reused else name  # the same model: its result, not a new run
         lines.append(
-            f"| {label} | {rows[0]['pair']} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
+            f"| {label} | {pair} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
             f"{mean_std([r['chrf'] for r in rows])} | {delta} | {pcol} | {verdict} |"
         )
     extra = extra_tables(group, records, work)
     signatures = sorted({r["bleu_signature"] for r in records} | {r["chrf_signature"] for r in records})
     return lines + [""] + extra + ["Signatures: " + "; ".join(f"`{s}`" for s in signatures), ""]
+
+
+def pairs_of(records: list[dict]) -> list[str]:
+    """The language pairs of `records`, in the order they first appear: every row of a table is one pair's (one work
+    dir may hold several pairs' runs of the same names: their seeds are never pooled into one row)."""
+    return list(dict.fromkeys(r["pair"] for r in records))
 
 
 def verdict_of(deltas: list[float], pvalues: list[float]) -> str:
@@ -103,22 +111,25 @@ def components_table(records: list[dict], work: Path) -> list[str]:
     delta per seed says what the added piece contributes on top of the other."""
     names = set(r["name"] for r in records)
     lines = []
-    for name, parts in COMPONENTS.items():
-        for part in (p for p in parts if name in names and p in names):
-            deltas, pvalues = paired_against(
-                [r for r in records if r["name"] == name], [r for r in records if r["name"] == part], work
-            )
-            if deltas:
-                per_seed = ", ".join(f"{d:+.2f} (p {p:.3f})" for d, p in zip(deltas, pvalues))
-                lines.append(
-                    f"| {name} | {part} | {len(deltas)} | {statistics.mean(deltas):+.2f} | {per_seed} | "
-                    f"{verdict_of(deltas, pvalues)} |"
+    for pair in pairs_of(records):
+        for name, parts in COMPONENTS.items():
+            for part in (p for p in parts if name in names and p in names):
+                deltas, pvalues = paired_against(
+                    [r for r in records if r["name"] == name and r["pair"] == pair],
+                    [r for r in records if r["name"] == part and r["pair"] == pair],
+                    work,
                 )
+                if deltas:
+                    per_seed = ", ".join(f"{d:+.2f} (p {p:.3f})" for d, p in zip(deltas, pvalues))
+                    lines.append(
+                        f"| {name} | {part} | {pair} | {len(deltas)} | {statistics.mean(deltas):+.2f} | {per_seed} | "
+                        f"{verdict_of(deltas, pvalues)} |"
+                    )
     if not lines:
         return []
     return [
-        "| stacked run | against its part | seeds | ΔBLEU | ΔBLEU (bootstrap p) per seed | verdict (BLEU) |",
-        "|---|---|---|---|---|---|",
+        "| stacked run | against its part | pair | seeds | ΔBLEU | ΔBLEU (bootstrap p) per seed | verdict (BLEU) |",
+        "|---|---|---|---|---|---|---|",
         *lines,
         "",
     ]
@@ -131,12 +142,14 @@ def oracle_table(records: list[dict], work: Path) -> list[str]:
     if not names:
         return []
     lines = [
-        "| XL PE run | seeds | BLEU, predicted positions | BLEU, oracle positions | oracle − predicted | "
+        "| XL PE run | pair | seeds | BLEU, predicted positions | BLEU, oracle positions | oracle − predicted | "
         "bootstrap p per seed |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
-    for name in names:
-        rows = [r for r in records if r["name"] == name and "oracle_hypotheses" in r]
+    for pair, name in ((pair, name) for pair in pairs_of(records) for name in names):
+        rows = [r for r in records if r["name"] == name and r["pair"] == pair and "oracle_hypotheses" in r]
+        if not rows:
+            continue
         pvalues = []
         for r in rows:
             oracle = {"hypotheses": r["oracle_hypotheses"]}
@@ -144,7 +157,7 @@ def oracle_table(records: list[dict], work: Path) -> list[str]:
             pvalues.append(f"{sig['BLEU']['p_value']:.3f}" if sig else "-")
         gap = statistics.mean(r["oracle_bleu"] - r["bleu"] for r in rows)
         lines.append(
-            f"| {name} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
+            f"| {name} | {pair} | {len(rows)} | {mean_std([r['bleu'] for r in rows])} | "
             f"{mean_std([r['oracle_bleu'] for r in rows])} | {gap:+.2f} | {', '.join(pvalues)} |"
         )
     return lines + [""]
@@ -152,24 +165,26 @@ def oracle_table(records: list[dict], work: Path) -> list[str]:
 
 def extra_tables(group: str, records: list[dict], work: Path | None = None) -> list[str]:
     lines = oracle_table(records, work) + components_table(records, work) if work is not None else []
-    rows = [r for r in records if r["kind"] == "two_pass"]
-    if rows:  # the 2pt group, and every table with its row (table1)
-        lines += [
-            "| 2PT row | BLEU | chrF |",
-            "|---|---|---|",
-            (
-                f"| 2PT (reorderer + translator) | {mean_std([r['bleu'] for r in rows])} | "
-                f"{mean_std([r['chrf'] for r in rows])} |"
-            ),
-            (
-                f"| 2PT oracle (alignment-reordered source) | {mean_std([r['oracle_bleu'] for r in rows])} | "
-                f"{mean_std([r['oracle_chrf'] for r in rows])} |"
-            ),
-            "",
-        ]
+    two_pass = [r for r in records if r["kind"] == "two_pass"]
+    if two_pass:  # the 2pt group, and every table with its row (table1); one pair's seeds a row
+        lines += ["| 2PT row | pair | BLEU | chrF |", "|---|---|---|---|"]
+        for pair in pairs_of(two_pass):
+            rows = [r for r in two_pass if r["pair"] == pair]
+            lines += [
+                f"| 2PT (reorderer + translator) | {pair} | {mean_std([r['bleu'] for r in rows])} | "
+                f"{mean_std([r['chrf'] for r in rows])} |",
+                f"| 2PT oracle (alignment-reordered source) | {pair} | {mean_std([r['oracle_bleu'] for r in rows])} | "
+                f"{mean_std([r['oracle_chrf'] for r in rows])} |",
+            ]
+        lines.append("")
     if group == "mvpe":  # mvPE+POS Tables III-V: BLEU-1..4 (0-1), ROUGE F1 (0-1), length ratio; one column per run
-        names = list(dict.fromkeys(r["name"] for r in records if r["kind"] == "mvpe"))
-        by_name = {n: [r for r in records if r["name"] == n and r["kind"] == "mvpe"] for n in names}
+        mvpe_rows = [r for r in records if r["kind"] == "mvpe"]
+        several = len(pairs_of(mvpe_rows)) > 1  # a column per run and pair: seeds of two pairs never pooled
+        columns = list(dict.fromkeys((r["pair"], r["name"]) for r in mvpe_rows))
+        names = [f"{name} ({pair})" if several else name for pair, name in columns]
+        by_name = {
+            label: [r for r in mvpe_rows if (r["pair"], r["name"]) == column] for label, column in zip(names, columns)
+        }
         metrics = {f"BLEU-{n}": (lambda r, n=n: r[f"bleu-{n}"]["score"]) for n in range(1, 5)}
         metrics.update(
             {
@@ -189,11 +204,12 @@ def extra_tables(group: str, records: list[dict], work: Path | None = None) -> l
         lines.append("")
     if group == "alignment":
         lines += ["| model (en→fr, Hansards gold) | AER | precision | recall |", "|---|---|---|---|"]
-        for name in dict.fromkeys(r["name"] for r in records):
-            rows = [r["alignment"] for r in records if r["name"] == name and "alignment" in r]
+        several = len(pairs_of(records)) > 1
+        for pair, name in dict.fromkeys((r["pair"], r["name"]) for r in records):
+            rows = [r["alignment"] for r in records if (r["pair"], r["name"]) == (pair, name) and "alignment" in r]
             if rows:
                 lines.append(
-                    f"| {name} | "
+                    f"| {f'{name} ({pair})' if several else name} | "
                     + " | ".join(mean_std([100 * a[k] for a in rows]) for k in ("aer", "precision", "recall"))
                     + " |"
                 )
@@ -209,32 +225,38 @@ def reference_texts(work: Path, pair: str, mode_name: str) -> list[str]:
 
 
 def plots(records: list[dict], out_dir: Path, prefix: str) -> list[str]:
+    """The tau sweep, the noise curve and mvPE's perplexity per epoch: one figure per pair (the pair in the file
+    name when the work dir holds several)."""
     from xlpe.evaluation.plots import plot_noise_curve, plot_perplexity_per_epoch, plot_tau_sweep
 
     made = []
     mean_by = lambda rows, key: {k: statistics.mean(v) for k, v in _collect(rows, key).items()}
-    tau = [r for r in records if r["group"] == "tau" and r["name"].startswith("head-tau")]
-    if tau:
-        made.append(
-            plot_tau_sweep(mean_by(tau, lambda r: float(r["fields"]["xl_heads"])), out_dir / f"{prefix}_tau.png")
-        )
-    noise = [r for r in records if r["group"] == "noise" and r["data"].startswith("noise")]
-    if noise:
-        vanilla = [r["bleu"] for r in records if r["name"] == "vanilla" and r["pair"] == noise[0]["pair"]]
-        made.append(
-            plot_noise_curve(
-                mean_by(noise, lambda r: float(r["data"].removeprefix("noise"))),
-                out_dir / f"{prefix}_noise.png",
-                baseline=statistics.mean(vanilla) if vanilla else None,
+    pairs = pairs_of(records)
+    for pair in pairs:
+        name = f"{prefix}_{pair}" if len(pairs) > 1 else prefix
+        of_pair = [r for r in records if r["pair"] == pair]
+        tau = [r for r in of_pair if r["group"] == "tau" and r["name"].startswith("head-tau")]
+        if tau:
+            made.append(
+                plot_tau_sweep(mean_by(tau, lambda r: float(r["fields"]["xl_heads"])), out_dir / f"{name}_tau.png")
             )
-        )
-    mvpe_rows = [r for r in records if r["kind"] == "mvpe"]
-    if mvpe_rows:
-        curves = {
-            f"{r['name']} seed {r['seed']}": {float(k): v for k, v in r["perplexity_by_epoch"].items()}
-            for r in mvpe_rows
-        }
-        made.append(plot_perplexity_per_epoch(curves, out_dir / f"{prefix}_perplexity.png", split="validation"))
+        noise = [r for r in of_pair if r["group"] == "noise" and r["data"].startswith("noise")]
+        if noise:
+            vanilla = [r["bleu"] for r in of_pair if r["name"] == "vanilla"]
+            made.append(
+                plot_noise_curve(
+                    mean_by(noise, lambda r: float(r["data"].removeprefix("noise"))),
+                    out_dir / f"{name}_noise.png",
+                    baseline=statistics.mean(vanilla) if vanilla else None,
+                )
+            )
+        mvpe_rows = [r for r in of_pair if r["kind"] == "mvpe"]
+        if mvpe_rows:
+            curves = {
+                f"{r['name']} seed {r['seed']}": {float(k): v for k, v in r["perplexity_by_epoch"].items()}
+                for r in mvpe_rows
+            }
+            made.append(plot_perplexity_per_epoch(curves, out_dir / f"{name}_perplexity.png", split="validation"))
     return [
         str(Path(p).resolve().relative_to(REPO)) if Path(p).resolve().is_relative_to(REPO) else str(p) for p in made
     ]
