@@ -41,6 +41,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 from benchlib.speed_models import SIZES, marian_kwargs  # noqa: E402
+from benchlib.timing import add_host_allocator_argument  # noqa: E402
 from xlpe_step_ratio import make_batch  # noqa: E402
 
 from xlpe.training.host_memory import MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES  # noqa: E402
@@ -171,7 +172,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--size", default="small", choices=sorted(SIZES), help="model dims (bench/speed.py's sizes)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=24, help="longest source/target sentence (tokens)")
-    parser.add_argument("--host-allocator", default="steady", choices=["steady", "default"])
+    add_host_allocator_argument(parser)  # here set through glibc's environment variables (allocator_env)
     args = parser.parse_args(argv)
     if bool(args.commits) == bool(args.trees):
         parser.error("give commits or --trees, not both and not neither")

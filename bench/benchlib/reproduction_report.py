@@ -41,10 +41,7 @@ def group_table(group: str, records: list[dict], work: Path, modes: set[str]) ->
         "verdict (BLEU) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for pair, name in ((pair, name) for pair in pairs_of(records) for name in names):
-        rows = [r for r in records if r["name"] == name and r["pair"] == pair]  # never pooled across pairs
-        if not rows:
-            continue
+    for pair, name, rows in rows_by_pair(records, names):
         pvalues, deltas, chrf_pvalues, chrf_deltas = [], [], [], []
         for r in rows:
             base = next(
@@ -78,6 +75,20 @@ def pairs_of(records: list[dict]) -> list[str]:
     """The language pairs of `records`, in the order they first appear: every row of a table is one pair's (one work
     dir may hold several pairs' runs of the same names: their seeds are never pooled into one row)."""
     return list(dict.fromkeys(r["pair"] for r in records))
+
+
+def rows_by_pair(records: list[dict], names: list[str]):
+    """(pair, name, that pair's runs of that name) for every pair (in `pairs_of` order) and name with runs."""
+    for pair in pairs_of(records):
+        for name in names:
+            rows = [r for r in records if r["name"] == name and r["pair"] == pair]
+            if rows:
+                yield pair, name, rows
+
+
+def pair_label(name: str, pair: str, several_pairs: bool) -> str:
+    """A column or row label: the run's name, with its pair when the table shows several."""
+    return f"{name} ({pair})" if several_pairs else name
 
 
 def verdict_of(deltas: list[float], pvalues: list[float]) -> str:
@@ -146,10 +157,7 @@ def oracle_table(records: list[dict], work: Path) -> list[str]:
         "bootstrap p per seed |",
         "|---|---|---|---|---|---|---|",
     ]
-    for pair, name in ((pair, name) for pair in pairs_of(records) for name in names):
-        rows = [r for r in records if r["name"] == name and r["pair"] == pair and "oracle_hypotheses" in r]
-        if not rows:
-            continue
+    for pair, name, rows in rows_by_pair([r for r in records if "oracle_hypotheses" in r], names):
         pvalues = []
         for r in rows:
             oracle = {"hypotheses": r["oracle_hypotheses"]}
@@ -181,7 +189,7 @@ def extra_tables(group: str, records: list[dict], work: Path | None = None) -> l
         mvpe_rows = [r for r in records if r["kind"] == "mvpe"]
         several = len(pairs_of(mvpe_rows)) > 1  # a column per run and pair: seeds of two pairs never pooled
         columns = list(dict.fromkeys((r["pair"], r["name"]) for r in mvpe_rows))
-        names = [f"{name} ({pair})" if several else name for pair, name in columns]
+        names = [pair_label(name, pair, several) for pair, name in columns]
         by_name = {
             label: [r for r in mvpe_rows if (r["pair"], r["name"]) == column] for label, column in zip(names, columns)
         }
@@ -209,7 +217,7 @@ def extra_tables(group: str, records: list[dict], work: Path | None = None) -> l
             rows = [r["alignment"] for r in records if (r["pair"], r["name"]) == (pair, name) and "alignment" in r]
             if rows:
                 lines.append(
-                    f"| {f'{name} ({pair})' if several else name} | "
+                    f"| {pair_label(name, pair, several)} | "
                     + " | ".join(mean_std([100 * a[k] for a in rows]) for k in ("aer", "precision", "recall"))
                     + " |"
                 )
