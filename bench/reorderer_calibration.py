@@ -44,35 +44,11 @@ def reorderer_copy(work: Path, pair: str, mode: dict, prior: float) -> Path:
 
 def translate(work: Path, spec: dict, seed: int, mode: dict, reorderer: Path, prior: float) -> list[str]:
     """The test split decoded by the run's saved model (as xlpe-train decoded it) with `reorderer`'s positions."""
-    from xlpe.training.run import main as xlpe_train
-
-    model = reproduction.run_dir(work, spec, seed)
     out = work / "calibration" / spec["pair"] / f"seed{seed}-prior{prior}"
     hypotheses = out / "generated_predictions.txt"
-    if not hypotheses.is_file():
-        args = reproduction.train_args(
-            mode,
-            out,
-            seed,
-            spec["pair"],
-            reproduction.tokenizer_dir(work, spec["pair"], mode),
-            spec["model_type"],
-            {"reorderer": str(reorderer)},
-        )
-        args += [
-            "--model_name_or_path",
-            str(model),
-            "--do_train",
-            "false",
-            "--do_eval",
-            "false",
-            "--do_predict",
-            "true",
-            "--prepared_dataset",
-            str(reproduction.prepared_dir(work, spec["pair"], "clean", mode)),
-        ]
-        xlpe_train(args)
-    return hypotheses.read_text(encoding="utf-8").splitlines()
+    if hypotheses.is_file():
+        return hypotheses.read_text(encoding="utf-8").splitlines()
+    return reproduction.decode_test_split(work, spec, seed, mode, out, {"reorderer": str(reorderer)})
 
 
 def main(argv=None) -> dict:

@@ -23,8 +23,8 @@ Groups (each a list of runs; every group also runs vanilla Marian on its languag
             Combination + relative PE
   relative-pe  vanilla, relative PE, Combination + relative PE (the same runs as in baselines: the short version)
   xl-forms  XL order in relative and rotary form: relative PE (k = 16) and RoPE alone (no sinusoid), XL-relative and
-            XL-RoPE (tau heads of layer 1, and of every layer), each against its non-XL counterpart; XL-relative and
-            XL-RoPE with the pair's standalone reorderer at test time
+            XL-RoPE (tau heads of layer 1, and of every layer), each against its non-XL counterpart; each XL model
+            decoded again with the pair's standalone reorderer's positions (`+reorderer`: no training, same weights)
   table4    XL PE Table 4: encoder-free (encoder_layers=0) without PE, + absolute PE, + relative PE, + InXL
   pos       vanilla, Combination, Combination + source POS tags, mvPE+POS, mvPE alone and the same BART body with the
             plain sinusoid, trained like the others (same steps; tags from the offline taggers: nltk-en for English,
@@ -75,14 +75,20 @@ from benchlib.reproduction_report import report  # noqa: E402
 # ---------------------------------------------------------------------------------------------------------
 
 
+def reads_another_run(spec: dict) -> bool:
+    """A reused result (`same_as`) or a new decoding of another run's saved model (kind "retest"): done after that
+    run, in this process (a decoding is short; no worker waits on another's training)."""
+    return bool(spec["same_as"]) or spec["kind"] == "retest"
+
+
 def run_in_workers(args, planned: list, done: set, work: Path, deadline: float | None) -> list[str]:
-    """Run the planned trainings (not the reused ones) `args.workers` at a time, each in its own single-threaded
-    process (`--only KEY`, log in <work_dir>/logs/). Data are prepared here first, so the workers only read them;
-    two seeds of the same run never overlap (they share text files and configs). Returns the keys not started
-    because --max_minutes passed."""
+    """Run the planned trainings (not reused results or re-decodings) `args.workers` at a time, each in its own
+    single-threaded process (`--only KEY`, log in <work_dir>/logs/). Data are prepared here first, so the workers
+    only read them; two seeds of the same run never overlap (they share text files and configs). Returns the keys
+    not started because --max_minutes passed."""
     import subprocess
 
-    todo = [item for item in planned if not item[1]["same_as"] and item[3] not in done]
+    todo = [item for item in planned if not reads_another_run(item[1]) and item[3] not in done]
     mode = MODES[args.mode]
     for pair, data in dict.fromkeys((spec["pair"], spec["data"]) for _, spec, _, _ in todo):
         prepared_dir(work, pair, data, mode)  # before any worker starts (a noisy set prepares its clean one)
@@ -162,9 +168,7 @@ def run_all(args) -> int:
                 if key not in seen:
                     seen.add(key)
                     planned.append((group, spec, seed, key))
-    planned.sort(
-        key=lambda item: (args.seeds.index(item[2]), item[1]["same_as"] is not None)
-    )  # reused after their source
+    planned.sort(key=lambda item: (args.seeds.index(item[2]), reads_another_run(item[1])))  # after their source
     if args.only:
         planned = [item for item in planned if item[3] == args.only]
         if not planned:
@@ -175,7 +179,7 @@ def run_all(args) -> int:
     skipped_for_time = []
     if args.workers > 1:
         skipped_for_time = run_in_workers(args, planned, done, work, deadline)
-        planned = [item for item in planned if item[1]["same_as"]]  # reused results: read here, after the workers
+        planned = [item for item in planned if reads_another_run(item[1])]  # here, after the workers
     for group, spec, seed, key in planned:
         if key in done:
             print(f"[reproduce] skip (already in {results.name}): {key}")
@@ -201,6 +205,14 @@ def run_all(args) -> int:
             record.update({k: v for k, v in source.items() if k not in record}, same_as=source["key"])
             print(f"[reproduce] {key}: the same model as {source['key']}, result reused", flush=True)
         else:
+            if spec["kind"] == "retest":
+                source = run_key(args.mode, {"pair": spec["pair"], "name": spec["model_of"]}, seed)
+                if source not in {r["key"] for r in read_results(results)}:
+                    print(
+                        f"[reproduce] not yet run: {key} decodes the model of {source}; add its group (rerun to resume)"
+                    )
+                    continue
+                record["model_of"] = source
             print(f"[reproduce] run {key}", flush=True)
             record.update(execute(spec, seed, mode, work), date=time.strftime("%Y-%m-%d"))
         with results.open("a") as handle:

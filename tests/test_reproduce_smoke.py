@@ -505,16 +505,25 @@ def test_xl_forms_group_builds_xl_relative_and_rotary_models_beside_their_parts(
         "xl-rope",
         "xl-rope-all",
         "xl-relative+reorderer",
+        "xl-relative-all+reorderer",
         "xl-rope+reorderer",
+        "xl-rope-all+reorderer",
     ]
     expected = {
         "xl-relative": ("relative", "first"),
         "xl-relative-all": ("relative", "all"),
         "xl-rope": ("rotary", "first"),
         "xl-rope-all": ("rotary", "all"),
-        "xl-relative+reorderer": ("relative", "first"),
-        "xl-rope+reorderer": ("rotary", "first"),
     }
+    for name in expected:  # each XL model is decoded again with the pair's reorderer: no model of its own
+        again = runs[f"{name}+reorderer"]
+        assert (again["kind"], again["model_of"], again["fields"]) == (
+            "retest",
+            name,
+            {"reorderer": reproduction.PAIR_REORDERER},
+        )
+        counterpart = "relative" if "relative" in name else "rope"
+        assert reproduction.COMPONENTS[f"{name}+reorderer"] == (counterpart, name)
     small = dict(
         d_model=16,
         encoder_attention_heads=4,
@@ -539,10 +548,40 @@ def test_xl_forms_group_builds_xl_relative_and_rotary_models_beside_their_parts(
             assert (config.xl_position_form, config.xl_position_layers) == expected[name]
             xl_layers = [layer.self_attn.xl_heads > 0 for layer in model.model.encoder.layers]
             assert xl_layers == ([True, True] if expected[name][1] == "all" else [True, False]), name
-            assert fields.get("reorderer") == (reproduction.PAIR_REORDERER if name.endswith("+reorderer") else None)
         assert not config.absolute_positions  # every row of the group compares position forms without a sinusoid
     for name, parts in {"xl-relative": ("relative",), "xl-rope": ("rope",), "xl-rope-all": ("rope", "xl-rope")}.items():
         assert reproduction.COMPONENTS[name] == parts
+
+
+@pytest.mark.slow  # trains an XL model and a reorderer (~2 CPU-minutes); the rows' specs: the xl-forms group test
+def test_reorderer_rows_decode_the_saved_xl_model_again_without_training(tmp_path, shared_dir, monkeypatch, capsys):
+    """A `+reorderer` row of xl-forms trains nothing: it waits for its XL run, then decodes that run's saved model
+    with the pair's standalone reorderer's positions (its own directory and hypotheses; the model untouched; with
+    oracle positions the same weights give the same lines), and the report compares it with its counterpart and
+    with the built-in predictor's positions."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
+    driver = load_driver()
+    work = tmp_path / "work"
+    common = ["--mode", "smoke", "--groups", "xl-forms", "--seeds", "1", "--work_dir", str(work), "--only"]
+    assert driver.main(common + ["smoke|de-en|xl-rope+reorderer|1"]) == 0
+    assert "not yet run: smoke|de-en|xl-rope+reorderer|1 decodes the model of smoke|de-en|xl-rope|1" in (
+        capsys.readouterr().out
+    )
+    assert not (work / "results.jsonl").is_file()
+    assert driver.main(common + ["smoke|de-en|xl-rope|1"]) == 0
+    base = work / "runs" / "de-en-xl-rope-seed1"
+    weights = (base / "model.safetensors").read_bytes()
+    assert driver.main(common + ["smoke|de-en|xl-rope+reorderer|1"]) == 0
+    base_record, again = driver.reproduction.read_results(work / "results.jsonl")
+    assert (again["kind"], again["model_of"]) == ("retest", "smoke|de-en|xl-rope|1")
+    assert again["fields"] == {"reorderer": driver.reproduction.PAIR_REORDERER}
+    assert again["hypotheses"] == str(work / "runs" / "de-en-xl-rope+reorderer-seed1" / "hypotheses.txt")
+    assert (base / "model.safetensors").read_bytes() == weights and (work / "data" / "de-en" / "reorderer").is_dir()
+    assert again["oracle_bleu"] == base_record["oracle_bleu"]  # the same weights decode the oracle order alike
+    assert open(again["oracle_hypotheses"]).read() == open(base_record["oracle_hypotheses"]).read()
+    with pytest.raises(ValueError, match="kind 'retest' and model_of go together"):
+        driver.reproduction.run("x", "xlpe", model_of="xl-rope")
 
 
 def test_every_run_keeps_its_own_hypotheses(tmp_path, capsys):

@@ -91,10 +91,21 @@ TREEBANK_TAGGERS = {
 }
 
 
-def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None, **fields):
+def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None, model_of=None, **fields):
     """One run of a group: a name unique within its language pair, the family, its config fields. `same_as`:
-    the name of another run (same pair) that trains exactly this model; its result is reused, not recomputed."""
-    return dict(name=name, model_type=model_type, pair=pair, data=data, kind=kind, fields=fields, same_as=same_as)
+    the name of another run (same pair) that trains exactly this model; its result is reused, not recomputed.
+    `model_of` (kind "retest"): the run whose saved model (same seed) decodes the test split again with `fields`
+    (a standalone reorderer's positions); nothing is trained."""
+    spec = dict(name=name, model_type=model_type, pair=pair, data=data, kind=kind, fields=fields, same_as=same_as)
+    if (kind == "retest") != (model_of is not None):
+        raise ValueError(f"run {name!r}: kind 'retest' and model_of go together (kind {kind!r}, model_of {model_of!r})")
+    return spec | ({"model_of": model_of} if model_of else {})
+
+
+def with_reorderer(model_of: str) -> dict:
+    """`model_of`'s saved model (same pair and seed) decoding the test split with the pair's standalone reorderer's
+    positions instead of its built-in predictor's: the same weights, so the two rows differ by the positions only."""
+    return run(f"{model_of}+reorderer", "xlpe", kind="retest", model_of=model_of, reorderer=PAIR_REORDERER)
 
 
 def deeper_encoder(name: str, extra_layers: int, mode: dict, **fields) -> dict:
@@ -203,14 +214,7 @@ def group_runs(group: str, mode: dict) -> list[dict]:
             ),
             run("xl-rope", "xlpe", xl_strategy="head", config_overrides=xl_rotary),
             run("xl-rope-all", "xlpe", xl_strategy="head", config_overrides=f"{xl_rotary},xl_position_layers=all"),
-            run(
-                "xl-relative+reorderer",
-                "xlpe",
-                xl_strategy="head",
-                config_overrides=xl_relative,
-                reorderer=PAIR_REORDERER,
-            ),
-            run("xl-rope+reorderer", "xlpe", xl_strategy="head", config_overrides=xl_rotary, reorderer=PAIR_REORDERER),
+            *(with_reorderer(name) for name in ("xl-relative", "xl-relative-all", "xl-rope", "xl-rope-all")),
         ]
     if (
         group == "table4"
@@ -305,8 +309,11 @@ COMPONENTS = {
     "xl-relative-all": ("relative", "xl-relative"),
     "xl-rope": ("rope",),  # XL angles in the tau heads against RoPE alone
     "xl-rope-all": ("rope", "xl-rope"),
-    "xl-relative+reorderer": ("xl-relative",),  # the standalone reorderer's positions against the built-in predictor's
-    "xl-rope+reorderer": ("xl-rope",),
+    # the standalone reorderer's positions against the counterpart and against the built-in predictor's positions
+    "xl-relative+reorderer": ("relative", "xl-relative"),
+    "xl-relative-all+reorderer": ("relative", "xl-relative-all"),
+    "xl-rope+reorderer": ("rope", "xl-rope"),
+    "xl-rope-all+reorderer": ("rope", "xl-rope-all"),
     "noenc+abs": ("noenc-nopos",),  # XL PE Table 4: absolute PE in the encoder-free model
     "noenc+relative": ("noenc+abs",),
     "noenc+inxl": ("noenc+abs",),
@@ -681,6 +688,24 @@ def train(mode, work, spec, seed, extra: list[str], model_type=None, fields=None
     return out, metrics
 
 
+def decode_test_split(work: Path, model_spec: dict, seed: int, mode: dict, out: Path, fields: dict) -> list[str]:
+    """The test split decoded by `model_spec`'s saved model of `seed` as xlpe-train decoded it at the end of its
+    training (same arguments, predict only), with `fields` added (e.g. `reorderer`: that reorderer's positions);
+    written to `out`. Returns the hypotheses."""
+    from xlpe.training.run import main as xlpe_train
+
+    model = run_dir(work, model_spec, seed)
+    if not (model / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{model} holds no saved model: run {model_spec['name']!r} of seed {seed} ({model_spec['pair']}) first"
+        )
+    tokenizer = tokenizer_dir(work, model_spec["pair"], mode)
+    args = train_args(mode, out, seed, model_spec["pair"], tokenizer, model_spec["model_type"], fields)
+    args += ["--model_name_or_path", str(model), "--do_train", "false", "--do_eval", "false", "--do_predict", "true"]
+    xlpe_train(args + ["--prepared_dataset", str(prepared_dir(work, model_spec["pair"], "clean", mode))])
+    return (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
+
+
 def test_split_texts(work: Path, spec: dict, mode: dict):
     import datasets
 
@@ -698,6 +723,10 @@ def execute(spec: dict, seed: int, mode: dict, work: Path) -> dict:
     if spec["kind"] == "train":
         out, _ = train(mode, work, spec, seed, prepared)
         hypotheses = (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
+    elif spec["kind"] == "retest":
+        out = run_dir(work, spec, seed)
+        model = {**spec, "name": spec["model_of"]}
+        hypotheses = decode_test_split(work, model, seed, mode, out, resolved_fields(work, spec, mode))
     elif spec["kind"] == "two_pass":
         out, hypotheses, record = two_pass(spec, seed, mode, work)
     elif spec["kind"] == "mvpe":
@@ -714,7 +743,7 @@ def execute(spec: dict, seed: int, mode: dict, work: Path) -> dict:
         seconds=round(time.time() - started, 1),
     )
     oracle_file = out / "generated_predictions_oracle.txt"  # XL PE runs: the test split decoded with oracle positions
-    if spec["kind"] == "train" and oracle_file.is_file():
+    if spec["kind"] in ("train", "retest") and oracle_file.is_file():
         oracle = oracle_file.read_text(encoding="utf-8").splitlines()
         oracle_scores = corpus_bleu_chrf(oracle, references, target_language=target_lang)
         (out / "hypotheses_oracle.txt").write_text("\n".join(oracle) + "\n", encoding="utf-8")
