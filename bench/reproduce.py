@@ -62,11 +62,12 @@ from benchlib.reproduction import (  # noqa: E402
     execute,
     for_pair,
     group_runs,
+    other_run_key,
+    other_run_record,
     prepared_dir,
     read_results,
     resolved_fields,
     run_key,
-    same_run_record,
 )
 from benchlib.reproduction_report import report  # noqa: E402
 
@@ -195,7 +196,7 @@ def run_all(args) -> int:
             **{k: spec[k] for k in ("name", "model_type", "pair", "data", "kind", "fields")},
         }
         if spec["same_as"]:
-            source = same_run_record(results, args.mode, spec, seed)
+            source = other_run_record(results, args.mode, spec, seed)
             if source is None:
                 print(
                     f"[reproduce] not yet run: {key} reuses {spec['same_as']!r} of seed {seed}; "
@@ -206,8 +207,8 @@ def run_all(args) -> int:
             print(f"[reproduce] {key}: the same model as {source['key']}, result reused", flush=True)
         else:
             if spec["kind"] == "retest":
-                source = run_key(args.mode, {"pair": spec["pair"], "name": spec["model_of"]}, seed)
-                if source not in {r["key"] for r in read_results(results)}:
+                source = other_run_key(args.mode, spec, seed)
+                if other_run_record(results, args.mode, spec, seed) is None:
                     print(
                         f"[reproduce] not yet run: {key} decodes the model of {source}; add its group (rerun to resume)"
                     )

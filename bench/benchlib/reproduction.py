@@ -859,7 +859,13 @@ def read_results(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
-def same_run_record(results: Path, mode_name: str, spec: dict, seed: int) -> dict | None:
-    """The finished record of the run `spec` is the same model as (read now: another driver may have written it)."""
-    key = run_key(mode_name, {"pair": spec["pair"], "name": spec["same_as"]}, seed)
+def other_run_key(mode_name: str, spec: dict, seed: int) -> str:
+    """The key of the run `spec` reads: the same model's (`same_as`) or the saved model's it decodes (`model_of`)."""
+    return run_key(mode_name, {"pair": spec["pair"], "name": spec["same_as"] or spec.get("model_of")}, seed)
+
+
+def other_run_record(results: Path, mode_name: str, spec: dict, seed: int) -> dict | None:
+    """The finished record of the run `spec` reads (`other_run_key`), or None (read now: another driver may have
+    written it)."""
+    key = other_run_key(mode_name, spec, seed)
     return next((r for r in read_results(results) if r["key"] == key), None)
