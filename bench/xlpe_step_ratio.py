@@ -140,7 +140,7 @@ def main(argv=None) -> list[dict]:
         default=[],
         metavar="FIELD=VALUE",
         help="XL PE config fields for the timed model, as xlpe-train's --config_overrides (repeatable), e.g. "
-        "reorder_predictor_dropout=0.0",
+        "reorder_predictor_dropout=0.1",
     )
     add_host_allocator_argument(parser)
     args = parser.parse_args(argv)

@@ -93,6 +93,27 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert driver.main(["--report", "--work_dir", str(work), "--plot_dir", str(tmp_path)]) == 0
     assert "| combination-noise0.0 (= combination) | de-en | 1 |" in capsys.readouterr().out
 
+    # bench/predictor_variants.py: the Combination model's predictor retrained as is and without dropout, on its
+    # frozen input; tau and BLEU of each, the report pairs the second with the first
+    spec = importlib.util.spec_from_file_location("predictor_variants", REPO_ROOT / "bench" / "predictor_variants.py")
+    variants = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(variants)
+    base = ["--work_dir", str(work), "--pair", "de-en", "--run", "combination", "--seeds", "1"]
+    variants.main(base + ["--variant", "default:", "--variant", "d0:reorder_predictor_dropout=0.0", "--decode"])
+    (line,) = [json.loads(text) for text in (work / "predictor_variants.jsonl").read_text().splitlines()]
+    assert list(line["variants"]) == ["default", "d0"] and -1.0 <= line["joint_tau"] <= 1.0
+    assert line["variants"]["d0"]["overrides"] == {"reorder_predictor_dropout": 0.0}
+    for result in line["variants"].values():
+        assert -1.0 <= result["tau"] <= 1.0 and 0.0 <= result["bleu"] <= 100.0 and os.path.isfile(result["hypotheses"])
+    saved = json.loads((work / "runs" / "de-en-combination-predictor-d0-p1-seed1" / "config.json").read_text())
+    assert saved["reorder_predictor_dropout"] == 0.0
+    capsys.readouterr()
+    variants.main(["--work_dir", str(work), "--report"])
+    table = capsys.readouterr().out
+    assert "| de-en (combination) | default | 1 |" in table and "| de-en (combination) | d0 | 1 |" in table
+    with pytest.raises(SystemExit):  # a field that is not the predictor's: refused
+        variants.main(base + ["--variant", "x:d_model=64"])
+
     # ... and when the run it reuses has not been made, it is reported as not run, not silently dropped
     fresh = tmp_path / "fresh"
     fresh.mkdir()

@@ -12,10 +12,13 @@ from transformers import MarianConfig, MarianMTModel
 from xlpe import XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel
 from xlpe.models.modeling_xlpe import CrossLingualPositionEncoding
 from xlpe.models.reorder_predictor import (
+    WRITTEN_OUT_ATTENTION_MAX_LENGTH,
     ReorderPredictor,
     dropout_fast_on_cpu,
     keep_mask,
+    key_padding_bias,
     positions_from_scores,
+    predictor_attention,
     reorder_loss,
     word_mean_scores,
 )
@@ -317,6 +320,41 @@ def test_cpu_dropout_is_dropout_in_training_and_the_identity_otherwise(monkeypat
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     monkeypatch.setattr(torch.nn.functional, "dropout", lambda t, p, training: calls.append(p) or t)
     assert dropout_fast_on_cpu(x, 0.25, training=True) is x and calls == [0.25]
+
+
+def test_predictor_attention_is_sdpas_function_on_cpu(monkeypatch):
+    """`predictor_attention` writes attention out on CPU in eager mode for short batches: the values and gradients of
+    `F.scaled_dot_product_attention` with the same boolean key mask (padded rows, a one-token row, an all-pad row
+    that `key_padding_bias` opens up); with dropout, a fraction p of the weights dropped and the rest scaled by
+    1/(1-p); under torch.compile, and for batches longer than the threshold, SDPA itself."""
+    torch.manual_seed(0)
+    mask = torch.ones(4, 9, dtype=torch.bool)
+    mask[1, 5:], mask[2, 1:], mask[3, :] = False, False, False
+    keys = key_padding_bias(mask)
+    q, k, v = (torch.randn(4, 2, 9, 8, requires_grad=True) for _ in range(3))
+    got = predictor_attention(q, k, v, keys, 0.0)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keys)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    upstream = torch.randn_like(got)
+    for g, w in zip(torch.autograd.grad(got, (q, k, v), upstream), torch.autograd.grad(want, (q, k, v), upstream)):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+    ones = torch.ones(1, 1, 2000, 4)  # uniform weights 1/2000 and v = 1: the output is the kept share, scaled
+    dropped = predictor_attention(
+        torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 2000, 4), ones, torch.ones(1, 1, 1, 2000, dtype=torch.bool), 0.25
+    )
+    assert abs(dropped.mean().item() - 1.0) < 0.05 and not torch.equal(dropped, torch.ones_like(dropped))
+    calls = []
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(
+        torch.nn.functional,
+        "scaled_dot_product_attention",
+        lambda *args, **kwargs: calls.append(kwargs["dropout_p"]) or args[0],
+    )
+    assert predictor_attention(q, k, v, keys, 0.1) is q and calls == [0.1]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)  # eager, but longer than written out pays
+    long = torch.zeros(1, 1, WRITTEN_OUT_ATTENTION_MAX_LENGTH + 1, 4)
+    assert predictor_attention(long, long, long, torch.ones(1, 1, 1, long.shape[2], dtype=torch.bool), 0.0) is long
+    assert calls == [0.1, 0.0]
 
 
 @pytest.mark.parametrize("layers", [1, 2])
