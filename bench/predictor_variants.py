@@ -238,8 +238,8 @@ def report(work: Path) -> str:
     lines = [json.loads(text) for text in (work / "predictor_variants.jsonl").read_text().splitlines() if text]
     mode = reproduction.MODES[(work / "mode.txt").read_text().strip()]
     out = [
-        "| pair (run) | variant | runs | tau | BLEU | Δtau vs first | ΔBLEU vs first, per run (bootstrap p) | "
-        "BLEU significant |",
+        "| pair (run) | variant | runs: tau / BLEU | tau | BLEU | Δtau vs first | "
+        "ΔBLEU vs first, per run (bootstrap p) | BLEU significant |",
         "|---|---|---:|---|---|---|---|---|",
     ]
     for pair, run_name in sorted({(line["pair"], line["run"]) for line in lines}):
@@ -247,7 +247,7 @@ def report(work: Path) -> str:
             (line for line in lines if (line["pair"], line["run"]) == (pair, run_name)),
             key=lambda line: (line["seed"], line["predictor_seed"]),
         )
-        names = list(rows[0]["variants"])
+        names = list(dict.fromkeys(name for row in rows for name in row["variants"]))  # first seen first
         _, references, _ = reproduction.test_split_texts(work, {"pair": pair}, mode)
         read = lambda path: Path(path).read_text(encoding="utf-8").splitlines()  # noqa: E731
         for name in names:
@@ -268,7 +268,7 @@ def report(work: Path) -> str:
                     per_run.append(f"{sig['delta']:+.2f} ({sig['p_value']:.3f})")
                     significant += sig["p_value"] < 0.05
             out.append(
-                f"| {pair} ({run_name}) | {name} | {len(have)} | {mean_sd(taus, 4)} | "
+                f"| {pair} ({run_name}) | {name} | {len(have)} / {len(bleus)} | {mean_sd(taus, 4)} | "
                 f"{mean_sd(bleus, 2) if bleus else '—'} | {mean_sd(dtau, 4) if name != names[0] else '—'} | "
                 f"{', '.join(per_run) or '—'} | {f'{significant}/{len(per_run)}' if per_run else '—'} |"
             )

@@ -141,6 +141,48 @@ def test_xlpe_step_ratio_check_reports_both_clocks_and_the_checks_off_ratio():
     assert not check.step_fn("xlpe", models["xlpe"], batch, "default").optimizer.defaults["fused"]
 
 
+def test_predictor_cost_times_variants_and_the_attention_both_ways(capsys):
+    """bench/predictor_cost.py: each variant's predictor step (its config fields, SDPA or written-out attention) and
+    the attention alone at each length, as Markdown tables; the package's length threshold is restored after; a
+    field that is not the predictor's is refused. Timings are not asserted (shared machine)."""
+    spec = importlib.util.spec_from_file_location("predictor_cost", REPO_ROOT / "bench" / "predictor_cost.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    limit = bench.reorder_predictor.WRITTEN_OUT_ATTENTION_MAX_LENGTH
+    threads = torch.get_num_threads()
+    try:
+        bench.main(
+            [
+                "--threads",
+                "1",
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--variant",
+                "a:attention=sdpa",
+                "--variant",
+                "b:reorder_predictor_dropout=0.1,reorder_predictor_hidden_size=32",
+            ]
+        )
+        rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+        assert rows[0] == "| predictor variant | ms a step (median) | vs the first |"
+        assert rows[2].startswith("| a | ") and rows[2].endswith(" | +0.00 |") and rows[3].startswith("| b | ")
+        bench.main(["--threads", "1", "--attention-lengths", "8,16"])
+        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+        assert lines[0] == "| tokens | written out, ms | SDPA, ms |" and [line.split()[1] for line in lines[2:]] == [
+            "8",
+            "16",
+        ]
+    finally:
+        torch.set_num_threads(threads)
+    assert bench.reorder_predictor.WRITTEN_OUT_ATTENTION_MAX_LENGTH == limit
+    with pytest.raises(SystemExit):
+        bench.main(["--variant", "c:d_model=64"])
+    with pytest.raises(SystemExit):
+        bench.main(["--variant", "c:attention=flash"])
+
+
 def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys):
     """bench/step_ratio_across_commits.py at tiny dims on this checkout: one process per tree and repeat, each a ratio
     of medians from the public API alone (so older commits' packages run it too). Timings are not asserted."""

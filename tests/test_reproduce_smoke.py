@@ -110,7 +110,7 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     capsys.readouterr()
     variants.main(["--work_dir", str(work), "--report"])
     table = capsys.readouterr().out
-    assert "| de-en (combination) | default | 1 |" in table and "| de-en (combination) | d0 | 1 |" in table
+    assert "| de-en (combination) | default | 1 / 1 |" in table and "| de-en (combination) | d0 | 1 / 1 |" in table
     with pytest.raises(SystemExit):  # a field that is not the predictor's: refused
         variants.main(base + ["--variant", "x:d_model=64"])
 
