@@ -160,7 +160,8 @@ def test_configs_saved_before_the_registry_load_and_save_as_before():
             pos_tagger="jieba-zh",
             decoder_pos_tags=["<pad>", "<unk>", "<special>", "A", "B"],
         ),
-        "xlpe_nltk": XLPEMarianConfig(pos_tagger="nltk-en"),
+        # (the predictor's dropout default when it was saved; 0.0 since 2026-11-28, saved configs keep theirs)
+        "xlpe_nltk": XLPEMarianConfig(pos_tagger="nltk-en", reorder_predictor_dropout=0.1),
     }
     for name, old in saved.items():
         config_class = MvPEPosConfig if name.startswith("mvpe") else XLPEMarianConfig

@@ -93,8 +93,9 @@ def pre_norm_layer_forward(layer: nn.TransformerEncoderLayer, hidden: torch.Tens
     return hidden + dropout_fast_on_cpu(layer.linear2(inner), dropout, layer.training)
 
 
-# CPU, 2 threads, 32 sentences x 4 heads of width 16, forward + backward (ms, written out / SDPA): 12 tokens 0.84 /
-# 0.74, 24 tokens 0.79 / 1.49, 48 tokens 2.35 / 2.91, 96 tokens 11.3 / 8.7: written out up to 64 tokens
+# CPU, 2 threads, 32 sentences x 4 heads of width 16, forward + backward, ms written out / SDPA (bench/predictor_cost.py
+# --attention-lengths): 12 tokens 0.75 / 0.64, 24: 1.04 / 1.80, 48: 2.26 / 3.80, 64: 3.30 / 5.06, 96: 5.53 / 7.98,
+# 192: 23.6 / 22.6 (and 11.3 / 8.7 at 96 in another run): written out up to 64 tokens
 WRITTEN_OUT_ATTENTION_MAX_LENGTH = 64
 
 
@@ -107,8 +108,9 @@ def predictor_attention(
     On CPU in eager mode, for batches of up to `WRITTEN_OUT_ATTENTION_MAX_LENGTH` tokens, written out (two batched
     matmuls and a softmax over an additive mask): at the predictor's sizes (heads 8-32 wide, sentences of tens of
     tokens) CPU's flash-attention kernel costs up to twice as much forward + backward, and dropout sends SDPA to
-    this same math path anyway (docs/benchmarks/speed.md, "The predictor's attention"). Longer batches, CUDA and
-    compiled graphs: SDPA. `keys` never masks a whole row (`key_padding_bias`), so no softmax row is empty."""
+    this same math path anyway (docs/benchmarks/speed.md, "The predictor's dropout and attention"). Longer
+    batches, CUDA and compiled graphs: SDPA. `keys` never masks a whole row (`key_padding_bias`), so no softmax row
+    is empty. The ONNX exporter traces one branch (the example's length): either is the same function."""
     if q.device.type != "cpu" or torch.compiler.is_compiling() or q.shape[-2] > WRITTEN_OUT_ATTENTION_MAX_LENGTH:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=keys, dropout_p=dropout_p)
     bias = torch.zeros(keys.shape, dtype=q.dtype, device=q.device).masked_fill_(~keys, float("-inf"))
