@@ -630,7 +630,10 @@ def test_accelerate_launch_with_two_cpu_processes(tmp_path):
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     assert state["global_step"] == 4 and state["epoch"] == pytest.approx(1.0)  # 64 pairs / (2 processes x 8)
     first = next(e for e in state["log_history"] if "loss" in e)
-    assert first["loss"] == pytest.approx(first["translation_loss"] + first["reorder_loss"], abs=2e-3)  # not x2
+    # not x2 (nor x processes): `loss` is the target-token-weighted mean over the processes' batches
+    # (weight_by_global_tokens), its logged parts plain means, so they agree to the spread of the token shares
+    # (0.0002-0.0055 here, depending on the random stream), not exactly
+    assert first["loss"] == pytest.approx(first["translation_loss"] + first["reorder_loss"], rel=1e-2)
     predict = json.loads((tmp_path / "run" / "predict_results.json").read_text())
     assert predict["predict_samples"] == 7  # the sampler's padding duplicates are not scored
     assert len((tmp_path / "run" / "generated_predictions.txt").read_text().splitlines()) == 7

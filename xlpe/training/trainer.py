@@ -5,7 +5,9 @@ Two things the stock trainer does not do:
 * **Auxiliary losses.** Every family reports the parts of its loss separately (`translation_loss`,
   `reorder_loss`, `order_loss`, `tag_loss`, ...: any `*_loss` field of the model output). The stock trainer
   logs only `loss`. Here `compute_loss` accumulates the parts, and they are logged next to `loss`, averaged
-  over the logging interval (training) or the evaluation set (`eval_<name>`), and over processes.
+  over the logging interval (training) or the evaluation set (`eval_<name>`), and over processes: plain means
+  of the batches' values, where `loss` weights each batch by its share of target tokens (a multi-process run's
+  parts therefore add up to `loss` only to within that weighting, ~0.1 % in the tests).
 * **Generation sees only what exists at test time.** `Seq2SeqTrainer.prediction_step` passes the whole
   batch to `generate()`. Here `generate()` gets `input_ids`, `attention_mask` and the source-side extra
   inputs that a test-time tool also produces (POS tags); gold *oracle* inputs (`reorder_positions`,
