@@ -141,7 +141,7 @@ def kendall_tau_rows(predicted: torch.Tensor, oracle: torch.Tensor, movable: tor
 
 
 @torch.no_grad()
-def test_tau(model, test_split) -> float:
+def tau_on_test_split(model, test_split) -> float:
     encoder = model.get_encoder().eval()
     taus = []
     for input_ids, attention_mask, oracle in padded_batches(test_split, 100, None):
@@ -184,7 +184,7 @@ def run(args) -> None:
         source = args.work_dir / "runs" / f"{args.pair}-{args.run}-seed{seed}"
         if not (source / "config.json").is_file():
             sys.exit(f"error: {source} holds no saved model (run {args.run!r} of seed {seed} first)")
-        joint_tau = test_tau(AutoModelForSeq2SeqLM.from_pretrained(str(source)), splits["test"])
+        joint_tau = tau_on_test_split(AutoModelForSeq2SeqLM.from_pretrained(str(source)), splits["test"])
         for predictor_seed in args.predictor_seeds:
             line = {
                 "pair": args.pair,
@@ -204,7 +204,7 @@ def run(args) -> None:
                     splits["train"],
                     1000 * seed + predictor_seed,
                 )
-                result = {"overrides": overrides, "tau": test_tau(model, splits["test"])}
+                result = {"overrides": overrides, "tau": tau_on_test_split(model, splits["test"])}
                 if args.decode:
                     result |= decode_bleu(
                         model,
