@@ -30,35 +30,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib.timing import add_host_allocator_argument, set_host_allocator  # noqa: E402
+from predictor_variants import parse_variant as variant_overrides  # noqa: E402
 from xlpe_step_ratio import make_batch  # noqa: E402
 
 from xlpe import XLPEMarianConfig  # noqa: E402
 from xlpe.models import reorder_predictor  # noqa: E402
-from xlpe.training.model_setup import parse_config_overrides  # noqa: E402
 
 D_MODEL = 256
 DEFAULT_LIMIT = reorder_predictor.WRITTEN_OUT_ATTENTION_MAX_LENGTH  # the package's threshold, restored after timing
-FIELDS = (
-    "reorder_predictor_dropout",
-    "reorder_predictor_hidden_size",
-    "reorder_predictor_layers",
-    "reorder_predictor_heads",
-)
 
 
 def parse_variant(text: str) -> tuple[str, dict, str]:
-    name, sep, fields = text.partition(":")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"--variant: expected NAME:FIELD=VALUE,... or NAME:, got {text!r}")
-    overrides = parse_config_overrides(fields) if fields else {}
+    """predictor_variants.py's NAME:FIELD=VALUE,... plus `attention=written|sdpa`."""
+    name, overrides = variant_overrides(text, extra=("attention",))
     attention = overrides.pop("attention", "written")
     if attention not in ("written", "sdpa"):
         raise argparse.ArgumentTypeError(f"--variant {name}: attention must be 'written' or 'sdpa', got {attention!r}")
-    unknown = sorted(set(overrides) - set(FIELDS))
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"--variant {name}: only {', '.join(FIELDS)} and attention apply, got {unknown}"
-        )
     return name, overrides, attention
 
 

@@ -23,6 +23,7 @@ each variant with the first one per (seed, predictor seed): tau and BLEU deltas 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import random
 import shutil
@@ -48,16 +49,36 @@ PREDICTOR_FIELDS = (  # what a variant may change: the predictor's own construct
 )
 
 
-def parse_variant(text: str) -> tuple[str, dict]:
-    """NAME:FIELD=VALUE[,FIELD=VALUE...] (NAME: alone = the run's own predictor config)."""
+def parse_variant(text: str, extra: tuple[str, ...] = ()) -> tuple[str, dict]:
+    """NAME:FIELD=VALUE[,FIELD=VALUE...] over PREDICTOR_FIELDS (and `extra` keys a caller handles itself); NAME: alone
+    is the run's own predictor config."""
     name, sep, fields = text.partition(":")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"--variant: expected NAME:FIELD=VALUE,... or NAME:, got {text!r}")
     overrides = parse_config_overrides(fields) if fields else {}
-    unknown = sorted(set(overrides) - set(PREDICTOR_FIELDS))
+    unknown = sorted(set(overrides) - set(PREDICTOR_FIELDS) - set(extra))
     if unknown:
-        raise argparse.ArgumentTypeError(f"--variant {name}: only {', '.join(PREDICTOR_FIELDS)} apply, got {unknown}")
+        allowed = ", ".join((*PREDICTOR_FIELDS, *extra))
+        raise argparse.ArgumentTypeError(f"--variant {name}: only {allowed} apply, got {unknown}")
     return name, overrides
+
+
+def fail(message: str) -> None:
+    """A user error: one line on stderr, exit status 2."""
+    print(f"predictor_variants: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def recorded_variants(results: Path) -> dict:
+    """(pair, run, seed, predictor seed, mode) -> {variant name: result} over every line of the results file."""
+    recorded = {}
+    if results.is_file():
+        for text in results.read_text(encoding="utf-8").splitlines():
+            if text:
+                line = json.loads(text)
+                key = (line["pair"], line["run"], line["seed"], line["predictor_seed"], line["mode"])
+                recorded.setdefault(key, {}).update(line["variants"])
+    return recorded
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -176,33 +197,32 @@ def run(args) -> None:
     import datasets
     from transformers import AutoModelForSeq2SeqLM
 
+    if not (args.work_dir / "mode.txt").is_file():
+        fail(f"{args.work_dir} is not a bench/reproduce.py work dir (no mode.txt)")
     mode_name = (args.work_dir / "mode.txt").read_text().strip()
     mode = reproduction.MODES[mode_name]
     splits = datasets.load_from_disk(str(reproduction.prepared_dir(args.work_dir, args.pair, "clean", mode)))
     results = args.work_dir / "predictor_variants.jsonl"
+    recorded = recorded_variants(results)
     for seed in args.seeds:
         source = args.work_dir / "runs" / f"{args.pair}-{args.run}-seed{seed}"
         if not (source / "config.json").is_file():
-            sys.exit(f"error: {source} holds no saved model (run {args.run!r} of seed {seed} first)")
-        joint_tau = tau_on_test_split(AutoModelForSeq2SeqLM.from_pretrained(str(source)), splits["test"])
+            fail(f"{source} holds no saved model (run {args.run!r} of seed {seed} first)")
+        trained = AutoModelForSeq2SeqLM.from_pretrained(str(source))
+        joint_tau = tau_on_test_split(trained, splits["test"])
         for predictor_seed in args.predictor_seeds:
-            line = {
-                "pair": args.pair,
-                "run": args.run,
-                "seed": seed,
-                "predictor_seed": predictor_seed,
-                "mode": mode_name,
-                "joint_tau": joint_tau,
-                "variants": {},
-            }
+            key = (args.pair, args.run, seed, predictor_seed, mode_name)
+            line = dict(zip(("pair", "run", "seed", "predictor_seed", "mode"), key), joint_tau=joint_tau, variants={})
             for name, overrides in args.variant:
+                before = recorded.get(key, {}).get(name)
+                if before is not None and before["overrides"] != overrides:  # a name means one config per run
+                    fail(f"variant {name!r} is recorded for {key} with {before['overrides']}, not {overrides}")
+                if before is not None and ("bleu" in before or not args.decode):
+                    print(f"{args.pair} seed {seed} predictor seed {predictor_seed} {name}: skip (already recorded)")
+                    continue
                 started = time.time()
                 model = train_predictor(
-                    AutoModelForSeq2SeqLM.from_pretrained(str(source)),
-                    overrides,
-                    mode,
-                    splits["train"],
-                    1000 * seed + predictor_seed,
+                    copy.deepcopy(trained), overrides, mode, splits["train"], 1000 * seed + predictor_seed
                 )
                 result = {"overrides": overrides, "tau": tau_on_test_split(model, splits["test"])}
                 if args.decode:
@@ -218,6 +238,8 @@ def run(args) -> None:
                 result["seconds"] = round(time.time() - started, 1)
                 line["variants"][name] = result
                 print(f"{args.pair} seed {seed} predictor seed {predictor_seed} {name}: {result}", flush=True)
+            if not line["variants"]:
+                continue
             with results.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(line) + "\n")
 
@@ -235,7 +257,13 @@ def mean_sd(values: list[float], digits: int) -> str:
 def report(work: Path) -> str:
     from xlpe.evaluation import paired_significance
 
-    lines = [json.loads(text) for text in (work / "predictor_variants.jsonl").read_text().splitlines() if text]
+    results = work / "predictor_variants.jsonl"
+    if not results.is_file():
+        fail(f"{results} does not exist: run some variants first")
+    lines = [  # one row per (pair, run, seed, predictor seed): the variants of every line that ran it
+        dict(zip(("pair", "run", "seed", "predictor_seed", "mode"), key), variants=variants)
+        for key, variants in recorded_variants(results).items()
+    ]
     mode = reproduction.MODES[(work / "mode.txt").read_text().strip()]
     out = [
         "| pair (run) | variant | runs: tau / BLEU | tau | BLEU | Δtau vs first | "

@@ -113,6 +113,15 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert "| de-en (combination) | default | 1 / 1 |" in table and "| de-en (combination) | d0 | 1 / 1 |" in table
     with pytest.raises(SystemExit):  # a field that is not the predictor's: refused
         variants.main(base + ["--variant", "x:d_model=64"])
+    # a rerun reuses what is recorded (no second line, no double count in the report) ...
+    variants.main(base + ["--variant", "default:", "--variant", "d0:reorder_predictor_dropout=0.0", "--decode"])
+    assert "skip (already recorded)" in capsys.readouterr().out
+    assert len((work / "predictor_variants.jsonl").read_text().splitlines()) == 1
+    # ... and refuses a recorded name with other overrides, or a work dir that is not one (one line, exit 2)
+    for argv in (base + ["--variant", "d0:reorder_predictor_dropout=0.2"], ["--work_dir", str(tmp_path), "--report"]):
+        with pytest.raises(SystemExit) as stop:
+            variants.main(argv)
+        assert stop.value.code == 2
 
     # ... and when the run it reuses has not been made, it is reported as not run, not silently dropped
     fresh = tmp_path / "fresh"
