@@ -8,7 +8,7 @@ The predictor's forward, pairwise loss and backward on detached inputs (what an 
 its AdamW update aside), at `bench/xlpe_step_ratio.py`'s dims and batch: d_model 256 (width d/4 = 64 by default),
 32 sentences of 12-24 tokens, 2 threads, the steady host allocator. The variants run interleaved in one process,
 `--steps` times each after a warm-up; the median step in ms. A variant is NAME:FIELD=VALUE,... over the predictor's
-config fields (`reorder_predictor_dropout`, `_hidden_size`, `_layers`, `_heads`; the rest as the default
+config fields (`reorder_predictor_dropout`, `_hidden_size`, `_layers`, `_heads`, `_ffn_size`; the rest as the default
 `XLPEMarianConfig` at d 256) and `attention=sdpa` (SDPA at every length) or `attention=written` (the default:
 written out up to `WRITTEN_OUT_ATTENTION_MAX_LENGTH` tokens). `--attention-lengths` times `predictor_attention`
 alone (forward + backward, 32 sentences x 4 heads of width 16) written out and through SDPA at each length.
@@ -49,18 +49,12 @@ def parse_variant(text: str) -> tuple[str, dict, str]:
     return name, overrides, attention
 
 
-def predictor_step(overrides: dict, attention: str, batch, seed: int):
-    config = XLPEMarianConfig(d_model=D_MODEL, encoder_attention_heads=4, xl_strategy="combination", **overrides)
+def predictor_step(overrides: dict, attention: str, batch, seed: int, d_model: int = D_MODEL):
+    config = XLPEMarianConfig(d_model=d_model, encoder_attention_heads=4, xl_strategy="combination", **overrides)
     torch.manual_seed(seed)
-    predictor = reorder_predictor.ReorderPredictor(
-        D_MODEL,
-        config.reorder_predictor_hidden_size,
-        config.reorder_predictor_layers,
-        config.reorder_predictor_heads,
-        config.reorder_predictor_dropout,
-    ).train()
+    predictor = reorder_predictor.ReorderPredictor.from_config(config).train()
     mask = batch.attention_mask.bool()
-    inputs = torch.randn(*batch.input_ids.shape, D_MODEL)
+    inputs = torch.randn(*batch.input_ids.shape, d_model)
 
     def step() -> None:
         reorder_predictor.WRITTEN_OUT_ATTENTION_MAX_LENGTH = 0 if attention == "sdpa" else DEFAULT_LIMIT

@@ -5,6 +5,7 @@ decoding on them (issue 38: a predictor change needs predicted-position BLEU and
     python bench/predictor_variants.py --work_dir runs/repro-xlforms --pair en-ja --run xl-rope-all --seeds 1,2,3 \\
         --variant default: --variant nodropout:reorder_predictor_dropout=0.0 --predictor_seeds 1,2 --decode
     python bench/predictor_variants.py --work_dir runs/repro-xlforms --report      # tables of every results line
+    python bench/predictor_variants.py --work_dir runs/repro-xlforms --report --reference "dropout 0"  # vs that one
 
 Why retraining on the trained model measures the variant: with `reorder_predictor_detach_input=True` (the
 default) the predictor reads detach(X + PE) and its loss reaches no other parameter, so what it learns depends on
@@ -46,6 +47,7 @@ PREDICTOR_FIELDS = (  # what a variant may change: the predictor's own construct
     "reorder_predictor_hidden_size",
     "reorder_predictor_layers",
     "reorder_predictor_heads",
+    "reorder_predictor_ffn_size",
 )
 
 
@@ -117,17 +119,15 @@ def train_predictor(model, overrides: dict, mode: dict, train_split, seed: int):
     from xlpe.models.reorder_predictor import ReorderPredictor, reorder_loss
 
     config = model.config
+    if "reorder_predictor_hidden_size" in overrides and "reorder_predictor_ffn_size" not in overrides:
+        overrides = {**overrides, "reorder_predictor_ffn_size": None}  # 4 x the variant's width, as a new config
     for field, value in overrides.items():
         setattr(config, field, value)
+    if config.reorder_predictor_ffn_size is None:
+        config.reorder_predictor_ffn_size = 4 * config.reorder_predictor_hidden_size
     encoder = model.get_encoder()
     torch.manual_seed(seed)
-    predictor = ReorderPredictor(
-        config.d_model,
-        config.reorder_predictor_hidden_size,
-        config.reorder_predictor_layers,
-        config.reorder_predictor_heads,
-        config.reorder_predictor_dropout,
-    )
+    predictor = ReorderPredictor.from_config(config)
     optimizer = torch.optim.AdamW(predictor.parameters(), lr=mode["lr"], weight_decay=0.0)
     steps, warmup = mode["steps"], mode["warmup"]
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -254,7 +254,9 @@ def mean_sd(values: list[float], digits: int) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {sd:.{digits}f}"
 
 
-def report(work: Path) -> str:
+def report(work: Path, reference: str | None = None) -> str:
+    """Markdown table of every results line: each variant against `reference` (default: the first variant seen per
+    pair and run) on the (seed, predictor seed) rows that ran both."""
     from xlpe.evaluation import paired_significance
 
     results = work / "predictor_variants.jsonl"
@@ -265,9 +267,10 @@ def report(work: Path) -> str:
         for key, variants in recorded_variants(results).items()
     ]
     mode = reproduction.MODES[(work / "mode.txt").read_text().strip()]
+    versus = "first" if reference is None else reference
     out = [
-        "| pair (run) | variant | runs: tau / BLEU | tau | BLEU | Δtau vs first | "
-        "ΔBLEU vs first, per run (bootstrap p) | BLEU significant |",
+        f"| pair (run) | variant | runs: tau / BLEU | tau | BLEU | Δtau vs {versus} | "
+        f"ΔBLEU vs {versus}, per run (bootstrap p) | BLEU significant |",
         "|---|---|---:|---|---|---|---|---|",
     ]
     for pair, run_name in sorted({(line["pair"], line["run"]) for line in lines}):
@@ -276,6 +279,10 @@ def report(work: Path) -> str:
             key=lambda line: (line["seed"], line["predictor_seed"]),
         )
         names = list(dict.fromkeys(name for row in rows for name in row["variants"]))  # first seen first
+        if reference is not None:
+            if reference not in names:
+                continue  # this pair and run never ran the reference variant
+            names = [reference] + [name for name in names if name != reference]
         _, references, _ = reproduction.test_split_texts(work, {"pair": pair}, mode)
         read = lambda path: Path(path).read_text(encoding="utf-8").splitlines()  # noqa: E731
         for name in names:
@@ -320,10 +327,11 @@ def main(argv=None) -> None:
     parser.add_argument("--decode", action="store_true", help="also decode the test split (BLEU)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--report", action="store_true", help="print the tables of predictor_variants.jsonl")
+    parser.add_argument("--reference", help="with --report: the variant the others are compared with (default: first)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.report:
-        print(report(args.work_dir))
+        print(report(args.work_dir, args.reference))
         return
     if not args.pair or not args.variant:
         parser.error("--pair and at least one --variant are needed (or --report)")

@@ -4,6 +4,7 @@
     python bench/xlpe_step_ratio.py --threads 1          # + process CPU time, robust to other load on the machine
     python bench/xlpe_step_ratio.py --runs 3             # three independent measurements (spread)
     python bench/xlpe_step_ratio.py --host-allocator default   # glibc as the process starts (see below)
+    python bench/xlpe_step_ratio.py --instances 6 --pairs 12    # six copies of each model pooled (see below)
 
 Setup: d_model 256, 3+3 layers, 4 heads, FFN 1024, vocabulary 8000 (bench/speed.py's `small` dims); one
 sentence batch of 32 x 24 tokens (source and target lengths uniform in [12, 24], the longest 24, EOS
@@ -18,6 +19,11 @@ median(XL PE step) / median(stock step), on the wall clock (`time.perf_counter`)
 (`time.process_time`; with one thread it is what the step cost whatever else runs on the machine). The XL PE model runs
 twice in the same interleave: with `config.check_inputs=True` (the default; its input checks sync once per call) and
 with the checks off (stock models have none), same weights.
+
+Copies of one model with the same weights differ by up to ~4 % a step by where their memory lies (two XL PE copies in
+one run: 1.047 and 1.007 of the stock step), so one copy of each gives a ratio that moves by that much between
+processes. `--instances N` builds N copies of each model (their own parameters, gradients and optimizer state),
+interleaves all their steps and compares medians over all copies' steps: the placement effect averages out.
 
 The host allocator is tuned first, as `xlpe-train` does on CPU (`--host-allocator steady`,
 xlpe/training/host_memory.py): with glibc's defaults, whether a step's 25 MB logits and gradients land in memory the
@@ -86,27 +92,40 @@ def step_fn(name: str, model, batch, optimizer_name: str = "fused"):
 
 
 def measure(args) -> dict:
+    """One measurement: `args.instances` copies of each model (same weights, their own memory), all interleaved;
+    per model, the median over every step of every copy."""
     dims = dict(SIZES[args.size])
     batch = make_batch(args.batch_size, args.length, dims["vocab_size"], args.seed)
-    models = build_models(dims, args.seed, args.xl_config)
-    steps = {name: step_fn(name, model, batch, args.optimizer) for name, model in models.items()}
+    steps = {}  # (instance, name) -> step
+    for instance in range(args.instances):
+        for name, model in build_models(dims, args.seed, args.xl_config).items():
+            steps[instance, name] = step_fn(name, model, batch, args.optimizer)
     for _ in range(args.warmup):
         for step in steps.values():
             step()
-    wall = {name: [] for name in steps}
-    cpu = {name: [] for name in steps}
-    names = list(steps)
+    wall = {key: [] for key in steps}
+    cpu = {key: [] for key in steps}
+    keys = list(steps)
     for pair in range(args.pairs):
-        for name in names if pair % 2 == 0 else names[::-1]:
+        for key in keys if pair % 2 == 0 else keys[::-1]:
             w0, c0 = time.perf_counter(), time.process_time()
-            steps[name]()
-            cpu[name].append(time.process_time() - c0)
-            wall[name].append(time.perf_counter() - w0)
+            steps[key]()
+            cpu[key].append(time.process_time() - c0)
+            wall[key].append(time.perf_counter() - w0)
     result = {"shape": tuple(batch.input_ids.shape), "labels": tuple(batch.labels.shape)}
+    names = sorted({name for _, name in keys})
     for clock, times in (("wall", wall), ("cpu", cpu)):
-        result[clock] = {name: statistics.median(values) for name, values in times.items()}
+        result[clock] = {
+            name: statistics.median(t for (_, n), values in times.items() if n == name for t in values)
+            for name in names
+        }
         result[clock + "_ratio"] = result[clock]["xlpe"] / result[clock]["stock"]
         result[clock + "_ratio_unchecked"] = result[clock]["xlpe_unchecked"] / result[clock]["stock"]
+        # how far copies of one model differ (memory placement): each copy's median over its model's median
+        result[clock + "_instance_spread"] = {
+            name: [statistics.median(times[i, name]) / result[clock][name] for i in range(args.instances)]
+            for name in names
+        }
     return result
 
 
@@ -124,6 +143,13 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--pairs", type=int, default=40, help="interleaved steps of each model")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each model first")
     parser.add_argument("--runs", type=int, default=1, help="independent measurements (fresh models each)")
+    parser.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="copies of each model per measurement, interleaved and pooled: copies of one model differ by up to "
+        "~4 %% a step by where their memory lies, which one copy each cannot average out",
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=24, help="longest source/target sentence (tokens)")
     parser.add_argument("--seed", type=int, default=0)
@@ -160,6 +186,13 @@ def main(argv=None) -> list[dict]:
             f"{result['cpu_ratio_unchecked']:.3f})",
             flush=True,
         )
+        if args.instances > 1:
+            spread = result["wall_instance_spread"]
+            print(
+                f"  {args.instances} copies each; a copy's median / its model's (wall): "
+                + ", ".join(f"{name} {min(v):.3f}-{max(v):.3f}" for name, v in spread.items()),
+                flush=True,
+            )
     if args.runs > 1:
         for key in ("wall_ratio", "wall_ratio_unchecked", "cpu_ratio", "cpu_ratio_unchecked"):
             values = [r[key] for r in results]

@@ -134,6 +134,16 @@ def test_xlpe_step_ratio_check_reports_both_clocks_and_the_checks_off_ratio():
     for key in ("wall_ratio", "wall_ratio_unchecked", "cpu_ratio", "cpu_ratio_unchecked"):
         assert 0 < result[key] < float("inf"), key
     assert set(result["wall"]) == {"stock", "xlpe", "xlpe_unchecked"}
+    # --instances: copies of each model interleaved and pooled; each copy's median is reported against the pool's
+    try:
+        (pooled,) = check.main(
+            ["--size", "tiny", "--threads", "1", "--pairs", "2", "--warmup", "0", "--instances", "3"]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    for clock in ("wall", "cpu"):
+        for name, spread in pooled[clock + "_instance_spread"].items():
+            assert len(spread) == 3 and min(spread) <= 1 + 1e-9 <= max(spread) + 2e-9, (clock, name, spread)
     models = check.build_models(dict(check.SIZES["tiny"]), seed=0)
     batch = check.make_batch(4, 8, check.SIZES["tiny"]["vocab_size"], seed=0)
     # fused AdamW by default: what the Trainer runs (transformers' default optim), CPU included
@@ -203,3 +213,54 @@ def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys):
     with pytest.raises(SystemExit) as error:
         bench.main(["no-such-commit-xyz"])
     assert error.value.code == 2 and "cannot check out 'no-such-commit-xyz'" in capsys.readouterr().err
+
+
+def test_xl_step_parts_times_each_extra_against_its_stock_counterpart(capsys):
+    """bench/xl_step_parts.py at tiny dims: every part of XL PE's step beside stock's, the form of HeadXL before
+    2026-11-28 as a comparison row, the sum of the extras and the ratio it implies. Timings are not asserted."""
+    spec = importlib.util.spec_from_file_location("xl_step_parts", REPO_ROOT / "bench" / "xl_step_parts.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    threads = torch.get_num_threads()
+    try:
+        results = bench.main(
+            ["--size", "tiny", "--threads", "1", "--repeats", "2", "--warmup", "1", "--steps", "2", "--length", "12"]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    names = [name for name, _ in results]
+    assert names[0].startswith("layer 1 Q/K/V") and names[-1].startswith("stock train step") and len(names) == 6
+    assert set(results[0][1]) == {"stock", "xl", "before"}
+    lines = capsys.readouterr().out.splitlines()
+    extras = sum(ms["xl"] - ms["stock"] for _, ms in results[:-1])
+    assert f"| **sum of the extras** | | | **{extras:+.2f}** |" in lines
+    assert any(line.startswith("| … HeadXL in the form before 2026-11-28 |") for line in lines)
+    implied = 1 + extras / results[-1][1]["stock"]
+    assert lines[-1].endswith(f"implied ratio **{implied:.3f}** |")
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--repeats", "0"])
+    assert stop.value.code == 2
+
+
+def test_head_xl_projection_forms_agree():
+    """HeadXL's Q/K/V as the model computes them now and in the bench's comparison form (the delta form used before
+    2026-11-28) are both Eq. 9-11: the tau heads' columns from Z_XL, the others from Z_abs."""
+    spec = importlib.util.spec_from_file_location("xl_step_parts", REPO_ROOT / "bench" / "xl_step_parts.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    models = bench.build_models(dict(bench.SIZES["tiny"]), seed=0)
+    attention = models["xlpe"].model.encoder.layers[0].self_attn
+    hidden, xl_hidden = (torch.randn(2, 5, models["xlpe"].config.d_model) for _ in range(2))
+    cols = attention.xl_heads * attention.head_dim
+    expected = []
+    for linear in (attention.q_proj, attention.k_proj, attention.v_proj):
+        out = linear(hidden)
+        out[..., :cols] = linear(xl_hidden)[..., :cols]
+        expected.append(out.view(2, 5, -1, attention.head_dim).transpose(1, 2))
+    with torch.no_grad():
+        for form in (
+            attention.project(hidden, xl_hidden_states=xl_hidden),
+            bench.delta_form_project(attention, hidden, xl_hidden),
+        ):
+            for got, want in zip(form, expected, strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -6,14 +6,17 @@ as a finished one reuses its result (and says so when that run is missing); the 
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
 import sys
 import time
 
+import datasets
 import pytest
 from conftest import REPO_ROOT, TINY_MODEL_ARGS
+from transformers import AutoModelForSeq2SeqLM
 
 
 def load_driver():
@@ -122,6 +125,21 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
         with pytest.raises(SystemExit) as stop:
             variants.main(argv)
         assert stop.value.code == 2
+
+    # a variant of the predictor's FFN width (tau only), reported against a named reference; a width given alone
+    # keeps the FFN at 4 x that width, as a new config would
+    variants.main(base + ["--variant", "f8:reorder_predictor_dropout=0.0,reorder_predictor_ffn_size=8"])
+    capsys.readouterr()
+    variants.main(["--work_dir", str(work), "--report", "--reference", "d0"])
+    table = capsys.readouterr().out
+    assert "| Δtau vs d0 |" in table and "| de-en (combination) | f8 | 1 / 0 |" in table
+    assert table.index("| de-en (combination) | d0 |") < table.index("| de-en (combination) | default |")
+    trained = AutoModelForSeq2SeqLM.from_pretrained(str(work / "runs" / "de-en-combination-seed1"))
+    mode = variants.reproduction.MODES["smoke"]
+    train = datasets.load_from_disk(str(variants.reproduction.prepared_dir(work, "de-en", "clean", mode)))["train"]
+    for overrides, ffn in (({"reorder_predictor_ffn_size": 8}, 8), ({"reorder_predictor_hidden_size": 4}, 16)):
+        model = variants.train_predictor(copy.deepcopy(trained), overrides, {**mode, "steps": 1}, train, 0)
+        assert model.get_encoder().reorder_predictor.encoder.layers[0].linear1.out_features == ffn
 
     # ... and when the run it reuses has not been made, it is reported as not run, not silently dropped
     fresh = tmp_path / "fresh"

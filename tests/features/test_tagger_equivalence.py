@@ -167,7 +167,10 @@ def test_configs_saved_before_the_registry_load_and_save_as_before():
         config_class = MvPEPosConfig if name.startswith("mvpe") else XLPEMarianConfig
         loaded = config_class.from_dict(old).to_dict()
         new = made[name].to_dict()
-        for key in ("transformers_version",):
+        if config_class is XLPEMarianConfig:  # a field added since (2026-11-28): the FFN width those were built with
+            assert "reorder_predictor_ffn_size" not in old
+            assert loaded["reorder_predictor_ffn_size"] == 4 * old["reorder_predictor_hidden_size"]
+        for key in ("transformers_version", "reorder_predictor_ffn_size"):
             loaded.pop(key, None), new.pop(key, None), old.pop(key, None)
         assert json.loads(json.dumps(loaded, default=str)) == old == json.loads(json.dumps(new, default=str)), name
     assert saved["mvpe_default"]["pos_tagger"] == "nltk-en" and saved["mvpe_default"]["pos_tags"] == list(PTB_TAGS)

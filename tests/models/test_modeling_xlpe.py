@@ -106,7 +106,7 @@ def test_head_xl_matches_explicit_two_input_attention(toy_tokenizer):
         qkv.append(torch.cat([from_xl[:, :tau], from_abs[:, tau:]], dim=1))
     weights = torch.softmax(qkv[0] @ qkv[1].transpose(-1, -2) * head_dim**-0.5, dim=-1)
     expected = attention.out_proj((weights @ qkv[2]).transpose(1, 2).reshape(1, n, 32))
-    got, _ = attention(z_abs, attention_mask=None, xl_position_delta=z_xl - z_abs)
+    got, _ = attention(z_abs, attention_mask=None, xl_hidden_states=z_xl)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -506,12 +506,25 @@ def test_generate_uses_given_positions(toy_tokenizer):
         (dict(reorder_loss="hinge"), "reorder_loss"),
         (dict(xl_train_positions="gold"), "xl_train_positions"),
         (dict(reorder_predictor_hidden_size=30, reorder_predictor_heads=4), "divisible"),
+        (dict(reorder_predictor_ffn_size=0), "reorder_predictor_ffn_size"),
+        (dict(reorder_predictor_ffn_size=2.5), "reorder_predictor_ffn_size"),
         (dict(xl_gate_init=2.0), "xl_gate_init"),
     ],
 )
 def test_invalid_config_values_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
         XLPEMarianConfig(**kwargs)
+
+
+def test_predictor_ffn_width_defaults_to_four_times_its_width_and_can_be_set(toy_tokenizer):
+    """`reorder_predictor_ffn_size`: None is 4 x the predictor's width (every config saved before the field existed
+    was built so); a set value shapes the predictor's feed-forward layers and survives save/load."""
+    config = XLPEMarianConfig(**tiny_kwargs(toy_tokenizer), reorder_predictor_hidden_size=8, reorder_predictor_heads=2)
+    assert config.reorder_predictor_ffn_size == 32
+    narrow = XLPEMarianConfig(**{**config.to_dict(), "reorder_predictor_ffn_size": 12})
+    layer = XLPEMarianMTModel(narrow).model.encoder.reorder_predictor.encoder.layers[0]
+    assert (layer.linear1.out_features, layer.linear2.in_features) == (12, 12)
+    assert XLPEMarianConfig.from_dict(narrow.to_dict()).reorder_predictor_ffn_size == 12
 
 
 def test_default_tau_is_a_quarter_of_the_heads():

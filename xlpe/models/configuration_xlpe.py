@@ -57,6 +57,7 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
     reorder_predictor_layers: int = 1  # Transformer layers of the predictor (0 = linear scorer)
     reorder_predictor_hidden_size: int | None = None  # None -> d_model / 4 (>= 32), a multiple of the heads
     reorder_predictor_heads: int = 4  # attention heads of the predictor
+    reorder_predictor_ffn_size: int | None = None  # feed-forward width of its layers; None -> 4 x hidden size
     reorder_predictor_dropout: float = 0.0  # dropout inside the predictor (0.1 until 2026-11-28: no better, slower)
     reorder_predictor_detach_input: bool = True  # predictor loss does not update the translation embeddings
     reorder_loss: str = "pairwise"  # "pairwise" ranking loss or "mse" on normalised ranks
@@ -81,6 +82,8 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         ):
             heads = self.reorder_predictor_heads  # d/4: see docs/benchmarks/speed.md
             self.reorder_predictor_hidden_size = -(-max(32, self.d_model // 4) // heads) * heads
+        if self.reorder_predictor_ffn_size is None and isinstance(self.reorder_predictor_hidden_size, int):
+            self.reorder_predictor_ffn_size = 4 * self.reorder_predictor_hidden_size
         self.fill_source_tag_defaults()
         super().__post_init__(**kwargs)
         self.validate()
@@ -136,6 +139,7 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         check_number("reorder_predictor_layers", self.reorder_predictor_layers, 0, integer=True)
         check_number("reorder_predictor_heads", self.reorder_predictor_heads, 1, integer=True)
         check_number("reorder_predictor_hidden_size", self.reorder_predictor_hidden_size, 1, integer=True)
+        check_number("reorder_predictor_ffn_size", self.reorder_predictor_ffn_size, 1, integer=True)
         if self.reorder_predictor_hidden_size % self.reorder_predictor_heads != 0:
             raise ValueError(
                 f"reorder_predictor_hidden_size ({self.reorder_predictor_hidden_size}) must be divisible by "

@@ -22,10 +22,10 @@ scalar g. g = 1 is exactly the paper; training from scratch starts there ("the X
 the stock function until fine-tuning moves g (the upgrade path; tanh cannot reproduce PE_abs, so Eq. 7 alone
 could not be function-preserving).
 
-HeadXL is computed without a second pass: Q/K/V are linear, so (Z_abs + D) W = Z_abs W + D W and only the
-tau heads' columns get D W added, D = PE_xl_side - PE_abs (same dropout mask as Z_abs). Attention itself goes
-through `ALL_ATTENTION_FUNCTIONS`, so eager, sdpa and flash paths all work (eager and sdpa with relative PE or
-directional heads, which need an attention bias).
+HeadXL is computed in one pass of the stock projection's size: the tau heads' rows of W_Q, W_K, W_V project
+Z_XL = X + PE_xl_side, the other rows Z_abs (two matmuls that together do the work of the stock Q/K/V projection;
+Z_XL under the same dropout mask as Z_abs). Attention itself goes through `ALL_ATTENTION_FUNCTIONS`, so eager,
+sdpa and flash paths all work (eager and sdpa with relative PE or directional heads, which need an attention bias).
 """
 
 from dataclasses import dataclass
@@ -140,21 +140,27 @@ class XLHeadAttention(PositionAwareSelfAttention):
         )
         self.xl_heads = config.xl_heads
 
-    def project(self, hidden_states, xl_position_delta=None):
-        if xl_position_delta is None or self.xl_heads == 0:
+    def project(self, hidden_states, xl_hidden_states=None):
+        """(B, H, L, d_h) query, key and value: heads 1..tau from `xl_hidden_states` (Z_XL, Eq. 9-10), the others
+        from `hidden_states` (Z_abs, Eq. 11). Each side is one matmul over the three projections' rows it needs,
+        so the step does the stock projection's work (no Z_XL W over every column, no correction added after)."""
+        if xl_hidden_states is None or self.xl_heads == 0:
             return super().project(hidden_states)
-        hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
-        cols = self.xl_heads * self.head_dim
-        xl_weight = torch.cat([self.q_proj.weight[:cols], self.k_proj.weight[:cols], self.v_proj.weight[:cols]])
-        deltas = F.linear(xl_position_delta.to(hidden_states.dtype), xl_weight).split(cols, dim=-1)
+        rows = self.xl_heads * self.head_dim
+        linears = (self.q_proj, self.k_proj, self.v_proj)
+        split = (*hidden_states.shape[:-1], 3, -1, self.head_dim)  # [..., Q/K/V, heads, d_h]
+        heads = F.linear(xl_hidden_states.to(hidden_states.dtype), *stacked_rows(linears, slice(0, rows))).view(split)
+        if rows < self.q_proj.out_features:
+            from_abs = F.linear(hidden_states, *stacked_rows(linears, slice(rows, None))).view(split)
+            heads = torch.cat([heads, from_abs], dim=-2)
+        return heads.permute(2, 0, 3, 1, 4).unbind(0)  # [B, L, 3, H, d_h] -> 3 x [B, H, L, d_h]
 
-        def project(linear: nn.Linear, delta: torch.Tensor) -> torch.Tensor:
-            # delta padded with zeros to the other heads' columns and added out of place: exactly the in-place
-            # add on the tau heads' slice, with fewer autograd nodes (no CopySlices/clone in the backward)
-            states = linear(hidden_states) + F.pad(delta, (0, linear.out_features - cols))
-            return states.view(hidden_shape).transpose(1, 2)
 
-        return tuple(project(linear, delta) for linear, delta in zip((self.q_proj, self.k_proj, self.v_proj), deltas))
+def stacked_rows(linears, rows: slice) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weight and bias rows `rows` of each linear, stacked in order: one F.linear computes all their outputs."""
+    weight = torch.cat([linear.weight[rows] for linear in linears])
+    biases = [linear.bias for linear in linears]
+    return weight, (None if any(b is None for b in biases) else torch.cat([b[rows] for b in biases]))
 
 
 class FixedTokens(nn.Module):
@@ -281,13 +287,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         self.source_tags = SourceTagEncoding(config, self.embed_scale) if config.pos_tagger else None  # XL PE + POS
         if self.uses_xl:
             self.xl_position = CrossLingualPositionEncoding(config)
-            self.reorder_predictor = ReorderPredictor(
-                config.d_model,
-                config.reorder_predictor_hidden_size,
-                config.reorder_predictor_layers,
-                config.reorder_predictor_heads,
-                config.reorder_predictor_dropout,
-            )
+            self.reorder_predictor = ReorderPredictor.from_config(config)
             self.word_starts = WordStarts(config.vocab_size)
             # without absolute PE (relative/rotary XL forms) the predictor still needs to know where tokens are
             self.predictor_positions = (
@@ -349,7 +349,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             inputs_embeds = self.source_tags(inputs_embeds, pos_tag_ids, mask)
         pe_abs = self.embed_positions(inputs_embeds.shape[:-1])
         hidden_states = inputs_embeds + pe_abs
-        xl_delta = used_positions = loss = None
+        xl_hidden_states = used_positions = loss = None
         if reorder_positions is not None and self.config.check_inputs:  # checked even where the strategy ignores them
             check_integer_tensor("reorder_positions", reorder_positions, (batch, length))
             check_permutation("reorder_positions", reorder_positions, mask)
@@ -388,17 +388,17 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
             if self.xl_in_input:
                 hidden_states = inputs_embeds + pe_xl_side
             else:
-                xl_delta = pe_xl_side - pe_abs
+                xl_hidden_states = inputs_embeds + pe_xl_side  # Z_XL of the tau heads (Eq. 9)
         if self.training and self.dropout > 0:  # one dropout mask for Z_abs and for the XL heads' Z_XL
             keep = keep_mask(hidden_states, self.dropout)  # (cheaper on CPU: reorder_predictor.keep_mask)
             hidden_states = hidden_states * keep
-            xl_delta = xl_delta * keep if xl_delta is not None else None
+            xl_hidden_states = xl_hidden_states * keep if xl_hidden_states is not None else None
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
         layer_kwargs = {index: xl_layer_kwargs for index in self.xl_layers} if self.xl_layers else {}
-        if xl_delta is not None:
-            layer_kwargs = {0: {"xl_position_delta": xl_delta}}
+        if xl_hidden_states is not None:
+            layer_kwargs = {0: {"xl_hidden_states": xl_hidden_states}}
         hidden_states = run_encoder_layers(self, hidden_states, attention_mask, layer_kwargs, **kwargs)
         return XLPEEncoderOutput(last_hidden_state=hidden_states, reorder_positions=used_positions, reorder_loss=loss)
 

@@ -221,7 +221,7 @@ class PositionAwareSelfAttention(MarianAttention):
         cache = take_cache(past_key_values, cache)
         if key_value_states is not None:
             raise ValueError(f"{type(self).__name__} is a self-attention: key_value_states must be None")
-        position_kwargs = {name: kwargs.pop(name) for name in ("xl_position_delta",) if name in kwargs}
+        position_kwargs = {name: kwargs.pop(name) for name in ("xl_hidden_states",) if name in kwargs}
         xl = {name: kwargs.pop(name, None) for name in ("xl_positions", "xl_gate")}
         if self.xl_form is None or xl["xl_positions"] is None:
             xl = None  # no XL heads here, or none asked for (xl_gate = 0 is still an XL call)

@@ -36,7 +36,15 @@ from torch.nn import functional as F
 class ReorderPredictor(nn.Module):
     """Scores each source token; ranks of the scores are the predicted XL positions."""
 
-    def __init__(self, d_model: int, hidden_size: int, num_layers: int, num_heads: int, dropout: float):
+    def __init__(
+        self,
+        d_model: int,
+        hidden_size: int,
+        num_layers: int,
+        num_heads: int,
+        dropout: float,
+        ffn_size: int | None = None,
+    ):
         super().__init__()
         if hidden_size % num_heads != 0:
             raise ValueError(
@@ -44,12 +52,25 @@ class ReorderPredictor(nn.Module):
                 f"reorder_predictor_heads ({num_heads})"
             )
         self.input_proj = nn.Linear(d_model, hidden_size)
+        ffn_size = 4 * hidden_size if ffn_size is None else ffn_size
         layer = nn.TransformerEncoderLayer(
-            hidden_size, num_heads, 4 * hidden_size, dropout, activation="gelu", batch_first=True, norm_first=True
+            hidden_size, num_heads, ffn_size, dropout, activation="gelu", batch_first=True, norm_first=True
         )
         self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
         self.final_norm = nn.LayerNorm(hidden_size)
         self.score = nn.Linear(hidden_size, 1)
+
+    @classmethod
+    def from_config(cls, config) -> ReorderPredictor:
+        """The predictor an XL PE config describes (its `reorder_predictor_*` fields)."""
+        return cls(
+            config.d_model,
+            config.reorder_predictor_hidden_size,
+            config.reorder_predictor_layers,
+            config.reorder_predictor_heads,
+            config.reorder_predictor_dropout,
+            config.reorder_predictor_ffn_size,
+        )
 
     def forward(self, position_aware_embeddings: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
         """[batch, len, d_model] embeddings (+ absolute PE), [batch, len] bool mask → [batch, len] scores."""
