@@ -26,9 +26,7 @@ the extra parameters) is what the whole-step ratio adds on top of it.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -39,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib.speed_models import SIZES  # noqa: E402
 from benchlib.timing import add_host_allocator_argument, set_host_allocator  # noqa: E402
-from predictor_cost import predictor_step  # noqa: E402
+from predictor_cost import interleaved_medians, predictor_step  # noqa: E402
 from xlpe_step_ratio import build_models, make_batch, step_fn  # noqa: E402
 
 from xlpe.models.extra_inputs import check_integer_tensor, check_permutation, check_source_inputs, check_target_inputs  # noqa: E402
@@ -142,19 +140,6 @@ def check_parts(config, batch) -> dict:
     return {"stock": lambda: None, "xl": checks}
 
 
-def median_ms(parts: dict, repeats: int, warmup: int) -> dict:
-    for part in parts.values():
-        for _ in range(warmup):
-            part()
-    times = {name: [] for name in parts}
-    for _ in range(repeats):
-        for name, part in parts.items():
-            started = time.perf_counter()
-            part()
-            times[name].append(time.perf_counter() - started)
-    return {name: 1e3 * statistics.median(values) for name, values in times.items()}
-
-
 def measure(args) -> list[tuple[str, dict]]:
     dims = dict(SIZES[args.size])
     batch = make_batch(32, args.length, dims["vocab_size"], args.seed)
@@ -174,9 +159,9 @@ def measure(args) -> list[tuple[str, dict]]:
         ("fused AdamW + zero_grad, all parameters", optimizer_parts(models)),
         ("input checks (source, labels, reorder_positions)", check_parts(xl.config, batch)),
     ]
-    results = [(name, median_ms(parts, args.repeats, args.warmup)) for name, parts in rows]
+    results = [(name, interleaved_medians(parts, args.repeats, args.warmup)) for name, parts in rows]
     stock_step = step_fn("stock", models["stock"], batch)
-    results.append(("stock train step (the denominator)", median_ms({"stock": stock_step}, args.steps, 3)))
+    results.append(("stock train step (the denominator)", interleaved_medians({"stock": stock_step}, args.steps, 3)))
     return results
 
 
