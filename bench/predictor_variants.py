@@ -27,6 +27,7 @@ import argparse
 import copy
 import json
 import random
+import re
 import shutil
 import statistics
 import sys
@@ -172,7 +173,8 @@ def tau_on_test_split(model, test_split) -> float:
 
 
 def decode_bleu(model, source_run: Path, work: Path, pair: str, name: str, seed: int, mode: dict) -> dict:
-    """Save the model beside the runs, decode the test split as the run was decoded, score it."""
+    """Save the model beside the runs (`name`: its run dir's name, the variant's with anything but letters, digits and
+    ._+- made a dash), decode the test split as the run was decoded, score it."""
     from xlpe.evaluation import corpus_bleu_chrf
 
     spec = {"pair": pair, "name": name, "model_type": "xlpe"}
@@ -231,7 +233,7 @@ def run(args) -> None:
                         source,
                         args.work_dir,
                         args.pair,
-                        f"{args.run}-predictor-{name}-p{predictor_seed}",
+                        f"{args.run}-predictor-{re.sub(r'[^A-Za-z0-9._+-]+', '-', name)}-p{predictor_seed}",
                         seed,
                         mode,
                     )

@@ -126,13 +126,17 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
             variants.main(argv)
         assert stop.value.code == 2
 
-    # a variant of the predictor's FFN width (tau only), reported against a named reference; a width given alone
-    # keeps the FFN at 4 x that width, as a new config would
-    variants.main(base + ["--variant", "f8:reorder_predictor_dropout=0.0,reorder_predictor_ffn_size=8"])
+    # a variant of the predictor's FFN width, reported against a named reference (its run dir named without the
+    # name's spaces and commas); a width given alone keeps the FFN at 4 x that width, as a new config would
+    variants.main(
+        base + ["--variant", "ffn 8, d0:reorder_predictor_dropout=0.0,reorder_predictor_ffn_size=8", "--decode"]
+    )
+    saved = json.loads((work / "runs" / "de-en-combination-predictor-ffn-8-d0-p1-seed1" / "config.json").read_text())
+    assert saved["reorder_predictor_ffn_size"] == 8
     capsys.readouterr()
     variants.main(["--work_dir", str(work), "--report", "--reference", "d0"])
     table = capsys.readouterr().out
-    assert "| Δtau vs d0 |" in table and "| de-en (combination) | f8 | 1 / 0 |" in table
+    assert "| Δtau vs d0 |" in table and "| de-en (combination) | ffn 8, d0 | 1 / 1 |" in table
     assert table.index("| de-en (combination) | d0 |") < table.index("| de-en (combination) | default |")
     trained = AutoModelForSeq2SeqLM.from_pretrained(str(work / "runs" / "de-en-combination-seed1"))
     mode = variants.reproduction.MODES["smoke"]
