@@ -20,10 +20,12 @@ median(XL PE step) / median(stock step), on the wall clock (`time.perf_counter`)
 twice in the same interleave: with `config.check_inputs=True` (the default; its input checks sync once per call) and
 with the checks off (stock models have none), same weights.
 
-Copies of one model with the same weights differ by up to ~4 % a step by where their memory lies (two XL PE copies in
-one run: 1.047 and 1.007 of the stock step), so one copy of each gives a ratio that moves by that much between
-processes. `--instances N` builds N copies of each model (their own parameters, gradients and optimizer state),
-interleaves all their steps and compares medians over all copies' steps: the placement effect averages out.
+Copies of one model with the same weights differ by several percent a step, by where their memory lies (two XL PE
+copies in one run: 1.047 and 1.007 of the stock step; in a six-copy run each copy's median was 0.95-1.09 of its
+model's), so one copy of each gives a ratio that moves by that much between processes. `--instances N` builds N
+copies of each model (their own parameters, gradients and optimizer state), interleaves all their steps and compares
+medians over all copies' steps, which averages the placement over N copies; two six-copy runs still differed by up
+to 3 % on this VM (2026-11-28), so for a component's cost `bench/xl_step_parts.py` is the precise measurement.
 
 The host allocator is tuned first, as `xlpe-train` does on CPU (`--host-allocator steady`,
 xlpe/training/host_memory.py): with glibc's defaults, whether a step's 25 MB logits and gradients land in memory the
@@ -147,8 +149,8 @@ def main(argv=None) -> list[dict]:
         "--instances",
         type=int,
         default=1,
-        help="copies of each model per measurement, interleaved and pooled: copies of one model differ by up to "
-        "~4 %% a step by where their memory lies, which one copy each cannot average out",
+        help="copies of each model per measurement, interleaved and pooled: copies of one model differ by "
+        "several %% a step by where their memory lies, which one copy each cannot average out",
     )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=24, help="longest source/target sentence (tokens)")
