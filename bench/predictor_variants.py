@@ -121,11 +121,10 @@ def train_predictor(model, overrides: dict, mode: dict, train_split, seed: int):
 
     config = model.config
     if "reorder_predictor_hidden_size" in overrides and "reorder_predictor_ffn_size" not in overrides:
-        overrides = {**overrides, "reorder_predictor_ffn_size": None}  # 4 x the variant's width, as a new config
+        width = overrides["reorder_predictor_hidden_size"]  # FFN 4 x the variant's width, as a new config's default
+        overrides = {**overrides, "reorder_predictor_ffn_size": 4 * width}
     for field, value in overrides.items():
         setattr(config, field, value)
-    if config.reorder_predictor_ffn_size is None:
-        config.reorder_predictor_ffn_size = 4 * config.reorder_predictor_hidden_size
     encoder = model.get_encoder()
     torch.manual_seed(seed)
     predictor = ReorderPredictor.from_config(config)

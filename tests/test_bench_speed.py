@@ -18,11 +18,16 @@ from conftest import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 
+def load_bench(name: str):
+    """bench/<name>.py as a module (the bench scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_speed():
-    spec = importlib.util.spec_from_file_location("speed", REPO_ROOT / "bench" / "speed.py")
-    speed = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(speed)
-    return speed
+    return load_bench("speed")
 
 
 def test_tiny_cpu_run_writes_a_complete_report(tmp_path):
@@ -122,9 +127,7 @@ def test_gpu_session_dry_run_lists_every_stage(tmp_path):
 def test_xlpe_step_ratio_check_reports_both_clocks_and_the_checks_off_ratio():
     """bench/xlpe_step_ratio.py (issue 38's regression check) at tiny dims: one batch of the asked shape, ratios of
     medians on both clocks, with and without the input checks. Timings are not asserted (shared machine)."""
-    spec = importlib.util.spec_from_file_location("xlpe_step_ratio", REPO_ROOT / "bench" / "xlpe_step_ratio.py")
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
+    check = load_bench("xlpe_step_ratio")
     threads = torch.get_num_threads()
     try:
         (result,) = check.main(["--size", "tiny", "--threads", "1", "--pairs", "2", "--warmup", "1", "--length", "12"])
@@ -155,9 +158,7 @@ def test_predictor_cost_times_variants_and_the_attention_both_ways(capsys):
     """bench/predictor_cost.py: each variant's predictor step (its config fields, SDPA or written-out attention) and
     the attention alone at each length, as Markdown tables; the package's length threshold is restored after; a
     field that is not the predictor's is refused. Timings are not asserted (shared machine)."""
-    spec = importlib.util.spec_from_file_location("predictor_cost", REPO_ROOT / "bench" / "predictor_cost.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("predictor_cost")
     limit = bench.reorder_predictor.WRITTEN_OUT_ATTENTION_MAX_LENGTH
     threads = torch.get_num_threads()
     try:
@@ -196,11 +197,7 @@ def test_predictor_cost_times_variants_and_the_attention_both_ways(capsys):
 def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys):
     """bench/step_ratio_across_commits.py at tiny dims on this checkout: one process per tree and repeat, each a ratio
     of medians from the public API alone (so older commits' packages run it too). Timings are not asserted."""
-    spec = importlib.util.spec_from_file_location(
-        "step_ratio_across_commits", REPO_ROOT / "bench" / "step_ratio_across_commits.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("step_ratio_across_commits")
     argv = ["--trees", str(REPO_ROOT), "--processes", "2", "--pairs", "1", "--warmup", "1", "--threads", "1"]
     results = bench.main([*argv, "--size", "tiny", "--length", "12"])
     (values,) = results.values()
@@ -218,9 +215,7 @@ def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys):
 def test_xl_step_parts_times_each_extra_against_its_stock_counterpart(capsys):
     """bench/xl_step_parts.py at tiny dims: every part of XL PE's step beside stock's, the form of HeadXL before
     2026-11-28 as a comparison row, the sum of the extras and the ratio it implies. Timings are not asserted."""
-    spec = importlib.util.spec_from_file_location("xl_step_parts", REPO_ROOT / "bench" / "xl_step_parts.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("xl_step_parts")
     threads = torch.get_num_threads()
     try:
         results = bench.main(
@@ -245,9 +240,7 @@ def test_xl_step_parts_times_each_extra_against_its_stock_counterpart(capsys):
 def test_head_xl_projection_forms_agree():
     """HeadXL's Q/K/V as the model computes them now and in the bench's comparison form (the delta form used before
     2026-11-28) are both Eq. 9-11: the tau heads' columns from Z_XL, the others from Z_abs."""
-    spec = importlib.util.spec_from_file_location("xl_step_parts", REPO_ROOT / "bench" / "xl_step_parts.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("xl_step_parts")
     models = bench.build_models(dict(bench.SIZES["tiny"]), seed=0)
     attention = models["xlpe"].model.encoder.layers[0].self_attn
     hidden, xl_hidden = (torch.randn(2, 5, models["xlpe"].config.d_model) for _ in range(2))
