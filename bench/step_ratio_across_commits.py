@@ -4,6 +4,7 @@ commits: is a slower ratio a regression of the code, or of the machine?
     python bench/step_ratio_across_commits.py ed5bd75 HEAD                 # 10 processes each, alternating
     python bench/step_ratio_across_commits.py ed5bd75 HEAD --processes 4 --pairs 20
     python bench/step_ratio_across_commits.py --trees /path/to/old/checkout .   # checkouts instead of commits
+    python bench/step_ratio_across_commits.py HEAD --processes 20 --pairs 40 --control   # one commit, A/A control
 
 Each commit is checked out once (`git worktree add --detach`, removed afterwards) and timed in fresh processes
 (PYTHONPATH = that checkout) that alternate between the commits: commit A, commit B, commit A, ... so drift of the
@@ -20,7 +21,11 @@ the values of xlpe/training/host_memory.py), so commits from before that module 
 
 Why processes and not runs in one process: on the 2-core CI-class VM two instances of the *same* model built in one
 process differ by up to 3 % in median step time (docs/benchmarks/speed.md, "Is it the code?"), and so do two
-processes; only the distribution over many processes says whether two commits differ.
+processes; only the distribution over many processes says whether two commits differ. The summary gives each commit's
+median and mean over processes, a bootstrap 95 % interval of that mean, and how many processes read at or below
+`--target`: the interval, not one process, says where a commit's ratio lies. `--control` adds a second stock model
+(built after XL PE from the same seed) to each process's interleave: the ratio of two identical models is the
+measurement's own noise (its spread per process, and whether its mean is 1).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -52,7 +58,7 @@ import json, statistics, sys, time
 import torch
 import xlpe
 from transformers import MarianConfig, MarianMTModel
-kwargs, batch_file, pairs, warmup, threads = json.loads(sys.argv[1])
+kwargs, batch_file, pairs, warmup, threads, control = json.loads(sys.argv[1])
 torch.set_num_threads(threads)
 batch = torch.load(batch_file)
 torch.manual_seed(0)
@@ -60,6 +66,8 @@ stock = MarianMTModel(MarianConfig(**kwargs))
 torch.manual_seed(0)
 heads = kwargs["encoder_attention_heads"]
 xl = xlpe.XLPEMarianMTModel(xlpe.XLPEMarianConfig(**kwargs, xl_strategy="combination", xl_heads=max(1, heads // 4)))
+torch.manual_seed(0)
+twin = MarianMTModel(MarianConfig(**kwargs)) if control else None  # A/A control: stock again, same weights
 
 def step_fn(model, extra):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -72,6 +80,8 @@ def step_fn(model, extra):
     return step
 
 steps = {"stock": step_fn(stock, {}), "xlpe": step_fn(xl, {"reorder_positions": batch["reorder_positions"]})}
+if control:
+    steps["twin"] = step_fn(twin, {})
 for _ in range(warmup):
     for step in steps.values():
         step()
@@ -82,7 +92,10 @@ for pair in range(pairs):
         steps[name]()
         times[name].append(time.perf_counter() - start)
 medians = {name: statistics.median(values) for name, values in times.items()}
-print("RESULT " + json.dumps({"stock_ms": 1e3 * medians["stock"], "ratio": medians["xlpe"] / medians["stock"]}))
+result = {"stock_ms": 1e3 * medians["stock"], "ratio": medians["xlpe"] / medians["stock"]}
+if control:
+    result["control_ratio"] = medians["twin"] / medians["stock"]
+print("RESULT " + json.dumps(result))
 """
 
 
@@ -141,24 +154,55 @@ def run(trees: list[Path], labels: list[str], args) -> dict:
         batch_file = Path(scratch) / "batch.pt"
         fields = ("input_ids", "attention_mask", "labels", "reorder_positions")
         torch.save({name: getattr(batch, name) for name in fields}, batch_file)
-        payload = [marian_kwargs(dims), str(batch_file), args.pairs, args.warmup, args.threads]
+        payload = [marian_kwargs(dims), str(batch_file), args.pairs, args.warmup, args.threads, args.control]
         env = allocator_env(args.host_allocator)
         results = {label: [] for label in labels}
         for repeat in range(args.processes):
             for tree, label in zip(trees, labels):
                 value = measure_once(tree, payload, env)
                 results[label].append(value)
-                print(
-                    f"process {repeat + 1} {label}: stock {value['stock_ms']:.1f} ms, ratio {value['ratio']:.4f}",
-                    flush=True,
-                )
+                line = f"process {repeat + 1} {label}: stock {value['stock_ms']:.1f} ms, ratio {value['ratio']:.4f}"
+                print(line + (f", control {value['control_ratio']:.4f}" if args.control else ""), flush=True)
+    summary = {}
     for label, values in results.items():
         ratios = sorted(value["ratio"] for value in values)
+        low, high = mean_interval(ratios)
+        summary[label] = {
+            "median": statistics.median(ratios),
+            "mean": statistics.fmean(ratios),
+            "mean_95": [low, high],
+            "range": [ratios[0], ratios[-1]],
+            "processes": len(ratios),
+            "processes_at_or_below_target": sum(ratio <= args.target for ratio in ratios),
+        }
         print(
             f"{label}: ratio median {statistics.median(ratios):.4f}, mean {statistics.fmean(ratios):.4f} "
-            f"({ratios[0]:.4f}-{ratios[-1]:.4f}, {len(ratios)} processes)"
+            f"(95 % interval of the mean {low:.4f}-{high:.4f}; range {ratios[0]:.4f}-{ratios[-1]:.4f}, "
+            f"{len(ratios)} processes, {summary[label]['processes_at_or_below_target']} at or below {args.target})"
         )
+        if args.control:
+            controls = sorted(value["control_ratio"] for value in values)
+            low, high = mean_interval(controls)
+            summary[label]["control"] = {"mean": statistics.fmean(controls), "mean_95": [low, high]}
+            summary[label]["control"].update(sd=statistics.stdev(controls) if len(controls) > 1 else 0.0)
+            print(
+                f"{label}: control (stock / stock) mean {statistics.fmean(controls):.4f} (95 % interval "
+                f"{low:.4f}-{high:.4f}, sd {summary[label]['control']['sd']:.4f} per process)"
+            )
+    if args.json:
+        args.json.write_text(json.dumps({"processes": results, "summary": summary, "argv": vars(args)}, default=str))
     return results
+
+
+def mean_interval(values: list[float], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0) -> tuple:
+    """Percentile-bootstrap interval of the mean of `values` (processes are independent draws of the machine's
+    placement and state; `resamples` resamples with replacement, seeded, so a rerun prints the same interval)."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    draw = random.Random(seed)
+    means = sorted(statistics.fmean(draw.choices(values, k=len(values))) for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    return means[int(tail * resamples)], means[min(resamples - 1, int((1 - tail) * resamples))]
 
 
 def main(argv=None) -> dict:
@@ -172,6 +216,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--size", default="small", choices=sorted(SIZES), help="model dims (bench/speed.py's sizes)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=24, help="longest source/target sentence (tokens)")
+    parser.add_argument("--target", type=float, default=1.03, help="ratio to count processes against (issue 38)")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="also time a second stock model in each process (A/A): the ratio identical models read, the noise floor",
+    )
+    parser.add_argument("--json", type=Path, help="write every process's result and the summary here")
     add_host_allocator_argument(parser)  # here set through glibc's environment variables (allocator_env)
     args = parser.parse_args(argv)
     if bool(args.commits) == bool(args.trees):

@@ -14,6 +14,8 @@ import sys
 import pytest
 import torch
 from conftest import REPO_ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
@@ -194,15 +196,24 @@ def test_predictor_cost_times_variants_and_the_attention_both_ways(capsys):
         bench.main(["--variant", "c:attention=flash"])
 
 
-def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys):
+def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys, tmp_path):
     """bench/step_ratio_across_commits.py at tiny dims on this checkout: one process per tree and repeat, each a ratio
     of medians from the public API alone (so older commits' packages run it too). Timings are not asserted."""
     bench = load_bench("step_ratio_across_commits")
     argv = ["--trees", str(REPO_ROOT), "--processes", "2", "--pairs", "1", "--warmup", "1", "--threads", "1"]
-    results = bench.main([*argv, "--size", "tiny", "--length", "12"])
+    written = tmp_path / "ratios.json"
+    results = bench.main(
+        [*argv, "--size", "tiny", "--length", "12", "--target", "1e9", "--json", str(written), "--control"]
+    )
     (values,) = results.values()
     assert len(values) == 2 and all(0 < value["ratio"] < float("inf") for value in values)
-    assert "2 processes" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 processes, 2 at or below 1000000000.0" in out and "95 % interval of the mean" in out
+    assert all(0 < value["control_ratio"] < float("inf") for value in values) and "control (stock / stock)" in out
+    (summary,) = json.loads(written.read_text())["summary"].values()
+    ratios = sorted(value["ratio"] for value in values)
+    assert summary["range"] == ratios and summary["processes"] == 2
+    assert ratios[0] <= summary["mean_95"][0] <= summary["mean"] <= summary["mean_95"][1] <= ratios[1]
     assert bench.allocator_env("steady")["MALLOC_TRIM_THRESHOLD_"] == str(bench.TRIM_THRESHOLD_BYTES)
     assert not any(key.startswith("MALLOC_") for key in bench.allocator_env("default"))
     with pytest.raises(SystemExit):
@@ -210,6 +221,19 @@ def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys):
     with pytest.raises(SystemExit) as error:
         bench.main(["no-such-commit-xyz"])
     assert error.value.code == 2 and "cannot check out 'no-such-commit-xyz'" in capsys.readouterr().err
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.5, 2.0), min_size=2, max_size=12))
+def test_step_ratio_mean_interval_brackets_the_mean_and_repeats(ratios):
+    """The bootstrap interval of the mean over processes lies within the values' range, holds their mean (up to
+    rounding), and is the same on a rerun (seeded)."""
+    interval = load_bench("step_ratio_across_commits").mean_interval
+    low, high = interval(ratios, resamples=500)
+    mean = sum(ratios) / len(ratios)
+    assert min(ratios) - 1e-12 <= low <= high <= max(ratios) + 1e-12
+    assert low - 1e-9 <= mean <= high + 1e-9 or max(ratios) - min(ratios) < 1e-9
+    assert (low, high) == interval(ratios, resamples=500)
 
 
 def test_xl_step_parts_times_each_extra_against_its_stock_counterpart(capsys):
