@@ -20,7 +20,10 @@ same dims and batch (d_model 256, 3+3 layers, 4 heads, one 32 x 24 batch from `x
 
 The sum of the extras over a stock train step (timed here too, the same batch) is the ratio those parts imply; what
 the list leaves out (the encoder's own bookkeeping: the movable-token mask, the output object, autograd nodes of
-the extra parameters) is what the whole-step ratio adds on top of it.
+the extra parameters) is what the whole-step ratio adds on top of it. To bound that, three rows (not summed;
+`--block-repeats`, 0 leaves them out) time whole blocks forward + backward against stock's: the encoder (with the
+predictor's loss), the decoder (PositionOptionsMarianDecoder against MarianDecoder) and the whole model without
+the optimizer.
 """
 
 from __future__ import annotations
@@ -140,6 +143,59 @@ def check_parts(config, batch) -> dict:
     return {"stock": lambda: None, "xl": checks}
 
 
+BLOCK = "whole block: "  # rows that time a whole block of the model, not one extra: a check on the sum, not summed
+
+
+def block_parts(models: dict, batch) -> list[tuple[str, dict]]:
+    """The encoder, the decoder and the whole model, forward + backward (no optimizer), stock against XL PE on the
+    same batch: the extras the parts leave out (the movable-token mask, the positions' `where`, the output object,
+    autograd bookkeeping) are inside these, so they bound what the itemized sum misses."""
+    stock, xl = models["stock"].train(), models["xlpe_unchecked"].train()
+    d_model = xl.config.d_model
+    memory = torch.randn(*batch.input_ids.shape, d_model)
+    decoder_ids = batch.labels.clamp(min=0)
+
+    def encoder(model, **extra):
+        def step():
+            out = model.get_encoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **extra)
+            loss = out.last_hidden_state.pow(2).mean()
+            if getattr(out, "reorder_loss", None) is not None:
+                loss = loss + out.reorder_loss
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+
+        return step
+
+    def decoder(model):
+        def step():
+            out = model.get_decoder()(
+                input_ids=decoder_ids, encoder_hidden_states=memory, encoder_attention_mask=batch.attention_mask
+            )
+            out.last_hidden_state.pow(2).mean().backward()
+            model.zero_grad(set_to_none=True)
+
+        return step
+
+    def whole(model, **extra):
+        def step():
+            model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, **extra
+            ).loss.backward()
+            model.zero_grad(set_to_none=True)
+
+        return step
+
+    oracle = {"reorder_positions": batch.reorder_positions}
+    return [
+        (
+            BLOCK + "encoder (+ predictor loss)",
+            {"stock": encoder(stock), "xl": encoder(xl, **oracle, compute_reorder_loss=True)},
+        ),
+        (BLOCK + "decoder", {"stock": decoder(stock), "xl": decoder(xl)}),
+        (BLOCK + "whole model, no optimizer", {"stock": whole(stock), "xl": whole(xl, **oracle)}),
+    ]
+
+
 def measure(args) -> list[tuple[str, dict]]:
     dims = dict(SIZES[args.size])
     batch = make_batch(32, args.length, dims["vocab_size"], args.seed)
@@ -160,6 +216,9 @@ def measure(args) -> list[tuple[str, dict]]:
         ("input checks (source, labels, reorder_positions)", check_parts(xl.config, batch)),
     ]
     results = [(name, interleaved_medians(parts, args.repeats, args.warmup)) for name, parts in rows]
+    if args.block_repeats:
+        blocks = block_parts(models, batch)
+        results += [(name, interleaved_medians(parts, args.block_repeats, 3)) for name, parts in blocks]
     stock_step = step_fn("stock", models["stock"], batch)
     results.append(("stock train step (the denominator)", interleaved_medians({"stock": stock_step}, args.steps, 3)))
     return results
@@ -171,7 +230,8 @@ def table(results: list[tuple[str, dict]]) -> str:
         "|---|---:|---:|---:|",
     ]
     extra_total = 0.0
-    for name, ms in results[:-1]:
+    parts = [(name, ms) for name, ms in results[:-1] if not name.startswith(BLOCK)]
+    for name, ms in parts:
         extra = ms["xl"] - ms["stock"]
         extra_total += extra
         lines.append(f"| {name} | {ms['stock']:.2f} | {ms['xl']:.2f} | {extra:+.2f} |")
@@ -182,6 +242,10 @@ def table(results: list[tuple[str, dict]]) -> str:
             )
     stock_step = results[-1][1]["stock"]
     lines.append(f"| **sum of the extras** | | | **{extra_total:+.2f}** |")
+    for name, ms in results[:-1]:
+        if name.startswith(BLOCK):
+            extra = ms["xl"] - ms["stock"]
+            lines.append(f"| {name} | {ms['stock']:.2f} | {ms['xl']:.2f} | {extra:+.2f} (not summed) |")
     lines.append(f"| stock train step | {stock_step:.1f} | | implied ratio **{1 + extra_total / stock_step:.3f}** |")
     return "\n".join(lines)
 
@@ -192,6 +256,12 @@ def main(argv=None) -> list[tuple[str, dict]]:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=300, help="timed repeats of each part (interleaved)")
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument(
+        "--block-repeats",
+        type=int,
+        default=60,
+        help="timed repeats of the whole-block rows (encoder, decoder, whole model; 0: leave them out)",
+    )
     parser.add_argument("--steps", type=int, default=30, help="timed stock train steps (the denominator)")
     parser.add_argument("--length", type=int, default=24, help="longest source/target sentence (tokens)")
     parser.add_argument("--seed", type=int, default=0)
@@ -200,6 +270,8 @@ def main(argv=None) -> list[tuple[str, dict]]:
     for name in ("threads", "repeats", "steps", "length"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.block_repeats < 0:
+        parser.error(f"--block-repeats must be 0 or more, got {args.block_repeats}")
     set_host_allocator(args.host_allocator)
     torch.set_num_threads(args.threads)
     results = measure(args)

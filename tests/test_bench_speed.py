@@ -209,8 +209,10 @@ def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys, tm
     assert len(values) == 2 and all(0 < value["ratio"] < float("inf") for value in values)
     out = capsys.readouterr().out
     assert "2 processes, 2 at or below 1000000000.0" in out and "95 % interval of the mean" in out
-    assert all(0 < value["control_ratio"] < float("inf") for value in values) and "control (stock / stock)" in out
+    assert all(0 < value["control_ratio"] < float("inf") for value in values) and "control (second stock" in out
     (summary,) = json.loads(written.read_text())["summary"].values()
+    both = [value["ratio"] / value["control_ratio"] ** 0.5 for value in values]
+    assert summary["against_both_stock"]["mean"] == pytest.approx(sum(both) / 2)
     ratios = sorted(value["ratio"] for value in values)
     assert summary["range"] == ratios and summary["processes"] == 2
     assert ratios[0] <= summary["mean_95"][0] <= summary["mean"] <= summary["mean_95"][1] <= ratios[1]
@@ -244,21 +246,30 @@ def test_xl_step_parts_times_each_extra_against_its_stock_counterpart(capsys):
     try:
         results = bench.main(
             ["--size", "tiny", "--threads", "1", "--repeats", "2", "--warmup", "1", "--steps", "2", "--length", "12"]
+            + ["--block-repeats", "1"]
         )
     finally:
         torch.set_num_threads(threads)
     names = [name for name, _ in results]
-    assert names[0].startswith("layer 1 Q/K/V") and names[-1].startswith("stock train step") and len(names) == 6
+    assert names[0].startswith("layer 1 Q/K/V") and names[-1].startswith("stock train step") and len(names) == 9
     assert set(results[0][1]) == {"stock", "xl", "before"}
+    blocks = [name for name in names if name.startswith(bench.BLOCK)]
+    assert [name[len(bench.BLOCK) :].split()[0] for name in blocks] == ["encoder", "decoder", "whole"]
     lines = capsys.readouterr().out.splitlines()
-    extras = sum(ms["xl"] - ms["stock"] for _, ms in results[:-1])
+    for name, ms in results:
+        if name in blocks:  # shown beside the sum, not added to it
+            assert (
+                f"| {name} | {ms['stock']:.2f} | {ms['xl']:.2f} | {ms['xl'] - ms['stock']:+.2f} (not summed) |" in lines
+            )
+    extras = sum(ms["xl"] - ms["stock"] for name, ms in results[:-1] if name not in blocks)
     assert f"| **sum of the extras** | | | **{extras:+.2f}** |" in lines
     assert any(line.startswith("| … HeadXL in the form before 2026-11-28 |") for line in lines)
     implied = 1 + extras / results[-1][1]["stock"]
     assert lines[-1].endswith(f"implied ratio **{implied:.3f}** |")
-    with pytest.raises(SystemExit) as stop:
-        bench.main(["--repeats", "0"])
-    assert stop.value.code == 2
+    for bad in (["--repeats", "0"], ["--block-repeats", "-1"]):
+        with pytest.raises(SystemExit) as stop:
+            bench.main(bad)
+        assert stop.value.code == 2
 
 
 def test_head_xl_projection_forms_agree():
