@@ -235,6 +235,9 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if bool(args.commits) == bool(args.trees):
         parser.error("give commits or --trees, not both and not neither")
+    for name in ("processes", "pairs", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.trees:
         return run([tree.resolve() for tree in args.trees], [str(tree) for tree in args.trees], args)
     with tempfile.TemporaryDirectory() as folder:

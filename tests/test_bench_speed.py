@@ -221,6 +221,9 @@ def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys, tm
     with pytest.raises(SystemExit):
         bench.main(["HEAD", "--trees", str(REPO_ROOT)])  # commits or trees, not both
     with pytest.raises(SystemExit) as error:
+        bench.main(["--trees", str(REPO_ROOT), "--processes", "0"])
+    assert error.value.code == 2 and "--processes must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as error:
         bench.main(["no-such-commit-xyz"])
     assert error.value.code == 2 and "cannot check out 'no-such-commit-xyz'" in capsys.readouterr().err
 
