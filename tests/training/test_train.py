@@ -4,7 +4,9 @@ checkpoint averaging, resume after interruption, and the multi-process launch. T
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from xlpe.training.checkpoint_averaging import (
     save_averaged_model,
 )
 from xlpe.training.errors import UsageError
-from xlpe.training.run import main, parse_arguments
+from xlpe.training.run import has_whole_trainer_state, main, parse_arguments
 from xlpe.training.trainer import generation_inputs
 
 REPO = REPO_ROOT
@@ -554,22 +556,54 @@ def test_resume_continues_exactly_where_training_stopped(tmp_path):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
-def test_resume_after_sigkill(tmp_path):
+@pytest.mark.parametrize(
+    ("text", "whole"),
+    [
+        (None, False),  # not written yet
+        ("", False),  # created, killed before the first byte
+        ('{"global_step": 6, "log_hist', False),  # cut short
+        ("[6]", False),  # JSON, not a trainer state
+        ('{"global_step": "6"}', False),
+        ('{"global_step": 6, "log_history": []}', True),
+    ],
+)
+def test_has_whole_trainer_state(tmp_path, text, whole):
+    if text is not None:
+        (tmp_path / "trainer_state.json").write_text(text)
+    assert has_whole_trainer_state(tmp_path) is whole
+
+
+def test_resume_after_sigkill(tmp_path, caplog):
+    """Killed after its first whole checkpoint, a run resumes from the newest checkpoint whose trainer state is
+    whole: a newer one cut short mid-save (its trainer_state.json, written last, empty or truncated) is skipped and
+    named in a warning, not resumed from (which failed on the damaged JSON) and not silently ignored."""
     argv = [sys.executable, str(REPO / "scripts" / "train.py"), *tiny(tmp_path, "--max_steps", "400", "--do_train")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    run_dir = tmp_path / "run"
     try:
         deadline = time.time() + 240
-        while not list((tmp_path / "run").glob("checkpoint-*/trainer_state.json")) and time.time() < deadline:
+        while time.time() < deadline and not (
+            run_dir.is_dir() and any(has_whole_trainer_state(p) for p in list_checkpoints(run_dir))
+        ):
             assert process.poll() is None, "training ended before its first checkpoint"
             time.sleep(0.2)
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    killed_at = max(int(p.name.split("-")[1]) for p in list_checkpoints(tmp_path / "run"))
+    whole = [p for p in list_checkpoints(run_dir) if has_whole_trainer_state(p)]
+    killed_at = int(whole[-1].name.split("-")[1])
     assert killed_at < 400
-    main(tiny(tmp_path, "--max_steps", str(killed_at + 4), "--do_train", "--resume_from_checkpoint", "last"))
-    steps = [e["step"] for e in log_history(tmp_path / "run") if "loss" in e]
+    for newer in list_checkpoints(run_dir)[len(whole) :]:  # a save the kill cut short: not resumable either way
+        shutil.rmtree(newer)
+    cut_short = run_dir / f"checkpoint-{killed_at + 100}"  # as a kill while writing its trainer state leaves it
+    shutil.copytree(whole[-1], cut_short)
+    state = (cut_short / "trainer_state.json").read_text()
+    (cut_short / "trainer_state.json").write_text(state[: len(state) // 2])
+    with caplog.at_level(logging.WARNING, logger="xlpe.train"):
+        main(tiny(tmp_path, "--max_steps", str(killed_at + 4), "--do_train", "--resume_from_checkpoint", "last"))
+    assert "skipping 1 newer checkpoint(s)" in caplog.text and cut_short.name in caplog.text
+    steps = [e["step"] for e in log_history(run_dir) if "loss" in e]
     assert steps[-1] == killed_at + 4 and steps == sorted(set(steps))
 
 

@@ -79,17 +79,38 @@ logger = logging.getLogger("xlpe.train")
 # ---------------------------------------------------------------------------------------------------------
 
 
+def has_whole_trainer_state(checkpoint: Path) -> bool:
+    """Whether `checkpoint`/trainer_state.json is there and parses to a trainer state. The Trainer writes it after
+    the weights, optimizer and RNG states, so a kill mid-save leaves it missing, empty or cut short."""
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, unreadable, cut short (JSONDecodeError and UnicodeDecodeError)
+        return False
+    return isinstance(state, dict) and isinstance(state.get("global_step"), int)
+
+
 def resolve_checkpoint(training_args) -> str | None:
     """The checkpoint to resume from (`--resume_from_checkpoint DIR|last`), checked whole (`reuse.check_checkpoint`),
-    or None; refuses to mix a new training run into an output_dir that holds another run's results (checkpoints,
-    a model, train results) unless --overwrite_output_dir (which deletes the checkpoints and the old record)."""
+    or None (`last`: the newest checkpoint with a whole trainer state, naming the newer ones it skips). Refuses to
+    mix a new training run into an output_dir that holds another run's results (checkpoints, a model, train
+    results) unless --overwrite_output_dir (which deletes the checkpoints and the old record)."""
     output_dir = Path(training_args.output_dir)
     existing = list_checkpoints(output_dir) if output_dir.is_dir() else []
     resume = training_args.resume_from_checkpoint
     if resume in ("last", "latest", "true", "True"):
-        complete = [p for p in existing if (p / "trainer_state.json").is_file()]  # written last: a kill mid-save
+        complete = [p for p in existing if has_whole_trainer_state(p)]
         if not complete:
             raise UsageError(f"--resume_from_checkpoint {resume}: {output_dir} has no complete checkpoint-* directory")
+        skipped = [p.name for p in existing[existing.index(complete[-1]) + 1 :]]
+        if skipped:  # newer than the one resumed: cut short by a kill mid-save (or damaged since)
+            logger.warning(
+                "--resume_from_checkpoint %s: skipping %d newer checkpoint(s) whose trainer_state.json is missing or "
+                "not a whole trainer state (a save cut short?): %s; resuming from %s",
+                resume,
+                len(skipped),
+                ", ".join(skipped),
+                complete[-1].name,
+            )
         check_checkpoint(str(complete[-1]), training_args)
         return str(complete[-1])
     if resume:
