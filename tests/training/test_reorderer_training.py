@@ -255,3 +255,34 @@ def test_training_prints_its_plan_an_estimate_and_the_calibrations_time(reversed
     assert re.fullmatch(r"xlpe-reorder train: the order-prior calibration took \d+ s \(estimated \d+ s\)", lines[-1]), (
         lines[-1]
     )
+
+
+def test_resume_passes_over_a_checkpoint_cut_short_and_names_it(reversed_corpus, toy_tokenizer, tmp_path, caplog):
+    """A kill while the Trainer writes a checkpoint's trainer_state.json (its last file) leaves that checkpoint
+    unusable: the next run resumes from the newest whole one, names the one it passes over, and records which."""
+    import logging
+    import shutil
+
+    from xlpe.training.checkpoint_averaging import list_checkpoints
+
+    one_epoch = ReordererTraining(epochs=1, batch_size=8, extra={"disable_tqdm": True})
+    train_reorderer(
+        build_reorderer(toy_tokenizer, **TINY), reversed_corpus, tmp_path, one_epoch, plan_echo=lambda *a, **k: None
+    )
+    (whole,) = list_checkpoints(tmp_path)
+    cut_short = tmp_path / f"checkpoint-{int(whole.name.split('-')[1]) + 100}"
+    shutil.copytree(whole, cut_short)
+    state = (cut_short / "trainer_state.json").read_text()
+    (cut_short / "trainer_state.json").write_text(state[: len(state) // 3])
+    (tmp_path / "reorderer_training.json").unlink()  # the first run as if killed before it finished
+    two_epochs = ReordererTraining(epochs=2, batch_size=8, extra={"disable_tqdm": True})
+    with caplog.at_level(logging.WARNING):
+        train_reorderer(
+            build_reorderer(toy_tokenizer, **TINY),
+            reversed_corpus,
+            tmp_path,
+            two_epochs,
+            plan_echo=lambda *a, **k: None,
+        )
+    assert "skipping 1 newer checkpoint(s)" in caplog.text and cut_short.name in caplog.text
+    assert json.loads((tmp_path / "reorderer_training.json").read_text())["resumed_from"] == str(whole)

@@ -25,12 +25,13 @@ from xlpe.features.synthetic import generate_pairs
 from xlpe.training.arguments import BUILTIN_DATASET
 from xlpe.training.checkpoint_averaging import (
     average_checkpoints,
+    has_whole_trainer_state,
     last_checkpoints,
     list_checkpoints,
     save_averaged_model,
 )
 from xlpe.training.errors import UsageError
-from xlpe.training.run import has_whole_trainer_state, main, parse_arguments
+from xlpe.training.run import main, parse_arguments
 from xlpe.training.trainer import generation_inputs
 
 REPO = REPO_ROOT
@@ -600,7 +601,7 @@ def test_resume_after_sigkill(tmp_path, caplog):
     shutil.copytree(whole[-1], cut_short)
     state = (cut_short / "trainer_state.json").read_text()
     (cut_short / "trainer_state.json").write_text(state[: len(state) // 2])
-    with caplog.at_level(logging.WARNING, logger="xlpe.train"):
+    with caplog.at_level(logging.WARNING):
         main(tiny(tmp_path, "--max_steps", str(killed_at + 4), "--do_train", "--resume_from_checkpoint", "last"))
     assert "skipping 1 newer checkpoint(s)" in caplog.text and cut_short.name in caplog.text
     steps = [e["step"] for e in log_history(run_dir) if "loss" in e]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -23,6 +24,8 @@ from safetensors.torch import load_file, save_file
 
 from ..features.text_files import write_text_atomic
 from ..models.hub_support import apply_umask_to_weights
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINING_STATE_FILES = {
@@ -44,6 +47,39 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     found = [(int(m.group(1)), p) for p in run_dir.iterdir() if p.is_dir() and (m := CHECKPOINT_PATTERN.match(p.name))]
     return [path for _, path in sorted(found)]
+
+
+def has_whole_trainer_state(checkpoint: Path) -> bool:
+    """Whether `checkpoint`/trainer_state.json is there and parses to a trainer state. The Trainer writes it after
+    the weights, optimizer and RNG states, so a kill mid-save leaves it missing, empty or cut short."""
+    try:
+        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, unreadable, cut short (JSONDecodeError and UnicodeDecodeError)
+        return False
+    return isinstance(state, dict) and isinstance(state.get("global_step"), int)
+
+
+def newest_whole_checkpoint(run_dir: str | Path) -> tuple[Path | None, list[Path]]:
+    """The newest `checkpoint-*` of `run_dir` with a whole trainer state (None: none has one), and the newer ones
+    passed over (saves cut short by a kill), which a resume names rather than skips silently."""
+    checkpoints = list_checkpoints(run_dir)
+    for index in range(len(checkpoints) - 1, -1, -1):
+        if has_whole_trainer_state(checkpoints[index]):
+            return checkpoints[index], checkpoints[index + 1 :]
+    return None, checkpoints
+
+
+def warn_skipped_checkpoints(what: str, skipped: list[Path], resumed: Path) -> None:
+    """Log the checkpoints a resume passes over (`newest_whole_checkpoint`), by name, with the one it takes."""
+    if skipped:
+        logger.warning(
+            "%s: skipping %d newer checkpoint(s) whose trainer_state.json is missing or not a whole trainer state "
+            "(a save cut short?): %s; resuming from %s",
+            what,
+            len(skipped),
+            ", ".join(path.name for path in skipped),
+            resumed.name,
+        )
 
 
 def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:

@@ -129,7 +129,8 @@ def train_reorderer(
     written last: its presence marks a finished run. The run's plan and time estimates (`ReordererPlan`) go to
     `plan_echo` (print: stdout)."""
     from transformers import Trainer, TrainingArguments
-    from transformers.trainer_utils import get_last_checkpoint
+
+    from .checkpoint_averaging import newest_whole_checkpoint, warn_skipped_checkpoints
 
     missing = [c for c in ("input_ids", "reorder_positions") if c not in train_dataset.column_names]
     if missing:
@@ -164,7 +165,10 @@ def train_reorderer(
         eval_dataset=_training_columns(eval_dataset) if eval_dataset is not None else None,
         data_collator=lambda features: collate(features, pad),
     )
-    checkpoint = get_last_checkpoint(str(output_dir)) if resume and output_dir.is_dir() else None
+    checkpoint, skipped = newest_whole_checkpoint(output_dir) if resume and output_dir.is_dir() else (None, [])
+    if checkpoint is not None:
+        warn_skipped_checkpoints("reorderer resume", skipped, checkpoint)
+        checkpoint = str(checkpoint)
     if checkpoint:
         logger.info("resuming reorderer training from %s", checkpoint)
     calibrating = calibration_dataset is not None and len(calibration_dataset) > 0

@@ -39,7 +39,13 @@ from ..features.text_files import write_text_atomic
 from ..models.hub_support import apply_umask_to_weights
 from .arguments import parse_arguments
 from .callbacks import RunClock, RunOutcome, ValidationEarlyStopping
-from .checkpoint_averaging import last_checkpoints, list_checkpoints, save_averaged_model
+from .checkpoint_averaging import (
+    last_checkpoints,
+    list_checkpoints,
+    newest_whole_checkpoint,
+    save_averaged_model,
+    warn_skipped_checkpoints,
+)
 from .collator import ExtraInputsDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
 from .errors import UsageError
@@ -79,16 +85,6 @@ logger = logging.getLogger("xlpe.train")
 # ---------------------------------------------------------------------------------------------------------
 
 
-def has_whole_trainer_state(checkpoint: Path) -> bool:
-    """Whether `checkpoint`/trainer_state.json is there and parses to a trainer state. The Trainer writes it after
-    the weights, optimizer and RNG states, so a kill mid-save leaves it missing, empty or cut short."""
-    try:
-        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # missing, unreadable, cut short (JSONDecodeError and UnicodeDecodeError)
-        return False
-    return isinstance(state, dict) and isinstance(state.get("global_step"), int)
-
-
 def resolve_checkpoint(training_args) -> str | None:
     """The checkpoint to resume from (`--resume_from_checkpoint DIR|last`), checked whole (`reuse.check_checkpoint`),
     or None (`last`: the newest checkpoint with a whole trainer state, naming the newer ones it skips). Refuses to
@@ -98,21 +94,12 @@ def resolve_checkpoint(training_args) -> str | None:
     existing = list_checkpoints(output_dir) if output_dir.is_dir() else []
     resume = training_args.resume_from_checkpoint
     if resume in ("last", "latest", "true", "True"):
-        complete = [p for p in existing if has_whole_trainer_state(p)]
-        if not complete:
+        newest, skipped = newest_whole_checkpoint(output_dir) if existing else (None, [])
+        if newest is None:
             raise UsageError(f"--resume_from_checkpoint {resume}: {output_dir} has no complete checkpoint-* directory")
-        skipped = [p.name for p in existing[existing.index(complete[-1]) + 1 :]]
-        if skipped:  # newer than the one resumed: cut short by a kill mid-save (or damaged since)
-            logger.warning(
-                "--resume_from_checkpoint %s: skipping %d newer checkpoint(s) whose trainer_state.json is missing or "
-                "not a whole trainer state (a save cut short?): %s; resuming from %s",
-                resume,
-                len(skipped),
-                ", ".join(skipped),
-                complete[-1].name,
-            )
-        check_checkpoint(str(complete[-1]), training_args)
-        return str(complete[-1])
+        warn_skipped_checkpoints(f"--resume_from_checkpoint {resume}", skipped, newest)
+        check_checkpoint(str(newest), training_args)
+        return str(newest)
     if resume:
         if not (Path(resume) / "trainer_state.json").is_file():
             raise UsageError(f"--resume_from_checkpoint {resume} is not a checkpoint directory (no trainer_state.json)")
