@@ -8,6 +8,9 @@ newest checkpoint; optimizer/scheduler/RNG states (and an FSDP run's `pytorch_mo
 
     xlpe-train ... --save_steps 500 --save_total_limit 5 --average_last_checkpoints 5
     python -m xlpe.training.checkpoint_averaging runs/demo --last 5 --output runs/demo/averaged
+
+The checkpoint listing lives here too, with the rule every resume uses (`xlpe-train --resume_from_checkpoint last`,
+`xlpe-reorder`): the newest checkpoint whose trainer state is whole, and the newer ones a kill cut short, named.
 """
 
 from __future__ import annotations
