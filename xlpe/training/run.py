@@ -96,6 +96,8 @@ def resolve_checkpoint(training_args) -> str | None:
     if resume in ("last", "latest", "true", "True"):
         newest, skipped = newest_whole_checkpoint(output_dir) if existing else (None, [])
         if newest is None:
+            if existing and (existing[-1] / "trainer_state.json").is_file():
+                check_checkpoint(str(existing[-1]), training_args)  # names the damaged state (file and line)
             raise UsageError(f"--resume_from_checkpoint {resume}: {output_dir} has no complete checkpoint-* directory")
         warn_skipped_checkpoints(f"--resume_from_checkpoint {resume}", skipped, newest)
         check_checkpoint(str(newest), training_args)
