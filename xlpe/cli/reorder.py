@@ -344,7 +344,7 @@ def _prepared_for_training(args):
 def _train(args, split, output: Path, given, resume: bool) -> dict:
     from ..features.prepare import prepare_splits
     from ..models.modeling_reorderer import XLPEReordererModel
-    from ..training.checkpoint_averaging import newest_whole_checkpoint, warn_skipped_checkpoints
+    from ..training.checkpoint_averaging import newest_whole_checkpoint
     from ..training.reorderer import ReordererTraining, build_reorderer, calibration_split, train_reorderer
 
     if split is None:  # --prepared: its train split, oracle orders from xlpe-prepare's alignments
@@ -375,9 +375,7 @@ def _train(args, split, output: Path, given, resume: bool) -> dict:
         report["pairs_read"],
         report["pairs_skipped"],
     )
-    checkpoint, skipped = newest_whole_checkpoint(output) if resume and output.is_dir() else (None, [])
-    if checkpoint is not None:
-        warn_skipped_checkpoints("xlpe-reorder resume", skipped, checkpoint)
+    checkpoint = newest_whole_checkpoint(output, "xlpe-reorder resume") if resume else None
     if checkpoint:  # same architecture as the interrupted run (the record matched)
         model = XLPEReordererModel.from_pretrained(checkpoint)
     else:

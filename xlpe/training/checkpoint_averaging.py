@@ -62,27 +62,25 @@ def has_whole_trainer_state(checkpoint: Path) -> bool:
     return isinstance(state, dict) and isinstance(state.get("global_step"), int)
 
 
-def newest_whole_checkpoint(run_dir: str | Path) -> tuple[Path | None, list[Path]]:
-    """The newest `checkpoint-*` of `run_dir` with a whole trainer state (None: none has one), and the newer ones
-    passed over (saves cut short by a kill), which a resume names rather than skips silently."""
-    checkpoints = list_checkpoints(run_dir)
+def newest_whole_checkpoint(run_dir: str | Path, what: str) -> Path | None:
+    """The newest `checkpoint-*` of `run_dir` with a whole trainer state (None: none has one or `run_dir` is not a
+    directory). When it is found, the newer ones passed over (saves cut short by a kill) are named in a warning
+    that starts with `what` (the resume asking), not skipped silently."""
+    checkpoints = list_checkpoints(run_dir) if Path(run_dir).is_dir() else []
     for index in range(len(checkpoints) - 1, -1, -1):
         if has_whole_trainer_state(checkpoints[index]):
-            return checkpoints[index], checkpoints[index + 1 :]
-    return None, checkpoints
-
-
-def warn_skipped_checkpoints(what: str, skipped: list[Path], resumed: Path) -> None:
-    """Log the checkpoints a resume passes over (`newest_whole_checkpoint`), by name, with the one it takes."""
-    if skipped:
-        logger.warning(
-            "%s: skipping %d newer checkpoint(s) whose trainer_state.json is missing or not a whole trainer state "
-            "(a save cut short?): %s; resuming from %s",
-            what,
-            len(skipped),
-            ", ".join(path.name for path in skipped),
-            resumed.name,
-        )
+            skipped = checkpoints[index + 1 :]
+            if skipped:
+                logger.warning(
+                    "%s: skipping %d newer checkpoint(s) whose trainer_state.json is missing or not a whole trainer "
+                    "state (a save cut short?): %s; resuming from %s",
+                    what,
+                    len(skipped),
+                    ", ".join(path.name for path in skipped),
+                    checkpoints[index].name,
+                )
+            return checkpoints[index]
+    return None
 
 
 def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:

@@ -130,7 +130,7 @@ def train_reorderer(
     `plan_echo` (print: stdout)."""
     from transformers import Trainer, TrainingArguments
 
-    from .checkpoint_averaging import newest_whole_checkpoint, warn_skipped_checkpoints
+    from .checkpoint_averaging import newest_whole_checkpoint
 
     missing = [c for c in ("input_ids", "reorder_positions") if c not in train_dataset.column_names]
     if missing:
@@ -165,10 +165,8 @@ def train_reorderer(
         eval_dataset=_training_columns(eval_dataset) if eval_dataset is not None else None,
         data_collator=lambda features: collate(features, pad),
     )
-    checkpoint, skipped = newest_whole_checkpoint(output_dir) if resume and output_dir.is_dir() else (None, [])
-    if checkpoint is not None:
-        warn_skipped_checkpoints("reorderer resume", skipped, checkpoint)
-        checkpoint = str(checkpoint)
+    newest = newest_whole_checkpoint(output_dir, "reorderer resume") if resume else None
+    checkpoint = str(newest) if newest is not None else None
     if checkpoint:
         logger.info("resuming reorderer training from %s", checkpoint)
     calibrating = calibration_dataset is not None and len(calibration_dataset) > 0

@@ -44,7 +44,6 @@ from .checkpoint_averaging import (
     list_checkpoints,
     newest_whole_checkpoint,
     save_averaged_model,
-    warn_skipped_checkpoints,
 )
 from .collator import ExtraInputsDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
@@ -94,12 +93,11 @@ def resolve_checkpoint(training_args) -> str | None:
     existing = list_checkpoints(output_dir) if output_dir.is_dir() else []
     resume = training_args.resume_from_checkpoint
     if resume in ("last", "latest", "true", "True"):
-        newest, skipped = newest_whole_checkpoint(output_dir) if existing else (None, [])
+        newest = newest_whole_checkpoint(output_dir, f"--resume_from_checkpoint {resume}")
         if newest is None:
             if existing and (existing[-1] / "trainer_state.json").is_file():
                 check_checkpoint(str(existing[-1]), training_args)  # names the damaged state (file and line)
             raise UsageError(f"--resume_from_checkpoint {resume}: {output_dir} has no complete checkpoint-* directory")
-        warn_skipped_checkpoints(f"--resume_from_checkpoint {resume}", skipped, newest)
         check_checkpoint(str(newest), training_args)
         return str(newest)
     if resume:
