@@ -180,7 +180,7 @@ def test_identical_second_run_hits_the_cache(tmp_path):
             ["--source", "train.de", "--target", "train.en", "--tokenizer", "tok/"],
             r"--tokenizer tok/: no such directory \(leave --tokenizer out to train one",
         ),
-        (["--source", "train.de", "--target", "train.en", "--tokenizer", "."], r"--tokenizer \.: "),
+        (["--source", "train.de", "--target", "train.en", "--tokenizer", "./empty"], r"--tokenizer \./empty: "),
         (["--source", "train.de", "--target", "dev.en"], r"train.de has 3 lines, dev.en has 2 lines"),
         (
             ["--source", "train.de", "--target", "train.en", "--keep-text", "some"],
@@ -207,6 +207,7 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, monkeypatch, capsys, ar
     for name, lines in (("train", 3), ("dev", 2), ("test", 2)):
         for lang in ("de", "en"):
             (tmp_path / f"{name}.{lang}").write_text("ein hund\n" * lines)
+    (tmp_path / "empty").mkdir()  # a directory that is no tokenizer (not ".": an output inside an input is refused)
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--output", "out"])
     assert exit_info.value.code == 2

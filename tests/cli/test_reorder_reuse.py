@@ -192,8 +192,10 @@ def test_jackknife_resume_with_other_folds_or_seed_is_refused(trained, tmp_path,
 
     with monkeypatch.context() as patch:
         patch.setattr(library, "with_predicted_positions", killed)
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(SystemExit) as exit_info:  # Ctrl-C: one line, status 130
             main(argv())
+    assert exit_info.value.code == 130
+    assert "xlpe-reorder jackknife: interrupted; its folds' checkpoints stay in" in capsys.readouterr().err
     folds = tmp_path / "jk" / "folds"
     assert (folds / "UNFINISHED").exists() and not (tmp_path / "jk" / "data").exists()
     before = snapshot(folds)
@@ -309,3 +311,144 @@ def test_a_damaged_record_or_report_is_named_with_its_line(trained, tmp_path, ca
     assert f"{copy / 'xlpe_artefact.json'}:" in message and "not a valid artefact record" in message
     message = user_error(["predict", "--reorderer", str(copy), "--input", pair_a[0]], capsys)
     assert "not a valid artefact record" in message
+
+
+# ---------------------------------------------------------------------------------------------------------
+# train: Ctrl-C, then a rerun (restart when nothing was saved, resume from a checkpoint), default epochs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def interrupt_at(monkeypatch, step: int) -> None:
+    """Make the next `train` run raise KeyboardInterrupt (as Ctrl-C does) at the end of training step `step`."""
+    from xlpe.training.interrupts import InterruptWatch
+
+    seen = InterruptWatch.on_step_end
+
+    def on_step_end(self, args, state, control, **kwargs):
+        seen(self, args, state, control, **kwargs)
+        if state.global_step == step:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(InterruptWatch, "on_step_end", on_step_end)
+
+
+def interrupted(argv, capsys) -> str:
+    """Run `argv`, expecting Ctrl-C's exit: status 130, no traceback, one `interrupted` line (the last on stderr)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 130
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if "interrupted" in line]
+    assert "Traceback" not in err and len(lines) == 1 and err.strip().splitlines()[-1] == lines[0], err[-2000:]
+    return lines[0]
+
+
+def without_epochs(argv: list[str]) -> list[str]:
+    at = argv.index("--epochs")
+    return argv[:at] + argv[at + 2 :]
+
+
+def test_ctrl_c_before_any_checkpoint_then_a_rerun_with_other_options_starts_over(trained, tmp_path, capsys):
+    root, pair_a, _ = trained
+    output = tmp_path / "r"
+    with pytest.MonkeyPatch.context() as patch:  # 40 pairs, 16 a step: 3 steps an epoch, a checkpoint after step 3
+        interrupt_at(patch, 2)
+        line = interrupted(train_argv(pair_a, output), capsys)
+    assert line.startswith("xlpe-reorder train: interrupted at step 2 of 3; no checkpoint or model saved in ")
+    assert not list(output.glob("checkpoint-*")) and not (output / "config.json").exists()
+    assert json.loads((output / "xlpe_artefact.json").read_text())["options"]["epochs"] == 1.0
+    capsys.readouterr()
+    assert main(train_argv(pair_a, output, "--epochs", "2")) == 0  # other options, no --overwrite_output needed
+    err = capsys.readouterr().err
+    assert f"nothing was saved by the interrupted run in {output}; starting over with the new options" in err
+    assert json.loads((output / "xlpe_artefact.json").read_text())["options"]["epochs"] == 2.0
+    assert json.loads((output / "reorderer_training.json").read_text())["resumed_from"] is None
+
+
+def test_ctrl_c_after_a_checkpoint_is_resumed_and_other_options_are_refused(trained, tmp_path, capsys):
+    root, pair_a, _ = trained
+    output = tmp_path / "r"
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_at(patch, 4)  # epoch 2's first step: epoch 1's checkpoint-3 is saved
+        line = interrupted(train_argv(pair_a, output, "--epochs", "2"), capsys)
+    assert line == (
+        f"xlpe-reorder train: interrupted at step 4 of 6; newest checkpoint {output / 'checkpoint-3'} "
+        "(rerun the same command to resume from it)"
+    )
+    before = snapshot(output)
+    message = user_error(train_argv(pair_a, output, "--epochs", "3"), capsys)  # a saved checkpoint: refused
+    assert "other options (option epochs: 2.0, now 3.0)" in message and "--overwrite_output" in message
+    assert snapshot(output) == before
+    assert main(train_argv(pair_a, output, "--epochs", "2")) == 0  # the same command resumes
+    assert json.loads((output / "reorderer_training.json").read_text())["resumed_from"] == str(output / "checkpoint-3")
+
+
+def test_default_epochs_fit_the_time_budget_and_are_kept_by_a_rerun(trained, tmp_path, capsys, monkeypatch):
+    import xlpe.training.reorderer as library
+
+    root, pair_a, _ = trained
+    output = tmp_path / "r"
+    monkeypatch.setattr(library, "training_step_seconds", lambda *args, **kwargs: 100.0)  # 3 steps: 300 s an epoch
+    capsys.readouterr()
+    assert main(without_epochs(train_argv(pair_a, output))) == 0
+    err = capsys.readouterr().err
+    assert (
+        "xlpe-reorder train: --epochs not given: 2 (estimated 10.0 min of training; one epoch of 40 pairs is 3 "
+        "steps at 100.00 s a step" in err
+    )
+    assert "as many as fit 10.0 min, at least 1, at most 3; give --epochs to choose" in err
+    assert json.loads((output / "xlpe_artefact.json").read_text())["options"]["epochs"] == 2.0
+    assert json.loads((output / "reorderer_training.json").read_text())["options"]["epochs"] == 2.0
+    # a rerun without --epochs keeps the recorded choice (the finished reorderer is reused), not a new estimate
+    monkeypatch.setattr(library, "training_step_seconds", lambda *args, **kwargs: 1e6)
+    assert main(without_epochs(train_argv(pair_a, output))) == 0
+    err = capsys.readouterr().err
+    assert "--epochs not given: 2, as the run that made" in err and "reused, not retrained" in err
+    # a given --epochs always wins: nothing is timed
+    monkeypatch.setattr(library, "training_step_seconds", lambda *args, **kwargs: pytest.fail("timed"))
+    assert main(train_argv(pair_a, tmp_path / "given", "--epochs", "1")) == 0
+    assert "--epochs not given" not in capsys.readouterr().err
+    assert library.default_epochs(10_000.0) == 1 and library.default_epochs(1.0) == 3  # at least 1, at most 3
+
+
+def test_a_reorderer_no_better_than_the_source_order_says_so_and_attach_carries_the_report(trained, tmp_path, capsys):
+    from transformers import AutoTokenizer
+
+    root, _, pair_b = trained  # pair B keeps the source order: the oracle is the monotone order, tau 1.0
+    output = tmp_path / "r"
+    argv = train_argv(pair_b, output)
+    argv[argv.index("--calibration-pairs") + 1] = "4"
+    capsys.readouterr()
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    report = json.loads((output / "reorderer_training.json").read_text())
+    assert report["monotone_mean_kendall_tau"] == 1.0 and report["beats_source_order"] is False
+    assert (
+        report["mean_kendall_tau"]
+        == report["order_prior_calibration"]["by_prior"][str(report["order_prior_calibration"]["chosen"])][
+            "kendall_tau"
+        ]
+    )
+    assert (
+        f"xlpe-reorder train: the reorderer (tau {report['mean_kendall_tau']:.3f}) does not beat keeping the source "
+        "order (tau 1.000) on 4 held-out pairs: XL PE's predicted positions will add little for this pair"
+    ) in captured.err
+    assert json.loads(captured.out)["beats_source_order"] is False
+    source, target, alignments = pair_b
+    assert (
+        main(
+            ["evaluate", "--reorderer", str(output), "--source", source, "--target", target, "--alignments", alignments]
+        )
+        == 0
+    )
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["beats_source_order"] is False
+    assert (
+        "xlpe-reorder evaluate: the reorderer (tau" in captured.err
+        and "does not beat keeping the source" in captured.err
+    )
+    # attach: the model directory carries the reorderer's report (reorderer/reorderer_training.json)
+    model = save_tiny_xlpe_model(AutoTokenizer.from_pretrained(output), tmp_path / "model")
+    assert main(["attach", "--reorderer", str(output), "--model", str(model)]) == 0
+    assert json.loads((model / "reorderer" / "reorderer_training.json").read_text()) == report

@@ -327,3 +327,50 @@ def test_int8_schemes(toy_tokenizer, tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("xlpe-export: error: ") and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "bad").exists()
+
+
+def test_length_rule_batch_invariance_and_reports(toy_tokenizer, tmp_path, capsys, caplog):
+    """The ONNX runtime applies the length rule as PyTorch does (token for token, per-sentence budgets), a
+    sentence's translation does not depend on its batch, and too-long inputs and outputs at their limit are
+    reported by `translate` and per file by `xlpe-export --translate`."""
+    import logging
+
+    from xlpe import XLPETranslationPipeline
+    from xlpe.cli.export import main
+    from xlpe.evaluation.model_loading import load_model_and_tokenizer
+    from xlpe.models.length_rule import length_rule_generate_kwargs
+
+    model_dir = save_tiny_xlpe_model(toy_tokenizer, tmp_path / "model", model_max_length=16)
+    assert main(["--model", str(model_dir), "--output", str(tmp_path / "onnx")]) == 0
+    model, tokenizer = load_model_and_tokenizer(str(model_dir))
+    translator = OnnxTranslator(tmp_path / "onnx", threads=1)
+    assert translator.tokenizer.model_max_length == 64
+    texts = ["the cat sees the dog", "die katze", "a dog chases the small cat in the garden", "children play"]
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    limit, eos = model.config.max_position_embeddings, model.config.eos_token_id
+    for num_beams in (1, 3):
+        kwargs, budgets = length_rule_generate_kwargs(batch["attention_mask"], limit, eos, {"num_beams": num_beams})
+        with torch.no_grad():
+            expected = model.generate(**batch, **kwargs).numpy()
+        actual = translator.generate(
+            batch["input_ids"].numpy(), batch["attention_mask"].numpy(), budgets=budgets.numpy(), num_beams=num_beams
+        )
+        assert actual.tolist() == expected.tolist()
+        alone = [translator.translate([text], num_beams=num_beams)[0] for text in texts]
+        assert translator.translate(texts, num_beams=num_beams) == alone
+        assert translator.translate(texts[::-1], num_beams=num_beams) == alone[::-1]
+        pipeline = XLPETranslationPipeline(model=model, tokenizer=tokenizer)
+        assert [r["translation_text"].strip() for r in pipeline(texts, num_beams=num_beams, batch_size=2)] == alone
+    too_long = " ".join(["the small cat sees the dog"] * 12)
+    with caplog.at_level(logging.WARNING, logger="xlpe.export.runtime"):
+        translator.translate([too_long, "die katze"])
+    assert "1 of 2 sentences are longer than the model's limit (64 tokens" in caplog.text
+    assert "2 of 2 translations reached their length limit" in caplog.text
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(["die katze", too_long, "", too_long]) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["--translate", str(tmp_path / "onnx"), "--input", str(source), "--threads", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "xlpe-export: warning: 2 of 3 lines are longer than the model's limit (64 tokens" in err
+    assert "line 2, 4\n" in err
+    assert "xlpe-export: warning: 3 of 3 translations reached their length limit" in err

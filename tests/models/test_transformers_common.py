@@ -266,15 +266,6 @@ class CommonFamilyTests(ModelTesterMixin, GenerationTesterMixin, GenerationCheck
                 stack.enter_context(patch)
             super().test_attention_outputs()
 
-    def test_training_gradient_checkpointing(self):
-        pass
-
-    def test_training_gradient_checkpointing_use_reentrant_false(self):
-        pass
-
-    def test_training_gradient_checkpointing_use_reentrant_true(self):
-        pass
-
 
 class XLPECommonTest(CommonFamilyTests, unittest.TestCase):
     all_model_classes = (XLPEMarianModel, XLPEMarianMTModel)

@@ -100,8 +100,10 @@ def test_a_run_prints_its_plan_and_estimates_and_the_final_evaluation_scores_the
         )
     )
     out = capsys.readouterr().out
+    epochs = re.search(r"xlpe-train: plan: up to 6 training steps = ([\d.]+) epochs of (\d+) steps \(", out)
+    assert epochs and float(epochs[1]) == pytest.approx(6 / int(epochs[2]), abs=0.05), out  # the passes the steps make
     assert (
-        "xlpe-train: plan: up to 6 training steps (8 pairs a batch; early stopping may end the run sooner), 2 "
+        "steps (8 pairs a batch; early stopping may end the run sooner), 2 "
         "periodic evaluations on 3 of 8 validation sentences (greedy); then the final evaluation on 8 validation "
         "sentences (2 beams)" in out
     )  # (the small recipe, chosen for a model from scratch, stops early)

@@ -334,6 +334,11 @@ def test_builtin_run_logs_auxiliary_losses_scores_and_saves_everything(tmp_path)
     for stage in ("eval", "predict"):
         assert {f"{stage}_bleu", f"{stage}_chrf", f"{stage}_translation_loss", f"{stage}_reorder_loss"} <= set(metrics)
     assert metrics["predict_samples"] == 6
+    # the length rule's report: --val_max_target_length 10 caps every sentence; an untrained model reaches it
+    assert metrics["predict_inputs_truncated"] == 0 and 0 <= metrics["predict_outputs_at_limit"] <= 6
+    assert "eval_outputs_at_limit" in metrics and "predict_outputs_at_limit" in json.loads(
+        (run / "predict_results.json").read_text()
+    )
     assert len((run / "generated_predictions.txt").read_text().splitlines()) == 6
     assert "nrefs:1" in json.loads((run / "test_scores.json").read_text())["bleu"]["signature"]
     assert json.loads((run / "averaged_checkpoints.json").read_text())["checkpoints"] == [
@@ -344,6 +349,8 @@ def test_builtin_run_logs_auxiliary_losses_scores_and_saves_everything(tmp_path)
     assert "xlpe" in card and "BLEU" in card
     model = AutoModelForSeq2SeqLM.from_pretrained(run)
     assert type(model).__name__ == "XLPEMarianMTModel" and model.generation_config.num_beams == 2
+    saved_tokenizer = json.loads((run / "tokenizer_config.json").read_text())
+    assert saved_tokenizer["model_max_length"] == model.config.max_position_embeddings  # the limits agree
     assert not model.get_encoder().word_starts.flags.all()  # xlpe-train gave the reorderer the tokenizer's words
     averaged = load_file(run / "model.safetensors")
     two = [load_file(run / f"checkpoint-{s}" / "model.safetensors") for s in (2, 4)]
@@ -555,6 +562,46 @@ def test_resume_continues_exactly_where_training_stopped(tmp_path):
     assert losses(resumed) == losses(straight) and losses(resumed)[-1][0] == 6
     a, b = (load_file(tmp_path / name / "model.safetensors") for name in ("straight", "interrupted"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def _decoder_step_lengths(model, **generate_kwargs) -> list[int]:
+    """The decoder's input length at each call of one `generate` (1 after the first step when the cache is used)."""
+    lengths: list[int] = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        model.generate(torch.tensor([[5, 6, 7, 8, 2]]), max_new_tokens=5, min_new_tokens=5, **generate_kwargs)
+    finally:
+        hook.remove()
+    return lengths
+
+
+def test_a_resumed_run_saves_the_generation_settings_of_an_uninterrupted_one(tmp_path):
+    """A resume (the model rebuilt from a checkpoint the Trainer saved) writes the same config.json and
+    generation_config.json as the run it continues, in every checkpoint and the final model, translates the same,
+    and decodes with the key/value cache (a checkpoint saved with the Trainer's training-time `use_cache: false`
+    once made every resumed model decode without it, 16x slower)."""
+    common = ["--max_steps", "4", "--do_train"]
+    main(tiny(tmp_path, *common, name="straight"))
+    main(tiny(tmp_path, *common, name="interrupted"), callbacks=[StopAt(2)])
+    checkpoint = tmp_path / "interrupted" / "checkpoint-2"
+    for name in ("config.json", "generation_config.json"):  # as the Trainer of earlier releases saved them
+        (checkpoint / name).write_text(json.dumps({**json.loads((checkpoint / name).read_text()), "use_cache": False}))
+    main(tiny(tmp_path, *common, "--resume_from_checkpoint", "last", name="interrupted"))
+    for relative in ("", "checkpoint-4"):
+        for name in ("config.json", "generation_config.json"):
+            straight = json.loads((tmp_path / "straight" / relative / name).read_text())
+            resumed = json.loads((tmp_path / "interrupted" / relative / name).read_text())
+            assert resumed == straight and straight["use_cache"] is True, (relative, name)
+    models = [AutoModelForSeq2SeqLM.from_pretrained(tmp_path / name).eval() for name in ("straight", "interrupted")]
+    source = torch.tensor([[5, 6, 7, 8, 9, 10, 2], [11, 12, 13, 2, 0, 0, 0]])
+    mask = (source != 0).long()
+    for beams in (1, 3):
+        outputs = [m.generate(source, attention_mask=mask, num_beams=beams, max_new_tokens=8) for m in models]
+        assert torch.equal(*outputs), beams
+    for model in models:
+        assert _decoder_step_lengths(model)[1:] == [1] * 4  # one new token a step: the cache is used
 
 
 @pytest.mark.parametrize(

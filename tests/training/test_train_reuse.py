@@ -13,6 +13,7 @@ import pytest
 from conftest import save_tiny_xlpe_model
 from test_run_translation_flags import write_corpus
 from test_train import TINY, StopAt, log_history
+from transformers import TrainerCallback
 
 from xlpe.cli.train import cli
 from xlpe.features.artefacts import RECORD_NAME, directory_lock, read_record
@@ -284,3 +285,35 @@ def test_a_second_run_into_a_directory_in_use_stops_at_once(stopped, capsys):
     line = one_line_error(err)
     assert code == 2 and "is in use by xlpe-train --output_dir run (the first run)" in line, line
     assert fingerprint(stopped) == before
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Ctrl-C: one line, exit status 130
+# ---------------------------------------------------------------------------------------------------------
+
+
+class InterruptAt(TrainerCallback):
+    """Ctrl-C at the end of training step `step` (KeyboardInterrupt, as the terminal's SIGINT raises it)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_ends_in_one_line_naming_the_step_and_the_checkpoint_to_resume(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    capsys.readouterr()
+    code = cli([str(a) for a in argv(run_dir, tmp_path / "cache")], callbacks=[InterruptAt(3)])
+    err = capsys.readouterr().err
+    assert code == 130 and "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert lines == [
+        f"xlpe-train: interrupted at step 3 of 4; newest checkpoint {run_dir / 'checkpoint-2'} "
+        "(resume with --resume_from_checkpoint last)"
+    ]
+    assert err.strip().splitlines()[-1] == lines[0]
+    code, _, err = run_cli(capsys, [*argv(run_dir, tmp_path / "cache"), "--resume_from_checkpoint", "last"])
+    assert code == 0, err[-3000:]  # what the line says works

@@ -15,6 +15,12 @@ Conventions shared by every command (docs/command_line.md), and the helpers that
 * **User errors** (a missing input file, a model path that does not exist, a bad option combination) print
   one line `PROG: error: ...` on stderr and exit with status 2, without a traceback (`user_error`,
   `check_input_file`, `check_model_path`).
+* **What a command may write** (`xlpe.features.outputs.check_destination`, called by every command for each
+  output before any work): never one of its inputs, or a folder holding or inside one (even with
+  `--overwrite_output`); over an existing directory only when it holds the command's own earlier output; never a
+  directory where a file goes, a missing or unwritable place. Final outputs are written atomically
+  (`xlpe.features.text_files.write_text_atomic`: a full disk is one line, no partial file), and
+  `xlpe-translate --output` is locked while it is made (`output_file_lock`).
 """
 
 from __future__ import annotations

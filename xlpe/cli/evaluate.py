@@ -24,10 +24,8 @@ from ..evaluation import (
 )
 from ..evaluation import plots
 from ..features.language_codes import check_language_code
-from ..features.text_files import (  # (standard library only)
-    check_output,
-    write_text_atomic,
-)
+from ..features.outputs import check_destination  # (standard library only)
+from ..features.text_files import write_text_atomic  # (standard library only)
 from . import (
     CommandLineError,
     canonical_flags,
@@ -385,6 +383,18 @@ def _check_input_files(args) -> None:
         check_input_file(value.rpartition("=")[2], "--trainer_state")
 
 
+def _input_paths(args) -> dict:
+    """{flag: paths} of every local input of the subcommand (files, --model, --gold_dir): no output may be one."""
+    inputs = {}
+    for name in (*FILE_OPTIONS, "trainer_state", "model", "gold_dir"):
+        values = getattr(args, name, None)
+        values = [values] if isinstance(values, str) else list(values or [])
+        if name in ("hyp", "trainer_state") and args.command in ("compare-mt", "plot"):
+            values = [value.rpartition("=")[2] for value in values]
+        inputs[f"--{name}"] = values
+    return inputs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -393,17 +403,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("bleu", "significance", "mvpe-metrics"):  # the BLEU tokenizer must run: say so first
             ev.check_bleu_tokenizer(args.lang, getattr(args, "tokenize", None))
         _check_input_files(args)
+        inputs = _input_paths(args)
         for flag in ("output", "write_links", "output_dir"):  # (output_dir: compare-mt's report directory)
-            if getattr(args, flag, None):
-                check_output(getattr(args, flag), f"--{flag}", args.overwrite_output)
-        if getattr(args, "output_dir", None) and Path(args.output_dir).is_file():
-            raise CommandLineError(f"--output_dir {args.output_dir}: is a file, expected a directory")
+            if getattr(args, flag, None):  # never over an input, even with --overwrite_output (xlpe.features.outputs)
+                kind = "dir" if flag == "output_dir" else "file"
+                check_destination(
+                    getattr(args, flag),
+                    f"--{flag}",
+                    inputs,
+                    overwrite=args.overwrite_output,
+                    kind=kind,
+                    owns=("compare-mt-report",),
+                )
         result = args.function(args)
+        text = json.dumps(result, indent=2, ensure_ascii=False)
+        if args.output and args.command != "plot":
+            write_text_atomic(args.output, text + "\n")  # a full disk: one line, the partial file removed
     except (CommandLineError, ValueError, OSError) as error:  # user errors (TextFileError too): one line, exit 2
         return user_error(PROG, error)
-    text = json.dumps(result, indent=2, ensure_ascii=False)
-    if args.output and args.command != "plot":
-        write_text_atomic(args.output, text + "\n")
     print(text)
     return 0
 

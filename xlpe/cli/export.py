@@ -7,9 +7,10 @@
     xlpe-export --translate runs/demo-onnx --input test.en --num_beams 4        # raw text in, translations out
 
 Export refuses, in one line with exit status 2, a model it cannot handle (another model type, a standalone
-reorderer, a search option the exported search does not reproduce), a `--model` that does not exist and an existing
-`--output` without `--overwrite_output`. `--verify` checks the graph files and tokenizer against the export's
-manifest and, with `--model`, that the model's configuration and weights are the exported ones.
+reorderer, a search option the exported search does not reproduce), a `--model` that does not exist, an existing
+`--output` without `--overwrite_output`, and (even with it) an `--output` that is, holds or lies inside `--model`
+or holds anything but an earlier export (`xlpe.features.outputs`). `--verify` checks the graph files and tokenizer
+against the export's manifest and, with `--model`, that the model's configuration and weights are the exported ones.
 """
 
 from __future__ import annotations
@@ -66,17 +67,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def translate(args) -> int:
+    """`--translate`: the lines of `--input` through `OnnxTranslator` in length-sorted batches; one warning each
+    for lines longer than the model's limit and translations that reached their length budget, as
+    `xlpe-translate` words them (`translate.limit_warnings`)."""
     from ..export.runtime import OnnxTranslator
-    from .translate import length_sorted_batches, read_input
+    from .translate import length_sorted_batches, limit_warnings, read_input
 
     translator = OnnxTranslator(args.translate, precision=args.precision, threads=args.threads)
     lines = read_input(args.input)
     words = [" ".join(line.split()) for line in lines]
     output = [""] * len(lines)
     kwargs = {"num_beams": args.num_beams} if args.num_beams else {}
+    too_long, at_limit = [], []
     for batch in length_sorted_batches(words, args.batch_size):
-        for index, text in zip(batch, translator.translate([words[i] for i in batch], **kwargs)):
+        texts, cut, ended = translator.translate_with_report([words[i] for i in batch], **kwargs)
+        for index, text in zip(batch, texts):
             output[index] = text
+        too_long += [batch[i] + 1 for i in cut]
+        at_limit += [batch[i] + 1 for i in ended]
+    total = sum(1 for w in words if w)
+    for warning in limit_warnings(PROG, translator.source_limit(), sorted(too_long), sorted(at_limit), total):
+        print(warning, file=sys.stderr)
     sys.stdout.write("".join(text + "\n" for text in output))
     return 0
 
@@ -120,7 +131,17 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         from ..export.exporter import export_directory
+        from ..features.outputs import check_destination
 
+        # never over --model (or a folder holding it), never over anything but an earlier export
+        check_destination(
+            args.output,
+            "--output",
+            {"--model": args.model},
+            overwrite=args.overwrite_output,
+            kind="dir",
+            owns=("export",),
+        )
         scheme = {"int8_scheme": args.int8_scheme} if args.int8_scheme else {}
         manifest = export_directory(args.model, args.output, args.quantize, args.opset, args.overwrite_output, **scheme)
     except (CommandLineError, ValueError, OSError) as error:

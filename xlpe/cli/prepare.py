@@ -217,6 +217,10 @@ def _flag(split: str, kind: str) -> str:
     return f"--{FILE_SPLITS[split]}{kind}"
 
 
+def _file_flags() -> list[str]:
+    return [_flag(split, kind) for split in FILE_SPLITS for kind in ("source", "target", "alignments")]
+
+
 def _check_numbers(args) -> None:
     """Raise ValueError (one line, naming the flag, the expected range and the value) on a number out of range."""
     for name in (
@@ -252,24 +256,40 @@ def _check_numbers(args) -> None:
 def _check_combination(args) -> None:
     """Raise ValueError (one line) on a flag combination that cannot work; given files must exist; the output
     must not exist unless --overwrite_output."""
-    from ..features.text_files import check_output
+    from ..features.outputs import check_destination, check_not_input
 
     _check_numbers(args)
     from ..features.language_codes import check_language_code
 
     check_language_code(args.source_lang, "--source_lang")
     check_language_code(args.target_lang, "--target_lang")
-    if args.stage in ("all", "merge"):
-        check_output(args.output, "--output", args.overwrite_output)
-    elif not Path(args.output).parent.is_dir():
-        raise ValueError(f"--output {args.output}: no such directory {Path(args.output).parent}")
+    # never over an input (data files, --tokenizer, --dataset, the work directory), never over anything but an
+    # earlier prepared dataset, even with --overwrite-output (xlpe.features.outputs)
+    inputs = {
+        **{flag: getattr(args, flag[2:].replace("-", "_")) for flag in _file_flags()},
+        "--tokenizer": args.tokenizer,
+        "--dataset": args.dataset,
+        "--work-dir": args.work_dir,
+    }
+    check_destination(
+        args.output,
+        "--output",
+        inputs,
+        overwrite=args.overwrite_output,
+        kind="dir",
+        owns=("prepared-dataset",),
+        allow_flag="--overwrite_output",
+        exists_ok=args.stage not in ("all", "merge"),
+    )
+    if args.work_dir:
+        check_not_input(args.work_dir, "--work-dir", {k: v for k, v in inputs.items() if k != "--work-dir"})
     if args.overwrite_work_dir and args.stage not in ("all", "plan"):
         raise ValueError(
             f"--overwrite-work-dir replaces the plan: give it with --stage plan (or all), not --stage {args.stage}"
         )
     if args.shard_index and args.stage != "shards":
         raise ValueError(f"--shard-index picks shards to run with --stage shards, not with --stage {args.stage}")
-    file_flags = [_flag(split, kind) for split in FILE_SPLITS for kind in ("source", "target", "alignments")]
+    file_flags = _file_flags()
     given_files = [flag for flag in file_flags if getattr(args, flag[2:].replace("-", "_"))]
     if args.dataset and given_files:
         raise ValueError(f"--dataset brings its own splits; {', '.join(given_files)} cannot be added to it")

@@ -1,8 +1,10 @@
 """`xlpe-reorder`: train, run and score the standalone test-time reorderer (XL PE's preorderer).
 
     train     --source S --target T [--alignments A] --output_dir R   aligns with eflomal when no alignments are
-              given, prepares the oracle orders, trains (progress bar; resumes from R's last checkpoint), and
-              chooses the decoding prior for the source order on --calibration-pairs held-out pairs
+              given, prepares the oracle orders, trains (progress bar; resumes from R's last checkpoint; without
+              --epochs, as many epochs, 1 to 3, as fit 10 minutes at the step time measured on a few batches),
+              chooses the decoding prior for the source order on --calibration-pairs held-out pairs, and says when
+              the reorderer does not beat keeping the source order there
     predict   --reorderer R --input F [--output O]   one line per input line: the predicted word order as 0-based
               source word indices (index k = the source word placed k-th); an empty line gives an empty line
     attach    --reorderer R --model M [--output_dir O]   put the reorderer inside an XL PE checkpoint (same
@@ -17,16 +19,18 @@
               stdout, a table on stderr); --orders F scores an order file of another preorderer (e.g. lader)
 
 User errors (missing files, mismatched alignment files, lines over the reorderer's limit, a bad number) print one
-line and exit with status 2. `--output` files are written beside their name and renamed into place when complete;
-an existing one is replaced only with `--overwrite_output`. So is jackknife's J/data; a finished J (one with
-J/data) is replaced only with `--overwrite_output` (its folds trained afresh), an unfinished one is resumed fold by
-fold, as `train` resumes from its last checkpoint.
+line and exit with status 2; Ctrl-C prints one line (for `train`: the step reached and the newest checkpoint, or
+that nothing was saved) and exits with status 130. `--output` files are written beside their name and renamed
+into place when complete; an existing one is replaced only with `--overwrite_output`. So is jackknife's J/data; a
+finished J (one with J/data) is replaced only with `--overwrite_output` (its folds trained afresh), an unfinished
+one is resumed fold by fold, as `train` resumes from its last checkpoint.
 
 Reuse (docs/command_line.md, "Reruns, resumes and reused artefacts"): `train`'s R and `jackknife`'s J/folds (and
 each J/folds/fold-K) record what made them (xlpe_artefact.json: digests of the data, alignments and tokenizer, and every
 option that shapes the model; none may change on resume) and are locked while a run writes them. A rerun with the
 same record reuses a finished R (one line says so) or resumes an unfinished R or J; a difference is a one-line error
-naming it, and `--overwrite_output` starts afresh (in R it removes only what `train` writes there; a directory
+naming it (but an R that saved nothing, no checkpoint and no model, is started over with the new options, in one
+line), and `--overwrite_output` starts afresh (in R it removes only what `train` writes there; a directory
 holding another kind of artefact, a translation model say, is never replaced), as it does for a finished R or J.
 `--no-resume` restarts a `train` run of the same record. predict, evaluate and attach refuse by name a --reorderer that
 is not a finished reorderer written by `train` (a translation model, a jackknife fold, an unfinished run) and attach a
@@ -106,9 +110,18 @@ def train_record(args, given_tokenizer=None):
 def _train_plan(output: Path, expected, args) -> str:
     """What `train` does with --output_dir (checked before any work; the caller holds its lock): "fresh", "resume"
     or "reuse"; an ArtefactMismatch (one line, naming --overwrite_output) for a reorderer made otherwise or
-    files of an unrecorded one; a ValueError for a directory holding another kind of artefact (never replaced)."""
+    files of an unrecorded one; a ValueError for a directory holding another kind of artefact (never replaced).
+    A run made otherwise that saved nothing (`saved_entries`: no checkpoint, no model; an interrupted run's record,
+    tokenizer and logs do not count) is started over with the new options, saying so in one line."""
     from ..features.artefacts import ArtefactMismatch, read_record, verify_artefact, write_record
-    from ..training.reorderer import REORDERER_KIND, REPORT_NAME, clear_owned, model_type_of, owned_entries
+    from ..training.reorderer import (
+        REORDERER_KIND,
+        REPORT_NAME,
+        clear_owned,
+        model_type_of,
+        owned_entries,
+        saved_entries,
+    )
 
     flag = f"--output_dir {output}"
     record = read_record(output)  # a damaged one: ArtefactMismatch naming the file and line
@@ -124,6 +137,14 @@ def _train_plan(output: Path, expected, args) -> str:
         plan = "fresh"  # a new or empty directory (or one with the user's own files only: they stay)
     elif args.overwrite_output and (finished or not _matches(output, expected)):
         logger.info("--overwrite_output: replacing the reorderer in %s (trained afresh)", output)
+        plan = "fresh"
+    elif record is not None and not saved_entries(output) and not _matches(output, expected):
+        # an interrupted run that saved no checkpoint and no model: nothing of value is lost by starting over
+        print(
+            f"xlpe-reorder train: nothing was saved by the interrupted run in {output}; starting over with the "
+            "new options",
+            file=sys.stderr,
+        )
         plan = "fresh"
     else:
         verify_artefact(output, expected, override="--overwrite_output", what=flag)
@@ -175,6 +196,7 @@ def _reused_train_result(output: Path) -> dict:
         "calibration_pairs": report.get("calibration_pairs", 0),
         "order_prior": config.get("order_prior"),
         "oracle_mean_kendall_tau_vs_monotone": report.get("oracle_mean_kendall_tau_vs_monotone"),
+        **{key: report.get(key) for key in ("mean_kendall_tau", "monotone_mean_kendall_tau", "beats_source_order")},
     }
 
 
@@ -286,11 +308,13 @@ def run_train(args) -> dict:
     else:
         split = read_parallel_files(args.source, args.target, args.alignments)
         given = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else None
-    expected = train_record(args, given)
     output = Path(args.output_dir)
     if output.exists() and not output.is_dir():
         raise ValueError(f"--output_dir {output}: is a file, expected a directory")
     with directory_lock(output, "xlpe-reorder train"):
+        if args.epochs is None:  # the epochs an earlier run of the same record chose (it is resumed or reused)
+            _adopt_recorded_epochs(output, args, given)
+        expected = train_record(args, given)
         plan = _train_plan(output, expected, args)
         if plan == "reuse":
             print(
@@ -299,7 +323,32 @@ def run_train(args) -> dict:
                 file=sys.stderr,
             )
             return _reused_train_result(output)
-        return _train(args, split, output, given, resume=plan == "resume")
+        return _train(args, split, output, given, resume=plan == "resume", expected=expected)
+
+
+def _adopt_recorded_epochs(output: Path, args, given) -> None:
+    """With no --epochs: take the epochs recorded in --output_dir when everything else in its record matches
+    this run (an earlier run chose them from its estimate; resuming or reusing it keeps them), saying so."""
+    import copy
+
+    from ..features.artefacts import ArtefactMismatch, read_record
+
+    try:
+        record = read_record(output)
+    except ArtefactMismatch:  # damaged: _train_plan names it
+        return
+    epochs = record.options.get("epochs") if record is not None else None
+    if not isinstance(epochs, int | float) or isinstance(epochs, bool) or epochs <= 0:
+        return
+    candidate = copy.copy(args)
+    candidate.epochs = float(epochs)
+    if _matches(output, train_record(candidate, given)):
+        args.epochs, args.epochs_adopted = float(epochs), True
+        print(
+            f"xlpe-reorder train: --epochs not given: {epochs:g}, as the run that made {output} chose them "
+            "(give --epochs to choose)",
+            file=sys.stderr,
+        )
 
 
 def _prepared_for_training(args):
@@ -341,11 +390,18 @@ def _prepared_for_training(args):
     return tokenizer
 
 
-def _train(args, split, output: Path, given, resume: bool) -> dict:
+def _train(args, split, output: Path, given, resume: bool, expected=None) -> dict:
+    from ..features.artefacts import write_record
     from ..features.prepare import prepare_splits
     from ..models.modeling_reorderer import XLPEReordererModel
     from ..training.checkpoint_averaging import newest_whole_checkpoint
-    from ..training.reorderer import ReordererTraining, build_reorderer, calibration_split, train_reorderer
+    from ..training.reorderer import (
+        ReordererTraining,
+        build_reorderer,
+        calibration_split,
+        does_not_beat_line,
+        train_reorderer,
+    )
 
     if split is None:  # --prepared: its train split, oracle orders from xlpe-prepare's alignments
         tokenizer, data = given, {"train": args.prepared_train}
@@ -389,12 +445,17 @@ def _train(args, split, output: Path, given, resume: bool) -> dict:
             pair_scorer=args.pair_scorer,
             **_given(training_loss=args.training_loss),
         )
-    options = ReordererTraining(
-        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed
-    )
     train, held_out = calibration_split(
         data["train"], args.calibration_pairs, args.seed
     )  # seeded: a resumed run holds out the same
+    if args.epochs is None:  # not given: as many as fit the time budget, recorded (a resume keeps them)
+        args.epochs = _estimated_epochs(model, train, args)
+        if expected is not None:
+            expected.options["epochs"] = args.epochs
+            write_record(output, expected)
+    options = ReordererTraining(
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed
+    )
     summary = {
         "pairs_read": report["pairs_read"],
         "pairs_kept": report["pairs_kept"],
@@ -412,7 +473,14 @@ def _train(args, split, output: Path, given, resume: bool) -> dict:
             resume=resume,
             calibration_dataset=held_out,
             report_extra=summary,
+            callbacks=[args.interrupt_watch] if getattr(args, "interrupt_watch", None) else None,
         )
+    comparison = _source_order_comparison(output)
+    if comparison.get("beats_source_order") is False:
+        line = does_not_beat_line(
+            comparison["mean_kendall_tau"], comparison["monotone_mean_kendall_tau"], summary["calibration_pairs"]
+        )
+        print(f"xlpe-reorder train: {line}", file=sys.stderr)
     return {
         "output_dir": str(output),
         "pairs_read": report["pairs_read"],
@@ -422,7 +490,52 @@ def _train(args, split, output: Path, given, resume: bool) -> dict:
         "calibration_pairs": summary["calibration_pairs"],
         "order_prior": model.config.order_prior,
         "oracle_mean_kendall_tau_vs_monotone": report.get("mean_kendall_tau"),
+        "epochs": args.epochs,
+        **comparison,
     }
+
+
+def _estimated_epochs(model, train, args) -> float:
+    """The default epochs: as many whole ones (1 to MAX_DEFAULT_EPOCHS) as fit EPOCH_BUDGET_SECONDS of training
+    at the step time measured on a few batches of this data on this machine; the plan is printed in one line."""
+    import math
+
+    from ..training.reorderer import (
+        EPOCH_BUDGET_SECONDS,
+        MAX_DEFAULT_EPOCHS,
+        default_epochs,
+        training_step_seconds,
+    )
+
+    step = training_step_seconds(model, train, args.batch_size, args.seed)
+    steps_per_epoch = math.ceil(len(train) / args.batch_size)
+    epoch_seconds = step * steps_per_epoch
+    epochs = default_epochs(epoch_seconds)
+    print(
+        f"xlpe-reorder train: --epochs not given: {epochs} (estimated {_minutes(epochs * epoch_seconds)} of "
+        f"training; one epoch of {len(train):,} pairs is {steps_per_epoch:,} steps at {step:.2f} s a step, timed "
+        f"on a few batches here): as many as fit {_minutes(EPOCH_BUDGET_SECONDS)}, at least 1, at most "
+        f"{MAX_DEFAULT_EPOCHS}; give --epochs to choose",
+        file=sys.stderr,
+        flush=True,
+    )
+    return float(epochs)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def _source_order_comparison(output: Path) -> dict:
+    """The held-out comparison with the source order that train_reorderer wrote into the report (empty if none)."""
+    from ..training.reorderer import REPORT_NAME
+
+    keys = ("mean_kendall_tau", "monotone_mean_kendall_tau", "beats_source_order")
+    try:
+        report = json.loads((output / REPORT_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {key: report.get(key) for key in keys} if isinstance(report, dict) else {}
 
 
 def _given(**fields) -> dict:
@@ -470,7 +583,7 @@ def run_attach(args) -> dict:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from ..training.model_setup import attach_reorderer
-    from ..training.reorderer import check_reorderer_dir, model_type_of
+    from ..training.reorderer import check_reorderer_dir, copy_training_report, model_type_of
 
     check_reorderer_dir(args.reorderer, "--reorderer")  # before the model is loaded or anything written
     model_type = model_type_of(args.model)
@@ -497,7 +610,8 @@ def run_attach(args) -> dict:
     output = args.output_dir or args.model
     model.save_pretrained(output)
     tokenizer.save_pretrained(output)
-    return {"model": str(output), "reorderer": args.reorderer}
+    report = copy_training_report(args.reorderer, output)  # OUTPUT/reorderer/reorderer_training.json
+    return {"model": str(output), "reorderer": args.reorderer, "reorderer_report": str(report) if report else None}
 
 
 def run_jackknife(args) -> dict:
@@ -582,6 +696,7 @@ def run_evaluate(args) -> dict:
     from ..features.corpus import read_parallel_files
     from ..features.predicted_reordering import predict_word_positions
     from ..features.reordering import oracle_xl_positions
+    from ..training.reorderer import BEATS_MARGIN, does_not_beat_line
 
     split = read_parallel_files(args.source, args.target, args.alignments)
     words = [line.split() for line in split.sources]
@@ -606,6 +721,9 @@ def run_evaluate(args) -> dict:
         name: reordering_quality(predicted, oracle, min_items=2),
         "monotone": reordering_quality(monotone, oracle, min_items=2),
     }
+    scored, monotone = result[name], result["monotone"]
+    beats = scored["kendall_tau"] >= monotone["kendall_tau"] + BEATS_MARGIN
+    result["beats_source_order"] = bool(beats) if scored["sentences"] else None
     rows = [(key, value) for key, value in result.items() if isinstance(value, dict)]
     table = ["| order | Kendall tau | FRS | exact match | sentences |", "|---|---|---|---|---|"]
     table += [
@@ -614,12 +732,31 @@ def run_evaluate(args) -> dict:
         for key, v in rows
     ]
     print("\n".join(table), file=sys.stderr)
+    line = does_not_beat_line(
+        scored["kendall_tau"],
+        monotone["kendall_tau"],
+        scored["sentences"],
+        what="the reorderer" if name == "reorderer" else name,
+        scored=f"sentences of {args.source}",
+    )
+    if line and scored["sentences"]:
+        print(f"xlpe-reorder evaluate: {line}", file=sys.stderr)
     return result
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Argument parsing
 # ---------------------------------------------------------------------------------------------------------
+
+
+def epochs_value(text: str) -> float | None:
+    """`--epochs N` (a number) or `--epochs auto` (None: chosen from the measured step time)."""
+    if text == "auto":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -721,13 +858,21 @@ def build_parser() -> argparse.ArgumentParser:
         "with data/) or an unfinished one made from other data or options: its folds are trained "
         "afresh (an unfinished one made alike is resumed)",
     )
+    train.add_argument(
+        "--epochs",
+        type=epochs_value,
+        default="auto",
+        help="passes over the training pairs (the progress bar shows the steps they make); auto: as many whole "
+        "ones (1 to 3) as fit 10 minutes of training, from the step time measured on a few batches (the choice is "
+        "printed and recorded: a resume keeps it)",
+    )
+    jackknife.add_argument(
+        "--epochs",
+        type=float,
+        default=3.0,
+        help="passes over each fold's training pairs (the progress bar shows the steps they make)",
+    )
     for command in (train, jackknife):
-        command.add_argument(
-            "--epochs",
-            type=float,
-            default=3.0,
-            help="passes over the training pairs (the progress bar shows the steps they make)",
-        )
         command.add_argument("--batch-size", type=int, default=64, help="sentence pairs a step")
         command.add_argument("--learning-rate", type=float, default=1e-3, help="peak learning rate")
         command.add_argument("--d-model", type=int, default=256, help="width of the token and word encoders")
@@ -779,6 +924,47 @@ def build_parser() -> argparse.ArgumentParser:
     return canonical_flags(parser)
 
 
+# each subcommand's inputs (flags, by attribute name): no output may be, hold or lie inside one of them
+INPUT_FLAGS = {
+    "train": ("source", "target", "alignments", "prepared", "tokenizer"),
+    "predict": ("reorderer", "input"),
+    "attach": ("reorderer",),
+    "jackknife": ("prepared", "tokenizer"),
+    "evaluate": ("reorderer", "orders", "source", "target", "alignments", "context_source", "context_target"),
+}
+
+
+def _check_outputs(args) -> None:
+    """The write rule (`xlpe.features.outputs.check_destination`) for the subcommand's output, before any work:
+    never over an input, even with --overwrite_output; a directory where a file goes (or the reverse) and an
+    unwritable place refused. Directories that train and jackknife resume are checked for their kind there."""
+    from ..features.outputs import check_destination
+
+    inputs = {f"--{name.replace('_', '-')}": getattr(args, name, None) for name in INPUT_FLAGS.get(args.command, ())}
+    overwrite = getattr(args, "overwrite_output", False)
+    if args.command in ("predict", "evaluate") and args.output:
+        check_destination(args.output, "--output", inputs, overwrite=overwrite)
+    elif args.command in ("train", "jackknife"):
+        owns = ("reorderer", "model") if args.command == "train" else ()
+        check_destination(
+            args.output_dir,
+            "--output_dir",
+            inputs,
+            overwrite=overwrite,
+            kind="dir",
+            owns=owns,
+            exists_ok=True,
+            refuse_other=False,
+            create_parents=True,
+        )
+    elif args.command == "attach" and args.output_dir:  # default: into --model itself (the command's purpose)
+        if Path(args.output_dir).resolve() != Path(args.model).resolve():
+            inputs["--model"] = args.model
+        check_destination(
+            args.output_dir, "--output_dir", inputs, overwrite=True, kind="dir", owns=("model",), create_parents=True
+        )
+
+
 def check_arguments(args) -> str | None:
     """The first user error in the arguments (before any work), as one line, or None."""
     if args.command == "train":
@@ -807,17 +993,17 @@ def check_arguments(args) -> str | None:
             return f"{args.command}: --{name} must be >= 1, got {getattr(args, name)}"
     if args.command == "train" and args.calibration_pairs < 0:
         return f"train: --calibration_pairs must be >= 0, got {args.calibration_pairs}"
-    if args.command in ("train", "jackknife") and (args.epochs <= 0 or args.learning_rate <= 0):
+    bad_epochs = args.command in ("train", "jackknife") and args.epochs is not None and args.epochs <= 0
+    if bad_epochs or (args.command in ("train", "jackknife") and args.learning_rate <= 0):
         return f"{args.command}: --epochs and --learning_rate must be > 0, got {args.epochs} and {args.learning_rate}"
     if args.command == "jackknife" and args.folds < 2:
         return "jackknife: --folds must be >= 2"
     if args.command == "jackknife" and not 0.0 <= args.oracle_share <= 1.0:
         return f"jackknife: --oracle-share must be in [0, 1], got {args.oracle_share}"
-    if args.command in ("predict", "evaluate") and args.output:
-        try:
-            check_output(args.output, "--output", args.overwrite_output)
-        except ValueError as error:
-            return f"{args.command}: {error}"
+    try:
+        _check_outputs(args)
+    except ValueError as error:
+        return f"{args.command}: {error}"
     if args.command == "jackknife":
         output = Path(args.output_dir)
         if output.exists() and not output.is_dir():
@@ -828,6 +1014,33 @@ def check_arguments(args) -> str | None:
             except ValueError as error:
                 return f"jackknife: {error}"
     return None
+
+
+INTERRUPTED_STATUS = 130  # = xlpe.training.interrupts.INTERRUPTED_STATUS (128 + SIGINT; not imported: --help)
+
+
+def interrupted_message(args) -> str:
+    """The one line of a Ctrl-C: for `train`, the step reached and the newest checkpoint in --output_dir (a rerun
+    of the same command resumes from it) or that nothing was saved; for `jackknife`, that its folds are resumed;
+    else that nothing was written."""
+    command = f"xlpe-reorder {args.command}"
+    if args.command == "train":
+        from ..training.interrupts import interrupted_line
+
+        return interrupted_line(
+            command,
+            getattr(args, "interrupt_watch", None),
+            args.output_dir,
+            resume="rerun the same command to resume from it",
+            nothing_saved=f"no checkpoint or model saved in {args.output_dir} (a checkpoint is written at the end "
+            "of each epoch); a rerun starts over, with the same or new options",
+        )
+    if args.command == "jackknife":
+        return (
+            f"{command}: interrupted; its folds' checkpoints stay in {Path(args.output_dir) / 'folds'} (rerun the "
+            "same command to resume them)"
+        )
+    return f"{command}: interrupted" + ("; no --output written" if getattr(args, "output", None) else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -848,15 +1061,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "jackknife": run_jackknife,
         "evaluate": run_evaluate,
     }[args.command]
+    if args.command == "train":
+        from ..training.interrupts import InterruptWatch
+
+        args.interrupt_watch = InterruptWatch()
     try:
         result = run(args)
     except (ValueError, FileNotFoundError, AlignmentFormatError, OSError) as error:
         parser.exit(2, f"xlpe-reorder {args.command}: error: {' '.join(str(error).split())}\n")
+    except KeyboardInterrupt:  # Ctrl-C: one line (where it stopped, what was saved), no traceback
+        parser.exit(INTERRUPTED_STATUS, interrupted_message(args) + "\n")
     if args.command != "predict":
         text = json.dumps(result, indent=2, ensure_ascii=False)
         print(text)
         if getattr(args, "output", None):
-            write_text_atomic(args.output, text + "\n")
+            try:
+                write_text_atomic(args.output, text + "\n")  # a full disk: one line, the partial file removed
+            except OSError as error:
+                parser.exit(2, f"xlpe-reorder {args.command}: error: --output {error}\n")
     return 0
 
 

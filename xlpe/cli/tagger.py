@@ -12,7 +12,8 @@
 
 Use the file as `--source_tagger perceptron:T.json` (xlpe-train, xlpe-prepare) or `pos_tagger="perceptron:T.json"`
 in a config; a saved model keeps a copy (pos_tagger.json), so its pipeline tags raw text with no extra step.
-User errors (missing or malformed files, a bad number) print one line and exit with status 2.
+User errors (missing or malformed files, a bad number, an `--output` that is one of the inputs or cannot be
+written) print one line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -126,6 +127,11 @@ def check_arguments(args) -> str | None:
             check_input_file(path, "--dev")
         check_input_file(getattr(args, "tagger", None), "--tagger")
         check_input_file(getattr(args, "input", None), "--input")
+        if getattr(args, "output", None):  # never over an input (xlpe.features.outputs); replaced otherwise
+            from ..features.outputs import check_destination
+
+            inputs = {flag: getattr(args, flag[2:], None) for flag in ("--conllu", "--dev", "--tagger", "--input")}
+            check_destination(args.output, "--output", inputs, overwrite=True, create_parents=args.command == "train")
     except ValueError as error:
         return str(error)
     if args.command == "train" and args.iterations < 1:

@@ -1,5 +1,6 @@
 """`xlpe-train`: the console script (the run itself is `xlpe.training.run.main`). A user error found before
-any work prints one line and exits 2; a finished multi-process run tears its process group down cleanly.
+any work prints one line and exits 2; Ctrl-C prints one line (the step reached, the newest checkpoint and how to
+resume from it) and exits 130; a finished multi-process run tears its process group down cleanly.
 
 `--help` is answered without importing torch: the help text (hundreds of options, most of them transformers'
 `Seq2SeqTrainingArguments`, which import torch) ships with the package (`train_help.txt`, served while its key,
@@ -207,7 +208,8 @@ def _given_values(argv: list[str]) -> dict[str, str]:
 def check_paths(argv: list[str]) -> None:
     """CommandLineError for a missing input file, a model/tokenizer/config path that does not exist locally
     (and cannot be a Hub id), or a language that is not a code, before torch is imported."""
-    for name, value in _given_values(argv).items():
+    given = _given_values(argv)
+    for name, value in given.items():
         if name in MODEL_OPTIONS and value and not value.startswith(("builtin:",)):
             check_model_path(value, f"--{name}")
         elif name.endswith(FILE_SUFFIX) and value:
@@ -219,10 +221,43 @@ def check_paths(argv: list[str]) -> None:
                 check_language_code(value, f"--{name}")
             except ValueError as error:
                 raise CommandLineError(str(error)) from None
+    if given.get("output_dir"):
+        check_output_dir(given)
 
 
-def cli(argv: list[str] | None = None) -> int:
-    """The `xlpe-train` command: `main` returns its metrics (for Python callers); a command exits 0 on success."""
+def check_output_dir(given: dict[str, str]) -> None:
+    """The write rule (`xlpe.features.outputs`) for `--output_dir`, before torch is imported: never an input (a
+    data file, --prepared_dataset, the model, tokenizer, config or reorderer it starts from, a local dataset), nor
+    a directory holding another command's artefact (an export, a prepared dataset, a reorderer), even with
+    --overwrite_output_dir; a file or an unwritable place is refused. Reuse of a run's own directory is
+    `xlpe.training.reuse`'s."""
+    from ..features.outputs import check_destination
+
+    inputs = {
+        f"--{name}": value
+        for name, value in given.items()
+        if name in (*MODEL_OPTIONS, "prepared_dataset", "dataset_name") or name.endswith(FILE_SUFFIX)
+    }
+    try:
+        check_destination(
+            given["output_dir"],
+            "--output_dir",
+            inputs,
+            overwrite=True,
+            kind="dir",
+            owns=("training-run", "model"),
+            exists_ok=True,
+            refuse_other=False,
+            create_parents=True,
+        )
+    except ValueError as error:
+        raise CommandLineError(str(error)) from None
+
+
+def cli(argv: list[str] | None = None, callbacks: list | None = None) -> int:
+    """The `xlpe-train` command: `main` returns its metrics (for Python callers); a command exits 0 on success, 2
+    on a user error and 130 on Ctrl-C (one line: the step reached and the newest checkpoint to resume from).
+    `callbacks`: more `TrainerCallback`s for the run (tests)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         sys.stdout.write(help_text())
@@ -234,14 +269,37 @@ def cli(argv: list[str] | None = None) -> int:
     except CommandLineError as error:
         return user_error(PROG, error)
     from ..training.arguments import UsageError
+    from ..training.interrupts import INTERRUPTED_STATUS, InterruptWatch, interrupted_line
     from ..training.run import main
 
+    watch = InterruptWatch()  # first: it has seen the step when a later callback is interrupted
     try:
-        main(argv)
+        main(argv, callbacks=[watch, *(callbacks or [])])
     except UsageError as error:  # a user error found before any work: one line, no traceback
         return user_error(PROG, error)
+    except KeyboardInterrupt:  # Ctrl-C: where the run stopped and what it saved, in one line
+        output_dir = _output_dir(argv)
+        print(
+            interrupted_line(
+                PROG,
+                watch,
+                output_dir,
+                resume="resume with --resume_from_checkpoint last",
+                nothing_saved=f"no checkpoint saved in {watch.output_dir or output_dir} (rerun to start over)",
+            ),
+            file=sys.stderr,
+        )
+        return INTERRUPTED_STATUS
     finish_distributed()
     return 0
+
+
+def _output_dir(argv: list[str]) -> str | None:
+    """--output_dir as given (for the Ctrl-C line of a run interrupted before training began)."""
+    try:
+        return _given_values(argv).get("output_dir")
+    except CommandLineError:
+        return None
 
 
 def finish_distributed() -> None:

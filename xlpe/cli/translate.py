@@ -18,8 +18,12 @@ Input is read by `xlpe.features.text_files` (lines end at `\\n` or CRLF, never a
 is dropped; bytes that are not UTF-8 are a one-line error naming file, line and byte offset). A sentence longer
 than the tokenizer's `model_max_length` is translated in full when the model's position table
 (`max_position_embeddings`) takes it; one longer than that is cut to it, and one warning counts and lists such
-lines. `--output` is written beside its name and renamed into place when complete; an existing file is replaced
-only with `--overwrite_output`.
+lines. Each translation has its own length budget, 1.5 x its source tokens + 10 (at most max_position_embeddings
+- 1; `--max_new_tokens` caps every line alike instead), so it never depends on the lines it is batched with; a
+warning counts and lists the translations that reached it instead of ending (xlpe.models.length_rule).
+`--output` is written beside its name and renamed into place when complete; an existing file is replaced
+only with `--overwrite_output`, never when it is `--input` or lies in `--model` (`xlpe.features.outputs`), and
+while one run writes it a second one is refused at once, naming the first (`.<name>.xlpe.lock` beside it).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from . import (
     CommandLineError,
@@ -48,7 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--num_beams", type=int, default=None, help="beam size (default: the model's generation config)"
     )
     parser.add_argument("--batch_size", type=int, default=32, help="sentences per forward pass (default 32)")
-    parser.add_argument("--max_new_tokens", type=int, default=None, help="default: 1.5 x source length + 10")
+    parser.add_argument(
+        "--max_new_tokens",
+        type=int,
+        default=None,
+        help="a cap for every line (default: each line's own budget, 1.5 x its source tokens + 10, "
+        "at most max_position_embeddings - 1)",
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
     parser.add_argument(
         "--trust_remote_code",
@@ -109,11 +120,43 @@ def over_limit_lines(translator, words: list[str]) -> tuple[int, list[int]]:
     return limit, [i + 1 for i, length in zip(nonempty, lengths) if length > limit]
 
 
+def limit_warnings(prog: str, limit: int, too_long: list[int], at_limit: list[int], total: int) -> list[str]:
+    """The warnings of one translated file (`xlpe-translate`, `xlpe-export --translate`): inputs longer than the
+    model's position `limit` (cut to it), and translations that reached their length budget or cap
+    (xlpe.models.length_rule) instead of ending on their own; each counts its lines and names the first."""
+    from ..models.length_rule import RULE_TEXT, limit_warning
+
+    warnings = []
+    if too_long:
+        warnings.append(
+            f"{prog}: warning: "
+            + limit_warning(
+                "lines are longer than the model's limit",
+                too_long,
+                total,
+                f"{limit} tokens, max_position_embeddings; translated from their first {limit} tokens",
+            )
+        )
+    if at_limit:
+        warnings.append(
+            f"{prog}: warning: "
+            + limit_warning(
+                "translations reached their length limit before ending and may be cut short",
+                at_limit,
+                total,
+                f"{RULE_TEXT}, or --max_new_tokens",
+            )
+        )
+    return warnings
+
+
 def translate_lines(
     translator, lines: list[str], batch_size: int = 32, progress: bool = True, **generate_kwargs
 ) -> list[str]:
     """Translations of `lines` in input order ("" for blank lines). A line the model can encode is translated in
-    full; lines longer than the model's limit are cut to it, and one warning on stderr counts and lists them."""
+    full; each translation has its own length budget (xlpe.models.length_rule; `max_new_tokens` caps every line
+    alike), so it does not depend on the lines batched with it. Lines longer than the model's limit are cut to it,
+    and translations that reached their budget are counted: one warning each on stderr lists their lines."""
     from tqdm.auto import tqdm
 
     if batch_size < 1:
@@ -121,24 +164,20 @@ def translate_lines(
     translations = [""] * len(lines)
     words = [" ".join(line.split()) for line in lines]  # the word unit of training: whitespace-normalised
     limit, too_long = over_limit_lines(translator, words)
-    if too_long:
-        shown = ", ".join(map(str, too_long[:20])) + (
-            f", ... ({len(too_long) - 20} more)" if len(too_long) > 20 else ""
-        )
-        print(
-            f"{PROG}: warning: {len(too_long)} of {sum(1 for w in words if w)} lines are longer than the model's "
-            f"limit of {limit} tokens (max_position_embeddings) and were translated from their first {limit} "
-            f"tokens: line {shown}",
-            file=sys.stderr,
-        )
-    with tqdm(
-        total=sum(1 for w in words if w), desc="translating", unit="sent", file=sys.stderr, disable=not progress
-    ) as bar:
+    at_limit = []
+    total = sum(1 for w in words if w)
+    with tqdm(total=total, desc="translating", unit="sent", file=sys.stderr, disable=not progress) as bar:
         for batch in length_sorted_batches(words, batch_size):
-            results = translator([words[i] for i in batch], batch_size=len(batch), truncation=True, **generate_kwargs)
+            results = translator(
+                [words[i] for i in batch], batch_size=len(batch), truncation=True, return_limits=True, **generate_kwargs
+            )
             for index, result in zip(batch, results):
                 translations[index] = result["translation_text"].strip()
+                if result.get("output_at_limit"):
+                    at_limit.append(index + 1)
             bar.update(len(batch))
+    for warning in limit_warnings(PROG, limit, too_long, sorted(at_limit), total):
+        print(warning, file=sys.stderr)
     return translations
 
 
@@ -163,27 +202,36 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if value is not None and value < 1:
             return user_error(PROG, f"{flag} must be >= 1, got {value}")
-    try:
-        from ..features.text_files import check_output, write_text_atomic
+    import contextlib
 
-        check_input_file(args.input, "--input")
-        check_model_path(args.model, "--model")
-        if args.output != "-":
-            check_output(args.output, "--output", args.overwrite_output)
-        lines = read_input(args.input)
-        translator = load_pipeline(args.model, args.device, args.trust_remote_code, args.ignore_tokenizer_mismatch)
-    except (CommandLineError, ValueError, OSError) as error:  # OSError: what from_pretrained raises
-        return user_error(PROG, error)
-    generate_kwargs = {
-        k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v is not None
-    }
-    translations = translate_lines(translator, lines, args.batch_size, progress=not args.quiet, **generate_kwargs)
-    text = "".join(t + "\n" for t in translations)
-    if args.output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        write_text_atomic(args.output, text)
+    with contextlib.ExitStack() as held:
+        try:
+            from ..features.outputs import check_destination, output_file_lock
+            from ..features.text_files import write_text_atomic
+
+            check_input_file(args.input, "--input")
+            check_model_path(args.model, "--model")
+            if args.output != "-":  # never over --input or --model; the file's lock is held until it is written
+                inputs = {"--input": args.input, "--model": args.model if Path(args.model).exists() else None}
+                check_destination(args.output, "--output", inputs, overwrite=args.overwrite_output)
+                held.enter_context(output_file_lock(args.output, PROG))
+            lines = read_input(args.input)
+            translator = load_pipeline(args.model, args.device, args.trust_remote_code, args.ignore_tokenizer_mismatch)
+        except (CommandLineError, ValueError, OSError) as error:  # OSError: what from_pretrained raises
+            return user_error(PROG, error)
+        generate_kwargs = {
+            k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v is not None
+        }
+        translations = translate_lines(translator, lines, args.batch_size, progress=not args.quiet, **generate_kwargs)
+        text = "".join(t + "\n" for t in translations)
+        if args.output == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return 0
+        try:
+            write_text_atomic(args.output, text)  # a full disk: one line, the partial file removed
+        except OSError as error:
+            return user_error(PROG, f"--output {error}")
     return 0
 
 

@@ -289,6 +289,27 @@ def length_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     return {"ratio": out / ref if ref else float("nan"), "out": out, "ref": ref}
 
 
+def repeats_ngram(text: str, n: int = 3, times: int = 3) -> bool:
+    """Whether one n-gram of `text` occurs `times` times or more: the output of a model looping on itself
+    ("able to be able to be able to ..."). Whitespace tokens; characters for a line without spaces (Chinese,
+    Japanese)."""
+    tokens = text.split()
+    if len(tokens) <= 1:
+        tokens = [c for c in text if not c.isspace()]
+    counts: dict[tuple, int] = {}
+    for start in range(len(tokens) - n + 1):
+        gram = tuple(tokens[start : start + n])
+        counts[gram] = counts.get(gram, 0) + 1
+        if counts[gram] >= times:
+            return True
+    return False
+
+
+def repetition_rate(hypotheses: Sequence[str], n: int = 3, times: int = 3) -> float:
+    """Share of `hypotheses` that repeat an n-gram `times` times or more (`repeats_ngram`); 0.0 for none."""
+    return sum(repeats_ngram(h, n, times) for h in hypotheses) / len(hypotheses) if hypotheses else 0.0
+
+
 def mvpe_metrics(hypotheses: Sequence[str], references: Sequence[str], target_language: str | None = None) -> dict:
     """BLEU-1..4, ROUGE-1/2/L and the length ratio in one dict (perplexity needs a model: `perplexity`)."""
     return {

@@ -123,7 +123,8 @@ def _configuration_error(name: str, error: Exception) -> ModelLoadError | None:
 
 
 def load_model_and_tokenizer(name: str, trust_remote_code: bool = False, ignore_tokenizer_mismatch: bool = False):
-    """(model, tokenizer) of `name`, checked by `check_model_tokenizer` before the weights are loaded. A name that
+    """(model, tokenizer) of `name`, checked by `check_model_tokenizer` before the weights are loaded; the
+    tokenizer's `model_max_length` is the model's `max_position_embeddings` (the limit the model has). A name that
     is no local directory and that the Hub cannot serve is a one-line ModelLoadError saying both (not the Hub
     client's connection advice)."""
     from transformers import AutoTokenizer, PretrainedConfig
@@ -146,6 +147,11 @@ def load_model_and_tokenizer(name: str, trust_remote_code: bool = False, ignore_
         raise ModelLoadError(
             f"{name}: no such local directory, and no model of that name could be loaded from the Hub ({reason[:160]})"
         ) from None
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit:  # the model's position limit, not a tokenizer's other model_max_length (xlpe.models.length_rule)
+        from ..models.length_rule import align_tokenizer_limit
+
+        align_tokenizer_limit(tokenizer, int(limit))
     return model, tokenizer
 
 

@@ -164,13 +164,24 @@ class DecoderGraph(nn.Module):
 # ---------------------------------------------------------------------------------------------------------
 
 
+def ordinary_ids(vocab_size: int, special: set, generator: torch.Generator):
+    """A sampler of (rows, columns) ids of a vocabulary of `vocab_size` that avoids the `special` ids wherever they
+    sit (a stock OPUS-MT checkpoint has `</s>` at 0 and `<pad>` at the last id; xlpe's tokenizers `<pad>` at 0)."""
+    allowed = torch.tensor([i for i in range(vocab_size) if i not in special])
+    if not len(allowed):
+        raise ValueError(f"a vocabulary of {vocab_size} ids has no id besides the special ones {sorted(special)}")
+    return lambda rows, columns: allowed[torch.randint(len(allowed), (rows, columns), generator=generator)]
+
+
 def example_inputs(model, layout: GraphLayout, batch: int = 2, source: int = 7, target: int = 3):
     """Tensors to trace with (shapes only matter: every axis but the model's widths is dynamic)."""
     config = model.config
     generator = torch.Generator().manual_seed(0)
-    special = {config.pad_token_id, config.eos_token_id}
-    low = max(i for i in special if i is not None) + 1
-    input_ids = torch.randint(low, config.vocab_size, (batch, source), generator=generator)
+    special = {config.pad_token_id, config.eos_token_id, getattr(config, "decoder_start_token_id", None)}
+    shared = getattr(config, "share_encoder_decoder_embeddings", True)
+    source_ids = ordinary_ids(config.vocab_size, special, generator)
+    target_ids = ordinary_ids(config.vocab_size if shared else config.decoder_vocab_size, special, generator)
+    input_ids = source_ids(batch, source)
     input_ids[:, -1] = config.eos_token_id
     mask = torch.ones_like(input_ids)
     encoder = [input_ids, mask]
@@ -179,14 +190,12 @@ def example_inputs(model, layout: GraphLayout, batch: int = 2, source: int = 7, 
     if layout.source_tags:
         encoder.append(torch.full_like(input_ids, 3))
     hidden = torch.randn(batch, source, config.d_model, generator=generator)
-    decoder_ids = torch.randint(low, config.vocab_size, (batch, target), generator=generator)
+    decoder_ids = target_ids(batch, target)
     first = [decoder_ids, hidden, mask]
     step = [decoder_ids[:, -1:], hidden, mask]
     if layout.tagger_window:
-        first.append(
-            torch.randint(low, config.vocab_size, (batch, layout.tagger_window - 1 + target), generator=generator)
-        )
-        step.append(torch.randint(low, config.vocab_size, (batch, layout.tagger_window), generator=generator))
+        first.append(target_ids(batch, layout.tagger_window - 1 + target))
+        step.append(target_ids(batch, layout.tagger_window))
     shape = (batch, layout.decoder_heads, None, layout.head_dim)
     for _ in range(layout.decoder_layers):
         for length in (target, target, source, source):

@@ -19,12 +19,17 @@ The front end (what runs outside the graphs), reused from the model package rath
 Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs. The
 cache lives in numpy between steps; beam search reorders the self-attention cache by the rows `search` names.
 Raw-text batches follow `XLPETranslationPipeline`: whitespace-normalised lines, sources cut at the model's
-position limit, and when neither `max_new_tokens` nor `max_length` is given, 1.5 x source length + 10 new
-tokens (at most the limit).
+position limit (the tokenizer's `model_max_length` is set to it), and the length rule of
+xlpe/models/length_rule.py: when neither `max_new_tokens` nor `max_length` is given, each sentence gets at most
+min(floor(1.5 x its own source tokens) + 10, max_position_embeddings - 1) new tokens (the search forces EOS at a
+row's budget, as `LengthBudgetLogitsProcessor` does in PyTorch), so a translation does not depend on its batch.
+`translate` warns about sources cut at the limit and translations that reached their budget or cap;
+`translate_with_report` returns them instead (`xlpe-export --translate` counts them per file).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +40,7 @@ from .manifest import read_manifest, verify_files
 from .search import SearchSettings, search
 
 PRECISIONS = ("fp32", "int8")
+logger = logging.getLogger(__name__)
 
 
 def session_options(threads: int | None, spin_wait: bool = True):
@@ -76,6 +82,8 @@ class OnnxTranslator:
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
         if verify:
             verify_files(self.directory, self.manifest, self.tokenizer)
+        if self.manifest["model"].get("max_position_embeddings"):  # the model's limit, not a smaller tokenizer's
+            self.tokenizer.model_max_length = self.source_limit()
         self.layout = GraphLayout(**self.manifest["layout"])
         self.generation_config = dict(self.manifest["generation_config"])
         SearchSettings.from_generation_config(self.generation_config)
@@ -175,10 +183,18 @@ class OnnxTranslator:
         return np.concatenate([fill, sequences], axis=1)[:, -width:]
 
     def generate(
-        self, input_ids, attention_mask, pos_tag_ids=None, reorder_positions=None, **generate_kwargs
+        self, input_ids, attention_mask, pos_tag_ids=None, reorder_positions=None, budgets=None, **generate_kwargs
     ) -> np.ndarray:
         """Token ids [batch, length] (the decoder start token first) for a right-padded batch, as `model.generate`
-        with the same arguments (`num_beams`, `max_new_tokens`, `max_length`, `length_penalty`, ...) would give."""
+        with the same arguments (`num_beams`, `max_new_tokens`, `max_length`, `length_penalty`, ...) would give.
+        `budgets` [batch]: each sentence's length budget (the length rule; `model.generate` with
+        `LengthBudgetLogitsProcessor(budgets, eos)` and `max_new_tokens=budgets.max()` when no cap is given)."""
+        if budgets is not None:
+            budgets = np.asarray(budgets, dtype=np.int64)
+            if budgets.shape != (np.asarray(input_ids).shape[0],):
+                raise ValueError(f"budgets must have one entry per sentence, got shape {budgets.shape}")
+            if generate_kwargs.get("max_new_tokens") is None and generate_kwargs.get("max_length") is None:
+                generate_kwargs["max_new_tokens"] = int(budgets.max())
         feeds = self.source_inputs(input_ids, attention_mask, pos_tag_ids, reorder_positions)
         settings = SearchSettings.from_generation_config(self.generation_config, **generate_kwargs)
         limit = self.manifest["model"].get("max_position_embeddings")
@@ -213,18 +229,63 @@ class OnnxTranslator:
             state.update(zip([n for n in names if ".decoder." in n], present))
             return logits
 
-        return search(next_logits, feeds["input_ids"].shape[0], settings)
+        return search(next_logits, feeds["input_ids"].shape[0], settings, budgets)
 
     def translate(self, texts: list[str], **generate_kwargs) -> list[str]:
-        """Translations of raw `texts` (one batch; pipeline conventions, module docstring)."""
+        """Translations of raw `texts` (one batch; pipeline conventions, module docstring); a warning counts the
+        sources cut at the model's limit and the translations that reached their length budget or cap."""
+        from ..models.length_rule import RULE_TEXT, limit_warning
+
+        translations, too_long, at_limit = self.translate_with_report(texts, **generate_kwargs)
+        if too_long:
+            logger.warning(
+                limit_warning(
+                    "sentences are longer than the model's limit",
+                    [i + 1 for i in too_long],
+                    len(texts),
+                    f"{self.source_limit()} tokens, max_position_embeddings; translated from their first tokens",
+                    unit="sentence",
+                )
+            )
+        if at_limit:
+            logger.warning(
+                limit_warning(
+                    "translations reached their length limit before ending and may be cut short",
+                    [i + 1 for i in at_limit],
+                    len(texts),
+                    f"{RULE_TEXT}, or max_new_tokens/max_length",
+                    unit="sentence",
+                )
+            )
+        return translations
+
+    def translate_with_report(self, texts: list[str], **generate_kwargs) -> tuple[list[str], list[int], list[int]]:
+        """(translations of raw `texts`, indices of the texts longer than the model's limit (cut to it), indices of
+        the translations that reached their length budget or cap): `translate` without the warnings."""
+        from ..models.length_rule import explicit_length, generated_lengths, length_budgets, reached_limit
+
         if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
             raise ValueError(f"texts must be a list of strings, got {type(texts).__name__}")
         words = [" ".join(text.split()) for text in texts]
+        if not words:
+            return [], [], []
+        limit = self.source_limit()
+        full = self.tokenizer(words, truncation=False, verbose=False)["input_ids"]
+        too_long = [i for i, ids in enumerate(full) if len(ids) > limit]
         inputs = self.encode_text(words)
-        if "max_new_tokens" not in generate_kwargs and "max_length" not in generate_kwargs:
-            generate_kwargs["max_new_tokens"] = min(int(1.5 * inputs["input_ids"].shape[1]) + 10, self.source_limit())
-        ids = self.generate(**inputs, **generate_kwargs)
-        return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
+        rows = len(words)
+        if explicit_length(generate_kwargs):
+            cap = generate_kwargs.get("max_new_tokens")
+            budgets = np.full(rows, int(cap) if cap is not None else int(generate_kwargs["max_length"]) - 1)
+            ids = self.generate(**inputs, **generate_kwargs)
+        else:
+            budgets = length_budgets(inputs["attention_mask"].sum(-1), limit)
+            ids = self.generate(**inputs, budgets=budgets, **generate_kwargs)
+        eos, pad = self.generation_config["eos_token_id"], self.generation_config["pad_token_id"]
+        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+        at_limit = np.flatnonzero(reached_limit(generated_lengths(ids, eos, pad), budgets)).tolist()
+        translations = [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
+        return translations, too_long, at_limit
 
 
 __all__ = ["PRECISIONS", "OnnxTranslator"]

@@ -5,6 +5,9 @@ PyTorch does:
 * `max_length` / `max_new_tokens` (the decoder prompt is the start token), `min_length`, `min_new_tokens`;
 * `bad_words_ids` of single tokens (Marian bans its pad; EOS is never banned, as in `NoBadWordsLogitsProcessor`);
 * `forced_bos_token_id` (step 1) and `forced_eos_token_id` (the last step);
+* `renormalize_logits` (OPUS-MT's generation config sets it): the processed scores log-softmaxed again, last;
+* the length rule's per-sentence budgets (`LengthBudgetLogitsProcessor` of xlpe/models/length_rule.py): the
+  end-of-sentence token forced in each row whose generated length reached its own budget;
 * beam search with `num_beams`, `length_penalty`, `early_stopping` (True, False or "never"): the vectorised
   search of `GenerationMixin._beam_search` (2 x num_beams candidates per step, finished hypotheses kept in a
   second bank, the early-stop heuristic), step for step; a stable top-k (ties by the lower index).
@@ -43,7 +46,6 @@ UNSUPPORTED = {  # generation-config field -> the value under which it does noth
     "constraints": None,
     "force_words_ids": None,
     "guidance_scale": None,
-    "renormalize_logits": False,
     "remove_invalid_values": False,
 }
 
@@ -62,6 +64,7 @@ ACCEPTED = {
     "bad_words_ids",
     "forced_bos_token_id",
     "forced_eos_token_id",
+    "renormalize_logits",
     "use_cache",
 }
 
@@ -82,6 +85,7 @@ class SearchSettings:
     bad_token_ids: list[int] = field(default_factory=list)
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = None
+    renormalize_logits: bool = False
 
     @classmethod
     def from_generation_config(cls, config: dict, **overrides) -> SearchSettings:
@@ -125,14 +129,17 @@ class SearchSettings:
             bad_token_ids=bad,
             forced_bos_token_id=merged.get("forced_bos_token_id"),
             forced_eos_token_id=merged.get("forced_eos_token_id"),
+            renormalize_logits=bool(merged.get("renormalize_logits", False)),
         )
         for name in ("max_length", "num_beams"):
             if getattr(settings, name) < 1 + (name == "max_length"):
                 raise ValueError(f"{name} must be >= {1 + (name == 'max_length')}, got {getattr(settings, name)}")
         return settings
 
-    def process(self, scores: np.ndarray, cur_len: int) -> np.ndarray:
-        """The logits processors of `generate`, in its order, on scores [rows, vocab] at length `cur_len`."""
+    def process(self, scores: np.ndarray, cur_len: int, budgets: np.ndarray | None = None) -> np.ndarray:
+        """The logits processors of `generate`, in its order, on scores [rows, vocab] at length `cur_len`;
+        `budgets` [rows]: each row's length budget (`LengthBudgetLogitsProcessor` of xlpe/models/length_rule.py,
+        applied last as `generate` applies a call's own processors)."""
         scores = scores.copy()
         if self.bad_token_ids:
             scores[:, self.bad_token_ids] = -np.inf
@@ -144,6 +151,12 @@ class SearchSettings:
         if self.forced_eos_token_id is not None and cur_len == self.max_length - 1:
             scores[:] = -np.inf
             scores[:, self.forced_eos_token_id] = 0
+        if budgets is not None:
+            at_budget = cur_len >= budgets  # the decoder prompt is the start token: cur_len - 1 generated
+            scores[at_budget] = -np.inf
+            scores[at_budget, self.eos_token_ids[0]] = 0
+        if self.renormalize_logits:  # `LogitNormalization`: after every other processor, a call's own included
+            scores = log_softmax(scores)
         return scores
 
     def ends(self, tokens: np.ndarray) -> np.ndarray:
@@ -166,14 +179,17 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(candidates, order, axis=1)
 
 
-def greedy_search(next_logits: Callable, batch: int, settings: SearchSettings) -> np.ndarray:
-    """[batch, length] token ids, the start token first, finished rows padded (as `generate` with num_beams=1)."""
+def greedy_search(
+    next_logits: Callable, batch: int, settings: SearchSettings, budgets: np.ndarray | None = None
+) -> np.ndarray:
+    """[batch, length] token ids, the start token first, finished rows padded (as `generate` with num_beams=1);
+    `budgets` [batch]: each sentence's length budget (the length rule), or None."""
     sequences = np.full((batch, 1), settings.decoder_start_token_id, dtype=np.int64)
     unfinished = np.ones(batch, dtype=bool)
     reorder = None
     while True:
         cur_len = sequences.shape[1]
-        scores = settings.process(next_logits(sequences, reorder).astype(np.float32), cur_len)
+        scores = settings.process(next_logits(sequences, reorder).astype(np.float32), cur_len, budgets)
         tokens = scores.argmax(axis=-1)
         if settings.eos_token_ids:
             tokens = np.where(unfinished, tokens, settings.pad_token_id)
@@ -184,8 +200,11 @@ def greedy_search(next_logits: Callable, batch: int, settings: SearchSettings) -
             return sequences
 
 
-def beam_search(next_logits: Callable, batch: int, settings: SearchSettings) -> np.ndarray:
-    """[batch, length] the best hypothesis of each row (`GenerationMixin._beam_search`, step for step)."""
+def beam_search(
+    next_logits: Callable, batch: int, settings: SearchSettings, budgets: np.ndarray | None = None
+) -> np.ndarray:
+    """[batch, length] the best hypothesis of each row (`GenerationMixin._beam_search`, step for step); `budgets`
+    [batch]: each sentence's length budget (shared by its beams), or None."""
     beams, max_length, penalty, early = (
         settings.num_beams,
         settings.max_length,
@@ -204,10 +223,11 @@ def beam_search(next_logits: Callable, batch: int, settings: SearchSettings) -> 
     lengths = np.zeros((batch, beams), dtype=np.int64)  # generated tokens of each finished hypothesis
     improvable = np.ones((batch, 1), dtype=bool)
     rows = np.arange(batch)[:, None]
+    row_budgets = None if budgets is None else np.repeat(np.asarray(budgets), beams)
     cur_len, reorder = 1, None
     while True:
         flat = running[:, :, :cur_len].reshape(batch * beams, cur_len)
-        log_probs = settings.process(log_softmax(next_logits(flat, reorder).astype(np.float32)), cur_len)
+        log_probs = settings.process(log_softmax(next_logits(flat, reorder).astype(np.float32)), cur_len, row_budgets)
         vocab = log_probs.shape[-1]
         totals = (log_probs.reshape(batch, beams, vocab) + running_scores[:, :, None]).reshape(batch, beams * vocab)
         chosen = top_k(totals, keep)
@@ -250,9 +270,14 @@ def beam_search(next_logits: Callable, batch: int, settings: SearchSettings) -> 
     return finished_sequences[:, 0, :length]
 
 
-def search(next_logits: Callable, batch: int, settings: SearchSettings) -> np.ndarray:
-    """Greedy search for `num_beams=1`, beam search otherwise."""
-    return (greedy_search if settings.num_beams == 1 else beam_search)(next_logits, batch, settings)
+def search(
+    next_logits: Callable, batch: int, settings: SearchSettings, budgets: np.ndarray | None = None
+) -> np.ndarray:
+    """Greedy search for `num_beams=1`, beam search otherwise; `budgets` [batch]: each sentence's length budget
+    (xlpe/models/length_rule.py), the end-of-sentence token forced when a row's generated length reaches it."""
+    if budgets is not None and not settings.eos_token_ids:
+        raise ValueError("budgets: per-sentence length budgets need an eos_token_id to force")
+    return (greedy_search if settings.num_beams == 1 else beam_search)(next_logits, batch, settings, budgets)
 
 
 __all__ = ["SearchSettings", "beam_search", "greedy_search", "search"]

@@ -155,11 +155,11 @@ def save_tagger(tagger, path: str | os.PathLike, lowercase: bool = False, detail
         "tagdict": tagger.tagdict,
         "weights": tagger.model.weights,
     }
+    from .text_files import write_text_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, ensure_ascii=False, sort_keys=True), encoding="utf-8")
-    os.replace(partial, path)
+    write_text_atomic(path, json.dumps(data, ensure_ascii=False, sort_keys=True))  # temporary sibling, renamed
 
 
 def tagging_accuracy(tagger, sentences: Sequence[TaggedSentence]) -> dict:

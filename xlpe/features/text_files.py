@@ -8,6 +8,13 @@ bytes already in memory), with these rules (docs/command_line.md, "Text files"):
   byte and its column: `corpus.de:17: invalid UTF-8 at byte offset 5321 (invalid start byte: byte 0xff at column 4)`.
 * **A byte-order mark at the start of the file is dropped** (editors on Windows write one; it would otherwise be
   glued to the first word of the first line).
+* **No NUL bytes, no UTF-16/UTF-32.** A NUL byte is never text: a file holding one is a `TextFileError` naming
+  `file:line`, and when the first kilobyte looks like UTF-16 or UTF-32 without a byte-order mark (NULs at every
+  other byte: ASCII text in UTF-16) the message says so and how to convert: `looks like UTF-16-LE; convert to
+  UTF-8 (iconv -f UTF-16LE -t UTF-8)`. (Without this check ASCII text in UTF-16 *is* valid UTF-8, its lines
+  shifted by NUL bytes.) A UTF-16 or UTF-32 byte-order mark is refused the same way rather than decoded: the
+  streaming readers (`scan_text_file`, `read_text_line_range`) work on UTF-8 byte offsets, and one encoding for
+  every reader keeps line k of every file the same line.
 * **Lines end at `\\n` only.** A `\\r` right before the `\\n` (a CRLF file) is part of the line terminator and
   removed, as is a `\\r` that ends the file; a bare `\\r` anywhere else stays *inside* its line: it never splits a
   line, so line k of the output is always line k of the input (Python's universal newlines, `str.splitlines()`
@@ -20,8 +27,10 @@ The whole file is read and decoded in bulk (no per-line Python work: a million l
 
 Outputs (`write_text_atomic`, `write_bytes_atomic`, `atomic_output_dir`) are written beside their final name and
 renamed into place when complete, so a reader never sees half a file and two concurrent writers never interleave:
-the last rename wins with a whole file. `check_output` refuses an existing output unless the caller allows
-overwriting it.
+the last rename wins with a whole file. An OSError while writing (a full disk, a vanished directory) removes the
+temporary file and is an `OutputWriteError`: one line naming the output and the error. `check_output` refuses an
+existing output unless the caller allows overwriting it; what else a command may not write over (its inputs,
+another command's artefact, an unwritable place) is `xlpe.features.outputs`.
 """
 
 from __future__ import annotations
@@ -54,6 +63,11 @@ class TextFileError(ValueError):
         self.path, self.line, self.byte_offset = path, line, byte_offset
 
 
+class OutputWriteError(ValueError, OSError):
+    """An output that could not be written (full disk, permissions, ...): one line naming the path and the error;
+    the partial file was removed. Both a ValueError (a command's one-line user error) and an OSError."""
+
+
 class OutputExistsError(ValueError):
     """An output that exists already and may not be overwritten; the message names it and the flag that allows it."""
 
@@ -62,9 +76,72 @@ class OutputExistsError(ValueError):
 # Reading
 # ----------------------------------------------------------------------------------------------------------
 
+# byte-order marks of encodings the readers refuse (longest first: UTF-32-LE's starts like UTF-16-LE's)
+FOREIGN_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32-LE", "UTF-32LE"),
+    (b"\x00\x00\xfe\xff", "UTF-32-BE", "UTF-32BE"),
+    (b"\xff\xfe", "UTF-16-LE", "UTF-16LE"),
+    (b"\xfe\xff", "UTF-16-BE", "UTF-16BE"),
+)
+SNIFF_BYTES = 1024  # how much of a file `guess_wide_encoding` looks at
+
+
+def guess_wide_encoding(data: bytes) -> tuple[str, str] | None:
+    """(name, iconv name) when `data` (a file's first bytes) looks like UTF-16 or UTF-32: a UTF-16/32 byte-order
+    mark, or NUL bytes at most positions of one parity (of four for UTF-32), as ASCII text in those encodings has.
+    None otherwise."""
+    for bom, name, iconv in FOREIGN_BOMS:
+        if data.startswith(bom):
+            return name, iconv
+    head = data[:SNIFF_BYTES]
+    if len(head) < 2 or b"\0" not in head:
+        return None
+    if len(head) >= 4:
+        quads = [head[k::4].count(0) / len(head[k::4]) for k in range(4)]
+        if quads[1] > 0.9 and quads[2] > 0.9 and quads[3] > 0.9 and quads[0] < 0.5:
+            return "UTF-32-LE", "UTF-32LE"
+        if quads[0] > 0.9 and quads[1] > 0.9 and quads[2] > 0.9 and quads[3] < 0.5:
+            return "UTF-32-BE", "UTF-32BE"
+    even, odd = head[0::2].count(0) / len(head[0::2]), head[1::2].count(0) / len(head[1::2])
+    if odd >= 0.3 and odd > 2 * even:
+        return "UTF-16-LE", "UTF-16LE"
+    if even >= 0.3 and even > 2 * odd:
+        return "UTF-16-BE", "UTF-16BE"
+    return None
+
+
+def check_not_utf16(data: bytes, origin: str = "<input>", base: bytes | None = None) -> None:
+    """TextFileError naming `origin:line` when `data` starts with a UTF-16/UTF-32 byte-order mark or holds a NUL byte
+    (a NUL is never text; the message says "looks like UTF-16-LE..." when the bytes look so, `guess_wide_encoding`).
+    `base`: the file's first bytes, when `data` is a later part of it (the guess is made from the file's start)."""
+    for bom, name, iconv in FOREIGN_BOMS if base is None else ():
+        if data.startswith(bom):
+            raise TextFileError(
+                f"{origin}:1: starts with a {name} byte-order mark: not UTF-8 text; convert to UTF-8 "
+                f"(iconv -f {iconv} -t UTF-8)",
+                origin,
+                1,
+                0,
+            )
+    at = data.find(b"\0")
+    if at < 0:
+        return
+    line_number = data.count(b"\n", 0, at) + 1
+    column = at - (data.rfind(b"\n", 0, at) + 1)
+    wide = guess_wide_encoding(data if base is None else base)
+    advice = (
+        f"looks like {wide[0]}; convert to UTF-8 (iconv -f {wide[1]} -t UTF-8)"
+        if wide
+        else "NUL bytes are not text; expected UTF-8 text"
+    )
+    raise TextFileError(
+        f"{origin}:{line_number}: NUL byte at byte offset {at} (column {column}): {advice}", origin, line_number, at
+    )
+
 
 def decode_text_lines(data: bytes, origin: str = "<input>") -> list[str]:
     """The lines of UTF-8 `data` (rules in the module docstring); `origin` names the source in errors."""
+    check_not_utf16(data, origin)
     offset = len(BOM) if data.startswith(BOM) else 0
     try:
         text = data[offset:].decode("utf-8") if offset else data.decode("utf-8")
@@ -150,6 +227,10 @@ def scan_text_file(path: str | os.PathLike, every: int) -> TextFileScan:
                 digest.update(first)
             while block := (handle.read(SCAN_BLOCK) if head or consumed else first + handle.read(SCAN_BLOCK)):
                 digest.update(block)
+                if not consumed:
+                    check_not_utf16(block[:SNIFF_BYTES], str(path))  # a UTF-16/32 byte-order mark
+                if b"\0" in block:  # located (file:line) by the bulk reader on the bytes up to it
+                    decode_text_lines(_bytes_up_to_error(path, consumed + block.index(b"\0") + 1), str(path))
                 try:
                     decoder.decode(block)
                 except UnicodeDecodeError:  # locate it with the bulk decoder's message (file:line:byte)
@@ -259,15 +340,22 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     """`write_text_atomic` for bytes already encoded (a PNG, say): same temporary file, rename, mode and cleanup."""
     path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise OutputWriteError(f"cannot write {path}: {error.strerror or error}") from None
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
         os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(error, OSError) and not isinstance(error, OutputWriteError):
+            raise OutputWriteError(
+                f"cannot write {path}: {error.strerror or error} (nothing was written there)"
+            ) from None
         raise
     return path
 
@@ -320,12 +408,15 @@ def _umask() -> int:
 __all__ = [
     "BOM",
     "OutputExistsError",
+    "OutputWriteError",
     "TextFileError",
     "TextFileScan",
     "atomic_output_dir",
+    "check_not_utf16",
     "check_output",
     "count_text_lines",
     "decode_text_lines",
+    "guess_wide_encoding",
     "read_text_bytes",
     "read_text_line_range",
     "read_text_lines",

@@ -25,6 +25,7 @@ The standalone reorderer (XL PE's test-time preorderer; `xlpe-reorder`, can ride
                           preparation and the pipeline) and the raw-text tags of a saved model's pipeline
     hub_support.py        save/load plumbing: custom pipeline entry, stock-checkpoint upgrade
     pipeline_translation.py  the "translation" pipeline (raw text in, translations out)
+    length_rule.py        the length rule of every decoding path (per-sentence budget, limits, what is reported)
     registry.py           the registries of families, strategies and extra inputs; light (no torch), not
                           needed by remote code; strategies.py and extra_input_specs.py hold the tables it shares
                           with the remote code

@@ -111,13 +111,43 @@ def embed_source(encoder: nn.Module, input_ids, inputs_embeds, attention_mask=No
 
 def run_encoder_layers(encoder: nn.Module, hidden_states, attention_mask, layer_kwargs=None, **kwargs):
     """The encoder layers with LayerDrop in training; `layer_kwargs` maps a layer's index to keyword arguments for
-    that layer only (XL PE: HeadXL's delta for layer 0, the XL heads' positions)."""
+    that layer only (XL PE: HeadXL's Z_XL for layer 0, the XL heads' positions)."""
     for index, layer in enumerate(encoder.layers):
         if encoder.training and encoder.layerdrop > 0.0 and torch.rand([]) < encoder.layerdrop:
             continue
         extra = layer_kwargs.get(index, {}) if layer_kwargs else {}
-        hidden_states = layer(hidden_states, attention_mask, **extra, **kwargs)
+        if extra and layer.training and getattr(layer, "gradient_checkpointing", False):
+            hidden_states = checkpointed_layer(layer, hidden_states, attention_mask, extra, kwargs)
+        else:
+            hidden_states = layer(hidden_states, attention_mask, **extra, **kwargs)
     return hidden_states
+
+
+def checkpointed_layer(layer: nn.Module, hidden_states, attention_mask, extra: dict, kwargs: dict):
+    """A gradient-checkpointed layer call whose per-layer tensors (`extra`, e.g. HeadXL's Z_XL) are inputs of the
+    checkpoint. transformers' `GradientCheckpointingLayer` checkpoints the positional arguments only and binds the
+    keyword ones into the recomputed function: under `use_reentrant=True` a keyword tensor that requires grad then
+    links the recomputation to the outer graph, whose backward has already run ("backward through the graph a
+    second time"). Here the layer is called as usual (its hooks run once, outside the checkpoint), and for this
+    call its checkpoint function receives the tensors of `extra` as further positional inputs, handed to the
+    layer's forward by name."""
+    names = [name for name, value in extra.items() if torch.is_tensor(value)]
+    fixed = {name: value for name, value in extra.items() if name not in names}
+    checkpoint = layer._gradient_checkpointing_func
+
+    def checkpoint_with_extra_inputs(function, *args):
+        count = len(args)
+        return checkpoint(
+            lambda *inputs: function(*inputs[:count], **dict(zip(names, inputs[count:]))),
+            *args,
+            *(extra[name] for name in names),
+        )
+
+    layer._gradient_checkpointing_func = checkpoint_with_extra_inputs
+    try:
+        return layer(hidden_states, attention_mask, **fixed, **kwargs)
+    finally:
+        layer._gradient_checkpointing_func = checkpoint
 
 
 def init_marian_body(model: nn.Module, config, encoder: nn.Module, decoder: nn.Module | None = None) -> None:

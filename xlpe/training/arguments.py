@@ -209,7 +209,9 @@ class DataTrainingArguments:
     max_source_length: int = _help("longest source in tokens; longer pairs are skipped (counted)", default=128)
     max_target_length: int = _help("longest target in tokens; longer pairs are skipped (counted)", default=128)
     val_max_target_length: int | None = _help(
-        "generation length limit at evaluation (default max_target_length)", default=None
+        "generation length cap at evaluation for every sentence (default: the length rule, each sentence "
+        "1.5 x its source tokens + 10, at most max_position_embeddings - 1)",
+        default=None,
     )
     max_train_samples: int | None = _help("use the first N training pairs", default=None)
     max_eval_samples: int | None = _help("use the first N validation pairs", default=None)
@@ -555,9 +557,11 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
         if not any(getattr(training_args, k) for k in stages):
             raise UsageError("--do_train, --do_eval and --do_predict are all false: nothing to do")
     check_numbers(data_args, training_args)
-    # generation settings of evaluations run *during* training (eval_strategy steps/epoch)
+    # generation settings of evaluations run *during* training (eval_strategy steps/epoch): an explicit
+    # --val_max_target_length / --generation_max_length caps every sentence; without one, the length rule gives
+    # each sentence its own budget (xlpe/models/length_rule.py; trainer.py)
     if training_args.generation_max_length is None:
-        training_args.generation_max_length = data_args.val_max_target_length or data_args.max_target_length
+        training_args.generation_max_length = data_args.val_max_target_length
     if training_args.generation_num_beams is None:
         training_args.generation_num_beams = data_args.num_beams
     fit_recipe_to_explicit(training_args, explicit)

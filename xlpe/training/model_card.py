@@ -4,17 +4,19 @@ The card's metadata (YAML header) carries what the Hub indexes: `language`, `lic
 `library_name: transformers`, `pipeline_tag: translation`, `tags` ("xlpe", the family, the family's variant,
 the model type), `base_model` when a stock checkpoint was upgraded, and `model-index` with one result per
 metric and dataset whose `config` is the sacrebleu signature. The text says what the position encoding is
-(a section per family), lists the variant's settings read from the config, the training recipe and settings,
-the data sizes, the standalone reorderer when the checkpoint carries one (`config.reorderer_config`: its
-settings and its Kendall tau when recorded there; nothing is made up), the scores with their sacrebleu
-signatures (validation and test), and shows how to load the model (`trust_remote_code=True` for the model and
-the tokenizer, and `pipeline("translation", ...)`).
+(a section per family), lists the variant's settings read from the config, the sizes (parameters, vocabulary,
+layers, d_model), the data, the training recipe, settings and every recorded option, the standalone reorderer
+when the checkpoint carries one (`config.reorderer_config`: its settings, its Kendall tau when recorded there,
+and its held-out tau beside the source order's, with a plain sentence when it does not beat the source order;
+nothing is made up), the scores with their sacrebleu signatures (validation and test) or that they are pending,
+and shows how to load the model (`trust_remote_code=True` for the model and the tokenizer, and
+`pipeline("translation", ...)`) on a sentence in the source language. A model whose learning check failed
+(`learning_check.json`) says so at the top.
 
-`write_training_card` is what `xlpe-train` calls at the end of a run: it gathers the test scores
-(`test_scores.json`), the final validation scores (`eval_bleu`/`eval_chrf`, whose signature is that of the
-metric the run used: same target language, BLEU tokenizer, one reference), the pairs kept and the sentences
-scored per split and the training arguments in force (what it says and where each figure comes from:
-`run_card`).
+`write_training_card` is what `xlpe-train` calls when its final evaluation starts and after each of its stages
+(validation, test): the facts and where each comes from are `card_facts.gather_card`'s, what the run card says
+about the run is `run_card`'s. `xlpe-push` renders the recorded card again (`rerender_for_push`), or, for a
+folder without a record, gathers the same facts from the folder (`xlpe.training.push.prepare_upload_folder`).
 
 Evaluation entries (`eval_results`) are dicts in the shape `xlpe-evaluate bleu` prints: metric keys whose
 value has a "score" (and "signature"), plus `dataset_name`, `dataset_type`, `dataset_split`,
@@ -35,6 +37,14 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig, PretrainedConfig
 
 from ..models.registry import MODEL_FAMILIES, family_of_model_type
+from .card_facts import (
+    HELD_OUT_KEY,
+    data_sizes,
+    evaluation_entry,
+    learning_check,
+    reorderer_quality,
+    validation_entry,
+)
 from .run_card import CARD_INPUTS
 
 TEMPLATE_NAME = "model_card_template.md"
@@ -127,67 +137,19 @@ def _parameter_count(model_or_dir) -> int | None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def evaluation_entry(
-    scores: Mapping, dataset_name: str, dataset_type: str, split: str = "test", config: str | None = None
-) -> dict:
-    """One evaluation for the card: `corpus_bleu_chrf(...)` output plus the dataset it was measured on."""
-    return {
-        **scores,
-        "dataset_name": dataset_name,
-        "dataset_type": dataset_type,
-        "dataset_split": split,
-        "dataset_config": config,
-    }
-
-
 def _metric_items(entry: Mapping):
     for key, value in entry.items():
         if isinstance(value, Mapping) and isinstance(value.get("score"), (int, float)):
             yield key, float(value["score"]), value.get("signature")
 
 
-def validation_entry(
-    metrics: Mapping,
-    dataset_name: str,
-    target_language: str | None = None,
-    tokenize: str | None = None,
-    prefix: str = "eval",
-) -> dict | None:
-    """The card entry of the validation scores a run logged (`eval_bleu`, `eval_chrf`, 0-100), with the
-    signatures of the metrics that produced them (`metrics.bleu_chrf_signatures`); None without scores."""
-    from ..evaluation.metrics import bleu_chrf_signatures
-
-    scores = {name: metrics.get(f"{prefix}_{name}") for name in ("bleu", "chrf")}
-    if not any(isinstance(value, (int, float)) for value in scores.values()):
-        return None
-    signatures = bleu_chrf_signatures(target_language, tokenize)
-    result = {
-        name: {"score": float(value), "signature": signatures[name]}
-        for name, value in scores.items()
-        if isinstance(value, (int, float))
-    }
-    return evaluation_entry(result, dataset_name, dataset_name, "validation")
-
-
-def data_sizes(report: Mapping) -> dict:
-    """{split: {"pairs_read", "pairs_kept", "pairs_skipped"}} from a preparation report (`xlpe-prepare`,
-    `preparation_report.json`); splits without counts are left out."""
-    sizes = {}
-    for split, value in (report or {}).items():
-        if isinstance(value, Mapping) and isinstance(value.get("pairs_kept"), int):
-            skipped = value.get("pairs_skipped")
-            sizes[split] = {
-                "pairs_read": value.get("pairs_read"),
-                "pairs_kept": value["pairs_kept"],
-                "pairs_skipped": sum(skipped.values()) if isinstance(skipped, Mapping) else skipped,
-            }
-    return sizes
-
-
-def reorderer_summary(config: PretrainedConfig) -> dict | None:
+def reorderer_summary(config: PretrainedConfig, folder: str | Path | None = None) -> dict | None:
     """What the card says about a standalone reorderer riding inside the checkpoint (`reorderer_config`): its
-    architecture fields, and its Kendall tau only if the checkpoint records one (any `*kendall*` entry, at the
-    top level or one level down); None when there is no reorderer."""
+    architecture fields, its Kendall tau only if the checkpoint records one (any `*kendall*` entry, at the top
+    level or one level down), and `held_out`: its held-out tau beside the source order's
+    (`card_facts.reorderer_quality`), from the training report attached beside the model in `folder`
+    (`reorderer/reorderer_training.json`) or else the figures attach put into the config; None when there is no
+    reorderer."""
     reorderer = getattr(config, "reorderer_config", None)
     if not reorderer:
         return None
@@ -204,11 +166,12 @@ def reorderer_summary(config: PretrainedConfig) -> dict | None:
     )
     quality = {key: value for key, value in reorderer.items() if "kendall" in key.lower()}
     for key, value in reorderer.items():
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and key != HELD_OUT_KEY:
             quality.update({f"{key}.{k}": v for k, v in value.items() if "kendall" in k.lower()})
     return {
         "settings": [(f, json.dumps(reorderer[f])) for f in fields if f in reorderer],
         "kendall_tau": [(k, v) for k, v in quality.items()],
+        "held_out": reorderer_quality(reorderer, folder),
     }
 
 
@@ -273,10 +236,12 @@ def build_model_card(
     data: Mapping | None = None,
     recipe: str | None = None,
     summary: str | None = None,
-    example_source: str | None = "Hello world!",
+    example_source: str | None = None,
     template_path: str | Path | None = None,
     preprocessing: str | None = None,
     translations_file: str | None = None,
+    options: Sequence | None = None,
+    pending: Sequence[str] = (),
 ) -> ModelCard:
     """The model card of a trained model (a `PreTrainedModel` or the directory it was saved to).
 
@@ -291,12 +256,17 @@ def build_model_card(
         data: pairs per split, {split: {"pairs_read", "pairs_kept", "pairs_skipped"}} (`data_sizes`) or {split: N}.
         recipe: the named training recipe the run used, if any (shown with the settings).
         summary: one paragraph at the top; a default names the family and languages.
-        example_source: the sentence used in the usage snippets (a source-language sentence).
+        example_source: the sentence used in the usage snippets, in the source language; without one, a
+            placeholder that the card says is one.
         preprocessing: the preprocessing in prose (tokenizer, aligner, filters), shown with the data.
         translations_file: the file beside the card with the test translations, linked from the evaluation.
+        options: (flag, value) of every option that made the run (`card_facts.recorded_options`).
+        pending: evaluation stages whose scores are not in yet ("validation", "test"): the card says so.
     An evaluation entry's `sentences` (the sentences scored) is shown in its row; so is a data split's
-    `sentences_scored`.
+    `sentences_scored`. For a model directory, its learning check (`learning_check.json`) is read: a model that
+    did not learn says so at the top.
     """
+
     config = model_or_dir.config if hasattr(model_or_dir, "config") else AutoConfig.from_pretrained(model_or_dir)
     family = family_of(config)
     variant = variant_name(config)
@@ -347,6 +317,12 @@ def build_model_card(
         for metric, value, signature in _metric_items(entry)
     ]
     family_title = MODEL_FAMILIES[family].title
+    check = None if hasattr(model_or_dir, "config") else learning_check(model_or_dir)
+    source_language = languages[0] if languages else None
+    placeholder = None
+    if not example_source:
+        example_source = f"A sentence in {source_language}." if source_language else "A source-language sentence."
+        placeholder = source_language or "the source language"
     return ModelCard.from_template(
         card_data,
         template_path=str(find_template(template_path)),
@@ -364,12 +340,16 @@ def build_model_card(
         training=[(key, value) for key, value in (training or {}).items()],
         eval_rows=eval_rows,
         repo_id=name,
-        example_source=(example_source or "Hello world!").replace('"', '\\"'),
+        example_source=example_source.replace("\\", "\\\\").replace('"', '\\"'),
+        example_placeholder=placeholder,
         data_rows=_data_rows(data),
         recipe=recipe,
-        reorderer=reorderer_summary(config),
+        reorderer=reorderer_summary(config, None if hasattr(model_or_dir, "config") else model_or_dir),
         preprocessing=preprocessing,
         translations_file=translations_file,
+        options=[(flag, str(value).replace("|", "\\|")) for flag, value in (options or [])],
+        pending=", ".join(pending) if pending else None,
+        learning_check=check if check and not check["ok"] else None,
     )
 
 
@@ -397,67 +377,22 @@ def write_model_card(directory: str | Path, **kwargs) -> Path:
 
 
 def write_training_card(
-    output_dir, model_args, data_args, training_args, metrics: Mapping, facts: Mapping | None = None
+    output_dir,
+    model_args,
+    data_args,
+    training_args,
+    metrics: Mapping,
+    facts: Mapping | None = None,
+    pending: Sequence[str] = (),
 ) -> Path:
-    """The card `xlpe-train` writes into `output_dir` at the end of a run, from what the run did
-    (`run_card`: data name, sentences scored, arguments in force, optimizer as run, time across resumes,
-    preprocessing, test translations, an example from the test split); recorded in `xlpe_card.json` so that
-    `xlpe-push` can render it again with the Hub id. `facts`: what the run measured (`run_card.training_settings`)."""
-    from .run_card import (
-        TRANSLATIONS_FILE,
-        _prepared_reports,
-        dataset_label,
-        example_source,
-        preprocessing_text,
-        training_settings,
-    )
+    """The card `xlpe-train` writes into `output_dir`: when the final evaluation starts (`pending`: the stages
+    still to run, whose scores the card says are pending) and again after each stage. The facts come from the run
+    (`card_facts.gather_card`: data, pairs per split, arguments, sizes, time, scores, a source sentence of the
+    run's data as the usage example); they are recorded in `xlpe_card.json` so that `xlpe-push` renders the same
+    card again with the Hub id. `facts`: what the run measured (`run_card.training_settings`)."""
+    from .card_facts import gather_card
 
-    output_dir = Path(output_dir)
-    report_file = output_dir / "preparation_report.json"
-    report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else {}
-    prepared = _prepared_reports(data_args)
-    dataset = dataset_label(data_args, prepared or report)
-    entries = []
-    scores_file = output_dir / "test_scores.json"
-    if scores_file.is_file():
-        test_scores = json.loads(scores_file.read_text(encoding="utf-8"))
-        entries.append(
-            {
-                **evaluation_entry(
-                    {k: v for k, v in test_scores.items() if k != "oracle_positions"}, dataset, dataset, "test"
-                ),
-                "sentences": metrics.get("predict_samples"),
-            }
-        )
-    validation = validation_entry(metrics, dataset, data_args.target_lang, getattr(data_args, "bleu_tokenize", None))
-    if validation is not None:
-        entries.insert(0, {**validation, "sentences": metrics.get("eval_samples")})
-    data = data_sizes(report)
-    for split, key in (("validation", "eval_samples"), ("test", "predict_samples")):
-        if split in data and isinstance(metrics.get(key), int):
-            data[split]["sentences_scored"] = metrics[key]
-    recipe = (
-        getattr(training_args, "recipe", None)
-        or getattr(model_args, "recipe", None)
-        or getattr(data_args, "recipe", None)
-    )
-    if recipe is None and getattr(data_args, "uses_builtin_corpus", lambda: False)():
-        recipe = "builtin (defaults for the built-in synthetic corpus)"
-    base_model = model_args.model_name_or_path
-    base_model = None if base_model is None or Path(base_model).exists() else base_model  # Hub ids only
-    languages = [lang for lang in (data_args.source_lang, data_args.target_lang) if lang]
-    card = dict(
-        languages=languages or None,
-        datasets=[dataset],
-        eval_results=entries,
-        data=data,
-        recipe=recipe,
-        training=training_settings(training_args, data_args, facts or {}),
-        base_model=base_model,
-        preprocessing=preprocessing_text(prepared or report, data_args),
-        example_source=example_source(output_dir),
-        translations_file=TRANSLATIONS_FILE if (output_dir / TRANSLATIONS_FILE).is_file() else None,
-    )
+    card = gather_card(output_dir, model_args, data_args, training_args, metrics, facts or {}, pending)
     return render_recorded_card(output_dir, card)
 
 

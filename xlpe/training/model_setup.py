@@ -70,6 +70,14 @@ def family_overrides(model_args, config_class: type, model_type: str) -> dict:
     return overrides
 
 
+def default_position_limit(data_args) -> int:
+    """`max_position_embeddings` of a model built from scratch: twice the longest length flag + 16 (room for the
+    length rule's budget, 1.5 x source + 10, beyond `--max_target_length`); a tokenizer trained here gets it as
+    its `model_max_length`."""
+    lengths = [data_args.max_source_length, data_args.max_target_length, data_args.val_max_target_length or 0]
+    return 2 * max(lengths) + 16
+
+
 def load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint):
     source = checkpoint or model_args.tokenizer_name or model_args.model_name_or_path
     if source:
@@ -95,7 +103,7 @@ def load_or_train_tokenizer(model_args, data_args, training_args, splits, checkp
                 train.sources + train.targets,
                 vocab_size=model_args.tokenizer_vocab_size,
                 model=model_args.tokenizer_model,
-                model_max_length=data_args.max_source_length,
+                model_max_length=default_position_limit(data_args),  # the model's limit (aligned once it is built)
             )
             tokenizer.save_pretrained(training_args.output_dir)
         else:
@@ -149,14 +157,13 @@ def build_model(model_args, data_args, tokenizer, checkpoint, taggers):
         size = {
             k: getattr(model_args, k) if getattr(model_args, k) is not None else v for k, v in TRANSFORMER_BASE.items()
         }
-        lengths = [data_args.max_source_length, data_args.max_target_length, data_args.val_max_target_length or 0]
         config_kwargs = dict(
             vocab_size=len(tokenizer),
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
             decoder_start_token_id=tokenizer.pad_token_id,
             forced_eos_token_id=tokenizer.eos_token_id,
-            max_position_embeddings=2 * max(lengths) + 16,  # room for pipeline generation beyond max_target_length
+            max_position_embeddings=default_position_limit(data_args),
             # Transformer-style embeddings (Vaswani et al.): N(0, d^-1/2) scaled by sqrt(d). With Marian's defaults
             # (no scaling, std 0.02) the sinusoids swamp the token embeddings and lexical learning crawls. HF's
             # init_std also sets every linear layer's std: see --embedding_init_std (docs/training.md).
@@ -299,10 +306,28 @@ def set_word_starts(model, tokenizer) -> None:
 
 
 def apply_generation_options(model, tokenizer, model_args, data_args) -> None:
-    """run_translation's generation/tokenizer flags: `--forced_bos_token` (its id forced as the first generated
-    token; refused when the vocabulary lacks it) and `--use_fast_tokenizer false` (warned: transformers 5 only
-    has fast tokenizers)."""
+    """The model's generation settings from the model and the user's flags only, never from the training state a
+    checkpoint was saved in: decoding uses the key/value cache (`use_cache`, which the Trainer switches off in
+    `config.json` for training; a checkpoint saved that way must not make every later model decode without it,
+    16x slower); the tokenizer's `model_max_length` is the model's `max_position_embeddings`; run_translation's
+    `--forced_bos_token` (its id forced as the first generated token; refused when
+    the vocabulary lacks it) and `--use_fast_tokenizer false` (warned: transformers 5 only has fast tokenizers)."""
     from .errors import UsageError
+
+    stale = [
+        name
+        for name, settings in (("config.json", model.config), ("generation_config.json", model.generation_config))
+        if getattr(settings, "use_cache", None) is False
+    ]
+    if stale:
+        logger.info("use_cache was false in the loaded %s (a training-time setting): decoding uses the cache", stale)
+    model.config.use_cache = True
+    model.generation_config.use_cache = True
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit:  # the tokenizer saved with the model states the model's limit (xlpe.models.length_rule)
+        from ..models.length_rule import align_tokenizer_limit
+
+        align_tokenizer_limit(tokenizer, int(limit))
 
     if not model_args.use_fast_tokenizer:
         logger.warning(
@@ -324,6 +349,7 @@ def attach_reorderer(model, reorderer_dir: str, tokenizer) -> None:
     positions; refused (UsageError) for another family or a reorderer trained on other token ids."""
     from ..features.predicted_reordering import check_tokenizer_match
     from ..models.modeling_reorderer import XLPEReordererModel
+    from .card_facts import HELD_OUT_KEY, reorderer_held_out_quality
     from .errors import UsageError
 
     if not hasattr(model, "attach_reorderer"):
@@ -338,6 +364,9 @@ def attach_reorderer(model, reorderer_dir: str, tokenizer) -> None:
     try:
         check_tokenizer_match(reorderer.config, tokenizer, "the translation model's tokenizer")
         model.attach_reorderer(reorderer)
+        quality = reorderer_held_out_quality(reorderer_dir)  # its held-out tau and the source order's, for the card
+        if quality is not None:
+            model.config.reorderer_config[HELD_OUT_KEY] = quality
     except ValueError as error:
         raise UsageError(f"--reorderer {reorderer_dir}: {error}") from None
     logger.info("predicted XL positions come from the reorderer in %s", reorderer_dir)

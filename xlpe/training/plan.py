@@ -97,10 +97,18 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def plan_line(shape: RunShape, batching: str, eval_subset_of: int | None, early_stopping: bool = False) -> str:
-    """The plan in one paragraph (`early_stopping`: the steps are an upper bound)."""
+def plan_line(
+    shape: RunShape,
+    batching: str,
+    eval_subset_of: int | None,
+    early_stopping: bool = False,
+    steps_per_epoch: float | None = None,
+) -> str:
+    """The plan in one paragraph (`early_stopping`: the steps are an upper bound; `steps_per_epoch`: optimizer
+    steps in one pass over the training data, to say how many passes the steps make)."""
     sooner = "; early stopping may end the run sooner" if early_stopping else ""
-    text = f"plan: {'up to ' if early_stopping else ''}{shape.steps:,} training steps ({batching}{sooner})"
+    epochs = f" = {shape.steps / steps_per_epoch:.1f} epochs of {steps_per_epoch:,.0f} steps" if steps_per_epoch else ""
+    text = f"plan: {'up to ' if early_stopping else ''}{shape.steps:,} training steps{epochs} ({batching}{sooner})"
     if shape.evaluations:
         of = f" of {eval_subset_of:,}" if eval_subset_of and eval_subset_of > shape.eval_sentences else ""
         decoding = "greedy" if shape.eval_beams <= 1 else f"{shape.eval_beams} beams"
@@ -182,7 +190,11 @@ class RunPlan(TrainerCallback):
         )
         self._start_timing(state)
         stopping = bool(getattr(args, "early_stopping_patience", None) and self.shape.evaluations)
-        self._say(state, plan_line(self.shape, self.batching, validation_total, stopping))
+        try:  # batches in one pass over the data / accumulation = optimizer steps an epoch
+            per_epoch = len(kwargs["train_dataloader"]) / max(int(args.gradient_accumulation_steps), 1)
+        except (KeyError, TypeError):  # an iterable dataset: no length
+            per_epoch = None
+        self._say(state, plan_line(self.shape, self.batching, validation_total, stopping, per_epoch or None))
 
     def _start_timing(self, state) -> None:
         """Training starts now, at `state.global_step` (a resumed run counts from there)."""

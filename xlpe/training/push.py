@@ -9,7 +9,9 @@ anything is sent (`check_upload_folder`):
 * a trained POS tagger's file when the config names one (`pos_tagger="perceptron:pos_tagger.json"`);
 * the code files: every module named in `auto_map` and `custom_pipelines`, and the sibling files they import
   (`from .x import y`), e.g. `configuration_xlpe.py`, `modeling_xlpe.py`, `pipeline_translation.py`;
-* `README.md`, the model card (`xlpe.training.model_card`; written here when missing or when asked to regenerate).
+* `README.md`, the model card (`xlpe.training.model_card`): the card `xlpe-train` wrote, rendered again with the
+  Hub id from its record; written here when missing or when asked to regenerate, from the same facts the folder
+  holds (`card_facts.gather_card`: run record, preparation report, results) and the push's arguments.
 
 A folder saved by `model.save_pretrained` of this package has all of it except the tokenizer and card. If
 config entries or code files are missing (a folder written by other code), the model is loaded and saved
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from huggingface_hub import HfApi
 
+from .card_facts import gather_card
 from .model_card import rerender_for_push, write_model_card
 
 # Training leftovers that do not belong in a model repository.
@@ -130,10 +133,13 @@ def prepare_upload_folder(
 
         AutoModelForSeq2SeqLM.from_pretrained(folder).save_pretrained(folder)  # writes config entries + code files
     # a card xlpe-train wrote is rendered again from what it recorded, with the Hub id (unless edited since)
+    # a folder without that record: the same facts gathered from what the folder holds (run record, preparation
+    # report, results), with the push's arguments over them
     if not rerender_for_push(folder, card_kwargs or {}, regenerate=regenerate_card) and (
         regenerate_card or not (folder / "README.md").is_file()
     ):
-        write_model_card(folder, **dict(card_kwargs or {}))
+        given = {key: value for key, value in dict(card_kwargs or {}).items() if value not in (None, [], (), "")}
+        write_model_card(folder, **{**gather_card(folder), **given})
     problems = check_upload_folder(folder)
     if problems:
         raise ValueError(f"{folder} cannot be uploaded yet:\n  - " + "\n  - ".join(problems))

@@ -9,7 +9,10 @@ Running a trained reorderer lives in `xlpe.features.predicted_reordering` (it ma
 (k folds), the remedy for the train/test mismatch of XL PE (oracle positions in training, predicted at test);
 `mix_positions` keeps the oracle for a share of them (the "mixed" remedy). Both measured against the oracle in
 docs/benchmarks/reorderer.md ("Training positions"): within noise, so the oracle stays the default.
-`calibrate_order_prior` picks the decoding prior for the source order (config `order_prior`) on held-out pairs.
+`calibrate_order_prior` picks the decoding prior for the source order (config `order_prior`) on held-out pairs;
+`source_order_comparison` says there whether the reorderer beats keeping the source order (reorderer_training.json,
+copied into a model by `copy_training_report`). `default_epochs` and `training_step_seconds` give `xlpe-reorder
+train`'s epochs when none are given: as many as fit a time budget at a measured step time.
 
 Reuse (xlpe.features.artefacts, docs/command_line.md "Reruns, resumes and reused artefacts"): a reorderer directory
 written by `xlpe-reorder train` carries an ArtefactRecord of kind "reorderer" (the CLI builds it); every jackknife
@@ -46,6 +49,7 @@ from ..models.configuration_reorderer import XLPEReordererConfig
 from ..models.hub_support import apply_umask_to_weights
 from ..models.modeling_reorderer import XLPEReordererModel, word_keys
 from .plan import ReordererPlan
+from .sampling import REORDERER_BATCHING, reorderer_batch_sampler
 
 logger = logging.getLogger(__name__)
 
@@ -97,12 +101,15 @@ class ReordererTraining:
     docs/benchmarks/reorderer.md)."""
 
     epochs: float = 3.0  # passes over the training pairs (2 and 4 epochs: within 0.01 tau on en-ja)
-    batch_size: int = 64  # sentences per step
+    batch_size: int = 64  # sentences per step (on average with batching="word_pairs")
     learning_rate: float = 1e-3  # AdamW peak learning rate (linear warm-up, then linear decay)
     warmup_ratio: float = 0.05  # fraction of steps of warm-up
     weight_decay: float = 0.01  # AdamW weight decay
     seed: int = 1  # initialisation and data order
     logging_steps: int = 100  # log the loss every this many steps
+    batching: str = "word_pairs"  # training batches (sampling.REORDERER_BATCHING): "word_pairs" length-grouped
+    #   batches of about batch_size x the median sentence's word pairs, fewer sentences the longer they are (default
+    #   since 0.6: docs/benchmarks/reorderer.md); "sentences" length-grouped, batch_size each; "random" (before 0.6)
     extra: dict = field(default_factory=dict)  # more transformers.TrainingArguments fields
 
 
@@ -121,20 +128,25 @@ def train_reorderer(
     calibration_dataset=None,
     report_extra: dict | None = None,
     plan_echo=print,
+    callbacks: Sequence | None = None,
 ) -> XLPEReordererModel:
     """Train on a prepared dataset (`input_ids`, `reorder_positions`); save model (+ tokenizer) to output_dir.
     `resume`: continue from the newest checkpoint in output_dir when there is one. `calibration_dataset`: held-out
     pairs (never trained on) on which the decoding prior `order_prior` is chosen (`calibrate_order_prior`) before
     the model is saved; the choice and every prior's tau go into reorderer_training.json (with `report_extra`),
-    written last: its presence marks a finished run. The run's plan and time estimates (`ReordererPlan`) go to
-    `plan_echo` (print: stdout)."""
-    from transformers import Trainer, TrainingArguments
+    written last: its presence marks a finished run. The held-out Kendall tau of the reorderer (at the chosen prior)
+    and of the source order go into that report too (`source_order_comparison`). The run's plan and time estimates
+    (`ReordererPlan`) go to `plan_echo` (print: stdout). `callbacks`: more `TrainerCallback`s (the CLI's interrupt
+    watch, tests)."""
+    from transformers import TrainingArguments
 
     from .checkpoint_averaging import newest_whole_checkpoint
 
     missing = [c for c in ("input_ids", "reorder_positions") if c not in train_dataset.column_names]
     if missing:
         raise ValueError(f"train_dataset lacks {missing}: prepare it with features=['reorder_positions']")
+    if options.batching not in REORDERER_BATCHING:
+        raise ValueError(f"batching must be one of {REORDERER_BATCHING}, got {options.batching!r}")
     output_dir = Path(output_dir)
     args = TrainingArguments(
         output_dir=str(output_dir),
@@ -158,12 +170,14 @@ def train_reorderer(
         **options.extra,
     )
     pad = model.config.pad_token_id
-    trainer = Trainer(
-        model=model,
-        args=args,
+    trainer = reorderer_trainer(
+        model,
+        args,
         train_dataset=_training_columns(train_dataset),
         eval_dataset=_training_columns(eval_dataset) if eval_dataset is not None else None,
         data_collator=lambda features: collate(features, pad),
+        callbacks=list(callbacks or []),
+        batching=options.batching,
     )
     newest = newest_whole_checkpoint(output_dir, "reorderer resume") if resume else None
     checkpoint = str(newest) if newest is not None else None
@@ -211,6 +225,7 @@ def train_reorderer(
     }
     if calibration is not None:
         report["order_prior_calibration"] = calibration
+    report.update(source_order_comparison(calibration))
     report.update(report_extra or {})
     write_text_atomic(output_dir / REPORT_NAME, json.dumps(report, indent=2) + "\n")
     return model
@@ -223,6 +238,60 @@ def calibration_seconds(model: XLPEReordererModel, dataset, batch_size: int, sam
     started = time.perf_counter()
     sentence_taus(model, rows, batch_size=batch_size)
     return (time.perf_counter() - started) * len(dataset) / max(len(rows), 1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Training batches: length-grouped, by a word-pair budget (sampling.reorderer_batch_sampler)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def sentence_word_counts(model: XLPEReordererModel, dataset, chunk: int = 1024) -> np.ndarray:
+    """Words of every example of a prepared dataset as `model` counts them (its word starts; EOS, pad and fixed
+    tokens are no words): the size of each sentence's pair scores and BTG chart."""
+    rows = dataset.select_columns(["input_ids"])
+    counts = []
+    with torch.no_grad():
+        for start in range(0, len(rows), chunk):
+            ids = rows[start : start + chunk]["input_ids"]
+            batch = collate([{"input_ids": row} for row in ids], model.config.pad_token_id)
+            device = model.word_starts.flags.device
+            counts.append(model.words(batch["input_ids"].to(device), batch["attention_mask"].to(device))[2].cpu())
+    return torch.cat(counts).numpy() if counts else np.zeros(0, dtype=np.int64)
+
+
+def reorderer_trainer(model: XLPEReordererModel, args, train_dataset, batching: str = "word_pairs", **kwargs):
+    """The transformers Trainer of `train_reorderer`, drawing its training batches from
+    `sampling.reorderer_batch_sampler` over the sentences' word counts (seeded by `args.data_seed` or `args.seed`;
+    the epoch set by the Trainer's loop, so a run resumed at an epoch's checkpoint draws the same batches): the
+    hooks `xlpe-train`'s trainer uses (`_get_train_sampler` for an index sampler, `get_train_dataloader` with
+    `sampling.batch_sampler_dataloader` for a batch sampler, `callbacks.TokenBatchEpoch`). Why: the BTG chart of a
+    batch grows with the cube of its longest sentence, so one long sentence in a random batch set the memory and
+    time of the whole step (docs/benchmarks/reorderer.md, "Length-grouped training batches")."""
+    from transformers import Trainer
+
+    from .callbacks import TokenBatchEpoch
+    from .sampling import TokenBatchSampler, batch_sampler_dataloader
+
+    seed = args.data_seed if args.data_seed is not None else args.seed
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    counts = sentence_word_counts(model, train_dataset) if batching != "random" else None
+    sampler = reorderer_batch_sampler(counts, batch, seed, batching) if counts is not None else None
+
+    class ReordererTrainer(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            if sampler is None or isinstance(sampler, TokenBatchSampler):
+                return super()._get_train_sampler(train_dataset)
+            return sampler  # "sentences": consecutive runs of `batch` indices are one length-grouped batch
+
+        def get_train_dataloader(self):
+            if not isinstance(sampler, TokenBatchSampler):
+                return super().get_train_dataloader()
+            return batch_sampler_dataloader(self, self.train_dataset, self.data_collator, sampler)
+
+    trainer = ReordererTrainer(model=model, args=args, train_dataset=train_dataset, **kwargs)
+    trainer.token_sampler = sampler if isinstance(sampler, TokenBatchSampler) else None  # TokenBatchEpoch reads it
+    trainer.add_callback(TokenBatchEpoch(trainer))
+    return trainer
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -310,6 +379,109 @@ def calibrate_order_prior(
         "by_prior": by_prior,
         "monotone_kendall_tau": float(np.mean(taus["monotone"])),
     }
+
+
+BEATS_MARGIN = 0.005  # the reorderer "beats" the source order when its held-out mean tau is at least this much higher
+
+
+def source_order_comparison(calibration: dict | None) -> dict:
+    """The reorderer against keeping the source order on the held-out calibration pairs (`calibrate_order_prior`'s
+    result; None: no pair was held out, every value None): `mean_kendall_tau` (the reorderer's, decoded with the
+    chosen prior), `monotone_mean_kendall_tau` (the source order's), `held_out_sentences` (sentences of 2+ words
+    scored), `beats_margin` and `beats_source_order` (the reorderer's tau exceeds the source order's by at least
+    `BEATS_MARGIN`): the keys of reorderer_training.json that say whether predicted positions can help."""
+    if calibration is None:
+        return {
+            "mean_kendall_tau": None,
+            "monotone_mean_kendall_tau": None,
+            "held_out_sentences": None,
+            "beats_margin": BEATS_MARGIN,
+            "beats_source_order": None,
+        }
+    tau = calibration["by_prior"][str(calibration["chosen"])]["kendall_tau"]
+    monotone = calibration["monotone_kendall_tau"]
+    return {
+        "mean_kendall_tau": tau,
+        "monotone_mean_kendall_tau": monotone,
+        "held_out_sentences": calibration["sentences_scored"],
+        "beats_margin": BEATS_MARGIN,
+        "beats_source_order": bool(tau >= monotone + BEATS_MARGIN),
+    }
+
+
+def does_not_beat_line(
+    tau: float, monotone: float, pairs: int, what: str = "the reorderer", scored: str = "held-out pairs"
+) -> str | None:
+    """The plain line said when `what`'s mean Kendall tau does not beat keeping the source order by `BEATS_MARGIN`
+    on `pairs` `scored` (held-out pairs at the end of training; the pairs `xlpe-reorder evaluate` scored); None
+    when it does."""
+    if tau >= monotone + BEATS_MARGIN:
+        return None
+    return (
+        f"{what} (tau {tau:.3f}) does not beat keeping the source order (tau {monotone:.3f}) on {pairs:,} {scored}: "
+        "XL PE's predicted positions will add little for this pair"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Default epochs: as many as fit a time budget, from timed training steps
+# ----------------------------------------------------------------------------------------------------------
+
+EPOCH_BUDGET_SECONDS = 600.0  # the training time the default epochs aim to stay within (10 minutes)
+MAX_DEFAULT_EPOCHS = 3  # never more by default (docs/benchmarks/reorderer.md: 2 and 4 epochs within 0.01 tau)
+
+
+def training_step_seconds(
+    model: XLPEReordererModel, dataset, batch_size: int, seed: int, steps: int = 3, batching: str = "word_pairs"
+) -> float:
+    """Seconds one training step (forward, loss, backward) takes on this machine: the first `steps` + 1 batches of
+    the first epoch as training draws them (`batching`, `seed`; "random": `batch_size` pairs drawn at random) from a
+    prepared dataset, timed after one warm-up batch, on a copy of `model` under a forked RNG (the run's weights and
+    random state are left alone). The optimizer update is not timed (small next to a batch's BTG chart)."""
+    import copy
+
+    rows = _training_columns(dataset)
+    sampler = reorderer_batch_sampler(sentence_word_counts(model, rows), batch_size, seed, batching)
+    draw = np.random.default_rng(seed).permutation(len(rows))
+    if sampler is None:
+        batches = [draw[k * batch_size : (k + 1) * batch_size] for k in range(steps + 1)]
+    else:  # both length-grouped samplers list an epoch's batches in serving order
+        batches = sampler.batches()[: steps + 1]
+    batches = [batch for batch in batches if len(batch)]
+    if len(batches) < 2:  # fewer pairs than two batches: the one batch again, timed warm
+        batches = [draw[:batch_size]] * 2
+    probe = copy.deepcopy(model).train()
+    device = next(probe.parameters()).device
+    with torch.random.fork_rng(devices=[]):
+        for index, batch in enumerate(batches):
+            if index == 1:
+                started = time.perf_counter()
+            features = collate([rows[int(i)] for i in batch], model.config.pad_token_id)
+            probe(**{key: value.to(device) for key, value in features.items()}).loss.backward()
+            probe.zero_grad(set_to_none=True)
+    return (time.perf_counter() - started) / (len(batches) - 1)
+
+
+def default_epochs(
+    seconds_per_epoch: float, budget: float = EPOCH_BUDGET_SECONDS, most: int = MAX_DEFAULT_EPOCHS
+) -> int:
+    """The whole epochs that fit in `budget` seconds of training at `seconds_per_epoch`: at least 1, at most `most`."""
+    if seconds_per_epoch <= 0:
+        return most
+    return int(min(most, max(1, budget // seconds_per_epoch)))
+
+
+def saved_entries(directory: str | Path) -> list[Path]:
+    """What a `xlpe-reorder train` run saved in `directory` that training made (and a restart would lose): its
+    checkpoints (any non-empty checkpoint-* directory), the trained model (config.json, weights) and the training
+    report. The record, the tokenizer and logs are not among them (a restart makes them again)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [path for path in directory.glob("checkpoint-*") if path.is_dir() and any(path.iterdir())]
+    for pattern in ("config.json", "model*.safetensors*", REPORT_NAME):
+        found += directory.glob(pattern)
+    return sorted(set(found))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -413,6 +585,23 @@ OWNED_PATTERNS = (
 )
 
 
+ATTACHED_REPORT = Path("reorderer") / REPORT_NAME  # in a model directory: the attached reorderer's training report
+
+
+def copy_training_report(reorderer_dir: str | Path, model_dir: str | Path) -> Path | None:
+    """Copy the training report of the reorderer in `reorderer_dir` into `model_dir`/reorderer/ (ATTACHED_REPORT,
+    written atomically, replacing an earlier one): the model directory that carries the reorderer's weights also
+    says how it was trained and whether it beats the source order (`source_order_comparison`'s keys). Returns the
+    path written, or None when the reorderer has no report (one of an older version)."""
+    source = Path(reorderer_dir) / REPORT_NAME
+    if not source.is_file():
+        return None
+    target = Path(model_dir) / ATTACHED_REPORT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(target, source.read_text(encoding="utf-8"))
+    return target
+
+
 def dataset_digest(dataset, columns: Sequence[str] = ("input_ids", "reorder_positions")) -> str:
     """Digest of a prepared dataset's rows (the given columns, in order): one canonical JSON line per row."""
     rows = dataset.select_columns(list(columns))
@@ -482,9 +671,13 @@ def check_reorderer_dir(path: str | Path, flag: str = "--reorderer") -> None:
 
 
 __all__ = [
+    "ATTACHED_REPORT",
     "CALIBRATION_RULES",
     "FOLD_KIND",
     "JACKKNIFE_KIND",
+    "BEATS_MARGIN",
+    "EPOCH_BUDGET_SECONDS",
+    "MAX_DEFAULT_EPOCHS",
     "ORDER_PRIORS",
     "OWNED_PATTERNS",
     "REORDERER_KIND",
@@ -495,14 +688,22 @@ __all__ = [
     "calibration_split",
     "check_reorderer_dir",
     "clear_owned",
+    "copy_training_report",
     "dataset_digest",
+    "default_epochs",
     "default_training_loss",
+    "does_not_beat_line",
     "fold_records",
     "jackknife_positions",
     "mix_positions",
     "model_type_of",
     "owned_entries",
+    "reorderer_trainer",
+    "saved_entries",
+    "sentence_word_counts",
     "sentence_taus",
+    "source_order_comparison",
     "train_reorderer",
+    "training_step_seconds",
     "with_predicted_positions",
 ]

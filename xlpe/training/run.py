@@ -49,6 +49,7 @@ from .collator import ExtraInputsDataCollator
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
 from .errors import UsageError
 from .host_memory import keep_freed_host_memory
+from .learning_check import LEARNING_CHECK_FILE, LearningCheck
 from .model_setup import (
     apply_generation_options,
     attach_reorderer,
@@ -186,6 +187,8 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
             else run_record(model_args, data_args, training_args)
         )
         write_run_record(training_args, record)
+        if not checkpoint and training_args.process_index == 0:  # a run started over: no earlier run's verdict
+            (Path(training_args.output_dir) / LEARNING_CHECK_FILE).unlink(missing_ok=True)
     report_cuda_defaults(training_args)
     if training_args.device.type == "cpu":  # no page faults on the step's large tensors (host_memory.py)
         logger.info(keep_freed_host_memory())
@@ -258,6 +261,11 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
             RunOutcome(stopper),
             clock,
             *([run_plan(prepared, model, data_args, training_args)] if training_args.do_train else []),
+            *(
+                [LearningCheck(len(prepared["train"]), from_scratch=model_args.model_name_or_path is None)]
+                if training_args.do_train and training_args.do_eval
+                else []
+            ),
         ],
     )
     trainer_ref.append(trainer)
@@ -280,6 +288,10 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         )
         trainer.save_model()
         apply_umask_to_weights(training_args.output_dir)  # stock (vanilla) models too: safetensors writes 0600
+        if model_args.reorderer and trainer.is_world_process_zero():  # how the reorderer was trained, for the card
+            from .reorderer import copy_training_report
+
+            copy_training_report(model_args.reorderer, training_args.output_dir)
         metrics = {
             **result.metrics,
             **trainer.padding_metrics(result.metrics.get("train_runtime")),
@@ -295,8 +307,13 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         if training_args.average_last_checkpoints:
             average_into(trainer, training_args)
     generation = dict(
-        max_length=data_args.val_max_target_length or data_args.max_target_length, num_beams=data_args.num_beams
+        max_length=training_args.generation_max_length,  # None: the length rule (trainer.py)
+        num_beams=data_args.num_beams,
     )
+    pending = [stage for stage in ("validation", "test") if stages[stage] and stage in prepared]  # card before each
+    card = (training_args.output_dir, model_args, data_args, training_args, all_metrics, facts)
+    if trainer.is_world_process_zero():
+        write_card(*card, pending=pending)
     if training_args.do_eval and "validation" in prepared:
         metrics = {
             **trainer.evaluate(prepared["validation"], metric_key_prefix="eval", **generation),
@@ -304,6 +321,9 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         }  # (the whole split, not the periodic subset)
         trainer.log_metrics("eval", metrics), trainer.save_metrics("eval", metrics)
         all_metrics.update(metrics)
+        pending.remove("validation")
+        if pending and trainer.is_world_process_zero():
+            write_card(*card, pending=pending)
     if training_args.do_predict and "test" in prepared:
         all_metrics.update(predict_and_report(trainer, prepared["test"], tokenizer, data_args, generation))
     if trainer.is_world_process_zero():
@@ -521,9 +541,10 @@ def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) 
     return metrics
 
 
-def write_card(output_dir, model_args, data_args, training_args, metrics, facts=None) -> None:
-    """README.md model card (`model_card.write_training_card`: validation and test scores with signatures, recipe,
-    settings, data sizes, reorderer); skipped for stock (vanilla) models."""
+def write_card(output_dir, model_args, data_args, training_args, metrics, facts=None, pending=()) -> None:
+    """README.md model card (`model_card.write_training_card`: data, arguments, sizes, time, reorderer, and the
+    validation and test scores with signatures, or `pending`: the stages whose scores are not in yet); skipped for
+    stock (vanilla) models and when `output_dir` holds no model (an evaluation-only run of a model elsewhere)."""
     try:
         from .model_card import family_of, write_training_card
 
@@ -531,4 +552,4 @@ def write_card(output_dir, model_args, data_args, training_args, metrics, facts=
     except (ImportError, ValueError, OSError) as error:
         logger.info("no model card written: %s", error)
         return
-    write_training_card(output_dir, model_args, data_args, training_args, metrics, facts)
+    write_training_card(output_dir, model_args, data_args, training_args, metrics, facts, pending=pending)

@@ -1,8 +1,10 @@
 """What the model card of an `xlpe-train` run says about that run, and only what the run did (issue 39).
 
-`write_training_card` gathers the facts once, at the end of the run, into `xlpe_card.json` beside the card, and
-renders the card from them (`model_card.build_model_card`); `xlpe-push` renders it again from the same record with
-the Hub id, so the usage example names the repository and not the local folder (`rerender_for_push`):
+The card is written when the final evaluation starts and again after each stage (`model_card.write_training_card`,
+the facts gathered by `card_facts.gather_card`), recorded in `xlpe_card.json` beside it and rendered from that
+record (`model_card.build_model_card`); `xlpe-push` renders it again from the same record with the Hub id, so the
+usage example names the repository and not the local folder (`rerender_for_push`). This module says what the
+figures mean:
 
 * **the data**: its name (`--dataset_label`, else the name `xlpe-prepare --name` recorded in the prepared data, else
   the Hub dataset or the training files), languages, pairs read/kept/skipped per split and the sentences actually
@@ -15,7 +17,8 @@ the Hub id, so the usage example names the repository and not the local folder (
   resumed segment (`callbacks.RunClock`);
 * **the evaluation**: one row per split and metric with the sentences scored, and the test translations saved
   beside the card (`test_translations.txt`: source, reference, translation per line, tab-separated);
-* **the usage example**: a source sentence of the test split, not a fixed English one.
+* **the usage example**: a source sentence of the run's test or validation data, not a fixed English one
+  (`card_facts.example_from_data`).
 """
 
 from __future__ import annotations
@@ -180,17 +183,6 @@ def preprocessing_text(reports: Mapping, data_args) -> str | None:
     return "; ".join(parts) + "." if parts else None
 
 
-def example_source(output_dir: Path) -> str | None:
-    """The first source sentence of the test translations, if the run translated a test split."""
-    path = Path(output_dir) / TRANSLATIONS_FILE
-    if not path.is_file():
-        return None
-    with path.open(encoding="utf-8") as lines:
-        next(lines, None)  # header
-        first = next(lines, "")
-    return first.split("\t", 1)[0].strip() or None
-
-
 def write_test_translations(output_dir, sources, references, hypotheses) -> Path:
     """`test_translations.txt` beside the card: a header, then source, reference and translation of each test
     sentence scored, tab-separated (tabs inside a sentence become spaces)."""
@@ -210,7 +202,6 @@ __all__ = [
     "TRANSLATIONS_FILE",
     "dataset_label",
     "describe_optimizer",
-    "example_source",
     "preprocessing_text",
     "training_settings",
     "write_test_translations",

@@ -275,3 +275,112 @@ def example_side_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
         return sides[0], sides[1]
     source = np.asarray([len(item.get("input_ids", ())) for item in dataset], dtype=np.int64)
     return source, np.asarray([len(item.get("labels", ())) for item in dataset], dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A batch sampler in a Trainer (xlpe-train's --max_tokens, xlpe-reorder train's batches)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def batch_sampler_dataloader(trainer, dataset, collator, batch_sampler):
+    """`trainer`'s training dataloader serving `batch_sampler`'s batches of `dataset` (a sampler that shards its
+    batches over processes itself: the pass-through of accelerate's `BatchSamplerShard` keeps them from being
+    sharded a second time). The sampler's epoch is set by the Trainer's loop (and `callbacks.TokenBatchEpoch`)."""
+    from functools import partial
+
+    from transformers.trainer_utils import seed_worker
+
+    args = trainer.args
+    workers = args.dataloader_num_workers
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=batch_sampler,
+        collate_fn=collator,
+        num_workers=workers,
+        pin_memory=args.dataloader_pin_memory,
+        persistent_workers=args.dataloader_persistent_workers,
+        prefetch_factor=args.dataloader_prefetch_factor if workers else None,
+        worker_init_fn=partial(seed_worker, num_workers=workers, rank=args.process_index),
+    )
+    prepared = trainer.accelerator.prepare(loader)
+    wrapper = getattr(prepared, "batch_sampler", None)
+    if wrapper is not batch_sampler and getattr(wrapper, "batch_sampler", None) is batch_sampler:
+        wrapper.num_processes, wrapper.process_index = 1, 0  # the sampler already gave this process its share
+    return prepared
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The standalone reorderer's batches (xlpe-reorder train): length-grouped, by a word-pair budget
+# ---------------------------------------------------------------------------------------------------------
+
+# "word_pairs" (default): length-grouped batches of about the same number of word pairs (padded), in random order;
+# "sentences": length-grouped batches of `batch_size` sentences; "random": the stock Trainer's random batches (<0.6)
+REORDERER_BATCHING = ("word_pairs", "sentences", "random")
+
+
+def word_pair_costs(word_counts) -> np.ndarray:
+    """Each sentence's cost in a reorderer batch: its padded word pairs, max(words, median words)^2. The pair scores
+    are [words x words] per sentence and the loss is a mean over word pairs; the BTG chart (cubic) runs on chunks of
+    rows of similar length, so with length-grouped batches its cost per batch is budget x words. Sentences shorter
+    than the median count as the median: batches of short sentences do not grow past about `batch_size` sentences
+    (the token encoder's cost is per token)."""
+    counts = np.maximum(np.asarray(word_counts, dtype=np.int64), 1)
+    floor = int(np.median(counts)) if len(counts) else 1
+    return np.maximum(counts, floor) ** 2
+
+
+def word_pair_budget(word_counts, batch_size: int) -> int:
+    """The word-pair budget of a batch (sentences x the batch's longest padded pairs, `word_pair_costs`) for which
+    `TokenBatchSampler`'s cut makes as many batches as `batch_size` sentences a step would (ceil(N / batch_size)),
+    so `batch_size` keeps its meaning on average: sentences a step, and the epoch about as many steps. Never below
+    the costliest sentence."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    costs = np.sort(word_pair_costs(word_counts))
+    if not len(costs):
+        return 1
+    target = -(-len(costs) // batch_size)
+    low, high = int(costs[-1]), int(costs[-1]) * len(costs)  # (one batch of everything at the top)
+    while low < high:  # the smallest budget whose cut has at most `target` batches
+        middle = (low + high) // 2
+        if len(batch_sizes(costs, middle)) <= target:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+class WordPairBatchSampler(TokenBatchSampler):
+    """`TokenBatchSampler` over sentences of `word_counts` words, each costing `word_pair_costs` (its padded word
+    pairs), within `word_pair_budget`: batches cut from the sentences sorted by words (ties of cost, the sentences
+    under the median, broken by words), fewer sentences the longer they are, served in random order (seed + epoch).
+    The biggest batches are then halved until there are exactly ceil(N / `batch_size`) a epoch: `batch_size` is
+    the mean sentences a step, and an epoch as many steps as random batches of `batch_size` make."""
+
+    def __init__(self, word_counts, batch_size: int, seed: int = 0):
+        counts = np.asarray(word_counts, dtype=np.int64)
+        budget = word_pair_budget(counts, batch_size)
+        super().__init__(word_pair_costs(counts), counts, max_tokens=budget, seed=seed)
+        self.batch_size = int(batch_size)
+        sizes, target = self.sizes, -(-len(counts) // self.batch_size)
+        while len(sizes) < target and sizes.max() > 1:  # (the budget's cut can jump past the target count)
+            largest = int(np.argmax(sizes))
+            half = sizes[largest] // 2
+            sizes = np.concatenate([sizes[:largest], [sizes[largest] - half, half], sizes[largest + 1 :]])
+        self.sizes = sizes
+
+
+def reorderer_batch_sampler(word_counts, batch_size: int, seed: int, batching: str = "word_pairs"):
+    """The sampler `xlpe-reorder train` draws its training batches from, for sentences of `word_counts` words:
+    "word_pairs" a `WordPairBatchSampler` (a batch sampler: length-grouped batches, fewer sentences the longer they
+    are, `batch_size` sentences on average); "sentences" a `ShuffledLengthGroupedSampler` (an index sampler:
+    `batch_size` consecutive indices make one length-grouped batch); "random": None (the Trainer's own random
+    sampler). Seeded: epoch e draws with seed + e, so a run resumed at an epoch's checkpoint draws the batches the
+    interrupted one would have."""
+    if batching not in REORDERER_BATCHING:
+        raise ValueError(f"batching must be one of {REORDERER_BATCHING}, got {batching!r}")
+    if batching == "random":
+        return None
+    if batching == "sentences":
+        return ShuffledLengthGroupedSampler(np.asarray(word_counts), batch_size, seed=seed)
+    return WordPairBatchSampler(word_counts, batch_size, seed=seed)

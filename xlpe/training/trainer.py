@@ -17,6 +17,11 @@ Two things the stock trainer does not do:
   `generate()` runs in the training dtype (`--bf16`/`--fp16`: autocast around the whole call, encoder included;
   accelerate's wrapper of `forward` alone leaves generate's encoder call in fp32). It runs eager: the decode step
   with a growing dynamic cache (and beam reordering) would recompile under `torch.compile` as the cache grows.
+  Its length follows the length rule (xlpe/models/length_rule.py): without an explicit `--generation_max_length`
+  or `--val_max_target_length` each sentence gets min(floor(1.5 x its source tokens) + 10,
+  max_position_embeddings - 1) new tokens, whatever its batch; with one, that cap for every sentence. The
+  evaluation and prediction metrics count `<prefix>_inputs_truncated` (sources longer than the position limit)
+  and `<prefix>_outputs_at_limit` (translations that reached their budget or cap instead of ending).
 * **One compiled graph for every batch shape.** Under `--torch_compile` the batch and length dimensions of the
   inputs are marked dynamic before each step (`_prepare_inputs`), so the training step is traced once instead
   of static, then dynamic at the second shape, then again for the next dimension that first changes
@@ -58,7 +63,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import defaultdict
-from functools import partial
 
 import numpy as np
 import torch
@@ -66,11 +70,25 @@ from accelerate.utils import gather_object
 from transformers import Seq2SeqTrainer
 from transformers.distributed.fsdp import is_fsdp_managed_module
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
-from transformers.trainer_utils import EvalLoopOutput, seed_worker
+from transformers.trainer_utils import EvalLoopOutput
 
 from ..models.extra_inputs import EXTRA_INPUTS
+from ..models.length_rule import (
+    explicit_length,
+    length_budgets,
+    length_rule_generate_kwargs,
+    position_limit,
+    reached_limit,
+)
+from ..models.length_rule import generated_lengths as rule_generated_lengths
 from .callbacks import Throughput, TokenBatchEpoch
-from .sampling import ShuffledLengthGroupedSampler, TokenBatchSampler, example_lengths, example_side_lengths
+from .sampling import (
+    ShuffledLengthGroupedSampler,
+    TokenBatchSampler,
+    batch_sampler_dataloader,
+    example_lengths,
+    example_side_lengths,
+)
 
 SOURCE_INPUTS = ("input_ids", "attention_mask")
 EXAMPLE_INDEX = "example_index"  # position of an evaluation/test example in its dataset (restores input order)
@@ -103,7 +121,15 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
         if training_args is not None and training_args.ddp_find_unused_parameters is None:  # module docstring
             training_args.ddp_find_unused_parameters = False
+        model = kwargs.get("model", args[0] if args else None)
+        config = getattr(model, "config", None)
+        inference_cache = getattr(config, "use_cache", None)
         super().__init__(*args, **kwargs)
+        if config is not None and inference_cache is not None:
+            # The stock Trainer writes `--use_cache` (default False) into the model's config; every checkpoint and
+            # the final model would then carry it, and a model built from such a checkpoint decodes without cache.
+            # The families' training forward never uses the cache (labels switch it off), so the model keeps its own.
+            config.use_cache = inference_cache
         # `num_items_in_batch` only for models that use it (module docstring). The stock guess (forward takes
         # **kwargs) is True for stock Marian/BART too, which return a plain per-batch mean: the trainer would then
         # skip the division by gradient-accumulation steps and multiply by the number of processes.
@@ -203,22 +229,7 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
             plan["padded_tokens_per_batch"],
             100 * plan["padding_waste"],
         )
-        workers = self.args.dataloader_num_workers
-        loader = torch.utils.data.DataLoader(
-            dataset,
-            batch_sampler=self.token_sampler,
-            collate_fn=collator,
-            num_workers=workers,
-            pin_memory=self.args.dataloader_pin_memory,
-            persistent_workers=self.args.dataloader_persistent_workers,
-            prefetch_factor=self.args.dataloader_prefetch_factor if workers else None,
-            worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
-        )
-        prepared = self.accelerator.prepare(loader)
-        wrapper = getattr(prepared, "batch_sampler", None)
-        if wrapper is not self.token_sampler and getattr(wrapper, "batch_sampler", None) is self.token_sampler:
-            wrapper.num_processes, wrapper.process_index = 1, 0  # the sampler already gave this process its share
-        return prepared
+        return batch_sampler_dataloader(self, dataset, collator, self.token_sampler)
 
     # --- torch.compile: one graph for every batch shape ---------------------------------------------------------
     def _prepare_inputs(self, inputs):
@@ -400,7 +411,49 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
         parts = self._pop_loss_parts("eval")
         output.metrics.update({f"{metric_key_prefix}_{name}": value for name, value in parts.items()})
-        return self._restore_input_order(output)
+        restored = bool(self._example_indices)
+        output = self._restore_input_order(output)
+        if restored:
+            output.metrics.update(self._length_report(dataloader.dataset, output, metric_key_prefix))
+        return output
+
+    # --- the length rule ------------------------------------------------------------------------------------
+    def _length_settings(self) -> tuple[int, int, int]:
+        """(position limit, eos id, pad id) of the model being evaluated (xlpe/models/length_rule.py)."""
+        model = self.accelerator.unwrap_model(self.model)
+        config = model.generation_config
+        eos = config.eos_token_id if config.eos_token_id is not None else model.config.eos_token_id
+        pad = config.pad_token_id if config.pad_token_id is not None else model.config.pad_token_id
+        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+        return position_limit(model.config, self.processing_class), eos, pad
+
+    def _length_report(self, dataset, output: EvalLoopOutput, prefix: str) -> dict:
+        """`<prefix>_inputs_truncated` (sources longer than the model's position limit) and
+        `<prefix>_outputs_at_limit` (translations that reached their length budget or the explicit cap instead of
+        ending) of a generating evaluation whose predictions are in dataset order; {} otherwise."""
+        predictions = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+        if predictions is None or not self.args.predict_with_generate or not hasattr(dataset, "__len__"):
+            return {}
+        try:
+            column = dataset["input_ids"]
+        except (KeyError, TypeError, IndexError):
+            column = [dataset[i]["input_ids"] for i in range(len(dataset))]
+        sources = np.array([len(ids) for ids in column], dtype=np.int64)
+        if len(sources) != len(predictions):
+            return {}
+        limit, eos, pad = self._length_settings()
+        ids = np.asarray(predictions)
+        lengths = rule_generated_lengths(np.where(ids < 0, pad, ids), eos, pad)
+        generation = {k: v for k, v in getattr(self, "_gen_kwargs", {}).items() if v is not None}
+        if explicit_length(generation):
+            cap = generation.get("max_new_tokens") or int(generation["max_length"]) - 1
+            budgets = np.full(len(sources), int(cap))
+        else:
+            budgets = length_budgets(np.minimum(sources, limit), limit)
+        return {
+            f"{prefix}_inputs_truncated": int((sources > limit).sum()),
+            f"{prefix}_outputs_at_limit": int(reached_limit(lengths, budgets).sum()),
+        }
 
     # --- generation -----------------------------------------------------------------------------------------
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
@@ -412,6 +465,9 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
             gen_kwargs = dict(getattr(self, "_gen_kwargs", {}))
         gen_kwargs = {key: value for key, value in gen_kwargs.items() if value is not None}
         gen_kwargs.setdefault("synced_gpus", is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self.model))
+        if not explicit_length(gen_kwargs):  # the length rule: each sentence its own budget (module docstring)
+            limit, eos, _ = self._length_settings()
+            gen_kwargs, _ = length_rule_generate_kwargs(inputs["attention_mask"], limit, eos, gen_kwargs)
         with torch.no_grad():
             # FSDP1: generate() bypasses the wrapper and would see the shards. Autocast (--bf16/--fp16): the training
             # dtype for the whole of generate(); accelerate's forward wrapper covers only the decoder steps, not the
@@ -511,6 +567,8 @@ def make_compute_metrics(
     to `trainer.metric_signatures` (strings do not belong in logged metrics). `trainer_ref` is a one-element
     list filled with the trainer after it is built."""
 
+    from ..evaluation.metrics import repetition_rate
+
     def compute_metrics(prediction) -> dict[str, float]:
         predictions = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
         hypotheses, references = decode_ids(tokenizer, predictions), decode_ids(tokenizer, prediction.label_ids)
@@ -521,6 +579,7 @@ def make_compute_metrics(
             "bleu": round(scores["bleu"], 2),
             "chrf": round(scores["chrf"], 2),
             "gen_len": round(float(generated_lengths(predictions, tokenizer).mean()), 2),
+            "repetition": round(repetition_rate(hypotheses), 4),  # looping outputs: the learning check reads it
         }
 
     return compute_metrics
