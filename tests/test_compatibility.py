@@ -8,6 +8,7 @@ compatibility table quotes it."""
 from __future__ import annotations
 
 import configparser
+import os
 import re
 import subprocess
 import sys
@@ -91,3 +92,64 @@ def test_import_warns_once_outside_the_range():
     )
     assert "is tested with transformers" not in clean.stderr
     assert re.search(r"5\.17\.0", lines[0])
+
+
+def test_the_remote_code_range_is_setup_cfgs():
+    """The model files travel without the package metadata: they carry the range as constants, kept equal here."""
+    from xlpe.models.transformers_compat import ACCEPTED_TRANSFORMERS, untested_transformers_release
+
+    bounds = {spec.operator: spec.version for spec in accepted().specifier}
+    assert ACCEPTED_TRANSFORMERS == (bounds[">="], bounds["<="])
+    assert untested_transformers_release(bounds[">="]) is None and untested_transformers_release(bounds["<="]) is None
+    message = untested_transformers_release("5.17.0")
+    assert message is not None and "\n" not in message and "5.17.0" in message
+
+
+def test_plain_import_warns_once_without_importing_transformers():
+    from importlib import metadata
+
+    try:
+        metadata.requires("xlpe")
+    except metadata.PackageNotFoundError:
+        pytest.skip("xlpe is not installed (pip install -e .): the range is read from its metadata")
+    script = (
+        "import importlib.metadata as m, sys\n"
+        "real = m.version\n"
+        "m.version = lambda name: '5.17.0' if name == 'transformers' else real(name)\n"
+        "import xlpe\n"
+        "print('transformers' in sys.modules)\n"
+        "import xlpe.models.transformers_compat\n"  # the package said it: the model files stay silent
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    lines = [line for line in result.stderr.splitlines() if "tested with transformers" in line]
+    assert len(lines) == 1 and "5.17.0" in lines[0], result.stderr
+    assert result.stdout.strip().splitlines()[0] == "False"
+
+
+def test_remote_code_without_the_package_warns_once(toy_tokenizer, tmp_path):
+    """A saved model loaded with trust_remote_code where xlpe cannot be imported: its model files say it."""
+    from conftest import save_tiny_xlpe_model
+
+    folder = save_tiny_xlpe_model(toy_tokenizer, tmp_path / "model")
+    script = (
+        "import sys\n"
+        "sys.modules['xlpe'] = None\n"  # the package is NOT importable here
+        "import importlib.metadata as m\n"
+        "real = m.version\n"
+        "m.version = lambda name: '5.17.0' if name == 'transformers' else real(name)\n"
+        "from transformers import AutoModelForSeq2SeqLM\n"
+        f"model = AutoModelForSeq2SeqLM.from_pretrained({str(folder)!r}, trust_remote_code=True)\n"
+        "print(type(model).__module__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")},
+        timeout=300,
+    )
+    assert result.stdout.strip().splitlines()[-1].startswith("transformers_modules"), result.stdout
+    lines = [line for line in result.stderr.splitlines() if "tested with transformers" in line]
+    assert len(lines) == 1 and "5.17.0" in lines[0] and ">=5.23.0,<=5.24.0" in lines[0], result.stderr

@@ -87,19 +87,26 @@ def untested_transformers(installed: str | None = None, accepted: str | None = N
     )
 
 
-def register() -> None:
-    """Register the families with the transformers Auto classes and pipelines (idempotent): imports `xlpe.models`.
-    Warns once (one line) when the installed transformers release is outside the tested range."""
+def _check_release(stacklevel: int = 3) -> None:
+    """Warn once per process (one line) when the installed transformers release is outside the tested range: read
+    from the package metadata, so `import xlpe` says it without importing transformers."""
     global _checked_release
     if not _checked_release:
         _checked_release = True
         message = untested_transformers()
         if message:
-            warnings.warn(message, UserWarning, stacklevel=2)
+            warnings.warn(message, UserWarning, stacklevel=stacklevel)
+
+
+def register() -> None:
+    """Register the families with the transformers Auto classes and pipelines (idempotent): imports `xlpe.models`.
+    Warns once (one line) when the installed transformers release is outside the tested range."""
+    _check_release()
     importlib.import_module(f"{__name__}.models").register_with_transformers()
 
 
 _checked_release = False
+_check_release(stacklevel=3)  # `import xlpe` alone says it (xlpe.models.transformers_compat then stays silent)
 
 
 class _RegisterAfterTransformers(importlib.abc.MetaPathFinder):

@@ -327,8 +327,30 @@ def test_it_states_its_plan_and_how_long_it_took(tmp_path, monkeypatch, capsys):
     assert (
         "xlpe-prepare: plan: 144 pairs (train 120, validation 12, test 12): train a joint tokenizer on the train "
         "split; align the words of train, validation, test with eflomal (both directions); read off the features "
-        "(positions, tags of given taggers); about 0 s at the rate measured on 2 cores (650 pairs/s; more cores "
-        "are faster, a loaded machine slower)"
+        "(positions, tags of given taggers); about 0 s on 2 cores for "
     ) in err
+    assert "longer sentences cost more than in proportion, more cores are faster, a loaded machine slower)" in err
     assert re.search(r"xlpe-prepare: took \d+ s \([\d,]+ pairs/s on this machine\)", err)
     assert err.index("plan:") < err.index("wrote")
+
+
+def test_the_estimate_grows_with_sentence_length_not_only_with_pairs():
+    """The plan's estimate counts words and, for the splits eflomal aligns, source x target word products: the same
+    number of pairs twice as long is estimated at more than twice the time (a per-pair rate said 21 s for 12k news
+    pairs that took 115 s)."""
+    from types import SimpleNamespace
+
+    from xlpe.cli.prepare import _plan_line, estimate_work
+    from xlpe.features.corpus import ParallelSplit
+
+    def split(words):
+        return ParallelSplit([" ".join(["a"] * words)] * 1000, [" ".join(["b"] * words)] * 1000, "s", "t")
+
+    assert estimate_work({"train": split(3)}, ["train"]) == (6000, 9000)
+    assert estimate_work({"train": split(3)}, []) == (6000, 0)  # alignments given: no eflomal
+    args = SimpleNamespace(tokenizer=None, features=None)
+    seconds = []
+    for words in (30, 60):
+        about = re.search(r"about ([\d.]+) (s|min)", _plan_line(args, {"train": split(words)}))
+        seconds.append(float(about[1]) * (60 if about[2] == "min" else 1))
+    assert seconds[1] > 3 * seconds[0] > 0

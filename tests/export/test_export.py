@@ -19,8 +19,8 @@ pytest.importorskip("onnx")
 sys.path.insert(0, str(REPO_ROOT / "tests" / "models"))
 from test_generation_consistency import EOS, PAD, STACKS, VOCAB, build
 
-from xlpe.export.exporter import check_exportable, export_directory, export_model
-from xlpe.export.manifest import MANIFEST_FILE, verify_export
+from xlpe.export.exporter import check_exportable, export_directory, export_model, verify_export
+from xlpe.export.manifest import MANIFEST_FILE
 from xlpe.export.runtime import OnnxTranslator
 from xlpe.export.search import SearchSettings
 
@@ -374,3 +374,339 @@ def test_length_rule_batch_invariance_and_reports(toy_tokenizer, tmp_path, capsy
     assert "xlpe-export: warning: 2 of 3 lines are longer than the model's limit (64 tokens" in err
     assert "line 2, 4\n" in err
     assert "xlpe-export: warning: 3 of 3 translations reached their length limit" in err
+
+
+# ------------------------------------------------------------------ the export checked as a whole (issue: verify)
+
+
+def tiny_reorderer(vocab_size: int, pad: int, eos: int, seed: int):
+    from xlpe.models.configuration_reorderer import XLPEReordererConfig
+    from xlpe.models.modeling_reorderer import XLPEReordererModel
+
+    torch.manual_seed(seed)
+    reorderer = XLPEReordererModel(
+        XLPEReordererConfig(
+            vocab_size=vocab_size,
+            d_model=16,
+            ffn_dim=32,
+            pair_dim=8,
+            attention_heads=2,
+            token_layers=1,
+            word_layers=1,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            max_source_positions=64,
+            max_words=60,
+        )
+    )
+    with torch.no_grad():
+        reorderer.query.weight.normal_(0, 3.0), reorderer.key.weight.normal_(0, 3.0)
+    return reorderer.eval()
+
+
+@pytest.fixture(scope="module")
+def reordered_export(toy_tokenizer, tmp_path_factory):
+    """(model dir, export dir): a tiny XL PE model with an attached reorderer, its tokenizer recorded (version 2)
+    as xlpe-train records it, exported with int8 copies."""
+    from xlpe import XLPEMarianMTModel
+    from xlpe.evaluation.model_loading import record_tokenizer_fingerprint
+
+    root = tmp_path_factory.mktemp("whole")
+    model_dir = save_tiny_xlpe_model(toy_tokenizer, root / "model")
+    model = XLPEMarianMTModel.from_pretrained(model_dir)
+    pad, eos = toy_tokenizer.pad_token_id, toy_tokenizer.eos_token_id
+    model.attach_reorderer(tiny_reorderer(len(toy_tokenizer), pad, eos, seed=3))
+    model.generation_config.num_beams = 2
+    record_tokenizer_fingerprint(model.config, toy_tokenizer)
+    model.save_pretrained(model_dir)
+    export_directory(model_dir, root / "onnx", quantize="int8")
+    return model_dir, root / "onnx"
+
+
+def copy_of(directory, tmp_path, name: str):
+    import shutil
+
+    target = tmp_path / name
+    shutil.copytree(directory, target)
+    return target
+
+
+def verify_cli(export, model=None) -> tuple[int, str]:
+    """`xlpe-export --verify EXPORT [--model MODEL]`: (exit status, stderr's error line or stdout)."""
+    import contextlib
+    import io
+
+    from xlpe.cli.export import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["--verify", str(export), *(["--model", str(model)] if model else [])])
+    lines = [line for line in err.getvalue().splitlines() if line.startswith("xlpe-export: error: ")]
+    assert status == 0 or len(lines) == 1, err.getvalue()
+    return status, lines[0] if lines else out.getvalue()
+
+
+def reseal(export, edit) -> None:
+    """Edit the manifest with `edit(manifest)` and seal it again (a consistent forgery of the record)."""
+    from xlpe.export.manifest import SEAL_FIELD, write_manifest
+
+    manifest = json.loads((export / MANIFEST_FILE).read_text())
+    manifest.pop(SEAL_FIELD)
+    edit(manifest)
+    write_manifest(export, manifest)
+
+
+def test_an_untouched_export_verifies_against_its_model(reordered_export):
+    model_dir, export = reordered_export
+    status, said = verify_cli(export, model_dir)
+    assert status == 0 and "are what" in said, said
+    manifest = json.loads((export / MANIFEST_FILE).read_text())
+    assert {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= set(
+        manifest["files"]
+    )
+    assert {"reorderer/config.json", "reorderer/model.safetensors"} <= set(manifest["files"])
+    assert manifest["model"]["tokenizer_fingerprint_version"] == 2
+    translator = OnnxTranslator(export, threads=1)
+    assert translator.generation_config["num_beams"] == 2 and translator.source_limit() == 64
+
+
+def test_a_swapped_reorderer_is_named(reordered_export, tmp_path, toy_tokenizer):
+    model_dir, export = reordered_export
+    swapped = copy_of(export, tmp_path, "swapped")
+    pad, eos = toy_tokenizer.pad_token_id, toy_tokenizer.eos_token_id
+    other = tiny_reorderer(len(toy_tokenizer), pad, eos, seed=11)
+    other.config.fixed_token_ids = json.loads((export / "reorderer" / "config.json").read_text())["fixed_token_ids"]
+    other.save_pretrained(swapped / "reorderer")
+    with pytest.raises(ValueError, match=r"reorderer/model\.safetensors: SHA-256"):
+        OnnxTranslator(swapped)
+    status, said = verify_cli(swapped, model_dir)
+    assert status == 2 and "reorderer/model.safetensors: SHA-256" in said, said
+    # the manifest forged to match: the runtime's checks pass, the comparison with the model names the file
+    from xlpe.export.manifest import file_digest
+
+    reseal(swapped, lambda m: m["files"].update({name: file_digest(swapped / name) for name in m["files"]}))
+    OnnxTranslator(swapped, threads=1)
+    status, said = verify_cli(swapped, model_dir)
+    assert status == 2 and "reorderer/model.safetensors: differs from what" in said and "the bytes differ" in said
+    # a file the manifest does not list (AutoTokenizer would read it)
+    extra = copy_of(export, tmp_path, "extra")
+    (extra / "special_tokens_map.json").write_text(json.dumps({"pad_token": "</s>"}))
+    status, said = verify_cli(extra)
+    assert status == 2 and "special_tokens_map.json: not in the export manifest" in said, said
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        (("model", "max_position_embeddings"), 8),
+        (("generation_config", "num_beams"), 5),
+        (("front_end", "reorderer"), None),
+        (("graphs", "encoder_model.onnx"), None),
+    ],
+)
+def test_a_hand_edited_manifest_is_refused_naming_the_field(reordered_export, tmp_path, field, value):
+    _, export = reordered_export
+    edited = copy_of(export, tmp_path, "edited")
+    manifest = json.loads((edited / MANIFEST_FILE).read_text())
+    if value is None:
+        manifest[field[0]].pop(field[1])
+    else:
+        manifest[field[0]][field[1]] = value
+    (edited / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+    name = ".".join(field)
+    with pytest.raises(ValueError, match=f"field '{name}' was (edited|removed) after export"):
+        OnnxTranslator(edited, verify=False)  # refused even without the file checks
+    status, said = verify_cli(edited)
+    assert status == 2 and f"field '{name}'" in said, said
+
+
+def test_the_runtime_reads_its_facts_from_the_checked_files(reordered_export, tmp_path):
+    """A manifest edited and sealed again: the position limit and beams still come from config.json and
+    generation_config.json (whose digests are checked), and the copy that disagrees is named."""
+    _, export = reordered_export
+    for field, value in ((("model", "max_position_embeddings"), 8), (("generation_config", "num_beams"), 5)):
+        forged = copy_of(export, tmp_path, f"forged-{field[1]}")
+        reseal(forged, lambda m, field=field, value=value: m[field[0]].__setitem__(field[1], value))
+        with pytest.raises(ValueError, match=f"field '{field[0]}(.{field[1]})?'"):
+            OnnxTranslator(forged, threads=1)
+    old = copy_of(export, tmp_path, "old")
+    manifest = json.loads((old / MANIFEST_FILE).read_text())
+    (old / MANIFEST_FILE).write_text(json.dumps({**manifest, "format_version": 1}))
+    with pytest.raises(ValueError, match="format version 1, expected 2 .* export the model again"):
+        OnnxTranslator(old)
+
+
+def test_a_changed_generation_config_is_named(reordered_export, tmp_path):
+    model_dir, export = reordered_export
+    model = copy_of(model_dir, tmp_path, "model")
+    settings = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**settings, "num_beams": 5}))
+    status, said = verify_cli(export, model)
+    assert status == 2 and "generation_config.json: differs" in said and "num_beams: 2 vs 5" in said, said
+    changed = copy_of(export, tmp_path, "changed")
+    (changed / "generation_config.json").write_text(json.dumps({**settings, "num_beams": 5}))
+    with pytest.raises(ValueError, match=r"generation_config\.json: SHA-256"):
+        OnnxTranslator(changed)
+
+
+def test_left_padding_is_refused_as_xlpe_translate_refuses_it(reordered_export, tmp_path, toy_tokenizer, monkeypatch):
+    import copy
+
+    from xlpe.evaluation import model_loading
+    from xlpe.export import runtime
+
+    _, export = reordered_export
+    left = copy_of(export, tmp_path, "left")
+    settings = json.loads((left / "tokenizer_config.json").read_text())
+    (left / "tokenizer_config.json").write_text(json.dumps({**settings, "padding_side": "left"}))
+    for verify in (True, False):
+        with pytest.raises(model_loading.ModelLoadError, match="pads on the left"):
+            OnnxTranslator(left, verify=verify)
+    assert verify_cli(left)[0] == 2
+    model, _ = build("dpe")
+    left_tokenizer = copy.deepcopy(toy_tokenizer)
+    left_tokenizer.padding_side = "left"
+    with pytest.raises(ValueError, match="pads on the left"):
+        export_model(model, left_tokenizer, tmp_path / "x")
+    calls = []  # one check, shared: the runtime calls model_loading's own function
+    monkeypatch.setattr(model_loading, "check_padding_side", lambda tok, name: calls.append(name))
+    with pytest.raises(ValueError, match="tokenizer_config.json: SHA-256"):
+        runtime.OnnxTranslator(left)
+    assert calls == [str(left)]
+
+
+TOKENIZER_EDITS = {
+    "post_processor": lambda tok, cfg: ({**tok, "post_processor": None}, cfg),
+    "normalizer": lambda tok, cfg: (
+        {**tok, "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]}},
+        cfg,
+    ),
+    "truncation_side": lambda tok, cfg: (tok, {**cfg, "truncation_side": "left"}),
+    "padding_side": lambda tok, cfg: (tok, {**cfg, "padding_side": "left"}),
+}
+
+
+def edit_tokenizer(directory, edit) -> None:
+    tok = json.loads((directory / "tokenizer.json").read_text())
+    cfg = json.loads((directory / "tokenizer_config.json").read_text())
+    tok, cfg = edit(tok, cfg)
+    (directory / "tokenizer.json").write_text(json.dumps(tok))
+    (directory / "tokenizer_config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("part", sorted(TOKENIZER_EDITS))
+def test_tokenizer_edits_are_named_by_xlpe_translate_and_the_export_verify(reordered_export, tmp_path, part, capsys):
+    from xlpe.cli.translate import main as translate
+
+    model_dir, export = reordered_export
+    model = copy_of(model_dir, tmp_path, "model")
+    edit_tokenizer(model, TOKENIZER_EDITS[part])
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sees the dog\n", encoding="utf-8")
+    capsys.readouterr()
+    argv = ["--model", str(model), "--input", str(source), "--output", str(tmp_path / "out.txt"), "--quiet"]
+    assert translate([*argv, "--max_new_tokens", "4", "--device", "cpu"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("xlpe-translate: error: ")]
+    expected = "pads on the left" if part == "padding_side" else part
+    assert len(errors) == 1 and expected in errors[0], errors
+    status, said = verify_cli(export, model)  # the model's own record refuses it before any comparison
+    assert status == 2 and expected in said, said
+    # the export's tokenizer edited: the file's digest names it, and with the record forged the fingerprint does
+    edited = copy_of(export, tmp_path, "edited")
+    edit_tokenizer(edited, TOKENIZER_EDITS[part])
+    status, said = verify_cli(edited)
+    assert status == 2 and ("pads on the left" in said if part == "padding_side" else "tokenizer" in said), said
+    if part != "padding_side":
+        from xlpe.export.manifest import file_digest
+
+        reseal(edited, lambda m: m["files"].update({n: file_digest(edited / n) for n in m["files"]}))
+        status, said = verify_cli(edited)
+        assert status == 2 and f"{part} " in said and "not the exported model's tokenizer" in said, said
+
+
+def test_an_unchanged_tokenizer_resaved_is_not_flagged_and_old_records_are_checked_the_old_way(
+    reordered_export, tmp_path, toy_tokenizer
+):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from xlpe.evaluation.model_loading import (
+        FINGERPRINT_FIELD,
+        PARTS_FIELD,
+        VERSION_FIELD,
+        check_model_tokenizer,
+        tokenizer_fingerprint,
+    )
+    from xlpe.features.predicted_reordering import tokenizer_fingerprint as vocabulary_fingerprint
+
+    model_dir, export = reordered_export
+    model = copy_of(model_dir, tmp_path, "model")
+    tok = json.loads((model / "tokenizer.json").read_text())
+    (model / "tokenizer.json").write_text(json.dumps(dict(reversed(list(tok.items()))), indent=4))
+    cfg = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps(dict(reversed(list(cfg.items())))))
+    config = AutoConfig.from_pretrained(model)
+    resaved = AutoTokenizer.from_pretrained(model)
+    resaved("a b c", padding="max_length", max_length=9, truncation=True)  # settings a call leaves behind
+    assert tokenizer_fingerprint(resaved) == tokenizer_fingerprint(toy_tokenizer) == config.tokenizer_fingerprint
+    check_model_tokenizer(config, resaved, "m")
+    # a model saved before version 2: its record is the vocabulary's, checked as then (no false alarm)
+    old = config.to_dict()
+    old.pop(VERSION_FIELD), old.pop(PARTS_FIELD)
+    old[FINGERPRINT_FIELD] = vocabulary_fingerprint(toy_tokenizer)
+    check_model_tokenizer(old, resaved, "m")
+    edit_tokenizer(model, TOKENIZER_EDITS["post_processor"])
+    check_model_tokenizer(old, AutoTokenizer.from_pretrained(model), "m")  # version 1 never saw post-processors
+    with pytest.raises(ValueError, match="post_processor differs"):
+        check_model_tokenizer(config, AutoTokenizer.from_pretrained(model), "m")
+    with pytest.raises(ValueError, match="version 3"):
+        check_model_tokenizer({**config.to_dict(), VERSION_FIELD: 3}, resaved, "m")
+
+
+def test_mode_flags_that_do_not_apply_are_usage_errors(capsys):
+    from xlpe.cli.export import MODE_FLAGS, MODES, build_parser, main
+
+    values = {
+        "--model": "m",
+        "--quantize": "int8",
+        "--int8_scheme": "channel",
+        "--opset": "17",
+        "--overwrite_output": None,
+        "--input": "in.txt",
+        "--precision": "int8",
+        "--num_beams": "2",
+        "--batch_size": "2",
+        "--threads": "1",
+    }
+    options = {a.option_strings[0] for a in build_parser()._actions if a.option_strings and a.dest != "help"}
+    assert options == {f"--{mode}" for mode in MODES} | set(values)  # every option has a mode in the table
+    assert set(values) == {flag for flags in MODE_FLAGS.values() for flag in flags}
+    pairs = 0
+    for mode, label in MODES.items():
+        for flag, value in values.items():
+            if flag in MODE_FLAGS[mode]:
+                continue
+            capsys.readouterr()
+            argv = [f"--{mode}", "somewhere", flag, *([value] if value else [])]
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert (
+                err
+                == f"xlpe-export: error: {flag} does not apply to {label}: it is a flag of "
+                + " or ".join(MODES[m] for m in MODES if flag in MODE_FLAGS[m])
+                + "\n"
+            ), err
+            pairs += 1
+    assert pairs == 4 + 9 + 6
+
+
+@pytest.mark.parametrize("package", ["onnx", "onnxruntime"])
+def test_without_onnx_one_line_names_the_extra(package, monkeypatch, capsys, tmp_path):
+    from xlpe.cli.export import main
+
+    monkeypatch.setitem(sys.modules, package, None)
+    (tmp_path / "m").mkdir()
+    for argv in (["--model", str(tmp_path / "m"), "--output", str(tmp_path / "o")], ["--verify", str(tmp_path / "m")]):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("xlpe-export: error: ") and 'pip install "xlpe[onnx]"' in err and err.count("\n") == 1

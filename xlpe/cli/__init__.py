@@ -142,16 +142,35 @@ def looks_like_local_path(value: str) -> bool:
     return "/" in value and Path(head).is_dir()
 
 
+def did_you_mean_directory(value: str) -> str:
+    """ " (did you mean runs/de-en?)" when the parent of the missing path `value` exists and holds a directory of a
+    close name (difflib), spelled as the user spelled the parent; else ""."""
+    import difflib
+
+    text = value.rstrip("/\\") or value
+    path = Path(text).expanduser()
+    parent = path.parent
+    try:
+        candidates = [entry.name for entry in parent.iterdir() if entry.is_dir() and not entry.name.startswith(".")]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, candidates, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {text[: len(text) - len(path.name)]}{close[0]}?)"
+
+
 def check_model_path(value: str, flag: str) -> None:
     """CommandLineError when `value` is neither a local directory nor something the Hub could serve: a
-    missing local path is reported as missing locally (not as a failed connection to huggingface.co)."""
+    missing local path is reported as missing locally (not as a failed connection to huggingface.co), with the
+    closest directory beside it when there is one (`did_you_mean_directory`)."""
     path = Path(value).expanduser()
     if path.is_dir():
         return
     if path.exists():
         raise CommandLineError(f"{flag} {value}: is a file, expected a model directory or a Hub id")
     if looks_like_local_path(value):
-        raise CommandLineError(f"{flag} {value}: no such local directory")
+        raise CommandLineError(f"{flag} {value}: no such local directory{did_you_mean_directory(value)}")
     if hub_is_offline():
         raise CommandLineError(
             f"{flag} {value}: no such local directory, and the Hub is not tried "
@@ -164,6 +183,7 @@ __all__ = [
     "canonical_flags",
     "check_input_file",
     "check_model_path",
+    "did_you_mean_directory",
     "hub_is_offline",
     "looks_like_local_path",
     "suggest_option",

@@ -9,13 +9,20 @@
 Export refuses, in one line with exit status 2, a model it cannot handle (another model type, a standalone
 reorderer, a search option the exported search does not reproduce), a `--model` that does not exist, an existing
 `--output` without `--overwrite_output`, and (even with it) an `--output` that is, holds or lies inside `--model`
-or holds anything but an earlier export (`xlpe.features.outputs`). `--verify` checks the graph files and tokenizer
-against the export's manifest and, with `--model`, that the model's configuration and weights are the exported ones.
+or holds anything but an earlier export (`xlpe.features.outputs`). `--verify` checks the export as a whole: the
+manifest's seal, every file it lists (graphs, tokenizer files, config, generation config, reorderer, tagger) and
+that it lists every file there, the tokenizer; with `--model`, it also writes what that model would export now and
+names the first file that differs (and what differs in it), then the graph layout, configuration and weights. A
+difference is one line, exit status 2, as every refusal of this command.
+
+Each mode takes its own flags (`MODE_FLAGS`, docs/command_line.md); a flag of another mode is a usage error naming
+the flag and the mode, not silently ignored. Without onnx/onnxruntime: one line naming `pip install "xlpe[onnx]"`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from . import (
@@ -34,6 +41,16 @@ INT8_SCHEME_NAMES = (
     "channel-reduce",
     "channel-nogather",
 )  # exporter.INT8_SCHEMES
+MODES = {"output": "export (--output)", "verify": "--verify", "translate": "--translate"}  # the mode flags
+# mode -> the flags it takes (every other option of the parser belongs to one mode at least: tested), and the
+# defaults of those given None in the parser so that an explicit flag can be told from its default
+MODE_FLAGS = {
+    "output": ("--model", "--quantize", "--int8_scheme", "--opset", "--overwrite_output"),
+    "verify": ("--model",),
+    "translate": ("--input", "--precision", "--num_beams", "--batch_size", "--threads"),
+}
+DEFAULTS = {"opset": 17, "overwrite_output": False, "input": "-", "precision": "fp32", "batch_size": 32}
+ONNX_PACKAGES = ("onnx", "onnxruntime")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,12 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(INT8_SCHEME_NAMES)
         + " (default channel: per-channel weight scales; docs/deployment.md)",
     )
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
-    parser.add_argument("--overwrite_output", action="store_true", help="replace an existing --output directory")
-    parser.add_argument("--input", default="-", help="--translate: UTF-8 text, one sentence per line ('-' = stdin)")
-    parser.add_argument("--precision", choices=["fp32", "int8"], default="fp32", help="--translate: which graphs")
+    parser.add_argument("--opset", type=int, default=None, help="export: ONNX opset (default 17)")
+    parser.add_argument(
+        "--overwrite_output", action="store_true", default=None, help="export: replace an existing --output directory"
+    )
+    parser.add_argument("--input", default=None, help="--translate: UTF-8 text, one sentence per line ('-' = stdin)")
+    parser.add_argument("--precision", choices=["fp32", "int8"], default=None, help="--translate: which graphs")
     parser.add_argument("--num_beams", type=int, default=None, help="--translate: beam size (default: the model's)")
-    parser.add_argument("--batch_size", type=int, default=32, help="--translate: sentences per batch (default 32)")
+    parser.add_argument("--batch_size", type=int, default=None, help="--translate: sentences per batch (default 32)")
     parser.add_argument(
         "--threads", type=int, default=None, help="--translate: onnxruntime threads (default: all cores)"
     )
@@ -92,8 +111,36 @@ def translate(args) -> int:
     return 0
 
 
+def check_mode_flags(args) -> None:
+    """CommandLineError naming the first flag given that does not apply to the chosen mode (`MODE_FLAGS`); then
+    fills in the defaults (`DEFAULTS`)."""
+    mode = next(name for name in MODES if getattr(args, name) is not None)
+    for flag in sorted({f for flags in MODE_FLAGS.values() for f in flags} - set(MODE_FLAGS[mode])):
+        if getattr(args, flag[2:]) is not None:
+            modes = " or ".join(MODES[other] for other in MODES if flag in MODE_FLAGS[other])
+            raise CommandLineError(f"{flag} does not apply to {MODES[mode]}: it is a flag of {modes}")
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
+def missing_onnx() -> str | None:
+    """The first of onnx, onnxruntime that cannot be imported, or None."""
+    for name in ONNX_PACKAGES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):
+            return name
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        check_mode_flags(args)
+    except CommandLineError as error:
+        return user_error(PROG, error)
     for flag, value in (
         ("--num_beams", args.num_beams),
         ("--batch_size", args.batch_size),
@@ -111,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise CommandLineError(
                     f"--int8_scheme must be one of {', '.join(INT8_SCHEME_NAMES)}, got {args.int8_scheme!r}"
                 )
+        missing = missing_onnx()
+        if missing is not None:
+            raise CommandLineError(
+                f'{missing} is not installed: xlpe-export needs onnx and onnxruntime: pip install "xlpe[onnx]"'
+            )
         if args.model is not None:
             check_model_path(args.model, "--model")
         for flag in ("verify", "translate"):
@@ -121,13 +173,14 @@ def main(argv: list[str] | None = None) -> int:
             check_input_file(args.input, "--input")
             return translate(args)
         if args.verify is not None:
-            from ..export.manifest import verify_export
+            from ..export.exporter import verify_export
 
             manifest = verify_export(args.verify, args.model)
-            against = f" and matches {args.model}" if args.model else ""
+            against = f", and are what {args.model} exports now" if args.model else ""
+            graphs = len(manifest["graphs"]) + len(manifest.get("int8_graphs") or {})
             print(
-                f"{args.verify}: {len(manifest['graphs']) + len(manifest.get('int8_graphs') or {})} graphs and the "
-                f"tokenizer match the manifest{against}"
+                f"{args.verify}: the manifest, its {graphs} graphs, {len(manifest['files'])} other files (tokenizer, "
+                f"config, generation config, front end) and the tokenizer match{against}"
             )
             return 0
         from ..export.exporter import export_directory

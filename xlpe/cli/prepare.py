@@ -16,7 +16,7 @@ from pathlib import Path
 from ..features.alignment import SYMMETRIZATIONS  # (light: numpy only)
 from ..models.registry import extra_input_names  # (light: the registry imports no model module)
 from ..models.taggers import tagger_help  # (light: the tagger registry, standard library only)
-from . import canonical_flags
+from . import canonical_flags, did_you_mean_directory
 
 # xlpe.features.prepare imports torch and transformers: imported when the command runs (fast --help); the
 # --features choices are the registry's extra inputs (light: no model module is imported)
@@ -37,10 +37,14 @@ DEFAULT_SHARD_EFLOMAL_OPTIONS = {"n_samplers": 2, "rel_iterations": 0.6}
 AUTO_SHARD_PAIRS = 200_000  # --shard-size auto: files holding more pairs than this are prepared in shards
 FILE_SPLITS = {"train": "", "validation": "validation-", "test": "test-"}  # split -> flag prefix
 TOKENIZER_TRAINING = {"tokenizer_vocab_size": 8000, "tokenizer_model": "unigram"}  # xlpe-train's defaults
-# the whole command's rate on 2 cores, tokenizer training included, for the plan's estimate (Multi30k fr-en: 12,014
-# pairs in 19 s, 2026-11-27, one other process on the machine; without the tokenizer 29,000 en-de pairs take 29.9 s:
-# docs/benchmarks/preparation.md); the summary prints the rate measured on this machine
-PAIRS_PER_SECOND_2_CORES = 650
+# The plan's estimate on 2 cores: a cost per word (tokenizer training, features; both sides) and, for the splits
+# eflomal aligns, per source x target word product of each pair (its sampler scores every source word for every
+# target word, so sentences twice as long cost four times as much there). Fitted on 2026-11-28 to the CPU time of
+# two corpora of different lengths, Multi30k fr-en (12,014 pairs, 288k words, 1.88M products: 21.9 CPU-s) and WMT
+# news de-en (13,500 pairs, 562k words, 7.63M products: 77.9 CPU-s), and scaled to Multi30k's wall time on a quiet
+# machine (19 s, 2026-11-27). A per-pair rate (650 pairs/s) said 21 s for the news corpus, which took 115 s.
+SECONDS_PER_WORD_2_CORES = 1.52e-5
+SECONDS_PER_WORD_PRODUCT_2_CORES = 7.75e-6
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -368,10 +372,12 @@ def _tokenizer(args, splits):
         )
         if looks_local and not Path(args.tokenizer).expanduser().is_dir():
             raise ValueError(
-                f"--tokenizer {args.tokenizer}: no such directory (leave --tokenizer out to train one "
-                "on the training text)"
+                f"--tokenizer {args.tokenizer}: no such directory{did_you_mean_directory(args.tokenizer)} (leave "
+                "--tokenizer out to train one on the training text)"
             )
+        from ..features.tokenization import check_tokenizer_files
 
+        check_tokenizer_files(args.tokenizer, f"--tokenizer {args.tokenizer}")  # a damaged JSON file: file and line
         try:
             return AutoTokenizer.from_pretrained(args.tokenizer), args.tokenizer
         except (OSError, ValueError) as error:  # transformers' messages run over several lines: the first says what
@@ -535,13 +541,26 @@ def _plan_line(args, splits: dict) -> str:
     if aligning:
         steps.append(f"align the words of {', '.join(aligning)} with eflomal (both directions)")
     steps.append("read off the features (" + ", ".join(args.features or ["positions", "tags of given taggers"]) + ")")
-    seconds = total / PAIRS_PER_SECOND_2_CORES
+    words, products = estimate_work(splits, aligning)
+    seconds = words * SECONDS_PER_WORD_2_CORES + products * SECONDS_PER_WORD_PRODUCT_2_CORES
     about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
     return (
         f"{PROG}: plan: {total:,} pairs ({', '.join(f'{name} {size:,}' for name, size in sizes.items())}): "
-        f"{'; '.join(steps)}; about {about} at the rate measured on 2 cores ({PAIRS_PER_SECOND_2_CORES} pairs/s; "
-        "more cores are faster, a loaded machine slower)"
+        f"{'; '.join(steps)}; about {about} on 2 cores for {words:,} words ({words / max(total, 1):.0f} a pair; "
+        "longer sentences cost more than in proportion, more cores are faster, a loaded machine slower)"
     )
+
+
+def estimate_work(splits: dict, aligning: list[str]) -> tuple[int, int]:
+    """(words on both sides of every split, sum over the pairs of the `aligning` splits of source words x target
+    words): what the plan's estimate of `xlpe-prepare`'s time is proportional to."""
+    words = products = 0
+    for name, split in splits.items():
+        lengths = [(len(s.split()), len(t.split())) for s, t in zip(split.sources, split.targets)]
+        words += sum(m + n for m, n in lengths)
+        if name in aligning:
+            products += sum(m * n for m, n in lengths)
+    return words, products
 
 
 def _print_summary(output, reports: dict, tokenizer_origin: str, seconds: float | None = None) -> None:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import CommandLineError, canonical_flags, check_input_file, user_error
+from . import CommandLineError, canonical_flags, check_input_file, did_you_mean_directory, user_error
 
 PROG = "xlpe-push"
 
@@ -55,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if not Path(args.model_dir).is_dir():
-            raise CommandLineError(f"model_dir {args.model_dir}: no such local directory")
+            hint = did_you_mean_directory(args.model_dir)
+            raise CommandLineError(f"model_dir {args.model_dir}: no such local directory{hint}")
         for path in args.eval_results:
             check_input_file(path, "--eval_results")
         from ..features.language_codes import check_language_code
@@ -71,29 +72,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             "example_source": args.example_source,
             "eval_results": [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.eval_results],
         }
-        from ..training.push import prepare_upload_folder, push_model, upload_file_list
+        from ..features.artefacts import DirectoryInUse, directory_lock
 
-        if args.dry_run:  # the files the upload would send (checkpoints and other ignored files left out, counted)
-            prepare_upload_folder(args.model_dir, card_kwargs, regenerate_card=args.regenerate_card)
-            files, left_out = upload_file_list(args.model_dir)
-            print(json.dumps({"folder": args.model_dir, "ready": True, "files": files, "left_out": left_out}))
-            return 0
-        # the Hub's usability (offline, token, reachable) is checked before the folder is written to
-        info = push_model(
-            args.model_dir,
-            args.repo_id,
-            token=args.token,
-            private=args.private or None,
-            endpoint=args.endpoint,
-            revision=args.revision,
-            commit_message=args.commit_message,
-            card_kwargs=card_kwargs,
-            regenerate_card=args.regenerate_card,
-        )
+        try:  # the folder is completed (card, code files) and read for the upload under its lock: a run writing
+            lock = directory_lock(args.model_dir, f"xlpe-push {args.model_dir}")  # there is named, nothing written
+            lock.__enter__()
+        except DirectoryInUse as error:
+            raise CommandLineError(f"model_dir {error}") from None
+        try:
+            info = _push(args, card_kwargs)
+        finally:
+            lock.__exit__(None, None, None)
     except (CommandLineError, ValueError, OSError) as error:  # ValueError: a folder that cannot be completed,
         return user_error(PROG, " ".join(str(error).split()))  # a Hub that cannot be used (PushError)
-    print(json.dumps({"repo_id": args.repo_id, "commit_url": str(info.commit_url), "oid": info.oid}))
+    if info is not None:
+        print(json.dumps({"repo_id": args.repo_id, "commit_url": str(info.commit_url), "oid": info.oid}))
     return 0
+
+
+def _push(args, card_kwargs):
+    """The dry run (prints the files the upload would send; returns None) or the upload (its CommitInfo)."""
+    from ..training.push import prepare_upload_folder, push_model, upload_file_list
+
+    if args.dry_run:  # the files the upload would send (checkpoints and other ignored files left out, counted)
+        prepare_upload_folder(args.model_dir, card_kwargs, regenerate_card=args.regenerate_card)
+        files, left_out = upload_file_list(args.model_dir)
+        print(json.dumps({"folder": args.model_dir, "ready": True, "files": files, "left_out": left_out}))
+        return None
+    # the Hub's usability (offline, token, reachable) is checked before the folder is written to
+    return push_model(
+        args.model_dir,
+        args.repo_id,
+        token=args.token,
+        private=args.private or None,
+        endpoint=args.endpoint,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        card_kwargs=card_kwargs,
+        regenerate_card=args.regenerate_card,
+    )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from ..features.alignment import AlignmentFormatError  # (light: numpy only)
 from ..features.text_files import check_output, write_text_atomic
-from . import canonical_flags, user_error
+from . import canonical_flags, did_you_mean_directory, user_error
 
 # = xlpe.models.configuration_reorderer.TRAINING_LOSSES, spelled out: importing xlpe.models loads torch, and
 # --help should not (tests/cli/test_help.py keeps the two equal)
@@ -277,7 +277,6 @@ def _empty(directory: Path) -> None:
 
 
 def _tokenizer_for_training(args, sources: list[str], targets: list[str], given=None):
-    from transformers import AutoTokenizer
 
     from ..features.tokenization import train_joint_tokenizer
 
@@ -285,7 +284,7 @@ def _tokenizer_for_training(args, sources: list[str], targets: list[str], given=
     if given is not None:
         return given
     if (output / "tokenizer.json").is_file():  # resuming (the record matched): the tokenizer trained by the first run
-        return AutoTokenizer.from_pretrained(output)
+        return _load_tokenizer(output, "--output_dir")
     logger.info(
         "training a joint %s tokenizer (%d pieces) on %d pairs", args.tokenizer_model, args.vocab_size, len(sources)
     )
@@ -298,7 +297,6 @@ def _tokenizer_for_training(args, sources: list[str], targets: list[str], given=
 
 
 def run_train(args) -> dict:
-    from transformers import AutoTokenizer
 
     from ..features.artefacts import directory_lock
     from ..features.corpus import read_parallel_files
@@ -307,7 +305,7 @@ def run_train(args) -> dict:
         split, given = None, _prepared_for_training(args)
     else:
         split = read_parallel_files(args.source, args.target, args.alignments)
-        given = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else None
+        given = _load_tokenizer(args.tokenizer, "--tokenizer") if args.tokenizer else None
     output = Path(args.output_dir)
     if output.exists() and not output.is_dir():
         raise ValueError(f"--output_dir {output}: is a file, expected a directory")
@@ -355,7 +353,6 @@ def _prepared_for_training(args):
     """The tokenizer of `--prepared` (checked against --tokenizer when both are given); sets `args.prepared_train`
     (its train split, the columns a reorderer trains on) and `args.prepared_report` (its train report)."""
     import datasets
-    from transformers import AutoTokenizer
 
     from ..features.tokenization import tokenizer_fingerprint
 
@@ -368,9 +365,9 @@ def _prepared_for_training(args):
         )
     if not (folder / "tokenizer").is_dir():
         raise ValueError(f"--prepared {folder}: has no tokenizer/ (an xlpe-prepare --output has)")
-    tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    tokenizer = _load_tokenizer(folder / "tokenizer", "--prepared")
     if args.tokenizer:
-        given = AutoTokenizer.from_pretrained(args.tokenizer)
+        given = _load_tokenizer(args.tokenizer, "--tokenizer")
         if tokenizer_fingerprint(given) != tokenizer_fingerprint(tokenizer):
             raise ValueError(
                 f"--tokenizer {args.tokenizer} is not the tokenizer --prepared {folder} was made with "
@@ -543,9 +540,17 @@ def _given(**fields) -> dict:
     return {name: value for name, value in fields.items() if value is not None}
 
 
-def _load_reorderer(path: str, order_prior: float | None = None):
+def _load_tokenizer(path, flag: str):
+    """AutoTokenizer of the folder `path`; a damaged JSON file of it -> ValueError naming the file and line."""
     from transformers import AutoTokenizer
 
+    from ..features.tokenization import check_tokenizer_files
+
+    check_tokenizer_files(path, f"{flag} {path}")
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _load_reorderer(path: str, order_prior: float | None = None):
     from ..models.modeling_reorderer import XLPEReordererModel
     from ..training.reorderer import check_reorderer_dir
 
@@ -553,7 +558,7 @@ def _load_reorderer(path: str, order_prior: float | None = None):
     model = XLPEReordererModel.from_pretrained(path).eval()
     if order_prior is not None:
         model.config.order_prior = order_prior
-    return model, AutoTokenizer.from_pretrained(path)
+    return model, _load_tokenizer(path, "--reorderer")
 
 
 def run_predict(args) -> dict:
@@ -580,12 +585,35 @@ def run_predict(args) -> dict:
 
 
 def run_attach(args) -> dict:
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    """The model with the reorderer inside, written to --output_dir or into --model itself, under the folder's lock
+    (a run writing there, e.g. `xlpe-train` resuming into it, is named and nothing is written) and atomically: the
+    new files are staged beside the folder and swapped in, config.json last (`files_swapped_into`); a failure
+    leaves the folder as it was, never a config that names a reorderer whose weights are not there."""
+    from ..features.artefacts import DirectoryInUse, directory_lock
 
+    output = Path(args.output_dir or args.model)
+    flag = "--output_dir" if args.output_dir else "--model"
+    try:
+        lock = directory_lock(output, f"xlpe-reorder attach --model {args.model}")
+        lock.__enter__()
+    except DirectoryInUse as error:
+        raise ValueError(f"{flag} {error}") from None
+    try:
+        return _attach(args, output)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _attach(args, output: Path) -> dict:
+    from transformers import AutoModelForSeq2SeqLM
+
+    from ..features.text_files import files_swapped_into
     from ..training.model_setup import attach_reorderer
     from ..training.reorderer import check_reorderer_dir, copy_training_report, model_type_of
 
     check_reorderer_dir(args.reorderer, "--reorderer")  # before the model is loaded or anything written
+    if not Path(args.model).expanduser().is_dir():
+        raise FileNotFoundError(f"--model {args.model}: no such local directory{did_you_mean_directory(args.model)}")
     model_type = model_type_of(args.model)
     if model_type is None:
         raise FileNotFoundError(f"--model {args.model}: no model there (config.json missing)")
@@ -595,7 +623,7 @@ def run_attach(args) -> dict:
             "--reorderer swapped?)"
         )
     try:
-        model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model), AutoTokenizer.from_pretrained(args.model)
+        model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model), _load_tokenizer(args.model, "--model")
     except (ValueError, OSError, KeyError) as error:
         raise ValueError(
             f"--model {args.model}: cannot load a translation model with its tokenizer "
@@ -607,11 +635,18 @@ def run_attach(args) -> dict:
             "gives positions to XL PE models only"
         )
     attach_reorderer(model, args.reorderer, tokenizer)
-    output = args.output_dir or args.model
-    model.save_pretrained(output)
-    tokenizer.save_pretrained(output)
-    report = copy_training_report(args.reorderer, output)  # OUTPUT/reorderer/reorderer_training.json
+    output.mkdir(parents=True, exist_ok=True)  # (--output_dir; its lock file is already there)
+    with files_swapped_into(output, stale=_old_weight_file) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        report = copy_training_report(args.reorderer, staging)  # OUTPUT/reorderer/reorderer_training.json
+    report = output / report.relative_to(staging) if report else None
     return {"model": str(output), "reorderer": args.reorderer, "reorderer_report": str(report) if report else None}
+
+
+def _old_weight_file(name: str) -> bool:
+    """An earlier save's weight file that the new save does not replace (shards of a differently sharded save)."""
+    return name.startswith("model") and (name.endswith(".safetensors") or name.endswith(".safetensors.index.json"))
 
 
 def run_jackknife(args) -> dict:
@@ -622,7 +657,6 @@ def run_jackknife(args) -> dict:
     fold work is discarded and the folds are trained afresh, while its J/data stays readable until the new one
     replaces it. J/folds is locked while the run writes J."""
     import datasets
-    from transformers import AutoTokenizer
 
     from ..features.artefacts import directory_lock
     from ..features.text_files import atomic_output_dir
@@ -639,7 +673,7 @@ def run_jackknife(args) -> dict:
             f"--prepared {args.prepared}: the train split has no reorder_positions "
             "(xlpe-prepare --features reorder_positions)"
         )
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    tokenizer = _load_tokenizer(args.tokenizer, "--tokenizer")
     options = ReordererTraining(
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed
     )
@@ -695,8 +729,8 @@ def run_evaluate(args) -> dict:
     from ..features.alignment import align_with_eflomal
     from ..features.corpus import read_parallel_files
     from ..features.predicted_reordering import predict_word_positions
-    from ..features.reordering import oracle_xl_positions
-    from ..training.reorderer import BEATS_MARGIN, does_not_beat_line
+    from ..features.reordering import beats_source_order, oracle_xl_positions
+    from ..training.reorderer import does_not_beat_line
 
     split = read_parallel_files(args.source, args.target, args.alignments)
     words = [line.split() for line in split.sources]
@@ -722,7 +756,7 @@ def run_evaluate(args) -> dict:
         "monotone": reordering_quality(monotone, oracle, min_items=2),
     }
     scored, monotone = result[name], result["monotone"]
-    beats = scored["kendall_tau"] >= monotone["kendall_tau"] + BEATS_MARGIN
+    beats = beats_source_order(scored["kendall_tau"], monotone["kendall_tau"])
     result["beats_source_order"] = bool(beats) if scored["sentences"] else None
     rows = [(key, value) for key, value in result.items() if isinstance(value, dict)]
     table = ["| order | Kendall tau | FRS | exact match | sentences |", "|---|---|---|---|---|"]

@@ -4,15 +4,28 @@ to belong together before a sentence goes through them.
 A model directory is an artefact reused by every later command, and its tokenizer is the part most easily
 swapped (a `tokenizer.json` copied from another run, a Hub tokenizer saved over the model's): token ids then mean
 other pieces, and the model translates fluent garbage without a word. `xlpe-train` records the tokenizer it
-trained with in the config (`config.tokenizer_fingerprint`, `record_tokenizer_fingerprint`: the hash of the
-piece <-> id table and the pad/EOS ids, the one an attached reorderer records in `reorderer_config`), and
-`check_model_tokenizer` refuses a loaded pair
+trained with in the config (`record_tokenizer_fingerprint`), and `check_model_tokenizer` refuses a loaded pair
 
 * whose tokenizer is not the recorded one (either fingerprint): `--ignore_tokenizer_mismatch` overrides it;
 * whose tokenizer has more tokens than the model's `vocab_size` (ids past the embeddings), or pads on the left
   (these models count positions from the first slot): always refused.
 
 A config without a fingerprint (a model saved by an older version, a stock checkpoint) is not checked.
+
+**The fingerprint means "the same ids from the same text".** Version 2 (`tokenizer_fingerprint_version: 2`,
+written by `record_tokenizer_fingerprint` since 2026-12) hashes the whole definition of how text becomes ids
+(`tokenizer_definition`): the backend tokenizer's normaliser, pre-tokeniser, model (vocabulary, merges or
+Unigram scores), post-processor (Marian's appended `</s>`) and added tokens, parsed from `to_str()` and written as
+canonical JSON (so a re-saved file with other formatting or key order has the same fingerprint), plus the
+special tokens with their ids, the padding side and the truncation side. Left out: the decoder (it turns ids back
+into text and changes no id; an export digests the tokenizer files in full, so there it is covered too), the
+backend's `padding`/`truncation` (settings a call leaves behind, replaced by the two sides) and `model_max_length`
+(replaced by the model's position limit at load). A slow (Python) tokenizer contributes its class, vocabulary,
+added tokens, sentencepiece models and case/prefix options. The config also records one short digest per part
+(`tokenizer_fingerprint_parts`), so a mismatch names what differs ("post_processor differs"). Version 1 (no
+version field: models saved before) hashed only the piece <-> id table and the pad/EOS ids
+(`xlpe.features.predicted_reordering.tokenizer_fingerprint`, still the one a standalone reorderer records in
+`reorderer_config`); such a record is checked the old way, so old models load as before.
 
 `load_model(name, trust_remote_code=True)` runs the folder's (or Hub repository's) own code, named by its
 `config.auto_map`, even though this package registers classes for the same `model_type`: transformers prefers
@@ -24,38 +37,144 @@ Errors are `ModelLoadError` (a ValueError): one line naming the model, the file 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
-from ..features.predicted_reordering import tokenizer_fingerprint
+from ..features.predicted_reordering import tokenizer_fingerprint as vocabulary_fingerprint
 
 FINGERPRINT_FIELD = "tokenizer_fingerprint"
+VERSION_FIELD = "tokenizer_fingerprint_version"
+PARTS_FIELD = "tokenizer_fingerprint_parts"
+FINGERPRINT_VERSION = 2
 OVERRIDE_FLAG = "--ignore_tokenizer_mismatch"
+BACKEND_PARTS = ("normalizer", "pre_tokenizer", "model", "post_processor", "added_tokens")  # not "decoder"
+SLOW_OPTIONS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "legacy")
+SLOW_OPTIONS += ("add_bos_token", "add_eos_token", "separate_vocabs", "source_lang", "target_lang")
+LITERAL_PARTS = ("split_special_tokens", "padding_side", "truncation_side")  # recorded as themselves
 
 
 class ModelLoadError(ValueError):
     """A model and tokenizer that cannot be used together, or a model that cannot be found: one line."""
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The tokenizer fingerprint (version 2: the whole definition of text -> ids; module docstring)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def tokenizer_definition(tokenizer) -> dict:
+    """Everything that decides which ids `tokenizer` gives a text, part by part (JSON values; module docstring)."""
+    parts = {}
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        parts.update({name: state.get(name) for name in BACKEND_PARTS})
+    else:  # a slow tokenizer: its code (class), table, added tokens, sentencepiece models, options
+        parts["model"] = {
+            "class": type(tokenizer).__name__,
+            "vocab": sorted(tokenizer.get_vocab().items(), key=lambda item: (item[1], item[0])),
+            "sentencepiece": {
+                name: hashlib.sha256(value.serialized_model_proto()).hexdigest()
+                for name, value in sorted(vars(tokenizer).items())
+                if callable(getattr(value, "serialized_model_proto", None))
+            },
+            "options": {
+                name: tokenizer.init_kwargs[name]
+                for name in SLOW_OPTIONS
+                if tokenizer.init_kwargs.get(name) is not None
+            },
+        }
+        parts["added_tokens"] = [
+            [index, str(token), *(getattr(token, flag, None) for flag in ("special", "lstrip", "rstrip", "normalized"))]
+            for index, token in sorted(getattr(tokenizer, "added_tokens_decoder", {}).items())
+        ]
+    special = {}
+    for name, value in sorted(getattr(tokenizer, "special_tokens_map", {}).items()):
+        tokens = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        special[name] = [[token, tokenizer.convert_tokens_to_ids(token)] for token in tokens]
+    parts["special_tokens"] = special
+    parts["split_special_tokens"] = bool(getattr(tokenizer, "split_special_tokens", False))
+    parts["padding_side"] = getattr(tokenizer, "padding_side", "right")
+    parts["truncation_side"] = getattr(tokenizer, "truncation_side", "right")
+    return parts
+
+
+def tokenizer_fingerprint_parts(tokenizer) -> dict:
+    """One short digest per part of `tokenizer_definition` (`LITERAL_PARTS` as themselves, to be named)."""
+    return {
+        name: value if name in LITERAL_PARTS else hashlib.sha256(_canonical(value).encode()).hexdigest()[:12]
+        for name, value in tokenizer_definition(tokenizer).items()
+    }
+
+
+def fingerprint_of_parts(parts: dict) -> str:
+    return hashlib.sha256(_canonical(parts).encode()).hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """The version-2 fingerprint of `tokenizer`: equal iff every part of `tokenizer_definition` is."""
+    return fingerprint_of_parts(tokenizer_fingerprint_parts(tokenizer))
+
+
+def differing_parts(recorded: dict | None, actual: dict) -> str:
+    """'post_processor differs, padding_side is 'left' (recorded 'right')' for two `tokenizer_fingerprint_parts`;
+    '' when `recorded` names no part (an incomplete record)."""
+    if not isinstance(recorded, dict):
+        return ""
+    said = []
+    for name in sorted(set(recorded) | set(actual)):
+        before, after = recorded.get(name), actual.get(name)
+        if before == after:
+            continue
+        if name in LITERAL_PARTS:
+            said.append(f"{name} is {after!r} (recorded {before!r})")
+        else:
+            said.append(f"{name} differs")
+    return ", ".join(said)
+
+
 def record_tokenizer_fingerprint(config, tokenizer) -> str:
-    """Record `tokenizer` in `config` (saved with the model) so that a later load can check it; returns it."""
-    fingerprint = tokenizer_fingerprint(tokenizer)
+    """Record `tokenizer` in `config` (saved with the model) so that a later load can check it: the version-2
+    fingerprint, its version and its parts (module docstring); returns the fingerprint."""
+    parts = tokenizer_fingerprint_parts(tokenizer)
+    fingerprint = fingerprint_of_parts(parts)
     setattr(config, FINGERPRINT_FIELD, fingerprint)
+    setattr(config, VERSION_FIELD, FINGERPRINT_VERSION)
+    setattr(config, PARTS_FIELD, parts)
     return fingerprint
+
+
+def check_padding_side(tokenizer, name: str) -> None:
+    """ModelLoadError when `tokenizer` pads on the left: these models count positions from the first slot (every
+    loader of a model or an export calls this one check)."""
+    if getattr(tokenizer, "padding_side", "right") != "right":
+        raise ModelLoadError(
+            f"{name}: the tokenizer pads on the {tokenizer.padding_side} (padding_side="
+            f"{tokenizer.padding_side!r} in tokenizer_config.json); these models take right-padded inputs: set it "
+            "to 'right'"
+        )
 
 
 def _field(config, name: str):
     return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
 
 
-def _recorded_fingerprints(config) -> list[tuple[str, str]]:
-    """(where, fingerprint) for every tokenizer record in `config`: its own and an attached reorderer's."""
+def _recorded_fingerprints(config) -> list[tuple[str, str, int, dict | None]]:
+    """(where, fingerprint, version, parts) for every tokenizer record in `config`: its own (version 1 when it
+    records no version) and an attached reorderer's (version 1, `xlpe-reorder train`'s)."""
     found = []
     own = _field(config, FINGERPRINT_FIELD)
     if isinstance(own, str) and own:
-        found.append(("config.json tokenizer_fingerprint", own))
+        version = _field(config, VERSION_FIELD) or 1
+        found.append(("config.json tokenizer_fingerprint", own, version, _field(config, PARTS_FIELD)))
     reorderer = _field(config, "reorderer_config")
     if isinstance(reorderer, dict) and isinstance(reorderer.get(FINGERPRINT_FIELD), str):
-        found.append(("config.json reorderer_config.tokenizer_fingerprint", reorderer[FINGERPRINT_FIELD]))
+        found.append(("config.json reorderer_config.tokenizer_fingerprint", reorderer[FINGERPRINT_FIELD], 1, None))
     return found
 
 
@@ -69,17 +188,23 @@ def check_model_tokenizer(config, tokenizer, name: str, ignore_mismatch: bool = 
             f"{name}: the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
             f"{vocab_size}: it is not the model's tokenizer (ids >= {vocab_size} have no embedding)"
         )
-    if getattr(tokenizer, "padding_side", "right") == "left":
-        raise ModelLoadError(
-            f"{name}: the tokenizer pads on the left (padding_side='left' in tokenizer_config.json); "
-            "these models take right-padded inputs: set it to 'right'"
-        )
-    actual = tokenizer_fingerprint(tokenizer)
-    for where, expected in _recorded_fingerprints(config):
-        if expected != actual and not ignore_mismatch:
+    check_padding_side(tokenizer, name)
+    if ignore_mismatch:
+        return
+    for where, expected, version, parts in _recorded_fingerprints(config):
+        if version not in (1, FINGERPRINT_VERSION):
             raise ModelLoadError(
-                f"{name}: the tokenizer is not the one the model was trained with ({where} "
-                f"{expected}, the tokenizer loaded has {actual}); restore the model's tokenizer "
+                f"{name}: {where} is of version {version!r} ({VERSION_FIELD}), this xlpe knows versions 1 and "
+                f"{FINGERPRINT_VERSION}: upgrade xlpe, or pass {OVERRIDE_FLAG}"
+            )
+        actual_parts = tokenizer_fingerprint_parts(tokenizer) if version == FINGERPRINT_VERSION else None
+        actual = fingerprint_of_parts(actual_parts) if actual_parts else vocabulary_fingerprint(tokenizer)
+        if expected != actual:
+            what = differing_parts(parts, actual_parts) if actual_parts else ""
+            raise ModelLoadError(
+                f"{name}: the tokenizer is not the one the model was trained with"
+                + (f": {what}" if what else "")
+                + f" ({where} {expected}, the tokenizer loaded has {actual}); restore the model's tokenizer "
                 f"files or pass {OVERRIDE_FLAG}"
             )
 
@@ -129,6 +254,12 @@ def load_model_and_tokenizer(name: str, trust_remote_code: bool = False, ignore_
     client's connection advice)."""
     from transformers import AutoTokenizer, PretrainedConfig
 
+    from ..features.tokenization import check_tokenizer_files
+
+    try:  # a damaged tokenizer.json: its file and line (transformers names neither, or blames config.json)
+        check_tokenizer_files(name, name)
+    except ValueError as error:
+        raise ModelLoadError(str(error)) from None
     try:
         config_dict, _ = PretrainedConfig.get_config_dict(name)
         try:
@@ -157,10 +288,19 @@ def load_model_and_tokenizer(name: str, trust_remote_code: bool = False, ignore_
 
 __all__ = [
     "FINGERPRINT_FIELD",
+    "FINGERPRINT_VERSION",
     "ModelLoadError",
     "OVERRIDE_FLAG",
+    "PARTS_FIELD",
+    "VERSION_FIELD",
     "check_model_tokenizer",
+    "check_padding_side",
+    "differing_parts",
+    "fingerprint_of_parts",
     "load_model",
     "load_model_and_tokenizer",
     "record_tokenizer_fingerprint",
+    "tokenizer_definition",
+    "tokenizer_fingerprint",
+    "tokenizer_fingerprint_parts",
 ]

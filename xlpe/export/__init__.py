@@ -4,7 +4,8 @@
   values), the wrappers the TorchScript exporter traces, and the export itself;
 * `onnx_fixes`: the symbolics and the graph pass that the exporter and onnxruntime need (no model code changes);
 * `exporter`: a saved model -> an export directory (`xlpe-export`), with tokenizer, front-end files and int8 copies;
-* `manifest`: what an export records (model config and weight digests, tools, opset, graph digests) and checks;
+* `manifest`: what an export records (model config and weight digests, tools, opset, every file's digest, a seal
+  over its own fields) and checks;
 * `search`: greedy and beam search in numpy, reproducing transformers' `generate`;
 * `runtime`: `OnnxTranslator`, raw text -> translations with onnxruntime and the Python front end.
 
@@ -18,7 +19,7 @@ _EXPORTS = {
     "SearchSettings": "search",
     "export_directory": "exporter",
     "export_model": "exporter",
-    "verify_export": "manifest",
+    "verify_export": "exporter",
     "read_manifest": "manifest",
 }
 

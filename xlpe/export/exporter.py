@@ -8,13 +8,19 @@
       reorderer/                                    XL PE with an attached reorderer: the reorderer (front end)
       pos_tagger.json                               a trained source tagger ("perceptron:<file>"), when the model
                                                     has one
-      export_manifest.json                          where it came from, digests, layout, front end (manifest.py)
+      export_manifest.json                          where it came from, digests of every file, layout, front end
+                                                    (manifest.py)
 
 Which models: the three families of this package in every position option, and stock MarianMT (the baseline of
 the speed comparison). Refused by name, before any work: another `model_type` (a standalone reorderer directory
 is told to attach itself to an XL PE model first), a model that is not an encoder-decoder, and a generation
 config with a search option the exported search does not reproduce (search.py). The directory is written beside
 `OUT` and renamed into place when complete; an existing `OUT` is replaced only with `overwrite=True`.
+
+`verify_export(OUT, model)` (`xlpe-export --verify OUT --model DIR`) checks the export as a whole: the manifest's
+seal and every file against it (manifest.py), then writes what the model would export now (`write_model_files`:
+tokenizer, config, generation config, reorderer, tagger; the graphs are covered by the layout and the config and
+weight digests) and names the first file that differs and what differs in it.
 """
 
 from __future__ import annotations
@@ -27,8 +33,16 @@ from .manifest import (
     FORMAT,
     FORMAT_VERSION,
     config_digest,
+    export_facts,
+    file_difference,
     file_digest,
+    file_digests,
+    first_difference,
+    read_generation_config,
+    read_manifest,
     tool_versions,
+    verify_against_model,
+    verify_files,
     weights_digest,
     write_manifest,
 )
@@ -94,6 +108,17 @@ def _source_front_end(model, layout, model_dir: Path | None, output: Path) -> di
             "nltk_data": getattr(config, "nltk_data", None),
         }
     return front
+
+
+def write_model_files(model, tokenizer, layout, model_dir, target: Path) -> dict:
+    """Everything of an export but the graphs and the manifest, written into `target`: the tokenizer files (skipped
+    when `tokenizer` is None), `config.json`, `generation_config.json` and the front end's files; returns the
+    manifest's `front_end`. The export and `verify_export` (what the model would export now) both write with it."""
+    if tokenizer is not None:
+        tokenizer.save_pretrained(target)
+    model.config.save_pretrained(target)
+    model.generation_config.save_pretrained(target)
+    return _source_front_end(model, layout, Path(model_dir) if model_dir else None, target)
 
 
 def fp32_nodes(path: Path) -> list[str]:
@@ -181,12 +206,18 @@ def export_model(
     """Export a loaded `model` (eval mode) and its `tokenizer` into the directory `output`; returns the manifest.
     `model_dir`: where the model was loaded from (recorded; a trained source tagger's file is read from it);
     `int8_scheme`: the quantization settings of the int8 copies (INT8_SCHEMES)."""
-    from ..features.predicted_reordering import tokenizer_fingerprint
+    from ..evaluation.model_loading import (
+        FINGERPRINT_VERSION,
+        check_padding_side,
+        fingerprint_of_parts,
+        tokenizer_fingerprint_parts,
+    )
 
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be one of {QUANTIZATIONS} or None, got {quantize!r}")
     check_int8_scheme(int8_scheme)
     check_exportable(model)
+    check_padding_side(tokenizer, "the tokenizer")  # as xlpe-translate and the runtime refuse it
     output = Path(output)
     check_output(output, overwrite)
     staging = output.with_name(output.name + ".partial")
@@ -204,9 +235,9 @@ def export_model(
             model.config.check_inputs = had_checks
     for file_name, entry in graphs.items():
         entry["sha256"] = file_digest(staging / file_name)
-    tokenizer.save_pretrained(staging)
-    model.config.save_pretrained(staging)
-    model.generation_config.save_pretrained(staging)
+    front_end = write_model_files(model, tokenizer, layout, model_dir, staging)
+    int8_graphs = quantize_int8(staging, int8_scheme) if quantize else {}
+    parts = tokenizer_fingerprint_parts(tokenizer)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -217,14 +248,17 @@ def export_model(
             "source": str(model_dir) if model_dir else None,
             "config_digest": config_digest(model.config),
             "weights_digest": weights_digest(model),
-            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+            "tokenizer_fingerprint": fingerprint_of_parts(parts),
+            "tokenizer_fingerprint_version": FINGERPRINT_VERSION,
+            "tokenizer_fingerprint_parts": parts,
             "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
         },
         "layout": layout.to_dict(),
         "graphs": graphs,
-        "int8_graphs": quantize_int8(staging, int8_scheme) if quantize else {},
-        "generation_config": model.generation_config.to_dict(),
-        "front_end": _source_front_end(model, layout, Path(model_dir) if model_dir else None, staging),
+        "int8_graphs": int8_graphs,
+        "files": file_digests(staging, exclude={*graphs, *int8_graphs}),
+        "generation_config": read_generation_config(staging),  # a copy of what the runtime reads from the file
+        "front_end": front_end,
     }
     write_manifest(staging, manifest)
     if output.exists():
@@ -253,6 +287,63 @@ def export_directory(
     )
 
 
+def verify_export(directory, model=None, tokenizer=None) -> dict:
+    """Check an export directory as a whole (module docstring); `model`: the model directory it came from (its
+    tokenizer loaded and checked as `xlpe-translate` does) or a loaded model (with its `tokenizer`, when given) to
+    compare with. ValueError naming the first file or field that differs; returns the manifest."""
+    from transformers import AutoTokenizer
+
+    from ..evaluation.model_loading import check_padding_side, load_model_and_tokenizer
+
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    exported_tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    check_padding_side(exported_tokenizer, str(directory))
+    verify_files(directory, manifest, exported_tokenizer)
+    export_facts(directory, manifest)
+    if model is None:
+        return manifest
+    model_dir = None
+    if isinstance(model, (str, Path)):
+        model_dir = Path(model)
+        model, tokenizer = load_model_and_tokenizer(str(model_dir))
+    where = str(model_dir) if model_dir else "the model"
+    recorded = manifest["model"]
+    if model.config.model_type != recorded["model_type"]:
+        raise ValueError(
+            f"{where}: model_type is {model.config.model_type!r} but the export manifest records "
+            f"{recorded['model_type']!r}: the export was not made from this model"
+        )
+    layout = graph_layout(model)
+    difference = first_difference(manifest["layout"], layout.to_dict())
+    if difference:
+        raise ValueError(f"{where}: the graph layout differs from the export's ({difference}; export first)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="xlpe-verify-") as scratch:
+        scratch = Path(scratch)
+        front_end = write_model_files(model, tokenizer, layout, model_dir, scratch)
+        expected = file_digests(scratch)
+        exported = manifest.get("files") or {}
+        names = sorted(set(expected) | set(exported)) if tokenizer is not None else sorted(expected)
+        for name in names:
+            if name not in expected:
+                raise ValueError(f"{directory / name}: in the export, but {where} would not export it now")
+            if name not in exported:
+                raise ValueError(f"{directory / name}: missing from the export; {where} would export it now")
+            if expected[name] != exported[name]:
+                what = file_difference(directory / name, scratch / name) or "the bytes differ"
+                raise ValueError(
+                    f"{directory / name}: differs from what {where} would export now ({what}; export first, model "
+                    "second): the export was not made from this model, or the model changed since"
+                )
+    difference = first_difference(manifest["front_end"], front_end)
+    if difference:
+        raise ValueError(f"{where}: the front end differs from the export's ({difference}; export first)")
+    verify_against_model(manifest, model, where)
+    return manifest
+
+
 __all__ = [
     "DEFAULT_INT8_SCHEME",
     "EXPORTABLE_TYPES",
@@ -263,4 +354,6 @@ __all__ = [
     "int8_name",
     "quantize_graph",
     "quantize_int8",
+    "verify_export",
+    "write_model_files",
 ]

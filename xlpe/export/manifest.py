@@ -5,14 +5,23 @@ and whether its files are still the ones written. The manifest records
 
 * the model: its `model_type`, a digest of its configuration (`config_digest`: the config as JSON, without the
   fields that name a path or a library version) and of its weights (`weights_digest`: every tensor of the state
-  dict by name, dtype, shape and bytes), and the fingerprint of its tokenizer (the one `xlpe-train` records);
+  dict by name, dtype, shape and bytes), and the version-2 fingerprint of its tokenizer with its parts
+  (`xlpe.evaluation.model_loading.tokenizer_fingerprint_parts`: normaliser, pre-tokeniser, model, post-processor,
+  added and special tokens, padding and truncation side);
 * the tools: xlpe, torch, transformers, onnx and onnxruntime versions, the ONNX opset;
 * each graph file with its SHA-256, inputs and outputs (and the int8 copies when made);
-* the graph layout (extra inputs, cache shape), the generation config, and what the Python front end runs.
+* `files`: the SHA-256 of every other file the runtime reads: the tokenizer files, `config.json` (the position
+  limit), `generation_config.json` (beams, lengths, special ids), every file of `reorderer/`, `pos_tagger.json`;
+* the graph layout (extra inputs, cache shape), the generation config (a copy, read from `generation_config.json`),
+  and what the Python front end runs;
+* `seal`: a digest of every field (`model.max_position_embeddings`, `generation_config.num_beams`, `files.<name>`,
+  ...), so that a hand-edited manifest is refused naming the field (`read_manifest`).
 
-`verify_export(directory, model=None)` checks the files against the manifest (a graph changed or missing, a
-tokenizer that is not the recorded one) and, given the model it came from (a directory or a loaded model), that
-its configuration and weights are the recorded ones: a ValueError naming the file or field and both values.
+`read_manifest` checks the format and the seal; `verify_files` every recorded file (a missing or changed file, or a
+file in the directory the manifest does not list, is named) and the tokenizer's fingerprint; `export_facts` reads
+what the runtime takes from the files (never from the manifest) and checks the manifest's copies against them.
+Comparing with the model an export came from (`xlpe-export --verify --model`) is `xlpe.export.exporter.verify_export`:
+it writes what the model would export now and names the first file that differs (`first_difference`).
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from pathlib import Path
 
 MANIFEST_FILE = "export_manifest.json"
 FORMAT = "xlpe-onnx-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: `files`, `seal` (1: graphs only; refused: export again)
+SEAL_FIELD = "seal"
 VOLATILE_CONFIG_FIELDS = (
     "_name_or_path",
     "transformers_version",
@@ -75,14 +85,56 @@ def tool_versions() -> dict:
     return found
 
 
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+
+def seal_entries(manifest: dict) -> dict:
+    """A digest of each field of `manifest` but the seal: a dict field by its keys (`model.max_position_embeddings`),
+    any other one whole (`opset`)."""
+    entries = {}
+    for key, value in manifest.items():
+        if key == SEAL_FIELD:
+            continue
+        if isinstance(value, dict) and value:
+            entries.update({f"{key}.{sub}": _digest(item) for sub, item in value.items()})
+        else:
+            entries[key] = _digest(value)
+    return entries
+
+
+def check_seal(manifest: dict, where) -> None:
+    """ValueError naming the first field of `manifest` that is not as written (edited, added or removed)."""
+    recorded = manifest.get(SEAL_FIELD)
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{where}: no {SEAL_FIELD!r} field: the manifest was edited or not written by xlpe-export")
+    actual = seal_entries(manifest)
+    for name in sorted(set(recorded) | set(actual)):
+        if name not in actual:
+            change = "removed"
+        elif name not in recorded:
+            change = "added"
+        elif actual[name] != recorded[name]:
+            change = "edited"
+        else:
+            continue
+        raise ValueError(
+            f"{where}: field {name!r} was {change} after export (the manifest's seal does not match it); the "
+            "runtime reads no hand-edited manifest: export the model again"
+        )
+
+
 def write_manifest(directory: Path, manifest: dict) -> Path:
+    """Write `manifest` (sealed: `seal_entries`) into `directory`."""
+    manifest[SEAL_FIELD] = seal_entries(manifest)
     path = Path(directory) / MANIFEST_FILE
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return path
 
 
 def read_manifest(directory) -> dict:
-    """The manifest of an export directory; ValueError when it is missing or not one."""
+    """The manifest of an export directory, its seal checked; ValueError when it is missing, not one, of an older
+    format or edited (naming the field)."""
     path = Path(directory) / MANIFEST_FILE
     if not path.is_file():
         raise ValueError(f"{directory}: no {MANIFEST_FILE}: not a directory written by xlpe-export")
@@ -90,37 +142,163 @@ def read_manifest(directory) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: not an xlpe-export manifest (format {FORMAT!r} expected)")
+    if manifest.get("format_version") != FORMAT_VERSION:
         raise ValueError(
-            f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}, "
-            f"expected {FORMAT!r} version {FORMAT_VERSION}"
+            f"{path}: format version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}"
+            + (
+                " (version 1 records no digests of the tokenizer, config and front-end files): export the model again"
+                if manifest.get("format_version") == 1
+                else ""
+            )
         )
+    check_seal(manifest, path)
     return manifest
 
 
-def verify_files(directory, manifest: dict, tokenizer=None) -> None:
-    """ValueError when a graph file is missing or changed, or the tokenizer is not the recorded one."""
+def file_digests(directory, exclude=()) -> dict:
+    """{relative path: SHA-256} of every file under `directory` but `exclude`, the manifest and hidden files."""
     directory = Path(directory)
+    found = {}
+    for path in sorted(directory.rglob("*")):
+        name = path.relative_to(directory).as_posix()
+        if path.is_file() and name not in exclude and name != MANIFEST_FILE and not _hidden(name):
+            found[name] = file_digest(path)
+    return found
+
+
+def _hidden(name: str) -> bool:
+    return any(part.startswith(".") for part in name.split("/"))
+
+
+def _check_file(path: Path, expected: str) -> None:
+    if not path.is_file():
+        raise ValueError(f"{path}: missing (the export manifest lists it)")
+    actual = file_digest(path)
+    if actual != expected:
+        raise ValueError(
+            f"{path}: SHA-256 {actual[:16]}..., the export manifest records {expected[:16]}...: the file was "
+            "changed after export"
+        )
+
+
+def verify_files(directory, manifest: dict, tokenizer=None) -> None:
+    """ValueError naming the first file that is missing, changed, or not listed (every graph, tokenizer file,
+    config, generation config, front-end file), or a tokenizer that is not the recorded one (naming its parts)."""
+    directory = Path(directory)
+    listed = {MANIFEST_FILE}
     for group in ("graphs", "int8_graphs"):
         for name, entry in (manifest.get(group) or {}).items():
-            path = directory / name
-            if not path.is_file():
-                raise ValueError(f"{path}: missing (the export manifest lists it)")
-            actual = file_digest(path)
-            if actual != entry["sha256"]:
-                raise ValueError(
-                    f"{path}: SHA-256 {actual[:16]}..., the export manifest records "
-                    f"{entry['sha256'][:16]}...: the file was changed after export"
-                )
+            _check_file(directory / name, entry["sha256"])
+            listed.add(name)
+    for name, expected in (manifest.get("files") or {}).items():
+        _check_file(directory / name, expected)
+        listed.add(name)
+    extra = sorted(set(file_digests(directory)) - listed)
+    if extra:
+        raise ValueError(
+            f"{directory / extra[0]}: not in the export manifest (xlpe-export did not write it, and the tokenizer or "
+            "front end could read it): remove it or export again"
+        )
     if tokenizer is not None:
-        from ..features.predicted_reordering import tokenizer_fingerprint
+        from ..evaluation.model_loading import differing_parts, fingerprint_of_parts, tokenizer_fingerprint_parts
 
-        actual = tokenizer_fingerprint(tokenizer)
-        if actual != manifest["model"]["tokenizer_fingerprint"]:
+        recorded = manifest["model"]
+        parts = tokenizer_fingerprint_parts(tokenizer)
+        actual = fingerprint_of_parts(parts)
+        if actual != recorded.get("tokenizer_fingerprint"):
+            what = differing_parts(recorded.get("tokenizer_fingerprint_parts"), parts)
             raise ValueError(
-                f"{directory}: the tokenizer has fingerprint {actual}, the export manifest records "
-                f"{manifest['model']['tokenizer_fingerprint']}: it is not the exported model's tokenizer"
+                f"{directory}: the tokenizer has fingerprint {actual}"
+                + (f" ({what})" if what else "")
+                + f", the export manifest records {recorded.get('tokenizer_fingerprint')}: it is not the exported "
+                "model's tokenizer"
             )
+
+
+def _comparable(data: dict) -> dict:
+    return {k: v for k, v in data.items() if k not in VOLATILE_CONFIG_FIELDS and k != "_from_model_config"}
+
+
+def read_generation_config(directory) -> dict:
+    """`generation_config.json` of `directory` as the search reads it (GenerationConfig's dict; None, the search's
+    "generate's default", left out)."""
+    from transformers import GenerationConfig
+
+    settings = GenerationConfig.from_pretrained(str(directory)).to_dict()
+    return {key: value for key, value in _comparable(settings).items() if value is not None}
+
+
+def export_facts(directory, manifest: dict) -> dict:
+    """What the runtime takes from the export's files (`config.json`: the position limit; `generation_config.json`:
+    the search settings), ValueError naming a manifest field that says otherwise."""
+    directory = Path(directory)
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{directory / 'config.json'}: cannot be read ({error})") from None
+    facts = {
+        "max_position_embeddings": config.get("max_position_embeddings"),
+        "generation_config": read_generation_config(directory),
+    }
+    recorded = manifest["model"].get("max_position_embeddings")
+    if recorded != facts["max_position_embeddings"]:
+        raise ValueError(
+            f"{directory / MANIFEST_FILE}: field 'model.max_position_embeddings' is {recorded!r} but config.json has "
+            f"{facts['max_position_embeddings']!r}"
+        )
+    difference = first_difference(_comparable(manifest.get("generation_config") or {}), facts["generation_config"])
+    if difference:
+        raise ValueError(
+            f"{directory / MANIFEST_FILE}: field 'generation_config' differs from generation_config.json "
+            f"({difference}; manifest first, file second)"
+        )
+    return facts
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def first_difference(before, after, path: str = "") -> str | None:
+    """'num_beams: 4 vs 5' for the first place (key order sorted) where two JSON values differ; None if equal."""
+    if before == after:
+        return None
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in sorted(set(before) | set(after), key=str):
+            where = f"{path}.{key}" if path else str(key)
+            if key not in before or key not in after:
+                return f"{where}: {'absent' if key not in before else _short(before[key])} vs " + (
+                    "absent" if key not in after else _short(after[key])
+                )
+            found = first_difference(before[key], after[key], where)
+            if found:
+                return found
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        for index, (a, b) in enumerate(zip(before, after)):
+            found = first_difference(a, b, f"{path}[{index}]")
+            if found:
+                return found
+    return f"{path or 'the value'}: {_short(before)} vs {_short(after)}"
+
+
+def file_difference(exported: Path, expected: Path) -> str:
+    """What differs between two files: the first JSON field (library-version fields ignored) or 'the bytes';
+    '' when they are the same."""
+    a, b = exported.read_bytes(), expected.read_bytes()
+    if a == b:
+        return ""
+    if exported.suffix == ".json":
+        try:
+            before, after = json.loads(a), json.loads(b)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "the bytes differ"
+        if isinstance(before, dict) and isinstance(after, dict):
+            before, after = _comparable(before), _comparable(after)
+        return first_difference(before, after) or ""
+    return "the bytes differ"
 
 
 def verify_against_model(manifest: dict, model, where: str) -> None:
@@ -139,31 +317,21 @@ def verify_against_model(manifest: dict, model, where: str) -> None:
             )
 
 
-def verify_export(directory, model=None) -> dict:
-    """Check an export directory (module docstring); `model`: a model directory or a loaded model to compare with.
-    Returns the manifest."""
-    from transformers import AutoTokenizer
-
-    manifest = read_manifest(directory)
-    verify_files(directory, manifest, AutoTokenizer.from_pretrained(str(directory)))
-    if model is not None:
-        where = str(model) if isinstance(model, (str, Path)) else "the model"
-        if isinstance(model, (str, Path)):
-            from ..evaluation.model_loading import load_model
-
-            model = load_model(str(model))
-        verify_against_model(manifest, model, where)
-    return manifest
-
-
 __all__ = [
     "MANIFEST_FILE",
+    "SEAL_FIELD",
+    "check_seal",
     "config_digest",
+    "export_facts",
+    "file_difference",
     "file_digest",
+    "file_digests",
+    "first_difference",
+    "read_generation_config",
     "read_manifest",
+    "seal_entries",
     "tool_versions",
     "verify_against_model",
-    "verify_export",
     "verify_files",
     "weights_digest",
     "write_manifest",

@@ -2,9 +2,15 @@
 family's extra inputs, and search.py decodes.
 
     from xlpe.export import OnnxTranslator
-    translator = OnnxTranslator("runs/demo-onnx")                 # checks the files against the manifest
+    translator = OnnxTranslator("runs/demo-onnx")                 # checks every file against the manifest
     translator.translate(["the cat sees the dog"], num_beams=4)    # raw text in, text out
     translator.generate(input_ids, attention_mask, num_beams=4)    # token ids, as model.generate gives them
+
+What it reads comes from files whose digests the manifest records and that are checked on load (manifest.py:
+the manifest's own seal, every graph, tokenizer, config and front-end file): the position limit from `config.json`,
+the search settings (beams, lengths, special ids) from `generation_config.json`, the padding side from the tokenizer
+(left padding is refused by `xlpe.evaluation.model_loading.check_padding_side`, the check `xlpe-translate` runs);
+the manifest itself gives only the graph layout and the front end's file names, both sealed.
 
 The front end (what runs outside the graphs), reused from the model package rather than copied:
 
@@ -36,7 +42,7 @@ import numpy as np
 
 from .exporter import int8_name
 from .graphs import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout
-from .manifest import read_manifest, verify_files
+from .manifest import export_facts, read_manifest, verify_files
 from .search import SearchSettings, search
 
 PRECISIONS = ("fp32", "int8")
@@ -59,8 +65,9 @@ def session_options(threads: int | None, spin_wait: bool = True):
 class OnnxTranslator:
     """An export directory, loaded for translation (module docstring). `precision`: "fp32" or "int8" (exported
     with `--quantize int8`); `threads`: onnxruntime's intra-op threads (default: all cores); `spin_wait=False`: idle
-    threads sleep (for a machine shared with other work); `verify`: check the graph files and the tokenizer against
-    the manifest first (a ValueError naming the file)."""
+    threads sleep (for a machine shared with other work); `verify`: check every file and the tokenizer against the
+    manifest first (a ValueError naming the file). A hand-edited manifest (its seal) and a tokenizer that pads on the
+    left are refused even with `verify=False`."""
 
     def __init__(
         self,
@@ -73,6 +80,8 @@ class OnnxTranslator:
         import onnxruntime as ort
         from transformers import AutoTokenizer
 
+        from ..evaluation.model_loading import check_padding_side
+
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self.directory = Path(directory)
@@ -80,12 +89,15 @@ class OnnxTranslator:
         if precision == "int8" and not self.manifest.get("int8_graphs"):
             raise ValueError(f"precision='int8': {self.directory} has no int8 graphs (export with --quantize int8)")
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
+        check_padding_side(self.tokenizer, str(self.directory))
         if verify:
             verify_files(self.directory, self.manifest, self.tokenizer)
-        if self.manifest["model"].get("max_position_embeddings"):  # the model's limit, not a smaller tokenizer's
+        facts = export_facts(self.directory, self.manifest)  # from the checked files, not the manifest
+        self.position_limit = facts["max_position_embeddings"]
+        if self.position_limit:  # the model's limit, not a smaller tokenizer's
             self.tokenizer.model_max_length = self.source_limit()
         self.layout = GraphLayout(**self.manifest["layout"])
-        self.generation_config = dict(self.manifest["generation_config"])
+        self.generation_config = facts["generation_config"]
         SearchSettings.from_generation_config(self.generation_config)
         options, providers = session_options(threads, spin_wait), ["CPUExecutionProvider"]
 
@@ -107,7 +119,7 @@ class OnnxTranslator:
     # --- the front end ------------------------------------------------------------------------------------
 
     def source_limit(self) -> int:
-        limit = self.manifest["model"].get("max_position_embeddings")
+        limit = self.position_limit
         return int(limit) if limit else int(self.tokenizer.model_max_length)
 
     def reorderer(self):
@@ -197,7 +209,7 @@ class OnnxTranslator:
                 generate_kwargs["max_new_tokens"] = int(budgets.max())
         feeds = self.source_inputs(input_ids, attention_mask, pos_tag_ids, reorder_positions)
         settings = SearchSettings.from_generation_config(self.generation_config, **generate_kwargs)
-        limit = self.manifest["model"].get("max_position_embeddings")
+        limit = self.position_limit
         if limit and settings.max_length - 1 > limit:  # decoder inputs: every token but the last
             raise ValueError(
                 f"max_length={settings.max_length} (max_new_tokens + 1) needs {settings.max_length - 1} "

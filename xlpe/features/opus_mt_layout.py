@@ -112,6 +112,7 @@ def build_opus_mt_checkpoint(
     ffn_dim: int = 32,
     max_position_embeddings: int = 128,
     train_steps: int = 0,
+    init_std: float = 0.02,
     seed: int = 0,
 ) -> Path:
     """Write an OPUS-MT-style checkpoint (module doc) of a tiny stock `MarianMTModel` to `directory`.
@@ -122,6 +123,8 @@ def build_opus_mt_checkpoint(
         separate_vocabs: the `opus-mt-tc-*` form: `vocab.json` + `target_vocab.json`, unshared embeddings.
         spm_vocab_size: each SentencePiece model's size (an upper bound on a small corpus).
         train_steps: Adam steps on the pairs (batches of 16), so the model translates something; 0 = random.
+        init_std: the random weights' standard deviation (OPUS-MT's config says 0.02; tests take a larger one,
+            so that an untrained model's outputs vary with the input).
     Returns the directory.
     """
     import torch
@@ -173,7 +176,7 @@ def build_opus_mt_checkpoint(
         decoder_start_token_id=pad,
         forced_eos_token_id=0,
         architectures=["MarianMTModel"],
-        **OPUS_MT_CONFIG,
+        **{**OPUS_MT_CONFIG, "init_std": init_std},
     )
     torch.manual_seed(seed)
     model = MarianMTModel(config)

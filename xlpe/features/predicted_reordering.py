@@ -21,9 +21,14 @@ LONG_LINE_POLICIES = ("error", "monotone")
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
-    """A short hash of the vocabulary (piece -> id) and the special ids: equal iff the ids mean the same."""
+    """A short hash of the vocabulary (piece -> id; both of a tokenizer with separate source and target
+    vocabularies) and the special ids: equal iff the ids mean the same."""
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    payload = json.dumps([vocab, tokenizer.pad_token_id, tokenizer.eos_token_id], ensure_ascii=False)
+    fields = [vocab, tokenizer.pad_token_id, tokenizer.eos_token_id]
+    target_vocab = getattr(tokenizer, "target_encoder", None) if getattr(tokenizer, "separate_vocabs", False) else None
+    if target_vocab is not None:  # an opus-mt-tc MarianTokenizer (its get_tgt_vocab fails in transformers 5.23)
+        fields.append(sorted(target_vocab.items(), key=lambda item: item[1]))
+    payload = json.dumps(fields, ensure_ascii=False)
     return hashlib.sha1(payload.encode("utf-8")).hexdigest()[:16]
 
 

@@ -608,6 +608,16 @@ def kendall_tau(perm: Sequence[int], reference: Sequence[int] | None = None, nor
     return (tau + 1.0) / 2.0 if normalized else tau
 
 
+SOURCE_ORDER_MARGIN = 0.005  # a predicted order "beats" the source order when its mean tau is this much higher
+
+
+def beats_source_order(tau: float, monotone_tau: float, margin: float = SOURCE_ORDER_MARGIN) -> bool:
+    """Whether a predicted order's mean Kendall tau against the oracle (`tau`) beats keeping the source order
+    (`monotone_tau`, the same measure for the identity order) by at least `margin`: below that, XL PE's predicted
+    positions carry little more than the source order itself. The one rule `xlpe-reorder` and the model card use."""
+    return bool(tau >= monotone_tau + margin)
+
+
 def kendall_tau_flat(positions: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """`kendall_tau(p)` (against the monotone order) of every sentence of a flat batch (sentence s owns
     `positions[offsets[s]:offsets[s + 1]]`), as float64; 1.0 for sentences of fewer than 2 words. Sentences of

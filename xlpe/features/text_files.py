@@ -30,7 +30,8 @@ renamed into place when complete, so a reader never sees half a file and two con
 the last rename wins with a whole file. An OSError while writing (a full disk, a vanished directory) removes the
 temporary file and is an `OutputWriteError`: one line naming the output and the error. `check_output` refuses an
 existing output unless the caller allows overwriting it; what else a command may not write over (its inputs,
-another command's artefact, an unwritable place) is `xlpe.features.outputs`.
+another command's artefact, an unwritable place) is `xlpe.features.outputs`. `files_swapped_into` writes new
+files into an existing directory the same way (staged beside it, swapped in, config.json last, put back on failure).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -399,6 +400,48 @@ def atomic_output_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterat
             os.replace(staging, path)
 
 
+@contextlib.contextmanager
+def files_swapped_into(directory: str | os.PathLike, last: Sequence[str] = ("config.json",), stale=None):
+    """Yield a fresh temporary directory beside `directory` (`staging_dir`); when the block finishes, each file and
+    folder written there replaces its namesake in the existing `directory`, the names in `last` after all others
+    (config.json: a model's commit point, so a kill in between leaves the old config over the new weights, which
+    loads as the old model), and `stale(name)` (e.g. old weight shards) removes other entries of `directory`. The
+    rest of `directory` (checkpoints, results, its lock) is untouched. An exception, in the block or while
+    swapping, puts back every entry already replaced: `directory` is as it was."""
+    directory = Path(directory)
+    with staging_dir(directory) as staging:
+        yield staging
+        retired = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".old", dir=directory.parent))
+        moved: list[tuple[Path, Path | None]] = []  # (entry in directory, its old version kept in retired)
+        names = sorted(entry.name for entry in staging.iterdir())
+        names = [n for n in names if n not in last] + [n for n in last if n in names]
+        old_only = [e.name for e in directory.iterdir() if stale is not None and e.name not in names and stale(e.name)]
+        try:
+            for name in old_only:
+                os.replace(directory / name, retired / name)
+                moved.append((directory / name, retired / name))
+            for name in names:
+                target = directory / name
+                kept = None
+                if os.path.lexists(target):
+                    kept = retired / name
+                    os.replace(target, kept)
+                moved.append((target, kept))
+                os.replace(staging / name, target)
+        except BaseException:
+            for target, kept in reversed(moved):  # the new entry out, the old one back
+                if os.path.isdir(target) and not os.path.islink(target):
+                    shutil.rmtree(target, ignore_errors=True)
+                elif os.path.lexists(target):
+                    os.unlink(target)
+                if kept is not None and os.path.lexists(kept):
+                    os.replace(kept, target)
+            raise
+        finally:
+            shutil.rmtree(retired, ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
@@ -412,6 +455,7 @@ __all__ = [
     "TextFileError",
     "TextFileScan",
     "atomic_output_dir",
+    "files_swapped_into",
     "check_not_utf16",
     "check_output",
     "count_text_lines",

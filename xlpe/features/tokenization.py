@@ -136,7 +136,8 @@ def _canonicalise_unigram(tokenizer: Tokenizer) -> None:
 def tokenizer_fingerprint(tokenizer) -> str:
     """A hash of everything that decides how `tokenizer` segments text (the preparation cache's key): the
     backend state with Unigram scores rounded as `train_joint_tokenizer` rounds them and without padding and
-    truncation (settings a call leaves behind); the vocabulary and init arguments of a slow tokenizer."""
+    truncation (settings a call leaves behind); the vocabulary, the vocabulary files and the init arguments of a
+    slow tokenizer (`_slow_tokenizer_state`: the same for a tokenizer and its saved copy)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         state = json.loads(backend.to_str())
@@ -146,8 +147,40 @@ def tokenizer_fingerprint(tokenizer) -> str:
             model["vocab"] = [[piece, _rounded_score(score)] for piece, score in model["vocab"]]
         text = json.dumps(state, sort_keys=True, ensure_ascii=False)
     else:
-        text = json.dumps(sorted(tokenizer.get_vocab().items())) + repr(getattr(tokenizer, "init_kwargs", {}))
+        text = json.dumps(sorted(tokenizer.get_vocab().items())) + _slow_tokenizer_state(tokenizer)
     return hashlib.sha256((type(tokenizer).__name__ + text).encode()).hexdigest()
+
+
+# init arguments of a slow tokenizer that say where it was loaded from or set call-time limits, not how it segments
+# (the fast tokenizers' state is taken without its padding and truncation for the same reason)
+LOCATION_KWARGS = frozenset(
+    {"name_or_path", "is_local", "local_files_only", "tokenizer_file", "_commit_hash", "model_max_length"}
+    | {"padding_side", "truncation_side"}
+)
+
+
+def _slow_tokenizer_state(tokenizer) -> str:
+    """A slow tokenizer's init arguments (without file locations) and a hash of the vocabulary files it saves
+    (`save_vocabulary`: a MarianTokenizer's `source.spm`, `target.spm`, `vocab.json`, `target_vocab.json`), so
+    that two SentencePiece models behind one vocabulary differ and a saved copy matches its original."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    kwargs = {
+        key: value
+        for key, value in getattr(tokenizer, "init_kwargs", {}).items()
+        if key not in LOCATION_KWARGS and not (isinstance(value, str) and os.path.exists(value))
+    }
+    digest = hashlib.sha256(repr(sorted(kwargs.items(), key=lambda item: item[0])).encode())
+    with tempfile.TemporaryDirectory() as directory:
+        try:
+            files = tokenizer.save_vocabulary(directory) or ()
+        except (NotImplementedError, OSError, TypeError):
+            files = ()
+        for path in sorted(Path(file) for file in files if file and Path(file).is_file()):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def vocab_fingerprint(tokenizer) -> str:
@@ -560,13 +593,23 @@ WORD_START_MARKERS = {
 }
 
 
+def source_pieces(tokenizer) -> list[str]:
+    """The source-side piece of every id below `len(tokenizer)` ("" for an id without one), from `get_vocab()`:
+    with separate vocabularies (an `opus-mt-tc-*` MarianTokenizer) `convert_ids_to_tokens` reads the target
+    vocabulary, whose pieces differ behind the same ids."""
+    pieces = [""] * len(tokenizer)
+    for piece, index in tokenizer.get_vocab().items():
+        if 0 <= index < len(pieces):
+            pieces[index] = piece or ""
+    return pieces
+
+
 def word_start_flags(tokenizer) -> list[bool] | None:
-    """For every id of `tokenizer`, does its piece begin a whitespace word? Sentencepiece-style vocabularies
+    """For every id of `tokenizer`, does its source-side piece begin a whitespace word? Sentencepiece-style vocabularies
     (▁), byte-level BPE (Ġ; the first word of a text has no marker, the model treats the first token as a
     start anyway) and WordPiece (continuations start with ##) are recognised; None for any other scheme (the
     reorderer then ranks single tokens)."""
-    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    pieces = [piece or "" for piece in pieces]
+    pieces = source_pieces(tokenizer)
     if any(piece.startswith("##") for piece in pieces) and not any(piece.startswith("\u2581") for piece in pieces):
         return [not piece.startswith("##") for piece in pieces]
     counts = {marker: sum(piece.startswith(marker) for piece in pieces) for marker in WORD_START_MARKERS}
@@ -574,3 +617,34 @@ def word_start_flags(tokenizer) -> list[bool] | None:
     if counts[marker] == 0:
         return None
     return [piece.startswith(marker) for piece in pieces]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A saved tokenizer's files, checked before loading (a damaged one is named, with the line)
+# ---------------------------------------------------------------------------------------------------------
+
+TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def check_tokenizer_files(folder, what: str | None = None) -> None:
+    """ValueError naming the file and line when a JSON file of the tokenizer saved in the local folder `folder`
+    does not parse (a truncated `tokenizer.json`: transformers reports it without a file name, or as the config's);
+    `what` (e.g. "--model runs/M") opens the message. A Hub id or a missing folder is left to the loader."""
+    from pathlib import Path
+
+    directory = Path(str(folder)).expanduser()
+    if not directory.is_dir():
+        return
+    for name in TOKENIZER_JSON_FILES:
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            problem = f"{path}:{error.lineno}: not valid JSON ({error.msg}; cut short?)"
+        except (UnicodeDecodeError, OSError) as error:
+            problem = f"{path}: cannot be read ({type(error).__name__})"
+        else:
+            continue
+        raise ValueError(f"{what + ': ' if what else ''}the tokenizer cannot be loaded: {problem}")

@@ -21,6 +21,9 @@ from that one class only (the generation model also from `GenerationMixin`), as 
   (unreadable to the group, e.g. a shared model folder), unlike every other file of the save.
 * `from_pretrained` refuses, with a message naming the path and both model types, a checkpoint of another
   model type (another family, or a stock model the family cannot start from, e.g. BART for mvPE+POS).
+* `from_pretrained` refuses (ValueError naming the folder) a checkpoint whose config builds a part listed in
+  `weights_never_initialised` (XL PE's attached reorderer) that its weights lack, instead of initialising it at
+  random: a save cut short between config.json and the weights never translates with a random reorderer.
 * `from_pretrained` on a directory (or Hub id) of a *stock* checkpoint of the family's base architecture
   (`stock_model_types`, e.g. "marian") builds this family's config from it, applies `upgrade_overrides`
   (e.g. the XL gate at 0, which makes the new model compute exactly the stock function) and loads every stock
@@ -67,6 +70,9 @@ class HubModelMixin(SourceTagsPipelineMixin, InitOwnParametersMixin):
 
     stock_model_types: tuple[str, ...] = ()  # model_type values that `from_pretrained` upgrades
     upgrade_overrides: dict = {}  # config fields set when upgrading a stock checkpoint
+    weights_never_initialised: tuple[
+        str, ...
+    ] = ()  # submodule names a checkpoint must hold when the config builds them
 
     def __init__(self, config, *args, **kwargs):
         config.validate()  # a config changed by attribute assignment since it was built is checked here
@@ -96,7 +102,7 @@ class HubModelMixin(SourceTagsPipelineMixin, InitOwnParametersMixin):
                 upgrades = (
                     f"; it upgrades stock {', '.join(map(repr, cls.stock_model_types))} checkpoints"
                     if cls.stock_model_types
-                    else ""
+                    else " and upgrades no stock checkpoint (no stock model computes a function it can start from)"
                 )
                 raise ValueError(
                     f"{pretrained_model_name_or_path} holds a {stock_type!r} checkpoint, but {cls.__name__} loads "
@@ -118,10 +124,36 @@ class HubModelMixin(SourceTagsPipelineMixin, InitOwnParametersMixin):
                     f"Upgrading a stock '{stock_type}' checkpoint to {cls.__name__} with {overrides}: "
                     "all stock weights are loaded; new parameters are initialised function-preservingly."
                 )
-                return super().from_pretrained(
+                return cls._loaded_whole(
                     pretrained_model_name_or_path, *model_args, config=config, **hub_kwargs, **model_kwargs
                 )
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+        return cls._loaded_whole(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+
+    @classmethod
+    def _loaded_whole(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """`from_pretrained`, refusing a checkpoint whose config builds a part named in `weights_never_initialised`
+        (XL PE's attached reorderer) that its weights do not hold: transformers would initialise it at random (a
+        "newly initialized" warning) and the model would translate with it; here it is one ValueError naming the
+        folder (a save cut short, or a config.json copied from another model)."""
+        wanted = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        missing = [
+            key
+            for key in info.get("missing_keys", ())
+            if any(f".{part}." in f".{key}" for part in cls.weights_never_initialised)
+        ]
+        if missing:
+            parts = sorted(
+                {part for part in cls.weights_never_initialised if any(f".{part}." in f".{k}" for k in missing)}
+            )
+            raise ValueError(
+                f"{pretrained_model_name_or_path}: config.json has an attached {' and '.join(parts)} but the "
+                f"weights lack {len(missing)} of its tensors (e.g. {sorted(missing)[0]}): an incomplete save (an "
+                "attach or save cut short?); refused rather than run with random weights: attach or save it again"
+            )
+        return (model, info) if wanted else model
 
 
 def __getattr__(name: str):

@@ -230,6 +230,7 @@ class XLPEMarianPreTrainedModel(HubModelMixin, MarianPreTrainedModel):
     _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
     stock_model_types = ("marian",)
     upgrade_overrides = {"xl_gate_init": 0.0}
+    weights_never_initialised = ("reorderer",)  # an attached reorderer missing from the weights: refused at load
 
     def attach_reorderer(self, reorderer: XLPEReordererModel | None) -> None:
         """Make a standalone reorderer (modeling_reorderer.py) the source of predicted positions (`None` detaches

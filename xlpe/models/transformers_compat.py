@@ -15,19 +15,65 @@ internal value, and hands it on under the name of the installed release:
   5.24 on, transformers' own `deprecate_kwarg` (`past_key_values=` still works, with its FutureWarning); before
   5.24, nothing.
 
-Flat file, imports only transformers: it travels as Hub custom code with the modeling files.
+The accepted releases, for the remote code. `ACCEPTED_TRANSFORMERS` (lowest, highest) is setup.cfg's range (a test
+keeps the two equal); importing this file, which every family's modeling file does, warns in one line when the
+installed transformers is outside it and the xlpe package has not checked already: a saved model loaded with
+`trust_remote_code=True` where xlpe is not installed says so too (`import xlpe` says it for the package).
+
+Flat file, imports only transformers (and packaging, one of its dependencies): it travels as Hub custom code with
+the modeling files.
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
+import warnings
 
+import transformers
 from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.models.marian.modeling_marian import MarianDecoder
 
 CACHE_ARGUMENT = "cache" if "cache" in inspect.signature(MarianDecoder.forward).parameters else "past_key_values"
 CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 CACHE_NAMES = ("past_key_values", "cache")  # every name a caller may use, whatever the installed release
+
+ACCEPTED_TRANSFORMERS = (
+    "5.23.0",
+    "5.24.0",
+)  # = setup.cfg's transformers>=5.23.0,<=5.24.0 (tests/test_compatibility.py)
+
+
+def untested_transformers_release(installed: str | None = None) -> str | None:
+    """One line when `installed` (default: the installed transformers) is outside `ACCEPTED_TRANSFORMERS`, else None."""
+    from importlib import metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    if installed is None:
+        try:
+            installed = metadata.version("transformers")
+        except metadata.PackageNotFoundError:  # (a source tree on sys.path)
+            installed = transformers.__version__
+    low, high = ACCEPTED_TRANSFORMERS
+    if SpecifierSet(f">={low},<={high}").contains(installed, prereleases=True):
+        return None
+    return (
+        f"these xlpe model files are tested with transformers>={low},<={high} but {installed} is installed: results "
+        f'may differ silently; pip install "transformers>={low},<={high}"'
+    )
+
+
+def _warn_untested_release() -> None:
+    """The one-line warning, unless the xlpe package already checked (`import xlpe` warns for itself)."""
+    if getattr(sys.modules.get("xlpe"), "_checked_release", False):
+        return
+    message = untested_transformers_release()
+    if message:
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
+_warn_untested_release()
 
 
 if CACHE_ARGUMENT == "cache":
@@ -58,6 +104,7 @@ def output_cache(outputs):
 
 
 __all__ = [
+    "ACCEPTED_TRANSFORMERS",
     "CACHE_ARGUMENT",
     "CACHE_FIELD",
     "CACHE_NAMES",
@@ -65,4 +112,5 @@ __all__ = [
     "output_cache",
     "renamed_cache_argument",
     "take_cache",
+    "untested_transformers_release",
 ]

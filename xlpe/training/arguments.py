@@ -410,6 +410,41 @@ def describe_device(training_args) -> dict | None:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def check_flags_against_config_overrides(model_args, explicit: set[str]) -> None:
+    """UsageError when an explicit flag and a `--config_overrides` key set one config field to different values
+    (`--xl_strategy head --config_overrides xl_strategy=combination`: the override would win without a word); the
+    same value twice is fine. The flags: the families' fields, the size flags and --init_std."""
+    from .model_setup import SIZE_FIELDS, parse_config_overrides
+
+    overrides = parse_config_overrides(model_args.config_overrides)
+    if not overrides:
+        return
+    targets = {name: ((name,), field.convert) for name, (field, _) in family_fields().items()}
+    targets.update({name: (config_fields, None) for name, config_fields in SIZE_FIELDS.items()})
+    targets["init_std"] = (("init_std",), None)
+    for flag, (config_fields, convert) in targets.items():
+        value = getattr(model_args, flag, None)
+        if flag not in explicit or value is None:
+            continue
+        for key in config_fields:
+            if key in overrides and not _same_setting(value, overrides[key], convert):
+                raise UsageError(
+                    f"--{flag} {value} and --config_overrides {key}={overrides[key]} set the config's {key} to "
+                    f"different values: give it once"
+                )
+
+
+def _same_setting(flag_value, override_value, convert) -> bool:
+    if flag_value == override_value or str(flag_value) == str(override_value):
+        return True
+    if convert is None:
+        return False
+    try:
+        return convert(flag_value) == convert(override_value)
+    except (TypeError, ValueError):
+        return False
+
+
 def explicit_keys(argv: list[str], given: dict | None) -> set[str]:
     """Argument names given explicitly: the JSON file's keys, or the `--flags` of the command line (`--no_x`
     and `--x-y` spellings count as `x` and `x_y`)."""
@@ -518,6 +553,7 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
             raise UsageError(unknown_flags_message(ast.literal_eval(unused), parser._option_string_actions)) from None
 
     model_args, data_args, training_args = parse({})
+    check_flags_against_config_overrides(model_args, explicit)
     check_data_sources(data_args)
     for name in ("source_lang", "target_lang"):  # `french` or `ffr` would pick tokenizers by a wrong code
         check_language_code(getattr(data_args, name), f"--{name}")

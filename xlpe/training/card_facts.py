@@ -34,10 +34,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
+from ..features.reordering import SOURCE_ORDER_MARGIN, beats_source_order
+
 LEARNING_CHECK = "learning_check.json"  # {"ok": bool, "message": str, "checks": {...}, "step": int}
 REORDERER_REPORT = "reorderer_training.json"  # a trained reorderer's report (as xlpe-reorder names it)
 HELD_OUT_KEY = "held_out_quality"  # the reorderer's held-out figures inside config.reorderer_config
-TAU_MARGIN = 0.005  # the reorderer beats the source order when its tau is at least this much higher (as xlpe-reorder)
+TAU_MARGIN = SOURCE_ORDER_MARGIN  # the reorderer beats the source order by this much (reordering.beats_source_order)
 ATTACHED_REPORT = Path("reorderer") / REORDERER_REPORT  # where xlpe-reorder attach copies it into a model folder
 EXAMPLE_WORDS = 25  # the usage example: the first source sentence of at most this many words
 
@@ -236,7 +238,7 @@ def reorderer_quality(reorderer_config: Mapping, folder: str | Path | None = Non
         "monotone_kendall_tau": f"{quality['monotone_kendall_tau']:.3f}",
         "pairs": f"{quality['pairs']:,}" if isinstance(quality.get("pairs"), int) else None,
         "measured_on": quality.get("measured_on") or "held-out pairs",
-        "beats": None if tau is None else tau >= quality["monotone_kendall_tau"] + TAU_MARGIN,
+        "beats": None if tau is None else beats_source_order(tau, quality["monotone_kendall_tau"]),
         "margin": TAU_MARGIN,
     }
 

@@ -129,6 +129,52 @@ def target_config(model_args, checkpoint):
     return family_classes(model_args.model_type or "xlpe")[0]
 
 
+def check_stock_start(model_args, checkpoint) -> None:
+    """`refuse_stock_start` for `--model_name_or_path` with `--model_type`, before anything else is loaded (the
+    taggers: a missing tagger must not hide that the family cannot start from that checkpoint)."""
+    if checkpoint or not (model_args.model_name_or_path and model_args.model_type):
+        return
+    if model_args.model_type == "vanilla" and "vanilla" not in MODEL_FAMILIES:
+        return
+    try:
+        _, model_class = family_classes(model_args.model_type)
+    except ValueError:  # build_model says so
+        return
+    hub = dict(cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
+    refuse_stock_start(model_args.model_name_or_path, model_args.model_type, model_class, hub)
+
+
+def refuse_stock_start(source: str, model_type: str, model_class: type, hub: dict) -> None:
+    """UsageError when `source` holds a stock checkpoint (e.g. an OPUS-MT MarianMT model) that `--model_type` cannot
+    start from (mvPE+POS: BART with its own positions), naming the families that upgrade it."""
+    from transformers import PreTrainedConfig
+
+    from .errors import UsageError
+
+    try:
+        config_dict, _ = PreTrainedConfig.get_config_dict(
+            source, **{key: hub[key] for key in ("cache_dir", "revision", "token") if hub.get(key) is not None}
+        )
+    except (OSError, ValueError):  # from_pretrained says what is wrong with it
+        return
+    stock_type = config_dict.get("model_type")
+    if stock_type is None or stock_type == model_class.config_class.model_type:
+        return
+    if stock_type in getattr(model_class, "stock_model_types", (stock_type,)) or family_of_model_type(stock_type):
+        return  # an upgrade, or another family's checkpoint (refused by from_pretrained, naming both types)
+    upgrading = sorted(
+        name
+        for name in MODEL_FAMILIES
+        if stock_type in getattr(get_family(name).generation_model_class, "stock_model_types", ())
+    )
+    hint = f"; --model_type {' or '.join(upgrading)} upgrade it function-preservingly" if upgrading else ""
+    raise UsageError(
+        f"--model_type {model_type} cannot start from {source}, a stock {stock_type!r} checkpoint: "
+        f"{model_class.__name__} upgrades no {stock_type!r} checkpoint (no stock weights compute its position "
+        f"encoding){hint}"
+    )
+
+
 def build_model(model_args, data_args, tokenizer, checkpoint, taggers):
     hub = dict(
         cache_dir=model_args.cache_dir,
@@ -148,6 +194,7 @@ def build_model(model_args, data_args, tokenizer, checkpoint, taggers):
     overrides.update(tag_vocabulary_fields(config_class, taggers))
     overrides.update(untrainable_decoder_tags(config_class, taggers, overrides))
     if model_args.model_name_or_path:  # e.g. a stock MarianMT checkpoint upgraded to this family
+        refuse_stock_start(model_args.model_name_or_path, model_type, model_class, hub)
         return model_class.from_pretrained(model_args.model_name_or_path, **overrides, **hub)
     if model_args.init_std is not None:
         overrides["init_std"] = model_args.init_std

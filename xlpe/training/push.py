@@ -52,11 +52,14 @@ def upload_file_list(
     local_dir, ignore_patterns: Sequence[str] = tuple(DEFAULT_IGNORE_PATTERNS)
 ) -> tuple[list[str], int]:
     """(the relative paths an upload of `local_dir` sends, how many files the ignore patterns leave out): what
-    `push_model` uploads, for `xlpe-push --dry_run`."""
+    `push_model` uploads, for `xlpe-push --dry_run`. The folder's lock file (`.xlpe.lock`, held by the push itself)
+    is neither sent nor counted."""
     from huggingface_hub.utils import filter_repo_objects
 
+    from ..features.artefacts import LOCK_NAME
+
     folder = Path(local_dir)
-    paths = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    paths = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != LOCK_NAME)
     sent = list(filter_repo_objects(paths, ignore_patterns=list(ignore_patterns)))
     return sent, len(paths) - len(sent)
 

@@ -43,7 +43,7 @@ from ..features.artefacts import (
     write_record,
 )
 from ..features.predicted_reordering import collate, predict_token_positions, tokenizer_fingerprint
-from ..features.reordering import kendall_tau_flat
+from ..features.reordering import SOURCE_ORDER_MARGIN, beats_source_order, kendall_tau_flat
 from ..features.text_files import write_text_atomic
 from ..models.configuration_reorderer import XLPEReordererConfig
 from ..models.hub_support import apply_umask_to_weights
@@ -109,7 +109,7 @@ class ReordererTraining:
     logging_steps: int = 100  # log the loss every this many steps
     batching: str = "word_pairs"  # training batches (sampling.REORDERER_BATCHING): "word_pairs" length-grouped
     #   batches of about batch_size x the median sentence's word pairs, fewer sentences the longer they are (default
-    #   since 0.6: docs/benchmarks/reorderer.md); "sentences" length-grouped, batch_size each; "random" (before 0.6)
+    #   since 2026-11-28: docs/benchmarks/reorderer.md); "sentences" length-grouped, batch_size each; "random" (before)
     extra: dict = field(default_factory=dict)  # more transformers.TrainingArguments fields
 
 
@@ -381,7 +381,9 @@ def calibrate_order_prior(
     }
 
 
-BEATS_MARGIN = 0.005  # the reorderer "beats" the source order when its held-out mean tau is at least this much higher
+BEATS_MARGIN = (
+    SOURCE_ORDER_MARGIN  # the reorderer "beats" the source order by this much (reordering.beats_source_order)
+)
 
 
 def source_order_comparison(calibration: dict | None) -> dict:
@@ -405,7 +407,7 @@ def source_order_comparison(calibration: dict | None) -> dict:
         "monotone_mean_kendall_tau": monotone,
         "held_out_sentences": calibration["sentences_scored"],
         "beats_margin": BEATS_MARGIN,
-        "beats_source_order": bool(tau >= monotone + BEATS_MARGIN),
+        "beats_source_order": beats_source_order(tau, monotone),
     }
 
 
@@ -415,7 +417,7 @@ def does_not_beat_line(
     """The plain line said when `what`'s mean Kendall tau does not beat keeping the source order by `BEATS_MARGIN`
     on `pairs` `scored` (held-out pairs at the end of training; the pairs `xlpe-reorder evaluate` scored); None
     when it does."""
-    if tau >= monotone + BEATS_MARGIN:
+    if beats_source_order(tau, monotone):
         return None
     return (
         f"{what} (tau {tau:.3f}) does not beat keeping the source order (tau {monotone:.3f}) on {pairs:,} {scored}: "

@@ -55,6 +55,7 @@ from .model_setup import (
     attach_reorderer,
     build_model,
     check_init_options,
+    check_stock_start,
     check_vocabulary,
     load_or_train_tokenizer,
     model_features,
@@ -142,8 +143,77 @@ def setup_logging(training_args) -> None:
     transformers.utils.logging.set_verbosity(level)
 
 
+def position_limit_source(model_args, checkpoint) -> str:
+    """Where the model's `max_position_embeddings` came from, for a message."""
+    if "max_position_embeddings" in parse_config_overrides(model_args.config_overrides):
+        return "--config_overrides"
+    source = checkpoint or model_args.config_name or model_args.model_name_or_path
+    return f"{Path(source) / 'config.json' if Path(source).is_dir() else source}" if source else "built here"
+
+
+def check_length_flags_fit(model, model_args, data_args, checkpoint) -> None:
+    """UsageError, before any data is prepared, when --max_source_length or --max_target_length exceeds the model's
+    position limit: the first longer batch would fail after training started (a traceback in the model's input
+    check). A --prepared_dataset is not cut to those flags: its longest rows are checked (`check_prepared_fit`)."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if not limit or data_args.prepared_dataset:
+        return
+    over = [
+        f"--{name} {getattr(data_args, name)}"
+        for name in ("max_source_length", "max_target_length")
+        if getattr(data_args, name) > limit
+    ]
+    if over:
+        raise UsageError(
+            f"{' and '.join(over)} exceed{'s' if len(over) == 1 else ''} the model's max_position_embeddings {limit} "
+            f"({position_limit_source(model_args, checkpoint)}): lower {'them' if len(over) > 1 else 'it'} to at "
+            f"most {limit} or raise max_position_embeddings"
+        )
+
+
+def check_prepared_fit(prepared: dict, model, model_args, checkpoint) -> None:
+    """UsageError, before training, when a prepared split's longest source or target exceeds the model's position
+    limit (read off the Arrow column lengths: no Python pass over the rows; a split seen through an index mapping,
+    e.g. --max_train_samples, is skipped rather than copied)."""
+    import pyarrow.compute as pc
+
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if not limit:
+        return
+    for split, dataset in prepared.items():
+        if getattr(dataset, "_indices", None) is not None or not len(dataset):
+            continue
+        for column, flag in (("input_ids", "--max_source_length"), ("labels", "--max_target_length")):
+            if column not in dataset.column_names:
+                continue
+            longest = pc.max(pc.list_value_length(dataset.data.column(column))).as_py() or 0
+            if longest > limit:
+                raise UsageError(
+                    f"the {split} split's longest {'source' if column == 'input_ids' else 'target'} has {longest} "
+                    f"tokens, over the model's max_position_embeddings {limit} "
+                    f"({position_limit_source(model_args, checkpoint)}): prepare it with a lower {flag} or raise "
+                    "max_position_embeddings"
+                )
+
+
 def load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint):
-    """`load_or_train_tokenizer`, with a model folder that has no (readable) tokenizer files as a UsageError."""
+    """`load_or_train_tokenizer`, with a model folder that has no (readable) tokenizer files as a UsageError (a
+    damaged JSON file of it named with its line)."""
+    from ..features.tokenization import check_tokenizer_files
+
+    source = checkpoint or model_args.tokenizer_name or model_args.model_name_or_path
+    if source:
+        flag = (
+            "--resume_from_checkpoint"
+            if checkpoint
+            else "--tokenizer_name"
+            if model_args.tokenizer_name
+            else "--model_name_or_path"
+        )
+        try:
+            check_tokenizer_files(source, f"{flag} {source}")
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     try:
         return load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint)
     except (OSError, TypeError, ValueError) as error:
@@ -202,6 +272,7 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         splits, data_args, training_args, bool(model_args.tokenizer_name or model_args.model_name_or_path or checkpoint)
     )
     tokenizer = load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint)
+    check_stock_start(model_args, checkpoint)  # e.g. mvPE+POS from a Marian checkpoint, before the taggers load
     taggers = resolve_taggers(
         data_args, target_config(model_args, checkpoint), parse_config_overrides(model_args.config_overrides)
     )
@@ -223,6 +294,7 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
     if model_args.reorderer:
         attach_reorderer(model, model_args.reorderer, tokenizer)
     apply_generation_options(model, tokenizer, model_args, data_args)
+    check_length_flags_fit(model, model_args, data_args, checkpoint)  # before preparing: not after training started
     if data_args.num_beams is not None:
         model.generation_config.num_beams = data_args.num_beams
     features = model_features(model)
@@ -231,6 +303,7 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
     prepared, reports = prepare_features(
         splits, tokenizer, features, taggers, data_args, model_args, training_args, model
     )
+    check_prepared_fit(prepared, model, model_args, checkpoint)
     if training_args.process_index == 0:
         write_text_atomic(
             Path(training_args.output_dir) / "preparation_report.json", json.dumps(reports, indent=2, default=str)

@@ -314,7 +314,7 @@ def batch_sampler_dataloader(trainer, dataset, collator, batch_sampler):
 # ---------------------------------------------------------------------------------------------------------
 
 # "word_pairs" (default): length-grouped batches of about the same number of word pairs (padded), in random order;
-# "sentences": length-grouped batches of `batch_size` sentences; "random": the stock Trainer's random batches (<0.6)
+# "sentences": length-grouped batches of `batch_size` sentences; "random": the stock random batches (before 2026-11-28)
 REORDERER_BATCHING = ("word_pairs", "sentences", "random")
 
 
