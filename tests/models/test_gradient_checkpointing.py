@@ -15,10 +15,19 @@ from xlpe.models.modeling_mvpe_pos import MvPEPosForConditionalGeneration
 from xlpe.models.modeling_xlpe import XLPEMarianMTModel
 
 DIMS = dict(
-    vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-    decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32,
-    dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-)  # fmt: skip
+    vocab_size=40,
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+    max_position_embeddings=32,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+)
 MARIAN_IDS = dict(pad_token_id=0, eos_token_id=2, decoder_start_token_id=0)
 FAMILIES = {
     "xlpe-head": (XLPEMarianConfig, XLPEMarianMTModel, dict(xl_strategy="head", **MARIAN_IDS)),

@@ -40,16 +40,50 @@ def interrupted(tmp_path_factory):
     data.mkdir()
     write_files(data)
     args = [
-        "--model_type", "xlpe", *TINY_MODEL_ARGS,
-        "--train_source_file", str(data / "train.de"), "--train_target_file", str(data / "train.en"),
-        "--validation_source_file", str(data / "dev.de"), "--validation_target_file", str(data / "dev.en"),
-        "--test_source_file", str(data / "test.de"), "--test_target_file", str(data / "test.en"),
-        "--source_lang", "de", "--target_lang", "en", "--recipe", "none",
-        "--output_dir", str(work / "run"), "--cache_dir", str(work / "cache"),
-        "--do_train", "--do_eval", "--do_predict", "--predict_with_generate", "--max_steps", "2",
-        "--per_device_train_batch_size", "8", "--tokenizer_vocab_size", "120", "--num_beams", "1",
-        "--val_max_target_length", "6", "--report_to", "none", "--num_translation_examples", "0",
-    ]  # fmt: skip
+        "--model_type",
+        "xlpe",
+        *TINY_MODEL_ARGS,
+        "--train_source_file",
+        str(data / "train.de"),
+        "--train_target_file",
+        str(data / "train.en"),
+        "--validation_source_file",
+        str(data / "dev.de"),
+        "--validation_target_file",
+        str(data / "dev.en"),
+        "--test_source_file",
+        str(data / "test.de"),
+        "--test_target_file",
+        str(data / "test.en"),
+        "--source_lang",
+        "de",
+        "--target_lang",
+        "en",
+        "--recipe",
+        "none",
+        "--output_dir",
+        str(work / "run"),
+        "--cache_dir",
+        str(work / "cache"),
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--predict_with_generate",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+        "--tokenizer_vocab_size",
+        "120",
+        "--num_beams",
+        "1",
+        "--val_max_target_length",
+        "6",
+        "--report_to",
+        "none",
+        "--num_translation_examples",
+        "0",
+    ]
     with pytest.raises(KeyboardInterrupt):
         main(args, callbacks=[InterruptFinalEvaluation()])
     return work / "run"
@@ -147,10 +181,18 @@ def test_the_card_puts_the_reorderers_held_out_tau_beside_the_source_orders(toy_
         "measured_on": "held-out pairs",
     }
     config = XLPEMarianConfig(
-        d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-        encoder_ffn_dim=32, decoder_ffn_dim=32, vocab_size=len(toy_tokenizer), pad_token_id=toy_tokenizer.pad_token_id,
-        eos_token_id=toy_tokenizer.eos_token_id, decoder_start_token_id=toy_tokenizer.pad_token_id,
-    )  # fmt: skip
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        vocab_size=len(toy_tokenizer),
+        pad_token_id=toy_tokenizer.pad_token_id,
+        eos_token_id=toy_tokenizer.eos_token_id,
+        decoder_start_token_id=toy_tokenizer.pad_token_id,
+    )
     model = XLPEMarianMTModel(config)
     model.config.reorderer_config = {"decoder": "btg", "d_model": 16, "held_out_quality": quality}
     text = build_model_card(model, languages=["de", "en"], example_source=GERMAN[0]).text
@@ -183,11 +225,18 @@ def test_a_card_without_a_source_sentence_says_its_example_is_a_placeholder(toy_
 
     model = XLPEMarianMTModel(
         XLPEMarianConfig(
-            d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-            encoder_ffn_dim=32, decoder_ffn_dim=32, vocab_size=len(toy_tokenizer),
-            pad_token_id=toy_tokenizer.pad_token_id, eos_token_id=toy_tokenizer.eos_token_id,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            vocab_size=len(toy_tokenizer),
+            pad_token_id=toy_tokenizer.pad_token_id,
+            eos_token_id=toy_tokenizer.eos_token_id,
             decoder_start_token_id=toy_tokenizer.pad_token_id,
         )
-    )  # fmt: skip
+    )
     text = build_model_card(model, languages=["de", "en"]).text
     assert 'translator("A sentence in de.")' in text and "is a placeholder" in text and "Put a sentence in\nde" in text

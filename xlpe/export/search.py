@@ -212,9 +212,7 @@ def beam_search(
         settings.early_stopping,
     )
     keep = max(2, 1 + len(settings.eos_token_ids)) * beams
-    fill = settings.pad_token_id  # as generate: the pad id (0 for xlpe's tokenizers), else the first EOS
-    if fill is None:
-        fill = settings.eos_token_ids[0] if settings.eos_token_ids else -1
+    fill = settings.pad_token_id or (settings.eos_token_ids[0] if settings.eos_token_ids else -1)
     running = np.full((batch, beams, max_length), fill, dtype=np.int64)
     running[:, :, 0] = settings.decoder_start_token_id
     finished_sequences = running.copy()
