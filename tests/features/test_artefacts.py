@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -107,3 +108,27 @@ def test_a_locked_directory_refuses_a_second_process_and_frees_on_exit(tmp_path)
     assert held.startswith("refused:") and "xlpe-train --output_dir x (pid" in held
     free = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert free.strip() == "locked"
+
+
+def test_a_released_exclusive_lock_leaves_no_file_and_the_next_holder_gets_a_live_one(tmp_path):
+    """An exclusive holder removes `.xlpe.lock` as it lets go (a refused or finished command leaves the folder as
+    it found it); an opener of the removed file locks the one now at the path, never a dead inode."""
+    from xlpe.features.artefacts import LOCK_NAME, DirectoryInUse, directory_lock
+
+    with directory_lock(tmp_path, "first"):
+        assert (tmp_path / LOCK_NAME).is_file()
+        with pytest.raises(DirectoryInUse, match="in use by first"):
+            with directory_lock(tmp_path, "second"):
+                pass
+    assert not (tmp_path / LOCK_NAME).exists()
+    stale = open(tmp_path / LOCK_NAME, "a+")  # opened by a process that then waited while the file was replaced
+    (tmp_path / LOCK_NAME).unlink()
+    with directory_lock(tmp_path, "third") as held:
+        assert os.stat(held).st_ino != os.fstat(stale.fileno()).st_ino
+        with pytest.raises(DirectoryInUse, match="in use by third"):
+            with directory_lock(tmp_path, "fourth"):
+                pass
+    stale.close()
+    with directory_lock(tmp_path, "shared", shared=True):
+        pass
+    assert (tmp_path / LOCK_NAME).exists()  # shared holders leave it to the others

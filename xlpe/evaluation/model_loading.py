@@ -13,7 +13,7 @@ trained with in the config (`record_tokenizer_fingerprint`), and `check_model_to
 A config without a fingerprint (a model saved by an older version, a stock checkpoint) is not checked.
 
 **The fingerprint means "the same ids from the same text".** Version 2 (`tokenizer_fingerprint_version: 2`,
-written by `record_tokenizer_fingerprint` since 2026-12) hashes the whole definition of how text becomes ids
+written by `record_tokenizer_fingerprint` from 2026-11-28 on) hashes the whole definition of how text becomes ids
 (`tokenizer_definition`): the backend tokenizer's normaliser, pre-tokeniser, model (vocabulary, merges or
 Unigram scores), post-processor (Marian's appended `</s>`) and added tokens, parsed from `to_str()` and written as
 canonical JSON (so a re-saved file with other formatting or key order has the same fingerprint), plus the

@@ -248,16 +248,25 @@ def directory_lock(
     path = Path(directory)
     lock_path = Path(lock_file) if lock_file is not None else path / LOCK_NAME
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(lock_path, "a+", encoding="utf-8")
-    try:
+    while True:
+        handle = open(lock_path, "a+", encoding="utf-8")
         try:
             fcntl.flock(handle.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = _holder(handle.read().strip())
+            handle.close()
             raise DirectoryInUse(
                 f"{path} is in use by {holder}: wait for it to finish or choose another directory"
             ) from None
+        try:  # the file an exclusive holder removed as it let go: lock the one at the path now
+            same = os.fstat(handle.fileno()).st_ino == os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        handle.close()
+    try:
         if not shared:  # the one holder says who it is (shared holders leave the last exclusive holder's line)
             handle.seek(0)
             handle.truncate()
@@ -266,6 +275,9 @@ def directory_lock(
             handle.flush()
         yield lock_path
     finally:
+        if not shared:  # leave nothing behind: removed while still held (a waiting opener then retries above)
+            with contextlib.suppress(OSError):
+                lock_path.unlink()
         handle.close()  # releases the lock
 
 

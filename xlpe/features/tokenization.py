@@ -173,9 +173,10 @@ def _slow_tokenizer_state(tokenizer) -> str:
         if key not in LOCATION_KWARGS and not (isinstance(value, str) and os.path.exists(value))
     }
     digest = hashlib.sha256(repr(sorted(kwargs.items(), key=lambda item: item[0])).encode())
+    save_vocabulary = getattr(tokenizer, "save_vocabulary", None)
     with tempfile.TemporaryDirectory() as directory:
         try:
-            files = tokenizer.save_vocabulary(directory) or ()
+            files = (save_vocabulary(directory) or ()) if save_vocabulary is not None else ()
         except (NotImplementedError, OSError, TypeError):
             files = ()
         for path in sorted(Path(file) for file in files if file and Path(file).is_file()):
