@@ -53,11 +53,30 @@ def test_a_position_limit_below_the_length_flags_is_refused_before_training(tmp_
 
     run = tmp_path / "run"
     argv = ["--output_dir", str(run), "--cache_dir", str(tmp_path / "cache"), *TINY, "--max_steps", "2"]
-    assert cli([*argv, "--do_train", "--config_overrides", "max_position_embeddings=8"]) == 2
+    lengths = ["--max_source_length", "64", "--max_target_length", "64"]
+    assert cli([*argv, *lengths, "--do_train", "--config_overrides", "max_position_embeddings=8"]) == 2
     line = one_error_line(capsys, "xlpe-train")
     assert "--max_source_length 64 and --max_target_length 64 exceed the model's max_position_embeddings 8" in line
     assert "(--config_overrides)" in line, line
     assert not list(run.glob("checkpoint-*")) and not (run / "model.safetensors").exists()
+
+
+def test_default_lengths_above_the_position_limit_are_lowered_to_it(tmp_path, capsys):
+    """Not given, the length flags are lowered to the model's limit: pairs the model cannot take are skipped and
+    counted (the preparation report), the rest trains."""
+    import json
+
+    from test_train import TINY
+
+    from xlpe.cli.train import cli
+
+    run = tmp_path / "run"
+    argv = ["--output_dir", str(run), "--cache_dir", str(tmp_path / "cache"), *TINY, "--max_steps", "2"]
+    assert cli([*argv, "--do_train", "--config_overrides", "max_position_embeddings=12"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    report = json.loads((run / "preparation_report.json").read_text())["train"]
+    skipped = report["pairs_skipped"]
+    assert skipped["source_too_long"] + skipped["target_too_long"] > 0 and report["pairs_kept"] > 0, report
 
 
 def test_a_prepared_split_longer_than_the_position_limit_is_refused():
@@ -148,3 +167,14 @@ def test_a_mistyped_local_path_suggests_the_closest_directory(tmp_path, monkeypa
     check_model_path("Helsinki-NLP/opus-mt-de-en", "--model")  # a Hub id: left to the Hub
     assert push(["runs/de-enn", "me/m", "--dry_run"]) == 2
     assert "(did you mean runs/de-en?)" in one_error_line(capsys, "xlpe-push")
+
+
+def test_an_unknown_tagger_is_one_line(tmp_path, capsys):
+    from test_train import TINY
+
+    from xlpe.cli.train import cli
+
+    argv = ["--output_dir", str(tmp_path / "run"), "--cache_dir", str(tmp_path / "cache"), *TINY, "--max_steps", "1"]
+    assert cli([*argv, "--do_train", "--model_type", "xlpe", "--source_tagger", "none"]) == 2
+    line = one_error_line(capsys, "xlpe-train")
+    assert "POS tagger: unknown tagger 'none': expected one of nltk-en" in line, line

@@ -587,6 +587,7 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
         use_prepared_dataset(data_args, model_args)
     stages = ("do_train", "do_eval", "do_predict")
     training_args.explicit_do = {k for k in stages if k in explicit}
+    data_args.explicit_lengths = {k for k in ("max_source_length", "max_target_length") if k in explicit}
     if not any(getattr(training_args, k) for k in training_args.explicit_do):  # none asked for, some switched off:
         for stage in set(stages) - training_args.explicit_do:  # the others run (`--do_eval false`: train + test)
             setattr(training_args, stage, True)  # (an eval_strategy alone turns do_eval on: not a choice of stages)

@@ -152,12 +152,19 @@ def position_limit_source(model_args, checkpoint) -> str:
 
 
 def check_length_flags_fit(model, model_args, data_args, checkpoint) -> None:
-    """UsageError, before any data is prepared, when --max_source_length or --max_target_length exceeds the model's
-    position limit: the first longer batch would fail after training started (a traceback in the model's input
-    check). A --prepared_dataset is not cut to those flags: its longest rows are checked (`check_prepared_fit`)."""
+    """UsageError, before any data is prepared, when an explicit --max_source_length or --max_target_length exceeds
+    the model's position limit: the first longer batch would fail after training started (a traceback in the
+    model's input check). A default above the limit is lowered to it (pairs longer than the model can take are
+    skipped and counted, as any pair over those lengths). A --prepared_dataset is not cut to those flags: its
+    longest rows are checked (`check_prepared_fit`)."""
     limit = getattr(model.config, "max_position_embeddings", None)
     if not limit or data_args.prepared_dataset:
         return
+    explicit = getattr(data_args, "explicit_lengths", {"max_source_length", "max_target_length"})
+    for name in ("max_source_length", "max_target_length"):
+        if name not in explicit and getattr(data_args, name) > limit:
+            logger.info("--%s %d (default) lowered to the model's limit %d", name, getattr(data_args, name), limit)
+            setattr(data_args, name, limit)
     over = [
         f"--{name} {getattr(data_args, name)}"
         for name in ("max_source_length", "max_target_length")
@@ -273,9 +280,12 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
     )
     tokenizer = load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint)
     check_stock_start(model_args, checkpoint)  # e.g. mvPE+POS from a Marian checkpoint, before the taggers load
-    taggers = resolve_taggers(
-        data_args, target_config(model_args, checkpoint), parse_config_overrides(model_args.config_overrides)
-    )
+    try:  # an unknown tagger name, a tagger whose data is missing: one line, not a traceback
+        taggers = resolve_taggers(
+            data_args, target_config(model_args, checkpoint), parse_config_overrides(model_args.config_overrides)
+        )
+    except ValueError as error:
+        raise UsageError(f"POS tagger: {(str(error).strip().splitlines() or [type(error).__name__])[0]}") from error
     try:
         model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
     except UsageError:
