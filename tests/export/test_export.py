@@ -106,28 +106,8 @@ def test_length_penalty_early_stopping_min_tokens_and_bad_words(stack_tokenizer,
 def test_stock_marian_and_attached_reorderer(stack_tokenizer, tmp_path):
     from transformers import MarianConfig, MarianMTModel
 
-    from xlpe.models.configuration_reorderer import XLPEReordererConfig
-    from xlpe.models.modeling_reorderer import XLPEReordererModel
-
     model, source = build("xlpe-combination")
-    torch.manual_seed(3)
-    reorderer = XLPEReordererModel(
-        XLPEReordererConfig(
-            vocab_size=VOCAB,
-            d_model=16,
-            ffn_dim=32,
-            pair_dim=8,
-            attention_heads=2,
-            token_layers=1,
-            word_layers=1,
-            pad_token_id=PAD,
-            eos_token_id=EOS,
-            max_source_positions=24,
-            max_words=20,
-        )
-    )
-    with torch.no_grad():
-        reorderer.query.weight.normal_(0, 3.0), reorderer.key.weight.normal_(0, 3.0)
+    reorderer = tiny_reorderer(VOCAB, PAD, EOS, seed=3, max_source_positions=24, max_words=20)
     model.attach_reorderer(reorderer)
     manifest = export_model(model, stack_tokenizer, tmp_path / "reordered")
     assert manifest["front_end"]["reorderer"] == "reorderer" and manifest["layout"]["reorder_positions"]
@@ -379,7 +359,7 @@ def test_length_rule_batch_invariance_and_reports(toy_tokenizer, tmp_path, capsy
 # ------------------------------------------------------------------ the export checked as a whole (issue: verify)
 
 
-def tiny_reorderer(vocab_size: int, pad: int, eos: int, seed: int):
+def tiny_reorderer(vocab_size: int, pad: int, eos: int, seed: int, max_source_positions: int = 64, max_words: int = 60):
     from xlpe.models.configuration_reorderer import XLPEReordererConfig
     from xlpe.models.modeling_reorderer import XLPEReordererModel
 
@@ -395,8 +375,8 @@ def tiny_reorderer(vocab_size: int, pad: int, eos: int, seed: int):
             word_layers=1,
             pad_token_id=pad,
             eos_token_id=eos,
-            max_source_positions=64,
-            max_words=60,
+            max_source_positions=max_source_positions,
+            max_words=max_words,
         )
     )
     with torch.no_grad():

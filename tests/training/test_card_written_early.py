@@ -154,6 +154,23 @@ def test_a_failed_learning_check_marks_the_card(interrupted, tmp_path):
     assert push.main([str(folder), "me/m", "--dry_run"]) == 2  # damaged: one line, not a card without it
 
 
+def tiny_xlpe_model(tokenizer):
+    from xlpe import XLPEMarianConfig, XLPEMarianMTModel
+
+    dims = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
+    return XLPEMarianMTModel(
+        XLPEMarianConfig(
+            **dims,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id,
+        )
+    )
+
+
 def _reorderer_report(folder, tau, monotone):
     folder.mkdir()
     calibration = {
@@ -169,7 +186,6 @@ def _reorderer_report(folder, tau, monotone):
 
 @pytest.mark.parametrize("tau, beats", [(0.896, False), (0.95, True)])
 def test_the_card_puts_the_reorderers_held_out_tau_beside_the_source_orders(toy_tokenizer, tmp_path, tau, beats):
-    from xlpe import XLPEMarianConfig, XLPEMarianMTModel
     from xlpe.training.model_card import build_model_card
 
     quality = reorderer_held_out_quality(_reorderer_report(tmp_path / "reorderer", tau, 0.898))
@@ -180,20 +196,7 @@ def test_the_card_puts_the_reorderers_held_out_tau_beside_the_source_orders(toy_
         "order_prior": 1.0,
         "measured_on": "held-out pairs",
     }
-    config = XLPEMarianConfig(
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        vocab_size=len(toy_tokenizer),
-        pad_token_id=toy_tokenizer.pad_token_id,
-        eos_token_id=toy_tokenizer.eos_token_id,
-        decoder_start_token_id=toy_tokenizer.pad_token_id,
-    )
-    model = XLPEMarianMTModel(config)
+    model = tiny_xlpe_model(toy_tokenizer)
     model.config.reorderer_config = {"decoder": "btg", "d_model": 16, "held_out_quality": quality}
     text = build_model_card(model, languages=["de", "en"], example_source=GERMAN[0]).text
     assert f"on 200 held-out pairs (never trained on): **{tau:.3f}** for the reorderer's order, **0.898** for " in text
@@ -220,23 +223,8 @@ def test_without_calibration_pairs_only_the_source_orders_tau_is_stated(tmp_path
 
 
 def test_a_card_without_a_source_sentence_says_its_example_is_a_placeholder(toy_tokenizer):
-    from xlpe import XLPEMarianConfig, XLPEMarianMTModel
     from xlpe.training.model_card import build_model_card
 
-    model = XLPEMarianMTModel(
-        XLPEMarianConfig(
-            d_model=16,
-            encoder_layers=1,
-            decoder_layers=1,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=32,
-            decoder_ffn_dim=32,
-            vocab_size=len(toy_tokenizer),
-            pad_token_id=toy_tokenizer.pad_token_id,
-            eos_token_id=toy_tokenizer.eos_token_id,
-            decoder_start_token_id=toy_tokenizer.pad_token_id,
-        )
-    )
+    model = tiny_xlpe_model(toy_tokenizer)
     text = build_model_card(model, languages=["de", "en"]).text
     assert 'translator("A sentence in de.")' in text and "is a placeholder" in text and "Put a sentence in\nde" in text

@@ -48,7 +48,12 @@ class ArtefactMismatch(ValueError):
 
 
 class DirectoryInUse(ValueError):
-    """Another live process holds the directory's lock; the message names it."""
+    """Another live process holds the directory's lock; the message names it, `holder` is its line (command, pid,
+    start time)."""
+
+    def __init__(self, message: str, holder: str = ""):
+        super().__init__(message)
+        self.holder = holder
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -257,7 +262,7 @@ def directory_lock(
             holder = _holder(handle.read().strip())
             handle.close()
             raise DirectoryInUse(
-                f"{path} is in use by {holder}: wait for it to finish or choose another directory"
+                f"{path} is in use by {holder}: wait for it to finish or choose another directory", holder
             ) from None
         try:  # the file an exclusive holder removed as it let go: lock the one at the path now
             same = os.fstat(handle.fileno()).st_ino == os.stat(lock_path).st_ino

@@ -30,7 +30,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from .artefacts import LOCK_NAME, RECORD_NAME, ArtefactMismatch, _holder, read_record
+from .artefacts import LOCK_NAME, RECORD_NAME, ArtefactMismatch, DirectoryInUse, directory_lock, read_record
 from .text_files import OutputExistsError
 
 # what a directory holds, recognised by its files when it has no artefact record: (kind, files that mark it)
@@ -233,45 +233,19 @@ def lock_path_for(path: str | os.PathLike) -> Path:
 
 @contextlib.contextmanager
 def output_file_lock(path: str | os.PathLike, command: str, flag: str = "--output") -> Iterator[Path]:
-    """Hold an exclusive lock on output file `path` for the block: `fcntl.flock` on `.<name>.xlpe.lock` beside it,
-    released when the process ends (a killed run leaves no stale lock) and the lock file removed when the block
-    ends. A second command asking for it is refused at once: OutputRefused naming the holder (command, pid, start
-    time). (A lock taken on a lock file that its holder removed meanwhile is retaken on the new file: the inode
-    check after `flock` makes two holders impossible.)"""
-    import datetime
-    import fcntl
-
-    lock = lock_path_for(path)
-    for _ in range(10):
-        handle = open(lock, "a+", encoding="utf-8")
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = _holder(handle.read().strip())
-            handle.close()
-            raise OutputRefused(
-                f"{flag} {os.fspath(path)} is in use by {holder}: wait for it to finish or choose another {flag}"
-            ) from None
-        try:
-            current = os.stat(lock).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(handle.fileno()).st_ino:
-            break
-        handle.close()  # the holder removed this lock file as we took it: take the new one
-    else:  # pragma: no cover
-        raise OutputRefused(f"{flag} {os.fspath(path)}: cannot take its lock {lock}")
+    """Hold an exclusive lock on output file `path` for the block: `artefacts.directory_lock` on
+    `.<name>.xlpe.lock` beside it (an advisory `flock`: a killed run leaves no stale lock; the file is removed when
+    the block ends). A second command asking for it is refused at once: OutputRefused naming the holder (command,
+    pid, start time)."""
+    lock, held = lock_path_for(path), contextlib.ExitStack()
     try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{command} (pid {os.getpid()}, since {datetime.datetime.now().isoformat(timespec='seconds')})\n")
-        handle.flush()
+        held.enter_context(directory_lock(lock.parent, command, lock_file=lock))
+    except DirectoryInUse as error:
+        raise OutputRefused(
+            f"{flag} {os.fspath(path)} is in use by {error.holder}: wait for it to finish or choose another {flag}"
+        ) from None
+    with held:
         yield lock
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)  # while still held: a waiting process finds the file gone and takes a fresh one
-        handle.close()
 
 
 __all__ = [
