@@ -311,3 +311,22 @@ def test_a_failed_final_write_is_one_line_and_leaves_nothing(world, capsys, monk
     assert code == 2 and "No space left on device" in line and str(out) in line, line
     assert [p.name for p in world.iterdir() if p.name.startswith(".out.txt") and p.suffix == ".tmp"] == []
     assert not out.exists()
+
+
+def test_export_and_prepare_replace_their_own_earlier_output_and_only_that(world, capsys):
+    """--overwrite_output replaces what the command wrote before (an export, a prepared dataset), and the same
+    folder holding another command's output is still refused."""
+    pytest.importorskip("onnxruntime")
+    exported = world / "onnx"
+    argv = ["--model", world / "runs/M", "--output", exported]
+    assert run(export.main, argv) == 0 and (exported / "export_manifest.json").is_file()
+    assert run(export.main, argv) == 2 and "--overwrite_output" in one_line_error(capsys, "xlpe-export")
+    assert run(export.main, [*argv, "--overwrite_output"]) == 0 and (exported / "export_manifest.json").is_file()
+    prepared = world / "prepared-out"
+    source, target = world / "data/in.txt", world / "data/ref.txt"
+    prepare_argv = ["--source", source, "--target", target, "--output", prepared, "--tokenizer", world / "runs/M"]
+    assert run(prepare.main, prepare_argv) == 0 and (prepared / "dataset_dict.json").is_file()
+    assert run(prepare.main, [*prepare_argv, "--overwrite-output"]) == 0
+    before = fingerprint(prepared)  # an export is not a prepared dataset: not replaced, even with the flag
+    assert run(export.main, ["--model", world / "runs/M", "--output", prepared, "--overwrite_output"]) == 2
+    assert "prepared dataset" in one_line_error(capsys, "xlpe-export") and fingerprint(prepared) == before
