@@ -121,33 +121,11 @@ def over_limit_lines(translator, words: list[str]) -> tuple[int, list[int]]:
 
 
 def limit_warnings(prog: str, limit: int, too_long: list[int], at_limit: list[int], total: int) -> list[str]:
-    """The warnings of one translated file (`xlpe-translate`, `xlpe-export --translate`): inputs longer than the
-    model's position `limit` (cut to it), and translations that reached their length budget or cap
-    (xlpe.models.length_rule) instead of ending on their own; each counts its lines and names the first."""
-    from ..models.length_rule import RULE_TEXT, limit_warning
+    """The warnings of one translated file (`xlpe-translate`, `xlpe-export --translate`): `length_rule.limit_warnings`
+    as `<prog>: warning: ...` lines."""
+    from ..models.length_rule import limit_warnings as warnings
 
-    warnings = []
-    if too_long:
-        warnings.append(
-            f"{prog}: warning: "
-            + limit_warning(
-                "lines are longer than the model's limit",
-                too_long,
-                total,
-                f"{limit} tokens, max_position_embeddings; translated from their first {limit} tokens",
-            )
-        )
-    if at_limit:
-        warnings.append(
-            f"{prog}: warning: "
-            + limit_warning(
-                "translations reached their length limit before ending and may be cut short",
-                at_limit,
-                total,
-                f"{RULE_TEXT}, or --max_new_tokens",
-            )
-        )
-    return warnings
+    return [f"{prog}: warning: {text}" for text in warnings(limit, too_long, at_limit, total)]
 
 
 def translate_lines(

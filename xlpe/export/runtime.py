@@ -246,29 +246,12 @@ class OnnxTranslator:
     def translate(self, texts: list[str], **generate_kwargs) -> list[str]:
         """Translations of raw `texts` (one batch; pipeline conventions, module docstring); a warning counts the
         sources cut at the model's limit and the translations that reached their length budget or cap."""
-        from ..models.length_rule import RULE_TEXT, limit_warning
+        from ..models.length_rule import limit_warnings
 
         translations, too_long, at_limit = self.translate_with_report(texts, **generate_kwargs)
-        if too_long:
-            logger.warning(
-                limit_warning(
-                    "sentences are longer than the model's limit",
-                    [i + 1 for i in too_long],
-                    len(texts),
-                    f"{self.source_limit()} tokens, max_position_embeddings; translated from their first tokens",
-                    unit="sentence",
-                )
-            )
-        if at_limit:
-            logger.warning(
-                limit_warning(
-                    "translations reached their length limit before ending and may be cut short",
-                    [i + 1 for i in at_limit],
-                    len(texts),
-                    f"{RULE_TEXT}, or max_new_tokens/max_length",
-                    unit="sentence",
-                )
-            )
+        numbered = ([i + 1 for i in too_long], [i + 1 for i in at_limit])
+        for text in limit_warnings(self.source_limit(), *numbered, len(texts), "sentence", "max_new_tokens/max_length"):
+            logger.warning(text)
         return translations
 
     def translate_with_report(self, texts: list[str], **generate_kwargs) -> tuple[list[str], list[int], list[int]]:

@@ -139,6 +139,22 @@ def limit_warning(what: str, numbers: list[int], total: int, detail: str, unit: 
     return f"{len(numbers)} of {total} {what} ({detail}): {unit} {listed}"
 
 
+def limit_warnings(
+    limit: int, too_long: list[int], at_limit: list[int], total: int, unit: str = "line", cap: str = "--max_new_tokens"
+) -> list[str]:
+    """The warnings of one translated file or batch: inputs longer than the model's position `limit` (cut to it),
+    and translations that reached their length budget or the explicit `cap` instead of ending on their own; each
+    counts its `unit`s (1-based numbers in `too_long`, `at_limit`) and names the first."""
+    warnings = []
+    if too_long:
+        detail = f"{limit} tokens, max_position_embeddings; translated from their first {limit} tokens"
+        warnings.append(limit_warning(f"{unit}s are longer than the model's limit", too_long, total, detail, unit))
+    if at_limit:
+        what = "translations reached their length limit before ending and may be cut short"
+        warnings.append(limit_warning(what, at_limit, total, f"{RULE_TEXT}, or {cap}", unit))
+    return warnings
+
+
 __all__ = [
     "RULE_TEXT",
     "LengthBudgetLogitsProcessor",
@@ -148,6 +164,7 @@ __all__ = [
     "length_budgets",
     "length_rule_generate_kwargs",
     "limit_warning",
+    "limit_warnings",
     "position_limit",
     "reached_limit",
     "source_lengths",
