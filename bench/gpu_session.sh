@@ -23,14 +23,16 @@ cd "$(dirname "$0")/.." || exit 2
 REPO=$(pwd)
 MODE=gpu  # gpu | dry (the same commands on the CPU at tiny sizes) | print (print them, run nothing)
 STAGES=()
+SESSION=0  # 1: `session`, the whole GPU session in ONE device call (the stages' limits below, not STAGE_LIMIT)
 for arg in "$@"; do
   case "$arg" in
     --dry-run|--cpu) MODE=dry ;;
     --print) MODE=print ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     all) STAGES+=(setup tests bench bench-compiled bench-compiled-others train) ;;
-    prepare|setup|tests|bench|bench-compiled|bench-compiled-others|train) STAGES+=("$arg") ;;
-    *) echo "gpu_session.sh: unknown stage '$arg' (prepare, setup, tests, bench, bench-compiled, bench-compiled-others, train, all)" >&2; exit 2 ;;
+    session) SESSION=1; STAGES+=(setup tests bench train quality) ;;
+    prepare|setup|tests|bench|bench-compiled|bench-compiled-others|train|quality) STAGES+=("$arg") ;;
+    *) echo "gpu_session.sh: unknown stage '$arg' (prepare, setup, tests, bench, bench-compiled, bench-compiled-others, train, quality, all, session)" >&2; exit 2 ;;
   esac
 done
 if [ ${#STAGES[@]} -eq 0 ]; then echo "gpu_session.sh: name at least one stage (--help)" >&2; exit 2; fi
@@ -40,21 +42,27 @@ OUT=${OUT:-$(mktemp -d /tmp/gpu_session.XXXXXX)}
 mkdir -p "$OUT"
 LOG="$OUT/session.log"
 PY=${PYTHON:-python3}
-# wheels for the GPU image (python 3.12, torch 2.11, transformers 5.17, tokenizers 0.23, huggingface_hub 1.33, pytest,
-# hypothesis, pandas, xxhash, an older pyarrow): transformers 5.23 (the package needs >=5.23,<=5.24), `datasets` and
-# its needs, `parameterized` (the model tests). pyarrow (49 MB) has its own folder: with transformers and the data it
-# would pass the device tool's 64 MiB carry limit, so the `train` call carries it apart (bench/README.md).
-WHEEL_SPECS=${XLPE_WHEELS:-"transformers==5.23.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 parameterized==0.9.0"}
-ARROW_SPECS=${XLPE_ARROW_WHEELS:-"pyarrow==24.0.0"}
+# wheels for the GPU image (python 3.12, torch 2.11, transformers 5.17, tokenizers 0.23, huggingface_hub 1.33, an
+# older pyarrow; no langcodes): transformers 5.23 (the package needs >=5.23,<=5.24), `datasets` 4.8 (pyarrow >= 21;
+# 5.x wants pyarrow >= 24 and its 49 MB wheel would pass the 64 MiB carry limit beside the data) with its dill and
+# multiprocess, `langcodes` (xlpe-train checks language codes with it), `parameterized` (the model tests)
+WHEEL_SPECS=${XLPE_WHEELS:-"transformers==5.23.0 datasets==4.8.5 dill==0.4.1 multiprocess==0.70.19 parameterized==0.9.0 langcodes==3.5.1"}
+ARROW_SPECS=${XLPE_ARROW_WHEELS:-""}  # e.g. "pyarrow==24.0.0" into .whl-arrow/ (a call of its own: bench/README.md)
 TRANSFORMERS_WANTED=${XLPE_TRANSFORMERS:-5.23.0}  # what `import transformers` must give after setup ("" = any)
 WHEEL_DIRS=${XLPE_WHEEL_DIRS:-".whl .whl-arrow"}
 WHEEL_PY=${XLPE_WHEEL_PYTHON:-3.12}  # the GPU image's python (KINDS.md: 3.12.3)
 DATA=".gpu_data"
 STAGE_LIMIT=${XLPE_STAGE_LIMIT:-420}  # per stage: + setup (< 60 s) + machine start fits a 10-minute call
+# `session`: ONE call of at most SESSION_TOTAL seconds (a 15-minute device budget: ~1.5 min start, this, the transfers,
+# no second try); each stage its own limit, `quality` whatever the others left
+SESSION_TOTAL=${XLPE_SESSION_TOTAL:-510}
+declare -A SESSION_LIMITS=([setup]=45 [tests]=70 [bench]=100 [train]=70)
+SESSION_ROWS="XL PE in;XL PE head;XL PE combination;XL PE combination, external positions (no predictor);DPE;mvPE+POS"
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 if [ "$MODE_SIZES" = gpu ]; then
   DEVICE=cuda; SIZE=base; BACKEND=inductor; SITE=${XLPE_SITE:-/tmp/site}
   TEST_ENV=(); SPEED_TINY=(); TRAIN_DATA=(--prepared_dataset "$DATA/enja"); TRAIN_SIZE=(--recipe base); TRAIN_STEPS=300; LOG_STEPS=25
+  QUALITY_MODE=base; QUALITY_WORK="$DATA/repro"  # prepared HERE by `prepare` (Multi30k de-en, BPE 8k), carried
 else  # the dry run: the same commands, tiny, on the CPU; installs into a scratch folder, never /tmp/site
   DEVICE=cpu; SIZE=tiny; BACKEND=aot_eager; SITE=${XLPE_SITE:-$OUT/dry_site}
   TEST_ENV=(XLPE_TEST_DEVICE=cpu XLPE_TEST_COMPILE_BACKEND=aot_eager)
@@ -62,7 +70,11 @@ else  # the dry run: the same commands, tiny, on the CPU; installs into a scratc
   TRAIN_DATA=(--max_train_samples 256)
   TRAIN_SIZE=(--d_model 32 --ffn_dim 64 --attention_heads 2 --encoder_layers 1 --decoder_layers 1 --tokenizer_vocab_size 300)
   TRAIN_STEPS=6; LOG_STEPS=2
+  QUALITY_MODE=smoke; QUALITY_WORK=${XLPE_QUALITY_WORK:-"$OUT/repro"}  # a rehearsal without eflomal: one prepared beforehand
 fi
+QUALITY_SEEDS=${XLPE_QUALITY_SEEDS:-1}
+TRAIN_RUNS=${XLPE_TRAIN_RUNS:-"vanilla xlpe"}
+if [ "$SESSION" = 1 ]; then TRAIN_RUNS=${XLPE_TRAIN_RUNS:-xlpe}; fi  # stock Marian's tokens/s: the bench stage's rows
 FAILED=0
 
 say() { echo "$*" | tee -a "$LOG"; }
@@ -99,7 +111,7 @@ with target.open("a") as handle:
 EOF
 }
 
-left() { echo $((STAGE_LIMIT - (SECONDS - STAGE_START))); }  # seconds this stage has left
+left() { echo $((STAGE_LIMIT - (SECONDS - STAGE_START))); }  # seconds this stage has left (STAGE_LIMIT: per stage)
 
 stage_prepare() {  # HERE, with network: what the bare GPU machine needs and cannot fetch
   for folder in .whl .whl-arrow "$DATA"; do
@@ -127,6 +139,16 @@ stage_prepare() {  # HERE, with network: what the bare GPU machine needs and can
       --test_target "$shared/test.ja" --source_lang en --target_lang ja --tokenizer_vocab_size 16000 \
       --tokenizer_model bpe --features reorder_positions target_positions --output "$DATA/enja" || bad=1
     rm -rf "$slice"
+  fi
+  # the quality stage's data: Multi30k de-en as `bench/reproduce.py --mode base` prepares it (tokenizer, XL PE
+  # oracle positions), in the work folder the stage runs in; mode.txt claims the folder for that mode
+  if [ -f "$DATA/repro/data/de-en/clean/dataset_dict.json" ]; then
+    say "# $DATA/repro exists (delete it to prepare again)"
+  else
+    mkdir -p "$DATA/repro"; [ "$MODE" = print ] || printf base > "$DATA/repro/mode.txt"
+    run 1800 "$PY" -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from benchlib.reproduction \
+import MODES, prepared_dir; print(prepared_dir(Path('$DATA/repro'), 'de-en', 'clean', MODES['base']))" || bad=1
+    rm -rf "$DATA/repro/cache"  # eflomal's cache: not needed there, and it counts against the carry limit
   fi
   [ "$MODE" = print ] || du -sh .whl .whl-arrow "$DATA" 2>/dev/null | tee -a "$LOG"
   say "# carry: tests and bench calls [\".whl\"]; the train call [\".whl-arrow\", \"$DATA\"] (bench/README.md)"
@@ -215,7 +237,11 @@ speed_rows() {  # speed_rows STAGE SWITCHES... -- INVOCATION...: one bench/speed
 }
 
 stage_bench() {  # every family and its stock baseline, eager (the `xlpe-train --torch_compile False` setting)
-  speed_rows bench -- "--families|xlpe" "--families|dpe" "--families|mvpe_pos"
+  if [ "$SESSION" = 1 ]; then  # one invocation (one start-up, one warm GPU): each family's headline rows
+    speed_rows bench -- "--families|xlpe,dpe,mvpe_pos|--rows|$SESSION_ROWS"
+  else
+    speed_rows bench -- "--families|xlpe" "--families|dpe" "--families|mvpe_pos"
+  fi
 }
 
 stage_bench_compiled() {  # XL PE with the fast switches: compiled train step beside compiled stock Marian
@@ -229,7 +255,8 @@ stage_bench_compiled_others() {  # DPE (vs Marian 8E) and mvPE+POS (vs BART), co
 }
 
 stage_train() {  # `xlpe-train` with its CUDA defaults: stock Marian, then XL PE Combination; tokens/s and MFU
-  local model_type limit status=0 runs=(vanilla xlpe) i
+  local model_type limit status=0 runs i
+  read -r -a runs <<< "$TRAIN_RUNS"
   for i in "${!runs[@]}"; do
     model_type=${runs[$i]}
     limit=$(( ($(left) - 10) / (${#runs[@]} - i) ))
@@ -270,12 +297,32 @@ EOF
   return "$status"
 }
 
+stage_quality() {  # base-size de->en on Multi30k (bench/reproduce.py --mode base --groups base-gpu): vanilla,
+  # Combination (predicted and oracle positions), XL-RoPE in every layer, RoPE; one JSON line per finished run
+  local limit=$(($(left) - 15)) status=0
+  # start no run that cannot finish: a base run takes about a minute (train, then beam-5 test decoding)
+  local minutes; minutes=$(awk -v s="$limit" 'BEGIN { m = (s - 60) / 60; printf "%.2f", (m < 0.1 ? 0.1 : m) }')
+  run "$limit" env PYTHONUNBUFFERED=1 "$PY" bench/reproduce.py --mode "$QUALITY_MODE" --groups base-gpu \
+    --seeds "$QUALITY_SEEDS" --work_dir "$QUALITY_WORK" --max_minutes "$minutes" || status=1
+  [ "$MODE" = print ] && return 0
+  if [ -f "$QUALITY_WORK/results.jsonl" ]; then cp "$QUALITY_WORK/results.jsonl" "$OUT/quality.jsonl"; fi
+  # a run's own log (the last lines of each) says why a run failed or what its training loss did
+  tail -n 15 "$QUALITY_WORK"/logs/*.log 2>/dev/null >> "$LOG"
+  return "$status"
+}
+
 export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
-if [ "$MODE" = dry ]; then export PYTHONPATH="$REPO${PYTHONPATH#"$SITE:$REPO"}"; fi  # the dry site holds 3.12 wheels
+if [ "$MODE" = dry ] && [ "$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != "$WHEEL_PY" ]; then
+  export PYTHONPATH="$REPO${PYTHONPATH#"$SITE:$REPO"}"  # the dry site holds $WHEEL_PY wheels: not for this Python
+fi  # (a rehearsal with PYTHON= a $WHEEL_PY venv of the image's packages imports the carried wheels as the GPU will)
 say "# gpu_session.sh ${STAGES[*]} (mode $MODE: device $DEVICE, size $SIZE, stage limit $STAGE_LIMIT s) -> $OUT"
 for stage in "${STAGES[@]}"; do
   say "== $stage"
   STAGE_START=$SECONDS
+  if [ "$SESSION" = 1 ]; then  # this stage's own limit; the last one (quality) what is left of SESSION_TOTAL
+    STAGE_LIMIT=${SESSION_LIMITS[$stage]:-$((SESSION_TOTAL - SECONDS))}
+    if [ "$STAGE_LIMIT" -gt $((SESSION_TOTAL - SECONDS)) ]; then STAGE_LIMIT=$((SESSION_TOTAL - SECONDS)); fi
+  fi
   if ! "stage_${stage//-/_}"; then FAILED=1; say "# FAILED: stage $stage"; fi
   say "== $stage done in $((SECONDS - STAGE_START)) s"
 done

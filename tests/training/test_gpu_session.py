@@ -98,3 +98,46 @@ def test_the_whole_dry_run_passes_end_to_end(tmp_path):
     assert [run["run"] for run in train] == ["vanilla", "xlpe"] and all(run["log"] for run in train)
     bench = [json.loads(line) for line in (tmp_path / "bench.jsonl").read_text().splitlines()]
     assert len(bench) == 3 and all(row["status"] == "ok" and row["result"] for row in bench)
+
+
+def test_the_one_call_session_fits_its_total_and_dry_runs_the_same_commands(tmp_path):
+    gpu = session("--print", "session", env={"OUT": str(tmp_path / "gpu")})
+    dry = session("--print", "session", env={"OUT": str(tmp_path / "dry"), "PRINT_AS": "dry"})
+    assert gpu.returncode == dry.returncode == 0, gpu.stderr + dry.stderr
+    gpu_lines, dry_lines = commands(gpu.stdout), commands(dry.stdout)
+    assert len(gpu_lines) == len(dry_lines)
+    stages = [line for line in gpu.stdout.splitlines() if line.startswith("== ") and not line.endswith(" s")]
+    assert stages == ["== setup", "== tests", "== bench", "== train", "== quality"]
+    # one speed.py call for every family; one xlpe-train run; the base-size quality runs on the carried data
+    assert sum("bench/speed.py" in line for line in gpu_lines) == 1
+    assert "--families xlpe,dpe,mvpe_pos --rows XL PE in;" in gpu.stdout
+    assert sum("xlpe.cli.train" in line for line in gpu_lines) == 1
+    assert "reproduce.py --mode base --groups base-gpu --seeds 1 --work_dir .gpu_data/repro" in gpu.stdout
+    assert "reproduce.py --mode smoke --groups base-gpu" in dry.stdout
+    # the stages' own limits (not the 420 s of one stage a call) add up inside the session's total
+    limits = [int(line.split()[2]) for line in gpu_lines if "pip install" not in line]
+    assert max(limits[:-1]) <= 100 and limits[-1] <= 510
+
+
+def test_the_gpu_report_renders_the_stored_session_as_the_page_shows(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_report", REPO_ROOT / "bench" / "gpu_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    stored = REPO_ROOT / "docs" / "benchmarks" / "results"
+    target = tmp_path / "gpu.json"
+    assert report.main([str(stored / "gpu-2026-11-28"), "--collected", "55", "--results", str(target)]) == 0
+    assert json.loads(target.read_text()) == json.loads((stored / "gpu.json").read_text())
+    rows = json.loads(target.read_text())["tables"]["gpu/quality"]["rows"]
+    assert [row[0] for row in rows] == ["vanilla", "combination"] and rows[1][4] == "18.36"
+
+
+@pytest.mark.skipif(os.environ.get("RUN_SLOW") != "1", reason="slow (~2 min on 2 quiet cores): set RUN_SLOW=1")
+def test_the_whole_session_dry_run_passes_end_to_end(tmp_path):
+    result = session("--dry-run", "session", env={"OUT": str(tmp_path)}, timeout=1800)
+    quality = [json.loads(line) for line in (tmp_path / "quality.jsonl").read_text().splitlines()]
+    assert [run["name"] for run in quality] == ["vanilla", "combination", "xl-rope-all", "rope"], result.stdout[-4000:]
+    assert all("bleu" in run for run in quality) and "oracle_bleu" in quality[1]
+    train = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert [run["run"] for run in train] == ["xlpe"] and train[0]["log"]
