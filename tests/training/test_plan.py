@@ -117,3 +117,54 @@ def test_a_run_prints_its_plan_and_estimates_and_the_final_evaluation_scores_the
         r"xlpe-train: training took .*, 2 periodic evaluations .* of it \(\d+%\); estimated .* for that part", out
     )
     assert metrics["eval_samples"] == 8  # the final evaluation: the whole (limited) split, not the subset
+
+
+def test_the_first_estimate_counts_the_evaluations_from_a_timed_decode():
+    """Issue 55: before any evaluation has run, a timed greedy decode (seconds a sentence) stands in for the
+    evaluations, so the first estimate is not the training alone."""
+    shape = RunShape(1200, 6, 200, 1, 1014, 1000, 4, test_passes=2)
+    probed = estimate_run(shape, 1.0, None, seconds_per_sentence=0.05)
+    assert probed["periodic evaluations"] == pytest.approx(6 * 200 * 0.05)
+    assert probed["final evaluation + test"] == pytest.approx(0.05 * beam_factor(4) * (1014 + 2 * 1000))
+    assert probed["pending"] == "evaluations estimated from a timed greedy decode at the reference length"
+    # the same numbers as a measured periodic evaluation of that cost would give
+    assert probed["total"] == pytest.approx(estimate_run(shape, 1.0, 200 * 0.05)["total"])
+    # no periodic evaluation: the final parts from the probe alone
+    final_only = estimate_run(RunShape(100, 0, 0, 1, 50, 30, 2), 1.0, None, seconds_per_sentence=0.1)
+    assert final_only["final evaluation + test"] == pytest.approx(0.1 * beam_factor(2) * 80)
+    assert "periodic evaluations" not in final_only
+    # a measured evaluation wins over the probe
+    measured = estimate_run(shape, 1.0, 30.0, seconds_per_sentence=0.05)
+    assert measured["periodic evaluations"] == 180 and measured["pending"] == ""
+
+
+def test_the_first_printed_estimate_already_counts_evaluations(tmp_path, capsys, monkeypatch):
+    import xlpe.training.plan as plan
+
+    original = plan.RunPlan.__init__
+
+    def measure_early(self, *args, **kwargs):  # the tiny run has 6 steps: estimate after 3
+        original(self, *args, **{**kwargs, "measure_steps": 3})
+
+    monkeypatch.setattr(plan.RunPlan, "__init__", measure_early)
+    main(
+        tiny(
+            tmp_path,
+            *text_files(tmp_path, 40),
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            "6",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "5",
+            "--max_eval_samples",
+            "8",
+        )
+    )
+    out = capsys.readouterr().out
+    first = re.search(r"xlpe-train: estimate after 3 steps \([\d.]+ s a step\): (.*)", out)
+    assert first, out
+    assert "(evaluations estimated from a timed greedy decode at the reference length)" in first[1]
+    assert "periodic evaluations" in first[1] and "final evaluation + test" in first[1]

@@ -30,6 +30,9 @@ class PositionOptionsConfigMixin:
     rotary_attention: bool = False  # RoPE (Su et al. 2021, Eq. 34): self-attention Q/K rotated by position angles
     rotary_attention_sides: str = "both"  # which self-attentions rotate: "encoder" | "decoder" | "both"
     rotary_base: float = 10000.0  # base of the rotary frequencies w_k = base^(-2k/d_head)
+    # True: the tables an upgrade adds (relative a^K/a^V, the source tag table) start at 0, so a model upgraded from
+    # a stock checkpoint computes the stock function at step 0 (set by `from_pretrained` on a stock checkpoint)
+    zero_init_added_tables: bool = False
 
     def validate_position_options(self) -> None:
         """The rules every family shares (docs/xl_pe.md, "Baselines and stacking")."""
@@ -37,7 +40,13 @@ class PositionOptionsConfigMixin:
         check_number("relative_attention_max_distance", self.relative_attention_max_distance, 0, integer=True)
         check_choice("rotary_attention_sides", self.rotary_attention_sides, RELATIVE_ATTENTION_SIDES)
         check_number("rotary_base", self.rotary_base, 1.0, low_inclusive=False)
-        for name in ("absolute_positions", "relative_attention_values", "directional_attention", "rotary_attention"):
+        for name in (
+            "absolute_positions",
+            "relative_attention_values",
+            "directional_attention",
+            "rotary_attention",
+            "zero_init_added_tables",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.directional_attention and self.encoder_layers == 0:

@@ -147,7 +147,7 @@ class DPEMarianPreTrainedModel(HubModelMixin, MarianPreTrainedModel):
     config: DPEMarianConfig
     _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
     stock_model_types = ("marian",)
-    upgrade_overrides = {"dpe_gate_init": 0.0}
+    upgrade_overrides = {"dpe_gate_init": 0.0, "zero_init_added_tables": True}
 
 
 class DPEMarianEncoder(DPEMarianPreTrainedModel):

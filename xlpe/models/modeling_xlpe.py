@@ -229,7 +229,7 @@ class XLPEMarianPreTrainedModel(HubModelMixin, MarianPreTrainedModel):
     config: XLPEMarianConfig
     _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
     stock_model_types = ("marian",)
-    upgrade_overrides = {"xl_gate_init": 0.0}
+    upgrade_overrides = {"xl_gate_init": 0.0, "zero_init_added_tables": True}
     weights_never_initialised = ("reorderer",)  # an attached reorderer missing from the weights: refused at load
 
     def attach_reorderer(self, reorderer: XLPEReordererModel | None) -> None:

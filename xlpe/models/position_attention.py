@@ -52,16 +52,18 @@ BIAS_ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")  # the ones that take an addi
 class RelativePositionRepresentations(nn.Module):
     """a^K and a^V of Shaw et al. (Eq. 5): one (2k+1, d_h) table each, indexed by clip(j - i, -k, k) + k."""
 
-    def __init__(self, max_distance: int, head_dim: int, values: bool):
+    def __init__(self, max_distance: int, head_dim: int, values: bool, zero_init: bool = False):
         super().__init__()
-        self.max_distance = max_distance
+        self.max_distance, self.zero_init = max_distance, zero_init  # zero_init: an upgrade's tables start at 0
         self.keys = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))  # w^K of Eq. 5
         self.values = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim)) if values else None  # w^V
 
     @torch.no_grad()
     def init_own_parameters(self) -> None:
         for table in (self.keys, self.values):
-            if table is not None:
+            if table is not None and self.zero_init:  # q . a^K = 0 and a^V = 0: attention as without the tables
+                hf_init.zeros_(table)
+            elif table is not None:
                 hf_init.normal_(table, std=table.shape[-1] ** -0.5)
 
     def buckets(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
@@ -182,7 +184,9 @@ class PositionAwareSelfAttention(MarianAttention):
         )
         distance = getattr(config, "relative_attention_max_distance", 0)
         self.relative = (
-            RelativePositionRepresentations(distance, self.head_dim, config.relative_attention_values)
+            RelativePositionRepresentations(
+                distance, self.head_dim, config.relative_attention_values, config.zero_init_added_tables
+            )
             if relative and distance > 0
             else None
         )

@@ -4,7 +4,8 @@ configuration_source_tags.py, where the choice of *adding* the tags rather than 
     X = E[w_t] * scale + T[tag_t] * scale        (then + PE_abs, + the family's position signal)
 
 T is a learned (num_tag_ids x d_model) table, initialised like the token embeddings (N(0, init_std), the <pad>
-row zero) and scaled by the same `embed_scale`, so that tags enter at the words' magnitude. Everything after
+row zero; all zero when a stock checkpoint is upgraded, `zero_init_added_tables`: X is then the stock input) and
+scaled by the same `embed_scale`, so that tags enter at the words' magnitude. Everything after
 the input sees X: XL PE's reorder predictor too (tags are a strong cue for the reordering), DPE's block.
 
 `SourceTagsPipelineMixin` gives a model the translation pipeline's hook: raw source text is tagged with the
@@ -21,6 +22,7 @@ import os
 
 import torch
 from torch import nn
+from transformers import initialization as hf_init  # (as hub_support: no import of it, no cycle)
 from transformers.utils import logging
 
 from .extra_inputs import checked_tag_ids
@@ -30,19 +32,35 @@ from .tag_sets import PAD_TAG_ID, UNK_TAG_ID
 logger = logging.get_logger(__name__)
 
 
+class SourceTagTable(nn.Embedding):
+    """T: one d_model row per tag id, <pad> (0) a zero row. Initialises itself (`init_own_parameters`, which
+    `_init_weights` calls after the stock embedding init, also for a table a checkpoint lacks): N(0, init_std),
+    or all zero when `zero_init` (an upgraded stock checkpoint keeps its function)."""
+
+    def __init__(self, num_tag_ids: int, d_model: int, init_std: float, zero_init: bool):
+        super().__init__(num_tag_ids, d_model, padding_idx=PAD_TAG_ID)
+        self.init_std, self.zero_init = init_std, zero_init
+
+    @torch.no_grad()
+    def init_own_parameters(self) -> None:
+        if getattr(self.weight, "_is_hf_initialized", False):  # loaded from a checkpoint: kept
+            return
+        if self.zero_init:  # X + T[tag] * scale = X: the stock encoder input at step 0
+            hf_init.zeros_(self.weight)
+        else:
+            hf_init.normal_(self.weight, 0.0, self.init_std)
+            self.weight[PAD_TAG_ID].zero_()
+
+
 class SourceTagEncoding(nn.Module):
     """Tag id -> d_model vector T[tag] * scale, added to the scaled token embeddings of the encoder input."""
 
     def __init__(self, config, embed_scale: float):
         super().__init__()
-        self.num_tag_ids, self.init_std, self.embed_scale = config.num_source_tag_ids(), config.init_std, embed_scale
-        self.table = nn.Embedding(self.num_tag_ids, config.d_model, padding_idx=PAD_TAG_ID)
+        self.num_tag_ids, self.embed_scale = config.num_source_tag_ids(), embed_scale
+        zero_init = bool(getattr(config, "zero_init_added_tables", False))  # an upgrade: T starts at 0
+        self.table = SourceTagTable(self.num_tag_ids, config.d_model, config.init_std, zero_init)
         self.check = config.check_inputs
-
-    @torch.no_grad()
-    def init_own_parameters(self) -> None:
-        self.table.weight.normal_(0.0, self.init_std)
-        self.table.weight[PAD_TAG_ID].zero_()
 
     def forward(
         self, inputs_embeds: torch.Tensor, pos_tag_ids: torch.Tensor | None, mask: torch.Tensor

@@ -518,20 +518,31 @@ def read_arguments_file(path: Path) -> dict:
     return given
 
 
-def parse_arguments(argv: list[str] | None = None, recipe: str | None = None, with_validation: bool = True):
+def parse_arguments(
+    argv: list[str] | None = None,
+    recipe: str | None = None,
+    with_validation: bool = True,
+    train_pairs: int | None = None,
+):
     """(model_args, data_args, training_args) from the command line or one JSON file, with the built-in
     corpus' recipe and the named recipe (`--recipe`, or `recipe` chosen by the caller) filling what was not
-    given explicitly; `with_validation=False` leaves out a recipe's periodic evaluation and early stopping.
+    given explicitly; `with_validation=False` leaves out a recipe's periodic evaluation and early stopping;
+    `train_pairs` (the training set's size, when known) sizes the `small` recipe to the data (epochs, dropout).
     Every inconsistency is a `UsageError`."""
     try:
-        return _parse_arguments(argv, recipe, with_validation)
+        return _parse_arguments(argv, recipe, with_validation, train_pairs)
     except UsageError:
         raise
     except ValueError as error:
         raise UsageError(str(error)) from error
 
 
-def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, with_validation: bool = True):
+def _parse_arguments(
+    argv: list[str] | None = None,
+    recipe: str | None = None,
+    with_validation: bool = True,
+    train_pairs: int | None = None,
+):
     parser = HfArgumentParser((model_arguments_class(), DataTrainingArguments, XLPETrainingArguments))
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
@@ -565,7 +576,14 @@ def _parse_arguments(argv: list[str] | None = None, recipe: str | None = None, w
     if recipe and recipe != NO_RECIPE:
         from_scratch = model_args.model_name_or_path is None and model_args.config_name is None
         defaults.update(
-            recipe_settings(recipe, from_scratch, with_validation, training_args.predict_with_generate, device=device),
+            recipe_settings(
+                recipe,
+                from_scratch,
+                with_validation,
+                training_args.predict_with_generate,
+                device=device,
+                train_pairs=train_pairs,
+            ),
             recipe=recipe,
         )
         if "max_tokens" not in explicit and explicit & {"per_device_train_batch_size", "train_sampling_strategy"}:

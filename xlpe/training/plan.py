@@ -9,7 +9,9 @@
    during a run): the wall time of the whole run on this machine, split into training, periodic evaluations, and final
    evaluation + test, with the share of each and what dominates. The final evaluation and the test are extrapolated from
    the measured periodic evaluation, per sentence, times `BEAM_COST` per extra beam (beam search costs more than greedy;
-   the factor is stated);
+   the factor is stated). The first estimate, before any evaluation has run, times one greedy decode of a few
+   validation sentences forced to their reference length (`decode_probe`), so it already counts the evaluations;
+   an untrained model decodes to its length budget, so its first real evaluation would overstate the rest;
 3. **the outcome** when training ends: the time it took against the last estimate of the training part.
 
 `estimate_run` is the pure arithmetic (tested on its own); `plan_line` the plan's text.
@@ -61,11 +63,29 @@ class RunShape:
     test_passes: int = 1  # 2 for an XL PE model whose test split has oracle positions: predicted, then oracle
 
 
-def estimate_run(shape: RunShape, seconds_per_step: float, seconds_per_evaluation: float | None) -> dict:
-    """{part: seconds} of the run from the measured seconds per step and per periodic evaluation (None: not measured
-    yet, the evaluation parts are then left out), with "total", "shares" ({part: share of total}) and "dominant"."""
+def estimate_run(
+    shape: RunShape,
+    seconds_per_step: float,
+    seconds_per_evaluation: float | None,
+    seconds_per_sentence: float | None = None,
+) -> dict:
+    """{part: seconds} of the run from the measured seconds per step and per periodic evaluation, with "total",
+    "shares" ({part: share of total}) and "dominant". Before any evaluation has run (`seconds_per_evaluation`
+    None), `seconds_per_sentence` (one greedy sentence of a timed decode, `XLPESeq2SeqTrainer.time_greedy_decoding`)
+    stands in for it; without either, the evaluation parts are left out and "pending" says so."""
     parts = {"training": shape.steps * seconds_per_step}
-    if seconds_per_evaluation is not None:
+    probed = seconds_per_evaluation is None and seconds_per_sentence is not None
+    if probed:
+        seconds_per_evaluation = seconds_per_sentence * shape.eval_sentences * beam_factor(shape.eval_beams)
+    if probed and not shape.eval_sentences:  # no periodic evaluation: the final parts from the probe alone
+        parts["final evaluation + test"] = (
+            seconds_per_sentence
+            * beam_factor(shape.final_beams)
+            * (shape.final_sentences + shape.test_sentences * shape.test_passes)
+        )
+        if not parts["final evaluation + test"]:
+            del parts["final evaluation + test"]
+    elif seconds_per_evaluation is not None:
         parts["periodic evaluations"] = shape.evaluations * seconds_per_evaluation
         per_sentence = seconds_per_evaluation / max(shape.eval_sentences, 1) / beam_factor(shape.eval_beams)
         parts["final evaluation + test"] = (
@@ -74,7 +94,9 @@ def estimate_run(shape: RunShape, seconds_per_step: float, seconds_per_evaluatio
             * (shape.final_sentences + shape.test_sentences * shape.test_passes)
         )
     pending = ""
-    if seconds_per_evaluation is None and shape.evaluations:
+    if probed and len(parts) > 1:
+        pending = "evaluations estimated from a timed greedy decode at the reference length"
+    elif seconds_per_evaluation is None and shape.evaluations:
         pending = "evaluations not measured yet"
     elif seconds_per_evaluation is None and (shape.final_sentences or shape.test_sentences):
         pending = "the final evaluation and the test not included: no periodic evaluation to time them from"
@@ -162,6 +184,8 @@ class RunPlan(TrainerCallback):
         self.final_beams = final_beams
         self.batching, self.measure_steps, self.echo = batching, measure_steps, echo
         self.command = "xlpe-train"
+        self.decode_probe = None  # () -> seconds a greedy validation sentence, or None (set by xlpe-train)
+        self.sentence_seconds: float | None = None
         self.shape: RunShape | None = None
         self.step_seconds = self.eval_seconds = None
         self.estimate: dict | None = None
@@ -203,7 +227,14 @@ class RunPlan(TrainerCallback):
 
     def estimate_for(self, seconds_per_step: float, seconds_per_evaluation: float | None) -> dict:
         """The run's estimate from the times measured so far (`estimate_run` on this run's shape)."""
-        return estimate_run(self.shape, seconds_per_step, seconds_per_evaluation)
+        return estimate_run(self.shape, seconds_per_step, seconds_per_evaluation, self.sentence_seconds)
+
+    def _probe_decoding(self) -> None:
+        """Times a greedy decode once, when some evaluation or test is still to come (`decode_probe`)."""
+        shape = self.shape
+        if self.decode_probe is None or not (shape.evaluations or shape.final_sentences or shape.test_sentences):
+            return
+        self.sentence_seconds = self.decode_probe()
 
     def on_step_end(self, args, state, control, **kwargs):
         now = time.perf_counter()
@@ -216,6 +247,8 @@ class RunPlan(TrainerCallback):
             )  # (evaluations are left out: on_evaluate moves the mark)
             if self.step_seconds is None and done >= self.measure_steps:
                 self.step_seconds = self._training_seconds / (done - 1)
+                self._probe_decoding()
+                now = time.perf_counter()  # (the probe's time is not a step's)
                 self.estimate = self.estimate_for(self.step_seconds, None)
                 self._say(state, estimate_line(self.estimate, f"after {done} steps ({self.step_seconds:.2f} s a step)"))
         self._last_step_end = now

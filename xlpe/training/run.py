@@ -64,7 +64,14 @@ from .model_setup import (
     target_config,
 )
 from .plan import RunPlan
-from .recipes import NO_RECIPE, choose_recipe, describe_fast_defaults
+from .recipes import (
+    LOW_RESOURCE_MODEL,
+    LOW_RESOURCE_PAIRS,
+    NO_RECIPE,
+    choose_recipe,
+    describe_fast_defaults,
+    small_epochs,
+)
 from .reuse import (
     ApplyResumedFrequencies,
     check_checkpoint,
@@ -352,6 +359,10 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         ],
     )
     trainer_ref.append(trainer)
+    for callback in trainer.callback_handler.callbacks:  # the plan's first estimate times one greedy decode
+        if isinstance(callback, RunPlan) and training_args.predict_with_generate:
+            probe_set = trainer.eval_dataset if trainer.eval_dataset is not None else prepared.get("test")
+            callback.decode_probe = lambda dataset=probe_set: trainer.time_greedy_decoding(dataset)
     for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
         if type(callback).__name__ == "TensorBoardCallback" and getattr(callback, "logging_dir", None) is None:
             from transformers.integrations.integration_utils import default_logdir
@@ -496,21 +507,24 @@ def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> t
     name, reason = training_args.recipe, "--recipe"
     recorded = Path(training_args.output_dir) / "recipe.json"
     from_scratch = model_args.model_name_or_path is None and model_args.config_name is None
+    pairs = _training_pairs(splits, data_args) if training_args.do_train else None
     if name is None and from_scratch and training_args.do_train and not data_args.uses_builtin_corpus():
         if checkpoint and recorded.is_file():
             name, reason = json.loads(recorded.read_text())["recipe"], f"the recipe of the run resumed ({recorded})"
         else:
-            pairs = _training_pairs(splits, data_args)
             name, reason = choose_recipe(pairs, training_args.device.type == "cuda")
     if name is None or name == NO_RECIPE:
         return parsed
     with_validation = "validation" in splits or bool(data_args.prepared_dataset)
-    if name != training_args.recipe or not with_validation:
-        model_args, data_args, training_args = parse_arguments(argv, recipe=name, with_validation=with_validation)
+    if name != training_args.recipe or not with_validation or (name == "small" and pairs is not None):
+        model_args, data_args, training_args = parse_arguments(
+            argv, recipe=name, with_validation=with_validation, train_pairs=pairs
+        )  # (again: the recipe chosen here, or its size depends on the data)
     if training_args.process_index == 0:  # shown whatever the log level
         print(
             f"xlpe-train: recipe {name} ({reason})"
             + ("" if with_validation else ", without periodic evaluation and early stopping (no validation split)")
+            + sized_recipe_note(name, pairs, from_scratch)
             + "; explicit arguments override it",
             flush=True,
         )
@@ -520,6 +534,17 @@ def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> t
             recorded, json.dumps({"recipe": name, "reason": reason, "with_validation": with_validation}, indent=2)
         )
     return model_args, data_args, training_args
+
+
+def sized_recipe_note(name: str, pairs: int | None, from_scratch: bool) -> str:
+    """What the training-set size changed in recipe `name` (recipes.SMALL_EPOCHS, LOW_RESOURCE_*), as a clause."""
+    if name != "small" or pairs is None:
+        return ""
+    note = f"; {small_epochs(pairs):g} epochs for {pairs:,} training pairs"
+    if from_scratch and pairs < LOW_RESOURCE_PAIRS:
+        extra = ", ".join(f"{key} {value}" for key, value in LOW_RESOURCE_MODEL.items())
+        note += f" and {extra} (fewer than {LOW_RESOURCE_PAIRS:,} pairs: a small corpus needs more passes)"
+    return note
 
 
 def report_cuda_defaults(training_args) -> None:

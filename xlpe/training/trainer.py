@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -456,6 +457,43 @@ class XLPESeq2SeqTrainer(Seq2SeqTrainer):
         }
 
     # --- generation -----------------------------------------------------------------------------------------
+    def time_greedy_decoding(self, dataset, sentences: int = 16) -> float | None:
+        """Seconds a sentence of greedy decoding, the validation loss beside it, timed on the first `sentences`
+        examples of `dataset` with every output forced to their mean reference length: what an evaluation of a
+        model that has learnt to stop costs a sentence (an untrained model runs to its length budget, so timing
+        a real evaluation this early would overstate it). `RunPlan` uses it for its first estimate, before any
+        evaluation has run (xlpe/training/plan.py). None when `dataset` has no labelled examples."""
+        if dataset is None or not len(dataset):
+            return None
+        subset = dataset.select(range(min(sentences, len(dataset))))
+        if self.args.remove_unused_columns:  # as the evaluation's dataloader sees it (text columns dropped)
+            subset = self._remove_unused_columns(subset, description="evaluation")
+        inputs = self._prepare_inputs(self.data_collator([subset[i] for i in range(len(subset))]))
+        labels = inputs.get("labels")
+        if labels is None:
+            return None
+        length = max(int(round(float((labels != -100).sum()) / labels.shape[0])), 1)
+        model = self.accelerator.unwrap_model(self.model)
+        model = getattr(model, "_orig_mod", model)  # never the compiled module: an eval-mode graph costs a compile
+        was_training = model.training
+        model.eval()
+        try:
+            started = time.perf_counter()
+            with torch.no_grad(), _full_parameters(self.model), self.accelerator.autocast():
+                model.generate(
+                    **generation_inputs(inputs, False),
+                    num_beams=1,
+                    do_sample=False,
+                    max_new_tokens=length,
+                    min_new_tokens=length,
+                )
+                model(**{key: value for key, value in inputs.items() if key != "example_index"})
+            if torch.cuda.is_available() and labels.is_cuda:
+                torch.cuda.synchronize()  # a timing: the one host sync of a one-off probe
+            return (time.perf_counter() - started) / labels.shape[0]
+        finally:
+            model.train(was_training)
+
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         self._record_example_index(inputs)
         if not self.args.predict_with_generate or prediction_loss_only:
