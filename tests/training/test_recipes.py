@@ -246,28 +246,30 @@ def test_a_run_that_max_steps_ends_is_not_reported_as_early_stopping(tmp_path, c
 
 
 def test_the_small_recipe_trains_epochs_sized_to_the_corpus():
-    """Issue 55: `small` trains whole passes, more of them (and with more dropout) the smaller the corpus; without
-    a known size it keeps its fixed steps."""
-    from xlpe.training.recipes import LOW_RESOURCE_PAIRS, SMALL_EPOCHS, small_epochs
+    """Issue 55: `small` trains a budget of sentence passes in epochs, more of them the smaller the corpus; without a
+    known size it keeps its fixed steps."""
+    from xlpe.training.recipes import SMALL_SENTENCE_PASSES, small_epochs
 
-    assert [small_epochs(n) for n in (12_000, LOW_RESOURCE_PAIRS, 29_000, SMALL_DATA_PAIRS, 10**6)] == [
+    assert [small_epochs(n) for n in (40, 10_000, 12_000, 29_000, 50_000, SMALL_DATA_PAIRS, 10**6)] == [
         15.0,
-        5.0,
-        5.0,
+        15.0,
+        12.5,
+        5.2,
+        3.0,
         2.0,
         2.0,
     ]
-    assert SMALL_EPOCHS[-1][0] is None  # every size has an entry
+    assert small_epochs(29_000) * 29_000 == pytest.approx(SMALL_SENTENCE_PASSES, rel=0.01)
     news = recipe_settings("small", True, train_pairs=12_000)
-    assert (news["num_train_epochs"], news["max_steps"], news["dropout"]) == (15.0, -1, 0.3)
+    assert (news["num_train_epochs"], news["max_steps"], news["dropout"]) == (12.5, -1, 0.1)
     multi30k = recipe_settings("small", True, train_pairs=29_000)
-    assert (multi30k["num_train_epochs"], multi30k["max_steps"], multi30k["dropout"]) == (5.0, -1, 0.1)
+    assert (multi30k["num_train_epochs"], multi30k["max_steps"]) == (5.2, -1)
     assert "dropout" not in recipe_settings("small", False, train_pairs=12_000)  # a checkpoint keeps its own
     assert recipe_settings("small", True)["max_steps"] == 1200  # size unknown
     assert "num_train_epochs" not in recipe_settings("base", True, train_pairs=12_000)  # base/big: their steps
 
 
-def test_a_small_corpus_gets_its_epochs_and_dropout_and_says_so(tmp_path, capsys):
+def test_a_small_corpus_gets_its_epochs_and_says_so(tmp_path, capsys):
     main(
         without_batch_size(
             tiny(
@@ -292,9 +294,8 @@ def test_a_small_corpus_gets_its_epochs_and_dropout_and_says_so(tmp_path, capsys
         )
     )
     out = capsys.readouterr().out
-    assert "; 15 epochs for 40 training pairs and dropout 0.3 (fewer than 20,000 pairs" in out, out
+    assert "; 15 epochs for 40 training pairs (about 150,000 sentences seen" in out, out
     assert "= 15.0 epochs of" in out
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     results = json.loads((tmp_path / "run" / "train_results.json").read_text())
     assert state["global_step"] == 15 * results["train_token_batches_per_epoch"]
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["dropout"] == 0.3

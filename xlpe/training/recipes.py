@@ -10,7 +10,7 @@ docs/training.md, "Recipes".
 
 | recipe | model | batches | schedule | meant for |
 |---|---|---|---|---|
-| small | d 256, 3+3 layers, 4 heads, FFN 1024 | 2048 tokens | lr 1e-3, 400 warm-up, 15 / 5 / 2 epochs (below 20k / 100k pairs / above; 1200 steps when the size is unknown) | CPU; < 100k pairs on GPU |
+| small | d 256, 3+3 layers, 4 heads, FFN 1024 | 2048 tokens | lr 1e-3, 400 warm-up, 150k sentence passes in 2-15 epochs (1200 steps if the size is unknown) | CPU; < 100k pairs on GPU |
 | base | Transformer-base: d 512, 6+6, 8 heads, FFN 2048 | 4096 tokens | lr 7e-4, 4000 warm-up, 100k steps | GPU, 100k-5M pairs |
 | big | Transformer-big: d 1024, 6+6, 16 heads, FFN 4096 | 4096 tokens | lr 5e-4, 4000 warm-up, 300k steps | GPU, >= 5M pairs |
 """  # noqa: E501 (the recipe table is a table)
@@ -25,14 +25,14 @@ logger = logging.getLogger("xlpe.train")
 RECIPE_NAMES = ("small", "base", "big")
 NO_RECIPE = "none"  # `--recipe none`: no recipe at all (transformers' defaults + explicit flags; the benches' choice)
 SMALL_DATA_PAIRS = 100_000  # on a GPU, fewer training pairs than this get `small` (Multi30k-size corpora)
-# `small` trains whole passes over the data, more of them the smaller the corpus (issue 55): (fewer pairs than,
-# epochs); the steps follow from the corpus and its sentence lengths (token batches). 5 epochs is where the CPU
-# tables' Multi30k runs sit (29k pairs: ~1,200 steps of 2,048 tokens, the recipe's former fixed length); a corpus
-# under LOW_RESOURCE_PAIRS also gets dropout 0.3 (Sennrich & Zhang 2019's low-resource advice), measured in
-# docs/training.md ("Small corpora")
-SMALL_EPOCHS = ((20_000, 15.0), (SMALL_DATA_PAIRS, 5.0), (None, 2.0))
-LOW_RESOURCE_PAIRS = 20_000
-LOW_RESOURCE_MODEL = dict(dropout=0.3)  # from scratch only, like every architecture default
+# `small` trains a budget of sentence passes, in epochs (issue 55): about SMALL_SENTENCE_PASSES sentences seen,
+# between SMALL_EPOCHS_RANGE epochs, so the steps follow the corpus and its sentence lengths (token batches). The
+# budget is what both measured settings had: the README walk-through's 10,000 Multi30k fr-en pairs (the former fixed
+# 1,200 steps were ~14 epochs of short sentences: test BLEU 40, docs/benchmarks/recipe.md) and the CPU tables'
+# 29,000 Multi30k pairs (1,200 steps, ~5 epochs). A corpus of longer sentences gets the same passes, so more steps:
+# 12,000 news pairs ~2,900 steps where 1,200 were 5.2 epochs
+SMALL_SENTENCE_PASSES = 150_000
+SMALL_EPOCHS_RANGE = (2.0, 15.0)
 BIG_DATA_PAIRS = 5_000_000  # on a GPU, this many pairs or more get `big` (WMT14 en-fr size)
 
 # every recipe: the papers' optimiser, schedule and regularisation; evaluation/early stopping/averaging
@@ -144,8 +144,10 @@ EVALUATION_KEYS = (
 
 
 def small_epochs(train_pairs: int) -> float:
-    """Epochs of the `small` recipe for a training set of `train_pairs` pairs (SMALL_EPOCHS)."""
-    return next(epochs for below, epochs in SMALL_EPOCHS if below is None or train_pairs < below)
+    """Epochs of the `small` recipe for a training set of `train_pairs` pairs: SMALL_SENTENCE_PASSES / pairs, to one
+    decimal, within SMALL_EPOCHS_RANGE."""
+    low, high = SMALL_EPOCHS_RANGE
+    return round(min(max(SMALL_SENTENCE_PASSES / max(train_pairs, 1), low), high), 1)
 
 
 def recipe_settings(
@@ -160,16 +162,13 @@ def recipe_settings(
     without periodic evaluation and early stopping when there is no validation split, early stopping on the
     validation loss when evaluation does not generate (no BLEU); on a CUDA `device` (`arguments.describe_device`)
     with its token batch (and, for `small` from scratch, its width) fitted to the device (`fit_recipe_to_device`).
-    `small` with a known `train_pairs`: whole epochs (`small_epochs`) instead of its fixed steps, and below
-    LOW_RESOURCE_PAIRS, for a model from scratch, LOW_RESOURCE_MODEL."""
+    `small` with a known `train_pairs`: whole epochs (`small_epochs`) instead of its fixed steps."""
     if name not in RECIPES:
         raise ValueError(f"--recipe {name!r} is not a recipe; choose one of {list(RECIPE_NAMES)} or {NO_RECIPE!r}")
     model, training = RECIPES[name]
     settings = {**(model if from_scratch else {}), **_COMMON, **training}
     if name == "small" and train_pairs is not None:
         settings.update(num_train_epochs=small_epochs(train_pairs), max_steps=-1)
-        if from_scratch and train_pairs < LOW_RESOURCE_PAIRS:
-            settings.update(LOW_RESOURCE_MODEL)
     if device and device.get("type") == "cuda":
         settings, notes = fit_recipe_to_device(name, settings, device)
         for note in notes:

@@ -64,14 +64,7 @@ from .model_setup import (
     target_config,
 )
 from .plan import RunPlan
-from .recipes import (
-    LOW_RESOURCE_MODEL,
-    LOW_RESOURCE_PAIRS,
-    NO_RECIPE,
-    choose_recipe,
-    describe_fast_defaults,
-    small_epochs,
-)
+from .recipes import NO_RECIPE, SMALL_SENTENCE_PASSES, choose_recipe, describe_fast_defaults, small_epochs
 from .reuse import (
     ApplyResumedFrequencies,
     check_checkpoint,
@@ -524,7 +517,7 @@ def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> t
         print(
             f"xlpe-train: recipe {name} ({reason})"
             + ("" if with_validation else ", without periodic evaluation and early stopping (no validation split)")
-            + sized_recipe_note(name, pairs, from_scratch)
+            + sized_recipe_note(name, pairs)
             + "; explicit arguments override it",
             flush=True,
         )
@@ -536,15 +529,14 @@ def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> t
     return model_args, data_args, training_args
 
 
-def sized_recipe_note(name: str, pairs: int | None, from_scratch: bool) -> str:
-    """What the training-set size changed in recipe `name` (recipes.SMALL_EPOCHS, LOW_RESOURCE_*), as a clause."""
+def sized_recipe_note(name: str, pairs: int | None) -> str:
+    """What the training-set size changed in recipe `name` (recipes.small_epochs), as a clause."""
     if name != "small" or pairs is None:
         return ""
-    note = f"; {small_epochs(pairs):g} epochs for {pairs:,} training pairs"
-    if from_scratch and pairs < LOW_RESOURCE_PAIRS:
-        extra = ", ".join(f"{key} {value}" for key, value in LOW_RESOURCE_MODEL.items())
-        note += f" and {extra} (fewer than {LOW_RESOURCE_PAIRS:,} pairs: a small corpus needs more passes)"
-    return note
+    return (
+        f"; {small_epochs(pairs):g} epochs for {pairs:,} training pairs (about {SMALL_SENTENCE_PASSES:,} "
+        "sentences seen, the fewer the pairs the more passes)"
+    )
 
 
 def report_cuda_defaults(training_args) -> None:
