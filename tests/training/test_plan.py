@@ -80,25 +80,14 @@ def test_the_small_recipe_bounds_its_periodic_evaluation():
     assert "eval_subset" not in recipe_settings("small", True, with_validation=False)
 
 
+def six_step_run(tmp_path, *extra: str) -> dict:
+    """A tiny 6-step run of 40 pairs with periodic evaluation on (at most 8 validation sentences): its metrics."""
+    arguments = ["--do_train", "--do_eval", "--max_steps", "6", "--eval_strategy", "steps", "--max_eval_samples", "8"]
+    return main(tiny(tmp_path, *text_files(tmp_path, 40), *arguments, *extra))
+
+
 def test_a_run_prints_its_plan_and_estimates_and_the_final_evaluation_scores_the_whole_split(tmp_path, capsys):
-    metrics = main(
-        tiny(
-            tmp_path,
-            *text_files(tmp_path, 40),
-            "--do_train",
-            "--do_eval",
-            "--max_steps",
-            "6",
-            "--eval_strategy",
-            "steps",
-            "--eval_steps",
-            "3",
-            "--eval_subset",
-            "3",
-            "--max_eval_samples",
-            "8",
-        )
-    )
+    metrics = six_step_run(tmp_path, "--eval_steps", "3", "--eval_subset", "3")
     out = capsys.readouterr().out
     epochs = re.search(r"xlpe-train: plan: up to 6 training steps = ([\d.]+) epochs of (\d+) steps \(", out)
     assert epochs and float(epochs[1]) == pytest.approx(6 / int(epochs[2]), abs=0.05), out  # the passes the steps make
@@ -147,22 +136,7 @@ def test_the_first_printed_estimate_already_counts_evaluations(tmp_path, capsys,
         original(self, *args, **{**kwargs, "measure_steps": 3})
 
     monkeypatch.setattr(plan.RunPlan, "__init__", measure_early)
-    main(
-        tiny(
-            tmp_path,
-            *text_files(tmp_path, 40),
-            "--do_train",
-            "--do_eval",
-            "--max_steps",
-            "6",
-            "--eval_strategy",
-            "steps",
-            "--eval_steps",
-            "5",
-            "--max_eval_samples",
-            "8",
-        )
-    )
+    six_step_run(tmp_path, "--eval_steps", "5")
     out = capsys.readouterr().out
     first = re.search(r"xlpe-train: estimate after 3 steps \([\d.]+ s a step\): (.*)", out)
     assert first, out
