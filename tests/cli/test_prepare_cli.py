@@ -337,7 +337,7 @@ def test_it_states_its_plan_and_how_long_it_took(tmp_path, monkeypatch, capsys):
 def test_the_estimate_grows_with_sentence_length_not_only_with_pairs():
     """The plan's estimate counts words and, for the splits eflomal aligns, source x target word products: the same
     number of pairs twice as long is estimated at more than twice the time (a per-pair rate said 21 s for 12k news
-    pairs that took 115 s)."""
+    pairs that took 36 s on a quiet machine, 115 s on a loaded one)."""
     from types import SimpleNamespace
 
     from xlpe.cli.prepare import _plan_line, estimate_work
@@ -353,4 +353,4 @@ def test_the_estimate_grows_with_sentence_length_not_only_with_pairs():
     for words in (30, 60):
         about = re.search(r"about ([\d.]+) (s|min)", _plan_line(args, {"train": split(words)}))
         seconds.append(float(about[1]) * (60 if about[2] == "min" else 1))
-    assert seconds[1] > 3 * seconds[0] > 0
+    assert seconds[1] > 2.2 * seconds[0] > 0

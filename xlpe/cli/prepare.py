@@ -39,12 +39,13 @@ FILE_SPLITS = {"train": "", "validation": "validation-", "test": "test-"}  # spl
 TOKENIZER_TRAINING = {"tokenizer_vocab_size": 8000, "tokenizer_model": "unigram"}  # xlpe-train's defaults
 # The plan's estimate on 2 cores: a cost per word (tokenizer training, features; both sides) and, for the splits
 # eflomal aligns, per source x target word product of each pair (its sampler scores every source word for every
-# target word, so sentences twice as long cost four times as much there). Fitted on 2026-11-28 to the CPU time of
-# two corpora of different lengths, Multi30k fr-en (12,014 pairs, 288k words, 1.88M products: 21.9 CPU-s) and WMT
-# news de-en (13,500 pairs, 562k words, 7.63M products: 77.9 CPU-s), and scaled to Multi30k's wall time on a quiet
-# machine (19 s, 2026-11-27). A per-pair rate (650 pairs/s) said 21 s for the news corpus, which took 115 s.
-SECONDS_PER_WORD_2_CORES = 1.52e-5
-SECONDS_PER_WORD_PRODUCT_2_CORES = 7.75e-6
+# target word, so long sentences cost more than in proportion). Fitted to the wall time of two corpora of different
+# lengths on a quiet 2-core machine: Multi30k fr-en (12,014 pairs, 288k words, 1.88M products: 19 s, 2026-11-27;
+# this estimates 17.7 s) and WMT news de-en (13,500 pairs, 562k words, 7.63M products: 36 s, 2026-11-28; estimated
+# 38.5 s). On 2 cores eflomal's two directions run side by side, so its quadratic part shows less in wall time than
+# in CPU time (news: 73 CPU-s). A per-pair rate (650 pairs/s) had said 21 s for the news corpus.
+SECONDS_PER_WORD_2_CORES = 5.5e-5
+SECONDS_PER_WORD_PRODUCT_2_CORES = 1.0e-6
 
 
 # ---------------------------------------------------------------------------------------------------------
