@@ -75,30 +75,29 @@ def estimate_run(
     stands in for it; without either, the evaluation parts are left out and "pending" says so."""
     parts = {"training": shape.steps * seconds_per_step}
     probed = seconds_per_evaluation is None and seconds_per_sentence is not None
+    per_sentence = None  # one greedy sentence
     if probed:
-        seconds_per_evaluation = seconds_per_sentence * shape.eval_sentences * beam_factor(shape.eval_beams)
-    if probed and not shape.eval_sentences:  # no periodic evaluation: the final parts from the probe alone
-        parts["final evaluation + test"] = (
-            seconds_per_sentence
-            * beam_factor(shape.final_beams)
-            * (shape.final_sentences + shape.test_sentences * shape.test_passes)
-        )
-        if not parts["final evaluation + test"]:
-            del parts["final evaluation + test"]
+        per_sentence = seconds_per_sentence
+        if shape.eval_sentences:
+            seconds_per_evaluation = per_sentence * shape.eval_sentences * beam_factor(shape.eval_beams)
     elif seconds_per_evaluation is not None:
-        parts["periodic evaluations"] = shape.evaluations * seconds_per_evaluation
         per_sentence = seconds_per_evaluation / max(shape.eval_sentences, 1) / beam_factor(shape.eval_beams)
-        parts["final evaluation + test"] = (
+    if seconds_per_evaluation is not None:
+        parts["periodic evaluations"] = shape.evaluations * seconds_per_evaluation
+    if per_sentence is not None:
+        final = (
             per_sentence
             * beam_factor(shape.final_beams)
             * (shape.final_sentences + shape.test_sentences * shape.test_passes)
         )
+        if final or seconds_per_evaluation is not None:  # (the probe alone: only when there is something to decode)
+            parts["final evaluation + test"] = final
     pending = ""
     if probed and len(parts) > 1:
         pending = "evaluations estimated from a timed greedy decode at the reference length"
-    elif seconds_per_evaluation is None and shape.evaluations:
+    elif not probed and seconds_per_evaluation is None and shape.evaluations:
         pending = "evaluations not measured yet"
-    elif seconds_per_evaluation is None and (shape.final_sentences or shape.test_sentences):
+    elif not probed and seconds_per_evaluation is None and (shape.final_sentences or shape.test_sentences):
         pending = "the final evaluation and the test not included: no periodic evaluation to time them from"
     return summarise(parts, pending)
 

@@ -326,6 +326,7 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         if training_args.early_stopping_patience and training_args.do_train
         else None
     )
+    plan = run_plan(prepared, model, data_args, training_args) if training_args.do_train else None
     trainer = XLPESeq2SeqTrainer(
         model=model,
         args=training_args,
@@ -343,7 +344,7 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
             *([stopper] if stopper else []),
             RunOutcome(stopper),
             clock,
-            *([run_plan(prepared, model, data_args, training_args)] if training_args.do_train else []),
+            *([plan] if plan is not None else []),
             *(
                 [LearningCheck(len(prepared["train"]), from_scratch=model_args.model_name_or_path is None)]
                 if training_args.do_train and training_args.do_eval
@@ -352,10 +353,9 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         ],
     )
     trainer_ref.append(trainer)
-    for callback in trainer.callback_handler.callbacks:  # the plan's first estimate times one greedy decode
-        if isinstance(callback, RunPlan) and training_args.predict_with_generate:
-            probe_set = trainer.eval_dataset if trainer.eval_dataset is not None else prepared.get("test")
-            callback.decode_probe = lambda dataset=probe_set: trainer.time_greedy_decoding(dataset)
+    if plan is not None and training_args.predict_with_generate:  # its first estimate times one greedy decode
+        probe_set = trainer.eval_dataset if trainer.eval_dataset is not None else prepared.get("test")
+        plan.decode_probe = lambda: trainer.time_greedy_decoding(probe_set)
     for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
         if type(callback).__name__ == "TensorBoardCallback" and getattr(callback, "logging_dir", None) is None:
             from transformers.integrations.integration_utils import default_logdir
@@ -500,14 +500,17 @@ def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> t
     name, reason = training_args.recipe, "--recipe"
     recorded = Path(training_args.output_dir) / "recipe.json"
     from_scratch = model_args.model_name_or_path is None and model_args.config_name is None
-    pairs = _training_pairs(splits, data_args) if training_args.do_train else None
+    pairs = None  # training pairs, read when a choice or the recipe's size needs them
     if name is None and from_scratch and training_args.do_train and not data_args.uses_builtin_corpus():
         if checkpoint and recorded.is_file():
             name, reason = json.loads(recorded.read_text())["recipe"], f"the recipe of the run resumed ({recorded})"
         else:
+            pairs = _training_pairs(splits, data_args)
             name, reason = choose_recipe(pairs, training_args.device.type == "cuda")
     if name is None or name == NO_RECIPE:
         return parsed
+    if pairs is None and name == "small" and training_args.do_train:
+        pairs = _training_pairs(splits, data_args)
     with_validation = "validation" in splits or bool(data_args.prepared_dataset)
     if name != training_args.recipe or not with_validation or (name == "small" and pairs is not None):
         model_args, data_args, training_args = parse_arguments(
