@@ -33,6 +33,10 @@ Groups (each a list of runs; every group also runs vanilla Marian on its languag
             reorderer, the pos group's rows, DPE (lambda 0.5) and 2PT; runs shared by name with the other groups
   reorderer vanilla, Combination (built-in predictor), Combination with the pair's standalone reorderer (xlpe-reorder's
             model, trained once per pair): the oracle-vs-predicted BLEU gap of issue 17
+  finetune  issue 57's study: a stock OPUS-MT-style Marian (MarianTokenizer, <pad> last) pretrained on the pair's
+            WMT news (one year held out), then fine-tuned on the in-domain corpus for the same steps as it is
+            (ft-vanilla, the baseline) and upgraded (XL PE strategies and forms, relative PE, DPE, RoPE cold and
+            warm-started); every model decoded in domain and on the held-out news (`@ood`); pairs de-en, zh-en
   init      vanilla, 8E, 10E, Combination again with embeddings N(0, d^-1/2) and every linear layer N(0, 0.02)
             (xlpe-train --init_std 0.02 --embedding_init_std d^-1/2), next to the default init (all d^-1/2)
 
@@ -165,6 +169,8 @@ def run_all(args) -> int:
     for seed in args.seeds:  # seed-major: a budget stop leaves complete seeds, not half a comparison
         for group in args.groups:
             for spec in for_pair(group_runs(group, mode), args.pair, group):
+                if args.runs and spec["name"].split("@")[0] not in args.runs:
+                    continue
                 key = run_key(args.mode, spec, seed)
                 if key not in seen:
                     seen.add(key)
@@ -193,7 +199,7 @@ def run_all(args) -> int:
             "group": group,
             "mode": args.mode,
             "seed": seed,
-            **{k: spec[k] for k in ("name", "model_type", "pair", "data", "kind", "fields")},
+            **{k: spec[k] for k in ("name", "model_type", "pair", "data", "kind", "fields", "baseline")},
         }
         if spec["same_as"]:
             source = other_run_record(results, args.mode, spec, seed)
@@ -243,6 +249,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--only", default=None, help="run just this key, e.g. 'cpu|de-en|dpe-lambda0.5|2' (what a worker runs)"
     )
+    parser.add_argument(
+        "--runs",
+        default=None,
+        help="comma-separated run names: only these runs of the groups (and their '@' re-decodings, e.g. "
+        "ft-vanilla keeps ft-vanilla@ood)",
+    )
     parser.add_argument("--report", action="store_true", help="aggregate results.jsonl (after running, if --run too)")
     parser.add_argument("--run", action="store_true", help="with --report: run the groups first")
     parser.add_argument(
@@ -266,6 +278,13 @@ def main(argv=None) -> int:
         except ValueError as error:
             raise SystemExit(f"reproduce.py: {error}") from None
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.runs = {name.strip() for name in args.runs.split(",") if name.strip()} if args.runs else None
+    if args.runs:
+        known = {spec["name"].split("@")[0] for g in args.groups for spec in group_runs(g, MODES[args.mode])}
+        if args.runs - known:
+            raise SystemExit(
+                f"reproduce.py: --runs {sorted(args.runs - known)} not in --groups {','.join(args.groups)}"
+            )
     if args.workers < 1:
         raise SystemExit(f"--workers must be at least 1, got {args.workers}")
     if not args.report or args.run:

@@ -1,4 +1,5 @@
-"""The benchmark pages: every table rendered from its results file (`bench/render_tables.py --check`), every relative
+"""The benchmark pages: the check that every table is rendered from its results file (`bench/render_tables.py
+--check`; whether they are is `bench/check_records.py`'s step in CI), every relative
 link and anchor in BENCHMARKS.md and docs/benchmarks/ resolving, no issue numbers a reader cannot see, and the table
 helpers' round trip (a page's tables moved into a results file render back to the same text)."""
 
@@ -40,10 +41,21 @@ def anchors(text: str) -> set[str]:
     return out
 
 
-def test_pages_match_their_results():
+def test_a_page_that_drifted_from_its_results_is_reported(tmp_path):
+    """Whether the pages match their results is checked by `bench/check_records.py` (CI's own step); here: the
+    check on a copy of the pages, rendered, then with one table cell edited by hand."""
+    import shutil
+
     renderer = load_renderer()
-    assert renderer.render(check=True) == []
-    assert renderer.main(["--check"]) == 0
+    shutil.copy(REPO_ROOT / "BENCHMARKS.md", tmp_path / "BENCHMARKS.md")
+    shutil.copytree(REPO_ROOT / "docs" / "benchmarks", tmp_path / "docs" / "benchmarks")
+    assert renderer.render(tmp_path) is not None  # renders every page from its results
+    assert renderer.render(tmp_path, check=True) == []
+    page = tmp_path / "docs" / "benchmarks" / "recipe.md"
+    text = page.read_text(encoding="utf-8")
+    page.write_text(text.replace("| 64 | 1.44 |", "| 64 | 9.99 |", 1), encoding="utf-8")
+    problems = renderer.render(tmp_path, check=True)
+    assert len(problems) == 1 and "recipe.md" in problems[0]
 
 
 def broken_links(pages, only=None) -> list[str]:

@@ -962,3 +962,78 @@ def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path
                 str(work / "data" / "de-en" / "reorderer"),
             ]
         )
+
+
+def test_finetune_group_fine_tunes_the_pretrained_checkpoint_and_tests_out_of_domain():
+    """Issue 57's study: every trained run starts from the pair's pretrained stock checkpoint on the fine-tuning
+    data and is compared with continued stock fine-tuning; each is decoded again on the out-of-domain test set
+    against that baseline's own decoding; the checkpoint itself is a row on both; pairs without news refuse."""
+    reproduction = load_driver().reproduction
+    runs = reproduction.group_runs("finetune", reproduction.MODES["cpu"])
+    trained = [spec for spec in runs if spec["kind"] == "train"]
+    assert [spec["name"] for spec in trained][:4] == ["ft-vanilla", "ft-in", "ft-head", "ft-combination"]
+    assert {"ft-dpe", "ft-xl-rope", "ft-rope", "ft-rope-warm"} <= {spec["name"] for spec in trained}
+    for spec in trained:
+        assert spec["data"] == "finetune" and spec["baseline"] == "ft-vanilla"
+        assert spec["fields"]["model_name_or_path"] == reproduction.PRETRAINED
+    ood = {spec["model_of"]: spec for spec in runs if spec["kind"] == "retest"}
+    assert set(ood) == {spec["name"] for spec in trained}
+    assert all(s["data"] == "finetune-ood" and s["baseline"] == "ft-vanilla@ood" for s in ood.values())
+    warm = next(spec for spec in trained if spec["name"] == "ft-rope-warm")["fields"]["config_overrides"]
+    assert "rotary_warm_start_steps=300" in warm  # a quarter of the cpu mode's 1,200 steps
+    assert [(s["name"], s["data"]) for s in runs if s["kind"] == "pretrained"] == [
+        ("pretrained", "finetune"),
+        ("pretrained@ood", "finetune-ood"),
+    ]
+    assert reproduction.for_pair(runs, "zh-en", "finetune")[0]["pair"] == "zh-en"
+    with pytest.raises(ValueError, match="out-of-domain news of the pair to pretrain on: de-en, zh-en, not --pair"):
+        reproduction.for_pair(runs, "en-ja", "finetune")
+
+
+def test_out_of_domain_news_splits_hold_out_one_year(shared_dir, monkeypatch):
+    monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
+    data = load_driver().reproduction
+    splits = data.wmt_newstest_splits("zh-en", 500, 20, 30)
+    assert {name: len(pair[0]) for name, pair in splits.items()} == {"train": 500, "validation": 20, "test": 30}
+    assert " " in splits["test"][0][0]  # Chinese segmented into words (jieba)
+    held_out = set(splits["test"][1]) | set(splits["validation"][1])
+    everything = data.wmt_newstest_splits("zh-en", 10**6, 20, 30)
+    assert not held_out & set(everything["train"][1])  # newstest2019 is held out
+    assert len(everything["train"][0]) == 2001 + 3981 + 2000 + 2791  # 2017, 2018, 2020, 2021
+
+
+def test_finetune_study_end_to_end_in_smoke_mode(tmp_path, shared_dir, monkeypatch, capsys):
+    """The study's mechanics on a slice: the OPUS-MT-layout checkpoint (MarianTokenizer, <pad> last) pretrained on
+    news, continued stock fine-tuning and RoPE with its warm start fine-tuned from it, both decoded in and out of
+    domain, the checkpoint's own rows; the report compares each test set with its own baseline."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
+    driver = load_driver()
+    work = tmp_path / "work"
+    common = ["--mode", "smoke", "--groups", "finetune", "--seeds", "1", "--work_dir", str(work)]
+    names = ["ft-vanilla", "ft-rope-warm", "ft-vanilla@ood", "ft-rope-warm@ood", "pretrained", "pretrained@ood"]
+    with pytest.raises(SystemExit, match=r"--runs \['ft-nothing'\] not in --groups finetune"):
+        driver.main(common + ["--runs", "ft-vanilla,ft-nothing"])
+    assert driver.main(common + ["--runs", "ft-vanilla,ft-rope-warm,pretrained"]) == 0  # and their @ood rows
+    pretrained = work / "data" / "de-en" / "pretrained"
+    assert {"source.spm", "target.spm", "vocab.json"} <= {p.name for p in pretrained.iterdir()}
+    config = json.loads((pretrained / "config.json").read_text())
+    vocab = json.loads((pretrained / "vocab.json").read_text())
+    assert config["pad_token_id"] == vocab["<pad>"] == len(vocab) - 1 and config["eos_token_id"] == 0
+    warm = AutoModelForSeq2SeqLM.from_pretrained(work / "runs" / "de-en-ft-rope-warm-seed1")
+    assert warm.config.rotary_warm_start_steps == 1 and warm.config.absolute_positions is False
+    passes = {float(b) for n, b in warm.named_buffers() if n.endswith("warm_start.passes")}
+    assert passes and min(passes) >= 1  # the blend reached 1: plain RoPE after the warm start
+    records = {r["name"]: r for r in driver.read_results(work / "results.jsonl")}
+    assert set(records) == set(names)
+    assert records["ft-rope-warm@ood"]["baseline"] == "ft-vanilla@ood" and records["pretrained"]["kind"] == "pretrained"
+    in_domain = datasets.load_from_disk(str(work / "data" / "de-en" / "finetune"))["test"]["target_text"]
+    out_of_domain = datasets.load_from_disk(str(work / "data" / "de-en" / "finetune-ood"))["test"]["target_text"]
+    assert in_domain[:3] != out_of_domain[:3]
+    capsys.readouterr()
+    assert driver.main(["--report", "--work_dir", str(work), "--plot_dir", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert "vs ft-vanilla / ft-vanilla@ood" in table
+    assert "| ft-vanilla | de-en | 1 |" in table and "| baseline |" in table
+    baseline_rows = [line for line in table.splitlines() if line.endswith("| baseline |")]
+    assert [line.split("|")[1].strip() for line in baseline_rows] == ["ft-vanilla", "ft-vanilla@ood"]

@@ -43,12 +43,8 @@ def tatoeba_cmn_eng_splits(train: int, val: int, test: int, seed: int = 0) -> di
     translations) are shuffled with `seed` and split by English sentence, so no test reference is seen in
     training; test and validation keep one pair per English sentence (single reference), training keeps all."""
     import gzip
-    import logging
     import random
 
-    import jieba
-
-    jieba.setLogLevel(logging.WARNING)
     by_english: dict[str, list[str]] = {}
     with gzip.open(TATOEBA_CMN_ENG, "rt", encoding="utf-8") as handle:
         for line in handle:
@@ -57,7 +53,7 @@ def tatoeba_cmn_eng_splits(train: int, val: int, test: int, seed: int = 0) -> di
                 by_english.setdefault(fields[0].strip(), []).append(fields[1].strip())
     english = sorted(by_english)
     random.Random(seed).shuffle(english)
-    segment = lambda text: " ".join(word for word in jieba.lcut(text) if word.strip())  # noqa: E731
+    segment = _jieba_words()
     splits, start = {}, 0
     for name, size in (("test", test), ("validation", val)):
         chosen = english[start : start + size]
@@ -66,3 +62,48 @@ def tatoeba_cmn_eng_splits(train: int, val: int, test: int, seed: int = 0) -> di
     pairs = [(segment(zh), e) for e in english[start:] for zh in by_english[e]][:train]
     splits["train"] = ([zh for zh, _ in pairs], [e for _, e in pairs])
     return splits
+
+
+WMT_NEWSTEST = DATA / "wmt_newstest_tatoeba_testsets"
+# the WMT news test sets of a pair as one out-of-domain corpus (the fine-tuning study's pretraining text): pair ->
+# (folder, source suffix, target suffix, the held-out set (its out-of-domain test and validation), sets left out).
+# de-en leaves out newstest2020 (document-level: paragraphs, not sentences, as benchlib/lengths.py does)
+WMT_OUT_OF_DOMAIN = {
+    "de-en": ("deu-eng", "deu", "eng", "newstest2014", ("newstest2020",)),
+    "zh-en": ("zho-eng", "zho", "eng", "newstest2019", ()),
+}
+
+
+def wmt_newstest_splits(pair: str, train: int, val: int, test: int) -> dict[str, tuple[list[str], list[str]]]:
+    """{split: (sources, targets)} of `pair`'s WMT news test sets (WMT_OUT_OF_DOMAIN): test = the first `test` lines
+    of the held-out set, validation = its next `val` lines, train = every other news set (file order, at most
+    `train` pairs). Chinese is segmented into words by jieba, as `tatoeba_cmn_eng_splits` does."""
+    from xlpe.features.alignment import read_text_lines
+
+    folder, source, target, held_out, left_out = WMT_OUT_OF_DOMAIN[pair]
+    segment = (lambda text: text) if source != "zho" else _jieba_words()
+    by_set = {}
+    for path in sorted((WMT_NEWSTEST / folder).glob(f"*.{source}.gz")):
+        name = path.name.removesuffix(f".{source}.gz")
+        if name.startswith("tatoeba") or name in left_out:
+            continue
+        sources, targets = read_text_lines(path), read_text_lines(path.with_name(f"{name}.{target}.gz"))
+        if len(sources) != len(targets):
+            raise ValueError(f"{path}: {len(sources)} lines against {len(targets)} in its {target} file")
+        by_set[name] = ([segment(s) for s in sources], targets)
+    held_sources, held_targets = by_set.pop(held_out)
+    train_pairs = [pair_ for name in by_set for pair_ in zip(*by_set[name])][:train]
+    return {
+        "train": ([s for s, _ in train_pairs], [t for _, t in train_pairs]),
+        "validation": (held_sources[test : test + val], held_targets[test : test + val]),
+        "test": (held_sources[:test], held_targets[:test]),
+    }
+
+
+def _jieba_words():
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    return lambda text: " ".join(word for word in jieba.lcut(text) if word.strip())

@@ -9,7 +9,16 @@ import os
 import time
 from pathlib import Path
 
-from .data import HANSARDS, NLTK_DATA, UD_GERMAN_GSD, multi30k_split, small_parallel_enja_split, tatoeba_cmn_eng_splits
+from .data import (
+    HANSARDS,
+    NLTK_DATA,
+    UD_GERMAN_GSD,
+    WMT_OUT_OF_DOMAIN,
+    multi30k_split,
+    small_parallel_enja_split,
+    tatoeba_cmn_eng_splits,
+    wmt_newstest_splits,
+)
 
 NOISE_RATIOS = (0.0, 0.05, 0.1, 0.15, 0.2)
 DPE_LAMBDAS = (0.1, 0.3, 0.5, 0.7)
@@ -36,6 +45,11 @@ MODES = {
         epochs_mvpe=2,
         max_length=64,
         reorderer_epochs=1,
+        pretrain_steps=8,
+        pretrain_tokens=512,
+        finetune_lr=5e-4,
+        finetune_warmup=2,
+        study_max_length=64,
     ),
     "cpu": dict(
         train=29000,
@@ -54,6 +68,11 @@ MODES = {
         epochs_mvpe=3,
         max_length=64,
         reorderer_epochs=3,
+        pretrain_steps=3000,  # the fine-tuning study's out-of-domain model: ~8 epochs of the 30k news pairs
+        pretrain_tokens=2500,
+        finetune_lr=5e-4,  # its fine-tuning (every run: the same steps, rate and warm-up)
+        finetune_warmup=100,
+        study_max_length=128,  # news sentences are ~2x longer than Multi30k's
     ),
     "gpu": dict(
         train=29000,
@@ -72,6 +91,11 @@ MODES = {
         epochs_mvpe=20,
         max_length=100,
         reorderer_epochs=3,
+        pretrain_steps=20000,
+        pretrain_tokens=8192,
+        finetune_lr=2e-4,
+        finetune_warmup=500,
+        study_max_length=128,
     ),
     # Transformer-base on one GPU (issue 60): the whole Multi30k training split, ~9 epochs in ~40 s a run at
     # bf16 (sentence batches of 256, so xlpe-train's CUDA token batches and compilation are not used: a compiled
@@ -94,6 +118,11 @@ MODES = {
         max_length=100,
         reorderer_epochs=3,
         eval_batch=500,  # test decoding in 2 beam-5 batches, not 10
+        pretrain_steps=3000,
+        pretrain_tokens=16384,
+        finetune_lr=1e-4,
+        finetune_warmup=300,
+        study_max_length=128,
         train_flags=("--torch_compile", "False"),  # bf16 and fused AdamW stay xlpe-train's CUDA defaults
     ),
 }
@@ -103,6 +132,7 @@ RELATIVE_PE = "relative_attention_max_distance=16"  # Shaw et al.'s clipping dis
 ROPE = "rotary_attention=true,absolute_positions=false"  # RoPE on both sides, no sinusoid (as the `relative` run)
 XL_RELATIVE = "xl_position_form=relative,xl_relative_max_distance=16"  # XL distances in the tau heads, k = 16
 XL_ROTARY = "xl_position_form=rotary"  # XL angles in the tau heads
+PRETRAINED = "@pretrained"  # run field model_name_or_path: the pair's stock checkpoint pretrained out of domain
 PAIR_REORDERER = "@pair-reorderer"  # a run field: the standalone reorderer of the run's pair (reorderer_dir)
 PAIR_TAGGER = "@pair-tagger"  # run fields source_tagger / target_tagger: the offline tagger of that language
 TAGGERS = {"en": "nltk-en", "zh": "jieba-zh"}  # the built-in taggers that work offline here
@@ -114,12 +144,24 @@ TREEBANK_TAGGERS = {
 }
 
 
-def run(name, model_type, pair="de-en", data="clean", kind="train", same_as=None, model_of=None, **fields):
+def run(
+    name,
+    model_type,
+    pair="de-en",
+    data="clean",
+    kind="train",
+    same_as=None,
+    model_of=None,
+    baseline="vanilla",
+    **fields,
+):
     """One run of a group: a name unique within its language pair, the family, its config fields. `same_as`:
     the name of another run (same pair) that trains exactly this model; its result is reused, not recomputed.
     `model_of` (kind "retest"): the run whose saved model (same seed) decodes the test split again with `fields`
-    (a standalone reorderer's positions); nothing is trained."""
+    (a standalone reorderer's positions, or another prepared dataset's test split); nothing is trained.
+    `baseline`: the run (same pair and seed, the same test split) its deltas and bootstrap are taken against."""
     spec = dict(name=name, model_type=model_type, pair=pair, data=data, kind=kind, fields=fields, same_as=same_as)
+    spec["baseline"] = baseline
     if (kind == "retest") != (model_of is not None):
         raise ValueError(f"run {name!r}: kind 'retest' and model_of go together (kind {kind!r}, model_of {model_of!r})")
     return spec | ({"model_of": model_of} if model_of else {})
@@ -137,8 +179,52 @@ def deeper_encoder(name: str, extra_layers: int, mode: dict, **fields) -> dict:
     return run(name, "vanilla", encoder_layers=mode["layers"] + extra_layers, **fields)
 
 
+def finetune_runs(mode: dict) -> list[dict]:
+    """Issue 57's study: the pair's stock OPUS-MT-style checkpoint, pretrained on out-of-domain news
+    (`pretrained_dir`), fine-tuned on the in-domain corpus for the same steps (a) as it is, continued (ft-vanilla,
+    the baseline every user has) and (b) upgraded to each function-preserving option of docs/training.md's upgrade
+    table, and RoPE alone both cold (not function-preserving) and warm-started over the first quarter of the steps;
+    each model then decodes the out-of-domain test set too (`@ood`), so forgetting shows. `pretrained`: the
+    checkpoint itself, not fine-tuned, on both test sets."""
+    warm_rope = f"{ROPE},rotary_warm_start_steps={max(1, mode['steps'] // 4)}"
+    upgrades = [
+        run("ft-vanilla", "vanilla"),
+        run("ft-in", "xlpe", xl_strategy="in"),
+        run("ft-head", "xlpe", xl_strategy="head"),
+        run("ft-combination", "xlpe", xl_strategy="combination"),
+        run("ft-xl-relative", "xlpe", xl_strategy="head", config_overrides=XL_RELATIVE),
+        run("ft-xl-rope", "xlpe", xl_strategy="head", config_overrides=XL_ROTARY),
+        run("ft-relative", "xlpe", xl_strategy="none", config_overrides=RELATIVE_PE),
+        run("ft-combination+relative", "xlpe", xl_strategy="combination", config_overrides=RELATIVE_PE),
+        run("ft-dpe", "dpe", order_loss_weight=0.5),
+        run("ft-rope", "xlpe", xl_strategy="none", config_overrides=ROPE),
+        run("ft-rope-warm", "xlpe", xl_strategy="none", config_overrides=warm_rope),
+    ]
+    trained = [
+        {
+            **spec,
+            "data": "finetune",
+            "baseline": "ft-vanilla",
+            "fields": {**spec["fields"], "model_name_or_path": PRETRAINED},
+        }
+        for spec in upgrades
+    ]
+    out_of_domain = [
+        run(f"{spec['name']}@ood", spec["model_type"], data="finetune-ood", kind="retest", model_of=spec["name"])
+        | {"baseline": "ft-vanilla@ood"}
+        for spec in upgrades
+    ]
+    pretrained = [
+        run("pretrained", "vanilla", data="finetune", kind="pretrained", baseline="ft-vanilla"),
+        run("pretrained@ood", "vanilla", data="finetune-ood", kind="pretrained", baseline="ft-vanilla@ood"),
+    ]
+    return trained + out_of_domain + pretrained
+
+
 def group_runs(group: str, mode: dict) -> list[dict]:
     heads = mode["heads"]
+    if group == "finetune":
+        return finetune_runs(mode)
     if group == "xl":
         return [run("vanilla", "vanilla")] + [run(s, "xlpe", xl_strategy=s) for s in ("in", "head", "combination")]
     if group == "base-gpu":  # issue 60: the base-size comparison one GPU session affords, most telling run first
@@ -352,6 +438,7 @@ COMPONENTS = {
 
 GROUPS = (
     "xl",
+    "finetune",
     "xl-combination",
     "base-gpu",
     "baselines",
@@ -434,6 +521,11 @@ def for_pair(runs: list[dict], pair: str | None, group: str) -> list[dict]:
         raise ValueError(f"unknown --pair {pair!r}; known: {', '.join(PAIRS)}")
     if group in ("alignment", "mvpe") and any(spec["pair"] != pair for spec in runs):
         raise ValueError(f"group {group!r} runs on {runs[0]['pair']} only (its gold set / tagger), not --pair {pair}")
+    if group == "finetune" and pair not in WMT_OUT_OF_DOMAIN:
+        raise ValueError(
+            f"group 'finetune' needs out-of-domain news of the pair to pretrain on: {', '.join(WMT_OUT_OF_DOMAIN)}, "
+            f"not --pair {pair}"
+        )
     return [dict(spec, pair=pair) for spec in runs]
 
 
@@ -496,6 +588,8 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
     path = work / "data" / pair / data
     if (path / "dataset_dict.json").is_file():
         return path
+    if data in STUDY_DATA:
+        return study_prepared_dir(work, pair, data, mode)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(work, pair, mode))
     options = dict(
         features=("reorder_positions", "target_positions"),
@@ -543,6 +637,111 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
         prepared = {"train": noisy["train"], "validation": clean["validation"], "test": clean["test"]}
     datasets.DatasetDict(prepared).save_to_disk(str(path))
     (path / "report.json").write_text(json.dumps(reports, indent=2, default=str))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The fine-tuning study's data (issue 57): a stock OPUS-MT-style checkpoint pretrained on out-of-domain news
+# ---------------------------------------------------------------------------------------------------------
+
+STUDY_DATA = ("pretrain", "finetune", "finetune-ood")  # prepared with the pretrained checkpoint's MarianTokenizer
+
+
+def spec_tokenizer(work: Path, spec: dict, mode: dict) -> Path:
+    """The tokenizer of a run's data: the pretrained checkpoint's for the study's data, else the pair's joint one."""
+    if spec.get("data", "clean") in STUDY_DATA:
+        return pretrained_dir(work, spec["pair"], mode)
+    return tokenizer_dir(work, spec["pair"], mode)
+
+
+def study_prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
+    """ "pretrain": the pair's WMT news sets (`wmt_newstest_splits`: train = every set but the held-out one; test and
+    validation from the held-out set) prepared with the checkpoint's tokenizer; "finetune": the pair's in-domain
+    corpus (`raw_splits`: Multi30k de-en, Tatoeba cmn-eng) prepared with that tokenizer; "finetune-ood": the
+    fine-tuning splits with the held-out news test split (its oracle positions from the pretraining preparation)."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    from xlpe.features.prepare import ParallelSplit, prepare_splits
+
+    path = work / "data" / pair / data
+    if data == "finetune-ood":
+        news = datasets.load_from_disk(str(prepared_dir(work, pair, "pretrain", mode)))
+        fine = datasets.load_from_disk(str(prepared_dir(work, pair, "finetune", mode)))
+        datasets.DatasetDict(train=fine["train"], validation=fine["validation"], test=news["test"]).save_to_disk(
+            str(path)
+        )
+        return path
+    if data == "pretrain":
+        sizes = (mode["train"] * 4, mode["val"], mode["test"])  # smoke: small; cpu and up: every news pair
+        news = wmt_newstest_splits(pair, *sizes)
+        splits = {
+            name: ParallelSplit(*news[name], f"wmt-news:{pair}:{name}", f"wmt-news:{pair}:{name}") for name in news
+        }
+        tokenizer_source = init_checkpoint_dir(work, pair, mode)
+    else:
+        splits, tokenizer_source = raw_splits(pair, mode), pretrained_dir(work, pair, mode)
+    prepared, reports = prepare_splits(
+        splits,
+        AutoTokenizer.from_pretrained(tokenizer_source),
+        features=("reorder_positions", "target_positions"),
+        max_length=mode["study_max_length"],
+        keep_text=True,
+        cache_dir=str(work / "cache"),
+        seed=0,
+        eflomal_options={"seed": 0},
+    )
+    datasets.DatasetDict(prepared).save_to_disk(str(path))
+    (path / "report.json").write_text(json.dumps(reports, indent=2, default=str))
+    return path
+
+
+def init_checkpoint_dir(work: Path, pair: str, mode: dict) -> Path:
+    """The untrained OPUS-MT-style checkpoint (`build_opus_mt_checkpoint`: MarianTokenizer with two SentencePiece
+    models trained on the news text, `<pad>` last, OPUS-MT's config) at the mode's sizes; zh-en in the
+    `opus-mt-tc` form with separate vocabularies. Weights N(0, d^-1/2) as xlpe-train's own models (OPUS-MT's 0.02
+    trains this post-LN stack badly here: docs/training.md, Initialisation)."""
+    from xlpe.features.opus_mt_layout import build_opus_mt_checkpoint
+
+    path = work / "data" / pair / "pretrained-init"
+    if not (path / "config.json").is_file():
+        news = wmt_newstest_splits(pair, mode["train"] * 4, mode["val"], mode["test"])
+        build_opus_mt_checkpoint(
+            path,
+            *news["train"],
+            *pair.split("-"),
+            separate_vocabs=pair != "de-en",
+            spm_vocab_size=mode["vocab"] if pair == "de-en" else max(mode["vocab"], 4000),  # Chinese: its characters
+            character_coverage=1.0 if pair == "de-en" else 0.9995,
+            d_model=mode["d_model"],
+            layers=mode["layers"],
+            heads=mode["heads"],
+            ffn_dim=mode["ffn"],
+            max_position_embeddings=512,
+            init_std=mode["d_model"] ** -0.5,
+            seed=0,
+        )
+    return path
+
+
+def pretrained_dir(work: Path, pair: str, mode: dict) -> Path:
+    """The study's "pretrained" model: the init checkpoint trained as stock MarianMT (xlpe-train --model_type
+    vanilla) on the pair's news for `pretrain_steps` at the mode's from-scratch rate, seed 0, once per work dir;
+    written to a staging directory and renamed, so a directory that exists is complete."""
+    from xlpe.training.run import main as xlpe_train
+
+    path = work / "data" / pair / "pretrained"
+    if (path / "config.json").is_file():
+        return path
+    init = init_checkpoint_dir(work, pair, mode)
+    staging = path.with_name(f".pretrained.{os.getpid()}")
+    spec = {"pair": pair, "data": "pretrain"}
+    budget = {"max_steps": mode["pretrain_steps"], "learning_rate": mode["lr"], "warmup_steps": mode["warmup"]}
+    budget["max_tokens"] = mode["pretrain_tokens"]  # news sentences vary in length: token batches, little padding
+    fields = {"model_name_or_path": str(init), "eval_strategy": "steps", "eval_steps": max(1, budget["max_steps"] // 4)}
+    args = train_args(mode, staging, 0, pair, init, "vanilla", fields, study=True, budget=budget)
+    xlpe_train(args + ["--prepared_dataset", str(prepared_dir(work, spec["pair"], "pretrain", mode))])
+    os.replace(staging, path)
     return path
 
 
@@ -604,6 +803,8 @@ def resolved_fields(work: Path, spec: dict, mode: dict) -> dict:
     """The run's config fields with `PAIR_REORDERER` replaced by the pair's reorderer directory and `PAIR_TAGGER`
     by the tagger of that side's language (a target without one: no target tagger)."""
     fields = dict(spec["fields"])
+    if fields.get("model_name_or_path") == PRETRAINED:
+        fields["model_name_or_path"] = str(pretrained_dir(work, spec["pair"], mode))
     if fields.get("reorderer") == PAIR_REORDERER:
         fields["reorderer"] = str(reorderer_dir(work, spec["pair"], mode))
     for name, language in zip(("source_tagger", "target_tagger"), spec["pair"].split("-")):
@@ -635,11 +836,38 @@ def write_text_split(
 
 
 def train_args(
-    mode: dict, out: Path, seed: int, pair: str, tokenizer: Path, model_type: str, fields: dict
+    mode: dict,
+    out: Path,
+    seed: int,
+    pair: str,
+    tokenizer: Path,
+    model_type: str,
+    fields: dict,
+    study: bool = False,
+    budget: dict | None = None,
 ) -> list[str]:
+    """xlpe-train's arguments for one run. `study`: a run of the fine-tuning study, which starts from a checkpoint
+    (its sizes are the checkpoint's) and trains at the mode's fine-tuning rate and warm-up over the same steps;
+    `budget`: max_steps / learning_rate / warmup_steps in place of the mode's (the study's pretraining)."""
     src, tgt = pair.split("-")
     fields = dict(fields)
     encoder_layers = fields.pop("encoder_layers", mode["layers"])  # deeper_encoder runs (Table 5)
+    sizes = {
+        "d_model": mode["d_model"],
+        "encoder_layers": encoder_layers,
+        "decoder_layers": mode["layers"],
+        "attention_heads": mode["heads"],
+        "ffn_dim": mode["ffn"],
+        "dropout": 0.1,
+    }
+    rate = {"max_steps": mode["steps"], "learning_rate": mode["lr"], "warmup_steps": mode["warmup"]}
+    rate["per_device_train_batch_size"] = mode["batch"]
+    if study:
+        sizes, rate = {}, {**rate, "learning_rate": mode["finetune_lr"], "warmup_steps": mode["finetune_warmup"]}
+    rate.update(budget or {})
+    if "max_tokens" in rate:  # token batches replace sentence batches
+        del rate["per_device_train_batch_size"]
+    max_length = mode["study_max_length"] if study else mode["max_length"]
     args = [
         "--output_dir",
         str(out),
@@ -656,34 +884,15 @@ def train_args(
         str(tokenizer),
         "--model_type",
         model_type,
-        "--d_model",
-        str(mode["d_model"]),
-        "--encoder_layers",
-        str(encoder_layers),
-        "--decoder_layers",
-        str(mode["layers"]),
-        "--attention_heads",
-        str(mode["heads"]),
-        "--ffn_dim",
-        str(mode["ffn"]),
-        "--dropout",
-        "0.1",
-        "--max_steps",
-        str(mode["steps"]),
-        "--per_device_train_batch_size",
-        str(mode["batch"]),
+        *(item for key, value in {**sizes, **rate}.items() for item in (f"--{key}", str(value))),
         "--per_device_eval_batch_size",
         str(mode.get("eval_batch", 100)),
-        "--learning_rate",
-        str(mode["lr"]),
-        "--warmup_steps",
-        str(mode["warmup"]),
         "--num_beams",
         str(mode["beams"]),
         "--max_source_length",
-        str(mode["max_length"]),
+        str(max_length),
         "--max_target_length",
-        str(mode["max_length"]),
+        str(max_length),
         "--save_strategy",
         "no",
         "--logging_steps",
@@ -712,36 +921,41 @@ def train(mode, work, spec, seed, extra: list[str], model_type=None, fields=None
     from xlpe.training.run import main as xlpe_train
 
     out = run_dir(work, spec, seed, suffix)
-    tokenizer = tokenizer_dir(work, spec["pair"], mode)
+    tokenizer = spec_tokenizer(work, spec, mode)
     fields = resolved_fields(work, spec, mode) if fields is None else fields
+    study = spec["data"] in STUDY_DATA
     metrics = xlpe_train(
-        train_args(mode, out, seed, spec["pair"], tokenizer, model_type or spec["model_type"], fields) + extra
+        train_args(mode, out, seed, spec["pair"], tokenizer, model_type or spec["model_type"], fields, study) + extra
     )
     return out, metrics
 
 
-def decode_test_split(work: Path, model_spec: dict, seed: int, mode: dict, out: Path, fields: dict) -> list[str]:
-    """The test split decoded by `model_spec`'s saved model of `seed` as xlpe-train decoded it at the end of its
-    training (same arguments, predict only), with `fields` added (e.g. `reorderer`: that reorderer's positions);
-    written to `out`. Returns the hypotheses."""
+def decode_test_split(
+    work: Path, spec: dict, seed: int, mode: dict, out: Path, fields: dict, model: Path | None = None
+) -> list[str]:
+    """The test split of `spec`'s data decoded by the saved model of run `spec["model_of"]` and `seed` (or by
+    `model`) as xlpe-train decoded it at the end of its training (same arguments, predict only), with `fields`
+    added (e.g. `reorderer`: that reorderer's positions); written to `out`. Returns the hypotheses."""
     from xlpe.training.run import main as xlpe_train
 
-    model = run_dir(work, model_spec, seed)
+    if model is None:  # a retest's run reads `model_of`'s model; a bare spec names the run itself
+        model = run_dir(work, {**spec, "name": spec.get("model_of", spec["name"])}, seed)
     if not (model / "config.json").is_file():
         raise FileNotFoundError(
-            f"{model} holds no saved model: run {model_spec['name']!r} of seed {seed} ({model_spec['pair']}) first"
+            f"{model} holds no saved model: run {spec.get('model_of')!r} of seed {seed} ({spec['pair']}) first"
         )
-    tokenizer = tokenizer_dir(work, model_spec["pair"], mode)
-    args = train_args(mode, out, seed, model_spec["pair"], tokenizer, model_spec["model_type"], fields)
+    data = spec.get("data", "clean")
+    tokenizer, study = spec_tokenizer(work, spec, mode), data in STUDY_DATA
+    args = train_args(mode, out, seed, spec["pair"], tokenizer, spec["model_type"], fields, study)
     args += ["--model_name_or_path", str(model), "--do_train", "false", "--do_eval", "false", "--do_predict", "true"]
-    xlpe_train(args + ["--prepared_dataset", str(prepared_dir(work, model_spec["pair"], "clean", mode))])
+    xlpe_train(args + ["--prepared_dataset", str(prepared_dir(work, spec["pair"], data, mode))])
     return (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
 
 
 def test_split_texts(work: Path, spec: dict, mode: dict):
     import datasets
 
-    test = datasets.load_from_disk(str(prepared_dir(work, spec["pair"], "clean", mode)))["test"]
+    test = datasets.load_from_disk(str(prepared_dir(work, spec["pair"], spec.get("data", "clean"), mode)))["test"]
     return test["source_text"], test["target_text"], test["word_alignment"]
 
 
@@ -757,8 +971,11 @@ def execute(spec: dict, seed: int, mode: dict, work: Path) -> dict:
         hypotheses = (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
     elif spec["kind"] == "retest":
         out = run_dir(work, spec, seed)
-        model = {**spec, "name": spec["model_of"]}
-        hypotheses = decode_test_split(work, model, seed, mode, out, resolved_fields(work, spec, mode))
+        hypotheses = decode_test_split(work, spec, seed, mode, out, resolved_fields(work, spec, mode))
+    elif spec["kind"] == "pretrained":  # the study's checkpoint itself, not fine-tuned
+        out = run_dir(work, spec, seed)
+        model = pretrained_dir(work, spec["pair"], mode)
+        hypotheses = decode_test_split(work, spec, seed, mode, out, {}, model=model)
     elif spec["kind"] == "two_pass":
         out, hypotheses, record = two_pass(spec, seed, mode, work)
     elif spec["kind"] == "mvpe":

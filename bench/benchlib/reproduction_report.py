@@ -34,27 +34,25 @@ def group_table(group: str, records: list[dict], work: Path, modes: set[str]) ->
         dict.fromkeys(r["name"] for r in records),
         key=lambda n: in_group_order.index(n) if n in in_group_order else len(in_group_order),
     )
+    baselines = " / ".join(dict.fromkeys(r.get("baseline", "vanilla") for r in records))
     lines = [
         f"### {group} ({', '.join(sorted(modes))} mode)",
         "",
-        "| run | pair | seeds | BLEU | chrF | ΔBLEU / ΔchrF vs vanilla | bootstrap p BLEU / chrF, per seed | "
+        f"| run | pair | seeds | BLEU | chrF | ΔBLEU / ΔchrF vs {baselines} | bootstrap p BLEU / chrF, per seed | "
         "verdict (BLEU) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for pair, name, rows in rows_by_pair(records, names):
         pvalues, deltas, chrf_pvalues, chrf_deltas = [], [], [], []
         for r in rows:
-            base = next(
-                (b for b in records if b["name"] == "vanilla" and b["seed"] == r["seed"] and b["pair"] == r["pair"]),
-                None,
-            )
-            refs = reference_texts(work, r["pair"], r["mode"])
+            base = baseline_record(r, records)
+            refs = reference_texts(work, r["pair"], r["mode"], r.get("data", "clean"))
             sig = significance(r, base, refs, r["pair"].split("-")[1])
             if sig:
                 pvalues.append(sig["BLEU"]["p_value"]), deltas.append(sig["BLEU"]["delta"])
                 chrf = next(v for k, v in sig.items() if k.startswith("chrF"))  # sacrebleu names it chrF2
                 chrf_pvalues.append(chrf["p_value"]), chrf_deltas.append(chrf["delta"])
-        if name == "vanilla":
+        if all(r.get("baseline", "vanilla") == name for r in rows):
             verdict, delta, pcol = "baseline", "-", "-"
         else:
             delta = f"{statistics.mean(deltas):+.2f} / {statistics.mean(chrf_deltas):+.2f}" if deltas else "-"
@@ -161,7 +159,8 @@ def oracle_table(records: list[dict], work: Path) -> list[str]:
         pvalues = []
         for r in rows:
             oracle = {"hypotheses": r["oracle_hypotheses"]}
-            sig = significance(oracle, r, reference_texts(work, r["pair"], r["mode"]), r["pair"].split("-")[1])
+            references = reference_texts(work, r["pair"], r["mode"], r.get("data", "clean"))
+            sig = significance(oracle, r, references, r["pair"].split("-")[1])
             pvalues.append(f"{sig['BLEU']['p_value']:.3f}" if sig else "-")
         gap = statistics.mean(r["oracle_bleu"] - r["bleu"] for r in rows)
         lines.append(
@@ -225,11 +224,24 @@ def extra_tables(group: str, records: list[dict], work: Path | None = None) -> l
     return lines
 
 
+def baseline_record(record: dict, records: list[dict]) -> dict | None:
+    """The run `record` is compared with: its `baseline` (vanilla unless the group says otherwise, e.g. the
+    fine-tuning study's continued stock fine-tuning) of the same pair and seed."""
+    name = record.get("baseline", "vanilla")
+    return next(
+        (b for b in records if b["name"] == name and b["seed"] == record["seed"] and b["pair"] == record["pair"]),
+        None,
+    )
+
+
 @functools.cache
-def reference_texts(work: Path, pair: str, mode_name: str) -> list[str]:
+def reference_texts(work: Path, pair: str, mode_name: str, data: str = "clean") -> list[str]:
+    """The test references of a run's data: the clean preparation's, or the study's (whose test split is its
+    own); a noisy or tagged preparation tests on the clean split."""
     import datasets
 
-    return datasets.load_from_disk(str(work / "data" / pair / "clean"))["test"]["target_text"]
+    folder = data if data in ("finetune", "finetune-ood") else "clean"
+    return datasets.load_from_disk(str(work / "data" / pair / folder))["test"]["target_text"]
 
 
 def plots(records: list[dict], out_dir: Path, prefix: str) -> list[str]:

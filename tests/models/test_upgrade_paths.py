@@ -59,15 +59,22 @@ def test_the_table_covers_every_option_the_issue_names():
     assert len(ROWS) >= 14
 
 
-@pytest.mark.parametrize("option,family,fields,preserved", ROWS, ids=[row[0] for row in ROWS])
-def test_upgrade_at_step_0(option, family, fields, preserved, toy_tokenizer, tmp_path):
+def trained_looking_stock(tokenizer) -> MarianMTModel:
+    """A stock Marian with peaked attention (so a changed position signal shows; the tiny default init attends
+    nearly uniformly, under which RoPE looks function-preserving) and a non-zero `final_logits_bias`."""
     torch.manual_seed(0)
-    stock = MarianMTModel(MarianConfig(**tiny_kwargs(toy_tokenizer))).eval()
-    with torch.no_grad():  # trained-looking weights: peaked attention, so a changed position signal shows
+    stock = MarianMTModel(MarianConfig(**tiny_kwargs(tokenizer))).eval()
+    with torch.no_grad():
         for name, parameter in stock.named_parameters():
             if name.endswith(("q_proj.weight", "k_proj.weight")):
                 parameter.normal_(0.0, 0.5)
         stock.final_logits_bias.normal_()  # a trained OPUS-MT model has one
+    return stock
+
+
+@pytest.mark.parametrize("option,family,fields,preserved", ROWS, ids=[row[0] for row in ROWS])
+def test_upgrade_at_step_0(option, family, fields, preserved, toy_tokenizer, tmp_path):
+    stock = trained_looking_stock(toy_tokenizer)
     stock.save_pretrained(tmp_path)
     upgraded = FAMILIES[family].from_pretrained(tmp_path, **fields).eval()
     sources = ["the cat sees the dog", "a dog chases the small cat in the garden"]
@@ -94,3 +101,44 @@ def test_upgrade_at_step_0(option, family, fields, preserved, toy_tokenizer, tmp
             assert torch.equal(before, after), f"{option}: {beams}-beam output differs"
     else:  # the row says it is not: show that it indeed computes another function
         assert not same_logits, f"{option} is function-preserving: the table says no"
+
+
+@pytest.mark.parametrize("absolute", [True, False], ids=["beside-sinusoid", "alone"])
+def test_rope_warm_start_ends_as_plain_rope_and_counts_training_passes_only(absolute, toy_tokenizer, tmp_path):
+    """After S training forward passes the warm-started model computes what plain RoPE computes with the same
+    weights; evaluation passes leave the schedule alone; the count is saved with the weights (a resumed run
+    continues it), and halfway the blend sits between the two ends."""
+    stock = trained_looking_stock(toy_tokenizer)
+    stock.save_pretrained(tmp_path / "stock")
+    rope = dict(xl_strategy="none", rotary_attention=True, absolute_positions=absolute)
+    warm = XLPEMarianMTModel.from_pretrained(tmp_path / "stock", **rope, rotary_warm_start_steps=4)
+    plain = XLPEMarianMTModel.from_pretrained(tmp_path / "stock", **rope).eval()
+    batch = dict(toy_tokenizer(["the cat sees the dog", "a small dog"], return_tensors="pt", padding=True))
+    batch["decoder_input_ids"] = batch["input_ids"]
+    with torch.no_grad():
+        stock_logits, plain_logits = stock(**batch).logits, plain(**batch).logits
+        assert not torch.allclose(stock_logits, plain_logits, atol=1e-4)  # the two ends differ
+        assert torch.allclose(warm.eval()(**batch).logits, stock_logits, atol=1e-5)  # eval: no pass counted
+        warm.train()
+        for _ in range(2):
+            warm(**batch)
+        warm.save_pretrained(tmp_path / "halfway")
+        halfway = XLPEMarianMTModel.from_pretrained(tmp_path / "halfway").eval()
+        middle = halfway(**batch).logits
+        assert not torch.allclose(middle, stock_logits, atol=1e-4) and not torch.allclose(
+            middle, plain_logits, atol=1e-4
+        )
+        halfway.train()
+        for _ in range(2):
+            halfway(**batch)
+        halfway.eval()
+        assert torch.allclose(halfway(**batch).logits, plain_logits, atol=1e-5)
+        assert torch.equal(
+            halfway.generate(**{k: batch[k] for k in ("input_ids", "attention_mask")}, num_beams=3, max_new_tokens=8),
+            plain.generate(**{k: batch[k] for k in ("input_ids", "attention_mask")}, num_beams=3, max_new_tokens=8),
+        )
+
+
+def test_rope_warm_start_needs_rope():
+    with pytest.raises(ValueError, match="rotary_warm_start_steps=10 fades RoPE in: it needs rotary_attention=True"):
+        XLPEMarianMTModel.config_class(rotary_warm_start_steps=10)

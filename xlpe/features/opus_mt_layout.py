@@ -47,9 +47,11 @@ OPUS_MT_CONFIG = {
 OPUS_MT_GENERATION = {"num_beams": 4, "renormalize_logits": True}  # + max_length, bad_words_ids [[pad]]
 
 
-def train_sentencepiece(texts: Sequence[str], vocab_size: int) -> bytes:
+def train_sentencepiece(texts: Sequence[str], vocab_size: int, character_coverage: float = 1.0) -> bytes:
     """A unigram SentencePiece model (the serialized proto) trained on `texts`, with Marian's special ids
-    (`</s>` 0, `<unk>` 1, no `<s>` or `<pad>`); `vocab_size` is an upper bound on a small corpus."""
+    (`</s>` 0, `<unk>` 1, no `<s>` or `<pad>`); `vocab_size` is an upper bound on a small corpus.
+    `character_coverage`: the share of characters kept as pieces (OPUS-MT: 0.9995 for Chinese or Japanese, whose
+    thousands of characters do not all fit a small vocabulary; the rest become `<unk>`)."""
     import sentencepiece
 
     model = io.BytesIO()
@@ -58,7 +60,7 @@ def train_sentencepiece(texts: Sequence[str], vocab_size: int) -> bytes:
         model_writer=model,
         vocab_size=vocab_size,
         model_type="unigram",
-        character_coverage=1.0,
+        character_coverage=character_coverage,
         eos_id=0,
         unk_id=1,
         bos_id=-1,
@@ -106,6 +108,7 @@ def build_opus_mt_checkpoint(
     target_lang: str,
     separate_vocabs: bool = False,
     spm_vocab_size: int = 200,
+    character_coverage: float = 1.0,
     d_model: int = 16,
     layers: int = 1,
     heads: int = 2,
@@ -122,6 +125,7 @@ def build_opus_mt_checkpoint(
             `train_steps`); pairs when `train_steps` is given.
         separate_vocabs: the `opus-mt-tc-*` form: `vocab.json` + `target_vocab.json`, unshared embeddings.
         spm_vocab_size: each SentencePiece model's size (an upper bound on a small corpus).
+        character_coverage: `train_sentencepiece`'s, for both models (a source or target in Chinese: 0.9995).
         train_steps: Adam steps on the pairs (batches of 16), so the model translates something; 0 = random.
         init_std: the random weights' standard deviation (OPUS-MT's config says 0.02; tests take a larger one,
             so that an untrained model's outputs vary with the input).
@@ -132,7 +136,9 @@ def build_opus_mt_checkpoint(
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    source_spm, target_spm = train_sentencepiece(sources, spm_vocab_size), train_sentencepiece(targets, spm_vocab_size)
+    source_spm, target_spm = (
+        train_sentencepiece(texts, spm_vocab_size, character_coverage) for texts in (sources, targets)
+    )
     (directory / "source.spm").write_bytes(source_spm)
     (directory / "target.spm").write_bytes(target_spm)
     source_pieces, target_pieces = _pieces(source_spm), _pieces(target_spm)

@@ -30,6 +30,9 @@ class PositionOptionsConfigMixin:
     rotary_attention: bool = False  # RoPE (Su et al. 2021, Eq. 34): self-attention Q/K rotated by position angles
     rotary_attention_sides: str = "both"  # which self-attentions rotate: "encoder" | "decoder" | "both"
     rotary_base: float = 10000.0  # base of the rotary frequencies w_k = base^(-2k/d_head)
+    # > 0: RoPE fades in over this many training forward passes (angles b m w_k, b: 0 -> 1) and, without absolute
+    # positions, the sinusoid fades out (x (1 - b)): a function-preserving upgrade of a sinusoidal checkpoint
+    rotary_warm_start_steps: int = 0
     # True: the tables an upgrade adds (relative a^K/a^V, the source tag table) start at 0, so a model upgraded from
     # a stock checkpoint computes the stock function at step 0 (set by `from_pretrained` on a stock checkpoint)
     zero_init_added_tables: bool = False
@@ -40,6 +43,11 @@ class PositionOptionsConfigMixin:
         check_number("relative_attention_max_distance", self.relative_attention_max_distance, 0, integer=True)
         check_choice("rotary_attention_sides", self.rotary_attention_sides, RELATIVE_ATTENTION_SIDES)
         check_number("rotary_base", self.rotary_base, 1.0, low_inclusive=False)
+        check_number("rotary_warm_start_steps", self.rotary_warm_start_steps, 0, integer=True)
+        if self.rotary_warm_start_steps > 0 and not self.rotary_attention:
+            raise ValueError(
+                f"rotary_warm_start_steps={self.rotary_warm_start_steps} fades RoPE in: it needs rotary_attention=True"
+            )
         for name in (
             "absolute_positions",
             "relative_attention_values",

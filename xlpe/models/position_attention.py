@@ -26,6 +26,13 @@
   sentence) instead of its source index, scaled by XL PE's gate g (g = 0: those heads see no XL term, the
   function-preserving upgrade). The other heads keep the layer's own options (plain relative / rotary / none).
 
+* RoPE's warm start from a sinusoidal checkpoint (`rotary_warm_start_steps` = S > 0): a blend b = min(1, n / S)
+  that rises with n, the training forward passes a module has made (`WarmStartBlend`, saved with the weights, so a
+  resumed run continues it). The rotary angles are (b m) w_k, and without absolute positions the sinusoid is scaled
+  by 1 - b (`FadingSinusoid`). At b = 0 no query or key is rotated and the sinusoid is whole: the checkpoint's
+  function, exactly; from n = S on, plain RoPE (alone, or beside the sinusoid). Our addition (the RoPE paper
+  trains from scratch): the upgrade table of docs/training.md measures it.
+
 Decoder self-attention keeps its cache: a query's position is the cache length before this step plus its
 index, so `generate` with a cache computes what a full forward computes.
 
@@ -40,7 +47,12 @@ import torch
 from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.marian.modeling_marian import MarianAttention, MarianDecoder, eager_attention_forward
+from transformers.models.marian.modeling_marian import (
+    MarianAttention,
+    MarianDecoder,
+    MarianSinusoidalPositionalEmbedding,
+    eager_attention_forward,
+)
 
 from .hub_support import hf_init
 from .seq2seq_scaffold import InitOwnParametersMixin
@@ -113,6 +125,43 @@ class NoPositions(nn.Module):
 
     def forward(self, input_shape, cache_length: int = 0, position_ids=None) -> torch.Tensor:
         return self.zero.expand(input_shape[1], -1)
+
+
+class WarmStartBlend(nn.Module):
+    """b = min(1, n / steps), n = the training forward passes made so far (a saved buffer; eval passes do not
+    count, so evaluations and generation leave the schedule alone). Called once per forward of its owner, which
+    counts the pass (in training mode) after reading b: the first training pass still computes b = 0."""
+
+    def __init__(self, steps: int):
+        super().__init__()
+        if steps < 1:
+            raise ValueError(f"a warm start takes steps >= 1, got {steps}")
+        self.steps = steps
+        self.register_buffer("passes", torch.zeros((), dtype=torch.float32))
+
+    @torch.no_grad()
+    def init_own_parameters(self) -> None:
+        hf_init.zeros_(self.passes)
+
+    def forward(self) -> torch.Tensor:
+        blend = (self.passes / self.steps).clamp(max=1.0)
+        if self.training:
+            with torch.no_grad():
+                self.passes.add_(1.0)
+        return blend
+
+
+class FadingSinusoid(MarianSinusoidalPositionalEmbedding):
+    """Marian's sinusoid (same weight name) scaled by 1 - b (`WarmStartBlend`): RoPE alone reached from a
+    sinusoidal checkpoint without a jump. Called as the sinusoid is; (L, d)."""
+
+    def __init__(self, num_positions: int, dim: int, steps: int):
+        super().__init__(num_positions, dim)
+        self.warm_start = WarmStartBlend(steps)
+
+    def forward(self, input_ids_shape, past_key_values_length: int = 0, position_ids=None) -> torch.Tensor:
+        table = super().forward(input_ids_shape, past_key_values_length, position_ids)
+        return table * (1.0 - self.warm_start()).to(table.dtype)
 
 
 class RotaryPositions(nn.Module):
@@ -206,6 +255,8 @@ class PositionAwareSelfAttention(MarianAttention):
         needs_rotation = rotary or xl_form == "rotary"
         self.rotary = rotary  # plain RoPE on the heads that are not XL heads (all heads when there are none)
         self.rotary_positions = RotaryPositions(self.head_dim, config.rotary_base) if needs_rotation else None
+        warm_steps = getattr(config, "rotary_warm_start_steps", 0)  # plain RoPE's angles faded in (module doc)
+        self.warm_start = WarmStartBlend(warm_steps) if rotary and warm_steps > 0 else None
 
     # --- Q/K/V (overridden by HeadXL) ----------------------------------------------------------------------
 
@@ -267,6 +318,8 @@ class PositionAwareSelfAttention(MarianAttention):
     def rotation_positions(self, query_positions: torch.Tensor, xl: dict | None) -> torch.Tensor:
         """Positions whose angles rotate Q and K: the query index (L,) without XL heads; with them (B, H, L): the
         XL heads take g * XL position, the others the index (plain RoPE on) or 0 (no rotation)."""
+        if self.warm_start is not None:  # b * m: the warm start's angles
+            query_positions = query_positions.to(torch.float32) * self.warm_start()
         if xl is None or self.xl_form != "rotary":
             return query_positions
         xl_positions = xl["xl_positions"].to(torch.float32) * xl["xl_gate"].to(torch.float32)
@@ -367,7 +420,10 @@ def apply_position_options(
     (encoder only) replace each layer's self-attention by `PositionAwareSelfAttention`; so do XL heads in relative
     or rotary form (`xl_heads` of the layers `xl_layers`, XL PE's encoder). A self-attention that is already
     position-aware (HeadXL) is left alone."""
-    if not config.absolute_positions:
+    warm_steps = getattr(config, "rotary_warm_start_steps", 0)
+    if not config.absolute_positions and warm_steps > 0:  # RoPE alone, reached from the sinusoid (module doc)
+        model_part.embed_positions = FadingSinusoid(config.max_position_embeddings, config.d_model, warm_steps)
+    elif not config.absolute_positions:
         model_part.embed_positions = NoPositions(config.d_model)
     side = "decoder" if is_decoder else "encoder"
     relative = config.relative_attention_max_distance > 0 and config.relative_attention_sides in (side, "both")
@@ -402,11 +458,13 @@ class PositionOptionsMarianDecoder(InitOwnParametersMixin, MarianDecoder):
 
 
 __all__ = [
+    "FadingSinusoid",
     "NoPositions",
     "PositionAwareSelfAttention",
     "PositionOptionsMarianDecoder",
     "RelativePositionRepresentations",
     "RotaryPositions",
+    "WarmStartBlend",
     "apply_position_options",
     "directional_bias",
 ]

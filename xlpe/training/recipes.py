@@ -35,6 +35,12 @@ SMALL_SENTENCE_PASSES = 150_000
 SMALL_EPOCHS_RANGE = (2.0, 15.0)
 BIG_DATA_PAIRS = 5_000_000  # on a GPU, this many pairs or more get `big` (WMT14 en-fr size)
 
+# sentences a beam-search evaluation decodes at once. On CPU the batch buys no speed and costs memory: the news
+# walk-through's 200 validation sentences at 4 beams took the same CPU time at 64, 32 and 16 (147 s) and peaked at
+# 1.44, 1.06 and 0.80 GiB (docs/benchmarks/recipe.md, "Memory"); a GPU decodes bigger batches faster
+CPU_EVAL_BATCH = 16
+GPU_EVAL_BATCH = 64
+
 # every recipe: the papers' optimiser, schedule and regularisation; evaluation/early stopping/averaging
 _COMMON = dict(
     lr_scheduler_type="inverse_sqrt",
@@ -48,7 +54,7 @@ _COMMON = dict(
     metric_for_best_model="bleu",
     greater_is_better=True,
     num_beams=4,
-    per_device_eval_batch_size=64,
+    per_device_eval_batch_size=CPU_EVAL_BATCH,
 )
 
 # name -> (model + tokenizer defaults: from scratch only, training defaults)
@@ -170,6 +176,7 @@ def recipe_settings(
     if name == "small" and train_pairs is not None:
         settings.update(num_train_epochs=small_epochs(train_pairs), max_steps=-1)
     if device and device.get("type") == "cuda":
+        settings["per_device_eval_batch_size"] = GPU_EVAL_BATCH
         settings, notes = fit_recipe_to_device(name, settings, device)
         for note in notes:
             logger.info("recipe %s on %s: %s", name, device.get("name", "CUDA device"), note)
