@@ -427,3 +427,74 @@ def test_push_dry_run(trained, form, tmp_path):
     shutil.copytree(trained[form, "dpe"], folder)
     assert run_cli(main, [folder, "someone/opus-mt-xlpe", "--dry_run"]) == 0
     assert (folder / "README.md").is_file() and (folder / "source.spm").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CTranslate2 (xlpe-export --format ctranslate2): the stock checkpoint through CTranslate2's own converter
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_ctranslate2_export_translates_as_the_stock_model(opus_mt_checkpoints, corpus, form, tmp_path, capsys):
+    """Both vocabulary layouts: the export, `--verify` against the PyTorch model (probe sentences, greedy and 4
+    beams, token for token), and `--translate` giving xlpe-translate's output line for line, length rule included;
+    int8 weights export and translate."""
+    pytest.importorskip("ctranslate2")
+    from xlpe.cli.export import main
+    from xlpe.cli.translate import main as translate_main
+
+    checkpoint, export = opus_mt_checkpoints[form], tmp_path / "ct2"
+    assert run_cli(main, ["--model", checkpoint, "--output", export, "--format", "ctranslate2"]) == 0
+    assert "CTranslate2 4." in capsys.readouterr().out
+    vocabularies = (
+        {"shared_vocabulary.json"} if form == "shared" else {"source_vocabulary.json", "target_vocabulary.json"}
+    )
+    assert vocabularies <= {p.name for p in export.iterdir()}
+    assert run_cli(main, ["--verify", export, "--model", checkpoint]) == 0
+    assert "(1-beam 100 %, 4-beam 100 % identical)" in capsys.readouterr().out
+    sources = corpus["splits"]["test"][0]
+    (tmp_path / "in.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    outputs = {}
+    for name, command in (
+        ("ct2", [main, "--translate", export, "--input", tmp_path / "in.txt", "--num_beams", 2, "--batch_size", 3]),
+        ("torch", [translate_main, "--model", checkpoint, "--input", tmp_path / "in.txt", "--num_beams", 2]),
+    ):
+        capsys.readouterr()
+        assert run_cli(command[0], command[1:]) == 0
+        outputs[name] = capsys.readouterr().out.splitlines()
+    assert outputs["ct2"] == outputs["torch"] and len(outputs["ct2"]) == len(sources)
+    int8 = tmp_path / "ct2-int8"
+    assert (
+        run_cli(main, ["--model", checkpoint, "--output", int8, "--format", "ctranslate2", "--quantize", "int8"]) == 0
+    )
+    assert run_cli(main, ["--verify", int8, "--model", checkpoint]) == 0  # int8: the identical share is reported
+    assert "identical" in capsys.readouterr().out
+
+
+def test_ctranslate2_export_refuses_what_it_cannot_represent(trained, opus_mt_checkpoints, tmp_path, capsys):
+    """One line, exit 2: an xlpe family (positions CTranslate2 has no input for); a stock model whose <pad>
+    embedding (the decoder's start) moved in fine-tuning (CTranslate2 starts from a zero embedding); ONNX flags."""
+    pytest.importorskip("ctranslate2")
+    from transformers import MarianMTModel
+
+    from xlpe.cli.export import main
+
+    assert (
+        run_cli(main, ["--model", trained["shared", "xlpe"], "--output", tmp_path / "a", "--format", "ctranslate2"])
+        == 2
+    )
+    assert "converts a stock MarianMT model (model_type 'marian'), not 'xlpe_marian'" in capsys.readouterr().err
+    moved = tmp_path / "moved"
+    model = MarianMTModel.from_pretrained(opus_mt_checkpoints["shared"])
+    with torch.no_grad():
+        model.get_input_embeddings().weight[model.config.pad_token_id] += 0.01
+    model.save_pretrained(moved)
+    for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
+        (moved / name).write_bytes((opus_mt_checkpoints["shared"] / name).read_bytes())
+    capsys.readouterr()
+    assert run_cli(main, ["--model", moved, "--output", tmp_path / "b", "--format", "ctranslate2"]) == 2
+    error = capsys.readouterr().err
+    assert "<pad> embedding" in error and "is not zero" in error and len(error.strip().splitlines()) == 1
+    argv = ["--model", opus_mt_checkpoints["shared"], "--output", tmp_path / "c", "--format", "ctranslate2"]
+    assert run_cli(main, [*argv, "--quantize", "int8", "--int8_scheme", "tensor"]) == 2
+    assert "--int8_scheme applies to ONNX exports" in capsys.readouterr().err

@@ -5,6 +5,11 @@
     xlpe-export --model runs/demo --output runs/demo-onnx --quantize int8 --int8_scheme tensor   # other int8 settings
     xlpe-export --verify runs/demo-onnx --model runs/demo                      # check an export against its model
     xlpe-export --translate runs/demo-onnx --input test.en --num_beams 4        # raw text in, translations out
+    xlpe-export --model opus-mt-de-en --output de-en-ct2 --format ctranslate2 --quantize int8   # stock Marian only
+
+`--format ctranslate2` converts a stock MarianMT model (an OPUS-MT checkpoint, `--model_type vanilla`) with
+CTranslate2's own converter (`xlpe.export.ctranslate2_export`); `--verify` and `--translate` recognise such an
+export by its `ctranslate2_manifest.json`. Every xlpe family needs the ONNX export (one line says so).
 
 Export refuses, in one line with exit status 2, a model it cannot handle (another model type, a standalone
 reorderer, a search option the exported search does not reproduce), a `--model` that does not exist, an existing
@@ -25,6 +30,7 @@ import argparse
 import importlib.util
 import sys
 
+from ..export.ctranslate2_export import is_ctranslate2_export
 from . import (
     CommandLineError,
     canonical_flags,
@@ -45,11 +51,18 @@ MODES = {"output": "export (--output)", "verify": "--verify", "translate": "--tr
 # mode -> the flags it takes (every other option of the parser belongs to one mode at least: tested), and the
 # defaults of those given None in the parser so that an explicit flag can be told from its default
 MODE_FLAGS = {
-    "output": ("--model", "--quantize", "--int8_scheme", "--opset", "--overwrite_output"),
+    "output": ("--model", "--format", "--quantize", "--int8_scheme", "--opset", "--overwrite_output"),
     "verify": ("--model",),
     "translate": ("--input", "--precision", "--num_beams", "--batch_size", "--threads"),
 }
-DEFAULTS = {"opset": 17, "overwrite_output": False, "input": "-", "precision": "fp32", "batch_size": 32}
+DEFAULTS = {
+    "format": "onnx",
+    "opset": 17,
+    "overwrite_output": False,
+    "input": "-",
+    "precision": "fp32",
+    "batch_size": 32,
+}
 ONNX_PACKAGES = ("onnx", "onnxruntime")
 
 
@@ -61,7 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--translate", metavar="EXPORT_DIR", help="translate --input with an export directory")
     parser.add_argument("--model", help="the trained model directory (export: required; --verify: optional)")
     parser.add_argument(
-        "--quantize", choices=["int8"], default=None, help="also write dynamic int8 copies of the graphs"
+        "--format",
+        choices=["onnx", "ctranslate2"],
+        default=None,
+        help="export: ONNX graphs for every family (default), or CTranslate2 for a stock MarianMT model",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8"],
+        default=None,
+        help="also write dynamic int8 copies of the graphs (ctranslate2: int8 weights instead of fp32)",
     )
     parser.add_argument(
         "--int8_scheme",
@@ -86,13 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def translate(args) -> int:
-    """`--translate`: the lines of `--input` through `OnnxTranslator` in length-sorted batches; one warning each
-    for lines longer than the model's limit and translations that reached their length budget, as
-    `xlpe-translate` words them (`translate.limit_warnings`)."""
-    from ..export.runtime import OnnxTranslator
+    """`--translate`: the lines of `--input` through `OnnxTranslator` (or `CTranslate2Translator`) in length-sorted
+    batches; one warning each for lines longer than the model's limit and translations that reached their length
+    budget, as `xlpe-translate` words them (`translate.limit_warnings`)."""
+    from ..export.ctranslate2_export import CTranslate2Translator, is_ctranslate2_export
     from .translate import length_sorted_batches, limit_warnings, read_input
 
-    translator = OnnxTranslator(args.translate, precision=args.precision, threads=args.threads)
+    if is_ctranslate2_export(args.translate):
+        if args.precision != "fp32":
+            raise CommandLineError("--precision applies to ONNX exports: a CTranslate2 export holds one precision")
+        translator = CTranslate2Translator(args.translate, threads=args.threads)
+    else:
+        from ..export.runtime import OnnxTranslator
+
+        translator = OnnxTranslator(args.translate, precision=args.precision, threads=args.threads)
     lines = read_input(args.input)
     words = [" ".join(line.split()) for line in lines]
     output = [""] * len(lines)
@@ -108,6 +137,21 @@ def translate(args) -> int:
     for warning in limit_warnings(PROG, translator.source_limit(), sorted(too_long), sorted(at_limit), total):
         print(warning, file=sys.stderr)
     sys.stdout.write("".join(text + "\n" for text in output))
+    return 0
+
+
+def verify_ctranslate2_export(args) -> int:
+    """`--verify` of a CTranslate2 export: with `--model`, its translations of probe sentences against the PyTorch
+    model's, token for token (fp32; int8: the identical share is reported)."""
+    from ..export.ctranslate2_export import CTranslate2Translator, verify_ctranslate2
+
+    if args.model is None:
+        translator = CTranslate2Translator(args.verify)
+        print(f"{args.verify}: a CTranslate2 {translator.manifest['ctranslate2']} export that loads and translates")
+        return 0
+    same = verify_ctranslate2(args.verify, args.model)
+    shares = ", ".join(f"{beams}-beam {100 * share:.0f} %" for beams, share in same.items())
+    print(f"{args.verify}: probe sentences translated as {args.model} translates them ({shares} identical)")
     return 0
 
 
@@ -158,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise CommandLineError(
                     f"--int8_scheme must be one of {', '.join(INT8_SCHEME_NAMES)}, got {args.int8_scheme!r}"
                 )
-        missing = missing_onnx()
+        ctranslate2 = args.format == "ctranslate2" or any(
+            path is not None and is_ctranslate2_export(path) for path in (args.verify, args.translate)
+        )
+        if args.format == "ctranslate2" and args.int8_scheme is not None:
+            raise CommandLineError("--int8_scheme applies to ONNX exports (CTranslate2 quantizes its own way)")
+        missing = None if ctranslate2 else missing_onnx()
         if missing is not None:
             raise CommandLineError(
                 f'{missing} is not installed: xlpe-export needs onnx and onnxruntime: pip install "xlpe[onnx]"'
@@ -172,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.translate is not None:
             check_input_file(args.input, "--input")
             return translate(args)
+        if args.verify is not None and is_ctranslate2_export(args.verify):
+            return verify_ctranslate2_export(args)
         if args.verify is not None:
             from ..export.exporter import verify_export
 
@@ -195,6 +246,15 @@ def main(argv: list[str] | None = None) -> int:
             kind="dir",
             owns=("export",),
         )
+        if args.format == "ctranslate2":
+            from ..export.ctranslate2_export import export_ctranslate2
+
+            manifest = export_ctranslate2(args.model, args.output, args.quantize, args.overwrite_output)
+            print(
+                f"{args.output}: CTranslate2 {manifest['ctranslate2']} model ({manifest['quantization']}) + tokenizer "
+                "and ctranslate2_manifest.json"
+            )
+            return 0
         scheme = {"int8_scheme": args.int8_scheme} if args.int8_scheme else {}
         manifest = export_directory(args.model, args.output, args.quantize, args.opset, args.overwrite_output, **scheme)
     except (CommandLineError, ValueError, OSError) as error:

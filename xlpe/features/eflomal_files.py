@@ -1,4 +1,4 @@
-"""eflomal's files, written and read with Arrow and numpy over whole corpora (issue 16).
+"""eflomal's files, written and read with Arrow and numpy over whole corpora.
 
 eflomal's Python side (`eflomal.Aligner.prepare_files`) turns the text into its binary's input format sentence by
 sentence and the priors file line by line in Python, and its links come back as one text line per pair: for a

@@ -221,4 +221,9 @@ def _train(model, tokenizer, sources, targets, steps: int, seed: int) -> None:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+    with torch.no_grad():  # Marian's own vocabulary has no <pad>: the converted checkpoint's <pad> row (the decoder
+        # start) is zero, which the tied output projection's gradient moved here
+        model.get_input_embeddings().weight[model.config.pad_token_id].zero_()
+        if not model.config.share_encoder_decoder_embeddings:
+            model.get_decoder().embed_tokens.weight[model.config.pad_token_id].zero_()
     model.eval()

@@ -36,12 +36,13 @@ from .text_files import OutputExistsError
 # what a directory holds, recognised by its files when it has no artefact record: (kind, files that mark it)
 KIND_MARKERS = (
     ("export", ("export_manifest.json",)),
+    ("export", ("ctranslate2_manifest.json",)),
     ("prepared-dataset", ("dataset_dict.json",)),
     ("model", ("config.json",)),
     ("compare-mt-report", ("report.txt",)),
 )
 KIND_NAMES = {  # how a message names a kind
-    "export": "an xlpe-export export (export_manifest.json)",
+    "export": "an xlpe-export export (export_manifest.json or ctranslate2_manifest.json)",
     "prepared-dataset": "a prepared dataset (dataset_dict.json)",
     "model": "a model (config.json)",
     "compare-mt-report": "a compare-mt report (report.txt)",

@@ -1,5 +1,5 @@
-"""Config fields of the source POS-tag encoding every Marian-based family takes (XL PE + POS, DPE + POS: the
-stacking of issue 15; the module is source_tags.py): one declaration, mixed into each family's config.
+"""Config fields of the source POS-tag encoding every Marian-based family takes (XL PE + POS, DPE + POS, stacked
+on the family; the module is source_tags.py): one declaration, mixed into each family's config.
 
 Tags on the Marian families are *added* to the scaled token embeddings as a learned d_model-wide table,
 X = E[w] * scale + T[tag] * scale, before any position signal. The mvPE+POS paper (Eq. 11) *concatenates* a

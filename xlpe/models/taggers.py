@@ -1,4 +1,4 @@
-"""The POS tagger registry: every tagger of xlpe once, read by every layer (issue 40).
+"""The POS tagger registry: every tagger of xlpe once, read by every layer.
 
 A tagger is registered once, by name, with one implementation that preparation (`xlpe-prepare`, `xlpe-train`:
 xlpe/features/tagging.py is a thin adapter over this registry) and a saved model's translation pipeline

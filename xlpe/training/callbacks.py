@@ -194,7 +194,7 @@ class TokenBatchEpoch(TrainerCallback):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Throughput: target tokens/s and model FLOPs utilisation (issue 21)
+# Throughput: target tokens/s and model FLOPs utilisation
 # ---------------------------------------------------------------------------------------------------------
 
 # Dense (no sparsity) peak of one whole GPU in TFLOP/s by math mode, from the vendor's data sheets, keyed by the

@@ -1,4 +1,4 @@
-"""`xlpe-train` says what it will do and how long it will take, before and while it does it (issue 39).
+"""`xlpe-train` says what it will do and how long it will take, before and while it does it.
 
 `RunPlan` prints, on the main process:
 

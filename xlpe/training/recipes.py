@@ -25,7 +25,7 @@ logger = logging.getLogger("xlpe.train")
 RECIPE_NAMES = ("small", "base", "big")
 NO_RECIPE = "none"  # `--recipe none`: no recipe at all (transformers' defaults + explicit flags; the benches' choice)
 SMALL_DATA_PAIRS = 100_000  # on a GPU, fewer training pairs than this get `small` (Multi30k-size corpora)
-# `small` trains a budget of sentence passes, in epochs (issue 55): about SMALL_SENTENCE_PASSES sentences seen,
+# `small` trains a budget of sentence passes, in epochs: about SMALL_SENTENCE_PASSES sentences seen,
 # between SMALL_EPOCHS_RANGE epochs, so the steps follow the corpus and its sentence lengths (token batches). The
 # budget is what both measured settings had: the README walk-through's 10,000 Multi30k fr-en pairs (the former fixed
 # 1,200 steps were ~14 epochs of short sentences: test BLEU 40, docs/benchmarks/recipe.md) and the CPU tables'
@@ -205,7 +205,7 @@ def choose_recipe(train_pairs: int | None, on_gpu: bool) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# A recipe fitted to the GPU (issue 38): a token batch that keeps the device busy, a wider `small` on big GPUs
+# A recipe fitted to the GPU: a token batch that keeps the device busy, a wider `small` on big GPUs
 # ---------------------------------------------------------------------------------------------------------
 
 GPU_FILL_MICROSECONDS = 20.0  # a step's FFN matmul should take >= this at the device's peak (a launch is ~5 us)
@@ -307,7 +307,7 @@ def fit_recipe_to_device(name: str, settings: dict, device: dict) -> tuple[dict,
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Fast defaults on CUDA (issue 21): what `xlpe-train` switches on when it trains on a GPU
+# Fast defaults on CUDA: what `xlpe-train` switches on when it trains on a GPU
 # ---------------------------------------------------------------------------------------------------------
 
 CUDA_DEFAULT_MAX_TOKENS = 4096  # token batches when neither the user nor a recipe chose a batching (papers: 4096/GPU)

@@ -1,4 +1,4 @@
-"""What an `xlpe-train` run reuses, checked before it is reused (issue 37, `xlpe.features.artefacts`):
+"""What an `xlpe-train` run reuses, checked before it is reused (`xlpe.features.artefacts`):
 
 * **The output directory.** Held locked for the whole run (`.xlpe.lock`, global rank 0 only: every rank locking
   the same directory would deadlock a multi-process run); a second run into it stops at once. A training run

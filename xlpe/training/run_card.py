@@ -1,4 +1,4 @@
-"""What the model card of an `xlpe-train` run says about that run, and only what the run did (issue 39).
+"""What the model card of an `xlpe-train` run says about that run, and only what the run did.
 
 The card is written when the final evaluation starts and again after each stage (`model_card.write_training_card`,
 the facts gathered by `card_facts.gather_card`), recorded in `xlpe_card.json` beside it and rendered from that

@@ -1,0 +1,263 @@
+"""CTranslate2 export of a stock MarianMT model (`xlpe-export --format ctranslate2`), and translating with it.
+
+CTranslate2 is the engine most OPUS-MT users serve with. It converts stock config classes only and takes no
+per-token position input, so it represents exactly a **stock `MarianMTModel`**: an OPUS-MT checkpoint, or
+`xlpe-train --model_type vanilla`. Every xlpe family (XL PE, DPE, mvPE+POS, the position options) needs the ONNX
+export; `check_convertible` says so in one line. The conversion is CTranslate2's own converter
+(`ctranslate2.converters.TransformersConverter`): a real engine rather than a hand-written one.
+
+* `export_ctranslate2`: the model directory -> CTranslate2's `model.bin` (fp32, or int8 weights with
+  `quantize="int8"`), the model's tokenizer and generation files copied beside it, and `ctranslate2_manifest.json`
+  (the source model, CTranslate2's version, the quantization, the position limit, the search settings).
+* `CTranslate2Translator`: raw text in, text out, with the package's length rule (xlpe/models/length_rule.py):
+  each sentence gets at most min(floor(1.5 n) + 10, max_position_embeddings - 1) new tokens, its end-of-sentence
+  token included, whatever it is batched with. CTranslate2 takes one `max_decoding_length` a call, so sentences are
+  decoded in groups of equal budget; a hypothesis that reaches its budget without ending is reported (as the other
+  paths report one whose end was forced). Sources longer than the position limit are cut to it and reported.
+* `verify_ctranslate2`: the export against its PyTorch model: greedy and beam translations of probe sentences,
+  token for token.
+
+Layer: beside `exporter` (it uses `evaluation.model_loading` and `models.length_rule`); only `cli` imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+import shutil
+from pathlib import Path
+
+MANIFEST_NAME = "ctranslate2_manifest.json"
+FORMAT = "ctranslate2"
+QUANTIZATIONS = {None: None, "int8": "int8"}  # --quantize -> CTranslate2's weight quantization
+# the files of a model directory that travel with the converted model (tokenizer and generation settings)
+COPIED_FILES = (
+    "source.spm",
+    "target.spm",
+    "vocab.json",
+    "target_vocab.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+)
+
+
+def import_ctranslate2():
+    """The ctranslate2 module, or ValueError naming the extra that installs it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise ValueError(
+            'ctranslate2 is not installed: --format ctranslate2 needs pip install "xlpe[ctranslate2]"'
+        ) from None
+    return ctranslate2
+
+
+def check_convertible(model_dir) -> dict:
+    """The model's config.json, or ValueError (one line) when CTranslate2 cannot represent the model exactly."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"--model {model_dir}: no config.json (not a saved model)")
+    config = json.loads(path.read_text(encoding="utf-8"))
+    model_type = config.get("model_type")
+    if model_type != "marian":
+        raise ValueError(
+            f"--format ctranslate2 converts a stock MarianMT model (model_type 'marian'), not {model_type!r}: "
+            "CTranslate2 has no per-token position input, so this model's positions would be lost; use the ONNX "
+            "export (--format onnx)"
+        )
+    return config
+
+
+def check_zero_start_embedding(model_dir, config: dict) -> None:
+    """ValueError unless the decoder's `<pad>` embedding (its start token) is zero. CTranslate2 starts Marian's
+    decoder from a zero embedding (Marian's own vocabulary has no `<pad>`; a converted OPUS-MT checkpoint's row is
+    zero). Fine-tuning with tied output embeddings moves that row (the pad logit's gradient), and CTranslate2 would
+    then translate another function. Read from the weights file, without building the model."""
+    from safetensors import safe_open
+
+    path = Path(model_dir) / "model.safetensors"
+    if not path.is_file():
+        raise ValueError(f"--model {model_dir}: no model.safetensors (sharded or .bin weights are not converted here)")
+    pad = int(config["pad_token_id"])
+    with safe_open(str(path), framework="pt") as weights:
+        names = set(weights.keys())
+        name = next(n for n in ("model.decoder.embed_tokens.weight", "model.shared.weight") if n in names)
+        largest = float(weights.get_slice(name)[pad : pad + 1].abs().max())
+    if largest != 0.0:
+        raise ValueError(
+            f"--format ctranslate2: {model_dir}'s <pad> embedding (id {pad}, the decoder's start token) is not zero "
+            f"(max |x| {largest:.3g}; fine-tuning with tied output embeddings moves it), and CTranslate2 starts the "
+            "decoder from a zero embedding: it would translate differently; use the ONNX export (--format onnx)"
+        )
+
+
+def export_ctranslate2(model_dir, output, quantize: str | None = None, overwrite: bool = False) -> dict:
+    """Convert the stock Marian in `model_dir` to `output` (module doc); returns the manifest."""
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize must be one of {sorted(q for q in QUANTIZATIONS if q)} or None, got {quantize!r}")
+    ctranslate2 = import_ctranslate2()
+    config = check_convertible(model_dir)
+    check_zero_start_embedding(model_dir, config)
+    model_dir, output = Path(model_dir), Path(output)
+    if output.exists() and overwrite:
+        shutil.rmtree(output)
+    copied = [name for name in COPIED_FILES if (model_dir / name).is_file()]
+    converter = ctranslate2.converters.TransformersConverter(str(model_dir), copy_files=copied)
+    converter.convert(str(output), quantization=QUANTIZATIONS[quantize], force=False)
+    if (model_dir / "target_vocab.json").is_file():
+        write_separate_vocabularies(model_dir, output)
+    generation = (
+        json.loads((model_dir / "generation_config.json").read_text()) if "generation_config.json" in copied else {}
+    )
+    manifest = {
+        "format": FORMAT,
+        "ctranslate2": ctranslate2.__version__,
+        "model": str(model_dir.resolve()),
+        "quantization": quantize or "fp32",
+        "position_limit": int(config["max_position_embeddings"]),
+        "num_beams": int(generation.get("num_beams") or config.get("num_beams") or 1),
+        "files": sorted(p.name for p in output.iterdir()),
+    }
+    (output / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def write_separate_vocabularies(model_dir: Path, output: Path) -> None:
+    """An `opus-mt-tc` model with separate vocabularies (`target_vocab.json`): the converter writes the source
+    vocabulary as the shared one, so the target ids would read as source pieces. Write CTranslate2's
+    `source_vocabulary.json` and `target_vocabulary.json` instead, each in id order without the trailing `<pad>`
+    (the converter drops that row from the weights: the decoder starts from a zero embedding)."""
+    for name, file in (("source", "vocab.json"), ("target", "target_vocab.json")):
+        vocabulary = json.loads((model_dir / file).read_text(encoding="utf-8"))
+        pieces = [piece for piece, _ in sorted(vocabulary.items(), key=lambda item: item[1])]
+        if pieces[-1] != "<pad>" or sorted(vocabulary.values()) != list(range(len(pieces))):
+            raise ValueError(f"{model_dir / file}: not an OPUS-MT vocabulary (ids 0..n-1, <pad> the last)")
+        (output / f"{name}_vocabulary.json").write_text(json.dumps(pieces[:-1], ensure_ascii=False), encoding="utf-8")
+    (output / "shared_vocabulary.json").unlink(missing_ok=True)
+
+
+def is_ctranslate2_export(directory) -> bool:
+    return (Path(directory) / MANIFEST_NAME).is_file()
+
+
+class CTranslate2Translator:
+    """Raw text -> translations with a `--format ctranslate2` export (module doc)."""
+
+    def __init__(self, directory, threads: int | None = None):
+        from transformers import AutoTokenizer
+
+        from ..evaluation.model_loading import check_padding_side
+        from ..models.length_rule import align_tokenizer_limit
+
+        ctranslate2 = import_ctranslate2()
+        self.directory = Path(directory)
+        self.manifest = json.loads((self.directory / MANIFEST_NAME).read_text(encoding="utf-8"))
+        if self.manifest.get("format") != FORMAT:
+            raise ValueError(f"{self.directory / MANIFEST_NAME}: format {self.manifest.get('format')!r}, not {FORMAT}")
+        self.translator = ctranslate2.Translator(
+            str(self.directory), device="cpu", inter_threads=1, intra_threads=threads or 0
+        )
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
+        check_padding_side(self.tokenizer, str(self.directory))
+        self.limit = int(self.manifest["position_limit"])
+        align_tokenizer_limit(self.tokenizer, self.limit)
+        # source ids -> source pieces: a MarianTokenizer maps ids to pieces with its TARGET vocabulary (what decode
+        # needs), which with separate vocabularies is another piece behind the same id
+        source_vocabulary = (
+            getattr(self.tokenizer, "encoder", None) if getattr(self.tokenizer, "separate_vocabs", False) else None
+        )
+        self._source_pieces = {i: piece for piece, i in source_vocabulary.items()} if source_vocabulary else None
+
+    def source_tokens(self, ids: list[int]) -> list[str]:
+        if self._source_pieces is None:
+            return self.tokenizer.convert_ids_to_tokens(ids)
+        return [self._source_pieces[i] for i in ids]
+
+    def source_limit(self) -> int:
+        return self.limit
+
+    def translate_with_report(self, texts: list[str], num_beams: int | None = None):
+        """(translations, indices of sources cut at the limit, indices of translations that reached their budget)."""
+        from ..models.length_rule import length_budgets
+
+        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+            raise ValueError(f"texts must be a list of strings, got {type(texts).__name__}")
+        words = [" ".join(text.split()) for text in texts]
+        full = self.tokenizer(words, truncation=False, verbose=False)["input_ids"] if words else []
+        too_long = [i for i, ids in enumerate(full) if len(ids) > self.limit]
+        ids = [row[: self.limit - 1] + row[-1:] if len(row) > self.limit else row for row in full]  # keep </s>
+        budgets = [int(length_budgets(len(row), self.limit)) for row in ids]
+        beams = int(num_beams or self.manifest["num_beams"])
+        translations, at_limit = [""] * len(words), []
+        for budget in sorted(set(budgets)):  # one call per budget: the rule is per sentence, the engine's per call
+            rows = [i for i, b in enumerate(budgets) if b == budget]
+            results = self.translator.translate_batch(
+                [self.source_tokens(ids[i]) for i in rows],
+                beam_size=beams,
+                max_decoding_length=budget - 1,  # new tokens before </s>: the budget counts the end token
+                return_end_token=False,
+            )
+            for i, result in zip(rows, results):
+                tokens = result.hypotheses[0]
+                if len(tokens) >= budget - 1:
+                    at_limit.append(i)
+                # target pieces to text with the target side's decoding (separate vocabularies: the same id is
+                # another piece on each side, so never through ids)
+                special = set(self.tokenizer.all_special_tokens)
+                text = self.tokenizer.convert_tokens_to_string([t for t in tokens if t not in special])
+                translations[i] = text.strip()
+        return translations, too_long, sorted(at_limit)
+
+    def translate(self, texts: list[str], num_beams: int | None = None) -> list[str]:
+        return self.translate_with_report(texts, num_beams)[0]
+
+
+def probe_sentences(tokenizer, count: int = 8, seed: int = 0) -> list[str]:
+    """`count` source sentences of 3-15 pieces drawn from the tokenizer's source vocabulary (any model's language)."""
+    vocabulary = [
+        piece
+        for piece in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        if piece and piece.startswith("▁") and piece not in tokenizer.all_special_tokens and len(piece) > 1
+    ]
+    generator = random.Random(seed)
+    pieces = [generator.choices(vocabulary, k=generator.randint(3, 15)) for _ in range(count)]
+    return ["".join(sentence).replace("▁", " ").strip() for sentence in pieces]
+
+
+def verify_ctranslate2(directory, model_dir, beams=(1, 4)) -> dict:
+    """Translate probe sentences with the export and as `xlpe-translate` translates them with the PyTorch model in
+    `model_dir`: ValueError naming the first sentence whose translation differs (fp32), or, for an int8 export, the
+    share that is identical (reported, not refused: int8 weights change the scores). Returns {beams: share}."""
+    from ..cli.translate import load_pipeline, translate_lines
+
+    translator = CTranslate2Translator(directory)
+    pipeline = load_pipeline(str(model_dir), device="cpu")
+    sources = probe_sentences(pipeline.tokenizer)
+    same = {}
+    for num_beams in beams:
+        exported = translator.translate(sources, num_beams=num_beams)
+        with contextlib.redirect_stderr(io.StringIO()):  # its per-file length warnings: not this check's output
+            reference = translate_lines(pipeline, sources, progress=False, num_beams=num_beams)
+        differ = [i for i, (a, b) in enumerate(zip(exported, reference)) if a != b]
+        if differ and translator.manifest["quantization"] == "fp32":
+            i = differ[0]
+            raise ValueError(
+                f"{directory}: the {num_beams}-beam translation of probe sentence {i} ({sources[i]!r}) differs from "
+                f"{model_dir}'s: {exported[i]!r} against {reference[i]!r}"
+            )
+        same[num_beams] = 1.0 - len(differ) / len(sources)
+    return same
+
+
+__all__ = [
+    "CTranslate2Translator",
+    "MANIFEST_NAME",
+    "check_convertible",
+    "export_ctranslate2",
+    "is_ctranslate2_export",
+    "verify_ctranslate2",
+]
