@@ -647,6 +647,7 @@ def test_mode_flags_that_do_not_apply_are_usage_errors(capsys):
 
     values = {
         "--model": "m",
+        "--format": "ctranslate2",
         "--quantize": "int8",
         "--int8_scheme": "channel",
         "--opset": "17",
@@ -676,7 +677,18 @@ def test_mode_flags_that_do_not_apply_are_usage_errors(capsys):
                 + "\n"
             ), err
             pairs += 1
-    assert pairs == 4 + 9 + 6
+    assert pairs == 4 + 10 + 7
+
+
+def test_without_ctranslate2_one_line_names_the_extra(monkeypatch, capsys, tmp_path):
+    from xlpe.cli.export import main
+
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "marian"}')
+    assert main(["--model", str(tmp_path / "m"), "--output", str(tmp_path / "o"), "--format", "ctranslate2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("xlpe-export: error: ") and 'pip install "xlpe[ctranslate2]"' in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("package", ["onnx", "onnxruntime"])
