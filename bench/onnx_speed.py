@@ -14,7 +14,9 @@ model's same engine (median), BLEU (sacrebleu) and, for ONNX fp32, the share of 
 PyTorch's. `--model NAME=DIR`: the NAME given as `--baseline` (default "marian") is the denominator. `--random
 NAME=FAMILY` adds a random-init model of a family with the baseline's dimensions, for speed rows under
 `--fixed_new_tokens N` (every engine decodes exactly N tokens a sentence, so untrained and trained models do the same
-work).
+work). `--ctranslate2` adds CTranslate2 fp32 and int8 on the baseline (a stock Marian whose `<pad>` row is zero,
+converted by `xlpe-export --format ctranslate2`), the engine OPUS-MT users deploy with, as reference rows; their
+ratio column is against the stock model's PyTorch `generate`.
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ def parse_args(argv=None):
     )
     parser.add_argument("--nltk_data", default=None, help="nltk data folder for a random mvpe_pos model's tagger")
     parser.add_argument("--int8_scheme", default=None, help="int8 quantization settings (default: xlpe-export's)")
+    parser.add_argument(
+        "--ctranslate2",
+        action="store_true",
+        help="also CTranslate2 (fp32 and int8) on the baseline model, converted by xlpe-export --format "
+        "ctranslate2: the engine OPUS-MT users serve with, as a reference row (needs pip install ctranslate2)",
+    )
     parser.add_argument("--output", default=None, help="JSON results file")
     return parser.parse_args(argv)
 
@@ -175,6 +183,17 @@ def main(argv=None) -> int:
         engines[(name, "pytorch")] = TorchTranslator(directory)
         engines[(name, "onnx-fp32")] = OnnxTranslator(export, threads=args.threads, spin_wait=False)
         engines[(name, "onnx-int8")] = OnnxTranslator(export, precision="int8", threads=args.threads, spin_wait=False)
+    ctranslate2_version = None
+    if args.ctranslate2:
+        from xlpe.export.ctranslate2_export import CTranslate2Translator, export_ctranslate2
+
+        converted = Path(args.export_root) / f"{args.baseline}-ctranslate2"
+        manifest = export_ctranslate2(models[args.baseline], converted, overwrite=True)
+        ctranslate2_version = manifest["ctranslate2"]
+        for precision, compute_type in (("fp32", "float32"), ("int8", "int8")):
+            engines[(args.baseline, f"ctranslate2-{precision}")] = CTranslate2Translator(
+                converted, threads=args.threads, compute_type=compute_type
+            )
     keys = list(engines)
     outputs, wall, cpu = {}, {k: [] for k in keys}, {k: [] for k in keys}
     for key in keys:  # warm-up: one batch each
@@ -188,7 +207,7 @@ def main(argv=None) -> int:
             print(f"repeat {repeat} {key}: {len(sources) / wall[key][-1]:.1f} sent/s", file=sys.stderr)
     rows = []
     for name, engine in keys:
-        base = (args.baseline, engine)
+        base = (args.baseline, engine if not engine.startswith("ctranslate2") else "pytorch")
         ratios = [len(sources) / w / (len(sources) / b) for w, b in zip(wall[(name, engine)], wall[base])]
         hyp = outputs[(name, engine)]
         rows.append(
@@ -222,6 +241,7 @@ def main(argv=None) -> int:
         "OMP_WAIT_POLICY=PASSIVE and onnxruntime allow_spinning=0",
         "torch": torch.__version__,
         "onnxruntime": __import__("onnxruntime").__version__,
+        "ctranslate2": ctranslate2_version,
         "rows": rows,
     }
     for row in rows:  # BLEU of each engine minus the same model's PyTorch BLEU

@@ -147,7 +147,7 @@ def is_ctranslate2_export(directory) -> bool:
 class CTranslate2Translator:
     """Raw text -> translations with a `--format ctranslate2` export (module doc)."""
 
-    def __init__(self, directory, threads: int | None = None):
+    def __init__(self, directory, threads: int | None = None, compute_type: str = "default"):
         from transformers import AutoTokenizer
 
         from ..evaluation.model_loading import check_padding_side
@@ -159,7 +159,7 @@ class CTranslate2Translator:
         if self.manifest.get("format") != FORMAT:
             raise ValueError(f"{self.directory / MANIFEST_NAME}: format {self.manifest.get('format')!r}, not {FORMAT}")
         self.translator = ctranslate2.Translator(
-            str(self.directory), device="cpu", inter_threads=1, intra_threads=threads or 0
+            str(self.directory), device="cpu", inter_threads=1, intra_threads=threads or 0, compute_type=compute_type
         )
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
         check_padding_side(self.tokenizer, str(self.directory))
@@ -180,8 +180,16 @@ class CTranslate2Translator:
     def source_limit(self) -> int:
         return self.limit
 
-    def translate_with_report(self, texts: list[str], num_beams: int | None = None):
-        """(translations, indices of sources cut at the limit, indices of translations that reached their budget)."""
+    def translate_with_report(
+        self,
+        texts: list[str],
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        min_new_tokens: int | None = None,
+    ):
+        """(translations, indices of sources cut at the limit, indices of translations that reached their budget).
+        `max_new_tokens` caps every sentence alike and replaces the rule (as in `generate`: the end token counts);
+        `min_new_tokens` keeps the end token away until then (speed rows that decode a fixed length)."""
         from ..models.length_rule import length_budgets
 
         if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
@@ -190,7 +198,7 @@ class CTranslate2Translator:
         full = self.tokenizer(words, truncation=False, verbose=False)["input_ids"] if words else []
         too_long = [i for i, ids in enumerate(full) if len(ids) > self.limit]
         ids = [row[: self.limit - 1] + row[-1:] if len(row) > self.limit else row for row in full]  # keep </s>
-        budgets = [int(length_budgets(len(row), self.limit)) for row in ids]
+        budgets = [int(max_new_tokens or length_budgets(len(row), self.limit)) for row in ids]
         beams = int(num_beams or self.manifest["num_beams"])
         translations, at_limit = [""] * len(words), []
         for budget in sorted(set(budgets)):  # one call per budget: the rule is per sentence, the engine's per call
@@ -199,6 +207,7 @@ class CTranslate2Translator:
                 [self.source_tokens(ids[i]) for i in rows],
                 beam_size=beams,
                 max_decoding_length=budget - 1,  # new tokens before </s>: the budget counts the end token
+                min_decoding_length=max(0, min((min_new_tokens or 0), budget) - 1),
                 return_end_token=False,
             )
             for i, result in zip(rows, results):
@@ -212,8 +221,8 @@ class CTranslate2Translator:
                 translations[i] = text.strip()
         return translations, too_long, sorted(at_limit)
 
-    def translate(self, texts: list[str], num_beams: int | None = None) -> list[str]:
-        return self.translate_with_report(texts, num_beams)[0]
+    def translate(self, texts: list[str], num_beams: int | None = None, **lengths) -> list[str]:
+        return self.translate_with_report(texts, num_beams, **lengths)[0]
 
 
 def probe_sentences(tokenizer, count: int = 8, seed: int = 0) -> list[str]:
