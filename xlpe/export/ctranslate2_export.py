@@ -22,8 +22,6 @@ Layer: beside `exporter` (it uses `evaluation.model_loading` and `models.length_
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import random
 import shutil
@@ -239,18 +237,23 @@ def probe_sentences(tokenizer, count: int = 8, seed: int = 0) -> list[str]:
 
 def verify_ctranslate2(directory, model_dir, beams=(1, 4)) -> dict:
     """Translate probe sentences with the export and as `xlpe-translate` translates them with the PyTorch model in
-    `model_dir`: ValueError naming the first sentence whose translation differs (fp32), or, for an int8 export, the
-    share that is identical (reported, not refused: int8 weights change the scores). Returns {beams: share}."""
-    from ..cli.translate import load_pipeline, translate_lines
+    `model_dir` (`XLPETranslationPipeline`, the length rule per sentence): ValueError naming the first sentence whose
+    translation differs (fp32), or, for an int8 export, the share that is identical (reported, not refused: int8
+    weights change the scores). Returns {beams: share}."""
+    import torch
+
+    from ..evaluation.model_loading import load_model_and_tokenizer
+    from ..models.pipeline_translation import XLPETranslationPipeline
 
     translator = CTranslate2Translator(directory)
-    pipeline = load_pipeline(str(model_dir), device="cpu")
-    sources = probe_sentences(pipeline.tokenizer)
+    model, tokenizer = load_model_and_tokenizer(str(model_dir))
+    pipeline = XLPETranslationPipeline(model=model, tokenizer=tokenizer, device=torch.device("cpu"))
+    sources = probe_sentences(tokenizer)
     same = {}
     for num_beams in beams:
         exported = translator.translate(sources, num_beams=num_beams)
-        with contextlib.redirect_stderr(io.StringIO()):  # its per-file length warnings: not this check's output
-            reference = translate_lines(pipeline, sources, progress=False, num_beams=num_beams)
+        results = pipeline(sources, batch_size=len(sources), truncation=True, num_beams=num_beams)
+        reference = [result["translation_text"].strip() for result in results]
         differ = [i for i, (a, b) in enumerate(zip(exported, reference)) if a != b]
         if differ and translator.manifest["quantization"] == "fp32":
             i = differ[0]

@@ -61,6 +61,11 @@ from .transformers_compat import renamed_cache_argument, take_cache
 BIAS_ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")  # the ones that take an additive float bias
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Position modules: relative representations, directional masks, no / fading sinusoid, rotary angles
+# ---------------------------------------------------------------------------------------------------------
+
+
 class RelativePositionRepresentations(nn.Module):
     """a^K and a^V of Shaw et al. (Eq. 5): one (2k+1, d_h) table each, indexed by clip(j - i, -k, k) + k."""
 
@@ -193,6 +198,11 @@ class RotaryPositions(nn.Module):
         sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(states.dtype)
         first, second = states.chunk(2, dim=-1)
         return states * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The attention: Marian's self-attention with the position options
+# ---------------------------------------------------------------------------------------------------------
 
 
 def heads_split(num_heads: int, xl_heads: int, device) -> torch.Tensor:
@@ -403,6 +413,11 @@ class PositionAwareSelfAttention(MarianAttention):
         if self.is_causal:
             bias = bias.masked_fill(key_positions[None, :] > query_positions[:, None], minimum)
         return bias
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Applying the options to an encoder or decoder
+# ---------------------------------------------------------------------------------------------------------
 
 
 def apply_position_options(
