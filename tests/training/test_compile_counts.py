@@ -4,7 +4,7 @@ changing shapes compiles no more often than the stock model it is compared with:
 `xlpe-train --torch_compile` (a CUDA default) compiles the model through accelerate. Left alone, dynamo traces
 the first batch with static shapes, retraces with a dynamic dimension at the first batch where that dimension
 changes (once per dimension that changes later than the others) and specialises dimensions of size 1; at
-Transformer-base every inductor compile costs minutes of GPU time. `XLPESeq2SeqTrainer._prepare_inputs` marks
+Transformer-base every inductor compile costs minutes of GPU time. `ExtraInputsSeq2SeqTrainer._prepare_inputs` marks
 the batch and length dimensions dynamic before each step; `TokenBatchSampler` makes no one-sentence batch unless
 the budget forces it. The batches below are built to hit every retrace of the unmarked step: the batch size and
 the lengths change at different steps, and the first batches have source length == target length, later ones not
@@ -35,7 +35,7 @@ from transformers import (
 import xlpe
 from xlpe.training.collator import ExtraInputsDataCollator
 from xlpe.training.sampling import TokenBatchSampler, batch_sizes
-from xlpe.training.trainer import XLPESeq2SeqTrainer
+from xlpe.training.trainer import ExtraInputsSeq2SeqTrainer
 
 VOCAB = 64
 DIMS = dict(
@@ -160,7 +160,7 @@ def compiled_training_graphs(name: str, tmp_path, shapes=SHAPES) -> tuple[int, l
         disable_tqdm=True,
     )
     collator = ExtraInputsDataCollator(tokenizer(bart), label_pad_token_id=-100)
-    trainer = XLPESeq2SeqTrainer(model=model, args=args, train_dataset=rows, data_collator=collator)
+    trainer = ExtraInputsSeq2SeqTrainer(model=model, args=args, train_dataset=rows, data_collator=collator)
     trainer.get_train_dataloader = lambda: torch.utils.data.DataLoader(rows, batch_sampler=batches, collate_fn=collator)
     seen = []
     compute_loss = trainer.compute_loss
@@ -213,7 +213,7 @@ def test_inputs_are_marked_dynamic_only_when_the_trainer_compiles(tmp_path):
             torch_compile=compiled,
             torch_compile_backend=BACKEND if compiled else None,
         )
-        prepared = XLPESeq2SeqTrainer(model=model, args=args)._prepare_inputs(dict(batch))
+        prepared = ExtraInputsSeq2SeqTrainer(model=model, args=args)._prepare_inputs(dict(batch))
         marked = {key: getattr(value, "_dynamo_weak_dynamic_indices", set()) for key, value in prepared.items()}
         assert marked == ({key: {0, 1} for key in prepared} if compiled else {key: set() for key in prepared}), marked
 

@@ -120,10 +120,10 @@ def test_padding_counters_make_no_tensor_from_a_host_number(monkeypatch, tmp_pat
     CUDA a blocking host-to-device copy every step); the totals are still right."""
     from transformers import Seq2SeqTrainingArguments
 
-    from xlpe.training.trainer import XLPESeq2SeqTrainer
+    from xlpe.training.trainer import ExtraInputsSeq2SeqTrainer
 
     model, batch = batch_of("dpe")
-    trainer = XLPESeq2SeqTrainer(
+    trainer = ExtraInputsSeq2SeqTrainer(
         model=model, args=Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
     )
     made = []

@@ -13,7 +13,7 @@ would run them, as far as a CPU allows.
   bf16 mixed precision and module-state broadcasting need GPU kernels in torch/accelerate) shard a tiny XL PE
   model with the plugin's settings. The sharded model trains exactly like one unsharded model, and its
   checkpoints are saved whole (FULL_STATE_DICT) and averaged with `run.average_into`. It also generates through
-  `XLPESeq2SeqTrainer.prediction_step`, and the saved model loads. xlpe-train itself cannot run under FSDP here:
+  `ExtraInputsSeq2SeqTrainer.prediction_step`, and the saved model loads. xlpe-train itself cannot run under FSDP here:
   accelerate turns FSDP on only for GPU (or other accelerator) processes and falls back to DDP on CPU.
 * `examples/slurm/train_multinode.sbatch`: run with bash under fake SLURM_* variables and stub
   `srun`/`scontrol`/`accelerate`, which record the accelerate command line built for each node.
@@ -271,7 +271,7 @@ from transformers import Seq2SeqTrainingArguments
 
 from xlpe import XLPEMarianConfig, XLPEMarianMTModel
 from xlpe.training.run import average_into
-from xlpe.training.trainer import XLPESeq2SeqTrainer
+from xlpe.training.trainer import ExtraInputsSeq2SeqTrainer
 
 out = Path(sys.argv[1])
 dist.init_process_group("gloo")
@@ -347,7 +347,7 @@ for step in (1, 2):
     dist.barrier()
 
 # xlpe-train's own code on the sharded model: the checkpoint average, and generation at evaluation
-trainer = XLPESeq2SeqTrainer(model=reference, args=Seq2SeqTrainingArguments(
+trainer = ExtraInputsSeq2SeqTrainer(model=reference, args=Seq2SeqTrainingArguments(
     output_dir=str(run_dir), use_cpu=True, predict_with_generate=True, report_to="none"))
 trainer.model = trainer.model_wrapped = sharded  # what the Trainer holds after accelerate's FSDP preparation
 average_into(

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from transformers import Seq2SeqTrainingArguments
 
 from xlpe import XLPEMarianConfig, XLPEMarianMTModel
-from xlpe.training.trainer import XLPESeq2SeqTrainer
+from xlpe.training.trainer import ExtraInputsSeq2SeqTrainer
 
 TINY = dict(
     vocab_size=40,
@@ -45,7 +45,7 @@ def transformers_warnings():
 
 def trainer_for(model, tmp_path):
     args = Seq2SeqTrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True)
-    return XLPESeq2SeqTrainer(model=model, args=args)
+    return ExtraInputsSeq2SeqTrainer(model=model, args=args)
 
 
 def test_resume_loads_without_missing_keys_warning(tmp_path):

@@ -33,7 +33,7 @@ from xlpe.models.seq2seq_scaffold import translation_loss
 from xlpe.training.data import _builtin_splits
 from xlpe.training.run import main, parse_arguments
 from xlpe.training.sampling import ShuffledLengthGroupedSampler, example_lengths
-from xlpe.training.trainer import XLPESeq2SeqTrainer
+from xlpe.training.trainer import ExtraInputsSeq2SeqTrainer
 
 AUXILIARY = {  # family -> (the auxiliary loss it logs, the module only that loss trains)
     "xlpe": ("reorder_loss", "reorder_predictor"),
@@ -149,9 +149,9 @@ def test_trainer_routes_label_smoothing_to_family_models_only(tmp_path, toy_toke
         decoder_start_token_id=toy_tokenizer.pad_token_id,
     )
     args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), label_smoothing_factor=0.2, report_to="none")
-    family = XLPESeq2SeqTrainer(model=XLPEMarianMTModel(XLPEMarianConfig(**size)), args=args)
+    family = ExtraInputsSeq2SeqTrainer(model=XLPEMarianMTModel(XLPEMarianConfig(**size)), args=args)
     assert family.label_smoother is None and family.model.config.label_smoothing == 0.2
-    stock = XLPESeq2SeqTrainer(model=MarianMTModel(MarianConfig(**size)), args=args)
+    stock = ExtraInputsSeq2SeqTrainer(model=MarianMTModel(MarianConfig(**size)), args=args)
     assert stock.label_smoother is not None  # no auxiliary loss to lose: transformers' smoother
     with pytest.raises(ValueError, match="label_smoothing"):
         XLPEMarianConfig(**size, label_smoothing=1.0)
@@ -170,7 +170,7 @@ def shuffled_eval_sampler(self, eval_dataset):
 def test_predictions_file_is_in_input_order_whatever_the_sampler(sampler, tmp_path, monkeypatch):
     options = ["--train_sampling_strategy", "group_by_length"] if sampler == "group_by_length" else []
     if sampler == "shuffled":
-        monkeypatch.setattr(XLPESeq2SeqTrainer, "_get_eval_sampler", shuffled_eval_sampler)
+        monkeypatch.setattr(ExtraInputsSeq2SeqTrainer, "_get_eval_sampler", shuffled_eval_sampler)
     main(
         tiny(
             tmp_path,
@@ -274,13 +274,13 @@ def test_japanese_bleu_uses_mecab_when_installed(tmp_path, capsys):
 
 def test_xlpe_test_split_is_scored_with_predicted_and_oracle_positions(tmp_path, monkeypatch):
     seen = []
-    original = XLPESeq2SeqTrainer.prediction_step
+    original = ExtraInputsSeq2SeqTrainer.prediction_step
 
     def prediction_step(self, *args, **kwargs):
         seen.append(self.eval_with_oracle_positions)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(XLPESeq2SeqTrainer, "prediction_step", prediction_step)
+    monkeypatch.setattr(ExtraInputsSeq2SeqTrainer, "prediction_step", prediction_step)
     metrics = main(
         tiny(
             tmp_path,
@@ -373,7 +373,7 @@ def test_group_by_length_uses_the_shuffled_sampler_with_both_sides(tmp_path, toy
         gradient_accumulation_steps=3,
         use_cpu=True,
     )
-    trainer = XLPESeq2SeqTrainer(
+    trainer = ExtraInputsSeq2SeqTrainer(
         model=XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))), args=args, train_dataset=data
     )
     sampler = trainer._get_train_sampler()
@@ -393,8 +393,10 @@ def test_families_take_num_items_in_batch_and_stock_models_do_not(tmp_path, toy_
     from xlpe import XLPEMarianConfig, XLPEMarianMTModel
 
     args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
-    family = XLPESeq2SeqTrainer(model=XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))), args=args)
-    stock = XLPESeq2SeqTrainer(model=MarianMTModel(MarianConfig(**tiny_kwargs(toy_tokenizer))), args=args)
+    family = ExtraInputsSeq2SeqTrainer(
+        model=XLPEMarianMTModel(XLPEMarianConfig(**tiny_kwargs(toy_tokenizer))), args=args
+    )
+    stock = ExtraInputsSeq2SeqTrainer(model=MarianMTModel(MarianConfig(**tiny_kwargs(toy_tokenizer))), args=args)
     assert family.model_accepts_loss_kwargs  # weighted by the step's supervised tokens (seq2seq_scaffold)
     # stock Marian returns a plain batch mean: the stock guess (True: forward takes **kwargs) would skip the
     # division by the accumulation steps

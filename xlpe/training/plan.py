@@ -71,8 +71,9 @@ def estimate_run(
 ) -> dict:
     """{part: seconds} of the run from the measured seconds per step and per periodic evaluation, with "total",
     "shares" ({part: share of total}) and "dominant". Before any evaluation has run (`seconds_per_evaluation`
-    None), `seconds_per_sentence` (one greedy sentence of a timed decode, `XLPESeq2SeqTrainer.time_greedy_decoding`)
-    stands in for it; without either, the evaluation parts are left out and "pending" says so."""
+    None), `seconds_per_sentence` (one greedy sentence of a timed decode,
+    `ExtraInputsSeq2SeqTrainer.time_greedy_decoding`) stands in for it; without either, the evaluation parts are
+    left out and "pending" says so."""
     parts = {"training": shape.steps * seconds_per_step}
     probed = seconds_per_evaluation is None and seconds_per_sentence is not None
     per_sentence = None  # one greedy sentence

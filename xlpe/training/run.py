@@ -76,7 +76,7 @@ from .reuse import (
     write_run_record,
 )
 from .run_card import describe_optimizer, write_test_translations
-from .trainer import XLPESeq2SeqTrainer, decode_ids, make_compute_metrics
+from .trainer import ExtraInputsSeq2SeqTrainer, decode_ids, make_compute_metrics
 
 logger = logging.getLogger("xlpe.train")
 
@@ -327,7 +327,7 @@ def _main(argv, callbacks, started, model_args, data_args, training_args) -> dic
         else None
     )
     plan = run_plan(prepared, model, data_args, training_args) if training_args.do_train else None
-    trainer = XLPESeq2SeqTrainer(
+    trainer = ExtraInputsSeq2SeqTrainer(
         model=model,
         args=training_args,
         processing_class=tokenizer,

@@ -1,4 +1,4 @@
-"""`XLPESeq2SeqTrainer`: `Seq2SeqTrainer` that knows about this package's auxiliary losses and extra inputs.
+"""`ExtraInputsSeq2SeqTrainer`: `Seq2SeqTrainer` that knows about this package's auxiliary losses and extra inputs.
 
 Two things the stock trainer does not do:
 
@@ -114,7 +114,7 @@ def generation_inputs(inputs: dict, with_oracle_positions: bool = False) -> dict
     return {key: value for key, value in inputs.items() if allowed(key)}
 
 
-class XLPESeq2SeqTrainer(Seq2SeqTrainer):
+class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
     """Seq2SeqTrainer + auxiliary losses logged (and kept under label smoothing) + test-time-only inputs to
     `generate()` + predictions in input order + length-grouped batches in random order (module docstring)."""
 
@@ -530,7 +530,7 @@ def mark_dynamic_dimensions(inputs: dict) -> dict:
     """Marks the batch and length dimensions (0 and 1) of every tensor in `inputs` dynamic for `torch.compile`
     (`maybe_mark_dynamic`: no error where torch specialises one, e.g. a size of 1); returns `inputs`. One graph
     then serves batches whose source and target lengths are equal at the first trace and differ later, too
-    (tests/training/test_compile_counts.py; see `XLPESeq2SeqTrainer._prepare_inputs`)."""
+    (tests/training/test_compile_counts.py; see `ExtraInputsSeq2SeqTrainer._prepare_inputs`)."""
     for value in inputs.values():
         if isinstance(value, torch.Tensor):
             for dim in range(min(value.dim(), 2)):
