@@ -56,6 +56,21 @@ Two things the stock trainer does not do:
   `evaluation_loop` puts `predictions` and `label_ids` back in dataset order.
 
 `make_compute_metrics` scores generations with sacrebleu (BLEU, chrF; signatures kept on the trainer).
+
+Private `Trainer` methods overridden, each because no public hook reaches that point:
+
+* `_prepare_inputs`: the only place between the batch's move to the device and the compiled forward, where the
+  dynamic dimensions must be marked (a mark made before the move is lost with the copy);
+* `_get_train_sampler`: transformers' own sampler hook; the public alternative, `get_train_dataloader`, would
+  copy the stock dataloader construction to change one argument (`--max_tokens` does override it: it replaces
+  the batching altogether);
+* `_set_signature_columns_if_needed`: keeps `example_index` through `remove_unused_columns`, which drops every
+  column the model's `forward` does not name;
+* `_issue_warnings_after_load`: a resume's "missing keys" warning is issued inside the private checkpoint loader;
+  tied weights and rebuilt buffers are not missing, so they are filtered out before it.
+
+Public overrides: `compute_loss`, `prediction_step`, `evaluation_loop`, `get_train_dataloader`,
+`get_eval_dataloader`, `get_test_dataloader`, `log`.
 """
 
 from __future__ import annotations
