@@ -576,6 +576,19 @@ def tokenizer_dir(work: Path, pair: str, mode: dict) -> Path:
     return path
 
 
+def oracle_options(work: Path, max_length: int) -> dict:
+    """`prepare_splits` options of every preparation here: both oracles, the text kept, a reproducible (seeded)
+    alignment, one cache per work dir."""
+    return dict(
+        features=("reorder_positions", "target_positions"),
+        max_length=max_length,
+        keep_text=True,
+        cache_dir=str(work / "cache"),
+        seed=0,
+        eflomal_options={"seed": 0},
+    )
+
+
 def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
     """The prepared DatasetDict of a pair ("clean"; "noise<r>": the training split's XL indices swapped at
     ratio r, validation/test clean, alignments reused from the clean preparation; "jackknife" / "jackknife-mixed":
@@ -591,14 +604,7 @@ def prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
     if data in STUDY_DATA:
         return study_prepared_dir(work, pair, data, mode)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(work, pair, mode))
-    options = dict(
-        features=("reorder_positions", "target_positions"),
-        max_length=mode["max_length"],
-        keep_text=True,
-        cache_dir=str(work / "cache"),
-        seed=0,
-        eflomal_options={"seed": 0},
-    )  # a reproducible oracle
+    options = oracle_options(work, mode["max_length"])
     if data == "clean":
         prepared, reports = prepare_splits(raw_splits(pair, mode), tokenizer, **options)
     elif data == "tagged":  # the clean preparation's alignments (so the same oracle), plus POS tags of each side
@@ -681,16 +687,8 @@ def study_prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
         tokenizer_source = init_checkpoint_dir(work, pair, mode)
     else:
         splits, tokenizer_source = raw_splits(pair, mode), pretrained_dir(work, pair, mode)
-    prepared, reports = prepare_splits(
-        splits,
-        AutoTokenizer.from_pretrained(tokenizer_source),
-        features=("reorder_positions", "target_positions"),
-        max_length=mode["study_max_length"],
-        keep_text=True,
-        cache_dir=str(work / "cache"),
-        seed=0,
-        eflomal_options={"seed": 0},
-    )
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    prepared, reports = prepare_splits(splits, tokenizer, **oracle_options(work, mode["study_max_length"]))
     datasets.DatasetDict(prepared).save_to_disk(str(path))
     (path / "report.json").write_text(json.dumps(reports, indent=2, default=str))
     return path
