@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .data import REPO
-from .reproduction import COMPONENTS, GROUPS, MODES, group_runs, read_results
+from .reproduction import COMPONENTS, GROUPS, MODES, STUDY_DATA, group_runs, read_results
 from .tables import mean_std, replace_section_with_results, run_dates
 
 
@@ -240,7 +240,7 @@ def reference_texts(work: Path, pair: str, mode_name: str, data: str = "clean") 
     own); a noisy or tagged preparation tests on the clean split."""
     import datasets
 
-    folder = data if data in ("finetune", "finetune-ood") else "clean"
+    folder = data if data in STUDY_DATA else "clean"
     return datasets.load_from_disk(str(work / "data" / pair / folder))["test"]["target_text"]
 
 

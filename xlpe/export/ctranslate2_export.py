@@ -223,16 +223,12 @@ class CTranslate2Translator:
         return self.translate_with_report(texts, num_beams, **lengths)[0]
 
 
-def probe_sentences(tokenizer, count: int = 8, seed: int = 0) -> list[str]:
-    """`count` source sentences of 3-15 pieces drawn from the tokenizer's source vocabulary (any model's language)."""
-    vocabulary = [
-        piece
-        for piece in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        if piece and piece.startswith("▁") and piece not in tokenizer.all_special_tokens and len(piece) > 1
-    ]
+def probe_sentences(pieces: list[str], special: set[str], count: int = 8, seed: int = 0) -> list[str]:
+    """`count` source sentences of 3-15 word-initial source `pieces` (any model's language)."""
+    vocabulary = [piece for piece in pieces if piece.startswith("▁") and len(piece) > 1 and piece not in special]
     generator = random.Random(seed)
-    pieces = [generator.choices(vocabulary, k=generator.randint(3, 15)) for _ in range(count)]
-    return ["".join(sentence).replace("▁", " ").strip() for sentence in pieces]
+    sentences = [generator.choices(vocabulary, k=generator.randint(3, 15)) for _ in range(count)]
+    return ["".join(sentence).replace("▁", " ").strip() for sentence in sentences]
 
 
 def verify_ctranslate2(directory, model_dir, beams=(1, 4)) -> dict:
@@ -248,7 +244,8 @@ def verify_ctranslate2(directory, model_dir, beams=(1, 4)) -> dict:
     translator = CTranslate2Translator(directory)
     model, tokenizer = load_model_and_tokenizer(str(model_dir))
     pipeline = XLPETranslationPipeline(model=model, tokenizer=tokenizer, device=torch.device("cpu"))
-    sources = probe_sentences(tokenizer)
+    source_pieces = translator.source_tokens(list(range(len(translator._source_pieces or tokenizer))))
+    sources = probe_sentences(source_pieces, set(tokenizer.all_special_tokens))
     same = {}
     for num_beams in beams:
         exported = translator.translate(sources, num_beams=num_beams)
