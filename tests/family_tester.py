@@ -1,6 +1,7 @@
 """ModelTester-style checks that every model family of xlpe must pass (HF `ModelTesterMixin` in spirit).
 
-A family's test module subclasses `FamilyTests` and provides:
+A family's test module subclasses `RegistryFamilyTests` (everything read off the model-family registry) or
+`FamilyTests` and provides:
     model_class             the generation model class (e.g. XLPEMarianMTModel)
     base_model_class        the base model class (e.g. XLPEMarianModel)
     make_config(**kw)       a tiny random config (vocab from the `toy_tokenizer` fixture)
@@ -237,3 +238,61 @@ class FamilyTests:
         assert result["ids"] == expected.tolist()
         assert result["pipeline_class"] == "XLPETranslationPipeline"
         assert isinstance(result["pipeline"][0]["translation_text"], str)
+
+
+class RegistryFamilyTests(FamilyTests):
+    """`FamilyTests` of a registered family, everything read off the registry (`xlpe.models.registry`): its classes,
+    its tiny config (`ModelFamily.tiny_config` on `tiny_kwargs`, plus `config_fields`), valid extra inputs made from
+    their `example` kinds, and the fields that switch its auxiliary loss off. Subclass it with `family_name` set,
+    or make one with `registry_family_tests(name)`."""
+
+    family_name: str = ""
+    config_fields: dict = {}
+
+    @classmethod
+    def family(cls):
+        from xlpe.models.registry import get_family
+
+        return get_family(cls.family_name)
+
+    @property
+    def model_class(self):
+        return self.family().generation_model_class
+
+    @property
+    def base_model_class(self):
+        return self.family().base_model_class
+
+    @property
+    def auxiliary_loss_off(self):
+        return self.family().translation_loss_only
+
+    def fields(self) -> dict:
+        """`config_fields`, and the shared NLTK data for a config that tags raw text (its pipeline runs offline)."""
+        from conftest import SHARED_DIR
+
+        from xlpe.models.registry import declares_field
+
+        shared = {}
+        if declares_field(self.family().config_class, "nltk_data"):
+            shared["nltk_data"] = str(SHARED_DIR / "data" / "nltk_data")
+        return {**shared, **self.config_fields}
+
+    def make_config(self, tokenizer, **overrides):
+        return self.family().tiny_config(**{**tiny_kwargs(tokenizer), **self.fields(), **overrides})
+
+    def extra_inputs(self, batch) -> dict:
+        labels = batch.get("labels")
+        return self.family().example_inputs(
+            self.family().tiny_config(**self.fields()),
+            batch["input_ids"],
+            None if labels is None else labels.clamp_min(0),
+            attention_mask=batch.get("attention_mask"),
+            decoder_attention_mask=None if labels is None else labels != -100,
+        )
+
+
+def registry_family_tests(family_name: str, **config_fields) -> type:
+    """A `RegistryFamilyTests` class for the registered family `family_name` (its tiny config plus `config_fields`)."""
+    name = "Test" + "".join(part.title() for part in family_name.split("_")) + "Family"
+    return type(name, (RegistryFamilyTests,), {"family_name": family_name, "config_fields": dict(config_fields)})

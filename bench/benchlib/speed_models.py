@@ -11,6 +11,7 @@ import torch
 from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
 
 import xlpe
+from xlpe.models.registry import generate_inputs
 
 # ---------------------------------------------------------------------------------------------------------
 # Sizes and data
@@ -441,4 +442,57 @@ def all_specs(families: list[str], dims: dict) -> list[Spec]:
                 gen_target=1.05,
             )
         )
+    for name in families:  # any other registered family: one row beside the stock model it extends
+        if name not in HAND_WRITTEN and name in xlpe.MODEL_FAMILIES:
+            specs += registry_specs(xlpe.get_family(name), {spec.name for spec in specs})
+    return specs
+
+
+# the families with their own rows above (the papers' baselines: DPE beside a deeper Marian, XL PE's variants);
+# every other registered family is timed by `registry_specs` with no edit here
+HAND_WRITTEN = ("xlpe", "dpe", "mvpe_pos")
+
+
+def registry_specs(family, existing: set[str]) -> list[Spec]:
+    """A registered family's row (its default config at the run's dims, its extra inputs made from their
+    `example` kinds: `ModelFamily.example_inputs`) and, when missing, the stock row it is divided by."""
+    bart = family.stock_classes()[1] is BartForConditionalGeneration
+    kwargs, baseline = (bart_kwargs, "BART") if bart else (marian_kwargs, "Marian")
+    specs = []
+    if baseline not in existing:  # stock Marian is always the first row
+        specs.append(
+            Spec("BART", lambda d: BartForConditionalGeneration(BartConfig(**bart_kwargs(d))), bart_layout=True)
+        )
+    made: dict[int, tuple[Batch, dict]] = {}  # per batch, made once (outside the timed steps after the first)
+
+    def examples(batch: Batch, config) -> dict:
+        if id(batch) not in made or made[id(batch)][0] is not batch:
+            labels = batch.labels.clamp_min(0)
+            values = family.example_inputs(
+                config,
+                batch.input_ids,
+                labels,
+                attention_mask=batch.attention_mask,
+                decoder_attention_mask=batch.labels != -100,
+            )
+            made[id(batch)] = (batch, values)
+        return made[id(batch)][1]
+
+    built: dict[str, object] = {}
+
+    def build(d):
+        built["config"] = family.config_class(**kwargs(d))
+        return family.generation_model_class(built["config"])
+
+    specs.append(
+        Spec(
+            family.title,
+            build,
+            baseline=baseline,
+            train_inputs=lambda b: examples(b, built["config"]),
+            gen_inputs=lambda b: {k: v for k, v in examples(b, built["config"]).items() if k in generate_inputs()},
+            bart_layout=bart,
+            note="registered family, default config (no hand-written row)",
+        )
+    )
     return specs

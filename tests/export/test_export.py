@@ -23,6 +23,7 @@ from xlpe.export.exporter import check_exportable, export_directory, export_mode
 from xlpe.export.manifest import MANIFEST_FILE
 from xlpe.export.runtime import OnnxTranslator
 from xlpe.export.search import SearchSettings
+from xlpe.models.registry import MODEL_FAMILIES
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +63,10 @@ def assert_same_generation(model, translator, source, seed=1, beams=(1, 3), **ex
             assert actual.tolist() == expected.tolist(), (num_beams, new_tokens)
 
 
-# every option at least once (CI time); XLPE_EXPORT_ALL_STACKS=1 runs all of them (measured: all pass)
+# every registered family and every option at least once (CI time); XLPE_EXPORT_ALL_STACKS=1 runs all of them
+# (measured: all pass)
 COVERING = (
+    *MODEL_FAMILIES,
     "xlpe-inxl",
     "xlpe-combination+relative",
     "xlpe-combination+directional",
@@ -71,7 +74,6 @@ COVERING = (
     "marian-relative-only-no-absolute",
     "dpe+relative+directional",
     "dpe+source-tags",
-    "mvpe_pos-both-sides",
     "mvpe_pos-decoder-tags-learned",
     "xlpe-xl-rotary+rotary-no-absolute",
 )
@@ -85,9 +87,11 @@ def test_every_stack_exports_and_generates_as_pytorch(name, stack_tokenizer, tmp
     translator = OnnxTranslator(tmp_path / "onnx", threads=1)
     assert_same_generation(model, translator, source)
     layout = manifest["layout"]
-    assert layout["source_tags"] == ("source-tags" in name or name in ("mvpe_pos-both-sides", "mvpe_pos-encoder-tags"))
-    assert layout["tagger_window"] == {"mvpe_pos-both-sides": 3, "mvpe_pos-decoder-tags-learned": 2}.get(name, 0)
-    assert layout["predicted_positions"] == name.startswith("xlpe-")  # XL PE's predictor runs inside the graph
+    config = model.config
+    assert layout["source_tags"] == config.uses_extra_input("pos_tag_ids")
+    decoder_tags = config.uses_extra_input("decoder_pos_tag_ids") and hasattr(config, "decoder_tagger_window")
+    assert layout["tagger_window"] == (config.decoder_tagger_window if decoder_tags else 0)
+    assert layout["predicted_positions"] == bool(getattr(config, "uses_xl", False))  # XL PE's predictor in the graph
 
 
 def test_length_penalty_early_stopping_min_tokens_and_bad_words(stack_tokenizer, tmp_path):

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 from xlpe.models.configuration_xlpe import XLPEMarianConfig
-from xlpe.models.modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel
+from xlpe.models.modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel, XLPESeq2SeqLMOutput
 from xlpe.models.registry import (
     EXTRA_INPUTS,
     MODEL_FAMILIES,
@@ -68,7 +68,9 @@ class DummyPEModel(XLPEMarianModel):
 class DummyPEMTModel(XLPEMarianMTModel):
     config_class = DummyPEConfig
 
-    def forward(self, input_ids=None, attention_mask=None, reorder_positions=None, dummy_ids=None, **kwargs):
+    def forward(
+        self, input_ids=None, attention_mask=None, reorder_positions=None, dummy_ids=None, **kwargs
+    ) -> XLPESeq2SeqLMOutput:
         """XL PE's forward, plus the family's extra input `dummy_ids` (taken and ignored here)."""
         return super().forward(
             input_ids=input_ids, attention_mask=attention_mask, reorder_positions=reorder_positions, **kwargs
@@ -260,3 +262,40 @@ def test_registrations_are_checked():
     with pytest.raises(ValueError, match="built-in"):
         unregister_extra_input("pos_tag_ids")
     assert set(EXTRA_INPUTS) >= {"reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids"}
+
+
+def test_a_family_lacking_what_every_layer_relies_on_is_refused_naming_it():
+    """Checked at registration (classes given) or at first use ("module:Class" strings): the config attributes,
+    the output fields, the extra inputs as `forward` parameters and the Hub mixin under the models."""
+    from transformers import MarianConfig, MarianModel, MarianMTModel
+
+    class BareConfig(MarianConfig):
+        model_type = "bare_marian"
+
+    with pytest.raises(ValueError) as refused:
+        register_family(ModelFamily("bare", BareConfig, MarianModel, MarianMTModel, extra_inputs=("dummy_ids",)))
+    message = str(refused.value)
+    for missing in (
+        "config attribute 'label_smoothing'",
+        "config attribute 'pos_tagger'",
+        "config attribute 'uses_extra_input'",
+        "MarianMTModel is not a HubModelMixin",
+        "extra input 'dummy_ids' as a parameter of MarianMTModel.forward",
+        "output field 'translation_loss' of Seq2SeqLMOutput",
+    ):
+        assert missing in message, message
+    assert "bare" not in MODEL_FAMILIES
+
+    class NoOutputModel(DummyPEMTModel):
+        def forward(self, input_ids=None, reorder_positions=None, **kwargs):
+            return super().forward(input_ids=input_ids, reorder_positions=reorder_positions, **kwargs)
+
+    lazy = ModelFamily("lazy", DummyPEConfig, DummyPEModel, f"{__name__}:NoOutputModelHolder.model")
+    NoOutputModelHolder.model = NoOutputModel
+    for _ in range(2):  # the first use loads and checks the classes; a later use is refused as well
+        with pytest.raises(ValueError, match="an output dataclass as the return annotation of NoOutputModel.forward"):
+            lazy.generation_model_class  # noqa: B018
+
+
+class NoOutputModelHolder:
+    model = None

@@ -7,10 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-import test_modeling_dpe
-import test_modeling_mvpe_pos
-import test_modeling_xlpe
 import torch
+from family_tester import registry_family_tests, tiny_kwargs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoConfig, BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
@@ -24,12 +22,9 @@ from xlpe import (
     XLPEMarianMTModel,
 )
 from xlpe.models.configuration_reorderer import XLPEReordererConfig
+from xlpe.models.registry import MODEL_FAMILIES
 
-TESTERS = {
-    "xlpe": test_modeling_xlpe.TestXLPEFamily,
-    "dpe": test_modeling_dpe.TestDPEFamily,
-    "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily,
-}
+TESTERS = {name: registry_family_tests(name) for name in MODEL_FAMILIES}  # every registered family
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +40,7 @@ def models(toy_tokenizer):
 @pytest.fixture(scope="module")
 def stock_marian_dir(tmp_path_factory, toy_tokenizer):
     directory = tmp_path_factory.mktemp("stock") / "marian"
-    MarianMTModel(MarianConfig(**test_modeling_xlpe.tiny_kwargs(toy_tokenizer))).save_pretrained(directory)
+    MarianMTModel(MarianConfig(**tiny_kwargs(toy_tokenizer))).save_pretrained(directory)
     return directory
 
 
@@ -115,7 +110,7 @@ def test_keywords_are_applied_before_derived_defaults(stock_marian_dir, tmp_path
 
 
 def test_attribute_assignment_is_checked_when_a_model_is_built(toy_tokenizer):
-    config = test_modeling_xlpe.TestXLPEFamily().make_config(toy_tokenizer)
+    config = TESTERS["xlpe"]().make_config(toy_tokenizer)
     config.xl_heads = 7
     with pytest.raises(ValueError, match="xl_heads"):
         XLPEMarianMTModel(config)
@@ -142,7 +137,7 @@ def test_mvpe_pos_refuses_a_stock_checkpoint_by_name(stock, tmp_path, toy_tokeni
             )
         ).save_pretrained(tmp_path)
     else:
-        MarianMTModel(MarianConfig(**test_modeling_xlpe.tiny_kwargs(toy_tokenizer))).save_pretrained(tmp_path)
+        MarianMTModel(MarianConfig(**tiny_kwargs(toy_tokenizer))).save_pretrained(tmp_path)
     with pytest.raises(
         ValueError, match=f"holds a '{stock}' checkpoint, but MvPEPosForConditionalGeneration loads 'mvpe_pos'"
     ):
@@ -228,7 +223,7 @@ def test_empty_input_and_overlong_generation_are_named(models, family):
 
 
 def test_reorder_positions_are_checked_even_when_the_strategy_ignores_them(toy_tokenizer):
-    tester = test_modeling_xlpe.TestXLPEFamily()
+    tester = TESTERS["xlpe"]()
     model = tester.make_model(toy_tokenizer, xl_strategy="none", xl_heads=0)
     batch = tester.make_batch(toy_tokenizer)
     with pytest.raises(ValueError, match="`reorder_positions` values must lie in"):
@@ -237,7 +232,7 @@ def test_reorder_positions_are_checked_even_when_the_strategy_ignores_them(toy_t
 
 def test_input_checks_can_be_switched_off(toy_tokenizer):
     """check_inputs=False skips the value checks (one host sync per call); shapes are always checked."""
-    tester = test_modeling_xlpe.TestXLPEFamily()
+    tester = TESTERS["xlpe"]()
     model = tester.make_model(toy_tokenizer, check_inputs=False)
     batch = tester.make_batch(toy_tokenizer)
     model(**_with(batch, attention_mask=_set(batch["attention_mask"], (0, 0), 0)))  # left padding, unchecked

@@ -10,21 +10,17 @@ from __future__ import annotations
 import copy
 
 import pytest
-import test_modeling_dpe
-import test_modeling_mvpe_pos
-import test_modeling_xlpe
 import test_source_tags
 import torch
 import torch._dynamo as dynamo
+from family_tester import registry_family_tests
 
+from xlpe.models.registry import MODEL_FAMILIES
 from xlpe.models.transformers_compat import cache_kwargs, output_cache
 
-TESTERS = {
-    "xlpe": test_modeling_xlpe.TestXLPEFamily,
-    "dpe": test_modeling_dpe.TestDPEFamily,
-    "mvpe_pos": test_modeling_mvpe_pos.TestMvPEPosFamily,
-    "xlpe+pos": test_source_tags.TestXLPEPosFamily,
-}
+# every registered family (its tiny config and example inputs), and XL PE with source POS tags
+TESTERS = {name: registry_family_tests(name) for name in MODEL_FAMILIES}
+TESTERS["xlpe+pos"] = test_source_tags.TestXLPEPosFamily
 SOURCES = ["the cat sees the dog", "a dog chases the small cat in the garden"]  # different lengths: padding
 TARGETS = ["die katze sieht den hund", "ein hund jagt die kleine katze im garten"]
 

@@ -17,53 +17,28 @@ import warnings
 import pytest
 import torch
 from transformers import GenerationMixin
-from transformers.models.bart.modeling_bart import BartForConditionalGeneration, BartPreTrainedModel
-from transformers.models.marian.modeling_marian import MarianMTModel, MarianPreTrainedModel
 
-from xlpe.models.configuration_dpe import DPEMarianConfig
-from xlpe.models.configuration_mvpe_pos import MvPEPosConfig
-from xlpe.models.configuration_xlpe import XLPEMarianConfig
 from xlpe.models.hub_support import HubModelMixin
-from xlpe.models.modeling_dpe import DPEMarianModel, DPEMarianMTModel, DPEMarianPreTrainedModel
-from xlpe.models.modeling_mvpe_pos import MvPEPosForConditionalGeneration, MvPEPosModel, MvPEPosPreTrainedModel
-from xlpe.models.modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel, XLPEMarianPreTrainedModel
+from xlpe.models.registry import MODEL_FAMILIES
 from xlpe.training.collator import ExtraInputsDataCollator
 
-TINY = dict(
-    d_model=32,
-    encoder_layers=1,
-    decoder_layers=1,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=64,
-    decoder_ffn_dim=64,
-    max_position_embeddings=64,
-    vocab_size=40,
-    pad_token_id=39,
-    eos_token_id=0,
-    decoder_start_token_id=39,
-)
+# a tiny vocabulary with Marian's conventions (pad = decoder start = the last id), as an OPUS-MT checkpoint
+TINY = dict(vocab_size=40, pad_token_id=39, eos_token_id=0, decoder_start_token_id=39)
 
+# every registered family: (its pre-trained base, base model, generation model, the stock classes it extends)
 FAMILIES = [
     pytest.param(
-        XLPEMarianPreTrainedModel, XLPEMarianModel, XLPEMarianMTModel, MarianPreTrainedModel, MarianMTModel, id="xlpe"
-    ),
-    pytest.param(
-        DPEMarianPreTrainedModel, DPEMarianModel, DPEMarianMTModel, MarianPreTrainedModel, MarianMTModel, id="dpe"
-    ),
-    pytest.param(
-        MvPEPosPreTrainedModel,
-        MvPEPosModel,
-        MvPEPosForConditionalGeneration,
-        BartPreTrainedModel,
-        BartForConditionalGeneration,
-        id="mvpe_pos",
-    ),
+        family.generation_model_class.__bases__[0],
+        family.base_model_class,
+        family.generation_model_class,
+        *family.stock_classes(),
+        id=name,
+    )
+    for name, family in MODEL_FAMILIES.items()
 ]
 CONFIGS = {
-    XLPEMarianMTModel: lambda: XLPEMarianConfig(**TINY, xl_strategy="head", xl_heads=2),
-    DPEMarianMTModel: lambda: DPEMarianConfig(**TINY),
-    MvPEPosForConditionalGeneration: lambda: MvPEPosConfig(**TINY, pos_dim=8),
+    family.generation_model_class: lambda family=family: family.tiny_config(**TINY)
+    for family in MODEL_FAMILIES.values()
 }
 
 

@@ -7,12 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xlpe.models.configuration_dpe import DPEMarianConfig
-from xlpe.models.configuration_mvpe_pos import MvPEPosConfig
 from xlpe.models.configuration_xlpe import XLPEMarianConfig
-from xlpe.models.modeling_dpe import DPEMarianMTModel
-from xlpe.models.modeling_mvpe_pos import MvPEPosForConditionalGeneration
 from xlpe.models.modeling_xlpe import XLPEMarianMTModel
+from xlpe.models.registry import MODEL_FAMILIES, TINY_LAYOUT
 
 DIMS = dict(
     vocab_size=40,
@@ -43,13 +40,14 @@ FAMILIES = {
             **MARIAN_IDS,
         ),
     ),
-    "dpe": (DPEMarianConfig, DPEMarianMTModel, MARIAN_IDS),
-    "mvpe_pos": (
-        MvPEPosConfig,
-        MvPEPosForConditionalGeneration,
-        dict(pad_token_id=1, eos_token_id=2, bos_token_id=0, decoder_start_token_id=2, pos_dim=4),
-    ),
 }
+# every registered family in its tiny config (`ModelFamily.tiny_fields`; DIMS and the tiny layout's ids on top)
+FAMILIES.update(
+    {
+        name: (family.config_class, family.generation_model_class, family.tiny_fields)
+        for name, family in MODEL_FAMILIES.items()
+    }
+)
 
 
 def gradients(model, inputs) -> dict[str, torch.Tensor]:
@@ -62,7 +60,7 @@ def gradients(model, inputs) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_checkpointed_gradients_equal_the_plain_ones(family, reentrant):
     config_class, model_class, extra = FAMILIES[family]
-    config = config_class(**DIMS, **extra)
+    config = config_class(**{**TINY_LAYOUT, **DIMS, **extra})
     torch.manual_seed(0)
     model = model_class(config).train()
     inputs = dict(input_ids=torch.randint(3, 40, (2, 7)), labels=torch.randint(3, 40, (2, 5)))

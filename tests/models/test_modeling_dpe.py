@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from family_tester import FamilyTests, tiny_kwargs
+from family_tester import RegistryFamilyTests, tiny_kwargs
 from torch.nn import functional as F
 from transformers import MarianConfig, MarianMTModel
 
-from xlpe import DPEMarianConfig, DPEMarianModel, DPEMarianMTModel, get_family
+from xlpe import DPEMarianConfig, DPEMarianMTModel, get_family
 from xlpe.models.configuration_dpe import TABLE5_PRESETS, table5_preset
 from xlpe.models.modeling_dpe import DynamicPositionEncoding, order_loss
 from xlpe.models.sinusoid import sinusoid_table
@@ -28,16 +28,8 @@ def training_batch(tokenizer):
     return TestDPEFamily().make_batch(tokenizer)
 
 
-class TestDPEFamily(FamilyTests):
-    model_class = DPEMarianMTModel
-    base_model_class = DPEMarianModel
-    auxiliary_loss_off = {"order_loss_weight": 1.0}  # lambda on the translation side (the default): L_order x 0
-
-    def make_config(self, tokenizer, **overrides):
-        return DPEMarianConfig(**{**tiny_kwargs(tokenizer), **overrides})
-
-    def extra_inputs(self, batch):
-        return {"target_positions": reversed_ranks(batch)}
+class TestDPEFamily(RegistryFamilyTests):
+    family_name = "dpe"
 
 
 def test_family_is_registered():

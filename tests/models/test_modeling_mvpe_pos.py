@@ -10,14 +10,13 @@ import math
 import pytest
 import torch
 from conftest import SHARED_DIR
-from family_tester import FamilyTests
+from family_tester import RegistryFamilyTests
 from torch.nn import functional as F
 
 import xlpe.models.configuration_mvpe_pos as configuration
 from xlpe import (
     MvPEPosConfig,
     MvPEPosForConditionalGeneration,
-    MvPEPosModel,
     XLPETranslationPipeline,
     mvpe_objective,
 )
@@ -76,20 +75,8 @@ def make_batch(tokenizer, sources=("the cat sees the dog", "a dog"), targets=("d
     return batch
 
 
-class TestMvPEPosFamily(FamilyTests):
-    model_class = MvPEPosForConditionalGeneration
-    base_model_class = MvPEPosModel
-    auxiliary_loss_off = {"tag_loss_weight": 0.0}
-
-    def make_config(self, tokenizer, **overrides):
-        return MvPEPosConfig(**tiny_kwargs(tokenizer, **overrides))
-
-    def extra_inputs(self, batch):
-        extras = {"pos_tag_ids": fake_tags(batch["input_ids"], batch.get("attention_mask"))}
-        if "labels" in batch:
-            labels = batch["labels"]
-            extras["decoder_pos_tag_ids"] = fake_tags(labels.clamp_min(0), labels != -100)
-        return extras
+class TestMvPEPosFamily(RegistryFamilyTests):
+    family_name = "mvpe_pos"
 
     # the pipeline tags raw text with NLTK: these two need ../shared/data/nltk_data
     def test_in_memory_pipeline(self, toy_tokenizer, shared_dir):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from family_tester import FamilyTests, tiny_kwargs
+from family_tester import RegistryFamilyTests, tiny_kwargs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import MarianConfig, MarianMTModel
 
-from xlpe import XLPEMarianConfig, XLPEMarianModel, XLPEMarianMTModel
+from xlpe import XLPEMarianConfig, XLPEMarianMTModel
 from xlpe.models.modeling_xlpe import CrossLingualPositionEncoding
 from xlpe.models.reorder_predictor import (
     WRITTEN_OUT_ATTENTION_MAX_LENGTH,
@@ -35,16 +35,8 @@ def reversed_positions(batch):
     return torch.tensor(rows)
 
 
-class TestXLPEFamily(FamilyTests):
-    model_class = XLPEMarianMTModel
-    base_model_class = XLPEMarianModel
-    auxiliary_loss_off = {"reorder_loss_weight": 0.0}
-
-    def make_config(self, tokenizer, **overrides):
-        return XLPEMarianConfig(**{**tiny_kwargs(tokenizer), **overrides})
-
-    def extra_inputs(self, batch):
-        return {"reorder_positions": reversed_positions(batch)}
+class TestXLPEFamily(RegistryFamilyTests):
+    family_name = "xlpe"
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -34,12 +34,7 @@ from transformers_testing.generation.test_utils import GenerationTesterMixin  # 
 _upstream = modeling_common()  # upstream's test_modeling_common.py of the installed release (skips if none)
 ModelTesterMixin, ids_tensor = _upstream.ModelTesterMixin, _upstream.ids_tensor
 
-from xlpe.models.configuration_dpe import DPEMarianConfig  # noqa: E402
-from xlpe.models.configuration_mvpe_pos import MvPEPosConfig  # noqa: E402
-from xlpe.models.configuration_xlpe import XLPEMarianConfig  # noqa: E402
-from xlpe.models.modeling_dpe import DPEMarianModel, DPEMarianMTModel  # noqa: E402
-from xlpe.models.modeling_mvpe_pos import MvPEPosForConditionalGeneration, MvPEPosModel  # noqa: E402
-from xlpe.models.modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel  # noqa: E402
+from xlpe.models.registry import MODEL_FAMILIES, ModelFamily  # noqa: E402
 
 STOCK_BASELINE = os.environ.get("XLPE_STOCK_BASELINE") == "1"
 
@@ -131,67 +126,19 @@ class BartModelTester(Seq2SeqModelTester):
         return config
 
 
-class XLPEModelTester(Seq2SeqModelTester):
-    config_class = XLPEMarianConfig
-    config_kwargs = {
-        "xl_strategy": "combination",
-        "xl_heads": 2,
-        "reorder_predictor_hidden_size": 8,
-        "reorder_predictor_heads": 2,
-    }
+def family_tester(family: ModelFamily, **config_kwargs) -> type:
+    """The ModelTester of a registered family: its `tiny_fields` (plus `config_kwargs`) on upstream's shape, and
+    valid extra inputs made from its extra inputs' `example` kinds (`ModelFamily.example_inputs`)."""
 
-    def extra_inputs(self, config, input_ids, decoder_input_ids):
-        # an oracle-like permutation of every row (reversed order, EOS keeps its place)
-        length = input_ids.shape[1]
-        positions = torch.arange(length).expand_as(input_ids).clone()
-        positions[:, : length - 1] = positions[:, : length - 1].flip(1)
-        return {"reorder_positions": positions}
+    class FamilyModelTester(BartModelTester if issubclass(family.config_class, BartConfig) else Seq2SeqModelTester):
+        config_class = family.config_class
 
+        def extra_inputs(self, config, input_ids, decoder_input_ids):
+            return family.example_inputs(config, input_ids, decoder_input_ids)
 
-class XLPEStackedPositionsModelTester(XLPEModelTester):
-    """Combination with the paper's Table 1 baselines stacked on it (position_attention.py): relative position
-    representations on both sides (keys and values) and DiSAN-style directional encoder heads."""
-
-    config_kwargs = {
-        **XLPEModelTester.config_kwargs,
-        "relative_attention_max_distance": 3,
-        "directional_attention": True,
-    }
-
-
-class DPEModelTester(Seq2SeqModelTester):
-    config_class = DPEMarianConfig
-    config_kwargs = {"dpe_layers": 1}
-
-    def extra_inputs(self, config, input_ids, decoder_input_ids):
-        length = input_ids.shape[1]
-        ranks = torch.arange(length).flip(0).expand_as(input_ids).clone()
-        ranks[:, -1] = -100  # EOS: no supervision
-        return {"target_positions": ranks}
-
-
-class MvPEPosModelTester(Seq2SeqModelTester):
-    config_class = MvPEPosConfig
-    config_kwargs = {
-        "pos_tag_sides": "both",
-        "pos_tags": ["NOUN", "VERB", "DET"],
-        "pos_dim": 4,
-        "decoder_tagger_window": 3,
-        "decoder_tagger_hidden_size": 8,
-        "pe_step": 1.0,
-    }
-
-    def get_config(self):
-        config = super().get_config()
-        config.max_position_embeddings = 20
-        return config
-
-    def extra_inputs(self, config, input_ids, decoder_input_ids):
-        tags = config.num_tag_ids("encoder")
-        return {
-            "pos_tag_ids": ids_tensor(list(input_ids.shape), tags - 3) + 3,
-            "decoder_pos_tag_ids": ids_tensor(list(decoder_input_ids.shape), tags - 3) + 3,
-        }
+    FamilyModelTester.config_kwargs = {**family.tiny_fields, **config_kwargs}
+    FamilyModelTester.__name__ = f"{family.name}ModelTester"
+    return FamilyModelTester
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -267,34 +214,43 @@ class CommonFamilyTests(ModelTesterMixin, GenerationTesterMixin, GenerationCheck
             super().test_attention_outputs()
 
 
-class XLPECommonTest(CommonFamilyTests, unittest.TestCase):
-    all_model_classes = (XLPEMarianModel, XLPEMarianMTModel)
-    model_tester_class = XLPEModelTester
-
-
-class XLPEStackedPositionsCommonTest(CommonFamilyTests, unittest.TestCase):
-    all_model_classes = (XLPEMarianModel, XLPEMarianMTModel)
-    model_tester_class = XLPEStackedPositionsModelTester
-
-
-class DPECommonTest(CommonFamilyTests, unittest.TestCase):
-    all_model_classes = (DPEMarianModel, DPEMarianMTModel)
-    model_tester_class = DPEModelTester
+class FamilyCommonTests(CommonFamilyTests):
+    family: ModelFamily
 
     def test_encoder_decoder_loss_no_double_shift(self):
-        """Adapted, not skipped: with `target_positions`, DPE's `loss` is Eq. 2, lambda * CE + (1 - lambda) * L_order,
-        whose gradient w.r.t. the logits is lambda times the CE's. Upstream's check (the loss is the cross-entropy
-        against `labels`, not against labels shifted once more) runs unchanged with lambda = 1."""
-        self.model_tester.config_kwargs = {**DPEModelTester.config_kwargs, "order_loss_weight": 1.0}
+        """Adapted, not skipped: upstream's check (the loss is the cross-entropy against `labels`, not against labels
+        shifted once more) runs under the family's `translation_loss_only` fields (DPE's lambda = 1: its Eq. 2 loss,
+        lambda * CE + (1 - lambda) * L_order, scales the CE's gradient by lambda otherwise)."""
+        saved = self.model_tester.config_kwargs
+        self.model_tester.config_kwargs = {**saved, **self.family.translation_loss_only}
         try:
             super().test_encoder_decoder_loss_no_double_shift()
         finally:
-            self.model_tester.config_kwargs = DPEModelTester.config_kwargs
+            self.model_tester.config_kwargs = saved
 
 
-class MvPEPosCommonTest(CommonFamilyTests, unittest.TestCase):
-    all_model_classes = (MvPEPosModel, MvPEPosForConditionalGeneration)
-    model_tester_class = MvPEPosModelTester
+def family_test_case(family: ModelFamily, suffix: str = "", **config_kwargs) -> type:
+    """The unittest class of transformers' common tests for `family` (its base and generation models)."""
+    name = "".join(part.title() for part in family.name.split("_")) + suffix + "CommonTest"
+    attributes = dict(
+        family=family,
+        all_model_classes=(family.base_model_class, family.generation_model_class),
+        model_tester_class=family_tester(family, **config_kwargs),
+        __module__=__name__,
+        __qualname__=name,
+    )
+    return type(name, (FamilyCommonTests, unittest.TestCase), attributes)
+
+
+# every registered family, and XL PE with the paper's Table 1 baselines stacked on its Combination
+# (position_attention.py): relative position representations on both sides and DiSAN-style directional heads
+for _family in MODEL_FAMILIES.values():
+    globals()[family_test_case(_family).__name__] = family_test_case(_family)
+_stacked = family_test_case(
+    MODEL_FAMILIES["xlpe"], "StackedPositions", relative_attention_max_distance=3, directional_attention=True
+)
+globals()[_stacked.__name__] = _stacked
+del _family, _stacked
 
 
 @unittest.skipUnless(STOCK_BASELINE, "baseline of the stock model: set XLPE_STOCK_BASELINE=1")

@@ -17,9 +17,9 @@ from family_tester import tiny_kwargs
 from transformers import MarianConfig, MarianMTModel
 
 from xlpe import XLPEMarianMTModel
-from xlpe.models.modeling_dpe import DPEMarianMTModel
+from xlpe.models.registry import MODEL_FAMILIES
 
-FAMILIES = {"xlpe": XLPEMarianMTModel, "dpe": DPEMarianMTModel}
+FAMILIES = {name: family.generation_model_class for name, family in MODEL_FAMILIES.items()}
 SECTION = "### Upgrade paths from a stock checkpoint"
 
 

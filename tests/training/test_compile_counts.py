@@ -78,11 +78,7 @@ SHAPES = [
     (5, 8, 8),
 ]
 BACKEND = "eager"  # dynamo alone (module docstring)
-FAMILY_INPUTS = {
-    "xlpe": ("reorder_positions",),
-    "dpe": ("target_positions",),
-    "mvpe_pos": ("pos_tag_ids", "decoder_pos_tag_ids"),
-}
+FAMILY_INPUTS = {name: family.extra_inputs or () for name, family in xlpe.MODEL_FAMILIES.items()}
 MAX_GRAPHS = 1  # every dimension that changes is dynamic from the first trace: one graph serves every shape
 # (without the marking, 3 graphs here for stock Marian and XL PE alike: static, then a retrace per changed dimension)
 
@@ -95,10 +91,10 @@ def build(name: str):
     if name == "BART":
         return BartForConditionalGeneration(BartConfig(**BART)), True
     family = xlpe.get_family(name)
-    if name == "mvpe_pos":
-        return family.generation_model_class(family.config_class(**BART, pos_dim=8)), True
-    extra = {"xl_strategy": "combination", "xl_heads": 1} if name == "xlpe" else {}
-    return family.generation_model_class(family.config_class(**MARIAN, **extra)), False
+    bart = issubclass(family.config_class, BartConfig)
+    # the family's tiny fields; its source tagger's whole tag set (the examples' tag ids reach 47)
+    config = family.tiny_config(**(BART if bart else MARIAN), pos_tags=None)
+    return family.generation_model_class(config), bart
 
 
 def tokenizer(bart: bool) -> PreTrainedTokenizerFast:
@@ -144,9 +140,11 @@ def compiled_training_graphs(name: str, tmp_path, shapes=SHAPES) -> tuple[int, l
     and the (input_ids, labels) shapes the step saw."""
     model, bart = build(name)
     rows, batches = examples(shapes, bart)
-    names = set(inspect.signature(model.forward).parameters)
+    reads = getattr(model.config, "uses_extra_input", lambda input_name: True)  # stock configs: every parameter
+    names = {n for n in inspect.signature(model.forward).parameters if reads(n)}
     rows = [{k: v for k, v in row.items() if k in names} for row in rows]
-    assert all(key in rows[0] for key in ("input_ids", "attention_mask", "labels", *FAMILY_INPUTS.get(name, ())))
+    read = [key for key in FAMILY_INPUTS.get(name, ()) if reads(key)]
+    assert all(key in rows[0] for key in ("input_ids", "attention_mask", "labels", *read))
     args = Seq2SeqTrainingArguments(
         output_dir=str(tmp_path / name),
         report_to="none",
@@ -184,7 +182,9 @@ def stock_graphs(tmp_path_factory):
     return {name: compiled_training_graphs(name, tmp_path_factory.mktemp("stock"))[0] for name in ("Marian", "BART")}
 
 
-@pytest.mark.parametrize("name, stock", [("xlpe", "Marian"), ("dpe", "Marian"), ("mvpe_pos", "BART")])
+@pytest.mark.parametrize(
+    "name, stock", [(name, "BART" if build(name)[1] else "Marian") for name in xlpe.MODEL_FAMILIES]
+)
 def test_compiled_training_step_compiles_no_more_than_stock(name, stock, stock_graphs, tmp_path):
     graphs, seen = compiled_training_graphs(name, tmp_path)
     assert seen == [((b, s), (b, t)) for b, s, t in SHAPES]  # the step trained on every designed shape

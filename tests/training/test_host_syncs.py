@@ -20,17 +20,21 @@ from test_compile_counts import FAMILY_INPUTS, build, examples, tokenizer
 from torch._dynamo.testing import CompileCounter
 
 from xlpe.models import seq2seq_scaffold
+from xlpe.models.registry import EXTRA_INPUTS, MODEL_FAMILIES, generate_inputs
 from xlpe.models.transformers_compat import cache_kwargs, output_cache
 from xlpe.training.collator import ExtraInputsDataCollator
 
-FAMILIES = ["xlpe", "dpe", "mvpe_pos"]
-GENERATION_INPUTS = {"xlpe": (), "dpe": (), "mvpe_pos": ("pos_tag_ids",)}  # source-side inputs generate() gets
+FAMILIES = list(MODEL_FAMILIES)
+GENERATION_INPUTS = {  # the source-side inputs generate() gets (test-time ones; the oracles are predicted)
+    name: tuple(n for n in family.extra_inputs or () if n in generate_inputs() and EXTRA_INPUTS[n].side == "source")
+    for name, family in MODEL_FAMILIES.items()
+}
 
 
 def batch_of(name: str, device="cpu") -> tuple[torch.nn.Module, dict]:
     model, bart = build(name)
     rows, batches = examples([(4, 11, 9)], bart)
-    keep = {"input_ids", "attention_mask", "labels", *FAMILY_INPUTS[name]}
+    keep = {"input_ids", "attention_mask", "labels", *filter(model.config.uses_extra_input, FAMILY_INPUTS[name])}
     batch = ExtraInputsDataCollator(tokenizer(bart), label_pad_token_id=-100)(
         [{k: v for k, v in r.items() if k in keep} for r in rows]
     )
@@ -43,7 +47,7 @@ def training_step(model, batch):
 
 def decode_step_inputs(name: str, model, batch) -> dict:
     """The inputs of the second decode step (a KV cache from the first), as `generate` prepares them."""
-    source = {key: batch[key] for key in ("input_ids", "attention_mask", *GENERATION_INPUTS[name])}
+    source = {key: batch[key] for key in ("input_ids", "attention_mask", *GENERATION_INPUTS[name]) if key in batch}
     with torch.no_grad():
         encoder_outputs = model.get_encoder()(**source)
         start = torch.full(

@@ -11,8 +11,9 @@
       export_manifest.json                          where it came from, digests of every file, layout, front end
                                                     (manifest.py)
 
-Which models: the three families of this package in every position option, and stock MarianMT (the baseline of
-the speed comparison). Refused by name, before any work: another `model_type` (a standalone reorderer directory
+Which models: every registered family whose `ModelFamily.exportable` is set (the three of this package, in every
+position option), and stock MarianMT (the baseline of the speed comparison). Refused by name, before any work:
+another `model_type` (a standalone reorderer directory
 is told to attach itself to an XL PE model first), a model that is not an encoder-decoder, and a generation
 config with a search option the exported search does not reproduce (search.py). The directory is written beside
 `OUT` and renamed into place when complete; an existing `OUT` is replaced only with `overwrite=True`.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ..models.registry import MODEL_FAMILIES
 from .graphs import DEFAULT_OPSET, GRAPH_FILES, export_graphs, graph_layout
 from .manifest import (
     FORMAT,
@@ -48,7 +50,14 @@ from .manifest import (
 )
 from .search import SearchSettings
 
-EXPORTABLE_TYPES = ("xlpe_marian", "dpe_marian", "mvpe_pos", "marian")  # the families' model types, stock MarianMT
+STOCK_EXPORTABLE_TYPES = ("marian",)  # stock models the export takes besides the registered families
+
+
+def exportable_types() -> tuple[str, ...]:
+    """The model types the export takes: the registered families marked exportable, and stock MarianMT."""
+    return tuple(f.model_type for f in MODEL_FAMILIES.values() if f.exportable) + STOCK_EXPORTABLE_TYPES
+
+
 QUANTIZATIONS = ("int8",)
 REORDERER_DIR = "reorderer"
 
@@ -71,8 +80,10 @@ def check_exportable(model) -> None:
             "model_type 'xlpe_reorderer' is a standalone reorderer, not a translation model: attach it to "
             "an XL PE model (xlpe-reorder attach --reorderer DIR --model MODEL) and export that model"
         )
-    if model_type not in EXPORTABLE_TYPES:
-        raise ValueError(f"model_type {model_type!r} cannot be exported: expected one of {', '.join(EXPORTABLE_TYPES)}")
+    if model_type not in exportable_types():
+        raise ValueError(
+            f"model_type {model_type!r} cannot be exported: expected one of {', '.join(exportable_types())}"
+        )
     if not getattr(config, "is_encoder_decoder", False):
         raise ValueError(
             f"is_encoder_decoder is {getattr(config, 'is_encoder_decoder', None)!r}: only encoder-decoder "
@@ -346,7 +357,8 @@ def verify_export(directory, model=None, tokenizer=None) -> dict:
 
 __all__ = [
     "DEFAULT_INT8_SCHEME",
-    "EXPORTABLE_TYPES",
+    "STOCK_EXPORTABLE_TYPES",
+    "exportable_types",
     "INT8_SCHEMES",
     "check_exportable",
     "export_directory",

@@ -9,7 +9,11 @@ For each input:
   `reorder_positions` is still a permutation of 0..T-1);
 * `oracle`: a gold training signal read off the references (word alignments) and predicted by the model at
   test time: `generate` sees it only when asked for explicitly (an oracle evaluation);
-* `generate`: whether `generate()` accepts it (a source-side input a test-time tool produces, or an oracle).
+* `generate`: whether `generate()` accepts it (a source-side input a test-time tool produces, or an oracle);
+* `example`: what a valid value looks like, so tests and benches make one for any family
+  (`extra_inputs.example_extra_inputs`): "permutation" (of the row's positions), "rank" (a target rank per
+  token, IGNORE_INDEX allowed), "tag" (a tag id of the config's tag set of that side) or "index" (any
+  non-negative integer, e.g. the token's index).
 
 To add one: an `ExtraInput` row below, or `xlpe.models.registry.register_extra_input` (CONTRIBUTING.md).
 """
@@ -29,20 +33,36 @@ class ExtraInput:
     doc: str
     oracle: bool = False  # gold at training time, predicted at test time
     generate: bool = True  # `generate()` accepts it (an oracle only when asked for)
+    example: str = "index"  # a valid value's kind: "permutation", "rank", "tag" or "index" (module doc)
 
 
 EXTRA_INPUTS: dict[str, ExtraInput] = {
     spec.name: spec
     for spec in (
         ExtraInput(
-            "reorder_positions", "source", "identity", "XL position of each source token (XL PE Fig. 1b)", oracle=True
+            "reorder_positions",
+            "source",
+            "identity",
+            "XL position of each source token (XL PE Fig. 1b)",
+            oracle=True,
+            example="permutation",
         ),
         ExtraInput(
-            "target_positions", "source", IGNORE_INDEX, "target rank of each source token (DPE Eq. 1)", oracle=True
+            "target_positions",
+            "source",
+            IGNORE_INDEX,
+            "target rank of each source token (DPE Eq. 1)",
+            oracle=True,
+            example="rank",
         ),
-        ExtraInput("pos_tag_ids", "source", 0, "POS tag id of each source token (mvPE+POS Eq. 11)"),
+        ExtraInput("pos_tag_ids", "source", 0, "POS tag id of each source token (mvPE+POS Eq. 11)", example="tag"),
         ExtraInput(
-            "decoder_pos_tag_ids", "target", 0, "POS tag id of each target token (mvPE+POS Eq. 11)", generate=False
+            "decoder_pos_tag_ids",
+            "target",
+            0,
+            "POS tag id of each target token (mvPE+POS Eq. 11)",
+            generate=False,
+            example="tag",
         ),
     )
 }
@@ -55,4 +75,6 @@ def pad_value_row(spec: ExtraInput, length: int, start: int) -> list[int]:
     return [int(spec.pad)] * (length - start)
 
 
-__all__ = ["EXTRA_INPUTS", "IGNORE_INDEX", "ExtraInput", "pad_value_row"]
+EXAMPLE_KINDS = ("permutation", "rank", "tag", "index")
+
+__all__ = ["EXAMPLE_KINDS", "EXTRA_INPUTS", "IGNORE_INDEX", "ExtraInput", "pad_value_row"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from .extra_input_specs import EXTRA_INPUTS, IGNORE_INDEX, ExtraInput, pad_value_row  # noqa: F401  (the table)
-from .tag_sets import PAD_TAG_ID
+from .tag_sets import PAD_TAG_ID, SPECIAL_TAG_NAMES
 
 # ---------------------------------------------------------------------------------------------------------
 # Validation helpers (called from the models' forward; vectorised, one host sync per check)
@@ -214,3 +214,65 @@ def check_target_inputs(config, decoder_input_ids=None, labels=None, past_length
                 f"`{name}` must be token ids in [0, {vocab_size}){allowed}; row {row}, token {col} has "
                 f"{int(values[row, col])}"
             )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Valid example values (tests, benches: any family's inputs from its `ExtraInput.example` kinds)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def num_tag_ids(config, side: str) -> int:
+    """Tag ids of `config` on `side` ("source"/"target"): mvPE+POS's per side, a source tagger's otherwise."""
+    if hasattr(config, "num_tag_ids"):
+        return config.num_tag_ids("encoder" if side == "source" else "decoder")
+    if side == "source" and hasattr(config, "num_source_tag_ids"):
+        return config.num_source_tag_ids()
+    return 0
+
+
+def example_extra_inputs(
+    config,
+    names,
+    input_ids: torch.Tensor,
+    decoder_input_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    decoder_attention_mask: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> dict:
+    """Valid values of the extra inputs `names` that a model of `config` reads (`config.uses_extra_input`) for a
+    batch of right-padded `input_ids` / `decoder_input_ids` (target-side inputs only when those are given), each
+    made from its `ExtraInput.example` kind over a row's n real tokens: a permutation reverses the first n - 1
+    and keeps the last (EOS) and the padding in place; a rank is the reversed order of the first n - 1, the rest
+    unsupervised; a tag is a random ordinary tag of the side, the padding tag on padding; an index is the
+    token's index, the input's pad value on padding."""
+    values = {}
+    for name in names:
+        spec = EXTRA_INPUTS[name]
+        if hasattr(config, "uses_extra_input") and not config.uses_extra_input(name):
+            continue
+        ids, mask = (
+            (input_ids, attention_mask) if spec.side == "source" else (decoder_input_ids, decoder_attention_mask)
+        )
+        if ids is None:
+            continue
+        rows, length = ids.shape
+        mask = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+        index = torch.arange(length, device=ids.device).expand(rows, length)
+        last = mask.sum(dim=1, keepdim=True) - 1  # the row's last real token (EOS)
+        reversed_index = last - 1 - index
+        if spec.example == "permutation":
+            values[name] = torch.where(index < last, reversed_index, index)
+        elif spec.example == "rank":
+            values[name] = torch.where(index < last, reversed_index, torch.full_like(index, IGNORE_INDEX))
+        elif spec.example == "tag":
+            tags, first = num_tag_ids(config, spec.side), len(SPECIAL_TAG_NAMES)
+            if tags <= first:
+                raise ValueError(f"{name}: the config has no tags on the {spec.side} side to make an example from")
+            tag_ids = torch.randint(first, tags, (rows, length), generator=generator).to(ids.device)
+            values[name] = torch.where(mask, tag_ids, torch.full_like(tag_ids, PAD_TAG_ID))
+        elif spec.example == "index":
+            pad = torch.full_like(index, spec.pad if isinstance(spec.pad, int) else 0)
+            values[name] = torch.where(mask, index, pad if isinstance(spec.pad, int) else index)
+        else:
+            raise ValueError(f"{name}: example must be one of permutation, rank, tag, index; got {spec.example!r}")
+    return values

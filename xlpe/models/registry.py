@@ -21,7 +21,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .extra_input_specs import EXTRA_INPUTS, ExtraInput
+from .extra_input_specs import EXAMPLE_KINDS, EXTRA_INPUTS, ExtraInput
 from .strategies import STRATEGIES, Strategy, add_strategy, remove_strategy, strategy_names
 
 # ---------------------------------------------------------------------------------------------------------
@@ -64,7 +64,17 @@ class ModelFamily:
     * `strategy_field`: the config field that picks one of the family's strategies (`register_strategy`), if any;
     * `variant`: the model's variant in one word (the Hub tag "<family>-<variant>"): a config field name or a
       function of the config; default the strategy field;
-    * `extra_inputs`: the per-token extra inputs its `forward` may read (None: every registered one it takes).
+    * `extra_inputs`: the per-token extra inputs its `forward` may read (None: every registered one it takes);
+    * `tiny_fields`: the config fields a tiny config (`tiny_config`: tests, benches) sets besides `TINY_LAYOUT`, so
+      that it builds every module the family adds (e.g. XL PE's Combination with its predictor narrowed);
+    * `translation_loss_only`: config fields under which `loss` is the translation loss alone (DPE's lambda = 1),
+      for checks written for a stock model's loss (transformers' own tests);
+    * `exportable`: whether `xlpe-export` (ONNX) takes its models.
+
+    What every family must have (`REQUIRED_CONFIG_ATTRIBUTES`, `REQUIRED_OUTPUT_FIELDS`, the extra inputs as
+    `forward` parameters, `HubModelMixin` under the models) is checked when its classes are first loaded
+    (`check`: at registration for classes given as classes; at the registration with transformers, or the first
+    use, for "module:Class" strings), with an error that names what is missing.
     """
 
     def __init__(
@@ -80,6 +90,9 @@ class ModelFamily:
         strategy_field: str | None = None,
         variant: str | Callable | None = None,
         extra_inputs: tuple[str, ...] | None = None,
+        tiny_fields: dict | None = None,
+        translation_loss_only: dict | None = None,
+        exportable: bool = True,
     ):
         self.name = name
         self._references = (config_class, base_model_class, generation_model_class)
@@ -90,11 +103,89 @@ class ModelFamily:
         self.strategy_field = strategy_field
         self.variant = variant if variant is not None else strategy_field
         self.extra_inputs = tuple(extra_inputs) if extra_inputs is not None else None
+        self.tiny_fields = dict(tiny_fields or {})
+        self.translation_loss_only = dict(translation_loss_only or {})
+        self.exportable = exportable
+        self._checked = False
 
     def _class(self, index: int) -> type:
-        if index not in self._classes:
-            self._classes[index] = _load(self._references[index])
+        if index not in self._classes:  # the three at once, checked together
+            self._classes = {i: _load(reference) for i, reference in enumerate(self._references)}
+            if not self._checked:
+                self.check()
         return self._classes[index]
+
+    def classes_given(self) -> bool:
+        """Were the classes given as classes (not "module:Class" strings, loaded on first use)?"""
+        return not any(isinstance(reference, str) for reference in self._references)
+
+    def check(self) -> None:
+        """Raise a ValueError naming everything the family lacks of what every layer relies on (class doc)."""
+        import inspect
+        import typing
+
+        from .hub_support import HubModelMixin
+
+        self._checked = True
+        config_class, base_class, generation_class = (self._class(i) for i in range(3))
+        missing = [
+            f"config attribute {name!r}" for name in REQUIRED_CONFIG_ATTRIBUTES if not hasattr(config_class, name)
+        ]
+        missing += [
+            f"{model_class.__name__} is not a HubModelMixin (xlpe/models/hub_support.py)"
+            for model_class in (base_class, generation_class)
+            if not issubclass(model_class, HubModelMixin)
+        ]
+        parameters = inspect.signature(generation_class.forward).parameters
+        missing += [
+            f"extra input {name!r} as a parameter of {generation_class.__name__}.forward"
+            for name in self.extra_inputs or ()
+            if name not in parameters
+        ]
+        try:
+            output = typing.get_type_hints(generation_class.forward).get("return")
+        except Exception:  # an annotation that does not resolve is a missing one
+            output = None
+        fields = getattr(output, "__dataclass_fields__", None)
+        if fields is None:
+            missing.append(f"an output dataclass as the return annotation of {generation_class.__name__}.forward")
+        else:
+            missing += [
+                f"output field {name!r} of {output.__name__}" for name in REQUIRED_OUTPUT_FIELDS if name not in fields
+            ]
+        if missing:
+            self._checked, self._classes = False, {}  # every later use is refused too
+            raise ValueError(f"model family {self.name!r} lacks: {'; '.join(missing)} (CONTRIBUTING.md, a new family)")
+
+    def tiny_config(self, **overrides):
+        """A tiny config of the family (tests, benches): `TINY_LAYOUT`, the family's `tiny_fields`, `overrides`."""
+        return self.config_class(**{**TINY_LAYOUT, **self.tiny_fields, **overrides})
+
+    def example_inputs(self, config, input_ids, decoder_input_ids=None, **masks) -> dict:
+        """Valid values of the extra inputs a model of `config` reads, for a right-padded batch (`attention_mask`,
+        `decoder_attention_mask`, `generator` as keywords; tests, benches: `extra_inputs.example_extra_inputs`)."""
+        from .extra_inputs import example_extra_inputs
+
+        names = self.extra_inputs if self.extra_inputs is not None else tuple(EXTRA_INPUTS)
+        return example_extra_inputs(config, names, input_ids, decoder_input_ids, **masks)
+
+    def stock_classes(self) -> tuple[type, type]:
+        """The stock transformers classes the family extends: (its `*PreTrainedModel`, its generation model), e.g.
+        (MarianPreTrainedModel, MarianMTModel), the baseline of the speed bench and the flat-class test."""
+        import transformers
+
+        pretrained = next(
+            klass
+            for klass in self.generation_model_class.__mro__
+            if klass.__module__.startswith("transformers.models.") and klass.__name__.endswith("PreTrainedModel")
+        )
+        prefix = pretrained.__name__[: -len("PreTrainedModel")]
+        generation = next(
+            getattr(transformers, name)
+            for name in (f"{prefix}MTModel", f"{prefix}ForConditionalGeneration")
+            if hasattr(transformers, name)
+        )
+        return pretrained, generation
 
     config_class = property(lambda self: self._class(0), doc="the config class (loaded on first use)")
     base_model_class = property(lambda self: self._class(1), doc="the base model class (AutoModel)")
@@ -124,7 +215,16 @@ class ModelFamily:
 
     def _key(self):
         fields = tuple((f.name, f.type, f.help) for f in self.fields)
-        return (self.name, tuple(map(_reference, self._references)), self._model_type, fields, self.strategy_field)
+        return (
+            self.name,
+            tuple(map(_reference, self._references)),
+            self._model_type,
+            fields,
+            self.strategy_field,
+            tuple(sorted((key, repr(value)) for key, value in self.tiny_fields.items())),
+            tuple(sorted((key, repr(value)) for key, value in self.translation_loss_only.items())),
+            self.exportable,
+        )
 
     def __eq__(self, other):
         return isinstance(other, ModelFamily) and self._key() == other._key()
@@ -136,6 +236,29 @@ class ModelFamily:
         return f"ModelFamily({self.name!r}, {', '.join(map(_reference, self._references))})"
 
 
+# what every family's config has (the trainer sets `label_smoothing`; the Hub pipeline reads `pos_tagger`; the model
+# setup asks `uses_extra_input`; `validate` runs the config's checks) and its generation output carries
+REQUIRED_CONFIG_ATTRIBUTES = ("label_smoothing", "pos_tagger", "uses_extra_input", "validate")
+REQUIRED_OUTPUT_FIELDS = ("loss", "logits", "translation_loss")
+
+# a tiny layout every family accepts (Marian and BART configs), as transformers' ModelTesters: vocabulary 99,
+# d_model 16, 2 + 2 layers of 4 heads; tests and benches override what they need
+TINY_LAYOUT = dict(
+    vocab_size=99,
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+    max_position_embeddings=64,
+    bos_token_id=0,
+    pad_token_id=1,
+    eos_token_id=2,
+    decoder_start_token_id=1,
+)
+
 MODEL_FAMILIES: dict[str, ModelFamily] = {}
 _LISTENERS: list[Callable[[ModelFamily], None]] = []  # called for each family registered (the Auto registration)
 
@@ -146,6 +269,8 @@ def register_family(family: ModelFamily) -> ModelFamily:
     existing = MODEL_FAMILIES.get(family.name)
     if existing is not None and existing != family:
         raise ValueError(f"model family {family.name!r} is already registered as {existing!r}")
+    if existing is None and family.classes_given():
+        family.check()
     MODEL_FAMILIES[family.name] = family
     if existing is None:
         for listener in list(_LISTENERS):
@@ -234,6 +359,8 @@ def register_extra_input(spec: ExtraInput, compute: Callable | str | None = None
         raise ValueError(f"extra input {spec.name!r} is already registered as {existing}")
     if spec.side not in ("source", "target"):
         raise ValueError(f"extra input {spec.name!r}: side must be 'source' or 'target', got {spec.side!r}")
+    if spec.example not in EXAMPLE_KINDS:
+        raise ValueError(f"extra input {spec.name!r}: example must be one of {EXAMPLE_KINDS}, got {spec.example!r}")
     EXTRA_INPUTS[spec.name] = spec
     if compute is not None:
         _FEATURE_COMPUTERS[spec.name] = compute
@@ -296,6 +423,10 @@ BUILTIN_FAMILIES = (
         ),
         strategy_field="xl_strategy",
         extra_inputs=("reorder_positions", "pos_tag_ids"),
+        tiny_fields=dict(
+            xl_strategy="combination", xl_heads=2, reorder_predictor_hidden_size=8, reorder_predictor_heads=2
+        ),
+        translation_loss_only=dict(reorder_loss_weight=0.0),
     ),
     ModelFamily(
         "dpe",
@@ -306,6 +437,8 @@ BUILTIN_FAMILIES = (
         title="DPE (dynamic position encoding)",
         fields=(FamilyField("order_loss_weight", float, "DPE: lambda of Eq. 2"),),
         extra_inputs=("target_positions", "pos_tag_ids"),
+        tiny_fields=dict(dpe_layers=1),
+        translation_loss_only=dict(order_loss_weight=1.0),
     ),
     ModelFamily(
         "mvpe_pos",
@@ -317,6 +450,15 @@ BUILTIN_FAMILIES = (
         fields=(FamilyField("pe_step", str, "mvPE+POS: k of Eq. 9-10, a number or 'auto'", convert=_pe_step),),
         variant=_mvpe_variant,
         extra_inputs=("pos_tag_ids", "decoder_pos_tag_ids"),
+        tiny_fields=dict(
+            pos_tag_sides="both",
+            pos_tags=["NOUN", "VERB", "DET"],
+            pos_dim=4,
+            decoder_tagger_window=3,
+            decoder_tagger_hidden_size=8,
+            pe_step=1.0,
+        ),
+        translation_loss_only=dict(tag_loss_weight=0.0),
     ),
 )
 for _family in BUILTIN_FAMILIES:
@@ -336,6 +478,9 @@ def help_signature() -> str:
 
 __all__ = [
     "BUILTIN_FAMILIES",
+    "REQUIRED_CONFIG_ATTRIBUTES",
+    "REQUIRED_OUTPUT_FIELDS",
+    "TINY_LAYOUT",
     "EXTRA_INPUTS",
     "MODEL_FAMILIES",
     "STRATEGIES",
