@@ -9,7 +9,11 @@ matches the tree, and `.ci/run` runs them as their own step after the tests:
 * benchmark tables: every table of BENCHMARKS.md and docs/benchmarks/ rendered from its results file
   (`render_tables.py --check`);
 * documentation timings: every `<!-- timing:NAME -->` quote in the README and docs is what `doc_timings.py`
-  recorded.
+  recorded;
+* the help snapshot: `xlpe/cli/train_help.txt`, what a fresh install's first `xlpe-train --help` prints at once
+  (0.3 s instead of building the text with transformers' parser, ~6 s), is what the parser prints. Its key covers
+  the training arguments' sources and every registry that shapes the text, so a stale snapshot is never served:
+  staleness costs speed, not correctness, which is why it is a record here and not a test.
 """
 
 from __future__ import annotations
@@ -47,10 +51,27 @@ def documentation_timings() -> list[str]:
     return problems
 
 
+def help_snapshot() -> list[str]:
+    import tempfile
+
+    from xlpe.cli import train as train_cli
+
+    refresh = '(run `python -c "from xlpe.cli.train import write_help_snapshot; write_help_snapshot()"`)'
+    key = train_cli.SNAPSHOT.read_text(encoding="utf-8").partition("\n")[0]
+    if key != f"# {train_cli.snapshot_key()}":
+        return [f"xlpe/cli/train_help.txt was made from other sources or registries {refresh}"]
+    with tempfile.TemporaryDirectory() as scratch:
+        fresh = train_cli.write_help_snapshot(Path(scratch) / "train_help.txt").read_text(encoding="utf-8")
+    if fresh != train_cli.SNAPSHOT.read_text(encoding="utf-8"):
+        return [f"xlpe/cli/train_help.txt differs from what the parser prints {refresh}"]
+    return []
+
+
 CHECKS = {
     "speed rows measured on this code": speed_rows,
     "benchmark tables rendered from their results": benchmark_tables,
     "documentation timings quote their record": documentation_timings,
+    "the help snapshot is what the parser prints": help_snapshot,
 }
 
 

@@ -15,11 +15,12 @@ def test_stale_records_are_named_and_fail(monkeypatch, capsys):
     monkeypatch.setitem(check_records.CHECKS, "speed rows measured on this code", lambda: ["the code changed: rerun"])
     monkeypatch.setitem(check_records.CHECKS, "benchmark tables rendered from their results", lambda: [])
     monkeypatch.setitem(check_records.CHECKS, "documentation timings quote their record", lambda: [])
+    monkeypatch.setitem(check_records.CHECKS, "the help snapshot is what the parser prints", lambda: [])
     assert check_records.main() == 1
     out = capsys.readouterr().out
     assert "check_records: STALE: speed rows measured on this code\n  the code changed: rerun" in out
     assert "check_records: ok: benchmark tables rendered from their results" in out
-    assert "1 of 3 records are stale" in out
+    assert "1 of 4 records are stale" in out
 
 
 def test_every_check_runs_on_the_tree():
@@ -32,3 +33,13 @@ def test_ci_runs_the_checks_as_their_own_step():
     ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "python bench/check_records.py" in ci
     assert ci.index("python -m pytest") < ci.index("python bench/check_records.py")
+
+
+def test_a_stale_help_snapshot_is_named_with_its_refresh_command(tmp_path, monkeypatch):
+    from xlpe.cli import train as train_cli
+
+    stale = tmp_path / "train_help.txt"
+    stale.write_text("# python 0.0, transformers 0, sources 0\nusage: an old help\n", encoding="utf-8")
+    monkeypatch.setattr(train_cli, "SNAPSHOT", stale)
+    (problem,) = check_records.help_snapshot()
+    assert "made from other sources or registries" in problem and "write_help_snapshot()" in problem

@@ -467,13 +467,16 @@ del _family
 
 
 def help_signature() -> str:
-    """What of the registry shapes `xlpe-train --help` (families, their fields and strategies), as one string:
-    part of the help text's cache key, so a family registered in a plugin never shows a stale help."""
+    """What of the registries shapes `xlpe-train --help` (families, their fields and strategies; the taggers its
+    `--pos_tagger` help lists), as one string: part of the help text's cache key, so a family or a tagger added
+    (built in or in a plugin) never shows a stale help."""
+    from .taggers import tagger_help
+
     parts = []
     for family in MODEL_FAMILIES.values():
         fields = ",".join(f"{f.name}:{f.type.__name__}:{family.field_help(f)}" for f in family.fields)
         parts.append(f"{family.name}[{fields}]")
-    return ";".join(parts)
+    return ";".join(parts) + f";taggers[{tagger_help()}]"
 
 
 __all__ = [
