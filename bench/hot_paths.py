@@ -32,6 +32,8 @@ HOT_PATHS = (  # what bench/speed.py's train-step and generation rows execute of
     "xlpe/models/modeling_mvpe_pos.py",
     "xlpe/models/seq2seq_scaffold.py",
     "xlpe/models/position_attention.py",
+    "xlpe/models/position_modules.py",
+    "xlpe/models/xl_position_forms.py",
     "xlpe/models/reorder_predictor.py",
     "xlpe/models/extra_inputs.py",
     "xlpe/models/source_tags.py",

@@ -144,7 +144,7 @@ def test_monotone_xl_positions_compute_the_plain_option(toy_tokenizer, xl_fields
         or not missing
     )
     for layer in xl.model.encoder.layers:  # XL tables = the plain tables: a distance is a distance
-        if layer.self_attn.xl_relative is not None:
+        if getattr(layer.self_attn, "xl_relative", None) is not None:
             layer.self_attn.xl_relative.load_state_dict(layer.self_attn.relative.state_dict())
     batch = batch_of(toy_tokenizer)
     with torch.no_grad():

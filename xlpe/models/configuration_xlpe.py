@@ -14,11 +14,11 @@ from .config_checks import ValidatedConfigMixin, check_choice, check_number
 from .configuration_position_options import PositionOptionsConfigMixin
 from .configuration_source_tags import SourceTagsConfigMixin
 from .strategies import INPUT_FUSION, XL_HEADS, strategy_names, strategy_traits
+from .xl_position_forms import XL_POSITION_FORMS
 
 FAMILY = "xlpe"  # the registry name whose strategies (strategies.py) `xl_strategy` chooses from
 XL_FUSIONS = ("diagonal", "full")
 XL_TRAIN_POSITIONS = ("oracle", "predicted")
-XL_POSITION_FORMS = ("absolute", "relative", "rotary")
 XL_POSITION_LAYERS = ("first", "all")
 REORDER_LOSSES = ("pairwise", "mse")
 REORDER_UNITS = ("word", "token")
@@ -40,8 +40,8 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
     )
     xl_heads: int | None = None  # tau: first-layer heads fed X+PE_XL (Eq. 9-11); None -> H // 4 (paper: 4 of 16)
     # --- how the XL heads see XL positions (docs/xl_pe.md, "XL order in relative and rotary form") ---
-    # xl_position_form: "absolute": X + PE_XL (Eq. 9); "relative": Shaw distances of XL positions; "rotary": RoPE
-    # angles of them
+    # xl_position_form (xl_position_forms.py): "absolute": X + PE_XL (Eq. 9); "relative": Shaw distances of XL
+    # positions; "rotary": RoPE angles of them; or a registered form
     xl_position_form: str = "absolute"
     # xl_position_layers (relative/rotary form): the tau heads of layer 1 ("first", HeadXL's place) or of every
     # encoder layer ("all")
@@ -107,7 +107,9 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         check_choice("xl_train_positions", self.xl_train_positions, XL_TRAIN_POSITIONS)
         check_choice("reorder_unit", self.reorder_unit, REORDER_UNITS)
         check_choice("reorder_loss", self.reorder_loss, REORDER_LOSSES)
-        check_choice("xl_position_form", self.xl_position_form, XL_POSITION_FORMS)
+        check_choice("xl_position_form", self.xl_position_form, tuple(XL_POSITION_FORMS))
+        form = XL_POSITION_FORMS[self.xl_position_form]  # what it needs: the table (xl_position_forms.py)
+        in_attention = sorted(name for name, spec in XL_POSITION_FORMS.items() if spec.in_attention)
         check_choice("xl_position_layers", self.xl_position_layers, XL_POSITION_LAYERS)
         check_number("xl_relative_max_distance", self.xl_relative_max_distance, 1, integer=True)
         heads = self.encoder_attention_heads
@@ -118,21 +120,22 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
                 f"xl_heads={self.xl_heads} only applies to xl_strategy {' or '.join(map(repr, with_heads))}, "
                 f"not {self.xl_strategy!r}: set xl_heads=0 or change the strategy"
             )
-        if self.xl_position_form != "absolute" and (self.xl_traits != {XL_HEADS} or self.xl_heads == 0):
+        if form.in_attention and (self.xl_traits != {XL_HEADS} or self.xl_heads == 0):
             raise ValueError(
                 f"xl_position_form={self.xl_position_form!r} gives XL distances/angles to the tau XL heads: it needs "
                 f"xl_strategy='head' and xl_heads >= 1, got xl_strategy={self.xl_strategy!r}, xl_heads={self.xl_heads} "
                 "(InXL and Combination add an absolute PE_In-XL, Eq. 7: use xl_position_form='absolute' for them)"
             )
-        if self.xl_position_layers == "all" and self.xl_position_form == "absolute":
+        if self.xl_position_layers == "all" and not form.in_attention:
             raise ValueError(
-                "xl_position_layers='all' applies to xl_position_form 'relative' or 'rotary'; the absolute form feeds "
-                "X + PE_XL to the heads of layer 1 only (Eq. 9): set xl_position_layers='first'"
+                f"xl_position_layers='all' applies to an xl_position_form of {in_attention}; the "
+                f"{self.xl_position_form} form feeds X + PE_XL to the heads of layer 1 only (Eq. 9): set "
+                "xl_position_layers='first'"
             )
-        if self.xl_position_form == "rotary" and (self.d_model // self.encoder_attention_heads) % 2 != 0:
+        if form.even_head_dim and (self.d_model // self.encoder_attention_heads) % 2 != 0:
             raise ValueError(
-                "xl_position_form='rotary' rotates pairs of a head's dimensions: d_model / encoder_attention_heads = "
-                f"{self.d_model} / {self.encoder_attention_heads} must be even"
+                f"xl_position_form={self.xl_position_form!r} rotates pairs of a head's dimensions: d_model / "
+                f"encoder_attention_heads = {self.d_model} / {self.encoder_attention_heads} must be even"
             )
         self.validate_position_options()
         self.validate_source_tags()
@@ -155,11 +158,13 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         """The shared rules (configuration_position_options.py), then XL PE's (docs/xl_pe.md, "Baselines and
         stacking")."""
         super().validate_position_options()
-        if self.uses_xl and not self.absolute_positions and self.xl_position_form == "absolute":
+        form = XL_POSITION_FORMS.get(self.xl_position_form)  # an unknown one is refused by its own check
+        if self.uses_xl and not self.absolute_positions and form is not None and not form.in_attention:
+            in_attention = sorted(name for name, spec in XL_POSITION_FORMS.items() if spec.in_attention)
             raise ValueError(
                 f"xl_strategy={self.xl_strategy!r} needs absolute_positions=True: XL PE fuses PE_abs with PE_XL "
                 "(Eq. 7) and its first layer's residual carries X + PE_abs (Eq. 9); use xl_strategy='none' for a "
-                "model without absolute positions, or xl_position_form 'relative' / 'rotary', which need no PE_abs"
+                f"model without absolute positions, or an xl_position_form of {in_attention}, which need no PE_abs"
             )
         if XL_HEADS in self.xl_traits and self.xl_heads > 0 and self.encoder_layers == 0:
             raise ValueError(

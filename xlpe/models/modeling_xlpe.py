@@ -76,6 +76,7 @@ from .seq2seq_scaffold import (
 from .source_tags import SourceTagEncoding
 from .strategies import INPUT_FUSION, XL_HEADS
 from .transformers_compat import renamed_cache_argument
+from .xl_position_forms import xl_position_form
 
 # ---------------------------------------------------------------------------------------------------------
 # Position modules
@@ -273,14 +274,16 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
         init_marian_encoder_parts(self, config)
         self.uses_xl = config.uses_xl  # computed once, by the config (its strategy's traits and xl_heads)
         self.xl_form = config.xl_position_form if self.uses_xl else "absolute"
+        # a form in the attention (relative, rotary: xl_position_forms.py) or the XL heads' input (absolute, Eq. 9)
+        self.xl_form_in_attention = xl_position_form(self.xl_form).in_attention
         self.xl_in_input = INPUT_FUSION in config.xl_traits and XL_HEADS not in config.xl_traits  # InXL alone: Z
-        if XL_HEADS in config.xl_traits and config.xl_heads > 0 and self.xl_form == "absolute":
+        if XL_HEADS in config.xl_traits and config.xl_heads > 0 and not self.xl_form_in_attention:
             self.layers[0].self_attn = XLHeadAttention(config)
-        # XL heads in relative/rotary form (position_attention.py): layer 1's, or every layer's
+        # XL heads whose form lives in the attention (position_attention.py): layer 1's, or every layer's
         self.xl_layers = (
-            ()
-            if self.xl_form == "absolute"
-            else (tuple(range(config.encoder_layers)) if config.xl_position_layers == "all" else (0,))
+            (tuple(range(config.encoder_layers)) if config.xl_position_layers == "all" else (0,))
+            if self.xl_form_in_attention
+            else ()
         )
         apply_position_options(
             self, config, is_decoder=False, xl_heads=config.xl_heads, xl_form=self.xl_form, xl_layers=self.xl_layers
@@ -381,7 +384,7 @@ class XLPEMarianEncoder(XLPEMarianPreTrainedModel):
                 used_positions = reorder_positions.long()
             index = torch.arange(length, device=inputs_embeds.device)
             used_positions = torch.where(mask, used_positions, index)  # pad slots: any value was allowed
-        if self.uses_xl and self.xl_form != "absolute":  # the XL heads' distances / angles: no PE_XL
+        if self.uses_xl and self.xl_form_in_attention:  # the XL heads' distances / angles: no PE_XL
             xl_layer_kwargs = {"xl_positions": used_positions, "xl_gate": self.xl_position.gate}
         elif self.uses_xl:
             pe_xl = F.embedding(used_positions, self.embed_positions.weight)

@@ -21,10 +21,12 @@
   are (k, k + d_h/2) ("rotate half", as GPT-NeoX and LLaMA; the paper's Eq. 34 pairs neighbours (2k, 2k+1), the
   same function up to a fixed permutation of the head's Q/K columns). Keys are rotated before they enter the
   cache, so a cached decoding rotates each key once. Attention itself is unchanged: SDPA and flash run it.
-* Cross-lingual order in relative or rotary form (XL PE, `xl_position_form`): in the first `xl_heads` heads the
-  distances (relative) or angles (rotary) come from each token's XL position (its index in the reordered
-  sentence) instead of its source index, scaled by XL PE's gate g (g = 0: those heads see no XL term, the
-  function-preserving upgrade). The other heads keep the layer's own options (plain relative / rotary / none).
+* Cross-lingual order in an attention form (XL PE, `xl_position_form`; the forms are modules registered in
+  xl_position_forms.py): in the first `xl_heads` heads the distances (relative) or angles (rotary) come from each
+  token's XL position (its index in the reordered sentence) instead of its source index, scaled by XL PE's gate g
+  (g = 0: those heads see no XL term, the function-preserving upgrade). The attention asks the form whether it
+  rotates and/or biases the scores, never its name. The other heads keep the layer's own options (plain relative /
+  rotary / none).
 
 * RoPE's warm start from a sinusoidal checkpoint (`rotary_warm_start_steps` = S > 0): a blend b = min(1, n / S)
   that rises with n, the training forward passes a module has made (`WarmStartBlend`, saved with the weights, so a
@@ -36,7 +38,8 @@
 Decoder self-attention keeps its cache: a query's position is the cache length before this step plus its
 index, so `generate` with a cache computes what a full forward computes.
 
-Flat file, single-dot imports only: it travels as Hub custom code next to the modeling files.
+The position modules themselves (relative tables, rotary angles, directional masks, no / fading sinusoid) are in
+position_modules.py. Flat file, single-dot imports only: it travels as Hub custom code next to the modeling files.
 """
 
 from __future__ import annotations
@@ -50,154 +53,24 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.marian.modeling_marian import (
     MarianAttention,
     MarianDecoder,
-    MarianSinusoidalPositionalEmbedding,
     eager_attention_forward,
 )
 
-from .hub_support import hf_init
+from . import position_modules
+from .position_modules import (
+    FadingSinusoid,
+    NoPositions,
+    RelativePositionRepresentations,
+    RotaryPositions,
+    WarmStartBlend,
+    XLPositionForm,
+    directional_bias,
+)
 from .seq2seq_scaffold import InitOwnParametersMixin
 from .transformers_compat import renamed_cache_argument, take_cache
+from .xl_position_forms import XL_POSITION_FORMS, xl_position_form
 
 BIAS_ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")  # the ones that take an additive float bias
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Position modules: relative representations, directional masks, no / fading sinusoid, rotary angles
-# ---------------------------------------------------------------------------------------------------------
-
-
-class RelativePositionRepresentations(nn.Module):
-    """a^K and a^V of Shaw et al. (Eq. 5): one (2k+1, d_h) table each, indexed by clip(j - i, -k, k) + k."""
-
-    def __init__(self, max_distance: int, head_dim: int, values: bool, zero_init: bool = False):
-        super().__init__()
-        self.max_distance, self.zero_init = max_distance, zero_init  # zero_init: an upgrade's tables start at 0
-        self.keys = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))  # w^K of Eq. 5
-        self.values = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim)) if values else None  # w^V
-
-    @torch.no_grad()
-    def init_own_parameters(self) -> None:
-        for table in (self.keys, self.values):
-            if table is not None and self.zero_init:  # q . a^K = 0 and a^V = 0: attention as without the tables
-                hf_init.zeros_(table)
-            elif table is not None:
-                hf_init.normal_(table, std=table.shape[-1] ** -0.5)
-
-    def buckets(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
-        """Indices clip(j - i, -k, k) + k: (L_q, L_k) from (L_q,) and (L_k,) positions; from (B, L_q, 1) and
-        (B, 1, L_k) positions (XL positions, one order per row), (B, L_q, L_k)."""
-        if query_positions.dim() == 1:
-            query_positions, key_positions = query_positions[:, None], key_positions[None, :]
-        distance = key_positions - query_positions
-        return distance.clamp(-self.max_distance, self.max_distance) + self.max_distance
-
-    def key_bias(self, query: torch.Tensor, buckets: torch.Tensor, scaling: float) -> torch.Tensor:
-        """q_i a^K_ij * scaling, shape (B, H, L_q, L_k): the second term of Eq. 4 (`buckets` (L_q, L_k) or
-        (B, 1, L_q, L_k))."""
-        per_bucket = torch.matmul(query, self.keys.to(query.dtype).t()) * scaling  # (B, H, L_q, 2k+1)
-        index = buckets.expand(*per_bucket.shape[:2], *buckets.shape[-2:])
-        return per_bucket.gather(-1, index)
-
-    def value_term(self, weights: torch.Tensor, buckets: torch.Tensor) -> torch.Tensor:
-        """sum_j alpha_ij a^V_ij, shape (B, H, L_q, d_h): the second term of Eq. 3."""
-        per_bucket = weights.new_zeros(*weights.shape[:-1], self.values.shape[0])
-        per_bucket.scatter_add_(-1, buckets.expand_as(weights), weights)
-        return torch.matmul(per_bucket, self.values.to(weights.dtype))
-
-
-def directional_bias(
-    num_heads: int, query_positions: torch.Tensor, key_positions: torch.Tensor, dtype: torch.dtype
-) -> torch.Tensor:
-    """(H, L_q, L_k) additive mask: heads [0, H//2) see j <= i (forward), the others j >= i (backward)."""
-    later = key_positions[None, :] > query_positions[:, None]
-    earlier = key_positions[None, :] < query_positions[:, None]
-    forward = torch.arange(num_heads, device=query_positions.device) < num_heads // 2
-    blocked = torch.where(forward[:, None, None], later, earlier)
-    return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill(blocked, torch.finfo(dtype).min)
-
-
-class NoPositions(nn.Module):
-    """Absolute positions switched off (`absolute_positions=False`): adds zeros where Marian adds its sinusoid.
-    Called as `MarianSinusoidalPositionalEmbedding` is: `(input_shape, past_length, position_ids=None)` -> (L, d)."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.register_buffer("zero", torch.zeros(dim), persistent=False)
-
-    @torch.no_grad()
-    def init_own_parameters(self) -> None:
-        hf_init.zeros_(self.zero)
-
-    def forward(self, input_shape, cache_length: int = 0, position_ids=None) -> torch.Tensor:
-        return self.zero.expand(input_shape[1], -1)
-
-
-class WarmStartBlend(nn.Module):
-    """b = min(1, n / steps), n = the training forward passes made so far (a saved buffer; eval passes do not
-    count, so evaluations and generation leave the schedule alone). Called once per forward of its owner, which
-    counts the pass (in training mode) after reading b: the first training pass still computes b = 0."""
-
-    def __init__(self, steps: int):
-        super().__init__()
-        if steps < 1:
-            raise ValueError(f"a warm start takes steps >= 1, got {steps}")
-        self.steps = steps
-        self.register_buffer("passes", torch.zeros((), dtype=torch.float32))
-
-    @torch.no_grad()
-    def init_own_parameters(self) -> None:
-        hf_init.zeros_(self.passes)
-
-    def forward(self) -> torch.Tensor:
-        blend = (self.passes / self.steps).clamp(max=1.0)
-        if self.training:
-            with torch.no_grad():
-                self.passes.add_(1.0)
-        return blend
-
-
-class FadingSinusoid(MarianSinusoidalPositionalEmbedding):
-    """Marian's sinusoid (same weight name) scaled by 1 - b (`WarmStartBlend`): RoPE alone reached from a
-    sinusoidal checkpoint without a jump. Called as the sinusoid is; (L, d)."""
-
-    def __init__(self, num_positions: int, dim: int, steps: int):
-        super().__init__(num_positions, dim)
-        self.warm_start = WarmStartBlend(steps)
-
-    def forward(self, input_ids_shape, past_key_values_length: int = 0, position_ids=None) -> torch.Tensor:
-        table = super().forward(input_ids_shape, past_key_values_length, position_ids)
-        return table * (1.0 - self.warm_start()).to(table.dtype)
-
-
-class RotaryPositions(nn.Module):
-    """RoPE (Su et al., 2021, Eq. 34) in the rotate-half layout: x -> x * cos(p w) + rotate_half(x) * sin(p w)."""
-
-    def __init__(self, head_dim: int, base: float):
-        super().__init__()
-        if head_dim % 2 != 0:
-            raise ValueError(
-                f"rotary positions rotate pairs of a head's dimensions: the head size must be even, got {head_dim}"
-            )
-        self.head_dim, self.base = head_dim, base
-        self.register_buffer("inverse_frequencies", self.frequencies(), persistent=False)
-
-    def frequencies(self, device=None) -> torch.Tensor:
-        """w_k = base^(-2k/d_h), k = 0 .. d_h/2 - 1 (Eq. 15 of Su et al.)."""
-        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=device) / self.head_dim
-        return self.base**-exponents
-
-    @torch.no_grad()
-    def init_own_parameters(self) -> None:
-        hf_init.copy_(self.inverse_frequencies, self.frequencies(self.inverse_frequencies.device))
-
-    def forward(self, states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """`states` (B, H, L, d_h) rotated by `positions`: (L,) for every row and head, or (B, H|1, L), which may
-        be fractional (XL positions scaled by the gate). Angles in fp32, then cast to the states' dtype."""
-        angles = positions.to(torch.float32)[..., None] * self.inverse_frequencies  # (..., L, d_h/2)
-        cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(states.dtype)
-        sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(states.dtype)
-        first, second = states.chunk(2, dim=-1)
-        return states * cos + torch.cat([-second, first], dim=-1) * sin
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -214,9 +87,11 @@ class PositionAwareSelfAttention(MarianAttention):
     """Marian self-attention with relative position representations, rotary positions and/or directional heads,
     and (XL PE's relative/rotary forms) XL heads whose distances or angles come from the XL positions.
 
-    Same parameter names as `MarianAttention` (stock weights load) plus `relative.keys` / `relative.values` and
-    `xl_relative.keys` / `xl_relative.values`. Subclasses change how Q/K/V are projected (`project`), e.g. XL
-    PE's HeadXL attention. `forward` takes `xl_positions` (B, L) and `xl_gate` (a scalar tensor) for the XL heads.
+    Same parameter names as `MarianAttention` (stock weights load) plus `relative.keys` / `relative.values` and the
+    XL form's under its registered attribute (`xl_relative.keys` / `xl_relative.values`). Subclasses change how
+    Q/K/V are projected (`project`), e.g. XL PE's HeadXL attention. `forward` takes `xl_positions` (B, L) and
+    `xl_gate` (a scalar tensor) for the XL heads, whose form (xl_position_forms.py) it asks for their rotation or
+    score bias.
     """
 
     def __init__(
@@ -232,6 +107,8 @@ class PositionAwareSelfAttention(MarianAttention):
         xl_heads: int = 0,
         xl_form: str | None = None,
     ):
+        """`xl_form`: the name of a registered XL position form that lives in the attention (xl_position_forms.py),
+        for the first `xl_heads` heads."""
         super().__init__(
             config.d_model,
             num_heads,
@@ -250,23 +127,27 @@ class PositionAwareSelfAttention(MarianAttention):
             else None
         )
         self.directional = directional
-        if xl_form not in (None, "relative", "rotary") or (xl_form is None) != (xl_heads == 0):
+        spec = xl_position_form(xl_form) if xl_form is not None else None
+        if (spec is not None and not spec.in_attention) or (xl_form is None) != (xl_heads == 0):
+            in_attention = sorted(name for name, form in XL_POSITION_FORMS.items() if form.in_attention)
             raise ValueError(
-                f"XL heads take xl_form 'relative' or 'rotary' with xl_heads >= 1, got {xl_form!r} and {xl_heads}"
+                f"XL heads take an xl_form of {in_attention} with xl_heads >= 1, got {xl_form!r} and {xl_heads}"
             )
-        self.xl_heads, self.xl_form = xl_heads, xl_form
-        self.xl_relative = (
-            RelativePositionRepresentations(
-                config.xl_relative_max_distance, self.head_dim, config.relative_attention_values
-            )
-            if xl_form == "relative"
-            else None
-        )
-        needs_rotation = rotary or xl_form == "rotary"
+        self.xl_heads = xl_heads
+        self.xl_form_attribute = spec.attribute if spec is not None else None  # the form's submodule name
+        if spec is not None:
+            module = getattr(position_modules, spec.module) if isinstance(spec.module, str) else spec.module
+            setattr(self, spec.attribute, module(config, self.head_dim))
+        needs_rotation = rotary or (spec is not None and self.xl_form.rotates)
         self.rotary = rotary  # plain RoPE on the heads that are not XL heads (all heads when there are none)
         self.rotary_positions = RotaryPositions(self.head_dim, config.rotary_base) if needs_rotation else None
         warm_steps = getattr(config, "rotary_warm_start_steps", 0)  # plain RoPE's angles faded in (module doc)
         self.warm_start = WarmStartBlend(warm_steps) if rotary and warm_steps > 0 else None
+
+    @property
+    def xl_form(self) -> XLPositionForm | None:
+        """The XL heads' position form (xl_position_forms.py), or None without XL heads."""
+        return getattr(self, self.xl_form_attribute) if self.xl_form_attribute is not None else None
 
     # --- Q/K/V (overridden by HeadXL) ----------------------------------------------------------------------
 
@@ -288,7 +169,8 @@ class PositionAwareSelfAttention(MarianAttention):
             raise ValueError(f"{type(self).__name__} is a self-attention: key_value_states must be None")
         position_kwargs = {name: kwargs.pop(name) for name in ("xl_hidden_states",) if name in kwargs}
         xl = {name: kwargs.pop(name, None) for name in ("xl_positions", "xl_gate")}
-        if self.xl_form is None or xl["xl_positions"] is None:
+        form = self.xl_form
+        if form is None or xl["xl_positions"] is None:
             xl = None  # no XL heads here, or none asked for (xl_gate = 0 is still an XL call)
         query, key, value = self.project(hidden_states, **position_kwargs)
         # a query's position: the cache length before this step plus its index. Taken before `update`, which
@@ -303,8 +185,8 @@ class PositionAwareSelfAttention(MarianAttention):
             query, key = self.rotary_positions(query, rotation), self.rotary_positions(key, rotation)
         if cache is not None:
             key, value = layer_cache.update(key, value, self.layer_idx)
-        xl_relative = xl if self.xl_relative is not None else None
-        if self.relative is None and not self.directional and xl_relative is None:
+        xl_bias = xl if xl is not None and form.biases else None
+        if self.relative is None and not self.directional and xl_bias is None:
             interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
@@ -320,7 +202,7 @@ class PositionAwareSelfAttention(MarianAttention):
             )
         else:
             output, weights = self.attend_with_positions(
-                query, key, value, attention_mask, query_positions, xl_relative, **kwargs
+                query, key, value, attention_mask, query_positions, xl_bias, **kwargs
             )
         output = self.out_proj(output.reshape(*hidden_states.shape[:-1], -1).contiguous())
         return output, weights
@@ -330,9 +212,9 @@ class PositionAwareSelfAttention(MarianAttention):
         XL heads take g * XL position, the others the index (plain RoPE on) or 0 (no rotation)."""
         if self.warm_start is not None:  # b * m: the warm start's angles
             query_positions = query_positions.to(torch.float32) * self.warm_start()
-        if xl is None or self.xl_form != "rotary":
+        if xl is None or not self.xl_form.rotates:
             return query_positions
-        xl_positions = xl["xl_positions"].to(torch.float32) * xl["xl_gate"].to(torch.float32)
+        xl_positions = self.xl_form.rotation_positions(xl["xl_positions"], xl["xl_gate"])
         others = (
             query_positions.to(torch.float32) if self.rotary else torch.zeros_like(query_positions, dtype=torch.float32)
         )
@@ -341,9 +223,10 @@ class PositionAwareSelfAttention(MarianAttention):
 
     # --- attention with a position bias ---------------------------------------------------------------------
 
-    def attend_with_positions(self, query, key, value, attention_mask, query_positions, xl_relative=None, **kwargs):
-        """Attention with an additive bias: padding/causal mask, relative key term (Shaw Eq. 4; in the XL heads
-        from the XL positions' distances, times g), directional masks; the relative value term (Eq. 3) after."""
+    def attend_with_positions(self, query, key, value, attention_mask, query_positions, xl_bias=None, **kwargs):
+        """Attention with an additive bias: padding/causal mask, relative key term (Shaw Eq. 4), the XL heads'
+        form's score bias (`xl_bias`: the XL inputs, when the form biases), directional masks; the value terms
+        (Shaw Eq. 3, the XL form's) after."""
         implementation = self.config._attn_implementation
         if implementation not in BIAS_ATTENTION_IMPLEMENTATIONS:
             raise ValueError(
@@ -353,17 +236,18 @@ class PositionAwareSelfAttention(MarianAttention):
         dtype = query.dtype
         key_positions = torch.arange(key.shape[2], device=query.device)
         bias = self.padding_bias(attention_mask, query_positions, key_positions, dtype)
-        buckets = xl_buckets = None
-        # with XL relative heads the plain representations serve the other heads only
-        plain_heads = ~heads_split(self.num_heads, self.xl_heads, query.device) if xl_relative is not None else None
+        buckets = xl_state = None
+        # with XL heads that bias the scores the plain representations serve the other heads only
+        plain_heads = ~heads_split(self.num_heads, self.xl_heads, query.device) if xl_bias is not None else None
         if self.relative is not None:
             buckets = self.relative.buckets(query_positions, key_positions)
             key_term = self.relative.key_bias(query, buckets, self.scaling)
             bias = bias + (key_term if plain_heads is None else key_term * plain_heads)
-        if xl_relative is not None:  # (B, 1, L, L) distances of XL positions; encoder only (no cache)
-            xl_positions, gate = xl_relative["xl_positions"], xl_relative["xl_gate"].to(dtype)
-            xl_buckets = self.xl_relative.buckets(xl_positions[:, :, None], xl_positions[:, None, :])[:, None]
-            xl_term = self.xl_relative.key_bias(query[:, : self.xl_heads], xl_buckets, self.scaling) * gate
+        if xl_bias is not None:  # the XL heads' score bias from their XL positions; encoder only (no cache)
+            gate = xl_bias["xl_gate"]
+            xl_term, xl_state = self.xl_form.attention_bias(
+                query[:, : self.xl_heads], xl_bias["xl_positions"], gate, self.scaling
+            )
             bias = bias + torch.cat(
                 [xl_term, xl_term.new_zeros(*xl_term.shape[:1], self.num_heads - self.xl_heads, *xl_term.shape[2:])],
                 dim=1,
@@ -372,7 +256,7 @@ class PositionAwareSelfAttention(MarianAttention):
             bias = bias + directional_bias(self.num_heads, query_positions, key_positions, dtype)
         bias = bias.clamp(min=torch.finfo(dtype).min)  # two masks summed stay finite: a fully masked row is uniform
         plain_values = self.relative is not None and self.relative.values is not None
-        xl_values = xl_relative is not None and self.xl_relative.values is not None
+        xl_values = xl_bias is not None and self.xl_form.value_terms
         if plain_values or xl_values or implementation == "eager":
             output, weights = eager_attention_forward(
                 self, query, key, value, bias, dropout=self.dropout if self.training else 0.0, scaling=self.scaling
@@ -381,7 +265,7 @@ class PositionAwareSelfAttention(MarianAttention):
                 term = self.relative.value_term(weights, buckets)
                 output = output + (term if plain_heads is None else term * plain_heads).transpose(1, 2)
             if xl_values:
-                term = self.xl_relative.value_term(weights[:, : self.xl_heads], xl_buckets) * gate
+                term = self.xl_form.attention_value(weights[:, : self.xl_heads], xl_state, gate)
                 output = output + torch.cat(
                     [term, term.new_zeros(*term.shape[:1], self.num_heads - self.xl_heads, *term.shape[2:])], dim=1
                 ).transpose(1, 2)

@@ -37,6 +37,7 @@ class FamilyField:
     type: type  # the flag's value type: int, float or str
     help: str  # one line; the family's strategy field gets its choices appended
     convert: Callable | None = None  # flag value -> config value (e.g. pe_step: "auto" or a number)
+    choices: Callable[[], tuple[str, ...]] | None = None  # the flag's choices, read from a registry when asked
 
 
 def _load(reference):
@@ -199,10 +200,15 @@ class ModelFamily:
         """The names of the family's registered strategies (empty without a strategy field)."""
         return strategy_names(self.name) if self.strategy_field else ()
 
-    def field_help(self, field: FamilyField) -> str:
+    def field_choices(self, field: FamilyField) -> tuple[str, ...]:
+        """The choices of one of the family's flags: its strategies for the strategy field, else the field's own."""
         if field.name == self.strategy_field:
-            return f"{field.help}: {' | '.join(self.strategies())}"
-        return field.help
+            return self.strategies()
+        return tuple(field.choices()) if field.choices is not None else ()
+
+    def field_help(self, field: FamilyField) -> str:
+        choices = self.field_choices(field)
+        return f"{field.help}: {' | '.join(choices)}" if choices else field.help
 
     def variant_of(self, config) -> str | None:
         """The variant `config` is, in one word (None: the family has none)."""
@@ -399,6 +405,12 @@ def oracle_inputs() -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _xl_position_forms() -> tuple[str, ...]:
+    from .xl_position_forms import XL_POSITION_FORMS  # no imports there: the CLI reads it without torch
+
+    return tuple(XL_POSITION_FORMS)
+
+
 def _pe_step(value):
     return value if value == "auto" else float(value)
 
@@ -420,6 +432,9 @@ BUILTIN_FAMILIES = (
             FamilyField("xl_strategy", str, "XL PE"),
             FamilyField("xl_heads", int, "XL PE: tau, first-layer heads that see the XL positions"),
             FamilyField("reorder_loss_weight", float, "XL PE: weight of the reorder predictor's loss"),
+            FamilyField(
+                "xl_position_form", str, "XL PE: how the XL heads see the XL positions", choices=_xl_position_forms
+            ),
         ),
         strategy_field="xl_strategy",
         extra_inputs=("reorder_positions", "pos_tag_ids"),

@@ -107,13 +107,14 @@ class _ModelArgumentsBase:
 
 
 def _family_flag_fields() -> list[tuple]:
-    """(name, type, field) of every registered family's `xlpe-train` fields; a strategy field lists its choices."""
+    """(name, type, field) of every registered family's `xlpe-train` fields; a field with choices (the strategy
+    field, or one whose choices a registry holds) lists them."""
     made = []
     for name, (family_field, families) in family_fields().items():
         family = families[0]
         metadata = {"help": family.field_help(family_field)}
-        if name == family.strategy_field and family.strategies():
-            metadata["choices"] = family.strategies()  # (argparse's; HfArgumentParser passes metadata on)
+        if family.field_choices(family_field):  # the strategies, or a registry's names (argparse's choices;
+            metadata["choices"] = family.field_choices(family_field)  # HfArgumentParser passes metadata on)
         made.append((name, family_field.type | None, field(default=None, metadata=metadata)))
     return made
 
