@@ -7,7 +7,7 @@
 #
 # Usage:   bench/lader_baseline.sh LADER_DIR [OUT_DIR]
 #   (results in docs/benchmarks/reorderer.md, "The standalone reorderer"; score the order files next to xlpe's reorderer with
-#   python bench/reorderer.py ... --orders lader=OUT_DIR/enja_test_10k.order)
+#   python bench/studies/reorderer.py ... --orders lader=OUT_DIR/enja_test_10k.order)
 #   LADER_DIR  lader source tree after `autoreconf -i && ./configure && make` (uses src/bin/{train-lader,lader}
 #              and script/contiguous-extract.pl). Build notes: needs boost (system, filesystem, thread, regex);
 #              with g++ >= 11 src/lib/reorderer-runner.cc line 69 must read

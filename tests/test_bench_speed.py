@@ -21,8 +21,10 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 
 def load_bench(name: str):
-    """bench/<name>.py as a module (the bench scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+    """bench/<name>.py or bench/studies/<name>.py as a module (the bench scripts are not a package)."""
+    path = REPO_ROOT / "bench" / f"{name}.py"
+    path = path if path.exists() else REPO_ROOT / "bench" / "studies" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -127,7 +129,8 @@ def test_gpu_session_dry_run_lists_every_stage(tmp_path):
 
 
 def test_xlpe_step_ratio_check_reports_both_clocks_and_the_checks_off_ratio():
-    """bench/xlpe_step_ratio.py (issue 38's regression check) at tiny dims: one batch of the asked shape, ratios of
+    """bench/studies/xlpe_step_ratio.py (issue 38's regression check) at tiny dims: one batch of the asked shape,
+    ratios of
     medians on both clocks, with and without the input checks. Timings are not asserted (shared machine)."""
     check = load_bench("xlpe_step_ratio")
     threads = torch.get_num_threads()
@@ -157,7 +160,8 @@ def test_xlpe_step_ratio_check_reports_both_clocks_and_the_checks_off_ratio():
 
 
 def test_predictor_cost_times_variants_and_the_attention_both_ways(capsys):
-    """bench/predictor_cost.py: each variant's predictor step (its config fields, SDPA or written-out attention) and
+    """bench/studies/predictor_cost.py: each variant's predictor step (its config fields, SDPA or written-out
+    attention) and
     the attention alone at each length, as Markdown tables; the package's length threshold is restored after; a
     field that is not the predictor's is refused. Timings are not asserted (shared machine)."""
     bench = load_bench("predictor_cost")
@@ -197,7 +201,8 @@ def test_predictor_cost_times_variants_and_the_attention_both_ways(capsys):
 
 
 def test_step_ratio_across_commits_times_each_tree_in_fresh_processes(capsys, tmp_path):
-    """bench/step_ratio_across_commits.py at tiny dims on this checkout: one process per tree and repeat, each a ratio
+    """bench/studies/step_ratio_across_commits.py at tiny dims on this checkout: one process per tree and repeat,
+    each a ratio
     of medians from the public API alone (so older commits' packages run it too). Timings are not asserted."""
     bench = load_bench("step_ratio_across_commits")
     argv = ["--trees", str(REPO_ROOT), "--processes", "2", "--pairs", "1", "--warmup", "1", "--threads", "1"]
@@ -242,7 +247,7 @@ def test_step_ratio_mean_interval_brackets_the_mean_and_repeats(ratios):
 
 
 def test_xl_step_parts_times_each_extra_against_its_stock_counterpart(capsys):
-    """bench/xl_step_parts.py at tiny dims: every part of XL PE's step beside stock's, the form of HeadXL before
+    """bench/studies/xl_step_parts.py at tiny dims: every part of XL PE's step beside stock's, the form of HeadXL before
     2026-11-28 as a comparison row, the sum of the extras and the ratio it implies. Timings are not asserted."""
     bench = load_bench("xl_step_parts")
     threads = torch.get_num_threads()

@@ -1,4 +1,4 @@
-"""bench/dpe_probe.py: what DPE's block learned. Checked against signals whose answers are known: a block that
+"""bench/studies/dpe_probe.py: what DPE's block learned. Checked against signals whose answers are known: a block that
 outputs its own sinusoid row scores exactly as the monotone order, one that outputs the target row decodes every
 token to its target rank."""
 
@@ -18,7 +18,7 @@ from xlpe.models import DPEMarianConfig, DPEMarianMTModel
 
 
 def load_probe():
-    spec = importlib.util.spec_from_file_location("dpe_probe", REPO_ROOT / "bench" / "dpe_probe.py")
+    spec = importlib.util.spec_from_file_location("dpe_probe", REPO_ROOT / "bench" / "studies" / "dpe_probe.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -96,9 +96,11 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
     assert driver.main(["--report", "--work_dir", str(work), "--plot_dir", str(tmp_path)]) == 0
     assert "| combination-noise0.0 (= combination) | de-en | 1 |" in capsys.readouterr().out
 
-    # bench/predictor_variants.py: the Combination model's predictor retrained as is and without dropout, on its
+    # bench/studies/predictor_variants.py: the Combination model's predictor retrained as is and without dropout, on its
     # frozen input; tau and BLEU of each, the report pairs the second with the first
-    spec = importlib.util.spec_from_file_location("predictor_variants", REPO_ROOT / "bench" / "predictor_variants.py")
+    spec = importlib.util.spec_from_file_location(
+        "predictor_variants", REPO_ROOT / "bench" / "studies" / "predictor_variants.py"
+    )
     variants = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(variants)
     base = ["--work_dir", str(work), "--pair", "de-en", "--run", "combination", "--seeds", "1"]
@@ -212,9 +214,9 @@ def test_reproduce_smoke_vanilla_vs_combination(tmp_path, shared_dir, monkeypatc
 
 
 def test_init_probe_table(capsys):
-    """bench/init_probe.py: one row per (width, init), cosines in [-1, 1]; at init, the small linear init keeps
+    """bench/studies/init_probe.py: one row per (width, init), cosines in [-1, 1]; at init, the small linear init keeps
     the tokens of a 3-layer encoder more distinct than gain-1 linears."""
-    spec = importlib.util.spec_from_file_location("init_probe", REPO_ROOT / "bench" / "init_probe.py")
+    spec = importlib.util.spec_from_file_location("init_probe", REPO_ROOT / "bench" / "studies" / "init_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     assert probe.main(["--d_model", "64", "--layers", "1,3"]) == 0
@@ -230,8 +232,9 @@ def test_init_probe_table(capsys):
 
 
 def test_depth_check_trains_both_backends_on_the_same_batches(capsys):
-    """bench/depth_check.py: a row per (depth, backend) with a finite loss; pre-LN is the torch backend's alone."""
-    spec = importlib.util.spec_from_file_location("depth_check", REPO_ROOT / "bench" / "depth_check.py")
+    """bench/studies/depth_check.py: a row per (depth, backend) with a finite loss; pre-LN is the torch backend's
+    alone."""
+    spec = importlib.util.spec_from_file_location("depth_check", REPO_ROOT / "bench" / "studies" / "depth_check.py")
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
     assert (
@@ -262,9 +265,11 @@ def test_speed_driver_counts_flops_of_every_family_beside_its_baseline(capsys):
 
 @pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_oracle_stability_driver(capsys, shared_dir, monkeypatch):
-    """bench/oracle_stability.py on a small slice: a row per K with τ in [-1, 1], and the symmetrisation row."""
+    """bench/studies/oracle_stability.py on a small slice: a row per K with τ in [-1, 1], and the symmetrisation row."""
     monkeypatch.setenv("XLPE_SHARED_DIR", str(shared_dir))
-    spec = importlib.util.spec_from_file_location("oracle_stability", REPO_ROOT / "bench" / "oracle_stability.py")
+    spec = importlib.util.spec_from_file_location(
+        "oracle_stability", REPO_ROOT / "bench" / "studies" / "oracle_stability.py"
+    )
     driver = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(driver)
     assert driver.main(["--pairs", "de-en", "--limit", "150", "--runs", "1,3"]) == 0
@@ -276,7 +281,7 @@ def test_oracle_stability_driver(capsys, shared_dir, monkeypatch):
 
 @pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_reorderer_words_driver(tmp_path, capsys):
-    """bench/reorderer_words.py on a tiny XL PE model: both rows, and ranking whole words never splits one."""
+    """bench/studies/reorderer_words.py on a tiny XL PE model: both rows, and ranking whole words never splits one."""
     from xlpe.training.run import main as xlpe_train
 
     xlpe_train(
@@ -305,7 +310,9 @@ def test_reorderer_words_driver(tmp_path, capsys):
         ]
     )
     prepared = next((tmp_path / "cache" / "prepared").glob("xlpe-prepare-*/data"))
-    spec = importlib.util.spec_from_file_location("reorderer_words", REPO_ROOT / "bench" / "reorderer_words.py")
+    spec = importlib.util.spec_from_file_location(
+        "reorderer_words", REPO_ROOT / "bench" / "studies" / "reorderer_words.py"
+    )
     driver = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(driver)
     capsys.readouterr()
@@ -317,9 +324,9 @@ def test_reorderer_words_driver(tmp_path, capsys):
     split, words = rows["words (reorder_unit=word)"].rstrip(" |").split(" | ")[-1].split(" ")[0].split("/")
     assert split == "0" and int(words) > 0  # multi-piece words exist (unigram, 300 pieces) and none is split
 
-    # bench/reorderer.py on the same corpus: the standalone reorderer (both decoders: the rank decoder needs the
+    # bench/studies/reorderer.py on the same corpus: the standalone reorderer (both decoders: the rank decoder needs the
     # pairwise loss, so both losses are summed here) next to the built-in predictor
-    spec = importlib.util.spec_from_file_location("reorderer_bench", REPO_ROOT / "bench" / "reorderer.py")
+    spec = importlib.util.spec_from_file_location("reorderer_bench", REPO_ROOT / "bench" / "studies" / "reorderer.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     record = bench.main(
@@ -379,7 +386,7 @@ def test_reorderer_words_driver(tmp_path, capsys):
 
 
 def test_reorderer_bench_prepares_raw_files(tmp_path):
-    """bench/reorderer.py --raw: tokenizer, joint alignment and oracle features made from raw files."""
+    """bench/studies/reorderer.py --raw: tokenizer, joint alignment and oracle features made from raw files."""
     import random
 
     rng = random.Random(0)
@@ -394,7 +401,9 @@ def test_reorderer_bench_prepares_raw_files(tmp_path):
     ]:
         (tmp_path / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         files.append(str(tmp_path / name))
-    spec = importlib.util.spec_from_file_location("reorderer_bench_raw", REPO_ROOT / "bench" / "reorderer.py")
+    spec = importlib.util.spec_from_file_location(
+        "reorderer_bench_raw", REPO_ROOT / "bench" / "studies" / "reorderer.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     record = bench.main(
@@ -836,7 +845,8 @@ def test_runs_of_two_pairs_in_one_work_dir_are_never_pooled(tmp_path):
 
 @pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_reorderer_calibration_bench_redecodes_the_runs(tmp_path, shared_dir, monkeypatch, capsys):
-    """bench/reorderer_calibration.py on a smoke work dir: the pair reorderer (calibrated on the validation split
+    """bench/studies/reorderer_calibration.py on a smoke work dir: the pair reorderer (calibrated on the validation
+    split
     when trained) is calibrated again, the run is re-decoded at its own prior line for line, at prior 0 and at the
     chosen prior, and the comparisons land in a JSON file."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -849,7 +859,7 @@ def test_reorderer_calibration_bench_redecodes_the_runs(tmp_path, shared_dir, mo
     ]
     assert trained["held_out_pairs"] > 0 and str(trained["chosen"]) in trained["by_prior"]
     spec = importlib.util.spec_from_file_location(
-        "reorderer_calibration", REPO_ROOT / "bench" / "reorderer_calibration.py"
+        "reorderer_calibration", REPO_ROOT / "bench" / "studies" / "reorderer_calibration.py"
     )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -905,7 +915,9 @@ def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path
     assert reproduction.COMPONENTS["combination-jackknife+reorderer"] == ("combination+reorderer",)
     # the hypothesis probe on the same work dir: orders read off the vanilla run's translations, the reference aligned
     # again (the ceiling), the pair reorderer with a vote for the translation's pair orders, cross-attention links
-    spec = importlib.util.spec_from_file_location("reorderer_probe", REPO_ROOT / "bench" / "reorderer_probe.py")
+    spec = importlib.util.spec_from_file_location(
+        "reorderer_probe", REPO_ROOT / "bench" / "studies" / "reorderer_probe.py"
+    )
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     vanilla = work / "runs" / "de-en-vanilla-seed1"

@@ -114,9 +114,9 @@ def pre_norm_layer_forward(layer: nn.TransformerEncoderLayer, hidden: torch.Tens
     return hidden + dropout_fast_on_cpu(layer.linear2(inner), dropout, layer.training)
 
 
-# CPU, 2 threads, 32 sentences x 4 heads of width 16, forward + backward, ms written out / SDPA (bench/predictor_cost.py
-# --attention-lengths): 12 tokens 0.75 / 0.64, 24: 1.04 / 1.80, 48: 2.26 / 3.80, 64: 3.30 / 5.06, 96: 5.53 / 7.98,
-# 192: 23.6 / 22.6 (and 11.3 / 8.7 at 96 in another run): written out up to 64 tokens
+# CPU, 2 threads, 32 sentences x 4 heads of width 16, forward + backward, ms written out / SDPA
+# (bench/studies/predictor_cost.py --attention-lengths): 12 tokens 0.75 / 0.64, 24: 1.04 / 1.80, 48: 2.26 / 3.80,
+# 64: 3.30 / 5.06, 96: 5.53 / 7.98, 192: 23.6 / 22.6 (and 11.3 / 8.7 at 96 in another run): written out up to 64 tokens
 WRITTEN_OUT_ATTENTION_MAX_LENGTH = 64
 
 

@@ -1,6 +1,6 @@
 """The order prior of a pair's standalone reorderer, chosen on held-out pairs, and what it does to BLEU (issue 17).
 
-    python bench/reorderer_calibration.py --work_dir /tmp/repro/ende --pair en-de [--mode cpu] [--prior 0.25]
+    python bench/studies/reorderer_calibration.py --work_dir /tmp/repro/ende --pair en-de [--mode cpu] [--prior 0.25]
 
 Reads a `bench/reproduce.py` work dir that has the pair's reorderer and its `combination+reorderer` and `vanilla`
 runs. 1. Calibrates the reorderer on the validation split (`calibrate_order_prior`, one-SE rule; every prior's
@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchlib import reproduction  # noqa: E402
 from benchlib.tables import mean_std  # noqa: E402

@@ -3,8 +3,8 @@ setting (`xlpe.export.exporter.INT8_SCHEMES`), BLEU of the int8 graphs minus BLE
 on the same sentences, under several batchings (dynamic quantization scales activations per call, over the whole
 batch x beams, so batch composition can change int8 translations; fp32 ones only through summation order).
 
-    python bench/onnx_int8.py --model marian=runs/vanilla --model xlpe=runs/xlpe --model dpe=runs/dpe \\
-        --model mvpe_pos=runs/mvpe_pos --threads 1 --limit 300 --heldout 1500 --output bench/onnx_int8.json
+    python bench/studies/onnx_int8.py --model marian=runs/vanilla --model xlpe=runs/xlpe --model dpe=runs/dpe \\
+        --model mvpe_pos=runs/mvpe_pos --threads 1 --limit 300 --heldout 1500 --output bench/studies/onnx_int8.json
 
 Batchings: `sorted16` (length-sorted batches of 16, as bench/onnx_speed.py), `corpus16` (batches of 16 in corpus
 order), `sorted64`, `single` (one sentence a call). BLEU: sacrebleu corpus BLEU, default tokenisation, beam 4.

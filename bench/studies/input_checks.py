@@ -4,7 +4,7 @@ forward) against the same model, same weights, with `check_inputs=False`, and bo
 family is compared with in bench/speed.py (Marian for XL PE, Marian with DPE's extra encoder layers for DPE, BART
 for mvPE+POS: no checks), side by side in one process.
 
-    python bench/input_checks.py [--repeats 5] [--size small] [--threads 1]
+    python bench/studies/input_checks.py [--repeats 5] [--size small] [--threads 1]
 
 The setup is bench/speed.py's (its synthetic batches, its `small` dims, process CPU time): a train step is
 forward + backward + AdamW with the family's training inputs; generation is beam 5 with forced length. Models
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib.speed_models import SIZES, bart_kwargs, bart_view, make_batches, marian_kwargs  # noqa: E402
 from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel  # noqa: E402

@@ -2,10 +2,10 @@
 mean Kendall tau, FRS and exact match against the oracle BTG order (issue 17: is a training objective better,
 or within noise?).
 
-    python bench/reorderer_paired.py --prepared runs/enja_cache/prepared/xlpe-prepare-<id>/data \\
+    python bench/studies/reorderer_paired.py --prepared runs/enja_cache/prepared/xlpe-prepare-<id>/data \\
         --baseline runs/reorderer-pairwise --system runs/reorderer-crf [--samples 10000] [--order_prior B]
 
-The test split is read as `bench/reorderer.py` reads it; both reorderers use their own saved tokenizer. For each
+The test split is read as `bench/studies/reorderer.py` reads it; both reorderers use their own saved tokenizer. For each
 metric: the two means, their difference, a 95% bootstrap interval of the difference, and p = the share of
 resamples in which the system does not beat the baseline (Koehn 2004's paired bootstrap, one-sided).
 """
@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/studies: the sibling studies
 
-from reorderer import oracle_word_positions  # noqa: E402  (bench/reorderer.py)
+from reorderer import oracle_word_positions  # noqa: E402  (bench/studies/reorderer.py)
 
 from xlpe.evaluation.alignment_quality import reordering_quality  # noqa: E402
 from xlpe.features.predicted_reordering import predict_word_positions  # noqa: E402
@@ -64,7 +65,7 @@ def main(argv=None) -> dict:
         "--prepared", required=True, help="prepared DatasetDict with a test split (source_text, word_alignment)"
     )
     parser.add_argument(
-        "--baseline", required=True, help="reorderer directory (xlpe-reorder train / bench/reorderer.py)"
+        "--baseline", required=True, help="reorderer directory (xlpe-reorder train / bench/studies/reorderer.py)"
     )
     parser.add_argument("--system", required=True, help="the reorderer compared with it")
     parser.add_argument("--samples", type=int, default=10000)

@@ -1,7 +1,7 @@
 """Training-step speed of every family, eager vs `torch.compile` (inductor), on a tiny CPU model, and how often
 the compiled step compiles over batches of changing shapes.
 
-    python bench/compile_training.py [--steps 20] [--d_model 64] [--shapes 10] [--backend inductor]
+    python bench/studies/compile_training.py [--steps 20] [--d_model 64] [--shapes 10] [--backend inductor]
 
 One step = forward with labels and the family's extra inputs + backward + AdamW step, batch 16 x 24 tokens.
 Stock MarianMT and BART (same sizes, same batch) are timed the same way beside the families, so their speed-ups

@@ -5,7 +5,7 @@ Trains the built-in demo (`xlpe-train`, XL PE Combination, SVO -> SOV corpus) as
 predicted and oracle positions (mean ± std), the last logged reorder loss, and a paired bootstrap of the switched run
 against the plain one per seed (sacrebleu).
 
-    python bench/recipe_switches.py --seeds 1,2,3 --work_dir runs/switches > switches.md
+    python bench/studies/recipe_switches.py --seeds 1,2,3 --work_dir runs/switches > switches.md
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: benchlib
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: benchlib
 from benchlib.tables import mean_std  # noqa: E402
 
 SWITCHES = {  # name -> (output directory prefix, flags)

@@ -1,7 +1,9 @@
 """Does DPE's block learn the target order? (issue 15, item 5: why DPE does not reproduce at this scale)
 
-    python bench/dpe_probe.py --model runs/repro/runs/zh-en-dpe-lambda0.5-seed1 --prepared runs/repro/data/zh-en/clean
-    python bench/dpe_probe.py --model M1 M2 M3 --prepared P --json runs/dpe_probe.json   # one row per model + mean
+    python bench/studies/dpe_probe.py --model runs/repro/runs/zh-en-dpe-lambda0.5-seed1 --prepared
+    runs/repro/data/zh-en/clean
+    python bench/studies/dpe_probe.py --model M1 M2 M3 --prepared P --json runs/dpe_probe.json  # one row per model +
+    mean
 
 DPE (Zheng et al., Sec. 3.2) replaces the absolute PE of source token i by r_i, the output of a small encoder
 block, and pulls r_i toward PE[t_i], the sinusoid of the token's *target-side* rank t_i (order loss, Eq. 1). If the
@@ -33,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # the checkout, when run as a script
+sys.path[:0] = [str(Path(__file__).resolve().parents[2])]  # the checkout, when run as a script
 
 from xlpe.features.reordering import IGNORE_INDEX  # noqa: E402
 

@@ -1,11 +1,12 @@
 """What the built-in reorder predictor costs in a CPU training step, by configuration (issue 38).
 
-    python bench/predictor_cost.py --variant "dropout 0.1:reorder_predictor_dropout=0.1,attention=sdpa" \\
+    python bench/studies/predictor_cost.py --variant "dropout 0.1:reorder_predictor_dropout=0.1,attention=sdpa" \\
         --variant "now:" --variant "width 32:reorder_predictor_hidden_size=32"
-    python bench/predictor_cost.py --attention-lengths 12,24,48,96,192     # the attention alone, both ways
+    python bench/studies/predictor_cost.py --attention-lengths 12,24,48,96,192     # the attention alone, both ways
 
 The predictor's forward, pairwise loss and backward on detached inputs (what an XL PE training step adds for it,
-its AdamW update aside), at `bench/xlpe_step_ratio.py`'s dims and batch: d_model 256 (width d/4 = 64 by default),
+its AdamW update aside), at `bench/studies/xlpe_step_ratio.py`'s dims and batch: d_model 256 (width d/4 = 64 by
+default),
 32 sentences of 12-24 tokens, 2 threads, the steady host allocator. The variants run interleaved in one process,
 `--steps` times each after a warm-up; the median step in ms. A variant is NAME:FIELD=VALUE,... over the predictor's
 config fields (`reorder_predictor_dropout`, `_hidden_size`, `_layers`, `_heads`, `_ffn_size`; the rest as the default
@@ -26,8 +27,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/studies: the sibling studies
 
 from benchlib.timing import add_host_allocator_argument, set_host_allocator  # noqa: E402
 from predictor_variants import parse_variant as variant_overrides  # noqa: E402

@@ -1,17 +1,18 @@
 """The XL PE Combination train-step ratio against stock MarianMT, measured with the package as it was at other
 commits: is a slower ratio a regression of the code, or of the machine?
 
-    python bench/step_ratio_across_commits.py ed5bd75 HEAD                 # 10 processes each, alternating
-    python bench/step_ratio_across_commits.py ed5bd75 HEAD --processes 4 --pairs 20
-    python bench/step_ratio_across_commits.py --trees /path/to/old/checkout .   # checkouts instead of commits
-    python bench/step_ratio_across_commits.py HEAD --processes 20 --pairs 40 --control   # one commit, A/A control
+    python bench/studies/step_ratio_across_commits.py ed5bd75 HEAD                 # 10 processes each, alternating
+    python bench/studies/step_ratio_across_commits.py ed5bd75 HEAD --processes 4 --pairs 20
+    python bench/studies/step_ratio_across_commits.py --trees /path/to/old/checkout .   # checkouts instead of commits
+    python bench/studies/step_ratio_across_commits.py HEAD --processes 20 --pairs 40 --control  # one commit, A/A
+    control
 
 Each commit is checked out once (`git worktree add --detach`, removed afterwards) and timed in fresh processes
 (PYTHONPATH = that checkout) that alternate between the commits: commit A, commit B, commit A, ... so drift of the
 machine falls on every commit alike. A process builds stock MarianMT and XL PE Combination (tau = H/4, default
 config, oracle positions given with the labels: the predictor and its loss run) from the same seed, warms both
 up, then times `--pairs` interleaved train steps of each (forward + backward + fused AdamW, eager, fp32) and
-reports median(XL PE) / median(stock): bench/xlpe_step_ratio.py's measurement (dims, batch, steps), written
+reports median(XL PE) / median(stock): bench/studies/xlpe_step_ratio.py's measurement (dims, batch, steps), written
 against the public API only (`xlpe.XLPEMarianConfig`, `xlpe.XLPEMarianMTModel`) so that it runs with the package
 of any commit since that API existed. The batch is made here once (`xlpe_step_ratio.make_batch`) and read by
 every process.
@@ -43,9 +44,10 @@ from pathlib import Path
 
 import torch
 
-BENCH = Path(__file__).resolve().parent
+STUDIES = Path(__file__).resolve().parent
+BENCH = STUDIES.parent
 REPO = BENCH.parent
-sys.path.insert(0, str(BENCH))
+sys.path[:0] = [str(BENCH), str(STUDIES)]  # benchlib; the sibling studies
 
 from benchlib.speed_models import SIZES, marian_kwargs  # noqa: E402
 from benchlib.timing import add_host_allocator_argument  # noqa: E402

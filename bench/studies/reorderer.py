@@ -12,9 +12,9 @@ for
   predict` format),
 * the monotone order (the floor).
 
-    python bench/reorderer.py --prepared runs/cache/prepared/xlpe-prepare-<id>/data --tokenizer runs/enja \\
+    python bench/studies/reorderer.py --prepared runs/cache/prepared/xlpe-prepare-<id>/data --tokenizer runs/enja \\
         --output_dir runs/reorderer-enja [--model runs/enja] [--orders lader=lader.order] [--train_limit N]
-    python bench/reorderer.py --raw train.de train.en test.de test.en --output_dir runs/reorderer-deen
+    python bench/studies/reorderer.py --raw train.de train.en test.de test.en --output_dir runs/reorderer-deen
 
 Writes <output_dir>/comparison.json and prints a markdown table (for docs/benchmarks/reorderer.md and its results file).
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout without installing
 
 from xlpe.cli.reorder import read_orders  # noqa: E402  (validated per line, as xlpe-reorder evaluate --orders)
 from xlpe.evaluation.alignment_quality import reordering_quality  # noqa: E402

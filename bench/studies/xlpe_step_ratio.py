@@ -1,10 +1,10 @@
 """The XL PE Combination train step against stock MarianMT of the same dims, as one quick number (issue 38 item 6).
 
-    python bench/xlpe_step_ratio.py                      # 2 threads, 40 interleaved pairs, wall clock
-    python bench/xlpe_step_ratio.py --threads 1          # + process CPU time, robust to other load on the machine
-    python bench/xlpe_step_ratio.py --runs 3             # three independent measurements (spread)
-    python bench/xlpe_step_ratio.py --host-allocator default   # glibc as the process starts (see below)
-    python bench/xlpe_step_ratio.py --instances 6 --pairs 12    # six copies of each model pooled (see below)
+    python bench/studies/xlpe_step_ratio.py                      # 2 threads, 40 interleaved pairs, wall clock
+    python bench/studies/xlpe_step_ratio.py --threads 1  # + process CPU time, robust to other load on the machine
+    python bench/studies/xlpe_step_ratio.py --runs 3             # three independent measurements (spread)
+    python bench/studies/xlpe_step_ratio.py --host-allocator default   # glibc as the process starts (see below)
+    python bench/studies/xlpe_step_ratio.py --instances 6 --pairs 12    # six copies of each model pooled (see below)
 
 Setup: d_model 256, 3+3 layers, 4 heads, FFN 1024, vocabulary 8000 (bench/speed.py's `small` dims); one
 sentence batch of 32 x 24 tokens (source and target lengths uniform in [12, 24], the longest 24, EOS
@@ -25,7 +25,7 @@ copies in one run: 1.047 and 1.007 of the stock step; in a six-copy run each cop
 model's), so one copy of each gives a ratio that moves by that much between processes. `--instances N` builds N
 copies of each model (their own parameters, gradients and optimizer state), interleaves all their steps and compares
 medians over all copies' steps, which averages the placement over N copies; two six-copy runs still differed by up
-to 3 % on this VM (2026-11-28), so for a component's cost `bench/xl_step_parts.py` is the precise measurement.
+to 3 % on this VM (2026-11-28), so for a component's cost `bench/studies/xl_step_parts.py` is the precise measurement.
 
 The host allocator is tuned first, as `xlpe-train` does on CPU (`--host-allocator steady`,
 xlpe/training/host_memory.py): with glibc's defaults, whether a step's 25 MB logits and gradients land in memory the
@@ -47,8 +47,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib.speed_models import SIZES, batch_from_lengths, marian_kwargs, xl_spec  # noqa: E402
 from benchlib.timing import add_host_allocator_argument, set_host_allocator  # noqa: E402

@@ -2,10 +2,12 @@
 variant and score its test-time positions: Kendall tau against the oracle, and BLEU with the translation model
 decoding on them (issue 38: a predictor change needs predicted-position BLEU and tau before it becomes a default).
 
-    python bench/predictor_variants.py --work_dir runs/repro-xlforms --pair en-ja --run xl-rope-all --seeds 1,2,3 \\
+    python bench/studies/predictor_variants.py --work_dir runs/repro-xlforms --pair en-ja --run xl-rope-all --seeds
+    1,2,3 \\
         --variant default: --variant nodropout:reorder_predictor_dropout=0.0 --predictor_seeds 1,2 --decode
-    python bench/predictor_variants.py --work_dir runs/repro-xlforms --report      # tables of every results line
-    python bench/predictor_variants.py --work_dir runs/repro-xlforms --report --reference "dropout 0"  # vs that one
+    python bench/studies/predictor_variants.py --work_dir runs/repro-xlforms --report  # tables of every results line
+    python bench/studies/predictor_variants.py --work_dir runs/repro-xlforms --report --reference "dropout 0"  # vs
+    that one
 
 Why retraining on the trained model measures the variant: with `reorder_predictor_detach_input=True` (the
 default) the predictor reads detach(X + PE) and its loss reaches no other parameter, so what it learns depends on
@@ -36,8 +38,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import reproduction  # noqa: E402
 

@@ -2,8 +2,8 @@
 (docs/benchmarks/depth_and_init.md). This was a hypothesis for the weak Table 5 rows: the init that keeps
 the states distinct trains worse, so it is not their explanation (docs/training.md, "Initialisation").
 
-    python bench/init_probe.py                       # d=128 (CPU mode) and d=512 (Transformer-base)
-    python bench/init_probe.py --d_model 256 --layers 2,8
+    python bench/studies/init_probe.py                       # d=128 (CPU mode) and d=512 (Transformer-base)
+    python bench/studies/init_probe.py --d_model 256 --layers 2,8
 
 For a stock post-LN `MarianMTModel` built the way `xlpe-train` builds one (embeddings scaled by sqrt(d)), it
 encodes random sentences and reports, averaged over sentences:

@@ -1,8 +1,9 @@
 """Is the depth failure of the short recipe transformers' Marian, or post-LN Transformers at that schedule?
 (docs/benchmarks/depth_and_init.md.)
 
-    OMP_NUM_THREADS=1 python bench/depth_check.py                          # 2+2, 6+2, 6+6; marian and torch
-    OMP_NUM_THREADS=1 python bench/depth_check.py --depths 6+6 --norm_first # pre-LN torch (marian is post-LN only)
+    OMP_NUM_THREADS=1 python bench/studies/depth_check.py                          # 2+2, 6+2, 6+6; marian and torch
+    OMP_NUM_THREADS=1 python bench/studies/depth_check.py --depths 6+6 --norm_first # pre-LN torch (marian is post-LN
+    only)
 
 Trains, side by side and on identical batches, stock `MarianMTModel` and a plain `torch.nn.Transformer` made to
 match it: same width, heads, FFN, GELU, dropout, sinusoidal positions, embeddings scaled by sqrt(d), tied output,

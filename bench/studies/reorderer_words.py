@@ -7,7 +7,8 @@ tokenizer: the 0.2 default). Reports BLEU/chrF, token-level Kendall τ of the pr
 oracle, and how many multi-piece words the predicted order splits.
 
     xlpe-train ... --output_dir runs/enja --cache_dir runs/cache      # an XL PE model, test split prepared
-    python bench/reorderer_words.py --model runs/enja --prepared runs/cache/prepared/xlpe-prepare-<id>/data --lang ja
+    python bench/studies/reorderer_words.py --model runs/enja --prepared runs/cache/prepared/xlpe-prepare-<id>/data
+    --lang ja
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout without installing
 
 from xlpe.evaluation.metrics import corpus_bleu_chrf  # noqa: E402
 from xlpe.features.reordering import kendall_tau  # noqa: E402

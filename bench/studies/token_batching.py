@@ -10,8 +10,8 @@ the real tokens trained (batch volume) and the wall clock of the training alone 
 
 Pick N near B x the mean padded length so that steps carry similar numbers of tokens (see "real tokens trained").
 
-    python bench/token_batching.py --max_steps 40                     # Multi30k de-en (shared data), small recipe model
-    python bench/token_batching.py --data builtin --max_steps 40 --batch_size 64 --max_tokens 1024
+    python bench/studies/token_batching.py --max_steps 40  # Multi30k de-en (shared data), small recipe model
+    python bench/studies/token_batching.py --data builtin --max_steps 40 --batch_size 64 --max_tokens 1024
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: benchlib
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: benchlib
 from benchlib.data import MULTI30K  # noqa: E402
 
 MODES = {

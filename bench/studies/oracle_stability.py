@@ -8,8 +8,8 @@ Kendall τ between them, the share of sentences whose oracle is identical, and t
 symmetrisation change of this release: Koehn's reference grow-diag-final-and against the previous loop, on the same
 directional links.
 
-    python bench/oracle_stability.py --pairs en-ja,de-en --limit 10000 --runs 1,3,5
-    python bench/oracle_stability.py --pairs en-ja --limit 10000 --runs 1 --seed 0
+    python bench/studies/oracle_stability.py --pairs en-ja,de-en --limit 10000 --runs 1,3,5
+    python bench/studies/oracle_stability.py --pairs en-ja --limit 10000 --runs 1 --seed 0
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]  # checkout; benchlib
+sys.path[:0] = [
+    str(Path(__file__).resolve().parents[2]),
+    str(Path(__file__).resolve().parents[1]),
+]  # checkout; benchlib
 
 from benchlib.data import DATA  # noqa: E402
 

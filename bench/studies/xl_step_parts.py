@@ -1,9 +1,10 @@
 """What XL PE Combination adds to a CPU train step, part by part, each part timed alone (issue 38).
 
-    python bench/xl_step_parts.py                  # 2 threads, 300 interleaved repeats a part
-    python bench/xl_step_parts.py --repeats 100 --threads 1
+    python bench/studies/xl_step_parts.py                  # 2 threads, 300 interleaved repeats a part
+    python bench/studies/xl_step_parts.py --repeats 100 --threads 1
 
-`bench/xlpe_step_ratio.py` times the whole step of XL PE against stock MarianMT; on this 2-core machine that ratio
+`bench/studies/xlpe_step_ratio.py` times the whole step of XL PE against stock MarianMT; on this 2-core machine that
+ratio
 moves by ±2-3 % between processes (docs/benchmarks/speed.md), more than the 1 % a change to one part is worth. This
 bench times each thing the XL PE step does beyond stock's, alone and against what stock does in its place, at the
 same dims and batch (d_model 256, 3+3 layers, 4 heads, one 32 x 24 batch from `xlpe_step_ratio.make_batch`), forward
@@ -14,7 +15,7 @@ same dims and batch (d_model 256, 3+3 layers, 4 heads, one 32 x 24 batch from `x
   (Z_XL - Z_abs) W on the tau heads' columns), kept here as the comparison;
 * the XL side of the input: PE_XL looked up at the positions, PE_In-XL (Eq. 7), the gate and Z_XL = X + PE_xl_side
   under the dropout mask, against stock's Z_abs = (X + PE_abs) under its mask;
-* the reorder predictor: forward, pairwise loss and backward (`bench/predictor_cost.py`'s step; stock: nothing);
+* the reorder predictor: forward, pairwise loss and backward (`bench/studies/predictor_cost.py`'s step; stock: nothing);
 * the optimizer: fused AdamW and zero_grad over every parameter of the XL PE model against the stock model's;
 * the input checks (`config.check_inputs`): source ids, labels and `reorder_positions` (stock: none).
 
@@ -35,8 +36,9 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/studies: the sibling studies
 
 from benchlib.speed_models import SIZES  # noqa: E402
 from benchlib.timing import add_host_allocator_argument, set_host_allocator  # noqa: E402

@@ -1,11 +1,12 @@
 """Where the standalone reorderer's Kendall tau gap comes from (issue 17): probes on a prepared corpus.
 
-    python bench/reorderer_probe.py fit --prepared runs/enja3 --reorderer runs/reo3-btg_crf          # test vs train fit
-    python bench/reorderer_probe.py ensemble --prepared runs/enja3 --reorderer runs/reo3-btg_crf runs/reo3-pairwise
-    python bench/reorderer_probe.py hypothesis --prepared runs/enja3 \\
+    python bench/studies/reorderer_probe.py fit --prepared runs/enja3 --reorderer runs/reo3-btg_crf  # test vs train fit
+    python bench/studies/reorderer_probe.py ensemble --prepared runs/enja3 --reorderer runs/reo3-btg_crf
+    runs/reo3-pairwise
+    python bench/studies/reorderer_probe.py hypothesis --prepared runs/enja3 \\
         --hypotheses runs/vanilla/generated_predictions.txt [--reorderer runs/reo3-btg_crf] [--model runs/vanilla]
-    python bench/reorderer_probe.py positions --prepared runs/jackknifed/data --reorderer runs/reo3-btg_crf
-    python bench/reorderer_probe.py pos --prepared runs/enja3 --tokenizer runs/enja3/tokenizer \\
+    python bench/studies/reorderer_probe.py positions --prepared runs/jackknifed/data --reorderer runs/reo3-btg_crf
+    python bench/studies/reorderer_probe.py pos --prepared runs/enja3 --tokenizer runs/enja3/tokenizer \\
         --output_dir runs/reo3-pos
 
 * `fit`: word-level tau / FRS / exact match on the test split and on the first `--train_rows` training pairs,
@@ -25,7 +26,7 @@
   (NLTK's perceptron tagger, `../shared/data/nltk_data`) added to every piece's token embedding, trained and scored
   as `fit` does. Tags are read off the words the tokenizer's pieces spell.
 
-Learning-curve points come from `bench/reorderer.py --train_limit N`.
+Learning-curve points come from `bench/studies/reorderer.py --train_limit N`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]  # checkout; benchlib
+sys.path[:0] = [
+    str(Path(__file__).resolve().parents[2]),
+    str(Path(__file__).resolve().parents[1]),
+]  # checkout; benchlib
 
 from benchlib.data import DATA  # noqa: E402
 
