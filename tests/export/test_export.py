@@ -164,6 +164,11 @@ def test_raw_text_translation_int8_and_cli(toy_tokenizer, tmp_path, capsys):
     )
     expected = translator.translate(texts, num_beams=3)
     assert capsys.readouterr().out.split("\n")[:4] == [expected[2], "", *expected[:2]]
+    # the batch-invariant mode (docs/deployment.md): with --batch_size 1 each int8 line is that line translated alone
+    alone = [int8.translate([text], num_beams=3)[0] for text in (texts[2], *texts[:2])]
+    argv = ["--translate", str(tmp_path / "onnx"), "--input", str(source), "--num_beams", "3", "--threads", "2"]
+    assert main([*argv, "--precision", "int8", "--batch_size", "1"]) == 0
+    assert capsys.readouterr().out.split("\n")[:4] == [alone[0], "", *alone[1:]]
 
 
 def test_raw_text_with_source_pos_tags(toy_tokenizer, shared_dir, tmp_path):
