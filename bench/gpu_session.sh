@@ -12,7 +12,8 @@
 #   bash bench/gpu_session.sh --dry-run all        # the SAME command lines, executed on the CPU at tiny sizes
 #   bash bench/gpu_session.sh --print all          # print the GPU command lines, run nothing
 #
-# Stages: prepare (here) | setup | tests | bench | bench-compiled | bench-compiled-others | train; `all` = setup
+# Stages: prepare (here) | setup | tests | bench | bench-compiled | bench-compiled-others | train | quality | news
+# (the README walk-through's recipe on 12,000 news pairs: does it translate, and with how many passes?); `all` = setup
 # tests bench bench-compiled bench-compiled-others train. Outputs under $OUT (default: a temporary folder):
 # session.log (all console output), env.txt, setup.jsonl, tests.jsonl, bench.jsonl, bench-compiled.jsonl,
 # bench-compiled-others.jsonl, train.jsonl (a device call brings back at most 8 files).
@@ -31,8 +32,8 @@ for arg in "$@"; do
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     all) STAGES+=(setup tests bench bench-compiled bench-compiled-others train) ;;
     session) SESSION=1; STAGES+=(setup tests bench train quality) ;;
-    prepare|setup|tests|bench|bench-compiled|bench-compiled-others|train|quality) STAGES+=("$arg") ;;
-    *) echo "gpu_session.sh: unknown stage '$arg' (prepare, setup, tests, bench, bench-compiled, bench-compiled-others, train, quality, all, session)" >&2; exit 2 ;;
+    prepare|setup|tests|bench|bench-compiled|bench-compiled-others|train|quality|news) STAGES+=("$arg") ;;
+    *) echo "gpu_session.sh: unknown stage '$arg' (prepare, setup, tests, bench, bench-compiled, bench-compiled-others, train, quality, news, all, session)" >&2; exit 2 ;;
   esac
 done
 if [ ${#STAGES[@]} -eq 0 ]; then echo "gpu_session.sh: name at least one stage (--help)" >&2; exit 2; fi
@@ -63,6 +64,7 @@ if [ "$MODE_SIZES" = gpu ]; then
   DEVICE=cuda; SIZE=base; BACKEND=inductor; SITE=${XLPE_SITE:-/tmp/site}
   TEST_ENV=(); SPEED_TINY=(); TRAIN_DATA=(--prepared_dataset "$DATA/enja"); TRAIN_SIZE=(--recipe base); TRAIN_STEPS=300; LOG_STEPS=25
   QUALITY_MODE=base; QUALITY_WORK="$DATA/repro"  # prepared HERE by `prepare` (Multi30k de-en, BPE 8k), carried
+  NEWS_DATA=(--prepared_dataset "$DATA/news"); NEWS_SIZE=()  # the walk-through's own preparation and recipe
 else  # the dry run: the same commands, tiny, on the CPU; installs into a scratch folder, never /tmp/site
   DEVICE=cpu; SIZE=tiny; BACKEND=aot_eager; SITE=${XLPE_SITE:-$OUT/dry_site}
   TEST_ENV=(XLPE_TEST_DEVICE=cpu XLPE_TEST_COMPILE_BACKEND=aot_eager)
@@ -71,7 +73,11 @@ else  # the dry run: the same commands, tiny, on the CPU; installs into a scratc
   TRAIN_SIZE=(--d_model 32 --ffn_dim 64 --attention_heads 2 --encoder_layers 1 --decoder_layers 1 --tokenizer_vocab_size 300)
   TRAIN_STEPS=6; LOG_STEPS=2
   QUALITY_MODE=smoke; QUALITY_WORK=${XLPE_QUALITY_WORK:-"$OUT/repro"}  # a rehearsal without eflomal: one prepared beforehand
+  NEWS_DATA=(--prepared_dataset "$DATA/news" --max_train_samples 256 --max_eval_samples 20 --max_predict_samples 20)
+  NEWS_SIZE=(--d_model 32 --ffn_dim 64 --attention_heads 2 --encoder_layers 1 --decoder_layers 1 --max_steps 4)
 fi
+# the news stage's runs, NAME=FLAGS;...: the recipe as a user gets it, then more passes, then more regularisation
+NEWS_RUNS=${XLPE_NEWS_RUNS:-"recipe=;epochs60=--num_train_epochs 60;epochs60-dropout0.3=--num_train_epochs 60 --dropout 0.3"}
 QUALITY_SEEDS=${XLPE_QUALITY_SEEDS:-1}
 TRAIN_RUNS=${XLPE_TRAIN_RUNS:-"vanilla xlpe"}
 if [ "$SESSION" = 1 ]; then TRAIN_RUNS=${XLPE_TRAIN_RUNS:-xlpe}; fi  # stock Marian's tokens/s: the bench stage's rows
@@ -149,6 +155,19 @@ stage_prepare() {  # HERE, with network: what the bare GPU machine needs and can
     run 1800 "$PY" -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from benchlib.reproduction \
 import MODES, prepared_dir; print(prepared_dir(Path('$DATA/repro'), 'de-en', 'clean', MODES['base']))" || bad=1
     rm -rf "$DATA/repro/cache"  # eflomal's cache: not needed there, and it counts against the carry limit
+  fi
+  # the news stage's data: the README walk-through on real news text (bench/benchlib/data.py: 12,000 WMT news de-en
+  # pairs of 2008-2012, 500 lines of newstest2013, 1,000 of newstest2014), prepared by xlpe-prepare's defaults
+  if [ -f "$DATA/news/report.json" ]; then
+    say "# $DATA/news exists (delete it to prepare again)"
+  else
+    local raw; raw=$(mktemp -d)
+    run 120 "$PY" -c "import sys; sys.path.insert(0, 'bench'); from benchlib.data import write_news_walkthrough; \
+print(write_news_walkthrough('$raw'))" || bad=1
+    run 1200 "$PY" -m xlpe.cli.prepare --source "$raw/train.de" --target "$raw/train.en" --validation_source "$raw/dev.de" \
+      --validation_target "$raw/dev.en" --test_source "$raw/test.de" --test_target "$raw/test.en" --source_lang de \
+      --target_lang en --output "$DATA/news" || bad=1
+    rm -rf "$raw"
   fi
   [ "$MODE" = print ] || du -sh .whl .whl-arrow "$DATA" 2>/dev/null | tee -a "$LOG"
   say "# carry: tests and bench calls [\".whl\"]; the train call [\".whl-arrow\", \"$DATA\"] (bench/README.md)"
@@ -293,6 +312,46 @@ print(f"{model_type}: steady target tokens/s {record['steady_target_tokens_per_s
       f"{len(record['log'])} log lines, finished: {'train_results' in record}")
 EOF
     rm -f "$OUT/.train_$model_type.log"
+  done
+  return "$status"
+}
+
+stage_news() {  # the README walk-through's `xlpe-train` on 12,000 news pairs (issue 55): the recipe as a user gets
+  # it, then more passes, then more regularisation; each run's validation curve and test scores as one JSON line
+  local runs entry name flags limit status=0 i
+  IFS=';' read -r -a runs <<< "$NEWS_RUNS"
+  for i in "${!runs[@]}"; do
+    entry=${runs[$i]}; name=${entry%%=*}; flags=${entry#*=}
+    limit=$(( ($(left) - 10) / (${#runs[@]} - i) ))
+    rm -rf "/tmp/news_$name"
+    # shellcheck disable=SC2086  # the run's flags are words
+    run "$limit" env PYTHONUNBUFFERED=1 "$PY" -m xlpe.cli.train "${NEWS_DATA[@]}" "${NEWS_SIZE[@]}" --model_type xlpe $flags \
+      --report_to none --disable_tqdm True --output_dir "/tmp/news_$name" || status=1
+    [ "$MODE" = print ] && continue
+    "$PY" - "/tmp/news_$name" "$OUT/news.jsonl" "$name" "$flags" <<'EOF' | tee -a "$LOG"
+import json, sys
+from pathlib import Path
+folder, target, name, flags = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+record = {"run": name, "flags": flags}
+state = folder / "trainer_state.json"
+if not state.is_file():  # a run cut by its limit: the last checkpoint's state
+    states = sorted(folder.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    state = states[-1] if states else state
+if state.is_file():
+    history = json.loads(state.read_text())["log_history"]
+    keys = ("epoch", "step", "eval_loss", "eval_bleu", "eval_chrf", "eval_repetition", "eval_outputs_at_limit")
+    record["validation"] = [{k: e[k] for k in keys if k in e} for e in history if "eval_bleu" in e]
+for file_name in ("all_results.json", "test_scores.json", "learning_check.json", "recipe.json"):
+    if (folder / file_name).is_file():
+        record[file_name.removesuffix(".json")] = json.loads((folder / file_name).read_text())
+translations = folder / "test_translations.txt"
+if translations.is_file():
+    record["test_examples"] = translations.read_text(encoding="utf-8").splitlines()[:5]
+with target.open("a") as handle:
+    handle.write(json.dumps(record) + "\n")
+last = (record.get("validation") or [{}])[-1]
+print(f"{name}: last validation BLEU {last.get('eval_bleu')}, chrF {last.get('eval_chrf')}, finished: {'all_results' in record}")
+EOF
   done
   return "$status"
 }

@@ -100,6 +100,39 @@ def wmt_newstest_splits(pair: str, train: int, val: int, test: int) -> dict[str,
     }
 
 
+# the news walk-through (docs/benchmarks/recipe.md): 12,000 de->en training pairs of the news test sets 2008-2012 in
+# this order (newssyscomb2009 left out), 500 validation lines of newstest2013, 1,000 test lines of newstest2014
+NEWS_WALKTHROUGH_TRAIN_SETS = ("news-test2008", "newstest2009", "newstest2010", "newstest2011", "newstest2012")
+
+
+def write_news_walkthrough(folder: Path, train: int = 12_000, val: int = 500, test: int = 1_000) -> dict[str, int]:
+    """Write the news walk-through's raw text files (`train.de`, `train.en`, `dev.*`, `test.*`) into `folder`, as a
+    user's own files are; returns the lines per split."""
+    from xlpe.features.alignment import read_text_lines
+
+    base = WMT_NEWSTEST / "deu-eng"
+
+    def lines(name: str, side: str) -> list[str]:
+        return read_text_lines(base / f"{name}.{side}.gz")
+
+    splits = {
+        "train": tuple(
+            [line for name in NEWS_WALKTHROUGH_TRAIN_SETS for line in lines(name, side)][:train]
+            for side in ("deu", "eng")
+        ),
+        "dev": tuple(lines("newstest2013", side)[:val] for side in ("deu", "eng")),
+        "test": tuple(lines("newstest2014", side)[:test] for side in ("deu", "eng")),
+    }
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, (sources, targets) in splits.items():
+        if len(sources) != len(targets):
+            raise ValueError(f"news walk-through {split}: {len(sources)} German lines against {len(targets)} English")
+        (folder / f"{split}.de").write_text("".join(f"{line}\n" for line in sources), encoding="utf-8")
+        (folder / f"{split}.en").write_text("".join(f"{line}\n" for line in targets), encoding="utf-8")
+    return {split: len(pairs[0]) for split, pairs in splits.items()}
+
+
 def _jieba_words():
     import logging
 

@@ -141,3 +141,14 @@ def test_the_whole_session_dry_run_passes_end_to_end(tmp_path):
     assert all("bleu" in run for run in quality) and "oracle_bleu" in quality[1]
     train = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert [run["run"] for run in train] == ["xlpe"] and train[0]["log"]
+
+
+def test_the_news_stage_runs_the_walkthrough_recipe_then_more_passes(tmp_path):
+    """Issue 55's GPU run: `xlpe-train` on the prepared news walk-through, the recipe as a user gets it first, then
+    more passes; the dry run gives the same command lines at tiny sizes."""
+    gpu = commands(session("--print", "news", env={"OUT": str(tmp_path / "gpu")}).stdout)
+    dry = commands(session("--print", "news", env={"OUT": str(tmp_path / "dry"), "PRINT_AS": "dry"}).stdout)
+    assert len(gpu) == len(dry) == 3
+    assert "--prepared_dataset .gpu_data/news --model_type xlpe --report_to none" in gpu[0]  # no flag: the recipe
+    assert "--num_train_epochs 60" in gpu[1] and "--num_train_epochs 60 --dropout 0.3" in gpu[2]
+    assert all("--max_steps 4" in line and "--max_train_samples 256" in line for line in dry)
