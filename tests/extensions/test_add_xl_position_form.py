@@ -15,6 +15,7 @@ from xlpe.models.configuration_xlpe import XLPEMarianConfig
 from xlpe.models.modeling_xlpe import XLPEMarianMTModel
 from xlpe.models.position_attention import PositionAwareSelfAttention
 from xlpe.models.position_modules import XLPositionForm
+from xlpe.models.registry import TINY_LAYOUT
 from xlpe.models.xl_position_forms import (
     XL_POSITION_FORMS,
     XLFormSpec,
@@ -22,21 +23,7 @@ from xlpe.models.xl_position_forms import (
     unregister_xl_position_form,
 )
 
-TINY = dict(
-    d_model=16,
-    encoder_layers=2,
-    decoder_layers=1,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=32,
-    decoder_ffn_dim=32,
-    max_position_embeddings=64,
-    vocab_size=40,
-    pad_token_id=0,
-    eos_token_id=1,
-    decoder_start_token_id=0,
-    dropout=0.0,
-)
+TINY = dict(TINY_LAYOUT, vocab_size=40, decoder_layers=1, dropout=0.0)  # the registry's tiny layout
 
 
 class XLDirectionForm(XLPositionForm):
@@ -79,7 +66,7 @@ def model(**fields) -> XLPEMarianMTModel:
 
 
 def logits(xl_model, positions) -> torch.Tensor:
-    ids = torch.tensor([[5, 6, 7, 8, 9, 1]])
+    ids = torch.tensor([[5, 6, 7, 8, 9, 2]])  # EOS last (the tiny layout: 2)
     with torch.no_grad():
         return xl_model(input_ids=ids, reorder_positions=torch.tensor([positions]), decoder_input_ids=ids).logits
 
@@ -110,7 +97,7 @@ def test_a_saved_model_loads_and_generates_with_it(direction_form, tmp_path):
     xl_model.save_pretrained(tmp_path)
     loaded = XLPEMarianMTModel.from_pretrained(tmp_path).eval()
     torch.testing.assert_close(logits(loaded, [4, 3, 2, 1, 0, 5]), logits(xl_model, [4, 3, 2, 1, 0, 5]))
-    ids = torch.tensor([[5, 6, 7, 8, 9, 1]])
+    ids = torch.tensor([[5, 6, 7, 8, 9, 2]])  # EOS last (the tiny layout: 2)
     assert loaded.generate(ids, max_new_tokens=4, num_beams=2).shape[0] == 1
 
 

@@ -18,25 +18,16 @@ from xlpe.models.configuration_xlpe import XLPEMarianConfig
 from xlpe.models.modeling_dpe import DPEMarianMTModel
 from xlpe.models.modeling_mvpe_pos import MvPEPosForConditionalGeneration
 from xlpe.models.modeling_xlpe import XLPEMarianMTModel
-from xlpe.models.registry import MODEL_FAMILIES, family_of_model_type, generate_inputs
+from xlpe.models.registry import MODEL_FAMILIES, TINY_LAYOUT, family_of_model_type, generate_inputs
 
 VOCAB, PAD, EOS, START, MAX_POSITIONS = 40, 1, 2, 1, 24
-BODY = dict(
-    vocab_size=VOCAB,
-    d_model=16,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=32,
-    decoder_ffn_dim=32,
-    dropout=0.0,
-    attention_dropout=0.0,
-    max_position_embeddings=MAX_POSITIONS,
-    pad_token_id=PAD,
-    eos_token_id=EOS,
-    bos_token_id=0,
-    decoder_start_token_id=START,
+BODY = dict(  # the registry's tiny layout (ids as it sets them: pad 1, EOS 2, BOS 0) with fewer positions
+    TINY_LAYOUT, vocab_size=VOCAB, dropout=0.0, attention_dropout=0.0, max_position_embeddings=MAX_POSITIONS
+)
+assert (TINY_LAYOUT["pad_token_id"], TINY_LAYOUT["eos_token_id"], TINY_LAYOUT["decoder_start_token_id"]) == (
+    PAD,
+    EOS,
+    START,
 )
 XL = dict(reorder_predictor_hidden_size=8, reorder_predictor_heads=2)
 RELATIVE = dict(relative_attention_max_distance=3)
