@@ -25,7 +25,7 @@ added tokens, sentencepiece models and case/prefix options. The config also reco
 (`tokenizer_fingerprint_parts`), so a mismatch names what differs ("post_processor differs"). Version 1 (no
 version field: models saved before) hashed only the piece <-> id table and the pad/EOS ids
 (`xlpe.features.predicted_reordering.tokenizer_fingerprint`, still the one a standalone reorderer records in
-`reorderer_config`); such a record is checked the old way, so old models load as before.
+`reorderer_config`); such a record is checked by version 1's rule, so models saved then still load.
 
 `load_model(name, trust_remote_code=True)` runs the folder's (or Hub repository's) own code, named by its
 `config.auto_map`, even though this package registers classes for the same `model_type`: transformers prefers

@@ -248,13 +248,13 @@ class PerceptronFileTagger(RegisteredTagger):
 
 
 # The built-in taggers' preparation classes (kept for `isinstance`); any other registered tagger is a
-# `RegisteredTagger`, and a class registered the old way (`register_tagger(name, TaggerSubclass)`) is itself.
+# `RegisteredTagger`, and a `Tagger` subclass registered directly (`register_tagger(name, TaggerSubclass)`) is itself.
 _ADAPTERS: dict[str, type[Tagger]] = {"nltk-en": NLTKPerceptronTagger, "jieba-zh": JiebaTagger}
 _TAGGER_CLASSES: dict[str, type[Tagger]] = {}  # registered as `Tagger` subclasses: get_tagger builds them
 
 
 class _TaggerClassWordTagger(WordTagger):
-    """A `Tagger` subclass registered the old way, as the registry's `WordTagger` (so a model's pipeline runs it
+    """A `Tagger` subclass registered directly, as the registry's `WordTagger` (so a model's pipeline runs it
     too): `tag_words` is its `tag`; raw text is its `tag_sentence`, each word found in the text in order."""
 
     def __init__(self, tagger: Tagger):
