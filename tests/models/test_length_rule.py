@@ -117,9 +117,27 @@ def test_rows_stay_within_their_budget_and_do_not_depend_on_their_neighbours(len
 def test_an_explicit_cap_replaces_the_rule():
     batch = right_padded([sentence(1, 4), sentence(2, 9)])
     kwargs, budgets = length_rule_generate_kwargs(batch["attention_mask"], LIMIT, EOS, {"max_new_tokens": 5})
-    assert kwargs == {"max_new_tokens": 5} and budgets.tolist() == [5, 5]
+    assert kwargs == {"max_length": 6, "max_new_tokens": None} and budgets.tolist() == [5, 5]  # the same cap
     kwargs, budgets = length_rule_generate_kwargs(batch["attention_mask"], LIMIT, EOS, {"max_length": 7})
     assert "logits_processor" not in kwargs and budgets.tolist() == [6, 6]
+
+
+def test_a_saved_max_length_raises_no_warning_and_a_saved_max_new_tokens_no_override(caplog):
+    """OPUS-MT checkpoints save `max_length` 512: the rule's cap beside it must not make transformers warn at
+    every call ("Both `max_new_tokens` ... and `max_length` ... seem to have been set"), and a generation config
+    with its own `max_new_tokens` must not override the rule's cap."""
+    import logging
+
+    batch = right_padded([sentence(1, 4), sentence(2, 9)])
+    model = tiny_model()
+    plain = generate_by_rule(model, batch, num_beams=2)[0]
+    model.generation_config.max_length = 512
+    with caplog.at_level(logging.WARNING):
+        assert generate_by_rule(model, batch, num_beams=2)[0] == plain
+        assert generate_by_rule(model, batch, num_beams=2, max_new_tokens=3)[1].tolist() == [3, 3]
+    assert "seem to have been set" not in caplog.text
+    model.generation_config.max_new_tokens = 2  # a saved cap: the rule's budgets still decide
+    assert generate_by_rule(model, batch, num_beams=2)[0] == plain
 
 
 def test_generated_lengths_torch_and_numpy():

@@ -10,8 +10,8 @@
 * **Enforcement.** `LengthBudgetLogitsProcessor` forces the end-of-sentence token in each row whose generated
   length reached its own budget (greedy and beam search; vectorised over rows, no host synchronisation);
   `length_rule_generate_kwargs` adds it to a `generate` call together with the call's overall cap, the largest
-  budget of the batch (`max_new_tokens`). An explicit `max_new_tokens`/`max_length` is a per-batch cap, as in
-  transformers, and replaces the rule.
+  budget of the batch (`with_cap`: given as `max_length`, so a checkpoint's saved `max_length` raises no warning).
+  An explicit `max_new_tokens`/`max_length` is a per-batch cap, as in transformers, and replaces the rule.
 * **Reports.** `generated_lengths` (new tokens up to and including the first end-of-sentence token) and
   `reached_limit` (outputs whose length reached their budget or cap: ended by the rule, not by the model) are what
   the pipeline, `xlpe-translate`, `xlpe-export --translate`, `OnnxTranslator.translate` and `xlpe-train`'s
@@ -105,13 +105,21 @@ def length_rule_generate_kwargs(attention_mask: torch.Tensor, limit: int, eos_to
         cap = kwargs.get("max_new_tokens")
         if cap is None:
             cap = int(kwargs["max_length"]) - 1
-        return kwargs, torch.full((rows,), int(cap), dtype=torch.long, device=attention_mask.device)
+        budgets = torch.full((rows,), int(cap), dtype=torch.long, device=attention_mask.device)
+        return with_cap(kwargs, int(cap)), budgets
     budgets = length_budgets(source_lengths(attention_mask).long(), limit)
     processors = LogitsProcessorList(kwargs.get("logits_processor") or [])
     processors.append(LengthBudgetLogitsProcessor(budgets, eos_token_id))
     kwargs["logits_processor"] = processors
-    kwargs["max_new_tokens"] = int(budgets.max()) if budgets.numel() else 1
-    return kwargs, budgets
+    return with_cap(kwargs, int(budgets.max()) if budgets.numel() else 1), budgets
+
+
+def with_cap(generate_kwargs: dict, new_tokens: int) -> dict:
+    """`generate_kwargs` capped at `new_tokens` new tokens, spelt as `max_length` = the decoder start token +
+    `new_tokens` with `max_new_tokens=None`: the same cap for an encoder-decoder model, whatever its generation
+    config holds. (`max_new_tokens` beside a saved `max_length`, as OPUS-MT checkpoints have it, 512, makes
+    transformers warn at every call; a saved `max_new_tokens` would override a `max_length` given alone.)"""
+    return {**generate_kwargs, "max_length": new_tokens + 1, "max_new_tokens": None}
 
 
 def generated_lengths(sequences, eos_token_id: int, pad_token_id, prompt_length: int = 1):
@@ -163,6 +171,7 @@ __all__ = [
     "generated_lengths",
     "length_budgets",
     "length_rule_generate_kwargs",
+    "with_cap",
     "limit_warning",
     "limit_warnings",
     "position_limit",

@@ -95,6 +95,7 @@ from ..models.length_rule import (
     length_rule_generate_kwargs,
     position_limit,
     reached_limit,
+    with_cap,
 )
 from ..models.length_rule import generated_lengths as rule_generated_lengths
 from .callbacks import Throughput, TokenBatchEpoch
@@ -497,10 +498,7 @@ class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
             with torch.no_grad(), _full_parameters(self.model), self.accelerator.autocast():
                 model.generate(
                     **generation_inputs(inputs, False),
-                    num_beams=1,
-                    do_sample=False,
-                    max_new_tokens=length,
-                    min_new_tokens=length,
+                    **with_cap({"num_beams": 1, "do_sample": False, "min_new_tokens": length}, length),
                 )
                 model(**{key: value for key, value in inputs.items() if key != "example_index"})
             if torch.cuda.is_available() and labels.is_cuda:
