@@ -14,7 +14,7 @@ from .config_checks import ValidatedConfigMixin, check_choice, check_number
 from .configuration_position_options import PositionOptionsConfigMixin
 from .configuration_source_tags import SourceTagsConfigMixin
 from .strategies import INPUT_FUSION, XL_HEADS, strategy_names, strategy_traits
-from .xl_position_forms import XL_POSITION_FORMS
+from .xl_position_forms import XL_POSITION_FORMS, attention_form_names
 
 FAMILY = "xlpe"  # the registry name whose strategies (strategies.py) `xl_strategy` chooses from
 XL_FUSIONS = ("diagonal", "full")
@@ -109,7 +109,6 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         check_choice("reorder_loss", self.reorder_loss, REORDER_LOSSES)
         check_choice("xl_position_form", self.xl_position_form, tuple(XL_POSITION_FORMS))
         form = XL_POSITION_FORMS[self.xl_position_form]  # what it needs: the table (xl_position_forms.py)
-        in_attention = sorted(name for name, spec in XL_POSITION_FORMS.items() if spec.in_attention)
         check_choice("xl_position_layers", self.xl_position_layers, XL_POSITION_LAYERS)
         check_number("xl_relative_max_distance", self.xl_relative_max_distance, 1, integer=True)
         heads = self.encoder_attention_heads
@@ -128,7 +127,7 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
             )
         if self.xl_position_layers == "all" and not form.in_attention:
             raise ValueError(
-                f"xl_position_layers='all' applies to an xl_position_form of {in_attention}; the "
+                f"xl_position_layers='all' applies to an xl_position_form of {attention_form_names()}; the "
                 f"{self.xl_position_form} form feeds X + PE_XL to the heads of layer 1 only (Eq. 9): set "
                 "xl_position_layers='first'"
             )
@@ -160,11 +159,11 @@ class XLPEMarianConfig(ValidatedConfigMixin, PositionOptionsConfigMixin, SourceT
         super().validate_position_options()
         form = XL_POSITION_FORMS.get(self.xl_position_form)  # an unknown one is refused by its own check
         if self.uses_xl and not self.absolute_positions and form is not None and not form.in_attention:
-            in_attention = sorted(name for name, spec in XL_POSITION_FORMS.items() if spec.in_attention)
             raise ValueError(
                 f"xl_strategy={self.xl_strategy!r} needs absolute_positions=True: XL PE fuses PE_abs with PE_XL "
                 "(Eq. 7) and its first layer's residual carries X + PE_abs (Eq. 9); use xl_strategy='none' for a "
-                f"model without absolute positions, or an xl_position_form of {in_attention}, which need no PE_abs"
+                f"model without absolute positions, or an xl_position_form of {attention_form_names()}, which need no "
+                "PE_abs"
             )
         if XL_HEADS in self.xl_traits and self.xl_heads > 0 and self.encoder_layers == 0:
             raise ValueError(

@@ -270,9 +270,10 @@ def example_extra_inputs(
                 raise ValueError(f"{name}: the config has no tags on the {spec.side} side to make an example from")
             tag_ids = torch.randint(first, tags, (rows, length), generator=generator).to(ids.device)
             values[name] = torch.where(mask, tag_ids, torch.full_like(tag_ids, PAD_TAG_ID))
-        elif spec.example == "index":
-            pad = torch.full_like(index, spec.pad if isinstance(spec.pad, int) else 0)
-            values[name] = torch.where(mask, index, pad if isinstance(spec.pad, int) else index)
+        elif spec.example == "index":  # padding: the input's pad value ("identity": the index itself)
+            values[name] = (
+                index if spec.pad == "identity" else torch.where(mask, index, torch.full_like(index, spec.pad))
+            )
         else:
             raise ValueError(f"{name}: example must be one of permutation, rank, tag, index; got {spec.example!r}")
     return values

@@ -68,7 +68,7 @@ from .position_modules import (
 )
 from .seq2seq_scaffold import InitOwnParametersMixin
 from .transformers_compat import renamed_cache_argument, take_cache
-from .xl_position_forms import XL_POSITION_FORMS, xl_position_form
+from .xl_position_forms import attention_form_names, xl_position_form
 
 BIAS_ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")  # the ones that take an additive float bias
 
@@ -129,9 +129,9 @@ class PositionAwareSelfAttention(MarianAttention):
         self.directional = directional
         spec = xl_position_form(xl_form) if xl_form is not None else None
         if (spec is not None and not spec.in_attention) or (xl_form is None) != (xl_heads == 0):
-            in_attention = sorted(name for name, form in XL_POSITION_FORMS.items() if form.in_attention)
             raise ValueError(
-                f"XL heads take an xl_form of {in_attention} with xl_heads >= 1, got {xl_form!r} and {xl_heads}"
+                f"XL heads take an xl_form of {attention_form_names()} with xl_heads >= 1, got {xl_form!r} and "
+                f"{xl_heads}"
             )
         self.xl_heads = xl_heads
         self.xl_form_attribute = spec.attribute if spec is not None else None  # the form's submodule name

@@ -56,6 +56,11 @@ def register_xl_position_form(spec: XLFormSpec) -> XLFormSpec:
     return spec
 
 
+def attention_form_names() -> list[str]:
+    """The registered forms that live in the attention (any layer's XL heads), sorted: what error messages list."""
+    return sorted(name for name, spec in XL_POSITION_FORMS.items() if spec.in_attention)
+
+
 def unregister_xl_position_form(name: str) -> XLFormSpec | None:
     if name in BUILTIN_XL_POSITION_FORMS:
         raise ValueError(f"{name!r} is a built-in XL position form")
@@ -82,6 +87,7 @@ __all__ = [
     "BUILTIN_XL_POSITION_FORMS",
     "XL_POSITION_FORMS",
     "XLFormSpec",
+    "attention_form_names",
     "register_xl_position_form",
     "unregister_xl_position_form",
     "xl_position_form",
