@@ -113,6 +113,7 @@ def test_source_and_target_lengths_filter_each_side_by_its_own_limit(toy_tokeniz
     assert reports["train"]["pairs_skipped"]["source_too_long"] == 1  # the second: source over 6 tokens
     assert reports["train"]["pairs_skipped"]["target_too_long"] == 0  # the first: target under 40, over 6
     from xlpe.training import data
+    from xlpe.training.run_config import RunConfig
 
     captured = {}
     monkeypatch.setattr(
@@ -130,7 +131,7 @@ def test_source_and_target_lengths_filter_each_side_by_its_own_limit(toy_tokeniz
         cache_dir=None,
     )
     training = SimpleNamespace(seed=0, do_train=False, main_process_first=lambda **_: contextlib.nullcontext())
-    data.prepare_features({}, toy_tokenizer, [], {}, args, args, training, None)
+    data.prepare_features({}, toy_tokenizer, [], {}, RunConfig(args, args, training), None)
     assert (captured["max_length"], captured["max_target_length"]) == (16, 64)
 
 
@@ -632,14 +633,20 @@ def test_train_writes_its_own_json_files_whole(tmp_path, monkeypatch, capsys):
     import inspect
 
     from xlpe.features import text_files
-    from xlpe.training import checkpoint_averaging, reorderer, run
+    from xlpe.training import checkpoint_averaging, reorderer, run, run_evaluation
+    from xlpe.training.run_config import RunConfig
 
-    for module in (run, reorderer, checkpoint_averaging):  # every file xlpe-train writes itself goes through it
+    for module in (
+        run,
+        run_evaluation,
+        reorderer,
+        checkpoint_averaging,
+    ):  # every file xlpe-train writes goes through it
         assert ".write_text(" not in inspect.getsource(module), module.__name__
     output = tmp_path / "run"
     output.mkdir()
     (output / "recipe.json").write_text('{"recipe": "old"}')
-    parsed = (
+    parsed = RunConfig(
         SimpleNamespace(model_name_or_path=None, config_name=None),
         SimpleNamespace(uses_builtin_corpus=lambda: False, prepared_dataset=None),
         SimpleNamespace(recipe="small", output_dir=str(output), do_train=True, process_index=0),
@@ -652,9 +659,9 @@ def test_train_writes_its_own_json_files_whole(tmp_path, monkeypatch, capsys):
     with monkeypatch.context() as patch:
         patch.setattr(text_files.os, "replace", disk_full)
         with pytest.raises(OSError, match="disk full"):
-            run.apply_recipe([], parsed, {"validation": object()}, None)
+            run.apply_recipe(parsed, {"validation": object()}, None)
     assert (output / "recipe.json").read_text() == '{"recipe": "old"}' and leftovers(tmp_path) == []
     assert text_files.os.replace is real_replace
-    run.apply_recipe([], parsed, {"validation": object()}, None)  # replaced without a flag: xlpe-train's semantics
+    run.apply_recipe(parsed, {"validation": object()}, None)  # replaced without a flag: xlpe-train's semantics
     assert json.loads((output / "recipe.json").read_text())["recipe"] == "small"
     assert [p.name for p in output.iterdir()] == ["recipe.json"]

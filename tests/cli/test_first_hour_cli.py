@@ -62,10 +62,14 @@ def test_a_mistyped_flag_gets_did_you_mean_fast_and_without_torch(name, args, me
     env = {**ENV, "XDG_CACHE_HOME": str(tmp_path)}  # a fresh machine: no help cache
     target = console_scripts()[name]
     module, function = target.split(":")
+    # xlpe-train parses with the flag schema shipped beside its help; when that snapshot is stale (a record that
+    # bench/check_records.py names, not a test failure) the schema is built once with torch, then cached
+    fresh = name != "xlpe-train" or train_cli.read_schema(train_cli.FLAGS_SNAPSHOT, train_cli.snapshot_key())
     code = (
         f"import sys; sys.argv[0] = 'prog'; from {module} import {function}\n"
         f"try:\n    code = {function}()\nexcept SystemExit as e:\n    code = e.code\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'\nsys.exit(code)"
+        + ("assert 'torch' not in sys.modules, 'torch was imported'\n" if fresh else "")
+        + "sys.exit(code)"
     )
     import subprocess
     import time
@@ -76,32 +80,37 @@ def test_a_mistyped_flag_gets_did_you_mean_fast_and_without_torch(name, args, me
     assert result.returncode == 2, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert "unrecognized arguments" in last and f"did you mean {meant}" in last, result.stderr
-    assert "Traceback" not in result.stderr and seconds < 5.0  # < 2 s measured on a quiet 2-core machine
+    assert "Traceback" not in result.stderr and (seconds < 5.0 or not fresh)  # < 2 s measured on a quiet machine
 
 
-def test_train_help_on_a_fresh_install_is_the_shipped_snapshot_when_it_is_current(tmp_path):
-    """Served from the snapshot when its key is current (bench/check_records.py checks that it is: a stale snapshot
-    is a record to refresh, not a failing test), else built once and cached; the same text either way."""
-    env = {**ENV, "XDG_CACHE_HOME": str(tmp_path)}
+def test_train_help_on_a_fresh_install_comes_from_the_shipped_schema_when_it_is_current(tmp_path):
+    """Formatted from the shipped flag schema when its key is current (bench/check_records.py checks that it is and
+    that the text is the parser's: a stale snapshot is a record to refresh, not a failing test), else from a schema
+    built once and cached; the same text either way."""
+    env = {**ENV, "XDG_CACHE_HOME": str(tmp_path), "COLUMNS": "100"}
     result, seconds = run_script(console_scripts()["xlpe-train"], "--help", env=env)
     assert result.returncode == 0 and result.stdout.startswith("usage: xlpe-train")
     assert "--model_name_or_path" in result.stdout
-    current = train_cli.SNAPSHOT.read_text(encoding="utf-8").partition("\n")[0] == f"# {train_cli.snapshot_key()}"
-    if current:
+    if train_cli.read_schema(train_cli.FLAGS_SNAPSHOT, train_cli.snapshot_key()) is not None:
         assert seconds < 5.0 and not (tmp_path / "xlpe").exists()  # served from the snapshot: nothing cached
     again, seconds = run_script(console_scripts()["xlpe-train"], "--help", env=env)
     assert again.stdout == result.stdout and seconds < 5.0  # the snapshot or the cache
 
 
-def test_a_stale_snapshot_is_never_served(tmp_path, monkeypatch):
-    """A snapshot made from other sources or registries (a family, strategy or tagger added) is not served."""
-    stale = tmp_path / "train_help.txt"
-    stale.write_text("# python 0.0, transformers 0, sources 0\nusage: an old help\n", encoding="utf-8")
-    monkeypatch.setattr(train_cli, "SNAPSHOT", stale)
-    assert train_cli._snapshot_text() is None
+def test_a_stale_schema_is_never_served(tmp_path, monkeypatch):
+    """A schema made from other sources or releases is not read."""
+    stale = tmp_path / "train_flags.json"
+    stale.write_text('{"version": 2, "key": "python 0.0, transformers 0, sources 0", "flags": []}\n', encoding="utf-8")
+    assert train_cli.read_schema(stale, train_cli.snapshot_key()) is None
+    monkeypatch.setattr(train_cli, "FLAGS_SNAPSHOT", stale)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert "--model_name_or_path" in train_cli.help_text()  # built by the parser instead, then cached
+    assert list((tmp_path / "xlpe" / "help").glob("*.flags.json"))
 
 
-def test_a_registered_tagger_changes_the_help_key():
+def test_a_registered_tagger_shows_in_the_help_without_staling_the_schema():
+    """The registries are added when the schema is read: a tagger (or a family, a form) registered in code or a
+    plugin is in `--help` at once, and the shipped schema stays current (no artefact to regenerate)."""
     from xlpe.models.taggers import WordTagger, register_tagger, unregister_tagger
 
     before = train_cli.snapshot_key()
@@ -114,14 +123,16 @@ def test_a_registered_tagger_changes_the_help_key():
 
     register_tagger("nothing-xx", Nothing, languages=("xx",), description="a test tagger")
     try:
-        assert train_cli.snapshot_key() != before  # its name is in --pos_tagger's help
+        assert train_cli.snapshot_key() == before
+        assert "nothing-xx" in " ".join(train_cli.help_text().split())  # in --source_tagger's help
     finally:
         unregister_tagger("nothing-xx")
-    assert train_cli.snapshot_key() == before
+    assert "nothing-xx" not in train_cli.help_text()
 
 
 def test_library_parser_suggests_too():
-    from xlpe.training.arguments import UsageError, parse_arguments
+    from xlpe.training.errors import UsageError
+    from xlpe.training.run_config import parse_arguments
 
     with pytest.raises(UsageError, match=r"unrecognized arguments: --warmup_stepz 3 \(did you mean --warmup_steps\?\)"):
         parse_arguments(["--output_dir", "x", "--warmup_stepz", "3"])

@@ -28,7 +28,7 @@ def one_error_line(capsys, prog: str) -> str:
 
 def test_a_flag_and_a_config_override_of_the_same_field_must_agree(tmp_path, capsys):
     from xlpe.cli.train import cli
-    from xlpe.training.arguments import parse_arguments
+    from xlpe.training.run_config import parse_arguments
 
     base = ["--output_dir", str(tmp_path / "run"), "--max_steps", "1"]
     assert cli([*base, "--xl_strategy", "head", "--config_overrides", "xl_strategy=combination"]) == 2
@@ -86,9 +86,10 @@ def test_a_prepared_split_longer_than_the_position_limit_is_refused():
 
     from xlpe.training.errors import UsageError
     from xlpe.training.run import check_prepared_fit
+    from xlpe.training.run_config import RunConfig
 
     model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=5))
-    model_args = SimpleNamespace(config_overrides=None, config_name=None, model_name_or_path="runs/m")
+    model_args = RunConfig(SimpleNamespace(config_name=None, model_name_or_path="runs/m"), None, None)
     fits = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3]], "labels": [[4, 5, 1]]})
     check_prepared_fit({"train": fits}, model, model_args, None)
     long = datasets.Dataset.from_dict({"input_ids": [[1, 2], [1, 2, 3, 4, 5, 6, 7]], "labels": [[1], [2]]})

@@ -259,7 +259,7 @@ def test_train_from_prepared_dataset_needs_no_other_flags(readme_run):
 
 
 def test_readme_train_line_parses(readme_run, monkeypatch):
-    from xlpe.training.arguments import parse_arguments
+    from xlpe.training.run_config import parse_arguments
 
     folder, _ = readme_run
     monkeypatch.chdir(folder)

@@ -119,18 +119,27 @@ def registered():
 
 def test_the_command_lines_list_them(registered):
     from xlpe.cli import prepare as prepare_cli
-    from xlpe.cli.train import _build_help_text, snapshot_key
-    from xlpe.training.arguments import model_arguments_class, parse_arguments
+    from xlpe.cli import train as train_cli
+    from xlpe.training.arguments import model_arguments_class
+    from xlpe.training.run_config import flag_parser, parse_arguments
 
-    text = _build_help_text()
+    text = train_cli.help_text()  # (what `xlpe-train --help` prints, without torch: the schema + the registries)
+    parser = flag_parser()
+    program, parser.prog = parser.prog, "xlpe-train"
+    try:
+        assert text == parser.format_help()  # the real parser's text, with the plugin family's flags
+    finally:
+        parser.prog = program
     assert "--dummy_scale" in text and "Dummy PE: a scale of nothing" in text
     assert "--xl_strategy {none,in,head,combination,dummy_heads}" in text
     assert "registered family: xlpe, dpe, mvpe_pos, dummy_pe" in " ".join(text.split())
     assert "dummy_ids" in prepare_cli.FEATURE_CHOICES
     features = next(a for a in prepare_cli._parser()._actions if a.dest == "features")
     assert "dummy_ids" in features.choices
-    # the shipped help snapshot is never served for another registry (its key covers the families' flags)
-    assert snapshot_key() != _unregistered_snapshot_key()
+    # the shipped flag schema stays current: the registries' flags are added when it is read
+    assert train_cli.snapshot_key() == _unregistered_snapshot_key()
+    parsed = train_cli.read_given(["--dummy_scale", "2"], train_cli.with_registries(train_cli.flag_schema()))
+    assert parsed.values == {"dummy_scale": "2"}  # the console script's parse knows the plugin's flag
     model_args, _, _ = parse_arguments(
         ["--output_dir", "unused", "--model_type", "dummy_pe", "--dummy_scale", "2", "--xl_strategy", "dummy_heads"]
     )

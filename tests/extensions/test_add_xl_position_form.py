@@ -72,7 +72,7 @@ def logits(xl_model, positions) -> torch.Tensor:
 
 
 def test_the_config_and_the_flag_take_it(direction_form):
-    from xlpe.training.arguments import parse_arguments
+    from xlpe.training.run_config import parse_arguments
 
     assert XLPEMarianConfig(**TINY, xl_strategy="head", xl_heads=2, xl_position_form="direction").xl_heads == 2
     model_args, _, _ = parse_arguments(["--output_dir", "unused", "--xl_position_form", "direction"])

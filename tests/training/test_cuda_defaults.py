@@ -12,7 +12,7 @@ import torch
 from test_train import log_history, tiny
 from transformers import MarianConfig
 
-from xlpe.training import arguments
+from xlpe.training import run_config
 from xlpe.training.callbacks import Throughput, peak_tflops, train_flops_per_token
 from xlpe.training.recipes import (
     CUDA_DEFAULT_MAX_TOKENS,
@@ -65,7 +65,7 @@ def test_old_gpus_sharding_and_missing_triton_keep_the_safe_choice():
 
 
 def test_the_parser_applies_the_decision_and_explicit_flags_override_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(arguments, "describe_device", lambda training_args: dict(H100))
+    monkeypatch.setattr(run_config, "describe_device", lambda training_args: dict(H100))
     data = [
         "--train_source_file",
         "a.en",
@@ -80,15 +80,16 @@ def test_the_parser_applies_the_decision_and_explicit_flags_override_it(tmp_path
         "--output_dir",
         str(tmp_path),
     ]  # use_cpu: bf16 on this CPU
-    _, _, args = arguments.parse_arguments(data)
+    config = run_config.parse_run_config(data)
+    args = config.training
     assert (args.bf16, args.optim, args.torch_compile, args.max_tokens) == (
         True,
         "adamw_torch_fused",
         True,
         CUDA_DEFAULT_MAX_TOKENS,
     )
-    assert args.cuda_defaults["device"]["name"] == H100["name"] and args.cuda_defaults["kept"] == {}
-    _, _, args = arguments.parse_arguments(
+    assert config.cuda_defaults["device"]["name"] == H100["name"] and config.cuda_defaults["kept"] == {}
+    config = run_config.parse_run_config(
         [
             *data,
             "--torch_compile",
@@ -101,9 +102,10 @@ def test_the_parser_applies_the_decision_and_explicit_flags_override_it(tmp_path
             "16",
         ]
     )
+    args = config.training
     assert (args.bf16, args.optim, args.torch_compile, args.max_tokens) == (False, "adamw_torch", False, None)
-    assert set(args.cuda_defaults["kept"]) >= {"bf16", "optim", "torch_compile", "max_tokens"}
-    _, _, args = arguments.parse_arguments(
+    assert set(config.cuda_defaults["kept"]) >= {"bf16", "optim", "torch_compile", "max_tokens"}
+    _, _, args = run_config.parse_arguments(
         [*data, "--recipe", "base"]
     )  # the recipe's token batches, fitted to the H100
     assert args.max_tokens == 16384 and args.torch_compile and args.bf16  # (recipes.fit_recipe_to_device)

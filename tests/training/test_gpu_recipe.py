@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from xlpe.training import arguments
+from xlpe.training import run_config
 from xlpe.training.recipes import (
     GPU_MAX_TOKENS,
     SMALL_WIDE_MODEL,
@@ -76,7 +76,7 @@ def test_memory_caps_the_batch_and_notes_say_why():
 
 
 def test_the_parser_fits_the_recipe_to_the_device_and_explicit_flags_win(tmp_path, monkeypatch):
-    monkeypatch.setattr(arguments, "describe_device", lambda training_args: dict(H100))
+    monkeypatch.setattr(run_config, "describe_device", lambda training_args: dict(H100))
     data = [
         "--train_source_file",
         "a.en",
@@ -93,9 +93,9 @@ def test_the_parser_fits_the_recipe_to_the_device_and_explicit_flags_win(tmp_pat
         "--recipe",
         "small",
     ]
-    _, _, args = arguments.parse_arguments(data)
+    _, _, args = run_config.parse_arguments(data)
     assert args.max_tokens == 16384
-    model_args, _, args = arguments.parse_arguments([*data, "--max_tokens", "3000", "--d_model", "384"])
+    model_args, _, args = run_config.parse_arguments([*data, "--max_tokens", "3000", "--d_model", "384"])
     assert args.max_tokens == 3000 and model_args.d_model == 384
 
 
@@ -108,5 +108,5 @@ def test_the_parser_fits_the_recipe_to_the_device_and_explicit_flags_win(tmp_pat
     ],
 )
 def test_dataloader_workers_persist_across_epochs(tmp_path, flags, persistent):
-    _, _, args = arguments.parse_arguments(["--output_dir", str(tmp_path), "--recipe", "small", *flags])
+    _, _, args = run_config.parse_arguments(["--output_dir", str(tmp_path), "--recipe", "small", *flags])
     assert args.dataloader_persistent_workers is persistent

@@ -283,6 +283,7 @@ def test_training_card_has_scores_signatures_data_and_a_correct_loading_example(
     from types import SimpleNamespace
 
     from xlpe.training.model_card import write_training_card
+    from xlpe.training.run_config import RunConfig
 
     model = make_model(toy_tokenizer)
     model.config.reorderer_config = {
@@ -317,7 +318,8 @@ def test_training_card_has_scores_signatures_data_and_a_correct_loading_example(
         uses_builtin_corpus=lambda: True,
     )
     training_args = SimpleNamespace(learning_rate=2e-3, max_steps=800, seed=1, recipe=None)
-    write_training_card(tmp_path, model_args, data_args, training_args, {"eval_bleu": 31.25, "eval_chrf": 55.5})
+    run = RunConfig(model_args, data_args, training_args)
+    write_training_card(tmp_path, run, {"eval_bleu": 31.25, "eval_chrf": 55.5})
     card = ModelCard.load(tmp_path / "README.md")
     results = card.data.eval_results
     by_split = {(r.dataset_split, r.metric_type): r for r in results}

@@ -15,9 +15,10 @@ from test_token_batching import without_batch_size
 from test_train import log_history, tiny
 
 from xlpe.features.synthetic import generate_pairs
-from xlpe.training.arguments import UsageError, parse_arguments
+from xlpe.training.errors import UsageError
 from xlpe.training.recipes import BIG_DATA_PAIRS, RECIPE_NAMES, SMALL_DATA_PAIRS, choose_recipe, recipe_settings
 from xlpe.training.run import main
+from xlpe.training.run_config import parse_arguments
 
 
 def test_small_recipe_sets_the_papers_recipe_at_cpu_size(tmp_path):

@@ -49,6 +49,7 @@ from pathlib import Path
 
 from ..features.alignment import AlignmentFormatError  # (light: numpy only)
 from ..features.text_files import check_output, write_text_atomic
+from ..training.flag_facts import APPLIED, DIGEST, PART, PLUMBING, RESUME_APPLY, add_flag, names_where, parser_facts
 from . import canonical_flags, did_you_mean_directory, user_error
 
 # = xlpe.models.configuration_reorderer.TRAINING_LOSSES, spelled out: importing xlpe.models loads torch, and
@@ -67,6 +68,19 @@ JACKKNIFE_UNFINISHED = "UNFINISHED"  # in J/folds/ while a jackknife run into J 
 LOCK_NAME, RECORD_NAME = ".xlpe.lock", "xlpe_artefact.json"  # = xlpe.features.artefacts' (not imported here: --help)
 
 
+def command_facts(command: str) -> dict:
+    """{flag: facts} of a subcommand's flags (`flag_facts.add_flag`): what its record keeps, what a resume may
+    change; the records below are derived from them."""
+    parser = build_parser()
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return parser_facts(commands.choices[command])
+
+
+def recorded_options(command: str, args) -> dict:
+    """The options a subcommand's record keeps by value: its flags whose facts say so."""
+    return {name: getattr(args, name) for name, facts in command_facts(command).items() if facts.record == "value"}
+
+
 def train_record(args, given_tokenizer=None):
     """The ArtefactRecord of kind "reorderer" a `train` run into --output_dir writes: digests of the source, target
     and alignment files and of the given tokenizer (else how the joint one is trained), and every option that shapes
@@ -82,20 +96,8 @@ def train_record(args, given_tokenizer=None):
         inputs = {"prepared_train": dataset_digest(prepared)}
     else:
         inputs = {"source": file_digest(args.source), "target": file_digest(args.target)}
-    options = {
-        "max_length": args.max_length,
-        "decoder": args.decoder,
-        "pair_scorer": args.pair_scorer,
-        "d_model": args.d_model,
-        "token_layers": args.token_layers,
-        "word_layers": args.word_layers,
-        "training_loss": args.training_loss or default_training_loss(args.decoder),
-        "seed": args.seed,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "learning_rate": args.learning_rate,
-        "calibration_pairs": args.calibration_pairs,
-    }
+    options = recorded_options("train", args)
+    options["training_loss"] = args.training_loss or default_training_loss(args.decoder)  # (its default: --decoder's)
     if args.alignments:
         inputs["alignments"] = file_digest(args.alignments)
     elif prepared is None:
@@ -207,18 +209,8 @@ def jackknife_record(args, train, tokenizer):
     from ..features.tokenization import tokenizer_fingerprint
     from ..training.reorderer import JACKKNIFE_KIND, dataset_digest, default_training_loss
 
-    options = {
-        "folds": args.folds,
-        "seed": args.seed,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "learning_rate": args.learning_rate,
-        "d_model": args.d_model,
-        "token_layers": args.token_layers,
-        "word_layers": args.word_layers,
-        "training_loss": args.training_loss or default_training_loss(None),
-        "oracle_share": args.oracle_share,
-    }
+    options = recorded_options("jackknife", args)
+    options["training_loss"] = args.training_loss or default_training_loss(None)
     inputs = {"train": dataset_digest(train), "tokenizer": tokenizer_fingerprint(tokenizer)}
     return ArtefactRecord(JACKKNIFE_KIND, inputs=inputs, options=options)
 
@@ -242,7 +234,7 @@ def _jackknife_plan(work_dir: Path, expected, args) -> None:
                 work_dir,
                 expected,
                 override="--overwrite_output",
-                changeable=["oracle_share"],
+                changeable=list(names_where(command_facts("jackknife"), resume=RESUME_APPLY)),
                 what=f"--output_dir {work_dir.parent} (an unfinished jackknife)",
             )
         except ArtefactMismatch as mismatch:
@@ -805,45 +797,61 @@ def build_parser() -> argparse.ArgumentParser:
 
     defaults_shown = argparse.ArgumentDefaultsHelpFormatter  # (the epochs, sizes and rates a run gets unless given)
     train = sub.add_parser("train", help="train a reorderer on parallel text", formatter_class=defaults_shown)
-    train.add_argument("--source", help="source-side text, one sentence of whitespace words per line")
-    train.add_argument("--target", help="target-side text, parallel to --source")
-    train.add_argument(
+    add_flag(train, "--source", help="source-side text, one sentence of whitespace words per line", facts=DIGEST)
+    add_flag(train, "--target", help="target-side text, parallel to --source", facts=DIGEST)
+    add_flag(
+        train,
         "--prepared",
         help="instead of --source/--target: an xlpe-prepare output; trains on its train "
         "split's oracle orders, made from the alignments xlpe-prepare computed "
         "(nothing is aligned again), with its tokenizer (DIR/tokenizer, or "
         "--tokenizer when it is the same one)",
+        facts=DIGEST,
     )
-    train.add_argument("--alignments", help="Pharaoh i-j file parallel to --source (default: run eflomal)")
-    train.add_argument("--output_dir", "--output-dir", required=True, help="where the reorderer and checkpoints go")
-    train.add_argument(
+    add_flag(train, "--alignments", help="Pharaoh i-j file parallel to --source (default: run eflomal)", facts=DIGEST)
+    add_flag(
+        train,
+        "--output_dir",
+        "--output-dir",
+        required=True,
+        help="where the reorderer and checkpoints go",
+        facts=PLUMBING,
+    )
+    add_flag(
+        train,
         "--tokenizer",
         help="tokenizer to read ids with (the XL PE model's, to ship it inside that "
         "model); default: train a joint one, saved in --output_dir",
+        facts=DIGEST,
     )
-    train.add_argument("--vocab-size", type=int, default=8000, help="pieces of the trained tokenizer")
-    train.add_argument("--tokenizer-model", default="unigram", choices=("unigram", "bpe"))
-    train.add_argument("--alignment-runs", type=int, default=1, metavar="K", help="eflomal runs voted over")
-    train.add_argument(
-        "--max-length", type=int, default=256, help="longest kept pair in tokens (longer: skipped, counted)"
+    add_flag(train, "--vocab-size", type=int, default=8000, help="pieces of the trained tokenizer", facts=PART)
+    add_flag(train, "--tokenizer-model", default="unigram", choices=("unigram", "bpe"), facts=PART)
+    add_flag(train, "--alignment-runs", type=int, default=1, metavar="K", help="eflomal runs voted over", facts=PART)
+    add_flag(
+        train, "--max-length", type=int, default=256, help="longest kept pair in tokens (longer: skipped, counted)"
     )
-    train.add_argument("--decoder", default="btg", choices=("btg", "rank"), help="btg: exact CKY (default); rank")
-    train.add_argument("--pair-scorer", default="biaffine", choices=("biaffine", "mlp"))
-    train.add_argument("--cache-dir", help="reuse identical earlier preparations from here")
-    train.add_argument(
+    add_flag(train, "--decoder", default="btg", choices=("btg", "rank"), help="btg: exact CKY (default); rank")
+    add_flag(train, "--pair-scorer", default="biaffine", choices=("biaffine", "mlp"))
+    add_flag(train, "--cache-dir", help="reuse identical earlier preparations from here", facts=PLUMBING)
+    add_flag(
+        train,
         "--no-resume",
         action="store_true",
         help="start this run afresh (same data and options) even "
         "if --output_dir has its checkpoints or its finished reorderer",
+        facts=PLUMBING,
     )
-    train.add_argument(
+    add_flag(
+        train,
         "--overwrite_output",
         action="store_true",
         help="train afresh in place of a finished reorderer "
         "in --output_dir or of one made from other data or options (default: the finished one is "
         "reused, another is a one-line error naming the difference)",
+        facts=PLUMBING,
     )
-    train.add_argument(
+    add_flag(
+        train,
         "--calibration-pairs",
         type=int,
         default=500,
@@ -867,32 +875,39 @@ def build_parser() -> argparse.ArgumentParser:
     jackknife = sub.add_parser(
         "jackknife", help="k-fold predicted positions for a prepared training split", formatter_class=defaults_shown
     )
-    jackknife.add_argument("--prepared", required=True, help="xlpe-prepare output (save_to_disk directory)")
-    jackknife.add_argument("--tokenizer", required=True, help="the tokenizer it was prepared with")
-    jackknife.add_argument("--folds", type=int, default=5)
-    jackknife.add_argument(
+    add_flag(jackknife, "--prepared", required=True, help="xlpe-prepare output (save_to_disk directory)", facts=DIGEST)
+    add_flag(jackknife, "--tokenizer", required=True, help="the tokenizer it was prepared with", facts=DIGEST)
+    add_flag(jackknife, "--folds", type=int, default=5)
+    add_flag(
+        jackknife,
         "--output_dir",
         "--output-dir",
         required=True,
         help="directory: data/ (the new dataset) and folds/ (a reorderer per fold; an unfinished run is resumed)",
+        facts=PLUMBING,
     )
-    jackknife.add_argument(
+    add_flag(
+        jackknife,
         "--oracle-share",
         "--oracle_share",
+        facts=APPLIED,
         type=float,
         default=0.0,
         metavar="S",
         help="share of the training pairs (drawn with --seed) that keep their oracle positions: "
         "0 (default) all jackknifed; e.g. 0.5 the mixed remedy",
     )
-    jackknife.add_argument(
+    add_flag(
+        jackknife,
         "--overwrite_output",
         action="store_true",
         help="replace a finished --output_dir (one "
         "with data/) or an unfinished one made from other data or options: its folds are trained "
         "afresh (an unfinished one made alike is resumed)",
+        facts=PLUMBING,
     )
-    train.add_argument(
+    add_flag(
+        train,
         "--epochs",
         type=epochs_value,
         default="auto",
@@ -900,22 +915,22 @@ def build_parser() -> argparse.ArgumentParser:
         "ones (1 to 3) as fit 10 minutes of training, from the step time measured on a few batches (the choice is "
         "printed and recorded: a resume keeps it)",
     )
-    jackknife.add_argument(
+    add_flag(
+        jackknife,
         "--epochs",
         type=float,
         default=3.0,
         help="passes over each fold's training pairs (the progress bar shows the steps they make)",
     )
     for command in (train, jackknife):
-        command.add_argument("--batch-size", type=int, default=64, help="sentence pairs a step")
-        command.add_argument("--learning-rate", type=float, default=1e-3, help="peak learning rate")
-        command.add_argument("--d-model", type=int, default=256, help="width of the token and word encoders")
-        command.add_argument("--token-layers", type=int, default=3, help="Transformer layers over the sub-words")
-        command.add_argument("--word-layers", type=int, default=1, help="Transformer layers over the words")
-        command.add_argument(
-            "--seed", type=int, default=1, help="seed of the initialisation, batches and held-out pairs"
-        )
-        command.add_argument(
+        add_flag(command, "--batch-size", type=int, default=64, help="sentence pairs a step")
+        add_flag(command, "--learning-rate", type=float, default=1e-3, help="peak learning rate")
+        add_flag(command, "--d-model", type=int, default=256, help="width of the token and word encoders")
+        add_flag(command, "--token-layers", type=int, default=3, help="Transformer layers over the sub-words")
+        add_flag(command, "--word-layers", type=int, default=1, help="Transformer layers over the words")
+        add_flag(command, "--seed", type=int, default=1, help="seed of the initialisation, batches and held-out pairs")
+        add_flag(
+            command,
             "--training-loss",
             default=None,
             choices=TRAINING_LOSSES,

@@ -2,13 +2,14 @@
 any work prints one line and exits 2; Ctrl-C prints one line (the step reached, the newest checkpoint and how to
 resume from it) and exits 130; a finished multi-process run tears its process group down cleanly.
 
-`--help` is answered without importing torch: the help text (hundreds of options, most of them transformers'
-`Seq2SeqTrainingArguments`, which import torch) ships with the package (`train_help.txt`, served while its key,
-the Python and transformers versions and the argument sources, matches); otherwise it is produced by the real
-argument parser once and kept in `$XDG_CACHE_HOME/xlpe/help/` (default `~/.cache/xlpe/help/`), keyed by the
-versions of Python, xlpe and transformers, the source of `xlpe/training/`, and the terminal width: a changed
-parser never shows a stale text. The same text gives the option names that a mistyped flag is checked against
-before torch is imported ("did you mean").
+The command line is parsed once, here, before torch is imported (`xlpe.training.command_line`), and `--help` is
+answered without torch, both from the parser's *flag schema* (hundreds of options, most of them transformers'
+`Seq2SeqTrainingArguments`, which import torch): it ships with the package (`train_flags.json`, served while its key
+— the Python and transformers versions and the argument sources — matches); otherwise the real parser makes it
+once and it is kept in `$XDG_CACHE_HOME/xlpe/help/` (default `~/.cache/xlpe/help/`). The schema holds the argument
+dataclasses only; the registries' flags and names (families, XL position forms, taggers, in code or in a plugin)
+are added when it is read, so they never make it stale. A mistyped flag gets "did you mean" at once, the paths
+and languages given are checked, and the run gets the flags as parsed (`xlpe.training.run.main(given=...)`).
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
-import io
-import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from ..features.language_codes import check_language_code
-from ..models.registry import help_signature  # (light: the registry imports no model module)
-from . import CommandLineError, check_input_file, check_model_path, unknown_flags_message, user_error
+from ..training.command_line import GivenFlags, help_parser, read_given, read_schema, schema_json, with_registries
+from ..training.errors import UsageError
+from . import CommandLineError, check_input_file, check_model_path, user_error
 
 PROG = "xlpe-train"
 # options whose value must name a model, tokenizer or config (a local directory or a Hub id) or an input file;
@@ -36,10 +35,10 @@ LANGUAGE_OPTIONS = ("source_lang", "target_lang")
 
 
 def __getattr__(name: str):  # old `xlpe.train` names, imported only when asked for (they import torch)
-    if name in ("UsageError", "parse_arguments"):
-        from ..training import arguments
+    if name == "parse_arguments":
+        from ..training import run_config
 
-        return getattr(arguments, name)
+        return run_config.parse_arguments
     if name == "main":
         from ..training.run import main
 
@@ -52,10 +51,10 @@ def __getattr__(name: str):  # old `xlpe.train` names, imported only when asked 
 # ---------------------------------------------------------------------------------------------------------
 
 
-SNAPSHOT = Path(__file__).with_name("train_help.txt")  # the help text as shipped (`write_help_snapshot`)
-SNAPSHOT_COLUMNS = 100  # the width the shipped text is wrapped at
-# the files whose code shapes the help text (the argument dataclasses and the recipe names they list)
-HELP_SOURCES = ("arguments.py", "recipes.py", "errors.py")
+FLAGS_SNAPSHOT = Path(__file__).with_name("train_flags.json")  # the parser's flag schema as shipped
+# the files whose code shapes the flag schema (the argument dataclasses, the flags' facts and the recipes that set
+# them, the parser and the schema's form)
+HELP_SOURCES = ("arguments.py", "recipes.py", "errors.py", "flag_facts.py", "run_config.py", "command_line.py")
 
 
 def _version(package: str) -> str:
@@ -65,113 +64,59 @@ def _version(package: str) -> str:
         return "?"
 
 
-def _help_cache_file() -> Path:
-    digest = hashlib.sha256()
-    training = Path(__file__).resolve().parents[1] / "training"
-    for source in sorted(training.glob("*.py")) + [Path(__file__).resolve()]:
-        digest.update(source.name.encode() + source.read_bytes())
-    versions = [_version("xlpe"), _version("transformers")]
-    width = shutil.get_terminal_size().columns
-    digest.update(f"{sys.version_info[:2]}|{versions}|{width}|{help_signature()}".encode())
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlpe" / "help"
-    return root / f"xlpe-train-{digest.hexdigest()[:20]}.txt"
-
-
 def snapshot_key() -> str:
-    """What the shipped help text must have been made from to be served: Python's minor version (argparse's
-    layout), the transformers release (its training arguments), the sources in `HELP_SOURCES` and the registered
-    families' flags (`registry.help_signature`: a family or strategy added in a plugin shows in the help)."""
+    """What the shipped flag schema must have been made from to be served: Python's minor version (argparse's
+    layout), the transformers release (its training arguments) and the sources in `HELP_SOURCES`. The registries
+    are not part of it: their flags and names are added when the schema is read (`command_line.with_registries`)."""
     digest = hashlib.sha256()
     training = Path(__file__).resolve().parents[1] / "training"
     for name in HELP_SOURCES:
         digest.update(name.encode() + (training / name).read_bytes())
-    digest.update(help_signature().encode())
     python = ".".join(map(str, sys.version_info[:2]))
     return f"python {python}, transformers {_version('transformers')}, sources {digest.hexdigest()[:16]}"
 
 
-def _snapshot_text() -> str | None:
-    """The shipped help text when it was made from the code and releases in use (`snapshot_key`), else None."""
-    with contextlib.suppress(OSError):
-        key, _, text = SNAPSHOT.read_text(encoding="utf-8").partition("\n")
-        if key == f"# {snapshot_key()}":
-            return text
-    return None
+def _schema_cache_file(key: str) -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlpe" / "help"
+    return root / f"xlpe-train-{hashlib.sha256(key.encode()).hexdigest()[:20]}.flags.json"
 
 
-def _build_help_text() -> str:
-    from ..training.arguments import parse_arguments
+def flag_schema() -> dict:
+    """The flag schema of `xlpe-train`'s parser without the registries' flags (`command_line.schema_of`), without
+    torch when it can be: the shipped snapshot when its key is current, else the cache, else (once) from the real
+    parser, then cached."""
+    key = snapshot_key()
+    cache = _schema_cache_file(key)
+    for path in (FLAGS_SNAPSHOT, cache):
+        schema = read_schema(path, key)
+        if schema is not None:
+            return schema
+    from ..training.run_config import flag_schema as parser_schema
 
-    buffer, program = io.StringIO(), sys.argv[0]
-    sys.argv[0] = PROG  # argparse's prog
-    try:
-        with contextlib.redirect_stdout(buffer), contextlib.suppress(SystemExit):
-            parse_arguments(["--help"])
-    finally:
-        sys.argv[0] = program
-    return buffer.getvalue()
-
-
-def help_text() -> str:
-    """The text of `xlpe-train --help`: from the cache, else the shipped snapshot (a fresh install answers at
-    once), else (once) from the real argument parser, then cached."""
-    cache = _help_cache_file()
-    with contextlib.suppress(OSError):
-        return cache.read_text(encoding="utf-8")
-    text = _snapshot_text()
-    if text is not None:
-        return text
-    text = _build_help_text()
+    schema = parser_schema()
     with contextlib.suppress(OSError):  # an unwritable cache only costs speed
         cache.parent.mkdir(parents=True, exist_ok=True)
         partial = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        partial.write_text(text, encoding="utf-8")
+        partial.write_text(schema_json(schema, key), encoding="utf-8")
         os.replace(partial, cache)
-    return text
+    return schema
 
 
-def write_help_snapshot(path: Path = SNAPSHOT) -> Path:
-    """Write the shipped help text (wrapped at `SNAPSHOT_COLUMNS`) with its `snapshot_key`; run after changing
-    the training arguments: `python -c "from xlpe.cli.train import write_help_snapshot; write_help_snapshot()"`
-    (`tests/cli/test_first_hour_cli.py` fails while the snapshot is stale)."""
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(SNAPSHOT_COLUMNS)
-    try:
-        text = _build_help_text()
-    finally:
-        if saved is None:
-            os.environ.pop("COLUMNS")
-        else:
-            os.environ["COLUMNS"] = saved
-    path.write_text(f"# {snapshot_key()}\n{text}", encoding="utf-8")
+def help_text() -> str:
+    """The text of `xlpe-train --help`, formatted from the flag schema with the registries' flags (the real
+    parser's text, at the terminal's width: `bench/check_records.py` compares them)."""
+    return help_parser(with_registries(flag_schema()), PROG).format_help()
+
+
+def write_help_snapshot(path: Path | None = None) -> Path:
+    """Write the shipped flag schema (`FLAGS_SNAPSHOT`, or `path`) with its `snapshot_key`; run after changing the
+    training arguments: `python -c "from xlpe.cli.train import write_help_snapshot; write_help_snapshot()"`
+    (`bench/check_records.py` names a stale one; a registered family, form or tagger never makes it stale)."""
+    from ..training.run_config import flag_schema as parser_schema
+
+    path = FLAGS_SNAPSHOT if path is None else path
+    path.write_text(schema_json(parser_schema(), snapshot_key()), encoding="utf-8")
     return path
-
-
-def known_options(text: str) -> set[str]:
-    """The long options a help text lists (the option lines of its sections, every spelling)."""
-    options = set()
-    for line in text.splitlines():
-        if line.startswith("  -"):
-            for item in line.strip().split(", "):
-                if item.startswith("--"):
-                    options.add(item.split()[0])
-    return options
-
-
-def check_flags(argv: list[str], options: set[str]) -> None:
-    """CommandLineError naming an unknown long flag with the closest known one; a unique prefix of a known
-    option is left to argparse (which accepts it)."""
-    unknown = []
-    for item in argv:
-        if not item.startswith("--") or item == "--":
-            continue
-        name = item.split("=", 1)[0]
-        spellings = {name, "--" + name[2:].replace("-", "_")}
-        if spellings & options or any(option.startswith(spelling) for option in options for spelling in spellings):
-            continue
-        unknown.append(name)
-    if unknown:
-        raise CommandLineError(unknown_flags_message(unknown, options))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -179,36 +124,11 @@ def check_flags(argv: list[str], options: set[str]) -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _given_values(argv: list[str]) -> dict[str, str]:
-    """{option name (underscores): value} for `--name value` / `--name=value` in argv, or the keys of the
-    one JSON file `xlpe-train args.json` reads."""
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        check_input_file(argv[0], "arguments file")
-        try:
-            given = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-        except ValueError as error:
-            raise CommandLineError(f"arguments file {argv[0]}: not valid JSON ({error})") from error
-        if not isinstance(given, dict):
-            raise CommandLineError(f"arguments file {argv[0]}: must hold a JSON object of argument names and values")
-        return {key: value for key, value in given.items() if isinstance(value, str)}
-    values = {}
-    for index, item in enumerate(argv):
-        if not item.startswith("--"):
-            continue
-        name, equals, value = item[2:].partition("=")
-        if not equals:
-            following = argv[index + 1] if index + 1 < len(argv) else None
-            if following is None or following.startswith("--"):
-                continue
-            value = following
-        values[name.replace("-", "_")] = value
-    return values
-
-
-def check_paths(argv: list[str]) -> None:
+def check_paths(values: dict) -> None:
     """CommandLineError for a missing input file, a model/tokenizer/config path that does not exist locally
-    (and cannot be a Hub id), or a language that is not a code, before torch is imported."""
-    given = _given_values(argv)
+    (and cannot be a Hub id), or a language that is not a code, before torch is imported (`values`: the flags
+    given, `GivenFlags.values`)."""
+    given = {name: value for name, value in values.items() if isinstance(value, str)}
     for name, value in given.items():
         if name in MODEL_OPTIONS and value and not value.startswith(("builtin:",)):
             check_model_path(value, f"--{name}")
@@ -263,22 +183,20 @@ def cli(argv: list[str] | None = None, callbacks: list | None = None) -> int:
         sys.stdout.write(help_text())
         return 0
     try:
-        if not (len(argv) == 1 and argv[0].endswith(".json")):
-            check_flags(argv, known_options(help_text()))
-        check_paths(argv)
-    except CommandLineError as error:
+        given = read_given(argv, with_registries(flag_schema()))  # the one parse of the command line (or JSON file)
+        check_paths(given.values)
+    except (CommandLineError, UsageError) as error:
         return user_error(PROG, error)
-    from ..training.arguments import UsageError
     from ..training.interrupts import INTERRUPTED_STATUS, InterruptWatch, interrupted_line
     from ..training.run import main
 
     watch = InterruptWatch()  # first: it has seen the step when a later callback is interrupted
     try:
-        main(argv, callbacks=[watch, *(callbacks or [])])
+        main(given=given, callbacks=[watch, *(callbacks or [])])
     except UsageError as error:  # a user error found before any work: one line, no traceback
         return user_error(PROG, error)
     except KeyboardInterrupt:  # Ctrl-C: where the run stopped and what it saved, in one line
-        output_dir = _output_dir(argv)
+        output_dir = _output_dir(given)
         print(
             interrupted_line(
                 PROG,
@@ -294,12 +212,10 @@ def cli(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     return 0
 
 
-def _output_dir(argv: list[str]) -> str | None:
+def _output_dir(given: GivenFlags) -> str | None:
     """--output_dir as given (for the Ctrl-C line of a run interrupted before training began)."""
-    try:
-        return _given_values(argv).get("output_dir")
-    except CommandLineError:
-        return None
+    value = given.values.get("output_dir")
+    return value if isinstance(value, str) else None
 
 
 def finish_distributed() -> None:

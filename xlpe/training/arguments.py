@@ -3,34 +3,40 @@
 
 `builtin_recipe` holds the defaults used when training on the built-in synthetic corpus (a small model, a
 BPE tokenizer, a few CPU minutes), `--recipe small|base|big` those of a recipe (`recipes.py`); any argument
-given explicitly on the command line (or in the JSON file) wins over both (`explicit_keys`).
+given explicitly on the command line (or in the JSON file) wins over both (`run_config.RunConfig.given`).
+Each flag says what it is (recorded by the run, changeable on resume, on the card: `flag_facts`).
 """
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import json
 import logging
 import os
-import sys
 import types
-from dataclasses import MISSING, dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 
 import torch
-from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+from transformers import Seq2SeqTrainingArguments
 
-from ..evaluation.metrics import check_bleu_tokenizer
-from ..features.language_codes import check_language_code
-from ..models.registry import MODEL_FAMILIES, family_fields, help_signature
-from ..models.taggers import tagger_help
-from .errors import UsageError, unknown_flags_message
-from .recipes import NO_RECIPE, RECIPE_NAMES, cuda_fast_defaults, recipe_settings
+from ..models.registry import family_fields, help_signature
+from .errors import UsageError, key_line
+from .flag_facts import APPLIED, DIGEST, FACTS_KEY, PLUMBING, RECORDED, RESUME_APPLY, FlagFacts, flag_facts
+from .recipes import RECIPE_NAMES
 
 logger = logging.getLogger("xlpe.train")
 
 BUILTIN_DATASET = "builtin:synthetic"
+# the size flags of a model trained from scratch -> the config fields each one sets
+SIZE_FIELDS = {
+    "d_model": ("d_model",),
+    "encoder_layers": ("encoder_layers",),
+    "decoder_layers": ("decoder_layers",),
+    "attention_heads": ("encoder_attention_heads", "decoder_attention_heads"),
+    "ffn_dim": ("encoder_ffn_dim", "decoder_ffn_dim"),
+    "dropout": ("dropout",),
+}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -38,45 +44,52 @@ BUILTIN_DATASET = "builtin:synthetic"
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _help(text: str, **kwargs):
-    return field(metadata={"help": text}, **kwargs)
+def _help(text: str, facts: FlagFacts | None = None, **kwargs):
+    """A flag: its help text and what it is (`flag_facts`; None: recorded, and a resume must match it)."""
+    return field(metadata={"help": text, FACTS_KEY: facts or RECORDED}, **kwargs)
 
 
 @dataclass
-class _ModelArgumentsBase:
-    """Which model, tokenizer and family to train (run_translation's names first); the registered families' own
-    fields are added after `config_overrides` (`model_arguments_class`)."""
+class ModelArguments:
+    """Which model, tokenizer and family to train (run_translation's names first). The registered families' own
+    fields (`ModelFamily.fields`: a family added in a plugin adds flags) are added after these by
+    `model_arguments_class`; `{families}` and `{taggers}` in a help text are the registries' names
+    (`command_line.expand_registry_help`)."""
 
     model_name_or_path: str | None = _help(
-        "checkpoint to start from (Hub id or directory); none = from scratch", default=None
+        "checkpoint to start from (Hub id or directory); none = from scratch", default=None, facts=DIGEST
     )
     model_type: str | None = _help(
-        "vanilla (stock MarianMT) or a registered family: xlpe, dpe, mvpe_pos, ... Default: xlpe from scratch, "
+        "vanilla (stock MarianMT) or a registered family: {families}. Default: xlpe from scratch, "
         "the checkpoint's own type with --model_name_or_path. A stock Marian checkpoint with --model_type xlpe "
         "is upgraded function-preservingly",
         default=None,
     )
-    config_name: str | None = _help("config (directory or Hub id) to build a from-scratch model from", default=None)
+    config_name: str | None = _help(
+        "config (directory or Hub id) to build a from-scratch model from", default=None, facts=DIGEST
+    )
     tokenizer_name: str | None = _help(
         "tokenizer (directory or Hub id); none = the checkpoint's, or a new "
         "joint tokenizer trained on the training text",
         default=None,
+        facts=DIGEST,
     )
-    cache_dir: str | None = _help("where downloads and prepared features are cached", default=None)
+    cache_dir: str | None = _help("where downloads and prepared features are cached", default=None, facts=PLUMBING)
     model_revision: str = _help("model version: branch, tag or commit", default="main")
-    token: str | None = _help("Hub token (default: the saved login)", default=None)
-    trust_remote_code: bool = _help("allow Hub custom code for checkpoints of other packages", default=False)
+    token: str | None = _help("Hub token (default: the saved login)", default=None, facts=PLUMBING)
+    trust_remote_code: bool = _help(
+        "allow Hub custom code for checkpoints of other packages", default=False, facts=PLUMBING
+    )
     config_overrides: str | None = _help(
         "more config fields: 'key=value,key=value' (JSON values), e.g. "
         "'relative_attention_max_distance=16,directional_attention=true'",
         default=None,
     )
-    # --- here: the families' fields (xlpe.models.registry, `ModelFamily.fields`; None: the family's default);
-    # each is checked against the family's config ---
     reorderer: str | None = _help(
         "XL PE: a standalone reorderer (`xlpe-reorder train`, same tokenizer) that supplies "
         "the predicted positions; saved inside the checkpoint",
         default=None,
+        facts=DIGEST,
     )
     # --- size of a model trained from scratch (None: Transformer-base) ---
     d_model: int | None = _help("hidden size", default=None)
@@ -103,6 +116,7 @@ class _ModelArgumentsBase:
     use_fast_tokenizer: bool = _help(
         "run_translation's flag: transformers 5 always loads the fast tokenizer (false is accepted and warned about)",
         default=True,
+        facts=PLUMBING,
     )
 
 
@@ -112,43 +126,36 @@ def _family_flag_fields() -> list[tuple]:
     made = []
     for name, (family_field, families) in family_fields().items():
         family = families[0]
-        metadata = {"help": family.field_help(family_field)}
+        metadata = {"help": family.field_help(family_field), FACTS_KEY: RECORDED}
         if family.field_choices(family_field):  # the strategies, or a registry's names (argparse's choices;
             metadata["choices"] = family.field_choices(family_field)  # HfArgumentParser passes metadata on)
         made.append((name, family_field.type | None, field(default=None, metadata=metadata)))
     return made
 
 
-def _model_type_help() -> str:
-    return (
-        f"vanilla (stock MarianMT) or a registered family: {', '.join(MODEL_FAMILIES)}. Default: xlpe from scratch, "
-        "the checkpoint's own type with --model_name_or_path. A stock Marian checkpoint with --model_type xlpe "
-        "is upgraded function-preservingly"
-    )
-
-
 _MODEL_ARGUMENTS: dict[str, type] = {}
 
 
 def model_arguments_class() -> type:
-    """`ModelArguments` for the families registered now: the base fields, with each family's fields (and their
-    choices) after `config_overrides` (built once per registry state)."""
+    """`ModelArguments` with the fields of the families registered now after its own (each family's flags and
+    their choices; None: the family's default; each checked against the family's config), built once per registry
+    state."""
     key = help_signature()
     if key not in _MODEL_ARGUMENTS:
-        made = []
-        for base in fields(_ModelArgumentsBase):
-            default = {"default": base.default} if base.default is not MISSING else {}
-            help_text = _model_type_help() if base.name == "model_type" else base.metadata["help"]
-            made.append((base.name, base.type, _help(help_text, **default)))
-            if base.name == "config_overrides":
-                made += _family_flag_fields()
-        cls = make_dataclass("ModelArguments", made)
-        cls.__module__, cls.__doc__ = __name__, _ModelArgumentsBase.__doc__
+        cls = make_dataclass("ModelArguments", _family_flag_fields(), bases=(ModelArguments,))
+        cls.__module__, cls.__doc__ = __name__, ModelArguments.__doc__
         _MODEL_ARGUMENTS[key] = cls
     return _MODEL_ARGUMENTS[key]
 
 
-ModelArguments = model_arguments_class()  # the built-in families' (the parser builds its own: a plugin's fields)
+def argument_classes() -> tuple[type, type, type]:
+    """The three argument groups for the families registered now (model, data, training)."""
+    return model_arguments_class(), DataTrainingArguments, XLPETrainingArguments
+
+
+def run_flag_facts() -> dict:
+    """{flag: facts} of every `xlpe-train` flag (`flag_facts`: recorded, changeable on resume, on the card)."""
+    return flag_facts(argument_classes())
 
 
 @dataclass
@@ -157,42 +164,51 @@ class DataTrainingArguments:
 
     source_lang: str | None = _help("source language key (e.g. en)", default=None)
     target_lang: str | None = _help("target language key (e.g. de)", default=None)
-    dataset_name: str | None = _help(f"Hub dataset id, local datasets directory, or {BUILTIN_DATASET}", default=None)
+    dataset_name: str | None = _help(
+        f"Hub dataset id, local datasets directory, or {BUILTIN_DATASET}", default=None, facts=DIGEST
+    )
     dataset_config_name: str | None = _help("dataset configuration (e.g. de-en)", default=None)
     dataset_label: str | None = _help(
         "what the training data is called in the model card (e.g. 'Multi30k fr-en, "
         "10k pairs'); default: the name xlpe-prepare recorded (--name), the "
         "--dataset_name, or the training files' names",
         default=None,
+        facts=PLUMBING,
     )
     train_file: str | None = _help(
-        'jsonlines {"translation": {src: ..., tgt: ...}} (optional "alignment")', default=None
+        'jsonlines {"translation": {src: ..., tgt: ...}} (optional "alignment")', default=None, facts=DIGEST
     )
-    validation_file: str | None = _help("jsonlines validation file", default=None)
-    test_file: str | None = _help("jsonlines test file", default=None)
-    train_source_file: str | None = _help("plain text, one source sentence per line (.gz ok)", default=None)
-    train_target_file: str | None = _help("plain text, parallel to --train_source_file", default=None)
+    validation_file: str | None = _help("jsonlines validation file", default=None, facts=DIGEST)
+    test_file: str | None = _help("jsonlines test file", default=None, facts=DIGEST)
+    train_source_file: str | None = _help(
+        "plain text, one source sentence per line (.gz ok)", default=None, facts=DIGEST
+    )
+    train_target_file: str | None = _help("plain text, parallel to --train_source_file", default=None, facts=DIGEST)
     train_alignment_file: str | None = _help(
-        "Pharaoh i-j links parallel to the training pairs (default: eflomal)", default=None
+        "Pharaoh i-j links parallel to the training pairs (default: eflomal)", default=None, facts=DIGEST
     )
-    validation_source_file: str | None = _help("plain text validation sources", default=None)
-    validation_target_file: str | None = _help("plain text validation targets", default=None)
-    validation_alignment_file: str | None = _help("Pharaoh links for the validation pairs", default=None)
-    test_source_file: str | None = _help("plain text test sources", default=None)
-    test_target_file: str | None = _help("plain text test targets", default=None)
-    test_alignment_file: str | None = _help("Pharaoh links for the test pairs", default=None)
+    validation_source_file: str | None = _help("plain text validation sources", default=None, facts=DIGEST)
+    validation_target_file: str | None = _help("plain text validation targets", default=None, facts=DIGEST)
+    validation_alignment_file: str | None = _help("Pharaoh links for the validation pairs", default=None, facts=DIGEST)
+    test_source_file: str | None = _help("plain text test sources", default=None, facts=DIGEST)
+    test_target_file: str | None = _help("plain text test targets", default=None, facts=DIGEST)
+    test_alignment_file: str | None = _help("Pharaoh links for the test pairs", default=None, facts=DIGEST)
     prepared_dataset: str | None = _help(
         "a directory written by xlpe-prepare: its splits, and its tokenizer "
         "unless --tokenizer_name is given; no other data flags",
         default=None,
+        facts=DIGEST,
     )
     source_prefix: str | None = _help(
         "text put before every source sentence, in training and evaluation (T5-style "
         "task prefix; recorded in the model card: add it when translating)",
         default=None,
+        facts=FlagFacts(card=True),
     )
     overwrite_cache: bool = _help(
-        "recompute the prepared features even when the cache holds them (and replace them)", default=False
+        "recompute the prepared features even when the cache holds them (and replace them)",
+        default=False,
+        facts=PLUMBING,
     )
     pad_to_max_length: bool = _help(
         "pad every batch to max(--max_source_length, --max_target_length) (static "
@@ -207,30 +223,40 @@ class DataTrainingArguments:
     forced_bos_token: str | None = _help(
         "token forced as the first generated one (e.g. a target-language tag); must be in the vocabulary", default=None
     )
-    max_source_length: int = _help("longest source in tokens; longer pairs are skipped (counted)", default=128)
-    max_target_length: int = _help("longest target in tokens; longer pairs are skipped (counted)", default=128)
+    max_source_length: int = _help(
+        "longest source in tokens; longer pairs are skipped (counted)", default=128, facts=FlagFacts(card=True)
+    )
+    max_target_length: int = _help(
+        "longest target in tokens; longer pairs are skipped (counted)", default=128, facts=FlagFacts(card=True)
+    )
     val_max_target_length: int | None = _help(
         "generation length cap at evaluation for every sentence (default: the length rule, each sentence "
         "1.5 x its source tokens + 10, at most max_position_embeddings - 1)",
         default=None,
+        facts=APPLIED,
     )
     max_train_samples: int | None = _help("use the first N training pairs", default=None)
-    max_eval_samples: int | None = _help("use the first N validation pairs", default=None)
-    max_predict_samples: int | None = _help("use the first N test pairs", default=None)
-    num_beams: int | None = _help("beams at evaluation/prediction (also saved as the model's default)", default=None)
-    preprocessing_num_workers: int | None = _help("processes for the feature preparation", default=None)
+    max_eval_samples: int | None = _help("use the first N validation pairs", default=None, facts=APPLIED)
+    max_predict_samples: int | None = _help("use the first N test pairs", default=None, facts=APPLIED)
+    num_beams: int | None = _help(
+        "beams at evaluation/prediction (also saved as the model's default)",
+        default=None,
+        facts=FlagFacts(resume=RESUME_APPLY, card=True),
+    )
+    preprocessing_num_workers: int | None = _help("processes for the feature preparation", default=None, facts=PLUMBING)
     source_tagger: str | None = _help(
-        f"POS tagger of the source (families with tags): {tagger_help()} (xlpe-tagger train)",
+        "POS tagger of the source (families with tags): {taggers} (xlpe-tagger train)",
         default=None,
     )
     target_tagger: str | None = _help("POS tagger of the target (families with tags)", default=None)
-    nltk_data: str | None = _help("extra nltk_data directory for the nltk-en tagger", default=None)
-    num_translation_examples: int = _help("test translations printed at the end", default=5)
+    nltk_data: str | None = _help("extra nltk_data directory for the nltk-en tagger", default=None, facts=PLUMBING)
+    num_translation_examples: int = _help("test translations printed at the end", default=5, facts=PLUMBING)
     bleu_tokenize: str | None = _help(
         "sacrebleu's BLEU tokenizer: 13a, intl, zh, ja-mecab, ko-mecab, char, none, ... "
         "Default: sacrebleu's choice for --target_lang (zh -> zh, ja -> ja-mecab, "
         "ko -> ko-mecab, else 13a); checked before training",
         default=None,
+        facts=FlagFacts(resume=RESUME_APPLY, card=True),
     )
 
     def uses_builtin_corpus(self) -> bool:
@@ -242,11 +268,15 @@ class DataTrainingArguments:
 class XLPETrainingArguments(Seq2SeqTrainingArguments):
     """Seq2SeqTrainingArguments (generation on by default) plus resume/averaging/evaluation options."""
 
-    predict_with_generate: bool = _help("evaluate with generate() (BLEU, chrF)", default=True)
+    predict_with_generate: bool = _help("evaluate with generate() (BLEU, chrF)", default=True, facts=PLUMBING)
     overwrite_output_dir: bool = _help(
-        "start over in an output_dir that holds checkpoints (they are deleted)", default=False
+        "start over in an output_dir that holds checkpoints (they are deleted)", default=False, facts=PLUMBING
     )
-    average_last_checkpoints: int = _help("average the last N checkpoints into the final model (papers: 5)", default=0)
+    average_last_checkpoints: int = _help(
+        "average the last N checkpoints into the final model (papers: 5)",
+        default=0,
+        facts=FlagFacts(resume=RESUME_APPLY, card=True),
+    )
     recipe: str | None = _help(
         f"argument defaults: {' | '.join(RECIPE_NAMES)} (architecture, inverse-sqrt schedule, "
         "label smoothing, token batches, BLEU evaluation, early stopping, averaging; explicit "
@@ -262,17 +292,20 @@ class XLPETrainingArguments(Seq2SeqTrainingArguments):
     early_stopping_patience: int | None = _help(
         "stop after N evaluations without a better --metric_for_best_model (default bleu); needs --eval_strategy steps",
         default=None,
+        facts=FlagFacts(resume=RESUME_APPLY, card=True),
     )
     eval_subset: int | None = _help(
         "periodic evaluations during training score only the first N validation "
         "sentences (bounded cost; early stopping reads them); the final evaluation "
         "scores the whole split. Recipe small: 200",
         default=None,
+        facts=APPLIED,
     )
     eval_with_oracle_positions: bool = _help(
         "validation: give generate() the gold reorderings (an upper bound; default: "
         "predicted). The test split of an XL PE model is scored both ways anyway",
         default=False,
+        facts=APPLIED,
     )
 
 
@@ -406,18 +439,11 @@ def describe_device(training_args) -> dict | None:
     }
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Parsing: command line, JSON arguments file
-# ---------------------------------------------------------------------------------------------------------
-
-
-def check_flags_against_config_overrides(model_args, explicit: set[str]) -> None:
+def check_flags_against_config_overrides(model_args, explicit: set[str], overrides: dict) -> None:
     """UsageError when an explicit flag and a `--config_overrides` key set one config field to different values
     (`--xl_strategy head --config_overrides xl_strategy=combination`: the override would win without a word); the
-    same value twice is fine. The flags: the families' fields, the size flags and --init_std."""
-    from .model_setup import SIZE_FIELDS, parse_config_overrides
-
-    overrides = parse_config_overrides(model_args.config_overrides)
+    same value twice is fine. The flags: the families' fields, the size flags and --init_std. `overrides`: the
+    parsed --config_overrides."""
     if not overrides:
         return
     targets = {name: ((name,), field.convert) for name, (field, _) in family_fields().items()}
@@ -446,12 +472,9 @@ def _same_setting(flag_value, override_value, convert) -> bool:
         return False
 
 
-def explicit_keys(argv: list[str], given: dict | None) -> set[str]:
-    """Argument names given explicitly: the JSON file's keys, or the `--flags` of the command line (`--no_x`
-    and `--x-y` spellings count as `x` and `x_y`)."""
-    if given is not None:
-        return set(given)
-    return {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in argv if a.startswith("--")}
+# ---------------------------------------------------------------------------------------------------------
+# The JSON arguments file (`xlpe-train args.json`)
+# ---------------------------------------------------------------------------------------------------------
 
 
 def _json_kinds(hint) -> set | None:
@@ -473,24 +496,10 @@ def _json_kinds(hint) -> set | None:
     return kinds
 
 
-def read_arguments_file(path: Path) -> dict:
-    """`xlpe-train args.json`: a JSON object of argument names and values of the arguments' types; a damaged file,
-    an unknown name or a value of another type is a UsageError naming the file and line."""
+def check_argument_types(given: dict, path: Path, text: str) -> dict:
+    """The values of `xlpe-train args.json` (`command_line.read_given`) checked against the arguments' types: an
+    unknown name or a value of another type is a UsageError naming the file and line."""
     import typing
-
-    try:
-        text = path.read_text(encoding="utf-8")
-        given = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"{path}: cannot be read ({type(error).__name__})") from None
-    if not isinstance(given, dict):
-        raise UsageError(
-            f"{path}: the arguments file must hold a JSON object of argument names and values, "
-            f"got {type(given).__name__}"
-        )
-    from .reuse import key_line
 
     hints = {}
     for cls in (model_arguments_class(), DataTrainingArguments, XLPETrainingArguments):
@@ -517,151 +526,3 @@ def read_arguments_file(path: Path) -> dict:
             )
             raise UsageError(f"{path}:{key_line(text, key)}: {key!r} must be {wanted}, got {json.dumps(value)}")
     return given
-
-
-def parse_arguments(
-    argv: list[str] | None = None,
-    recipe: str | None = None,
-    with_validation: bool = True,
-    train_pairs: int | None = None,
-):
-    """(model_args, data_args, training_args) from the command line or one JSON file, with the built-in
-    corpus' recipe and the named recipe (`--recipe`, or `recipe` chosen by the caller) filling what was not
-    given explicitly; `with_validation=False` leaves out a recipe's periodic evaluation and early stopping;
-    `train_pairs` (the training set's size, when known) sizes the `small` recipe to the data (epochs, dropout).
-    Every inconsistency is a `UsageError`."""
-    try:
-        return _parse_arguments(argv, recipe, with_validation, train_pairs)
-    except UsageError:
-        raise
-    except ValueError as error:
-        raise UsageError(str(error)) from error
-
-
-def _parse_arguments(
-    argv: list[str] | None = None,
-    recipe: str | None = None,
-    with_validation: bool = True,
-    train_pairs: int | None = None,
-):
-    parser = HfArgumentParser((model_arguments_class(), DataTrainingArguments, XLPETrainingArguments))
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        given = read_arguments_file(Path(argv[0]))
-    else:
-        given = None
-    explicit = explicit_keys(argv, given)
-
-    def parse(extra: dict):
-        if given is not None:
-            return parser.parse_dict({**extra, **given})
-        flags = [item for key, value in extra.items() for item in (f"--{key}", str(value))]
-        try:
-            return parser.parse_args_into_dataclasses(args=flags + argv)
-        except ValueError as error:  # unknown flags: the closest known ones ("did you mean")
-            _, marker, unused = str(error).partition("not used by the HfArgumentParser: ")
-            if not marker:
-                raise
-            raise UsageError(unknown_flags_message(ast.literal_eval(unused), parser._option_string_actions)) from None
-
-    model_args, data_args, training_args = parse({})
-    check_flags_against_config_overrides(model_args, explicit)
-    check_data_sources(data_args)
-    for name in ("source_lang", "target_lang"):  # `french` or `ffr` would pick tokenizers by a wrong code
-        check_language_code(getattr(data_args, name), f"--{name}")
-    defaults = (
-        {"dataset_name": BUILTIN_DATASET, **builtin_recipe(model_args)} if data_args.uses_builtin_corpus() else {}
-    )
-    recipe = recipe or training_args.recipe
-    device = describe_device(training_args)
-    if recipe and recipe != NO_RECIPE:
-        from_scratch = model_args.model_name_or_path is None and model_args.config_name is None
-        defaults.update(
-            recipe_settings(
-                recipe,
-                from_scratch,
-                with_validation,
-                training_args.predict_with_generate,
-                device=device,
-                train_pairs=train_pairs,
-            ),
-            recipe=recipe,
-        )
-        if "max_tokens" not in explicit and explicit & {"per_device_train_batch_size", "train_sampling_strategy"}:
-            defaults.pop("max_tokens")  # an explicit sentence batching replaces the recipe's token batches
-    defaults = {key: value for key, value in defaults.items() if key not in explicit or key == "dataset_name"}
-    # on CUDA: bf16, fused AdamW, torch.compile, token batches unless given (recipes.cuda_fast_defaults)
-    sharded = bool(training_args.fsdp or training_args.deepspeed or os.environ.get("ACCELERATE_USE_FSDP") == "true")
-    fast = cuda_fast_defaults(device, explicit | set(defaults), sharded=sharded)
-    defaults.update(fast["applied"])
-    if defaults:
-        model_args, data_args, training_args = parse(defaults)
-    training_args.cuda_defaults = {"device": device, **fast}  # printed and stored by run.py
-    check_batching(training_args, explicit)
-    if data_args.prepared_dataset:  # raw data flags refused; its saved tokenizer and languages filled in
-        from .data import use_prepared_dataset
-        from .reuse import check_prepared_dataset
-
-        check_prepared_dataset(data_args.prepared_dataset)  # whole: JSON files parse, Arrow files read to the end
-        use_prepared_dataset(data_args, model_args)
-    stages = ("do_train", "do_eval", "do_predict")
-    training_args.explicit_do = {k for k in stages if k in explicit}
-    data_args.explicit_lengths = {k for k in ("max_source_length", "max_target_length") if k in explicit}
-    if not any(getattr(training_args, k) for k in training_args.explicit_do):  # none asked for, some switched off:
-        for stage in set(stages) - training_args.explicit_do:  # the others run (`--do_eval false`: train + test)
-            setattr(training_args, stage, True)  # (an eval_strategy alone turns do_eval on: not a choice of stages)
-        if not any(getattr(training_args, k) for k in stages):
-            raise UsageError("--do_train, --do_eval and --do_predict are all false: nothing to do")
-    check_numbers(data_args, training_args)
-    # generation settings of evaluations run *during* training (eval_strategy steps/epoch): an explicit
-    # --val_max_target_length / --generation_max_length caps every sentence; without one, the length rule gives
-    # each sentence its own budget (xlpe/models/length_rule.py; trainer.py)
-    if training_args.generation_max_length is None:
-        training_args.generation_max_length = data_args.val_max_target_length
-    if training_args.generation_num_beams is None:
-        training_args.generation_num_beams = data_args.num_beams
-    fit_recipe_to_explicit(training_args, explicit)
-    if training_args.average_last_checkpoints and training_args.do_train:
-        keep, count, steps = (
-            training_args.save_total_limit,
-            training_args.average_last_checkpoints,
-            training_args.max_steps,
-        )
-        saved = steps // training_args.save_steps if steps > 0 and training_args.save_strategy == "steps" else None
-        if (
-            training_args.save_strategy == "no"
-            or (keep is not None and keep < count)
-            or (saved is not None and saved < count)
-        ):
-            raise ValueError(
-                f"--average_last_checkpoints {count} needs at least {count} saved checkpoints: "
-                f"--save_strategy is {getattr(training_args.save_strategy, 'value', training_args.save_strategy)}, "
-                f"--save_total_limit is {keep}, "
-                f"--max_steps {steps} / --save_steps {training_args.save_steps} saves {saved}"
-            )
-    if training_args.early_stopping_patience:
-        if training_args.metric_for_best_model is None:  # (greater_is_better follows the metric's name)
-            training_args.metric_for_best_model = "bleu" if training_args.predict_with_generate else "loss"
-            training_args.greater_is_better = training_args.predict_with_generate
-        if training_args.eval_strategy == "no" and training_args.do_train:
-            raise ValueError(
-                f"--early_stopping_patience {training_args.early_stopping_patience} needs periodic "
-                "evaluation: --eval_strategy steps --eval_steps N (got --eval_strategy no)"
-            )
-    if training_args.predict_with_generate and (training_args.do_eval or training_args.do_predict):
-        # the tokenizer BLEU will need, resolved and tried now, not after hours of training (ja-mecab needs mecab)
-        data_args.bleu_tokenize = check_bleu_tokenizer(data_args.target_lang, data_args.bleu_tokenize)
-    if "tensorboard" in (training_args.report_to or []) and importlib.util.find_spec("tensorboard") is None:
-        raise ValueError(
-            "--report_to tensorboard needs the tensorboard package: pip install tensorboard (or xlpe[eval])"
-        )
-    if "dataloader_persistent_workers" not in explicit and training_args.dataloader_num_workers > 0:
-        training_args.dataloader_persistent_workers = True  # workers kept across epochs, not forked again each one
-    if "dataloader_pin_memory" not in explicit and not torch.cuda.is_available():
-        training_args.dataloader_pin_memory = False  # pinning is meaningless on CPU (and warns every epoch)
-    if os.environ.get("ACCELERATE_USE_CPU") == "True" and training_args.world_size == 1:
-        logger.warning(
-            "`accelerate launch --cpu` starts ONE process (unless an MPI hostfile is given); for N CPU "
-            "processes use `accelerate launch --multi_gpu --num_processes N ... --use_cpu` or torchrun"
-        )
-    return model_args, data_args, training_args

@@ -317,17 +317,15 @@ def _facts_from_folder(folder: Path) -> dict:
 
 def gather_card(
     folder: str | Path,
-    model_args=None,
-    data_args=None,
-    training_args=None,
+    run=None,
     metrics: Mapping | None = None,
     facts: Mapping | None = None,
     pending: Sequence[str] = (),
 ) -> dict:
     """The keyword arguments of `model_card.build_model_card` for the model in `folder`, from the live run's
-    arguments, metrics and `facts` (`run_card.training_settings`) where given, else from what the folder records
-    (module docstring). `pending`: the evaluation stages not run yet ("validation", "test"): the card says their
-    scores are pending, and shows none of an earlier run's."""
+    arguments (`run`, its `RunConfig`), metrics and `facts` (`run_card.training_settings`) where given, else from
+    what the folder records (module docstring). `pending`: the evaluation stages not run yet ("validation",
+    "test"): the card says their scores are pending, and shows none of an earlier run's."""
     from .run_card import (
         TRANSLATIONS_FILE,
         _prepared_reports,
@@ -339,9 +337,7 @@ def gather_card(
     folder = Path(folder)
     record = recorded_run(folder)
     recorded = recorded_arguments(record)
-    model_args = model_args if model_args is not None else recorded
-    data_args = data_args if data_args is not None else recorded
-    training_args = training_args if training_args is not None else recorded
+    model_args, data_args, training_args = run.groups() if run is not None else (recorded, recorded, recorded)
     if metrics is None:
         metrics = read_json(folder / "all_results.json", "the run's results") or {}
     if facts is None:

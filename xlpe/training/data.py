@@ -225,8 +225,10 @@ def add_source_prefix(split: ParallelSplit, prefix: str) -> None:
         split.alignments = [[v + shift if k % 2 == 0 else v for k, v in enumerate(links)] for links in split.alignments]
 
 
-def check_splits(splits: dict[str, ParallelSplit], data_args, training_args, tokenizer_given: bool) -> None:
-    """Errors that must come before any training: an empty training set, a requested split that is missing."""
+def check_splits(splits: dict[str, ParallelSplit], run, tokenizer_given: bool) -> None:
+    """Errors that must come before any training (`run`: the `RunConfig`): an empty training set, a requested split
+    that is missing (a stage not asked for explicitly is skipped, with a warning, when its split is missing)."""
+    data_args, training_args = run.data, run.training
     if data_args.prepared_dataset:
         if not tokenizer_given:
             raise UsageError(
@@ -261,7 +263,7 @@ def check_splits(splits: dict[str, ParallelSplit], data_args, training_args, tok
     )
     for flag, split in (("do_eval", "validation"), ("do_predict", "test")):
         if getattr(training_args, flag) and split not in splits:
-            if flag in getattr(training_args, "explicit_do", ()):
+            if flag in run.explicit_stages:
                 raise UsageError(
                     f"--{flag} needs a {split} split "
                     + (
@@ -329,9 +331,10 @@ def default_cache_dir(model_args) -> Path:
     return Path(base) / "prepared"
 
 
-def prepare_features(splits, tokenizer, features, taggers, data_args, model_args, training_args, model):
+def prepare_features(splits, tokenizer, features, taggers, run, model):
     """({split: datasets.Dataset}, {split: report}): every split prepared in one run (joint alignment), on the
     main process first; the other processes read the same result from the preparation cache."""
+    model_args, data_args, training_args = run.groups()
     import datasets
 
     if data_args.prepared_dataset:

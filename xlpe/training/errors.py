@@ -6,6 +6,7 @@ uses (standard library only, so the CLI can use it before torch is imported)."""
 from __future__ import annotations
 
 import difflib
+import json
 
 
 class UsageError(ValueError):
@@ -44,3 +45,13 @@ def unknown_flags_message(unknown, options) -> str:
 
 
 __all__ = ["UsageError", "suggest_option", "unknown_flags_message"]
+
+
+def key_line(text: str, key: str) -> int:
+    """The line of `text` (JSON) where `"key":` first appears (1 when not found): where a user error in a JSON file
+    the user wrote is."""
+    needle = json.dumps(key)
+    for number, line in enumerate(text.split("\n"), 1):
+        if needle in line and line.split(needle, 1)[1].lstrip().startswith(":"):
+            return number
+    return 1

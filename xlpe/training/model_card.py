@@ -378,9 +378,7 @@ def write_model_card(directory: str | Path, **kwargs) -> Path:
 
 def write_training_card(
     output_dir,
-    model_args,
-    data_args,
-    training_args,
+    run,
     metrics: Mapping,
     facts: Mapping | None = None,
     pending: Sequence[str] = (),
@@ -389,10 +387,11 @@ def write_training_card(
     still to run, whose scores the card says are pending) and again after each stage. The facts come from the run
     (`card_facts.gather_card`: data, pairs per split, arguments, sizes, time, scores, a source sentence of the
     run's data as the usage example); they are recorded in `xlpe_card.json` so that `xlpe-push` renders the same
-    card again with the Hub id. `facts`: what the run measured (`run_card.training_settings`)."""
+    card again with the Hub id. `run`: the run's `RunConfig`; `facts`: what the run measured
+    (`run_card.training_settings`)."""
     from .card_facts import gather_card
 
-    card = gather_card(output_dir, model_args, data_args, training_args, metrics, facts or {}, pending)
+    card = gather_card(output_dir, run, metrics, facts or {}, pending)
     return render_recorded_card(output_dir, card)
 
 

@@ -21,16 +21,9 @@ from ..models.registry import (
     family_of_model_type,
     get_family,
 )
+from .arguments import SIZE_FIELDS
 
 logger = logging.getLogger("xlpe.train")
-SIZE_FIELDS = {
-    "d_model": ("d_model",),
-    "encoder_layers": ("encoder_layers",),
-    "decoder_layers": ("decoder_layers",),
-    "attention_heads": ("encoder_attention_heads", "decoder_attention_heads"),
-    "ffn_dim": ("encoder_ffn_dim", "decoder_ffn_dim"),
-    "dropout": ("dropout",),
-}
 TRANSFORMER_BASE = dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1)
 
 
@@ -53,12 +46,15 @@ def family_classes(model_type: str) -> tuple[type, type]:
     return family.config_class, family.generation_model_class
 
 
-def family_overrides(model_args, config_class: type, model_type: str) -> dict:
-    """Config fields given on the command line (the registered families' fields and --config_overrides), checked
-    by name; a field's `convert` turns the flag's value into the config's."""
+def family_overrides(model_args, config_class: type, model_type: str, config_overrides: dict | None = None) -> dict:
+    """Config fields given on the command line (the registered families' fields and --config_overrides, parsed:
+    `config_overrides`, else parsed here), checked by name; a field's `convert` turns the flag's value into the
+    config's."""
     fields = family_fields()
     overrides = {name: getattr(model_args, name) for name in fields if getattr(model_args, name, None) is not None}
-    overrides.update(parse_config_overrides(model_args.config_overrides))
+    if config_overrides is None:
+        config_overrides = parse_config_overrides(model_args.config_overrides)
+    overrides.update(config_overrides)
     for name, (field, _) in fields.items():
         if name in overrides and field.convert is not None:
             overrides[name] = field.convert(overrides[name])
@@ -78,7 +74,10 @@ def default_position_limit(data_args) -> int:
     return 2 * max(lengths) + 16
 
 
-def load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint):
+def load_or_train_tokenizer(run, splits, checkpoint):
+    """The tokenizer of the run `run` (a `RunConfig`): the checkpoint's, --tokenizer_name's or the model's, else a
+    joint one trained on the training split (by the main process; the others load what it saved)."""
+    model_args, data_args, training_args = run.groups()
     source = checkpoint or model_args.tokenizer_name or model_args.model_name_or_path
     if source:
         return AutoTokenizer.from_pretrained(
@@ -175,22 +174,26 @@ def refuse_stock_start(source: str, model_type: str, model_class: type, hub: dic
     )
 
 
-def build_model(model_args, data_args, tokenizer, checkpoint, taggers):
+def build_model(model_args, data_args, tokenizer, checkpoint, taggers, config=None, config_overrides=None):
+    """The model to train: the checkpoint's (resumed), a checkpoint as it is, a stock checkpoint upgraded to a family,
+    or one built here. `config`: `target_config`'s answer when the caller has it (not loaded again);
+    `config_overrides`: --config_overrides parsed (`RunConfig.config_overrides`)."""
     hub = dict(
         cache_dir=model_args.cache_dir,
         revision=model_args.model_revision,
         token=model_args.token,
         trust_remote_code=model_args.trust_remote_code,
     )
+    loaded = config if config is not None and not isinstance(config, type) else None  # (target_config's instance)
     if checkpoint:  # weights come from the checkpoint (Trainer loads them); config and tokenizer too
-        return AutoModelForSeq2SeqLM.from_config(AutoConfig.from_pretrained(checkpoint))
+        return AutoModelForSeq2SeqLM.from_config(loaded or AutoConfig.from_pretrained(checkpoint))
     model_type = model_args.model_type or ("xlpe" if not model_args.model_name_or_path else None)
     if model_type is None:  # a checkpoint as it is (its own family)
-        config_class = type(AutoConfig.from_pretrained(model_args.model_name_or_path, **hub))
-        overrides = family_overrides(model_args, config_class, config_class.model_type)
+        config_class = type(loaded or AutoConfig.from_pretrained(model_args.model_name_or_path, **hub))
+        overrides = family_overrides(model_args, config_class, config_class.model_type, config_overrides)
         return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, **overrides, **hub)
     config_class, model_class = family_classes(model_type)
-    overrides = family_overrides(model_args, config_class, model_type)
+    overrides = family_overrides(model_args, config_class, model_type, config_overrides)
     overrides.update(tag_vocabulary_fields(config_class, taggers))
     overrides.update(untrainable_decoder_tags(config_class, taggers, overrides))
     if model_args.model_name_or_path:  # e.g. a stock MarianMT checkpoint upgraded to this family

@@ -149,6 +149,15 @@ EVALUATION_KEYS = (
 )
 
 
+def recipe_flags() -> dict[str, tuple[str, ...]]:
+    """{flag: the recipes that set it}, read off the recipes' tables (`--help` shows it beside the flag)."""
+    made: dict[str, list[str]] = {}
+    for name, (model, training) in RECIPES.items():
+        for flag in (*model, *_COMMON, *training):
+            made.setdefault(flag, []).append(name)
+    return {flag: tuple(names) for flag, names in made.items()}
+
+
 def small_epochs(train_pairs: int) -> float:
     """Epochs of the `small` recipe for a training set of `train_pairs` pairs: SMALL_SENTENCE_PASSES / pairs, to one
     decimal, within SMALL_EPOCHS_RANGE."""

@@ -6,9 +6,9 @@
   config it read; the options that shape the model, the data and the optimisation). A plain rerun into a
   directory that holds results (checkpoints, a model, train results) is refused unless --overwrite_output_dir.
 * **A resume** (`--resume_from_checkpoint`) is verified against the record of the run that made the checkpoint:
-  another model, data or optimisation option is refused, naming the flag; the options in `RESUME_CHANGEABLE`
-  (how long to train, how often to log/evaluate/save, evaluation and generation settings, precision) are
-  applied and listed in one line (`resuming: applying changed --max_steps 300 -> 600`).
+  another model, data or optimisation option is refused, naming the flag; the flags whose facts say a resume may
+  change them (`flag_facts`: how long to train, how often to log/evaluate/save, evaluation and generation
+  settings, precision) are applied and listed in one line (`resuming: applying changed --max_steps 300 -> 600`).
 * **The checkpoint's files** are checked before the Trainer loads them: trainer_state.json, the weights, the
   optimizer, scheduler and RNG states must be there and whole (a missing one would silently restart the
   schedule or the data order; a truncated one would be a traceback deep in torch).
@@ -40,79 +40,12 @@ from ..features.artefacts import (
     verify_artefact,
     write_record,
 )
-from .errors import UsageError
+from .errors import UsageError, key_line
+from .flag_facts import NOT_RECORDED, RECORD_DIGEST, RESUME_APPLY, names_where
 
 logger = logging.getLogger("xlpe.train")
 KIND = "training-run"
 
-# options of the arguments dataclasses left out of the record: where things are cached, credentials, speed only
-NOT_RECORDED = {
-    "cache_dir",
-    "token",
-    "trust_remote_code",
-    "use_fast_tokenizer",
-    "overwrite_cache",
-    "preprocessing_num_workers",
-    "nltk_data",
-    "num_translation_examples",
-    "dataset_label",
-}
-# options naming an input: recorded as the digest of what they name (a local file or directory), not the path
-PATH_OPTIONS = ("model_name_or_path", "config_name", "tokenizer_name", "reorderer", "dataset_name", "prepared_dataset")
-# training arguments that shape the optimisation (the others are output, logging and device plumbing)
-TRAINING_RECORDED = (
-    "seed",
-    "data_seed",
-    "learning_rate",
-    "lr_scheduler_type",
-    "lr_scheduler_kwargs",
-    "warmup_steps",
-    "warmup_ratio",
-    "weight_decay",
-    "adam_beta1",
-    "adam_beta2",
-    "adam_epsilon",
-    "max_grad_norm",
-    "optim",
-    "optim_args",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "max_tokens",
-    "label_smoothing_factor",
-    "group_by_length",
-    "train_sampling_strategy",
-    "recipe",
-    "ignore_pad_token_for_loss",
-)
-# what a resume may change: applied and listed. The rest (model, data, learning rate and schedule, batch size) is
-# refused: the restored optimizer/scheduler state and data order would silently ignore a new value
-RESUME_CHANGEABLE = (
-    "max_steps",
-    "num_train_epochs",
-    "logging_steps",
-    "eval_steps",
-    "save_steps",
-    "save_total_limit",
-    "eval_strategy",
-    "save_strategy",
-    "logging_strategy",
-    "early_stopping_patience",
-    "average_last_checkpoints",
-    "per_device_eval_batch_size",
-    "max_eval_samples",
-    "max_predict_samples",
-    "num_beams",
-    "val_max_target_length",
-    "generation_max_length",
-    "generation_num_beams",
-    "bleu_tokenize",
-    "eval_with_oracle_positions",
-    "bf16",
-    "fp16",
-    "tf32",
-    "torch_compile",
-    "eval_subset",
-)
 RESULTS = (
     "model.safetensors",
     "pytorch_model.bin",
@@ -173,28 +106,34 @@ def input_digest(value: str, revision: str | None = None) -> str:
     return digest(f"hub:{value}@{revision or 'main'}")
 
 
-def run_record(model_args, data_args, training_args) -> ArtefactRecord:
-    """The record a training run with these arguments writes (and a resume must match)."""
+def run_record(run) -> ArtefactRecord:
+    """The record a training run with the arguments of `run` (a `RunConfig`) writes, and a resume must match: every
+    flag its facts say is recorded (`flag_facts`), by value or by the digest of the input it names."""
+    from .arguments import run_flag_facts
+
     inputs, options = {}, {}
-    for args in (model_args, data_args):
-        for item in fields(args):
-            name, value = item.name, getattr(args, item.name)
-            if name in NOT_RECORDED:
-                continue
-            if (name in PATH_OPTIONS or name.endswith("_file")) and value:
-                if value.startswith("builtin:"):
-                    options[f"--{name}"] = value
-                else:
-                    inputs[f"--{name}"] = input_digest(value, getattr(model_args, "model_revision", None))
-            elif name not in PATH_OPTIONS and not name.endswith("_file"):
-                options[f"--{name}"] = _json_value(value)
-    for name in (*TRAINING_RECORDED, *RESUME_CHANGEABLE):
-        if hasattr(training_args, name):
-            value = getattr(training_args, name)
-            if name == "optim":  # the fused AdamW keeps the same state as the plain one (CUDA defaults choose it)
-                value = str(getattr(value, "value", value)).replace("adamw_torch_fused", "adamw_torch")
-            options[f"--{name}"] = _json_value(getattr(value, "value", value))
+    groups = {field.name: group for group in run.groups() for field in fields(group)}
+    for name, facts in run_flag_facts().items():
+        if facts.record == NOT_RECORDED or name not in groups:
+            continue
+        value = getattr(groups[name], name)
+        if facts.record == RECORD_DIGEST:
+            if value and value.startswith("builtin:"):
+                options[f"--{name}"] = value
+            elif value:
+                inputs[f"--{name}"] = input_digest(value, getattr(run.model, "model_revision", None))
+            continue
+        if name == "optim":  # the fused AdamW keeps the same state as the plain one (CUDA defaults choose it)
+            value = str(getattr(value, "value", value)).replace("adamw_torch_fused", "adamw_torch")
+        options[f"--{name}"] = _json_value(getattr(value, "value", value))
     return ArtefactRecord(KIND, inputs=inputs, options=options)
+
+
+def resume_changeable() -> tuple[str, ...]:
+    """The flags a resume may change (applied and listed): recorded ones whose facts say so (`flag_facts`)."""
+    from .arguments import run_flag_facts
+
+    return names_where(run_flag_facts(), resume=RESUME_APPLY)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -228,10 +167,11 @@ def held_results(output_dir: Path) -> list[str]:
     )
 
 
-def verify_resume(model_args, data_args, training_args, checkpoint: str) -> ArtefactRecord:
-    """Check the resumed run's record (in the checkpoint's run directory) against these arguments: returns the
-    record to keep, with the changed options of RESUME_CHANGEABLE applied (and logged in one line)."""
-    expected = run_record(model_args, data_args, training_args)
+def verify_resume(run, checkpoint: str) -> ArtefactRecord:
+    """Check the resumed run's record (in the checkpoint's run directory) against the arguments of `run`: returns
+    the record to keep, with the changed flags a resume may change applied (and logged in one line)."""
+    training_args = run.training
+    expected = run_record(run)
     run_dir = Path(checkpoint).resolve().parent
     override = (
         "the run's own values to resume it, or --overwrite_output_dir without --resume_from_checkpoint "
@@ -242,7 +182,7 @@ def verify_resume(model_args, data_args, training_args, checkpoint: str) -> Arte
             run_dir,
             expected,
             override=override,
-            changeable=[f"--{n}" for n in RESUME_CHANGEABLE],
+            changeable=[f"--{n}" for n in resume_changeable()],
             what=f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: {run_dir}",
         )
     except ArtefactMismatch as error:
@@ -387,15 +327,6 @@ def check_config_file(directory, what: str) -> None:
             )
 
 
-def key_line(text: str, key: str) -> int:
-    """The line of `text` (JSON) where `"key":` first appears (1 when not found)."""
-    needle = json.dumps(key)
-    for number, line in enumerate(text.split("\n"), 1):
-        if needle in line and line.split(needle, 1)[1].lstrip().startswith(":"):
-            return number
-    return 1
-
-
 def check_prepared_dataset(path) -> None:
     """An xlpe-prepare output directory, whole: its JSON files parse (file:line), every split it lists has its
     state.json and the Arrow files that names, and each Arrow file reads to its end (a truncated one fails)."""
@@ -443,7 +374,7 @@ def check_prepared_dataset(path) -> None:
 
 __all__ = [
     "ApplyResumedFrequencies",
-    "RESUME_CHANGEABLE",
+    "resume_changeable",
     "check_checkpoint",
     "check_config_file",
     "check_prepared_dataset",

@@ -17,8 +17,10 @@ train / evaluate / predict -> model card. Same argument names as transformers'
 * token-based batches (`--max_tokens`), early stopping (`--early_stopping_patience`), and the padding the
   training batches carried (`padding_waste` in the logs, `train_padding_waste` in train_results.json).
 
-Where each step lives: arguments `arguments.py`, raw splits and features `data.py`, tokenizer and model
-`model_setup.py`, the Trainer `trainer.py`, the console script `xlpe.cli.train`. See docs/training.md.
+`run_training` below is the run, step by step. Where each part lives: the flags parsed once and the argument
+groups built from them `run_config.py` (the dataclasses `arguments.py`, what each flag is `flag_facts.py`), raw
+splits and features `data.py`, tokenizer and model `model_setup.py`, the Trainer `trainer.py`, the final evaluation,
+test and card `run_evaluation.py`, the console script `xlpe.cli.train`. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -32,12 +34,11 @@ from pathlib import Path
 
 import datasets
 import transformers
-from transformers import AutoConfig, set_seed
+from transformers import set_seed
 
 from ..features.artefacts import record_path
 from ..features.text_files import write_text_atomic
 from ..models.hub_support import apply_umask_to_weights
-from .arguments import parse_arguments
 from .callbacks import RunClock, RunOutcome, ValidationEarlyStopping
 from .checkpoint_averaging import (
     last_checkpoints,
@@ -46,6 +47,7 @@ from .checkpoint_averaging import (
     save_averaged_model,
 )
 from .collator import ExtraInputsDataCollator
+from .command_line import GivenFlags
 from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
 from .errors import UsageError
 from .host_memory import keep_freed_host_memory
@@ -59,7 +61,6 @@ from .model_setup import (
     check_vocabulary,
     load_or_train_tokenizer,
     model_features,
-    parse_config_overrides,
     set_word_starts,
     target_config,
 )
@@ -75,14 +76,256 @@ from .reuse import (
     verify_resume,
     write_run_record,
 )
-from .run_card import describe_optimizer, write_test_translations
-from .trainer import ExtraInputsSeq2SeqTrainer, decode_ids, make_compute_metrics
+from .run_card import describe_optimizer
+from .run_config import RunConfig, parse_arguments, parse_run_config  # noqa: F401 (parse_arguments: re-exported)
+from .run_evaluation import describe_device_for_card, periodic_eval_dataset, predict_and_report, write_card
+from .trainer import ExtraInputsSeq2SeqTrainer, make_compute_metrics
 
 logger = logging.getLogger("xlpe.train")
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Output directory and checkpoints
+# The run, step by step
+# ---------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None, callbacks: list | None = None, *, given: GivenFlags | None = None) -> dict:
+    """Run `xlpe-train`; returns all metrics. `callbacks`: extra `TrainerCallback`s (tests, notebooks); `given`: the
+    flags already parsed (the console script parses its command line once, before torch), instead of `argv`."""
+    started = time.time()
+    run = parse_run_config(argv, given=given)
+    setup_logging(run.training)
+    with locked_output_dir(run.training, f"xlpe-train --output_dir {run.training.output_dir}"):  # the whole run
+        return run_training(run, callbacks or [], started)
+
+
+def run_training(run: RunConfig, callbacks: list, started: float) -> dict:
+    """The run, step by step (each step below, in this order)."""
+    logger.info("model: %s | data: %s", run.model, run.data)
+    set_seed(run.training.seed)
+    checkpoint = check_start(run)
+    splits = load_raw_splits(run.data, run.model)
+    run = apply_recipe(run, splits, checkpoint)
+    record_run(run, checkpoint)
+    prepare_device(run)
+    check_splits(splits, run, bool(run.model.tokenizer_name or run.model.model_name_or_path or checkpoint))
+    tokenizer, model, taggers = build_tokenizer_and_model(run, splits, checkpoint)
+    prepared = prepare_splits(run, splits, tokenizer, taggers, model, checkpoint)
+    trainer, clock = make_trainer(run, model, tokenizer, prepared, checkpoint, callbacks)
+    metrics, facts = train_and_save(run, trainer, clock, prepared, checkpoint)
+    metrics = evaluate_and_describe(run, trainer, prepared, tokenizer, metrics, facts)
+    if trainer.is_world_process_zero():
+        print(f"xlpe-train: done in {time.time() - started:.0f} s; model and tokenizer in {run.training.output_dir}")
+    return metrics
+
+
+def check_start(run: RunConfig) -> str | None:
+    """The checkpoint to resume from (None: a new run), with what the run starts from checked: init options, a
+    hand-edited config.json (file and line, not a traceback); the output directory made."""
+    checkpoint = resolve_checkpoint(run.training)
+    check_init_options(run.model, checkpoint)
+    for flag in ("model_name_or_path", "config_name"):
+        value = getattr(run.model, flag)
+        if value and Path(value).is_dir():
+            check_config_file(value, f"--{flag} {value}")
+    Path(run.training.output_dir).mkdir(parents=True, exist_ok=True)
+    return checkpoint
+
+
+def record_run(run: RunConfig, checkpoint: str | None) -> None:
+    """What made this run, kept beside it (`reuse.run_record`); a resume must match it (`reuse.verify_resume`). A run
+    started over drops an earlier run's learning-check verdict."""
+    if not run.training.do_train:
+        return
+    record = verify_resume(run, checkpoint) if checkpoint else run_record(run)
+    write_run_record(run.training, record)
+    if not checkpoint and run.training.process_index == 0:
+        (Path(run.training.output_dir) / LEARNING_CHECK_FILE).unlink(missing_ok=True)
+
+
+def prepare_device(run: RunConfig) -> None:
+    """The CUDA fast switches said once; on CPU no page faults on the step's large tensors (`host_memory.py`); under
+    torch.compile the regular attention path (nn.TransformerEncoderLayer's fast path, used by the XL PE reorder
+    predictor in the evaluation loss, ignores autocast under torch.compile and fails on mixed dtypes: a torch bug)."""
+    report_cuda_defaults(run)
+    if run.training.device.type == "cpu":
+        logger.info(keep_freed_host_memory())
+    if run.training.torch_compile:
+        import torch
+
+        torch.backends.mha.set_fastpath_enabled(False)
+
+
+def build_tokenizer_and_model(run: RunConfig, splits: dict, checkpoint: str | None) -> tuple:
+    """(tokenizer, model, taggers): the tokenizer loaded or trained, the taggers the family needs, the model built
+    or loaded with its reorderer and generation options, checked against the tokenizer and the length flags."""
+    model_args, data_args = run.model, run.data
+    tokenizer = load_tokenizer_or_usage_error(run, splits, checkpoint)
+    check_stock_start(model_args, checkpoint)  # e.g. mvPE+POS from a Marian checkpoint, before the taggers load
+    try:  # an unknown tagger name, a tagger whose data is missing: one line, not a traceback
+        target = target_config(model_args, checkpoint)  # (loaded once: the model is built from it)
+        taggers = resolve_taggers(data_args, target, dict(run.config_overrides))
+    except ValueError as error:
+        raise UsageError(f"POS tagger: {(str(error).strip().splitlines() or [type(error).__name__])[0]}") from error
+    try:
+        model = build_model(model_args, data_args, tokenizer, checkpoint, taggers, target, dict(run.config_overrides))
+    except UsageError:
+        raise
+    except (ValueError, TypeError, OSError) as error:  # a config field out of range (config_checks.py), of a wrong
+        source = checkpoint or model_args.model_name_or_path or model_args.config_name  # type, another family
+        where = f" ({Path(source) / 'config.json'})" if source and Path(source).is_dir() else ""
+        raise UsageError(f"model{where}: {(str(error).strip().splitlines() or [type(error).__name__])[0]}") from error
+    check_vocabulary(
+        tokenizer, model, checkpoint or model_args.tokenizer_name or model_args.model_name_or_path or "trained here"
+    )
+    from ..evaluation.model_loading import record_tokenizer_fingerprint  # (config.json: xlpe-translate checks it)
+
+    record_tokenizer_fingerprint(model.config, tokenizer)
+    set_word_starts(model, tokenizer)
+    if model_args.reorderer:
+        attach_reorderer(model, model_args.reorderer, tokenizer)
+    apply_generation_options(model, tokenizer, model_args, data_args)
+    check_length_flags_fit(model, run, checkpoint)  # before preparing: not after training started
+    if data_args.num_beams is not None:
+        model.generation_config.num_beams = data_args.num_beams
+    return tokenizer, model, taggers
+
+
+def prepare_splits(run: RunConfig, splits: dict, tokenizer, taggers: dict, model, checkpoint: str | None) -> dict:
+    """The features of the splits this run uses (`data.prepare_features`), checked against the model's position
+    limit; the preparation report written beside the run."""
+    training_args = run.training
+    stages = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
+    splits = {name: split for name, split in splits.items() if stages[name]}  # prepare only what is used
+    prepared, reports = prepare_features(splits, tokenizer, model_features(model), taggers, run, model)
+    check_prepared_fit(prepared, model, run, checkpoint)
+    if training_args.process_index == 0:
+        write_text_atomic(
+            Path(training_args.output_dir) / "preparation_report.json", json.dumps(reports, indent=2, default=str)
+        )
+    return prepared
+
+
+def make_trainer(run: RunConfig, model, tokenizer, prepared: dict, checkpoint: str | None, callbacks: list) -> tuple:
+    """(trainer, clock): the Trainer with this run's callbacks (resumed frequencies, early stopping, the outcome
+    line, the wall clock over resumed segments, the plan and its estimates, the learning check)."""
+    model_args, data_args, training_args = run.groups()
+    trainer_ref: list = []
+    clock = RunClock(checkpoint)
+    stopper = (
+        ValidationEarlyStopping(training_args.early_stopping_patience)
+        if training_args.early_stopping_patience and training_args.do_train
+        else None
+    )
+    plan = run_plan(prepared, model, data_args, training_args) if training_args.do_train else None
+    learning_check = (
+        [LearningCheck(len(prepared["train"]), from_scratch=model_args.model_name_or_path is None)]
+        if training_args.do_train and training_args.do_eval
+        else []
+    )
+    trainer = ExtraInputsSeq2SeqTrainer(
+        model=model,
+        args=training_args,
+        processing_class=tokenizer,
+        train_dataset=prepared.get("train") if training_args.do_train else None,
+        eval_dataset=periodic_eval_dataset(prepared, training_args) if training_args.do_eval else None,
+        data_collator=make_collator(tokenizer, model, data_args, training_args),
+        compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize)
+        if training_args.predict_with_generate
+        else None,
+        eval_with_oracle_positions=training_args.eval_with_oracle_positions,
+        callbacks=[
+            *callbacks,
+            *([ApplyResumedFrequencies()] if checkpoint else []),
+            *([stopper] if stopper else []),
+            RunOutcome(stopper),
+            clock,
+            *([plan] if plan is not None else []),
+            *learning_check,
+        ],
+    )
+    trainer_ref.append(trainer)
+    if plan is not None and training_args.predict_with_generate:  # its first estimate times one greedy decode
+        probe_set = trainer.eval_dataset if trainer.eval_dataset is not None else prepared.get("test")
+        plan.decode_probe = lambda: trainer.time_greedy_decoding(probe_set)
+    for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
+        if type(callback).__name__ == "TensorBoardCallback" and getattr(callback, "logging_dir", None) is None:
+            from transformers.integrations.integration_utils import default_logdir
+
+            callback.logging_dir = str(Path(training_args.output_dir) / default_logdir())
+    return trainer, clock
+
+
+def train_and_save(run: RunConfig, trainer, clock: RunClock, prepared: dict, checkpoint: str | None) -> tuple:
+    """(metrics, facts): train (resuming from `checkpoint`), save the model (averaged over the last checkpoints when
+    asked), and what the run did for the card (device, optimizer, steps, epochs, wall time over segments)."""
+    model_args, training_args = run.model, run.training
+    facts: dict = {"device": describe_device_for_card(training_args)}
+    if not training_args.do_train:
+        return {}, facts
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    seconds, segments = clock.total()
+    facts.update(
+        optimizer=describe_optimizer(trainer.optimizer),
+        global_step=trainer.state.global_step,
+        epoch=trainer.state.epoch,
+        training_seconds=None if clock.unknown_before else seconds,
+        segments=segments,
+    )
+    trainer.save_model()
+    apply_umask_to_weights(training_args.output_dir)  # stock (vanilla) models too: safetensors writes 0600
+    if model_args.reorderer and trainer.is_world_process_zero():  # how the reorderer was trained, for the card
+        from .reorderer import copy_training_report
+
+        copy_training_report(model_args.reorderer, training_args.output_dir)
+    metrics = {
+        **result.metrics,
+        **trainer.padding_metrics(result.metrics.get("train_runtime")),
+        "train_samples": len(prepared["train"]),
+    }
+    logger.info(
+        "padding: %.1f%% of the trained tokens (%s batches)",
+        100 * metrics["train_padding_waste"],
+        f"--max_tokens {training_args.max_tokens}" if training_args.max_tokens else "sentence",
+    )
+    trainer.log_metrics("train", metrics), trainer.save_metrics("train", metrics), trainer.save_state()
+    if training_args.average_last_checkpoints:
+        average_into(trainer, training_args)
+    return metrics, facts
+
+
+def evaluate_and_describe(run: RunConfig, trainer, prepared: dict, tokenizer, metrics: dict, facts: dict) -> dict:
+    """The final evaluation (the whole validation split) and the test translations with their scores; the model
+    card written before each stage (an interrupted evaluation still leaves one) and after the last."""
+    data_args, training_args = run.data, run.training
+    metrics = dict(metrics)
+    generation = dict(
+        max_length=training_args.generation_max_length,  # None: the length rule (trainer.py)
+        num_beams=data_args.num_beams,
+    )
+    stages = {"validation": training_args.do_eval, "test": training_args.do_predict}
+    pending = [stage for stage in ("validation", "test") if stages[stage] and stage in prepared]  # card before each
+    if trainer.is_world_process_zero():
+        write_card(run, metrics, facts, pending=pending)
+    if training_args.do_eval and "validation" in prepared:
+        evaluated = {
+            **trainer.evaluate(prepared["validation"], metric_key_prefix="eval", **generation),
+            "eval_samples": len(prepared["validation"]),
+        }  # (the whole split, not the periodic subset)
+        trainer.log_metrics("eval", evaluated), trainer.save_metrics("eval", evaluated)
+        metrics.update(evaluated)
+        pending.remove("validation")
+        if pending and trainer.is_world_process_zero():
+            write_card(run, metrics, facts, pending=pending)
+    if training_args.do_predict and "test" in prepared:
+        metrics.update(predict_and_report(trainer, prepared["test"], tokenizer, data_args, generation))
+    if trainer.is_world_process_zero():
+        write_card(run, metrics, facts)
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Output directory, checkpoints, logging
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -125,11 +368,6 @@ def resolve_checkpoint(training_args) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Main
-# ---------------------------------------------------------------------------------------------------------
-
-
 def setup_logging(training_args) -> None:
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
@@ -143,24 +381,31 @@ def setup_logging(training_args) -> None:
     transformers.utils.logging.set_verbosity(level)
 
 
-def position_limit_source(model_args, checkpoint) -> str:
+# ---------------------------------------------------------------------------------------------------------
+# Checks before the work: the model's position limit, the tokenizer
+# ---------------------------------------------------------------------------------------------------------
+
+
+def position_limit_source(run: RunConfig, checkpoint) -> str:
     """Where the model's `max_position_embeddings` came from, for a message."""
-    if "max_position_embeddings" in parse_config_overrides(model_args.config_overrides):
+    model_args = run.model
+    if "max_position_embeddings" in run.config_overrides:
         return "--config_overrides"
     source = checkpoint or model_args.config_name or model_args.model_name_or_path
     return f"{Path(source) / 'config.json' if Path(source).is_dir() else source}" if source else "built here"
 
 
-def check_length_flags_fit(model, model_args, data_args, checkpoint) -> None:
+def check_length_flags_fit(model, run: RunConfig, checkpoint: str | None) -> None:
     """UsageError, before any data is prepared, when an explicit --max_source_length or --max_target_length exceeds
     the model's position limit: the first longer batch would fail after training started (a traceback in the
     model's input check). A default above the limit is lowered to it (pairs longer than the model can take are
     skipped and counted, as any pair over those lengths). A --prepared_dataset is not cut to those flags: its
     longest rows are checked (`check_prepared_fit`)."""
+    data_args = run.data
     limit = getattr(model.config, "max_position_embeddings", None)
     if not limit or data_args.prepared_dataset:
         return
-    explicit = getattr(data_args, "explicit_lengths", {"max_source_length", "max_target_length"})
+    explicit = run.explicit
     for name in ("max_source_length", "max_target_length"):
         if name not in explicit and getattr(data_args, name) > limit:
             logger.info("--%s %d (default) lowered to the model's limit %d", name, getattr(data_args, name), limit)
@@ -173,12 +418,12 @@ def check_length_flags_fit(model, model_args, data_args, checkpoint) -> None:
     if over:
         raise UsageError(
             f"{' and '.join(over)} exceed{'s' if len(over) == 1 else ''} the model's max_position_embeddings {limit} "
-            f"({position_limit_source(model_args, checkpoint)}): lower {'them' if len(over) > 1 else 'it'} to at "
+            f"({position_limit_source(run, checkpoint)}): lower {'them' if len(over) > 1 else 'it'} to at "
             f"most {limit} or raise max_position_embeddings"
         )
 
 
-def check_prepared_fit(prepared: dict, model, model_args, checkpoint) -> None:
+def check_prepared_fit(prepared: dict, model, run: RunConfig, checkpoint) -> None:
     """UsageError, before training, when a prepared split's longest source or target exceeds the model's position
     limit (read off the Arrow column lengths: no Python pass over the rows; a split seen through an index mapping,
     e.g. --max_train_samples, is skipped rather than copied)."""
@@ -198,16 +443,17 @@ def check_prepared_fit(prepared: dict, model, model_args, checkpoint) -> None:
                 raise UsageError(
                     f"the {split} split's longest {'source' if column == 'input_ids' else 'target'} has {longest} "
                     f"tokens, over the model's max_position_embeddings {limit} "
-                    f"({position_limit_source(model_args, checkpoint)}): prepare it with a lower {flag} or raise "
+                    f"({position_limit_source(run, checkpoint)}): prepare it with a lower {flag} or raise "
                     "max_position_embeddings"
                 )
 
 
-def load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint):
+def load_tokenizer_or_usage_error(run: RunConfig, splits: dict, checkpoint: str | None):
     """`load_or_train_tokenizer`, with a model folder that has no (readable) tokenizer files as a UsageError (a
     damaged JSON file of it named with its line)."""
     from ..features.tokenization import check_tokenizer_files
 
+    model_args, data_args, training_args = run.groups()
     source = checkpoint or model_args.tokenizer_name or model_args.model_name_or_path
     if source:
         flag = (
@@ -222,7 +468,7 @@ def load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, 
         except ValueError as error:
             raise UsageError(str(error)) from None
     try:
-        return load_or_train_tokenizer(model_args, data_args, training_args, splits, checkpoint)
+        return load_or_train_tokenizer(run, splits, checkpoint)
     except (OSError, TypeError, ValueError) as error:
         source = checkpoint or model_args.tokenizer_name or model_args.model_name_or_path
         if not source:
@@ -234,198 +480,103 @@ def load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, 
         ) from error
 
 
-def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
-    """Run `xlpe-train`; returns all metrics. `callbacks`: extra `TrainerCallback`s (tests, notebooks)."""
-    started = time.time()
-    model_args, data_args, training_args = parse_arguments(argv)
-    setup_logging(training_args)
-    with locked_output_dir(training_args, f"xlpe-train --output_dir {training_args.output_dir}"):  # the whole run
-        return _main(argv, callbacks, started, model_args, data_args, training_args)
+# ---------------------------------------------------------------------------------------------------------
+# The recipe and the device
+# ---------------------------------------------------------------------------------------------------------
 
 
-def _main(argv, callbacks, started, model_args, data_args, training_args) -> dict:
-    logger.info("model: %s | data: %s", model_args, data_args)
-    set_seed(training_args.seed)
-    checkpoint = resolve_checkpoint(training_args)
-    check_init_options(model_args, checkpoint)
-    for flag in ("model_name_or_path", "config_name"):  # a hand-edited config.json: file and line, not a traceback
-        if getattr(model_args, flag) and Path(getattr(model_args, flag)).is_dir():
-            check_config_file(getattr(model_args, flag), f"--{flag} {getattr(model_args, flag)}")
-    Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-
-    splits = load_raw_splits(data_args, model_args)
-    model_args, data_args, training_args = apply_recipe(
-        argv, (model_args, data_args, training_args), splits, checkpoint
-    )
-    if training_args.do_train:  # what made this run, kept beside it; a resume must match it (reuse.py)
-        record = (
-            verify_resume(model_args, data_args, training_args, checkpoint)
-            if checkpoint
-            else run_record(model_args, data_args, training_args)
+def apply_recipe(run: RunConfig, splits: dict, checkpoint: str | None) -> RunConfig:
+    """`run` with the recipe in force: `--recipe`, or for a model trained from scratch (not on the built-in
+    corpus) the one `choose_recipe` picks for the training-set size and the device, or, when resuming, the one the
+    run started with (`recipe.json`). A recipe without a validation split drops its periodic evaluation and early
+    stopping. The groups are built again from the flags given (`RunConfig.with_recipe`); logs the choice and why;
+    writes `recipe.json`."""
+    model_args, data_args, training_args = run.groups()
+    name, reason = training_args.recipe, "--recipe"
+    recorded = Path(training_args.output_dir) / "recipe.json"
+    pairs = None  # training pairs, read when a choice or the recipe's size needs them
+    if run.recipe_pending:
+        if checkpoint and recorded.is_file():
+            name, reason = json.loads(recorded.read_text())["recipe"], f"the recipe of the run resumed ({recorded})"
+        else:
+            pairs = _training_pairs(splits, data_args)
+            name, reason = choose_recipe(pairs, training_args.device.type == "cuda")
+    if name is None or name == NO_RECIPE:
+        return run
+    if pairs is None and name == "small" and training_args.do_train:
+        pairs = _training_pairs(splits, data_args)
+    with_validation = "validation" in splits or bool(data_args.prepared_dataset)
+    if name != training_args.recipe or not with_validation or (name == "small" and pairs is not None):
+        run = run.with_recipe(name, with_validation=with_validation, train_pairs=pairs)
+        training_args = run.training  # (the recipe chosen here, or its size depends on the data)
+    if training_args.process_index == 0:  # shown whatever the log level
+        print(
+            f"xlpe-train: recipe {name} ({reason})"
+            + ("" if with_validation else ", without periodic evaluation and early stopping (no validation split)")
+            + sized_recipe_note(name, pairs)
+            + "; explicit arguments override it",
+            flush=True,
         )
-        write_run_record(training_args, record)
-        if not checkpoint and training_args.process_index == 0:  # a run started over: no earlier run's verdict
-            (Path(training_args.output_dir) / LEARNING_CHECK_FILE).unlink(missing_ok=True)
-    report_cuda_defaults(training_args)
-    if training_args.device.type == "cpu":  # no page faults on the step's large tensors (host_memory.py)
-        logger.info(keep_freed_host_memory())
-    if training_args.torch_compile:
-        # nn.TransformerEncoderLayer's inference fast path (the XL PE reorder predictor, in the evaluation loss)
-        # ignores autocast under torch.compile and fails on mixed dtypes (torch bug): use the regular path
-        import torch
-
-        torch.backends.mha.set_fastpath_enabled(False)
-    check_splits(
-        splits, data_args, training_args, bool(model_args.tokenizer_name or model_args.model_name_or_path or checkpoint)
-    )
-    tokenizer = load_tokenizer_or_usage_error(model_args, data_args, training_args, splits, checkpoint)
-    check_stock_start(model_args, checkpoint)  # e.g. mvPE+POS from a Marian checkpoint, before the taggers load
-    try:  # an unknown tagger name, a tagger whose data is missing: one line, not a traceback
-        taggers = resolve_taggers(
-            data_args, target_config(model_args, checkpoint), parse_config_overrides(model_args.config_overrides)
-        )
-    except ValueError as error:
-        raise UsageError(f"POS tagger: {(str(error).strip().splitlines() or [type(error).__name__])[0]}") from error
-    try:
-        model = build_model(model_args, data_args, tokenizer, checkpoint, taggers)
-    except UsageError:
-        raise
-    except (ValueError, TypeError, OSError) as error:  # a config field out of range (config_checks.py), of a wrong
-        source = checkpoint or model_args.model_name_or_path or model_args.config_name  # type, another family
-        where = f" ({Path(source) / 'config.json'})" if source and Path(source).is_dir() else ""
-        raise UsageError(f"model{where}: {(str(error).strip().splitlines() or [type(error).__name__])[0]}") from error
-    check_vocabulary(
-        tokenizer, model, checkpoint or model_args.tokenizer_name or model_args.model_name_or_path or "trained here"
-    )
-    from ..evaluation.model_loading import record_tokenizer_fingerprint  # (config.json: xlpe-translate checks it)
-
-    record_tokenizer_fingerprint(model.config, tokenizer)
-    set_word_starts(model, tokenizer)
-    if model_args.reorderer:
-        attach_reorderer(model, model_args.reorderer, tokenizer)
-    apply_generation_options(model, tokenizer, model_args, data_args)
-    check_length_flags_fit(model, model_args, data_args, checkpoint)  # before preparing: not after training started
-    if data_args.num_beams is not None:
-        model.generation_config.num_beams = data_args.num_beams
-    features = model_features(model)
-    stages = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
-    splits = {name: split for name, split in splits.items() if stages[name]}  # prepare only what is used
-    prepared, reports = prepare_features(
-        splits, tokenizer, features, taggers, data_args, model_args, training_args, model
-    )
-    check_prepared_fit(prepared, model, model_args, checkpoint)
-    if training_args.process_index == 0:
+    if training_args.process_index == 0 and training_args.do_train:
+        Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
         write_text_atomic(
-            Path(training_args.output_dir) / "preparation_report.json", json.dumps(reports, indent=2, default=str)
+            recorded, json.dumps({"recipe": name, "reason": reason, "with_validation": with_validation}, indent=2)
         )
+    return run
 
-    trainer_ref: list = []
-    clock = RunClock(checkpoint)
-    stopper = (
-        ValidationEarlyStopping(training_args.early_stopping_patience)
-        if training_args.early_stopping_patience and training_args.do_train
-        else None
-    )
-    plan = run_plan(prepared, model, data_args, training_args) if training_args.do_train else None
-    trainer = ExtraInputsSeq2SeqTrainer(
-        model=model,
-        args=training_args,
-        processing_class=tokenizer,
-        train_dataset=prepared.get("train") if training_args.do_train else None,
-        eval_dataset=periodic_eval_dataset(prepared, training_args) if training_args.do_eval else None,
-        data_collator=make_collator(tokenizer, model, data_args, training_args),
-        compute_metrics=make_compute_metrics(tokenizer, trainer_ref, data_args.target_lang, data_args.bleu_tokenize)
-        if training_args.predict_with_generate
-        else None,
-        eval_with_oracle_positions=training_args.eval_with_oracle_positions,
-        callbacks=[
-            *(callbacks or []),
-            *([ApplyResumedFrequencies()] if checkpoint else []),
-            *([stopper] if stopper else []),
-            RunOutcome(stopper),
-            clock,
-            *([plan] if plan is not None else []),
-            *(
-                [LearningCheck(len(prepared["train"]), from_scratch=model_args.model_name_or_path is None)]
-                if training_args.do_train and training_args.do_eval
-                else []
-            ),
-        ],
-    )
-    trainer_ref.append(trainer)
-    if plan is not None and training_args.predict_with_generate:  # its first estimate times one greedy decode
-        probe_set = trainer.eval_dataset if trainer.eval_dataset is not None else prepared.get("test")
-        plan.decode_probe = lambda: trainer.time_greedy_decoding(probe_set)
-    for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
-        if type(callback).__name__ == "TensorBoardCallback" and getattr(callback, "logging_dir", None) is None:
-            from transformers.integrations.integration_utils import default_logdir
 
-            callback.logging_dir = str(Path(training_args.output_dir) / default_logdir())
-    all_metrics: dict = {}
-    facts: dict = {"device": describe_device_for_card(training_args)}  # what the run did, for the model card
+def sized_recipe_note(name: str, pairs: int | None) -> str:
+    """What the training-set size changed in recipe `name` (recipes.small_epochs), as a clause."""
+    if name != "small" or pairs is None:
+        return ""
+    return (
+        f"; {small_epochs(pairs):g} epochs for {pairs:,} training pairs (about {SMALL_SENTENCE_PASSES:,} "
+        "sentences seen, the fewer the pairs the more passes)"
+    )
+
+
+def _training_pairs(splits: dict, data_args) -> int | None:
+    """Training pairs read (None when unknown: a prepared dataset that cannot be opened here)."""
+    if "train" in splits:
+        return len(splits["train"].sources)
+    if data_args.prepared_dataset:
+        try:
+            import datasets
+
+            loaded = datasets.load_from_disk(data_args.prepared_dataset)
+            return len(loaded["train"] if isinstance(loaded, datasets.DatasetDict) else loaded)
+        except (OSError, KeyError, ValueError, FileNotFoundError):
+            return None
+    return None
+
+
+def report_cuda_defaults(run: RunConfig) -> None:
+    """Print, once, which fast switches the run got on CUDA (`recipes.cuda_fast_defaults`) and the peak its MFU
+    divides by, and keep the decision in `output_dir/cuda_defaults.json` (as `recipe.json` keeps the recipe)."""
+    from .callbacks import device_peak, math_mode
+
+    training_args, decision = run.training, dict(run.cuda_defaults)
+    device = decision.get("device")
+    if not device or training_args.process_index != 0:
+        return
+    mode = math_mode(bool(training_args.bf16), bool(training_args.fp16), training_args.tf32)
+    peak, source = device_peak(device.get("name"), mode, device.get("multi_processor_count"))
+    print(
+        describe_fast_defaults(decision, device)
+        + (f" MFU against {peak:g} TFLOP/s ({source})." if peak else f" MFU not reported: {source}."),
+        flush=True,
+    )
     if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=checkpoint)
-        seconds, segments = clock.total()
-        facts.update(
-            optimizer=describe_optimizer(trainer.optimizer),
-            global_step=trainer.state.global_step,
-            epoch=trainer.state.epoch,
-            training_seconds=None if clock.unknown_before else seconds,
-            segments=segments,
+        Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+        write_text_atomic(
+            Path(training_args.output_dir) / "cuda_defaults.json",
+            json.dumps({**decision, "peak_tflops": peak, "peak": source}, indent=2),
         )
-        trainer.save_model()
-        apply_umask_to_weights(training_args.output_dir)  # stock (vanilla) models too: safetensors writes 0600
-        if model_args.reorderer and trainer.is_world_process_zero():  # how the reorderer was trained, for the card
-            from .reorderer import copy_training_report
-
-            copy_training_report(model_args.reorderer, training_args.output_dir)
-        metrics = {
-            **result.metrics,
-            **trainer.padding_metrics(result.metrics.get("train_runtime")),
-            "train_samples": len(prepared["train"]),
-        }
-        logger.info(
-            "padding: %.1f%% of the trained tokens (%s batches)",
-            100 * metrics["train_padding_waste"],
-            f"--max_tokens {training_args.max_tokens}" if training_args.max_tokens else "sentence",
-        )
-        trainer.log_metrics("train", metrics), trainer.save_metrics("train", metrics), trainer.save_state()
-        all_metrics.update(metrics)
-        if training_args.average_last_checkpoints:
-            average_into(trainer, training_args)
-    generation = dict(
-        max_length=training_args.generation_max_length,  # None: the length rule (trainer.py)
-        num_beams=data_args.num_beams,
-    )
-    pending = [stage for stage in ("validation", "test") if stages[stage] and stage in prepared]  # card before each
-    card = (training_args.output_dir, model_args, data_args, training_args, all_metrics, facts)
-    if trainer.is_world_process_zero():
-        write_card(*card, pending=pending)
-    if training_args.do_eval and "validation" in prepared:
-        metrics = {
-            **trainer.evaluate(prepared["validation"], metric_key_prefix="eval", **generation),
-            "eval_samples": len(prepared["validation"]),
-        }  # (the whole split, not the periodic subset)
-        trainer.log_metrics("eval", metrics), trainer.save_metrics("eval", metrics)
-        all_metrics.update(metrics)
-        pending.remove("validation")
-        if pending and trainer.is_world_process_zero():
-            write_card(*card, pending=pending)
-    if training_args.do_predict and "test" in prepared:
-        all_metrics.update(predict_and_report(trainer, prepared["test"], tokenizer, data_args, generation))
-    if trainer.is_world_process_zero():
-        write_card(training_args.output_dir, model_args, data_args, training_args, all_metrics, facts)
-        print(f"xlpe-train: done in {time.time() - started:.0f} s; model and tokenizer in {training_args.output_dir}")
-    return all_metrics
 
 
-def periodic_eval_dataset(prepared: dict, training_args):
-    """The validation sentences the periodic evaluations score: the first `--eval_subset` of the split (all
-    without it); the final evaluation scores the whole split."""
-    validation, subset = prepared.get("validation"), getattr(training_args, "eval_subset", None)
-    if validation is None or not subset or subset >= len(validation):
-        return validation
-    return validation.select(range(subset))
+# ---------------------------------------------------------------------------------------------------------
+# Parts of the Trainer
+# ---------------------------------------------------------------------------------------------------------
 
 
 def run_plan(prepared: dict, model, data_args, training_args) -> RunPlan:
@@ -489,170 +640,3 @@ def average_into(trainer, training_args) -> None:
     if unexpected:
         raise ValueError(f"averaged checkpoints have tensors the model lacks: {unexpected[:5]}")
     logger.info("averaged %s into the final model", [c.name for c in checkpoints])
-
-
-def apply_recipe(argv, parsed: tuple, splits: dict, checkpoint: str | None) -> tuple:
-    """The arguments with the recipe in force: `--recipe`, or for a model trained from scratch (not on the
-    built-in corpus) the one `choose_recipe` picks for the training-set size and the device, or, when
-    resuming, the one the run started with (`recipe.json`). A recipe without a validation split drops its
-    periodic evaluation and early stopping. Logs the choice and why; writes `recipe.json`."""
-    model_args, data_args, training_args = parsed
-    name, reason = training_args.recipe, "--recipe"
-    recorded = Path(training_args.output_dir) / "recipe.json"
-    from_scratch = model_args.model_name_or_path is None and model_args.config_name is None
-    pairs = None  # training pairs, read when a choice or the recipe's size needs them
-    if name is None and from_scratch and training_args.do_train and not data_args.uses_builtin_corpus():
-        if checkpoint and recorded.is_file():
-            name, reason = json.loads(recorded.read_text())["recipe"], f"the recipe of the run resumed ({recorded})"
-        else:
-            pairs = _training_pairs(splits, data_args)
-            name, reason = choose_recipe(pairs, training_args.device.type == "cuda")
-    if name is None or name == NO_RECIPE:
-        return parsed
-    if pairs is None and name == "small" and training_args.do_train:
-        pairs = _training_pairs(splits, data_args)
-    with_validation = "validation" in splits or bool(data_args.prepared_dataset)
-    if name != training_args.recipe or not with_validation or (name == "small" and pairs is not None):
-        model_args, data_args, training_args = parse_arguments(
-            argv, recipe=name, with_validation=with_validation, train_pairs=pairs
-        )  # (again: the recipe chosen here, or its size depends on the data)
-    if training_args.process_index == 0:  # shown whatever the log level
-        print(
-            f"xlpe-train: recipe {name} ({reason})"
-            + ("" if with_validation else ", without periodic evaluation and early stopping (no validation split)")
-            + sized_recipe_note(name, pairs)
-            + "; explicit arguments override it",
-            flush=True,
-        )
-    if training_args.process_index == 0 and training_args.do_train:
-        Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-        write_text_atomic(
-            recorded, json.dumps({"recipe": name, "reason": reason, "with_validation": with_validation}, indent=2)
-        )
-    return model_args, data_args, training_args
-
-
-def sized_recipe_note(name: str, pairs: int | None) -> str:
-    """What the training-set size changed in recipe `name` (recipes.small_epochs), as a clause."""
-    if name != "small" or pairs is None:
-        return ""
-    return (
-        f"; {small_epochs(pairs):g} epochs for {pairs:,} training pairs (about {SMALL_SENTENCE_PASSES:,} "
-        "sentences seen, the fewer the pairs the more passes)"
-    )
-
-
-def report_cuda_defaults(training_args) -> None:
-    """Print, once, which fast switches the run got on CUDA (`recipes.cuda_fast_defaults`) and the peak its MFU
-    divides by, and keep the decision in `output_dir/cuda_defaults.json` (as `recipe.json` keeps the recipe)."""
-    from .callbacks import device_peak, math_mode
-
-    decision = getattr(training_args, "cuda_defaults", None)
-    device = (decision or {}).get("device")
-    if not device or training_args.process_index != 0:
-        return
-    mode = math_mode(bool(training_args.bf16), bool(training_args.fp16), training_args.tf32)
-    peak, source = device_peak(device.get("name"), mode, device.get("multi_processor_count"))
-    print(
-        describe_fast_defaults(decision, device)
-        + (f" MFU against {peak:g} TFLOP/s ({source})." if peak else f" MFU not reported: {source}."),
-        flush=True,
-    )
-    if training_args.do_train:
-        Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-        write_text_atomic(
-            Path(training_args.output_dir) / "cuda_defaults.json",
-            json.dumps({**decision, "peak_tflops": peak, "peak": source}, indent=2),
-        )
-
-
-def describe_device_for_card(training_args) -> str:
-    """`cpu (2 threads)` or the GPU's name, times the processes."""
-    import torch
-
-    device = training_args.device
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    return name + (f" x {training_args.world_size} processes" if training_args.world_size > 1 else "")
-
-
-def _training_pairs(splits: dict, data_args) -> int | None:
-    """Training pairs read (None when unknown: a prepared dataset that cannot be opened here)."""
-    if "train" in splits:
-        return len(splits["train"].sources)
-    if data_args.prepared_dataset:
-        try:
-            import datasets
-
-            loaded = datasets.load_from_disk(data_args.prepared_dataset)
-            return len(loaded["train"] if isinstance(loaded, datasets.DatasetDict) else loaded)
-        except (OSError, KeyError, ValueError, FileNotFoundError):
-            return None
-    return None
-
-
-def predict_and_report(trainer, test_dataset, tokenizer, data_args, generation) -> dict:
-    """Translate the test split with beam search and score it: with predicted reorderings (what raw text gets)
-    into generated_predictions.txt, and, for a model that takes XL positions when the split has the oracle
-    ones, once more with the oracle positions (generated_predictions_oracle.txt, `predict_oracle_*` metrics:
-    the upper bound a better reorderer could reach). Scores use the raw reference text when the split kept it."""
-    if data_args.max_predict_samples is not None:
-        test_dataset = test_dataset.select(range(min(len(test_dataset), data_args.max_predict_samples)))
-    passes = [("predict", False)]
-    if "reorder_positions" in test_dataset.column_names and getattr(trainer.model.config, "uses_xl", False):
-        passes.append(("predict_oracle", True))
-    metrics, all_scores, output_dir = {"predict_samples": len(test_dataset)}, {}, Path(trainer.args.output_dir)
-    has_text = "target_text" in test_dataset.column_names  # score against the text, not the decoded label ids
-    sources, references = (test_dataset["source_text"], test_dataset["target_text"]) if has_text else (None, None)
-    for prefix, oracle in passes:
-        trainer.eval_with_oracle_positions, saved = oracle, trainer.eval_with_oracle_positions
-        try:
-            results = trainer.predict(test_dataset, metric_key_prefix=prefix, **generation)
-        finally:
-            trainer.eval_with_oracle_positions = saved
-        metrics.update(results.metrics)
-        if not trainer.is_world_process_zero():
-            continue
-        hypotheses = decode_ids(tokenizer, results.predictions)
-        name = "generated_predictions" + ("_oracle" if oracle else "")
-        write_text_atomic(output_dir / f"{name}.txt", "\n".join(hypotheses) + "\n")
-        if has_text:
-            from ..evaluation.metrics import corpus_bleu_chrf
-
-            scores = corpus_bleu_chrf(
-                hypotheses, references, target_language=data_args.target_lang, tokenize=data_args.bleu_tokenize
-            )
-            metrics.update(
-                {
-                    f"{prefix}_bleu": round(scores["bleu"]["score"], 2),
-                    f"{prefix}_chrf": round(scores["chrf"]["score"], 2),
-                }
-            )
-            all_scores[prefix] = scores
-            if not oracle:
-                write_test_translations(output_dir, sources, references, hypotheses)  # beside the card
-                for k in range(min(data_args.num_translation_examples, len(hypotheses))):
-                    print(f"\nsource:     {sources[k]}\nreference:  {references[k]}\ntranslation: {hypotheses[k]}")
-            label = "test" + (" (oracle positions)" if oracle else "")
-            print(f"\n{label} BLEU {scores['bleu']['score']:.2f}  ({scores['bleu']['signature']})")
-            print(f"{label} chrF {scores['chrf']['score']:.2f}  ({scores['chrf']['signature']})\n")
-    if "predict" in all_scores:  # test_scores.json: the predicted-position scores, the oracle's beside them
-        scores = dict(all_scores["predict"])
-        if "predict_oracle" in all_scores:
-            scores["oracle_positions"] = all_scores["predict_oracle"]
-        write_text_atomic(output_dir / "test_scores.json", json.dumps(scores, indent=2))
-    trainer.log_metrics("predict", metrics), trainer.save_metrics("predict", metrics)
-    return metrics
-
-
-def write_card(output_dir, model_args, data_args, training_args, metrics, facts=None, pending=()) -> None:
-    """README.md model card (`model_card.write_training_card`: data, arguments, sizes, time, reorderer, and the
-    validation and test scores with signatures, or `pending`: the stages whose scores are not in yet); skipped for
-    stock (vanilla) models and when `output_dir` holds no model (an evaluation-only run of a model elsewhere)."""
-    try:
-        from .model_card import family_of, write_training_card
-
-        family_of(AutoConfig.from_pretrained(output_dir))
-    except (ImportError, ValueError, OSError) as error:
-        logger.info("no model card written: %s", error)
-        return
-    write_training_card(output_dir, model_args, data_args, training_args, metrics, facts, pending=pending)

@@ -99,6 +99,16 @@ def _precision(training_args) -> str:
     return "fp32"
 
 
+def card_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(training flags, data flags) the card lists as they were in force: those whose facts say so (`flag_facts`);
+    the batches, the steps or epochs, the optimizer and the precision are described in words instead."""
+    from .arguments import argument_classes
+    from .flag_facts import flag_facts, names_where
+
+    _, data_class, training_class = argument_classes()
+    return names_where(flag_facts([training_class]), card=True), names_where(flag_facts([data_class]), card=True)
+
+
 def training_settings(training_args, data_args, facts: Mapping) -> dict:
     """The training arguments in force, as the card lists them (module docstring). `facts`: what the run
     measured (`optimizer`, `global_step`, `epoch`, `training_seconds`, `segments`, `device`)."""
@@ -120,17 +130,8 @@ def training_settings(training_args, data_args, facts: Mapping) -> dict:
         settings["steps run"] = facts["global_step"]
     if facts.get("epoch") is not None:
         settings["epochs run"] = round(float(facts["epoch"]), 2)
-    for name in (
-        "learning_rate",
-        "lr_scheduler_type",
-        "warmup_steps",
-        "label_smoothing_factor",
-        "weight_decay",
-        "max_grad_norm",
-        "seed",
-        "average_last_checkpoints",
-        "early_stopping_patience",
-    ):
+    training_flags, data_flags = card_flags()
+    for name in training_flags:
         value = getattr(training_args, name, None)
         if value is not None and (value not in ("", 0) or name in ("learning_rate", "seed")):
             settings[name] = getattr(value, "value", value)
@@ -140,7 +141,7 @@ def training_settings(training_args, data_args, facts: Mapping) -> dict:
     settings["precision"] = _precision(training_args)
     if facts.get("device"):
         settings["device"] = facts["device"]
-    for name in ("max_source_length", "max_target_length", "num_beams", "bleu_tokenize", "source_prefix"):
+    for name in data_flags:
         if getattr(data_args, name, None) is not None:
             settings[name] = getattr(data_args, name)
     if facts.get("training_seconds") is not None:
