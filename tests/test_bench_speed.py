@@ -263,3 +263,31 @@ def test_xl_step_parts_times_each_extra_against_its_stock_counterpart(capsys):
         with pytest.raises(SystemExit) as stop:
             bench.main(bad)
         assert stop.value.code == 2
+
+
+def test_output_projection_study_times_the_step_and_scores_a_trained_run(toy_tokenizer, tmp_path, capsys):
+    """bench/studies/onnx_output_projection.py on a tiny model: a step row per graph (fp32 and each scheme) with its
+    operator shares, and quality rows (fp32, each int8 scheme) with the bootstrap against fp32."""
+    from conftest import save_tiny_xlpe_model
+
+    from xlpe.export.exporter import export_directory
+
+    spec = importlib.util.spec_from_file_location(
+        "onnx_output_projection", REPO_ROOT / "bench" / "studies" / "onnx_output_projection.py"
+    )
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    run = save_tiny_xlpe_model(toy_tokenizer, tmp_path / "run")
+    lines = ["source\treference\ttranslation", "the cat sees the dog\tdie katze\t", "a dog\tein hund\t"]
+    (run / "test_translations.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    export_directory(run, tmp_path / "export")
+    output = tmp_path / "result.json"
+    argv = ["--graph_dir", str(tmp_path / "export"), "--model", f"tiny={run}", "--rows", "4", "--cache", "3"]
+    argv += ["--source", "5", "--rounds", "1", "--bootstrap", "4", "--work_dir", str(tmp_path / "work")]
+    assert study.main([*argv, "--output", str(output)]) == 0
+    result = json.loads(output.read_text())
+    assert [row["graph"] for row in result["step"]] == ["fp32", "channel", "channel-all"]
+    assert all(row["median_ms"] > 0 and abs(sum(row["op_share"].values()) - 1) < 0.5 for row in result["step"])
+    engines = [row["engine"] for row in result["quality"]]
+    assert engines == ["onnx fp32", "onnx int8 channel", "onnx int8 channel-all"]
+    assert all("p_not_worse" in row for row in result["quality"][1:]) and result["quality"][0]["same_as_fp32"] == 2

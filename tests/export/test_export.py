@@ -266,7 +266,8 @@ def test_bad_input_is_refused_by_name(toy_tokenizer, tmp_path, capsys):
 
 def test_int8_schemes(toy_tokenizer, tmp_path, capsys):
     """`int8_scheme` (xlpe-export --int8_scheme): per-channel weight scales, the embedding table left fp32 by the
-    *-nogather schemes, the scheme recorded in the manifest; the int8 copies translate; bad names are refused."""
+    *-nogather schemes, the output projection int8 only with channel-all, the scheme recorded in the manifest; the
+    int8 copies translate; bad names are refused."""
     import onnx
     from onnx import numpy_helper
 
@@ -286,6 +287,7 @@ def test_int8_schemes(toy_tokenizer, tmp_path, capsys):
     exports = {
         "tensor": lambda out: export_directory(model_dir, out, quantize="int8", int8_scheme="tensor"),
         "channel-nogather": lambda out: main([*cli, "--output", str(out), "--int8_scheme", "channel-nogather"]),
+        "channel-all": lambda out: main([*cli, "--output", str(out), "--int8_scheme", "channel-all"]),
         DEFAULT_INT8_SCHEME: lambda out: main([*cli, "--output", str(out)]),
     }
     for scheme, export_to in exports.items():
@@ -300,9 +302,15 @@ def test_int8_schemes(toy_tokenizer, tmp_path, capsys):
         assert any(s.size > 1 for s in scales) == INT8_SCHEMES[scheme]["per_channel"], scheme
         gathers_int8 = [n for n in graph.node if n.op_type == "DequantizeLinear"]  # a quantized embedding table
         assert bool(gathers_int8) == (INT8_SCHEMES[scheme]["op_types"] is None), scheme
-        assert not any(
+        quantized_head = any(
             "/lm_head/" in n.name for n in graph.node if n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul")
-        )
+        )  # the output projection: int8 only when the scheme says so (channel-all)
+        assert quantized_head == INT8_SCHEMES[scheme]["output_projection"], scheme
+        assert manifest["int8_graphs"]["decoder_model_int8.onnx"]["kept_fp32"] == (
+            []
+            if quantized_head
+            else [n.name for n in onnx.load(str(export / "decoder_model.onnx")).graph.node if "/lm_head/" in n.name]
+        ), scheme
         assert len(OnnxTranslator(export, precision="int8", threads=1, spin_wait=False).translate(texts)) == 2
 
     with pytest.raises(ValueError, match="int8_scheme must be one of"):

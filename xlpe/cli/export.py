@@ -46,6 +46,7 @@ INT8_SCHEME_NAMES = (
     "channel",
     "channel-reduce",
     "channel-nogather",
+    "channel-all",
 )  # exporter.INT8_SCHEMES
 MODES = {"output": "export (--output)", "verify": "--verify", "translate": "--translate"}  # the mode flags
 # mode -> the flags it takes (every other option of the parser belongs to one mode at least: tested), and the

@@ -132,12 +132,15 @@ def write_model_files(model, tokenizer, layout, model_dir, target: Path) -> dict
     return _source_front_end(model, layout, Path(model_dir) if model_dir else None, target)
 
 
-def fp32_nodes(path: Path) -> list[str]:
-    """The nodes int8 quantization leaves in fp32: the output projection onto the vocabulary (`lm_head`), whose
-    logits rank the beam's candidates (toy Marian / XL PE, one batching: BLEU -0.14 / -0.10 with it quantized,
-    +0.06 / +0.11 without; docs/benchmarks/onnx.md)."""
+def fp32_nodes(path: Path, scheme: str = "channel") -> list[str]:
+    """The nodes int8 quantization leaves in fp32 under `scheme`: the output projection onto the vocabulary
+    (`lm_head`), whose logits rank the beam's candidates, unless the scheme quantizes it too (`-all`; toy Marian /
+    XL PE, per tensor, one batching: BLEU -0.14 / -0.10 with it quantized, +0.06 / +0.11 without;
+    docs/benchmarks/onnx.md)."""
     import onnx
 
+    if INT8_SCHEMES[check_int8_scheme(scheme)]["output_projection"]:
+        return []
     graph = onnx.load(str(path), load_external_data=False).graph
     return [node.name for node in graph.node if node.op_type in ("MatMul", "Gemm") and "/lm_head/" in node.name]
 
@@ -146,16 +149,20 @@ def fp32_nodes(path: Path) -> list[str]:
 # quantized per call, per tensor, over the whole batch x beams): "tensor": one weight scale a matrix, the embedding
 # Gather quantized too; "channel": one weight scale per output column (per_channel=True); "channel-reduce": per
 # channel, 7-bit weights (reduce_range=True); "*-nogather": only MatMul/Gemm quantized (the embedding table, which
-# Marian ties to the output projection, stays fp32). `fp32_nodes` (the output projection) is kept in fp32 by all.
+# Marian ties to the output projection, stays fp32). `fp32_nodes` (the output projection) is kept in fp32 by all but
+# "channel-all", which quantizes it too, per output column, as CTranslate2's int8 does (on an OPUS-MT-size model the
+# fp32 output projection was 31 % of an int8 decoder step: docs/benchmarks/onnx.md).
 # Default "channel": on 1500 held-out sentences (two batchings) its int8 BLEU change was -0.07..+0.02 for the four
 # trained toy models (stock Marian, XL PE, DPE, mvPE+POS), "tensor" -0.13..+0.09; on the 300-sentence test split
 # every scheme moved by up to 0.3-0.7 with the batching (2-14 sentences change): docs/benchmarks/onnx.md.
+_MATMULS = ["MatMul", "Gemm"]
 INT8_SCHEMES = {
-    "tensor": {"per_channel": False, "reduce_range": False, "op_types": None},
-    "tensor-nogather": {"per_channel": False, "reduce_range": False, "op_types": ["MatMul", "Gemm"]},
-    "channel": {"per_channel": True, "reduce_range": False, "op_types": None},
-    "channel-reduce": {"per_channel": True, "reduce_range": True, "op_types": None},
-    "channel-nogather": {"per_channel": True, "reduce_range": False, "op_types": ["MatMul", "Gemm"]},
+    "tensor": {"per_channel": False, "reduce_range": False, "op_types": None, "output_projection": False},
+    "tensor-nogather": {"per_channel": False, "reduce_range": False, "op_types": _MATMULS, "output_projection": False},
+    "channel": {"per_channel": True, "reduce_range": False, "op_types": None, "output_projection": False},
+    "channel-reduce": {"per_channel": True, "reduce_range": True, "op_types": None, "output_projection": False},
+    "channel-nogather": {"per_channel": True, "reduce_range": False, "op_types": _MATMULS, "output_projection": False},
+    "channel-all": {"per_channel": True, "reduce_range": False, "op_types": None, "output_projection": True},
 }
 DEFAULT_INT8_SCHEME = "channel"
 
@@ -173,7 +180,7 @@ def quantize_graph(source: Path, target: Path, scheme: str = DEFAULT_INT8_SCHEME
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     settings = INT8_SCHEMES[check_int8_scheme(scheme)]
-    keep = fp32_nodes(Path(source))
+    keep = fp32_nodes(Path(source), scheme)
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # its advice to pre-process (shape inference) is for static-shape vision models
