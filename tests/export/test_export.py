@@ -287,9 +287,10 @@ def test_int8_schemes(toy_tokenizer, tmp_path, capsys):
     exports = {
         "tensor": lambda out: export_directory(model_dir, out, quantize="int8", int8_scheme="tensor"),
         "channel-nogather": lambda out: main([*cli, "--output", str(out), "--int8_scheme", "channel-nogather"]),
-        "channel-all": lambda out: main([*cli, "--output", str(out), "--int8_scheme", "channel-all"]),
-        DEFAULT_INT8_SCHEME: lambda out: main([*cli, "--output", str(out)]),
+        "channel": lambda out: main([*cli, "--output", str(out), "--int8_scheme", "channel"]),
+        DEFAULT_INT8_SCHEME: lambda out: main([*cli, "--output", str(out)]),  # channel-all
     }
+    assert DEFAULT_INT8_SCHEME == "channel-all" and len(exports) == 4
     for scheme, export_to in exports.items():
         export = tmp_path / scheme
         result = export_to(export)  # the manifest (export_directory) or the exit status (the CLI)

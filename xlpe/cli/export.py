@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SCHEME",
         help="with --quantize int8: the quantization settings, one of "
         + ", ".join(INT8_SCHEME_NAMES)
-        + " (default channel: per-channel weight scales; docs/deployment.md)",
+        + " (default channel-all: per-channel weight scales, the output projection int8 too; docs/deployment.md)",
     )
     parser.add_argument("--opset", type=int, default=None, help="export: ONNX opset (default 17)")
     parser.add_argument(
