@@ -317,6 +317,16 @@ def family_fields() -> dict[str, tuple[FamilyField, list[ModelFamily]]]:
     return found
 
 
+def family_flags() -> list[tuple[str, type, str, tuple[str, ...]]]:
+    """(name, type, help, choices) of every family's `xlpe-train` flag, as the first family declaring it describes
+    it: what the argument dataclass (`training.arguments`) and the console script's flag schema
+    (`training.command_line`) are both made from."""
+    made = []
+    for name, (field, families) in family_fields().items():
+        made.append((name, field.type, families[0].field_help(field), tuple(families[0].field_choices(field))))
+    return made
+
+
 def declares_field(config_class: type, name: str) -> bool:
     """Does `config_class` (or a base) declare the config field `name`? (a family's own fields, e.g. `pos_tags`)"""
     return any(name in getattr(klass, "__annotations__", {}) for klass in config_class.__mro__)
@@ -509,6 +519,7 @@ __all__ = [
     "declares_field",
     "extra_input_names",
     "family_fields",
+    "family_flags",
     "family_names",
     "family_of_model_type",
     "feature_computer",

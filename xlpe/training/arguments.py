@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import Seq2SeqTrainingArguments
 
-from ..models.registry import family_fields, help_signature
+from ..models.registry import family_fields, family_flags, help_signature
 from .errors import UsageError, key_line
 from .flag_facts import APPLIED, DIGEST, FACTS_KEY, PLUMBING, RECORDED, RESUME_APPLY, FlagFacts, flag_facts
 from .recipes import RECIPE_NAMES
@@ -124,12 +124,11 @@ def _family_flag_fields() -> list[tuple]:
     """(name, type, field) of every registered family's `xlpe-train` fields; a field with choices (the strategy
     field, or one whose choices a registry holds) lists them."""
     made = []
-    for name, (family_field, families) in family_fields().items():
-        family = families[0]
-        metadata = {"help": family.field_help(family_field), FACTS_KEY: RECORDED}
-        if family.field_choices(family_field):  # the strategies, or a registry's names (argparse's choices;
-            metadata["choices"] = family.field_choices(family_field)  # HfArgumentParser passes metadata on)
-        made.append((name, family_field.type | None, field(default=None, metadata=metadata)))
+    for name, kind, help_text, choices in family_flags():
+        metadata = {"help": help_text, FACTS_KEY: RECORDED}
+        if choices:  # the strategies, or a registry's names (argparse's choices; HfArgumentParser passes metadata on)
+            metadata["choices"] = choices
+        made.append((name, kind | None, field(default=None, metadata=metadata)))
     return made
 
 

@@ -92,11 +92,10 @@ def family_flag_entries() -> list[dict]:
     """The schema entries of the registered families' flags, as `HfArgumentParser` makes them from
     `arguments.model_arguments_class`'s fields (`str | None`-style fields with a default of None; choices when the
     field has them)."""
-    from ..models.registry import family_fields
+    from ..models.registry import family_flags
 
     entries = []
-    for name, (family_field, families) in family_fields().items():
-        choices = families[0].field_choices(family_field)
+    for name, _, help_text, choices in family_flags():
         entries.append(
             {
                 "options": [f"--{name}", *([f"--{name.replace('_', '-')}"] if "_" in name else [])],
@@ -105,7 +104,7 @@ def family_flag_entries() -> list[dict]:
                 "nargs": None,
                 "const": None,
                 "choices": [str(choice) for choice in choices] if choices else None,
-                "help": families[0].field_help(family_field),
+                "help": help_text,
                 "default": None,
                 "metavar": None,
                 "required": False,

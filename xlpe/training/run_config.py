@@ -73,9 +73,8 @@ class FlagParser(HfArgumentParser):
             notes.append(f"[set by --recipe {'/'.join(recipes)}]")
         metadata = {key: value for key, value in field_.metadata.items() if key != FACTS_KEY}
         template = metadata.get("help")
-        if notes and template:
-            template = metadata["help"] = f"{template} {' '.join(notes)}"
         if template:
+            template = " ".join([template, *notes])
             metadata["help"] = expand_registry_help(template)
         if metadata != dict(field_.metadata):
             field_ = _copy_field(field_, metadata)
@@ -160,8 +159,6 @@ class RunConfig:
     training: XLPETrainingArguments  # transformers' Seq2SeqTrainingArguments plus this package's
     given: Mapping[str, Any] = field(default_factory=dict)  # the flags given (command line or JSON file), typed
     recipe: str | None = None  # the recipe whose defaults are in force (None: none)
-    with_validation: bool = True  # the recipe's periodic evaluation and early stopping are in force
-    train_pairs: int | None = None  # the training-set size the recipe was sized to (None: not read)
     cuda_defaults: Mapping[str, Any] = field(default_factory=dict)  # the device and the fast switches applied
     recipe_pending: bool = False  # no recipe yet: one is chosen once the data is read (checks it needs wait for it)
     config_overrides: Mapping[str, Any] = field(default_factory=dict)  # --config_overrides, parsed (JSON values)
@@ -206,16 +203,9 @@ def parse_run_config(
     the built-in corpus' recipe and the named recipe (`--recipe`, or `recipe` chosen by the caller) filling what was
     not given; `with_validation=False` leaves out a recipe's periodic evaluation and early stopping; `train_pairs`
     sizes the `small` recipe to the data. Every inconsistency is a `UsageError`."""
-    try:
-        if given is None:
-            argv = list(sys.argv[1:] if argv is None else argv)
-            given = read_given(argv, with_registries(flag_schema()))  # the one parse
-        typed = typed_given(given)
-        return build_run_config(typed, recipe=recipe, with_validation=with_validation, train_pairs=train_pairs)
-    except UsageError:
-        raise
-    except ValueError as error:
-        raise UsageError(str(error)) from error
+    if given is None:  # (read_given and typed_given raise UsageError; build_run_config turns ValueError into one)
+        given = read_given(list(sys.argv[1:] if argv is None else argv), with_registries(flag_schema()))  # one parse
+    return build_run_config(typed_given(given), recipe=recipe, with_validation=with_validation, train_pairs=train_pairs)
 
 
 def parse_arguments(argv=None, recipe=None, with_validation=True, train_pairs=None) -> tuple:
@@ -236,7 +226,6 @@ def build_run_config(
 
 def _build(given: dict, recipe: str | None, with_validation: bool, train_pairs: int | None) -> RunConfig:
     parser, explicit = flag_parser(), set(given)
-
     actions = _store_actions(parser)
 
     def groups(defaults: dict) -> tuple:
@@ -295,8 +284,6 @@ def _build(given: dict, recipe: str | None, with_validation: bool, train_pairs: 
         training=training_args,
         given=MappingProxyType(dict(given)),
         recipe=recipe if recipe and recipe != NO_RECIPE else None,
-        with_validation=with_validation,
-        train_pairs=train_pairs,
         cuda_defaults=MappingProxyType({"device": device, **fast}),
         recipe_pending=pending,
         config_overrides=MappingProxyType(overrides),
