@@ -58,6 +58,12 @@ def parse_args(argv=None):
     parser.add_argument("--nltk_data", default=None, help="nltk data folder for a random mvpe_pos model's tagger")
     parser.add_argument("--int8_scheme", default=None, help="int8 quantization settings (default: xlpe-export's)")
     parser.add_argument(
+        "--spin",
+        action="store_true",
+        help="a quiet machine: idle threads spin in every engine (OMP_WAIT_POLICY=ACTIVE, onnxruntime "
+        "allow_spinning=1), each runtime's default; without it they sleep (PASSIVE), for a shared machine",
+    )
+    parser.add_argument(
         "--ctranslate2",
         action="store_true",
         help="also CTranslate2 (fp32 and int8) on the baseline model, converted by xlpe-export --format "
@@ -149,13 +155,17 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     # shared machine: idle threads sleep, in both runtimes (PyTorch's OpenMP threads spinning against other jobs made
     # a 2-thread generate ~50x slower than 1-thread; set before torch is imported)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE" if args.spin else "PASSIVE")
     import sacrebleu
     import torch
 
     from xlpe.export.exporter import DEFAULT_INT8_SCHEME, export_directory
     from xlpe.export.runtime import OnnxTranslator
     from xlpe.features.synthetic import synthetic_splits
+    from xlpe.training.host_memory import keep_freed_host_memory
+
+    allocator = keep_freed_host_memory()  # as `xlpe-export --translate` does; XLPE_HOST_ALLOCATOR=default: glibc's own
+    print(allocator, file=sys.stderr)
 
     torch.set_num_threads(args.threads)
     int8_scheme = args.int8_scheme or DEFAULT_INT8_SCHEME
@@ -181,8 +191,10 @@ def main(argv=None) -> int:
         export_directory(directory, export, quantize="int8", overwrite=True, int8_scheme=int8_scheme)
         print(f"{name}: exported in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         engines[(name, "pytorch")] = TorchTranslator(directory)
-        engines[(name, "onnx-fp32")] = OnnxTranslator(export, threads=args.threads, spin_wait=False)
-        engines[(name, "onnx-int8")] = OnnxTranslator(export, precision="int8", threads=args.threads, spin_wait=False)
+        engines[(name, "onnx-fp32")] = OnnxTranslator(export, threads=args.threads, spin_wait=args.spin)
+        engines[(name, "onnx-int8")] = OnnxTranslator(
+            export, precision="int8", threads=args.threads, spin_wait=args.spin
+        )
     ctranslate2_version = None
     if args.ctranslate2:
         from xlpe.export.ctranslate2_export import CTranslate2Translator, export_ctranslate2
@@ -237,8 +249,14 @@ def main(argv=None) -> int:
         "fixed_new_tokens": args.fixed_new_tokens,
         "random_init": args.random,
         "int8_scheme": int8_scheme,
-        "machine": "2 CPU cores, shared with other jobs (wall clock: medians over interleaved repeats); "
-        "OMP_WAIT_POLICY=PASSIVE and onnxruntime allow_spinning=0",
+        "machine": f"{os.cpu_count()} CPU cores (wall clock: medians over interleaved repeats); "
+        + (
+            "threads spin: OMP_WAIT_POLICY=ACTIVE, onnxruntime allow_spinning=1"
+            if args.spin
+            else "OMP_WAIT_POLICY=PASSIVE and onnxruntime allow_spinning=0"
+        ),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "host_allocator": allocator,
         "torch": torch.__version__,
         "onnxruntime": __import__("onnxruntime").__version__,
         "ctranslate2": ctranslate2_version,

@@ -1,4 +1,5 @@
 """Keep freed host memory in the process during CPU training (glibc's malloc), so a step does not page-fault.
+`xlpe-export --translate` does the same for the export's decoding steps (fresh cache arrays each step).
 
 A CPU train step allocates and frees the same large tensors every step (the logits, their log-softmax and
 gradients: 32 x 24 x 8000 floats = 25 MB each at bench/speed.py's `small` dims). With glibc's defaults a freed
