@@ -6,7 +6,8 @@ ONNX translations are identical to PyTorch's.
         --model mvpe_pos=runs/mvpe_pos --threads 2 --num_beams 5 --limit 200 --repeats 3 --output bench/onnx_speed.json
 
 Each model is exported (`xlpe.export.export_directory`, fp32 + int8) into `--export_root`, then every (model,
-engine) pair translates the same `--limit` sentences of the built-in corpus' test split (raw text in, text out:
+engine) pair translates the same `--limit` sentences of the built-in corpus' test split, or of `--sources` /
+`--references` files (a trained model's own language pair; raw text in, text out:
 tokenizer, front end, search and detokenisation all counted) in length-sorted batches of `--batch_size`,
 interleaved across repeats (A B C ... then ... C B A) so that drift on a shared machine cancels. Reported per pair:
 median sentences/s over repeats (wall clock; process CPU seconds beside it), the per-repeat ratio against the stock
@@ -16,7 +17,9 @@ NAME=FAMILY` adds a random-init model of a family with the baseline's dimensions
 `--fixed_new_tokens N` (every engine decodes exactly N tokens a sentence, so untrained and trained models do the same
 work). `--ctranslate2` adds CTranslate2 fp32 and int8 on the baseline (a stock Marian whose `<pad>` row is zero,
 converted by `xlpe-export --format ctranslate2`), the engine OPUS-MT users deploy with, as reference rows; their
-ratio column is against the stock model's PyTorch `generate`.
+ratio column is against the stock model's PyTorch `generate`. `--memory` adds each engine's resident memory after
+loading and at its peak, the engine alone in a fresh process translating the same sentences once. `--spin`: a quiet
+machine, every engine's idle threads spin (each runtime's default); without it they sleep.
 """
 
 from __future__ import annotations
@@ -69,8 +72,99 @@ def parse_args(argv=None):
         help="also CTranslate2 (fp32 and int8) on the baseline model, converted by xlpe-export --format "
         "ctranslate2: the engine OPUS-MT users serve with, as a reference row (needs pip install ctranslate2)",
     )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="also each engine's peak resident memory: the engine loaded and the sentences translated once in a "
+        "process of its own (resident set after loading, and its peak, from the kernel's own counters)",
+    )
+    parser.add_argument("--memory_child", default=None, help=argparse.SUPPRESS)  # JSON spec of one engine
+    parser.add_argument(
+        "--sources",
+        default=None,
+        help="a file of source sentences (one a line, plain or .gz) instead of the built-in corpus' test split; "
+        "--references the matching file (BLEU); the first --limit lines",
+    )
+    parser.add_argument("--references", default=None, help="the references of --sources")
     parser.add_argument("--output", default=None, help="JSON results file")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if (args.sources is None) != (args.references is None):
+        parser.error("--sources and --references go together")
+    return args
+
+
+def read_lines(path: str, limit: int) -> list[str]:
+    import gzip
+
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for _, line in zip(range(limit), handle)]
+
+
+def bench_sentences(args) -> tuple[list[str], list[str]]:
+    """(sources, references): the first --limit lines of --sources/--references, or of the built-in test split."""
+    if args.sources:
+        return read_lines(args.sources, args.limit), read_lines(args.references, args.limit)
+    from xlpe.features.synthetic import synthetic_splits
+
+    pairs = synthetic_splits()["test"][: args.limit]
+    return [p.source for p in pairs], [p.target for p in pairs]
+
+
+def resident_mib() -> tuple[float, float]:
+    """(current, peak) resident set of this process in MiB (/proc/self/status VmRSS and VmHWM)."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return round(fields["VmRSS"], 1), round(fields["VmHWM"], 1)
+
+
+def build_engine(spec: dict):
+    """One engine from its spec: {"kind": pytorch|onnx|ctranslate2, "directory", "precision", "threads", "spin"}."""
+    if spec["kind"] == "pytorch":
+        return TorchTranslator(spec["directory"])
+    if spec["kind"] == "onnx":
+        from xlpe.export.runtime import OnnxTranslator
+
+        return OnnxTranslator(
+            spec["directory"], precision=spec["precision"], threads=spec["threads"], spin_wait=spec["spin"]
+        )
+    from xlpe.export.ctranslate2_export import CTranslate2Translator
+
+    compute_type = {"fp32": "float32", "int8": "int8"}[spec["precision"]]
+    return CTranslate2Translator(spec["directory"], threads=spec["threads"], compute_type=compute_type)
+
+
+def memory_child(args) -> int:
+    """`--memory_child SPEC`: load one engine, translate the sentences once, print its memory as JSON."""
+    import torch
+
+    from xlpe.training.host_memory import keep_freed_host_memory
+
+    keep_freed_host_memory()
+    torch.set_num_threads(args.threads)
+    spec = json.loads(args.memory_child)
+    sources, _ = bench_sentences(args)
+    engine = build_engine(spec)
+    loaded, _ = resident_mib()
+    fixed = {"max_new_tokens": args.fixed_new_tokens, "min_new_tokens": args.fixed_new_tokens}
+    translate_all(engine, sources, args.batch_size, args.num_beams, **(fixed if args.fixed_new_tokens else {}))
+    _, peak = resident_mib()
+    print(json.dumps({"load_rss_mib": loaded, "peak_rss_mib": peak}))
+    return 0
+
+
+def measure_memory(spec: dict, argv: list[str]) -> dict:
+    """`memory_child` of `spec` in a fresh process with this run's arguments (threads, beams, batch, sentences)."""
+    import subprocess
+
+    command = [sys.executable, str(Path(__file__).resolve()), *argv, "--memory_child", json.dumps(spec)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"memory of {spec}: exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 class TorchTranslator:
@@ -153,6 +247,9 @@ def main(argv=None) -> int:
     import os
 
     args = parse_args(argv)
+    if args.memory_child:
+        os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE" if args.spin else "PASSIVE")
+        return memory_child(args)
     # shared machine: idle threads sleep, in both runtimes (PyTorch's OpenMP threads spinning against other jobs made
     # a 2-thread generate ~50x slower than 1-thread; set before torch is imported)
     os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE" if args.spin else "PASSIVE")
@@ -160,8 +257,6 @@ def main(argv=None) -> int:
     import torch
 
     from xlpe.export.exporter import DEFAULT_INT8_SCHEME, export_directory
-    from xlpe.export.runtime import OnnxTranslator
-    from xlpe.features.synthetic import synthetic_splits
     from xlpe.training.host_memory import keep_freed_host_memory
 
     allocator = keep_freed_host_memory()  # as `xlpe-export --translate` does; XLPE_HOST_ALLOCATOR=default: glibc's own
@@ -182,30 +277,32 @@ def main(argv=None) -> int:
         if args.fixed_new_tokens
         else {}
     )
-    pairs = synthetic_splits()["test"][: args.limit]
-    sources, references = [p.source for p in pairs], [p.target for p in pairs]
-    engines = {}
+    sources, references = bench_sentences(args)
+    specs = {}
     for name, directory in models.items():
         export = Path(args.export_root) / name
         started = time.perf_counter()
         export_directory(directory, export, quantize="int8", overwrite=True, int8_scheme=int8_scheme)
         print(f"{name}: exported in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-        engines[(name, "pytorch")] = TorchTranslator(directory)
-        engines[(name, "onnx-fp32")] = OnnxTranslator(export, threads=args.threads, spin_wait=args.spin)
-        engines[(name, "onnx-int8")] = OnnxTranslator(
-            export, precision="int8", threads=args.threads, spin_wait=args.spin
-        )
+        specs[(name, "pytorch")] = {"kind": "pytorch", "directory": str(directory)}
+        for precision in ("fp32", "int8"):
+            specs[(name, f"onnx-{precision}")] = {"kind": "onnx", "directory": str(export), "precision": precision}
     ctranslate2_version = None
     if args.ctranslate2:
-        from xlpe.export.ctranslate2_export import CTranslate2Translator, export_ctranslate2
+        from xlpe.export.ctranslate2_export import export_ctranslate2
 
         converted = Path(args.export_root) / f"{args.baseline}-ctranslate2"
         manifest = export_ctranslate2(models[args.baseline], converted, overwrite=True)
         ctranslate2_version = manifest["ctranslate2"]
-        for precision, compute_type in (("fp32", "float32"), ("int8", "int8")):
-            engines[(args.baseline, f"ctranslate2-{precision}")] = CTranslate2Translator(
-                converted, threads=args.threads, compute_type=compute_type
-            )
+        for precision in ("fp32", "int8"):
+            specs[(args.baseline, f"ctranslate2-{precision}")] = {
+                "kind": "ctranslate2",
+                "directory": str(converted),
+                "precision": precision,
+            }
+    for spec in specs.values():
+        spec.update(threads=args.threads, spin=args.spin)
+    engines = {key: build_engine(spec) for key, spec in specs.items()}
     keys = list(engines)
     outputs, wall, cpu = {}, {k: [] for k in keys}, {k: [] for k in keys}
     for key in keys:  # warm-up: one batch each
@@ -217,6 +314,21 @@ def main(argv=None) -> int:
             wall[key].append(time.perf_counter() - started)
             cpu[key].append(time.process_time() - started_cpu)
             print(f"repeat {repeat} {key}: {len(sources) / wall[key][-1]:.1f} sent/s", file=sys.stderr)
+    memory = {}
+    if args.memory:  # after the timing, each engine alone in a fresh process
+        child_argv = [
+            f"--threads={args.threads}",
+            f"--num_beams={args.num_beams}",
+            f"--batch_size={args.batch_size}",
+            f"--limit={args.limit}",
+            *([f"--fixed_new_tokens={args.fixed_new_tokens}"] if args.fixed_new_tokens else []),
+            *(["--spin"] if args.spin else []),
+            "--model=unused=unused",
+            *([f"--sources={args.sources}", f"--references={args.references}"] if args.sources else []),
+        ]
+        for key in keys:
+            memory[key] = measure_memory(specs[key], child_argv)
+            print(f"memory {key}: {memory[key]}", file=sys.stderr)
     rows = []
     for name, engine in keys:
         base = (args.baseline, engine if not engine.startswith("ctranslate2") else "pytorch")
@@ -237,6 +349,7 @@ def main(argv=None) -> int:
                 "identical_to_pytorch": round(
                     sum(a == b for a, b in zip(hyp, outputs[(name, "pytorch")])) / len(hyp), 4
                 ),
+                **memory.get((name, engine), {}),
             }
         )
     result = {

@@ -291,3 +291,33 @@ def test_output_projection_study_times_the_step_and_scores_a_trained_run(toy_tok
     engines = [row["engine"] for row in result["quality"]]
     assert engines == ["onnx fp32", "onnx int8 channel", "onnx int8 channel-all"]
     assert all("p_not_worse" in row for row in result["quality"][1:]) and result["quality"][0]["same_as_fp32"] == 2
+
+
+def test_onnx_speed_side_by_side_with_ctranslate2_and_memory(tmp_path, capsys):
+    """bench/onnx_speed.py on a tiny OPUS-MT-layout stock Marian: PyTorch, the export (fp32, int8) and CTranslate2
+    (fp32, int8) in one run, fixed-length decoding, each engine's peak memory measured in a process of its own;
+    fp32 engines give PyTorch's tokens."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("ctranslate2")
+    from xlpe.features.opus_mt_layout import build_opus_mt_checkpoint
+    from xlpe.features.synthetic import SOURCE_LANG, TARGET_LANG, generate_corpus
+
+    sources, targets, _ = generate_corpus(300, seed=0)
+    model = build_opus_mt_checkpoint(
+        tmp_path / "marian", sources, targets, SOURCE_LANG, TARGET_LANG, spm_vocab_size=150, init_std=0.3
+    )
+    spec = importlib.util.spec_from_file_location("onnx_speed", REPO_ROOT / "bench" / "onnx_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    output = tmp_path / "speed.json"
+    argv = ["--model", f"marian={model}", "--ctranslate2", "--memory", "--fixed_new_tokens", "4", "--threads", "1"]
+    argv += ["--num_beams", "2", "--batch_size", "2", "--limit", "4", "--repeats", "1"]
+    argv += ["--export_root", str(tmp_path / "exports"), "--output", str(output)]
+    assert bench.main(argv) == 0
+    result = json.loads(output.read_text())
+    engines = {row["engine"]: row for row in result["rows"]}
+    assert set(engines) == {"pytorch", "onnx-fp32", "onnx-int8", "ctranslate2-fp32", "ctranslate2-int8"}
+    assert result["ctranslate2"] and result["host_allocator"].startswith("host allocator")
+    for row in engines.values():
+        assert row["sentences_per_s"] > 0 and 0 < row["load_rss_mib"] <= row["peak_rss_mib"]
+    assert engines["onnx-fp32"]["identical_to_pytorch"] == 1.0 == engines["ctranslate2-fp32"]["identical_to_pytorch"]
