@@ -144,7 +144,59 @@ def _onnx_by_model(data: dict) -> list[list[str]]:
     return rows
 
 
-VIEWS = {"onnx-engines": _onnx_engines, "onnx-by-model": _onnx_by_model}
+ENGINE_LABELS = {
+    "pytorch": "PyTorch `generate`",
+    "onnx-fp32": "`xlpe-export` ONNX fp32",
+    "onnx-int8": "`xlpe-export` ONNX int8",
+    "ctranslate2-fp32": "CTranslate2 fp32",
+    "ctranslate2-int8": "CTranslate2 int8",
+}
+CTRANSLATE2_HEADER = [
+    "engine",
+    "sentences/s",
+    "target tokens/s",
+    "× CTranslate2, same precision",
+    "BLEU",
+    "same tokens as PyTorch",
+    "MiB loaded",
+    "MiB peak",
+]
+
+
+def _ctranslate2_engines(data: dict) -> list[list[str]]:
+    """bench/onnx_speed.py --ctranslate2's output for the baseline model, one row per engine (CTRANSLATE2_HEADER):
+    target tokens/s only under --fixed_new_tokens, BLEU only for a model that translates (not at a fixed length),
+    memory only with --memory."""
+    baseline = data["rows"][0]["model"]
+    by = {r["engine"]: r for r in data["rows"] if r["model"] == baseline}
+    fixed = data.get("fixed_new_tokens")
+    rows = []
+    for engine, r in by.items():
+        label = ENGINE_LABELS[engine] + (f" (`{data['int8_scheme']}`)" if engine == "onnx-int8" else "")
+        precision = engine.rsplit("-", 1)[-1]
+        reference = by.get(f"ctranslate2-{precision}")
+        if engine == "pytorch" or reference is None:
+            versus = "—"
+        elif engine.startswith("ctranslate2"):
+            versus = "1"
+        else:
+            versus = f"{r['sentences_per_s'] / reference['sentences_per_s']:.2f}"
+        rows.append(
+            [
+                label,
+                f"{r['sentences_per_s']:.2f}",
+                f"{r['sentences_per_s'] * fixed:.0f}" if fixed else "—",
+                versus,
+                "—" if fixed else f"{r['bleu']:.2f}",
+                "—" if engine == "pytorch" else f"{round(r['identical_to_pytorch'] * r['sentences'])}/{r['sentences']}",
+                f"{r['load_rss_mib']:.0f}" if "load_rss_mib" in r else "—",
+                f"{r['peak_rss_mib']:.0f}" if "peak_rss_mib" in r else "—",
+            ]
+        )
+    return rows
+
+
+VIEWS = {"onnx-engines": _onnx_engines, "onnx-by-model": _onnx_by_model, "ctranslate2-engines": _ctranslate2_engines}
 
 
 def table_rows(table: dict) -> list[list[str]]:
