@@ -94,7 +94,7 @@ def test_readme_walkthrough_from_raw_text_to_a_shared_model(tmp_path, monkeypatc
             assert ENTRY_POINTS[argv[0]](argv[1:] + extra) == 0, f"{program} failed: {capsys.readouterr().err[-2000:]}"
             outputs[program] = capsys.readouterr()
         received = hub.repo_dir(REPO_ID)
-    assert "xlpe-train: recipe small (" in outputs["xlpe-train"].out  # chosen for the data size and the CPU
+    assert "xlpe-train: recipe tiny (" in outputs["xlpe-train"].out  # chosen for the data size (120 pairs) and the CPU
     card = (tmp_path / "runs" / "de-en" / "README.md").read_text()
     index = card.split("model-index:", 1)[1].split("---", 1)[0]
     assert "validation" in index.lower() and "test" in index.lower() and index.count("BLEU") >= 2

@@ -57,6 +57,8 @@ def test_a_check_without_its_metric_does_not_run():
 
 def test_advice_names_the_way_out_for_the_data():
     assert "12,000 pairs are few" in advice(12_000, from_scratch=True, on_gpu=False)
+    assert "--recipe tiny" in advice(12_000, from_scratch=True, on_gpu=False, recipe="small")
+    assert "--recipe tiny" not in advice(12_000, from_scratch=True, on_gpu=False, recipe="tiny")
     assert "--model_name_or_path" not in advice(12_000, from_scratch=False, on_gpu=False)
     assert "--recipe base" in advice(2_000_000, from_scratch=True, on_gpu=True)
 

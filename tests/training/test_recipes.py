@@ -1,4 +1,4 @@
-"""Recipes (`--recipe small|base|big`): what they set, that explicit flags win (command line and JSON), the
+"""Recipes (`--recipe tiny|small|base|big`): what they set, that explicit flags win (command line and JSON), the
 automatic choice for a from-scratch run (data size, device; logged and recorded), early stopping on
 validation BLEU, and the averaged last checkpoints as the final model."""
 
@@ -16,7 +16,14 @@ from test_train import log_history, tiny
 
 from xlpe.features.synthetic import generate_pairs
 from xlpe.training.errors import UsageError
-from xlpe.training.recipes import BIG_DATA_PAIRS, RECIPE_NAMES, SMALL_DATA_PAIRS, choose_recipe, recipe_settings
+from xlpe.training.recipes import (
+    BIG_DATA_PAIRS,
+    RECIPE_NAMES,
+    SMALL_DATA_PAIRS,
+    TINY_DATA_PAIRS,
+    choose_recipe,
+    recipe_settings,
+)
 from xlpe.training.run import main
 from xlpe.training.run_config import parse_arguments
 
@@ -67,7 +74,7 @@ def test_explicit_sentence_batches_replace_the_recipe_token_batches_and_both_con
     with pytest.raises(UsageError, match="--max_tokens .* conflicts with --per_device_train_batch_size"):
         parse_arguments(["--output_dir", str(tmp_path), "--max_tokens", "500", "--per_device_train_batch_size", "32"])
     with pytest.raises(
-        UsageError, match=r"--recipe 'huge' is not a recipe; choose one of \['small', 'base', 'big'\] or 'none'"
+        UsageError, match=r"--recipe 'huge' is not a recipe; choose one of \['tiny', 'small', 'base', 'big'\] or 'none'"
     ):
         parse_arguments(["--output_dir", str(tmp_path), "--recipe", "huge"])
     with pytest.raises(UsageError, match="--early_stopping_patience 2 needs periodic evaluation"):
@@ -88,6 +95,11 @@ def test_recipe_keeps_a_checkpoint_architecture_and_drops_evaluation_without_val
     [
         (29_000, False, "small"),
         (10_000_000, False, "small"),
+        (12_000, False, "tiny"),
+        (TINY_DATA_PAIRS - 1, False, "tiny"),
+        (TINY_DATA_PAIRS, False, "small"),
+        (None, False, "small"),
+        (12_000, True, "small"),
         (29_000, True, "small"),
         (SMALL_DATA_PAIRS, True, "base"),
         (BIG_DATA_PAIRS - 1, True, "base"),
@@ -123,9 +135,9 @@ def test_from_scratch_without_recipe_picks_one_and_says_why(tmp_path, capsys):
         "2",
     ]
     main(without_batch_size(tiny(tmp_path, *text_files(tmp_path, 40), *tiny_recipe)))
-    assert "xlpe-train: recipe small (no GPU" in capsys.readouterr().out  # CPU here
+    assert "xlpe-train: recipe tiny (no GPU, 40 training pairs" in capsys.readouterr().out  # CPU, a small corpus
     recorded = json.loads((tmp_path / "run" / "recipe.json").read_text())
-    assert recorded["recipe"] == "small" and recorded["with_validation"]
+    assert recorded["recipe"] == "tiny" and recorded["with_validation"]
     results = json.loads((tmp_path / "run" / "train_results.json").read_text())
     assert results["train_token_batches_per_epoch"] > 0  # the recipe's token batches (its --max_tokens 2048)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["d_model"] == 16  # the explicit size won
@@ -133,8 +145,8 @@ def test_from_scratch_without_recipe_picks_one_and_says_why(tmp_path, capsys):
         "checkpoint-1",
         "checkpoint-2",
     ]
-    periodic = [e for e in log_history(tmp_path / "run") if "eval_bleu" in e]
-    assert [e["step"] for e in periodic] == [1, 2]  # the recipe's BLEU evaluation, at the explicit --eval_steps
+    periodic = [e for e in log_history(tmp_path / "run") if "eval_chrf" in e and "eval_bleu" in e]
+    assert [e["step"] for e in periodic] == [1, 2]  # the recipe's evaluation, at the explicit --eval_steps
 
 
 def test_recipe_none_keeps_transformers_defaults_from_scratch(tmp_path, capsys):
@@ -270,6 +282,26 @@ def test_the_small_recipe_trains_epochs_sized_to_the_corpus():
     assert "num_train_epochs" not in recipe_settings("base", True, train_pairs=12_000)  # base/big: their steps
 
 
+def test_the_tiny_recipe_is_a_smaller_model_for_more_passes_on_chrf():
+    """Issue 55: on a CPU a corpus under TINY_DATA_PAIRS gets `tiny` (d 128, 2+2, rate 2e-3), 480,000 sentence passes
+    in 10 to 40 epochs, early stopping on validation chrF; a checkpoint keeps its own architecture."""
+    from xlpe.training.recipes import TINY_SENTENCE_PASSES, sized_epochs
+
+    assert [sized_epochs("tiny", n) for n in (40, 10_000, 12_000, 19_999, 100_000)] == [40.0, 40.0, 40.0, 24.0, 10.0]
+    assert sized_epochs("tiny", 12_000) * 12_000 == TINY_SENTENCE_PASSES
+    news = recipe_settings("tiny", True, train_pairs=12_000)
+    assert (news["d_model"], news["encoder_layers"], news["decoder_layers"], news["ffn_dim"]) == (128, 2, 2, 256)
+    assert (news["learning_rate"], news["num_train_epochs"], news["max_steps"]) == (2e-3, 40.0, -1)
+    assert (news["metric_for_best_model"], news["greater_is_better"], news["early_stopping_patience"]) == (
+        "chrf",
+        True,
+        5,
+    )
+    assert "d_model" not in recipe_settings("tiny", False, train_pairs=12_000)
+    assert recipe_settings("tiny", True, with_bleu=False)["metric_for_best_model"] == "loss"
+    assert recipe_settings("tiny", True)["max_steps"] == 4000  # size unknown
+
+
 def test_a_small_corpus_gets_its_epochs_and_says_so(tmp_path, capsys):
     main(
         without_batch_size(
@@ -295,8 +327,9 @@ def test_a_small_corpus_gets_its_epochs_and_says_so(tmp_path, capsys):
         )
     )
     out = capsys.readouterr().out
-    assert "; 15 epochs for 40 training pairs (about 150,000 sentences seen" in out, out
-    assert "= 15.0 epochs of" in out
+    assert "xlpe-train: recipe tiny (no GPU, 40 training pairs < 20,000" in out, out
+    assert "; 40 epochs for 40 training pairs (about 480,000 sentences seen" in out, out
+    assert "= 40.0 epochs of" in out
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     results = json.loads((tmp_path / "run" / "train_results.json").read_text())
-    assert state["global_step"] == 15 * results["train_token_batches_per_epoch"]
+    assert state["global_step"] == 40 * results["train_token_batches_per_epoch"]

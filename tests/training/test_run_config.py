@@ -76,9 +76,9 @@ def test_a_whole_run_parses_its_command_line_once(tmp_path, monkeypatch):
     argv += ["--tokenizer_vocab_size", "120", "--do_eval", "false", "--do_predict", "false", "--report_to", "none"]
     assert train_cli.cli(argv) == 0
     assert len(parses) == 1  # the console script's one parse
-    assert [k.get("recipe") for k in rebuilt] == [None, "small"]  # built, then rebuilt with the recipe chosen
+    assert [k.get("recipe") for k in rebuilt] == [None, "tiny"]  # built, then rebuilt with the recipe chosen
     recorded = json.loads((tmp_path / "run" / "recipe.json").read_text())
-    assert recorded["recipe"] == "small"
+    assert recorded["recipe"] == "tiny"  # 40 pairs on a CPU
 
 
 def test_a_flag_a_pending_recipe_gives_meaning_to_is_not_refused_before_the_recipe_is_chosen():
@@ -116,7 +116,7 @@ def test_help_says_what_each_flag_is():
     text = " ".join(help_text().split())
     assert "--max_steps MAX_STEPS" in text
     assert "[a resume may change it]" in text and "[recorded by digest: a resume must name the same]" in text
-    assert "[set by --recipe small/base/big]" in text
+    assert "[set by --recipe tiny/small/base/big]" in text
     section = text[text.index("--max_steps MAX_STEPS, --max-steps") :][:600]
     assert "[a resume may change it]" in section  # max_steps: a resume may train longer
 

@@ -93,8 +93,8 @@ def diagnose(log_history: list[dict], warmup_steps: int = 0) -> dict:
     return verdict
 
 
-def advice(train_pairs: int | None, from_scratch: bool, on_gpu: bool) -> str:
-    """What to try when the check fails, for this run's data and start point."""
+def advice(train_pairs: int | None, from_scratch: bool, on_gpu: bool, recipe: str | None = None) -> str:
+    """What to try when the check fails, for this run's data, start point and recipe."""
     tips = []
     if from_scratch:
         if train_pairs is not None and train_pairs < 100_000:
@@ -102,6 +102,8 @@ def advice(train_pairs: int | None, from_scratch: bool, on_gpu: bool) -> str:
                 f"{train_pairs:,} pairs are few for a model trained from scratch: fine-tune a pretrained "
                 "checkpoint of the pair (--model_name_or_path), or add data"
             )
+            if not on_gpu and recipe != "tiny":  # the news walk-through: `small` memorised, `tiny` learned
+                tips.append("a smaller model trained for more passes (--recipe tiny)")
         else:
             tips.append("fine-tune a pretrained checkpoint of the pair (--model_name_or_path)")
     tips.append("train longer (--max_steps; the plan says what a step costs)")
@@ -114,8 +116,8 @@ class LearningCheck(TrainerCallback):
     """Runs `diagnose` after every evaluation; prints one line when the verdict changes (a failure, and a
     recovery after one) and keeps the latest verdict, with the advice, in `output_dir/learning_check.json`."""
 
-    def __init__(self, train_pairs: int | None = None, from_scratch: bool = True):
-        self.train_pairs, self.from_scratch = train_pairs, from_scratch
+    def __init__(self, train_pairs: int | None = None, from_scratch: bool = True, recipe: str | None = None):
+        self.train_pairs, self.from_scratch, self.recipe = train_pairs, from_scratch, recipe
         self.reported: bool | None = None  # the last verdict printed (None: nothing printed yet)
 
     def on_evaluate(self, args, state, control, **kwargs):
@@ -125,7 +127,9 @@ class LearningCheck(TrainerCallback):
         if verdict["ok"] is None:
             return
         on_gpu = getattr(args, "device", None) is not None and args.device.type == "cuda"
-        verdict["advice"] = advice(self.train_pairs, self.from_scratch, on_gpu) if not verdict["ok"] else ""
+        verdict["advice"] = (
+            advice(self.train_pairs, self.from_scratch, on_gpu, self.recipe) if not verdict["ok"] else ""
+        )
         verdict["message"] = "; ".join(verdict["problems"]) + (f". {verdict['advice']}" if verdict["advice"] else "")
         previous = self.reported
         write_text_atomic(Path(args.output_dir) / LEARNING_CHECK_FILE, json.dumps(verdict, indent=2))

@@ -65,7 +65,7 @@ from .model_setup import (
     target_config,
 )
 from .plan import RunPlan
-from .recipes import NO_RECIPE, SMALL_SENTENCE_PASSES, choose_recipe, describe_fast_defaults, small_epochs
+from .recipes import NO_RECIPE, SIZED_RECIPES, choose_recipe, describe_fast_defaults, sized_epochs
 from .reuse import (
     ApplyResumedFrequencies,
     check_checkpoint,
@@ -219,7 +219,13 @@ def make_trainer(run: RunConfig, model, tokenizer, prepared: dict, checkpoint: s
     )
     plan = run_plan(prepared, model, data_args, training_args) if training_args.do_train else None
     learning_check = (
-        [LearningCheck(len(prepared["train"]), from_scratch=model_args.model_name_or_path is None)]
+        [
+            LearningCheck(
+                len(prepared["train"]),
+                from_scratch=model_args.model_name_or_path is None,
+                recipe=run.recipe,
+            )
+        ]
         if training_args.do_train and training_args.do_eval
         else []
     )
@@ -503,10 +509,10 @@ def apply_recipe(run: RunConfig, splits: dict, checkpoint: str | None) -> RunCon
             name, reason = choose_recipe(pairs, training_args.device.type == "cuda")
     if name is None or name == NO_RECIPE:
         return run
-    if pairs is None and name == "small" and training_args.do_train:
+    if pairs is None and name in SIZED_RECIPES and training_args.do_train:
         pairs = _training_pairs(splits, data_args)
     with_validation = "validation" in splits or bool(data_args.prepared_dataset)
-    if name != training_args.recipe or not with_validation or (name == "small" and pairs is not None):
+    if name != training_args.recipe or not with_validation or (name in SIZED_RECIPES and pairs is not None):
         run = run.with_recipe(name, with_validation=with_validation, train_pairs=pairs)
         training_args = run.training  # (the recipe chosen here, or its size depends on the data)
     if training_args.process_index == 0:  # shown whatever the log level
@@ -526,11 +532,11 @@ def apply_recipe(run: RunConfig, splits: dict, checkpoint: str | None) -> RunCon
 
 
 def sized_recipe_note(name: str, pairs: int | None) -> str:
-    """What the training-set size changed in recipe `name` (recipes.small_epochs), as a clause."""
-    if name != "small" or pairs is None:
+    """What the training-set size changed in recipe `name` (recipes.sized_epochs), as a clause."""
+    if name not in SIZED_RECIPES or pairs is None:
         return ""
     return (
-        f"; {small_epochs(pairs):g} epochs for {pairs:,} training pairs (about {SMALL_SENTENCE_PASSES:,} "
+        f"; {sized_epochs(name, pairs):g} epochs for {pairs:,} training pairs (about {SIZED_RECIPES[name][0]:,} "
         "sentences seen, the fewer the pairs the more passes)"
     )
 
