@@ -35,7 +35,7 @@ from pathlib import Path
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", required=True, help="NAME=DIR of a trained model (repeatable)")
+    parser.add_argument("--model", action="append", default=[], help="NAME=DIR of a trained model (repeatable)")
     parser.add_argument("--baseline", default="marian", help="the NAME that ratios divide by (default marian)")
     parser.add_argument("--export_root", default="/tmp/xlpe-onnx-bench", help="where the exports are written")
     parser.add_argument("--threads", type=int, default=2)
@@ -88,23 +88,19 @@ def parse_args(argv=None):
     parser.add_argument("--references", default=None, help="the references of --sources")
     parser.add_argument("--output", default=None, help="JSON results file")
     args = parser.parse_args(argv)
+    if not args.model and not args.memory_child:
+        parser.error("the following arguments are required: --model")
     if (args.sources is None) != (args.references is None):
         parser.error("--sources and --references go together")
     return args
 
 
-def read_lines(path: str, limit: int) -> list[str]:
-    import gzip
-
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for _, line in zip(range(limit), handle)]
-
-
 def bench_sentences(args) -> tuple[list[str], list[str]]:
     """(sources, references): the first --limit lines of --sources/--references, or of the built-in test split."""
     if args.sources:
-        return read_lines(args.sources, args.limit), read_lines(args.references, args.limit)
+        from xlpe.features.text_files import read_text_lines  # the package's reader: errors name file and line
+
+        return read_text_lines(args.sources)[: args.limit], read_text_lines(args.references)[: args.limit]
     from xlpe.features.synthetic import synthetic_splits
 
     pairs = synthetic_splits()["test"][: args.limit]
@@ -323,7 +319,6 @@ def main(argv=None) -> int:
             f"--limit={args.limit}",
             *([f"--fixed_new_tokens={args.fixed_new_tokens}"] if args.fixed_new_tokens else []),
             *(["--spin"] if args.spin else []),
-            "--model=unused=unused",
             *([f"--sources={args.sources}", f"--references={args.references}"] if args.sources else []),
         ]
         for key in keys:
