@@ -12,8 +12,11 @@ Three graphs per model (the layout optimum and transformers.js use for Marian, p
   `encoder_attention_mask` -> `logits` of the last position [batch, vocab] and the cache
   (`present.<layer>.decoder.key|value`, `present.<layer>.encoder.key|value`).
 * `decoder_with_past_model.onnx` (every later step): `decoder_input_ids` [batch, 1], `encoder_attention_mask`
-  and `past_key_values.<layer>.decoder|encoder.key|value` -> `logits` [batch, vocab] and the grown self-attention
-  cache (`present.<layer>.decoder.key|value`; the cross-attention cache never changes, the caller keeps it).
+  and `past_key_values.<layer>.decoder|encoder.key|value` -> `logits` [batch, vocab] and the self-attention keys
+  and values of the step's own tokens (`present.<layer>.decoder.key|value`, [batch, heads, 1, head_dim]), which the
+  caller appends to the cache as it reorders it (step_caches.py: no copy of the cache inside the graph; an
+  export from before it, `GraphLayout.appended_cache` false, gives the grown cache). The cross-attention cache
+  never changes; the caller keeps it.
 
 mvPE+POS with decoder tags: both decoder graphs also take `tagger_input_ids` [batch, window - 1 + target], the
 last tokens of the running hypothesis left-filled with the pad id, and run the hypothesis tagger on them inside
@@ -31,6 +34,7 @@ import torch
 from torch import nn
 
 from .onnx_fixes import exportable_attention, fix_graph, register_symbolics
+from .step_caches import AppendedKeysLayer, appended_cache_attention, appended_tensors, held_layer
 
 ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE = (
     "encoder_model.onnx",
@@ -53,6 +57,8 @@ class GraphLayout:
     decoder_layers: int
     decoder_heads: int
     head_dim: int
+    appended_cache: bool = False  # the step graph gives the new tokens' keys/values, not the grown cache
+    cross_cache_per_sentence: bool = False  # the step graph takes the cross-attention cache once per sentence
 
     @property
     def encoder_inputs(self) -> list[str]:
@@ -93,6 +99,8 @@ def graph_layout(model) -> GraphLayout:
         decoder_layers=int(config.decoder_layers),
         decoder_heads=int(config.decoder_attention_heads),
         head_dim=int(config.d_model) // int(config.decoder_attention_heads),
+        appended_cache=True,  # what export_graphs writes (step_caches.py)
+        cross_cache_per_sentence=True,
     )
 
 
@@ -140,6 +148,11 @@ class DecoderGraph(nn.Module):
             kwargs["decoder_input_pos_tag_ids"] = self.tags(tagger_input_ids, decoder_input_ids.shape[1])
         if self.with_past:
             cache = EncoderDecoderCache([tuple(past[4 * i : 4 * i + 4]) for i in range(self.layout.decoder_layers)])
+            if self.layout.appended_cache:  # the given tensors held as they are (step_caches.py)
+                own, cross = cache.self_attention_cache.layers, cache.cross_attention_cache.layers
+                for i in range(self.layout.decoder_layers):
+                    own[i] = AppendedKeysLayer(past[4 * i], past[4 * i + 1])
+                    cross[i] = held_layer(past[4 * i + 2], past[4 * i + 3], self.layout.cross_cache_per_sentence)
         else:
             cache = None
         outputs = self.model(
@@ -152,6 +165,8 @@ class DecoderGraph(nn.Module):
             **kwargs,
         )
         cache = outputs.past_key_values if hasattr(outputs, "past_key_values") else outputs.cache
+        if self.with_past and self.layout.appended_cache:
+            return (outputs.logits[:, -1, :], *appended_tensors(cache))
         present = []
         for i in range(self.layout.decoder_layers):
             own, cross = cache.self_attention_cache.layers[i], cache.cross_attention_cache.layers[i]
@@ -203,11 +218,13 @@ def example_inputs(model, layout: GraphLayout, batch: int = 2, source: int = 7, 
     return encoder, first, step
 
 
-def _dynamic_axes(names: list[str]) -> dict:
+def _dynamic_axes(names: list[str], layout: GraphLayout) -> dict:
     axes = {}
     for name in names:
         if name.startswith(("past_key_values", "present")):
-            axes[name] = {0: "batch", 2: "cache" if ".decoder." in name else "source"}
+            per_sentence = layout.cross_cache_per_sentence and name.startswith("past_key_values.")
+            rows = "sentences" if per_sentence and ".encoder." in name else "batch"
+            axes[name] = {0: rows, 2: "cache" if ".decoder." in name else "source"}
         elif name in ("encoder_hidden_states", "last_hidden_state", "reorder_positions"):
             axes[name] = {0: "batch", 1: "source"}
         elif name == "logits":
@@ -256,14 +273,14 @@ def export_graphs(model, layout: GraphLayout, directory, opset: int = DEFAULT_OP
     written, fastpath = {}, torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # nn.TransformerEncoder's fused op has no ONNX form
     try:
-        with exportable_attention(model):
-            _export_all(specs, directory, opset, written)
+        with exportable_attention(model), appended_cache_attention():
+            _export_all(specs, directory, opset, written, layout)
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
     return written
 
 
-def _export_all(specs: dict, directory, opset: int, written: dict) -> None:
+def _export_all(specs: dict, directory, opset: int, written: dict, layout: GraphLayout) -> None:
     import warnings
 
     with torch.no_grad(), warnings.catch_warnings():
@@ -275,7 +292,7 @@ def _export_all(specs: dict, directory, opset: int, written: dict) -> None:
                 str(directory / file_name),
                 input_names=input_names,
                 output_names=output_names,
-                dynamic_axes=_dynamic_axes(input_names + output_names),
+                dynamic_axes=_dynamic_axes(input_names + output_names, layout),
                 opset_version=opset,
                 dynamo=False,
                 do_constant_folding=True,

@@ -32,7 +32,8 @@ from pathlib import Path
 
 MANIFEST_FILE = "export_manifest.json"
 FORMAT = "xlpe-onnx-export"
-FORMAT_VERSION = 2  # 2: `files`, `seal` (1: graphs only; refused: export again)
+FORMAT_VERSION = 3  # 3: the step graph's appended / per-sentence caches (GraphLayout); 2: `files`, `seal`
+READABLE_FORMAT_VERSIONS = (2, 3)  # 2 is read as written (a grown cache); 1 (graphs only) is refused: export again
 SEAL_FIELD = "seal"
 VOLATILE_CONFIG_FIELDS = (
     "_name_or_path",
@@ -144,9 +145,9 @@ def read_manifest(directory) -> dict:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{path}: not an xlpe-export manifest (format {FORMAT!r} expected)")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in READABLE_FORMAT_VERSIONS:
         raise ValueError(
-            f"{path}: format version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}"
+            f"{path}: format version {manifest.get('format_version')!r}, expected one of {READABLE_FORMAT_VERSIONS}"
             + (
                 " (version 1 records no digests of the tokenizer, config and front-end files): export the model again"
                 if manifest.get("format_version") == 1

@@ -23,7 +23,8 @@ The front end (what runs outside the graphs), reused from the model package rath
   span lengths that has no efficient ONNX form. XL PE's built-in predictor runs inside the encoder graph.
 
 Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs. The
-cache lives in numpy between steps; beam search reorders the self-attention cache by the rows `search` names.
+cache lives in numpy between steps; beam search reorders the self-attention cache by the rows `search` names, in
+the same copy that appends the step graph's new keys and values to it (`reordered_cache`; step_caches.py).
 Raw-text batches follow `XLPETranslationPipeline`: whitespace-normalised lines, sources cut at the model's
 position limit (the tokenizer's `model_max_length` is set to it), and the length rule of
 xlpe/models/length_rule.py: when neither `max_new_tokens` nor `max_length` is given, each sentence gets at most
@@ -60,6 +61,19 @@ def session_options(threads: int | None, spin_wait: bool = True):
     if not spin_wait:  # idle threads sleep instead of spinning: much faster on a machine shared with other work
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
+
+
+def reordered_cache(past: np.ndarray, new: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
+    """A self-attention cache [rows, heads, length, head_dim] for the next step: `past` with the step's own keys or
+    values `new` [rows, heads, tokens, head_dim] appended (appended-cache graphs; None: `past` is already whole),
+    its rows taken in the beams' new order `rows`."""
+    if new is None:
+        return past[rows]
+    length = past.shape[2]
+    cache = np.empty((len(rows), past.shape[1], length + new.shape[2], past.shape[3]), dtype=past.dtype)
+    cache[:, :, :length] = past[rows]
+    cache[:, :, length:] = new[rows]
+    return cache
 
 
 class OnnxTranslator:
@@ -221,6 +235,9 @@ class OnnxTranslator:
             hidden, mask = np.repeat(hidden, beams, axis=0), np.repeat(mask, beams, axis=0)
         state = {"encoder_hidden_states": hidden, "encoder_attention_mask": mask}
         names = self.layout.cache_names("past_key_values")
+        own = [name for name in names if ".decoder." in name]  # self-attention: grows and follows the beams
+        cross = [name for name in names if ".encoder." in name]  # cross-attention: fixed within a sentence
+        appended = {}  # the last step's own keys/values (appended-cache graphs), not yet in `state`
 
         def next_logits(sequences: np.ndarray, reorder):
             step = dict(state)
@@ -230,15 +247,17 @@ class OnnxTranslator:
                     step["tagger_input_ids"] = self._tagger_ids(sequences, sequences.shape[1])
                 logits, *present = self._run(self.decoder, step)
                 state.update(zip(names, present))
+                if self.layout.cross_cache_per_sentence:  # rows are sentence-major: keep each sentence's first
+                    for name in cross:
+                        state[name] = np.ascontiguousarray(state[name][::beams])
                 return logits
-            for name in names:
-                if ".decoder." in name:
-                    step[name] = state[name][reorder]  # cross-attention rows never change within a sentence
+            for name in own:  # cross-attention rows never change within a sentence
+                step[name] = state[name] = reordered_cache(state[name], appended.get(name), reorder)
             step["decoder_input_ids"] = sequences[:, -1:]
             if self.layout.tagger_window:
                 step["tagger_input_ids"] = self._tagger_ids(sequences, 1)
             logits, *present = self._run(self.decoder_with_past, step)
-            state.update(zip([n for n in names if ".decoder." in n], present))
+            (appended if self.layout.appended_cache else state).update(zip(own, present))
             return logits
 
         return search(next_logits, feeds["input_ids"].shape[0], settings, budgets)

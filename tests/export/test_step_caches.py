@@ -1,0 +1,182 @@
+"""The step graph's caches (xlpe/export/step_caches.py): the split and per-sentence attention forms equal plain
+attention (property tests), the exported step graph gives only the step's own keys and values and takes the
+cross-attention cache once per sentence (no cache copy left in the graph), and an export of the earlier form
+(manifest format 2: grown cache, cross-attention cache per beam) still translates as PyTorch does."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+import test_export  # noqa: E402
+from test_generation_consistency import build  # noqa: E402
+
+from xlpe.export import exporter  # noqa: E402
+from xlpe.export.graphs import DECODER_WITH_PAST_FILE  # noqa: E402
+from xlpe.export.manifest import MANIFEST_FILE  # noqa: E402
+from xlpe.export.runtime import OnnxTranslator, reordered_cache  # noqa: E402
+from xlpe.export.step_caches import shared_attention, split_attention  # noqa: E402
+
+stack_tokenizer = test_export.stack_tokenizer  # the fixture, reused
+assert_same_generation = test_export.assert_same_generation
+
+
+def plain_attention(query, keys, values, mask, scaling):
+    """softmax(q K^T s + mask) V, output (B, Lq, H, d): what transformers' eager attention computes."""
+    scores = torch.matmul(query, keys.transpose(-1, -2)) * scaling
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores + mask
+    return torch.matmul(torch.softmax(scores, -1), values).transpose(1, 2)
+
+
+shapes = st.tuples(
+    st.integers(1, 3),  # sentences
+    st.integers(1, 4),  # beams
+    st.integers(1, 3),  # heads
+    st.integers(0, 6),  # cached tokens
+    st.integers(1, 3),  # new tokens
+    st.sampled_from([1, 4, 8]),  # head width
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=shapes, mask_kind=st.sampled_from(["none", "bool", "float"]), seed=st.integers(0, 2**16))
+def test_split_attention_is_attention_over_the_joined_cache(shape, mask_kind, seed):
+    sentences, beams, heads, past, new, width = shape
+    generator = torch.Generator().manual_seed(seed)
+    rows = sentences * beams
+
+    def draw(*size):
+        return torch.randn(*size, generator=generator, dtype=torch.float64)
+
+    query, new_keys, new_values = (
+        draw(rows, heads, new, width),
+        draw(rows, heads, new, width),
+        draw(rows, heads, new, width),
+    )
+    past_keys, past_values = draw(rows, heads, past, width), draw(rows, heads, past, width)
+    keys, values = torch.cat([past_keys, new_keys], 2), torch.cat([past_values, new_values], 2)
+    causal = torch.arange(past + new)[None, :] > (past + torch.arange(new))[:, None]  # (Lq, Lp + Lq)
+    if mask_kind == "none":  # the function masks later new tokens itself
+        mask, expected_mask = None, ~causal
+    elif mask_kind == "bool":
+        keep = torch.rand(rows, 1, new, past + new, generator=generator) > 0.3
+        keep[..., -1] = True  # a query's own token: never a fully masked row
+        mask = expected_mask = keep
+    else:
+        mask = expected_mask = draw(rows, 1, 1, past + new)
+    expected = plain_attention(query, keys, values, expected_mask, 0.7)
+    actual = split_attention(query, past_keys, new_keys, past_values, new_values, mask, 0.7, causal=True)
+    torch.testing.assert_close(actual, expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=shapes, masked=st.booleans(), seed=st.integers(0, 2**16))
+def test_shared_attention_is_attention_over_keys_repeated_per_beam(shape, masked, seed):
+    sentences, beams, heads, _, new, width = shape
+    source = 5
+    generator = torch.Generator().manual_seed(seed)
+    query = torch.randn(sentences * beams, heads, new, width, generator=generator, dtype=torch.float64)
+    keys, values = (
+        torch.randn(sentences, heads, source, width, generator=generator, dtype=torch.float64) for _ in "kv"
+    )
+    mask = None
+    if masked:  # right padding per sentence, the same for its beams, as the runtime repeats it
+        lengths = torch.randint(1, source + 1, (sentences,), generator=generator)
+        mask = (torch.arange(source)[None, :] < lengths[:, None]).repeat_interleave(beams, 0)[:, None, None, :]
+    expected = plain_attention(
+        query, keys.repeat_interleave(beams, 0), values.repeat_interleave(beams, 0), mask, width**-0.5
+    )
+    torch.testing.assert_close(shared_attention(query, keys, values, mask, None), expected)
+
+
+@given(seed=st.integers(0, 2**16), appended=st.booleans())
+def test_reordered_cache_appends_and_reorders_in_one(seed, appended):
+    rng = np.random.default_rng(seed)
+    past = rng.standard_normal((6, 2, 3, 4)).astype(np.float32)
+    new = rng.standard_normal((6, 2, 1, 4)).astype(np.float32) if appended else None
+    rows = rng.integers(0, 6, 6)
+    expected = (np.concatenate([past, new], 2) if appended else past)[rows]
+    actual = reordered_cache(past, new, rows)
+    assert actual.flags.c_contiguous and np.array_equal(actual, expected)
+
+
+def cache_copies(path) -> list[str]:
+    """The `Concat` nodes of a step graph that read one of its cache inputs."""
+    graph = onnx.load(str(path)).graph
+    cache_inputs = {i.name for i in graph.input if i.name.startswith("past_key_values.")}
+    return [n.name for n in graph.node if n.op_type == "Concat" and cache_inputs & set(n.input)]
+
+
+def test_step_graph_copies_no_cache(stack_tokenizer, tmp_path):
+    """A stock-attention family: the step graph's outputs are the step's own keys/values, no node reads a cache
+    input into a `Concat`, and the cross-attention cache inputs have their own row axis ("sentences")."""
+    model, _ = build("xlpe-combination")
+    manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
+    assert manifest["format_version"] == 3
+    assert manifest["layout"]["appended_cache"] and manifest["layout"]["cross_cache_per_sentence"]
+    assert not cache_copies(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)
+    graph = onnx.load(str(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)).graph
+    for value in [*graph.input, *graph.output]:
+        if value.name.startswith(("past_key_values.", "present.")):
+            rows = value.type.tensor_type.shape.dim[0].dim_param
+            per_sentence = value.name.startswith("past_key_values.") and ".encoder." in value.name
+            assert rows == ("sentences" if per_sentence else "batch"), value.name
+
+    translator = OnnxTranslator(tmp_path / "onnx", threads=1)
+    layout = translator.layout
+    feeds = {"decoder_input_ids": np.full((6, 1), 5, dtype=np.int64)}  # 2 sentences x 3 beams
+    feeds["encoder_attention_mask"] = np.ones((6, 4), dtype=np.int64)
+    feeds["encoder_hidden_states"] = np.zeros((6, 4, model.config.d_model), dtype=np.float32)
+    for name in layout.cache_names("past_key_values"):
+        rows, length = (2, 4) if ".encoder." in name else (6, 3)
+        feeds[name] = np.ones((rows, layout.decoder_heads, length, layout.head_dim), dtype=np.float32)
+    logits, *present = translator._run(translator.decoder_with_past, feeds)
+    assert logits.shape[0] == 6
+    assert [p.shape for p in present] == [(6, layout.decoder_heads, 1, layout.head_dim)] * len(present)
+
+
+@pytest.mark.parametrize("name", ["xlpe-combination", "mvpe_pos-decoder-tags-learned"])
+def test_format_2_exports_still_translate_as_pytorch(name, stack_tokenizer, tmp_path, monkeypatch):
+    """The earlier step graphs (grown cache out, cross-attention cache per beam in; manifest format 2), as an
+    earlier release wrote them, are read as written."""
+    real_layout = exporter.graph_layout
+    monkeypatch.setattr(
+        exporter,
+        "graph_layout",
+        lambda model: dataclasses.replace(real_layout(model), appended_cache=False, cross_cache_per_sentence=False),
+    )
+    monkeypatch.setattr(exporter, "FORMAT_VERSION", 2)
+    model, source = build(name)
+    exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
+    manifest = json.loads((tmp_path / "onnx" / MANIFEST_FILE).read_text())
+    assert manifest["format_version"] == 2 and not manifest["layout"]["appended_cache"]
+    assert cache_copies(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)  # what format 3 removed
+    translator = OnnxTranslator(tmp_path / "onnx", threads=1)
+    _, *present = translator._run(
+        translator.decoder_with_past,
+        {
+            "decoder_input_ids": np.full((2, 1), 5, dtype=np.int64),
+            "encoder_attention_mask": np.ones((2, 4), dtype=np.int64),
+            "encoder_hidden_states": np.zeros((2, 4, model.config.d_model), dtype=np.float32),
+            "tagger_input_ids": np.full((2, translator.layout.tagger_window or 1), 5, dtype=np.int64),
+            **{
+                name: np.ones(
+                    (2, translator.layout.decoder_heads, 4 if ".encoder." in name else 3, translator.layout.head_dim),
+                    np.float32,
+                )
+                for name in translator.layout.cache_names("past_key_values")
+            },
+        },
+    )
+    assert present[0].shape[2] == 4  # the grown cache: 3 cached + 1 new
+    assert_same_generation(model, translator, source)
