@@ -35,6 +35,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = Path(__file__).with_name("doc_timings.json")
+if str(REPO / "bench") not in sys.path:  # benchlib, also when imported by a test
+    sys.path.insert(0, str(REPO / "bench"))
+from benchlib.machine import cpu_description  # noqa: E402
+
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- timing:(?P<name>[\w:.-]+) -->(?P<text>.*?)<!-- /timing -->", re.DOTALL)
 COMMANDS = (
@@ -180,13 +184,7 @@ UNITS = {"demo:test_bleu": "BLEU", "demo:eval_bleu": "BLEU", "demo:parameters": 
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{os.cpu_count()} cores ({model}), {platform.system()}, Python {platform.python_version()}"
+    return f"{cpu_description()}, {platform.system()}, Python {platform.python_version()}"
 
 
 def _save(values: dict[str, list[float]], notes: list[str]) -> dict:

@@ -32,6 +32,10 @@ import time
 from datetime import date
 from pathlib import Path
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # benchlib, also when imported by a test
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.machine import cpu_description  # noqa: E402
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -39,6 +43,13 @@ def parse_args(argv=None):
     parser.add_argument("--baseline", default="marian", help="the NAME that ratios divide by (default marian)")
     parser.add_argument("--export_root", default="/tmp/xlpe-onnx-bench", help="where the exports are written")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--streams",
+        type=int,
+        default=1,
+        help="batches the ONNX and CTranslate2 engines decode at once, sharing --threads out (xlpe/export/streams.py; "
+        "CTranslate2: inter_threads); PyTorch decodes one batch at a time with --threads",
+    )
     parser.add_argument("--num_beams", type=int, default=5)
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--limit", type=int, default=200, help="test sentences (built-in corpus, test split)")
@@ -125,12 +136,18 @@ def build_engine(spec: dict):
         from xlpe.export.runtime import OnnxTranslator
 
         return OnnxTranslator(
-            spec["directory"], precision=spec["precision"], threads=spec["threads"], spin_wait=spec["spin"]
+            spec["directory"],
+            precision=spec["precision"],
+            threads=spec["threads"],
+            spin_wait=spec["spin"],
+            streams=spec.get("streams", 1),
         )
     from xlpe.export.ctranslate2_export import CTranslate2Translator
 
     compute_type = {"fp32": "float32", "int8": "int8"}[spec["precision"]]
-    return CTranslate2Translator(spec["directory"], threads=spec["threads"], compute_type=compute_type)
+    return CTranslate2Translator(
+        spec["directory"], threads=spec["threads"], compute_type=compute_type, streams=spec.get("streams", 1)
+    )
 
 
 def memory_child(args) -> int:
@@ -230,11 +247,19 @@ def random_model(family: str, baseline_dir: str, directory: Path, nltk_data: str
 
 
 def translate_all(translator, texts, batch_size, num_beams, **kwargs):
+    """Every text, in length-sorted batches (an engine with streams > 1: that many batches at once)."""
+    from xlpe.export.streams import translate_batches
+
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i].split()))
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    if getattr(translator, "streams", 1) > 1:
+        reports = translate_batches(translator, [[texts[i] for i in b] for b in batches], num_beams=num_beams, **kwargs)
+        translated = [report[0] for report in reports]
+    else:
+        translated = [translator.translate([texts[i] for i in b], num_beams=num_beams, **kwargs) for b in batches]
     output = [""] * len(texts)
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        for index, text in zip(batch, translator.translate([texts[i] for i in batch], num_beams=num_beams, **kwargs)):
+    for batch, texts_out in zip(batches, translated):
+        for index, text in zip(batch, texts_out):
             output[index] = text
     return output
 
@@ -297,7 +322,7 @@ def main(argv=None) -> int:
                 "precision": precision,
             }
     for spec in specs.values():
-        spec.update(threads=args.threads, spin=args.spin)
+        spec.update(threads=args.threads, spin=args.spin, streams=1 if spec["kind"] == "pytorch" else args.streams)
     engines = {key: build_engine(spec) for key, spec in specs.items()}
     keys = list(engines)
     outputs, wall, cpu = {}, {k: [] for k in keys}, {k: [] for k in keys}
@@ -314,6 +339,7 @@ def main(argv=None) -> int:
     if args.memory:  # after the timing, each engine alone in a fresh process
         child_argv = [
             f"--threads={args.threads}",
+            f"--streams={args.streams}",
             f"--num_beams={args.num_beams}",
             f"--batch_size={args.batch_size}",
             f"--limit={args.limit}",
@@ -351,6 +377,7 @@ def main(argv=None) -> int:
         "date": str(date.today()),
         "command": "python " + " ".join(sys.argv),
         "threads": args.threads,
+        "streams": args.streams,
         "num_beams": args.num_beams,
         "batch_size": args.batch_size,
         "repeats": args.repeats,
@@ -363,6 +390,7 @@ def main(argv=None) -> int:
             if args.spin
             else "OMP_WAIT_POLICY=PASSIVE and onnxruntime allow_spinning=0"
         ),
+        "cpu": cpu_description(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "host_allocator": allocator,
         "torch": torch.__version__,

@@ -84,6 +84,7 @@ for path in (REPO_ROOT, Path(__file__).resolve().parent):  # the package from a 
 
 import transformers  # noqa: E402
 from benchlib import lengths as length_data  # noqa: E402
+from benchlib.machine import cpu_description  # noqa: E402
 from benchlib.speed_models import (  # noqa: E402
     SIZES,
     Spec,
@@ -647,16 +648,8 @@ def assemble(
             row["flagged"] = any(f.startswith(f"{runner.name}:") for f in flags)
         rows.append(row)
 
-    cpu_name = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_name = line.split(":", 1)[1].strip()
-                break
     machine = {
-        "device": torch.cuda.get_device_name()
-        if device.type == "cuda"
-        else f"CPU ({os.cpu_count()} cores: {cpu_name})",
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({cpu_description()})",
         "threads": threads,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

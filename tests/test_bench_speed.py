@@ -5,6 +5,7 @@ built as xlpe-train builds them, and bench/gpu_session.sh's dry run names every 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -282,7 +283,8 @@ def test_output_projection_study_times_the_step_and_scores_a_trained_run(toy_tok
     (run / "test_translations.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     export_directory(run, tmp_path / "export")
     output = tmp_path / "result.json"
-    argv = ["--graph_dir", str(tmp_path / "export"), "--model", f"tiny={run}", "--rows", "4", "--cache", "3"]
+    argv = ["--graph_dir", str(tmp_path / "export"), "--model", f"tiny={run}", "--rows", "4", "--beams", "2"]
+    argv += ["--cache", "3"]
     argv += ["--source", "5", "--rounds", "1", "--bootstrap", "4", "--work_dir", str(tmp_path / "work")]
     assert study.main([*argv, "--output", str(output)]) == 0
     result = json.loads(output.read_text())
@@ -295,8 +297,8 @@ def test_output_projection_study_times_the_step_and_scores_a_trained_run(toy_tok
 
 def test_onnx_speed_side_by_side_with_ctranslate2_and_memory(tmp_path, capsys):
     """bench/onnx_speed.py on a tiny OPUS-MT-layout stock Marian: PyTorch, the export (fp32, int8) and CTranslate2
-    (fp32, int8) in one run, fixed-length decoding, each engine's peak memory measured in a process of its own;
-    fp32 engines give PyTorch's tokens."""
+    (fp32, int8) in one run, fixed-length decoding, two streams (two batches at once), each engine's peak memory
+    measured in a process of its own; fp32 engines give PyTorch's tokens."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("ctranslate2")
     from xlpe.features.opus_mt_layout import build_opus_mt_checkpoint
@@ -310,14 +312,51 @@ def test_onnx_speed_side_by_side_with_ctranslate2_and_memory(tmp_path, capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     output = tmp_path / "speed.json"
-    argv = ["--model", f"marian={model}", "--ctranslate2", "--memory", "--fixed_new_tokens", "4", "--threads", "1"]
-    argv += ["--num_beams", "2", "--batch_size", "2", "--limit", "4", "--repeats", "1"]
+    argv = ["--model", f"marian={model}", "--ctranslate2", "--memory", "--fixed_new_tokens", "4", "--threads", "2"]
+    argv += ["--streams", "2", "--num_beams", "2", "--batch_size", "2", "--limit", "4", "--repeats", "1"]
     argv += ["--export_root", str(tmp_path / "exports"), "--output", str(output)]
     assert bench.main(argv) == 0
     result = json.loads(output.read_text())
     engines = {row["engine"]: row for row in result["rows"]}
     assert set(engines) == {"pytorch", "onnx-fp32", "onnx-int8", "ctranslate2-fp32", "ctranslate2-int8"}
     assert result["ctranslate2"] and result["host_allocator"].startswith("host allocator")
+    assert result["streams"] == 2 and "int8/fp32 kernels" in result["cpu"]
     for row in engines.values():
         assert row["sentences_per_s"] > 0 and 0 < row["load_rss_mib"] <= row["peak_rss_mib"]
     assert engines["onnx-fp32"]["identical_to_pytorch"] == 1.0 == engines["ctranslate2-fp32"]["identical_to_pytorch"]
+
+
+def test_onnx_step_times_two_exports_of_one_model_with_profiles(toy_tokenizer, tmp_path):
+    """bench/onnx_step.py: one decoder step of a format-3 export and of the same model exported as format 2, random
+    inputs shaped by each layout (cross cache per sentence or per beam), operator profiles, a JSON record."""
+    pytest.importorskip("onnxruntime")
+    from conftest import save_tiny_xlpe_model
+
+    from xlpe.export import exporter
+
+    run = save_tiny_xlpe_model(toy_tokenizer, tmp_path / "run")
+    exporter.export_directory(run, tmp_path / "format3", quantize="int8")
+    real_layout = exporter.graph_layout
+
+    def format2_layout(model):  # the earlier step graph (tests/export/test_step_caches.py)
+        return dataclasses.replace(real_layout(model), appended_cache=False, cross_cache_per_sentence=False)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exporter, "graph_layout", format2_layout)
+        patch.setattr(exporter, "FORMAT_VERSION", 2)
+        exporter.export_directory(run, tmp_path / "format2", quantize="int8")
+    spec = importlib.util.spec_from_file_location("onnx_step", REPO_ROOT / "bench" / "onnx_step.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    output = tmp_path / "step.json"
+    argv = ["--export", f"f2={tmp_path / 'format2'}", "--export", f"f3={tmp_path / 'format3'}", "--rows", "4"]
+    argv += ["--beams", "2", "--cache", "3", "--source", "5", "--rounds", "1", "--steps", "2", "--profile"]
+    assert bench.main([*argv, "--output", str(output)]) == 0
+    record = json.loads(output.read_text())
+    rows = {row["export"]: row for row in record["results"]}
+    assert (rows["f2"]["appended_cache"], rows["f3"]["appended_cache"]) == (False, True)
+    assert rows["f3"]["cross_cache_per_sentence"] and not rows["f2"]["cross_cache_per_sentence"]
+    for row in rows.values():
+        assert row["ms_per_step"] > 0 and row["operators_ms"] and "speed_vs_f2" in row
+        assert any("Quantize" in op or "Integer" in op for op in row["operators_ms"])  # the int8 graphs ran
+    assert "int8/fp32 kernels" in record["cpu"]

@@ -457,12 +457,17 @@ def test_ctranslate2_export_translates_as_the_stock_model(opus_mt_checkpoints, c
     outputs = {}
     for name, command in (
         ("ct2", [main, "--translate", export, "--input", tmp_path / "in.txt", "--num_beams", 2, "--batch_size", 3]),
+        (
+            "ct2-streams",
+            [main, "--translate", export, "--input", tmp_path / "in.txt", "--num_beams", 2, "--batch_size", 3]
+            + ["--threads", 2, "--streams", 2],
+        ),  # CTranslate2's inter_threads: each batch as alone
         ("torch", [translate_main, "--model", checkpoint, "--input", tmp_path / "in.txt", "--num_beams", 2]),
     ):
         capsys.readouterr()
         assert run_cli(command[0], command[1:]) == 0
         outputs[name] = capsys.readouterr().out.splitlines()
-    assert outputs["ct2"] == outputs["torch"] and len(outputs["ct2"]) == len(sources)
+    assert outputs["ct2"] == outputs["torch"] == outputs["ct2-streams"] and len(outputs["ct2"]) == len(sources)
     int8 = tmp_path / "ct2-int8"
     assert (
         run_cli(main, ["--model", checkpoint, "--output", int8, "--format", "ctranslate2", "--quantize", "int8"]) == 0

@@ -102,6 +102,11 @@ def _minus(value: float) -> str:
     return f"{value:+.2f}".replace("-", "−")
 
 
+def _rate(value: float) -> str:
+    """Sentences per second: a decimal below 100 (an OPUS-MT-size model on one core runs a few a second)."""
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
 def _onnx_engines(data: dict) -> list[list[str]]:
     """bench/onnx_speed.py's output, one row per model and engine (no BLEU for a randomly initialised model)."""
     untrained = {name.split("=")[0] for name in data.get("random_init", ())}  # "dpe=DIR"
@@ -109,7 +114,7 @@ def _onnx_engines(data: dict) -> list[list[str]]:
         [
             r["model"],
             r["engine"],
-            f"{r['sentences_per_s']:.0f}",
+            _rate(r["sentences_per_s"]),
             f"{r['speedup_vs_own_pytorch']:.2f}",
             f"{r['ratio_vs_baseline_same_engine']:.2f}",
             *(
@@ -133,7 +138,7 @@ def _onnx_by_model(data: dict) -> list[list[str]]:
         rows.append(
             [
                 f"{model} (stock)" if model == "marian" else model,
-                *(f"{r['sentences_per_s']:.0f}" for r in (py, fp32, int8)),
+                *(_rate(r["sentences_per_s"]) for r in (py, fp32, int8)),
                 f"{fp32['speedup_vs_own_pytorch']:.2f}",
                 f"{int8['speedup_vs_own_pytorch']:.2f}",
                 ratios,

@@ -35,6 +35,9 @@ def parse_args(argv=None):
     parser.add_argument("--model", action="append", default=[], help="NAME=DIR of a trained run (repeatable)")
     parser.add_argument("--schemes", default="channel,channel-all", help="comma-separated int8 schemes")
     parser.add_argument("--rows", type=int, default=64, help="decoder rows of a step (batch x beams)")
+    parser.add_argument(
+        "--beams", type=int, default=4, help="beams a sentence (a format-3 graph's cross cache is per sentence)"
+    )
     parser.add_argument("--cache", type=int, default=16, help="cached target tokens of a step")
     parser.add_argument("--source", type=int, default=24, help="source tokens of a step")
     parser.add_argument("--rounds", type=int, default=12, help="interleaved timing rounds")
@@ -50,10 +53,12 @@ def parse_args(argv=None):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def step_feeds(session, rows: int, cache: int, source: int) -> dict:
+def step_feeds(session, rows: int, cache: int, source: int, beams: int = 4) -> dict:
     import numpy as np
 
-    sizes = {"batch": rows, "target": 1, "cache": cache, "source": source}
+    if rows % beams:
+        raise ValueError(f"--rows must be a multiple of --beams ({beams}), got {rows}")
+    sizes = {"batch": rows, "sentences": rows // beams, "target": 1, "cache": cache, "source": source}
     rng, feeds = np.random.default_rng(0), {}
     for spec in session.get_inputs():
         shape = [d if isinstance(d, int) else sizes.get(d, source) for d in spec.shape]
@@ -75,7 +80,7 @@ def step_rows(graphs: dict[str, Path], args) -> list[dict]:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     sessions = {name: session(path) for name, path in graphs.items()}
-    feeds = {name: step_feeds(s, args.rows, args.cache, args.source) for name, s in sessions.items()}
+    feeds = {name: step_feeds(s, args.rows, args.cache, args.source, args.beams) for name, s in sessions.items()}
     times = {name: [] for name in sessions}
     for name, s in sessions.items():
         s.run(None, feeds[name])

@@ -675,6 +675,7 @@ def test_mode_flags_that_do_not_apply_are_usage_errors(capsys):
         "--num_beams": "2",
         "--batch_size": "2",
         "--threads": "1",
+        "--streams": "2",
     }
     options = {a.option_strings[0] for a in build_parser()._actions if a.option_strings and a.dest != "help"}
     assert options == {f"--{mode}" for mode in MODES} | set(values)  # every option has a mode in the table
@@ -695,7 +696,7 @@ def test_mode_flags_that_do_not_apply_are_usage_errors(capsys):
                 + "\n"
             ), err
             pairs += 1
-    assert pairs == 4 + 10 + 7
+    assert pairs == 5 + 11 + 7
 
 
 def test_without_ctranslate2_one_line_names_the_extra(monkeypatch, capsys, tmp_path):

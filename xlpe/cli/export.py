@@ -54,7 +54,7 @@ MODES = {"output": "export (--output)", "verify": "--verify", "translate": "--tr
 MODE_FLAGS = {
     "output": ("--model", "--format", "--quantize", "--int8_scheme", "--opset", "--overwrite_output"),
     "verify": ("--model",),
-    "translate": ("--input", "--precision", "--num_beams", "--batch_size", "--threads"),
+    "translate": ("--input", "--precision", "--num_beams", "--batch_size", "--threads", "--streams"),
 }
 DEFAULTS = {
     "format": "onnx",
@@ -105,35 +105,47 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--threads", type=int, default=None, help="--translate: onnxruntime threads (default: all cores)"
     )
+    parser.add_argument(
+        "--streams",
+        type=int,
+        default=None,
+        help="--translate: batches decoded at once, sharing --threads out (default: one per thread, at most one "
+        "per batch; 1: one batch at a time with every thread)",
+    )
     return canonical_flags(parser)
 
 
 def translate(args) -> int:
     """`--translate`: the lines of `--input` through `OnnxTranslator` (or `CTranslate2Translator`) in length-sorted
-    batches; one warning each for lines longer than the model's limit and translations that reached their length
-    budget, as `xlpe-translate` words them (`translate.limit_warnings`)."""
+    batches, `--streams` of them at once (xlpe/export/streams.py); one warning each for lines longer than the
+    model's limit and translations that reached their length budget, as `xlpe-translate` words them
+    (`translate.limit_warnings`)."""
     from ..export.ctranslate2_export import CTranslate2Translator, is_ctranslate2_export
+    from ..export.streams import auto_streams, translate_batches
     from ..training.host_memory import keep_freed_host_memory
     from .translate import length_sorted_batches, limit_warnings, read_input
 
     # a decoding step allocates the same [rows, heads, length, dim] cache arrays every step: kept freed memory
     # spares their page faults (int8 OPUS-MT size: ~15 % faster, docs/benchmarks/onnx.md)
     keep_freed_host_memory()
-    if is_ctranslate2_export(args.translate):
-        if args.precision != "fp32":
-            raise CommandLineError("--precision applies to ONNX exports: a CTranslate2 export holds one precision")
-        translator = CTranslate2Translator(args.translate, threads=args.threads)
+    ctranslate2 = is_ctranslate2_export(args.translate)
+    if ctranslate2 and args.precision != "fp32":
+        raise CommandLineError("--precision applies to ONNX exports: a CTranslate2 export holds one precision")
+    lines = read_input(args.input)
+    words = [" ".join(line.split()) for line in lines]
+    batches = list(length_sorted_batches(words, args.batch_size))
+    streams = args.streams or auto_streams(args.threads, len(batches))
+    if ctranslate2:
+        translator = CTranslate2Translator(args.translate, threads=args.threads, streams=streams)
     else:
         from ..export.runtime import OnnxTranslator
 
-        translator = OnnxTranslator(args.translate, precision=args.precision, threads=args.threads)
-    lines = read_input(args.input)
-    words = [" ".join(line.split()) for line in lines]
+        translator = OnnxTranslator(args.translate, precision=args.precision, threads=args.threads, streams=streams)
     output = [""] * len(lines)
     kwargs = {"num_beams": args.num_beams} if args.num_beams else {}
     too_long, at_limit = [], []
-    for batch in length_sorted_batches(words, args.batch_size):
-        texts, cut, ended = translator.translate_with_report([words[i] for i in batch], **kwargs)
+    reports = translate_batches(translator, [[words[i] for i in batch] for batch in batches], **kwargs)
+    for batch, (texts, cut, ended) in zip(batches, reports):
         for index, text in zip(batch, texts):
             output[index] = text
         too_long += [batch[i] + 1 for i in cut]
@@ -194,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--num_beams", args.num_beams),
         ("--batch_size", args.batch_size),
         ("--threads", args.threads),
+        ("--streams", args.streams),
     ):
         if value is not None and value < 1:
             return user_error(PROG, f"{flag} must be >= 1, got {value}")

@@ -7,7 +7,11 @@
 * `manifest`: what an export records (model config and weight digests, tools, opset, every file's digest, a seal
   over its own fields) and checks;
 * `search`: greedy and beam search in numpy, reproducing transformers' `generate`;
-* `runtime`: `OnnxTranslator`, raw text -> translations with onnxruntime and the Python front end.
+* `step_caches`: the attention forms traced into the step graph (the cache appended outside it, the cross-attention
+  cache once per sentence);
+* `runtime`: `OnnxTranslator`, raw text -> translations with onnxruntime and the Python front end;
+* `ctranslate2_export`: a stock Marian through CTranslate2's own converter, and `CTranslate2Translator`;
+* `streams`: `translate_batches`, several batches decoded at once (how a translation of a file uses more cores).
 
 Layer: beside `evaluation` (it uses `models`, `features` and `evaluation.model_loading`); only `cli` imports it.
 """
@@ -21,6 +25,7 @@ _EXPORTS = {
     "export_model": "exporter",
     "verify_export": "exporter",
     "read_manifest": "manifest",
+    "translate_batches": "streams",
 }
 
 
@@ -32,4 +37,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["OnnxTranslator", "SearchSettings", "export_directory", "export_model", "read_manifest", "verify_export"]
+__all__ = [
+    "OnnxTranslator",
+    "SearchSettings",
+    "export_directory",
+    "export_model",
+    "read_manifest",
+    "translate_batches",
+    "verify_export",
+]

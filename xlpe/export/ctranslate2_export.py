@@ -25,7 +25,10 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import threading
 from pathlib import Path
+
+from .streams import check_streams, threads_per_stream
 
 MANIFEST_NAME = "ctranslate2_manifest.json"
 FORMAT = "ctranslate2"
@@ -143,21 +146,28 @@ def is_ctranslate2_export(directory) -> bool:
 
 
 class CTranslate2Translator:
-    """Raw text -> translations with a `--format ctranslate2` export (module doc)."""
+    """Raw text -> translations with a `--format ctranslate2` export (module doc). `streams`: CTranslate2's
+    `inter_threads` (batches decoded at once by `streams.translate_batches`), sharing `threads` out."""
 
-    def __init__(self, directory, threads: int | None = None, compute_type: str = "default"):
+    def __init__(self, directory, threads: int | None = None, compute_type: str = "default", streams: int = 1):
         from transformers import AutoTokenizer
 
         from ..evaluation.model_loading import check_padding_side
         from ..models.length_rule import align_tokenizer_limit
 
         ctranslate2 = import_ctranslate2()
+        self.streams = check_streams(streams)
+        self._lock = threading.Lock()  # the tokenizer, under streams
         self.directory = Path(directory)
         self.manifest = json.loads((self.directory / MANIFEST_NAME).read_text(encoding="utf-8"))
         if self.manifest.get("format") != FORMAT:
             raise ValueError(f"{self.directory / MANIFEST_NAME}: format {self.manifest.get('format')!r}, not {FORMAT}")
         self.translator = ctranslate2.Translator(
-            str(self.directory), device="cpu", inter_threads=1, intra_threads=threads or 0, compute_type=compute_type
+            str(self.directory),
+            device="cpu",
+            inter_threads=self.streams,
+            intra_threads=threads_per_stream(threads, self.streams) or 0,
+            compute_type=compute_type,
         )
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
         check_padding_side(self.tokenizer, str(self.directory))
@@ -193,7 +203,8 @@ class CTranslate2Translator:
         if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
             raise ValueError(f"texts must be a list of strings, got {type(texts).__name__}")
         words = [" ".join(text.split()) for text in texts]
-        full = self.tokenizer(words, truncation=False, verbose=False)["input_ids"] if words else []
+        with self._lock:
+            full = self.tokenizer(words, truncation=False, verbose=False)["input_ids"] if words else []
         too_long = [i for i, ids in enumerate(full) if len(ids) > self.limit]
         ids = [row[: self.limit - 1] + row[-1:] if len(row) > self.limit else row for row in full]  # keep </s>
         budgets = [int(max_new_tokens or length_budgets(len(row), self.limit)) for row in ids]
@@ -215,7 +226,8 @@ class CTranslate2Translator:
                 # target pieces to text with the target side's decoding (separate vocabularies: the same id is
                 # another piece on each side, so never through ids)
                 special = set(self.tokenizer.all_special_tokens)
-                text = self.tokenizer.convert_tokens_to_string([t for t in tokens if t not in special])
+                with self._lock:
+                    text = self.tokenizer.convert_tokens_to_string([t for t in tokens if t not in special])
                 translations[i] = text.strip()
         return translations, too_long, sorted(at_limit)
 

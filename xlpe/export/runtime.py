@@ -37,6 +37,7 @@ row's budget, as `LengthBudgetLogitsProcessor` does in PyTorch), so a translatio
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,7 @@ from .exporter import int8_name
 from .graphs import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout
 from .manifest import export_facts, read_manifest, verify_files
 from .search import SearchSettings, search
+from .streams import check_streams, threads_per_stream
 
 PRECISIONS = ("fp32", "int8")
 logger = logging.getLogger(__name__)
@@ -78,10 +80,11 @@ def reordered_cache(past: np.ndarray, new: np.ndarray | None, rows: np.ndarray) 
 
 class OnnxTranslator:
     """An export directory, loaded for translation (module docstring). `precision`: "fp32" or "int8" (exported
-    with `--quantize int8`); `threads`: onnxruntime's intra-op threads (default: all cores); `spin_wait=False`: idle
-    threads sleep (for a machine shared with other work); `verify`: check every file and the tokenizer against the
-    manifest first (a ValueError naming the file). A hand-edited manifest (its seal) and a tokenizer that pads on the
-    left are refused even with `verify=False`."""
+    with `--quantize int8`); `threads`: onnxruntime's intra-op threads (default: all cores); `streams`: batches
+    `translate_batches` decodes at once, sharing `threads` out (streams.py; calls from several threads are safe);
+    `spin_wait=False`: idle threads sleep (for a machine shared with other work); `verify`: check every file and the
+    tokenizer against the manifest first (a ValueError naming the file). A hand-edited manifest (its seal) and a
+    tokenizer that pads on the left are refused even with `verify=False`."""
 
     def __init__(
         self,
@@ -90,6 +93,7 @@ class OnnxTranslator:
         threads: int | None = None,
         verify: bool = True,
         spin_wait: bool = True,
+        streams: int = 1,
     ):
         import onnxruntime as ort
         from transformers import AutoTokenizer
@@ -98,6 +102,8 @@ class OnnxTranslator:
 
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        self.streams = check_streams(streams)
+        self._lock = threading.Lock()  # the tokenizer and the front end's lazy loads, under streams
         self.directory = Path(directory)
         self.manifest = read_manifest(self.directory)
         if precision == "int8" and not self.manifest.get("int8_graphs"):
@@ -113,7 +119,8 @@ class OnnxTranslator:
         self.layout = GraphLayout(**self.manifest["layout"])
         self.generation_config = facts["generation_config"]
         SearchSettings.from_generation_config(self.generation_config)
-        options, providers = session_options(threads, spin_wait), ["CPUExecutionProvider"]
+        options = session_options(threads_per_stream(threads, self.streams), spin_wait)
+        providers = ["CPUExecutionProvider"]
 
         def load(file_name):
             name = int8_name(file_name) if precision == "int8" else file_name
@@ -138,6 +145,10 @@ class OnnxTranslator:
 
     def reorderer(self):
         """The attached standalone reorderer (PyTorch, eval mode), loaded once."""
+        with self._lock:
+            return self._load_reorderer()
+
+    def _load_reorderer(self):
         if self._reorderer is None:
             from ..models.modeling_reorderer import XLPEReordererModel
 
@@ -148,6 +159,10 @@ class OnnxTranslator:
 
     def tagger(self):
         """The model's raw-text POS tagger (`RawTextTagger`), built once."""
+        with self._lock:
+            return self._load_tagger()
+
+    def _load_tagger(self):
         if self._tagger is None:
             from ..models.pos_tagging_hub import RawTextTagger
 
@@ -159,9 +174,10 @@ class OnnxTranslator:
 
     def encode_text(self, texts: list[str]) -> dict:
         """Token ids, mask and the family's extra source inputs of raw `texts` (numpy int64 arrays)."""
-        encoded = self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self.source_limit(), return_tensors="np"
-        )
+        with self._lock:
+            encoded = self.tokenizer(
+                list(texts), padding=True, truncation=True, max_length=self.source_limit(), return_tensors="np"
+            )
         inputs = {
             "input_ids": encoded["input_ids"].astype(np.int64),
             "attention_mask": encoded["attention_mask"].astype(np.int64),
@@ -284,7 +300,8 @@ class OnnxTranslator:
         if not words:
             return [], [], []
         limit = self.source_limit()
-        full = self.tokenizer(words, truncation=False, verbose=False)["input_ids"]
+        with self._lock:
+            full = self.tokenizer(words, truncation=False, verbose=False)["input_ids"]
         too_long = [i for i, ids in enumerate(full) if len(ids) > limit]
         inputs = self.encode_text(words)
         rows = len(words)
@@ -298,7 +315,9 @@ class OnnxTranslator:
         eos, pad = self.generation_config["eos_token_id"], self.generation_config["pad_token_id"]
         eos = eos[0] if isinstance(eos, (list, tuple)) else eos
         at_limit = np.flatnonzero(reached_limit(generated_lengths(ids, eos, pad), budgets)).tolist()
-        translations = [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
+        with self._lock:
+            decoded = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        translations = [text.strip() for text in decoded]
         return translations, too_long, at_limit
 
 
