@@ -360,3 +360,27 @@ def test_onnx_step_times_two_exports_of_one_model_with_profiles(toy_tokenizer, t
         assert row["ms_per_step"] > 0 and row["operators_ms"] and "speed_vs_f2" in row
         assert any("Quantize" in op or "Integer" in op for op in row["operators_ms"])  # the int8 graphs ran
     assert "int8/fp32 kernels" in record["cpu"]
+
+
+def test_io_binding_study_runs_both_allocators_with_identical_outputs(toy_tokenizer, tmp_path):
+    """bench/studies/onnx_io_binding.py on a tiny export: both allocator settings, each in a process of its own,
+    `session.run` against IO binding, identical outputs, a JSON record."""
+    pytest.importorskip("onnxruntime")
+    from conftest import save_tiny_xlpe_model
+
+    from xlpe.export.exporter import export_directory
+
+    run = save_tiny_xlpe_model(toy_tokenizer, tmp_path / "run")
+    export_directory(run, tmp_path / "export", quantize="int8")
+    spec = importlib.util.spec_from_file_location(
+        "onnx_io_binding", REPO_ROOT / "bench" / "studies" / "onnx_io_binding.py"
+    )
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    output = tmp_path / "binding.json"
+    argv = ["--export", str(tmp_path / "export"), "--rows", "4", "--beams", "2", "--cache", "3", "--source", "5"]
+    assert study.main([*argv, "--rounds", "1", "--steps", "1", "--output", str(output)]) == 0
+    record = json.loads(output.read_text())
+    assert [row["allocator"] for row in record["rows"]] == ["default", "kept"]
+    for row in record["rows"]:
+        assert row["identical_outputs"] and row["run"] > 0 and row["io_binding"] > 0 and row["io_binding_speedup"] > 0
