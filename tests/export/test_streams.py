@@ -50,6 +50,27 @@ def test_streams_translate_each_batch_as_alone_and_in_order(export, precision):
     assert translate_batches(streamed, []) == []
 
 
+def test_an_error_in_one_batch_stops_the_others_from_starting():
+    import threading
+    import time
+
+    class Failing:
+        streams, started, lock = 2, [], threading.Lock()
+
+        def translate_with_report(self, batch):
+            with self.lock:
+                self.started.append(batch[0])
+            time.sleep(0.02)
+            if batch[0] == "2":
+                raise ValueError("texts: batch 2 is bad")
+            return batch, [], []
+
+    translator = Failing()
+    with pytest.raises(ValueError, match="batch 2 is bad"):
+        translate_batches(translator, [[str(i)] for i in range(50)])
+    assert "2" in translator.started and len(translator.started) <= 6  # not the 47 batches after it
+
+
 def test_stream_counts_are_checked_and_threads_shared_out(export):
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match=r"streams must be a positive integer .* got"):

@@ -41,12 +41,16 @@ def auto_streams(threads: int | None, batches: int) -> int:
 
 def translate_batches(translator, batches: Sequence[Sequence[str]], **generate_kwargs) -> list[tuple]:
     """`translator.translate_with_report(batch, **generate_kwargs)` for every batch, in order, `translator.streams`
-    batches at a time (module doc): a list of (translations, too long, at limit) per batch."""
+    batches at a time (module doc): a list of (translations, too long, at limit) per batch. An exception in a batch
+    (or KeyboardInterrupt) propagates once the batches already running end; the others are not started."""
     streams = min(getattr(translator, "streams", 1), len(batches))
     if streams <= 1:
         return [translator.translate_with_report(list(batch), **generate_kwargs) for batch in batches]
-    with ThreadPoolExecutor(max_workers=streams, thread_name_prefix="xlpe-stream") as pool:
+    pool = ThreadPoolExecutor(max_workers=streams, thread_name_prefix="xlpe-stream")
+    try:
         return list(pool.map(lambda batch: translator.translate_with_report(list(batch), **generate_kwargs), batches))
+    finally:  # an error or Ctrl-C: the batches not started are dropped, not translated before it propagates
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 __all__ = ["auto_streams", "check_streams", "threads_per_stream", "translate_batches"]
