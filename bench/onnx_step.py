@@ -20,12 +20,11 @@ import json
 import statistics
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # benchlib, also when imported by a test
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib.machine import cpu_description  # noqa: E402
+from benchlib.machine import write_record  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -152,15 +151,9 @@ def main(argv=None) -> int:
             for _ in range(args.steps):
                 step()
             result["operators_ms"] = operator_times(step.session.end_profiling(), args.steps)
-    record = {
-        "date": date.today().isoformat(),
-        "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
-        **{k: v for k, v in vars(args).items() if k not in ("export", "output", "profile")},
-        "cpu": cpu_description(),
-        "results": results,
-    }
-    if args.output:
-        Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
+    settings = {k: v for k, v in vars(args).items() if k not in ("export", "output", "profile")}
+    given = argv if argv is not None else sys.argv[1:]
+    write_record(args.output, "bench/onnx_step.py", given, **settings, results=results)
     return 0
 
 

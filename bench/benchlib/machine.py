@@ -5,7 +5,9 @@ an AVX2-only machine). Read from /proc/cpuinfo; "unknown CPU" where it cannot be
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+from datetime import date
 from pathlib import Path
 
 # the instruction sets that change which int8 / fp32 matrix kernels run, best first
@@ -24,3 +26,17 @@ def cpu_description() -> str:
                 flags = set(value.split())
     present = [flag for flag in KERNEL_INSTRUCTIONS if flag in flags] or ["none of " + "/".join(KERNEL_INSTRUCTIONS)]
     return f"{os.cpu_count()} cores, {name} (int8/fp32 kernels: {', '.join(present)})"
+
+
+def write_record(path, script: str, argv, **fields) -> dict:
+    """A bench's JSON record: date, the command that made it (`python <script> <argv>`), the CPU, then `fields`;
+    written to `path` when given (None: only returned)."""
+    record = {
+        "date": date.today().isoformat(),
+        "command": " ".join(["python", script, *argv]),
+        "cpu": cpu_description(),
+        **fields,
+    }
+    if path:
+        Path(path).write_text(json.dumps(record, indent=1) + "\n")
+    return record

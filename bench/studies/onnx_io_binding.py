@@ -17,13 +17,12 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1]
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
-from benchlib.machine import cpu_description  # noqa: E402
+from benchlib.machine import write_record  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -103,15 +102,8 @@ def main(argv=None) -> int:
         row["io_binding_speedup"] = round(row["run"] / row["io_binding"], 3)
         rows.append(row)
         print(row)
-    record = {
-        "date": date.today().isoformat(),
-        "command": "python bench/studies/onnx_io_binding.py " + " ".join(given),
-        "cpu": cpu_description(),
-        "onnxruntime": __import__("onnxruntime").__version__,
-        "rows": rows,
-    }
-    if args.output:
-        Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
+    onnxruntime = __import__("onnxruntime").__version__
+    write_record(args.output, "bench/studies/onnx_io_binding.py", given, onnxruntime=onnxruntime, rows=rows)
     return 0
 
 
