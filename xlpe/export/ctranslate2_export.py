@@ -210,6 +210,7 @@ class CTranslate2Translator:
         budgets = [int(max_new_tokens or length_budgets(len(row), self.limit)) for row in ids]
         beams = int(num_beams or self.manifest["num_beams"])
         translations, at_limit = [""] * len(words), []
+        special = set(self.tokenizer.all_special_tokens)  # dropped from the target pieces, once a call
         for budget in sorted(set(budgets)):  # one call per budget: the rule is per sentence, the engine's per call
             rows = [i for i, b in enumerate(budgets) if b == budget]
             results = self.translator.translate_batch(
@@ -225,7 +226,6 @@ class CTranslate2Translator:
                     at_limit.append(i)
                 # target pieces to text with the target side's decoding (separate vocabularies: the same id is
                 # another piece on each side, so never through ids)
-                special = set(self.tokenizer.all_special_tokens)
                 with self._lock:
                     text = self.tokenizer.convert_tokens_to_string([t for t in tokens if t not in special])
                 translations[i] = text.strip()
