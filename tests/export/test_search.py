@@ -1,7 +1,8 @@
 """Properties of the export's numpy search primitives (xlpe/export/search.py): the chunked top-k is a stable sort's
 first k columns on any scores (ties, -inf rows after a forced token, rows shorter than a chunk), the in-place
-log_softmax computes the same values, and a beam search whose steps take the chunked path decodes exactly as one
-that sorts whole rows."""
+log_softmax computes the same values, a beam step's scores skip the first log_softmax only where that changes no
+value, onnxruntime's log_softmax (the runtime's) gives numpy's values and the same hypotheses, and a beam search
+whose steps take the chunked path decodes exactly as one that sorts whole rows."""
 
 from __future__ import annotations
 
@@ -76,6 +77,40 @@ def test_log_softmax_in_place_is_the_same_values(logits):
     np.testing.assert_array_equal(in_place, fresh)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    arrays(np.float32, st.tuples(st.integers(1, 6), st.integers(3, 60)), elements=st.floats(-30, 30, width=32)),
+    st.integers(1, 8),  # cur_len
+    st.booleans(),  # forced bos/eos
+    st.integers(0, 8),  # min_new_tokens
+    st.data(),
+)
+def test_beam_log_probs_skip_the_first_log_softmax_only_when_renormalizing(logits, cur_len, forced, minimum, data):
+    """`beam_log_probs` equals `generate`'s order (log_softmax, the processors, log_softmax again when
+    renormalizing) up to rounding, with -inf in exactly the same places; without renormalizing, exactly."""
+    rows, vocab = logits.shape
+    budgets = data.draw(st.none() | arrays(np.int64, (rows,), elements=st.integers(1, 8)))
+    config = dict(
+        decoder_start_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        bad_words_ids=[[2]],
+        min_new_tokens=minimum,
+        max_length=cur_len + 1 + data.draw(st.integers(0, 1)),
+        forced_bos_token_id=vocab - 1 if forced else None,
+        forced_eos_token_id=1 if forced else None,
+    )
+    for renormalize in (False, True):
+        settings_ = SearchSettings.from_generation_config({**config, "renormalize_logits": renormalize})
+        expected = settings_.process(log_softmax(logits), cur_len, budgets)
+        actual = settings_.beam_log_probs(logits.copy(), cur_len, budgets)
+        np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
+        if renormalize:
+            np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=2e-5)
+        else:
+            np.testing.assert_array_equal(actual, expected)
+
+
 @pytest.mark.parametrize("renormalize", [False, True])
 def test_beam_search_decodes_the_same_on_either_top_k_path(renormalize, monkeypatch):
     """A fake model with a 3,000-token vocabulary and 5 beams (15,000 scores a sentence), a length budget and
@@ -102,3 +137,58 @@ def test_beam_search_decodes_the_same_on_either_top_k_path(renormalize, monkeypa
     monkeypatch.setattr(search, "TOP_K_SHORT_ROW", 0)
     chunked = beam_search(next_logits, batch, settings_, budgets)
     np.testing.assert_array_equal(chunked, sorted_rows)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.float32, st.tuples(st.integers(1, 6), st.integers(1, 300)), elements=SCORES),
+    st.booleans(),
+)
+def test_onnxruntime_log_softmax_matches_numpy(scores, forced_row):
+    """The runtime's `normalize` (onnxruntime's LogSoftmax, runtime.py) gives numpy's values up to rounding, with
+    -inf in the same places: masked entries, and a forced row (-inf but one 0) that stays exactly as it is."""
+    pytest.importorskip("onnxruntime")
+    from xlpe.export.runtime import log_softmax_session, session_options
+
+    scores[:, 0] = np.maximum(scores[:, 0], 0.0)  # at least one finite entry a row, as after any processor
+    if forced_row:
+        scores[0] = -np.inf
+        scores[0, -1] = 0.0
+    normalize = log_softmax_session(session_options(1))
+    expected = log_softmax(scores)
+    actual = normalize(scores.copy())
+    assert actual.dtype == np.float32 and actual.shape == scores.shape
+    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    if forced_row:
+        np.testing.assert_array_equal(actual[0], scores[0])
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+@pytest.mark.parametrize("beams", [1, 4])
+def test_search_decodes_the_same_with_onnxruntime_log_softmax(renormalize, beams):
+    """The same hypotheses from greedy and beam search whether numpy or onnxruntime computes the log_softmax."""
+    pytest.importorskip("onnxruntime")
+    from xlpe.export.runtime import log_softmax_session, session_options
+
+    vocab, batch = 500, 3
+    table = np.random.default_rng(2).standard_normal((vocab, vocab)).astype(np.float32) * 3
+
+    def next_logits(sequences, reorder):
+        return table[sequences[:, -1] % vocab] + np.float32(0.01) * sequences.shape[1]
+
+    config = dict(
+        decoder_start_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        num_beams=beams,
+        bad_words_ids=[[0]],
+        renormalize_logits=renormalize,
+        forced_eos_token_id=2,
+        min_new_tokens=3,
+    )
+    settings_ = SearchSettings.from_generation_config(config, max_new_tokens=12)
+    budgets = np.array([4, 12, 7])
+    numpy_rows = search.search(next_logits, batch, settings_, budgets)
+    onnx_rows = search.search(next_logits, batch, settings_, budgets, log_softmax_session(session_options(1)))
+    np.testing.assert_array_equal(onnx_rows, numpy_rows)

@@ -24,7 +24,8 @@ The front end (what runs outside the graphs), reused from the model package rath
 
 Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs. The
 cache lives in numpy between steps; beam search reorders the self-attention cache by the rows `search` names, in
-the same copy that appends the step graph's new keys and values to it (`reordered_cache`; step_caches.py).
+the same copy that appends the step graph's new keys and values to it (`reordered_cache`; step_caches.py); the
+search's log_softmax over each step's scores runs in a one-node onnxruntime graph (`log_softmax_session`).
 Raw-text batches follow `XLPETranslationPipeline`: whitespace-normalised lines, sources cut at the model's
 position limit (the tokenizer's `model_max_length` is set to it), and the length rule of
 xlpe/models/length_rule.py: when neither `max_new_tokens` nor `max_length` is given, each sentence gets at most
@@ -63,6 +64,29 @@ def session_options(threads: int | None, spin_wait: bool = True):
     if not spin_wait:  # idle threads sleep instead of spinning: much faster on a machine shared with other work
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
+
+
+def log_softmax_session(options):
+    """onnxruntime's LogSoftmax over the last axis of float32 [rows, vocab] scores, as `search`'s `normalize`: a
+    one-node graph built here (no file), run with the translator's session options. On one beam step's scores
+    (64 hypotheses x 8,000 tokens, one thread) it takes ~0.6 ms against numpy's ~2.1 ms (vectorised exp); it is the
+    search's one pass over a step's whole scores (search.py, `SearchSettings.beam_log_probs`)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["rows", "vocab"])
+    log_probs = helper.make_tensor_value_info("log_probs", TensorProto.FLOAT, ["rows", "vocab"])
+    node = helper.make_node("LogSoftmax", ["scores"], ["log_probs"], axis=-1)
+    model = helper.make_model(
+        helper.make_graph([node], "log_softmax", [scores], [log_probs]), opset_imports=[helper.make_opsetid("", 13)]
+    )
+    model.ir_version = 8  # any onnxruntime the package accepts reads it
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+    def normalize(values: np.ndarray) -> np.ndarray:
+        return session.run(None, {"scores": values})[0]
+
+    return normalize
 
 
 def reordered_cache(past: np.ndarray, new: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
@@ -135,6 +159,7 @@ class OnnxTranslator:
             session: {i.name for i in session.get_inputs()}
             for session in (self.encoder, self.decoder, self.decoder_with_past)
         }
+        self._normalize = log_softmax_session(options)  # the search's log_softmax (onnxruntime's, not numpy's)
         self._reorderer = self._tagger = None
 
     # --- the front end ------------------------------------------------------------------------------------
@@ -276,7 +301,7 @@ class OnnxTranslator:
             (appended if self.layout.appended_cache else state).update(zip(own, present))
             return logits
 
-        return search(next_logits, feeds["input_ids"].shape[0], settings, budgets)
+        return search(next_logits, feeds["input_ids"].shape[0], settings, budgets, self._normalize)
 
     def translate(self, texts: list[str], **generate_kwargs) -> list[str]:
         """Translations of raw `texts` (one batch; pipeline conventions, module docstring); a warning counts the
