@@ -111,12 +111,10 @@ def test_beam_log_probs_skip_the_first_log_softmax_only_when_renormalizing(logit
             np.testing.assert_array_equal(actual, expected)
 
 
-@pytest.mark.parametrize("renormalize", [False, True])
-def test_beam_search_decodes_the_same_on_either_top_k_path(renormalize, monkeypatch):
-    """A fake model with a 3,000-token vocabulary and 5 beams (15,000 scores a sentence), a length budget and
-    forced end: the chunked top-k and the whole-row sort give the same hypotheses."""
-    vocab, beams, batch = 3000, 5, 3
-    table = np.random.default_rng(1).standard_normal((vocab, vocab)).astype(np.float32) * 3
+def fake_search_case(vocab: int, beams: int, renormalize: bool, seed: int, **generation):
+    """A fake model (the next token's logits from a fixed random table, drifting with the length) for 3 sentences,
+    its search settings (pad banned, forced end, at most 12 new tokens) and the sentences' length budgets."""
+    table = np.random.default_rng(seed).standard_normal((vocab, vocab)).astype(np.float32) * 3
 
     def next_logits(sequences, reorder):
         return table[sequences[:, -1] % vocab] + np.float32(0.01) * sequences.shape[1]
@@ -129,13 +127,20 @@ def test_beam_search_decodes_the_same_on_either_top_k_path(renormalize, monkeypa
         bad_words_ids=[[0]],
         renormalize_logits=renormalize,
         forced_eos_token_id=2,
+        **generation,
     )
-    settings_ = SearchSettings.from_generation_config(config, max_new_tokens=12)
-    budgets = np.array([4, 12, 7])
+    return next_logits, SearchSettings.from_generation_config(config, max_new_tokens=12), np.array([4, 12, 7])
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+def test_beam_search_decodes_the_same_on_either_top_k_path(renormalize, monkeypatch):
+    """A fake model with a 3,000-token vocabulary and 5 beams (15,000 scores a sentence), a length budget and
+    forced end: the chunked top-k and the whole-row sort give the same hypotheses."""
+    next_logits, settings_, budgets = fake_search_case(3000, 5, renormalize, seed=1)
     monkeypatch.setattr(search, "TOP_K_SHORT_ROW", 10**9)
-    sorted_rows = beam_search(next_logits, batch, settings_, budgets)
+    sorted_rows = beam_search(next_logits, 3, settings_, budgets)
     monkeypatch.setattr(search, "TOP_K_SHORT_ROW", 0)
-    chunked = beam_search(next_logits, batch, settings_, budgets)
+    chunked = beam_search(next_logits, 3, settings_, budgets)
     np.testing.assert_array_equal(chunked, sorted_rows)
 
 
@@ -171,24 +176,7 @@ def test_search_decodes_the_same_with_onnxruntime_log_softmax(renormalize, beams
     pytest.importorskip("onnxruntime")
     from xlpe.export.runtime import log_softmax_session, session_options
 
-    vocab, batch = 500, 3
-    table = np.random.default_rng(2).standard_normal((vocab, vocab)).astype(np.float32) * 3
-
-    def next_logits(sequences, reorder):
-        return table[sequences[:, -1] % vocab] + np.float32(0.01) * sequences.shape[1]
-
-    config = dict(
-        decoder_start_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        num_beams=beams,
-        bad_words_ids=[[0]],
-        renormalize_logits=renormalize,
-        forced_eos_token_id=2,
-        min_new_tokens=3,
-    )
-    settings_ = SearchSettings.from_generation_config(config, max_new_tokens=12)
-    budgets = np.array([4, 12, 7])
-    numpy_rows = search.search(next_logits, batch, settings_, budgets)
-    onnx_rows = search.search(next_logits, batch, settings_, budgets, log_softmax_session(session_options(1)))
+    next_logits, settings_, budgets = fake_search_case(500, beams, renormalize, seed=2, min_new_tokens=3)
+    numpy_rows = search.search(next_logits, 3, settings_, budgets)
+    onnx_rows = search.search(next_logits, 3, settings_, budgets, log_softmax_session(session_options(1)))
     np.testing.assert_array_equal(onnx_rows, numpy_rows)
