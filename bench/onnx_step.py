@@ -2,7 +2,8 @@
 runtime's own cache copy of that step (reordering the self-attention cache for the beams, appending the step's keys
 where the graph gives only those), for two or more export directories, interleaved; optionally onnxruntime's
 per-operator profile of each. Used to compare graph forms of one model (e.g. a format-2 export's grown cache
-against format 3's appended cache: xlpe/export/step_caches.py).
+against format 3's appended cache, or format 4's buffers read through the beams' history, for which the runtime's
+per-step work is updating that history: xlpe/export/step_caches.py).
 
     python bench/onnx_step.py --export old=/tmp/old-export --export new=/tmp/new-export --precision int8 \\
         --rows 64 --beams 4 --cache 24 --source 20 --threads 1 --rounds 9 --profile --output bench/onnx_step.json
@@ -87,10 +88,33 @@ class Step:
             self.appended = {}
         self.order = rng.integers(0, rows, rows)
         self.inputs = {i.name for i in self.session.get_inputs()}
+        self.binding = None
+        if layout.indirect_cache:  # format 4: buffers written in place, the beams followed in their history alone
+            from xlpe.export.runtime import IndirectCache
+
+            sentence_of_row = np.arange(rows) // args.beams
+            self.order = sentence_of_row * args.beams + rng.integers(0, args.beams, rows)  # within each sentence
+            present = {n: rng.standard_normal((rows, heads, args.cache, width), dtype=np.float32) for n in self.own}
+            self.cache = IndirectCache(present, args.beams, limit=args.cache + 8)
+            self.binding = self.session.io_binding()
+            for name, value in self.feeds.items():
+                if name in self.inputs and name not in self.own:
+                    self.binding.bind_cpu_input(name, value)
+            self.binding.bind_output("logits")
 
     def __call__(self):
         from xlpe.export.runtime import reordered_cache
 
+        if self.binding is not None:  # the same step each call: the history follows, the length stays
+            self.cache.follow(self.order)
+            for name in self.own:
+                self.binding.bind_ortvalue_input(name, self.cache.values[name])
+                self.binding.bind_ortvalue_output(
+                    name.replace("past_key_values.", "present.", 1), self.cache.values[name]
+                )
+            self.indirection = self.cache.indirection()  # alive until the run
+            self.binding.bind_cpu_input("cache_indirection", self.indirection)
+            return self.session.run_with_iobinding(self.binding)
         feeds = dict(self.feeds)
         for name in self.own:
             feeds[name] = reordered_cache(self.feeds[name], self.appended.get(name), self.order)
@@ -136,6 +160,7 @@ def main(argv=None) -> int:
                 "directory": exports[name],
                 "appended_cache": layout.appended_cache,
                 "cross_cache_per_sentence": layout.cross_cache_per_sentence,
+                "indirect_cache": layout.indirect_cache,
                 "ms_per_step": round(statistics.median(times[name]), 2),
                 "rounds_ms": [round(t, 2) for t in times[name]],
                 f"speed_vs_{first}": round(statistics.median(ratios), 3),

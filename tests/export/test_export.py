@@ -530,7 +530,7 @@ def test_the_runtime_reads_its_facts_from_the_checked_files(reordered_export, tm
     old = copy_of(export, tmp_path, "old")
     manifest = json.loads((old / MANIFEST_FILE).read_text())
     (old / MANIFEST_FILE).write_text(json.dumps({**manifest, "format_version": 1}))
-    with pytest.raises(ValueError, match=r"format version 1, expected one of \(2, 3\) .* export the model again"):
+    with pytest.raises(ValueError, match=r"format version 1, expected one of \(2, 3, 4\) .* export the model again"):
         OnnxTranslator(old)
 
 

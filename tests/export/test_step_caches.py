@@ -1,7 +1,9 @@
-"""The step graph's caches (xlpe/export/step_caches.py): the split and per-sentence attention forms equal plain
-attention (property tests), the exported step graph gives only the step's own keys and values and takes the
-cross-attention cache once per sentence (no cache copy left in the graph), and an export of the earlier form
-(manifest format 2: grown cache, cross-attention cache per beam) still translates as PyTorch does."""
+"""The step graph's caches (xlpe/export/step_caches.py): the split, per-sentence and indirect attention forms equal
+plain attention (property tests; the indirect form's onnxruntime kernel against its torch reference too), a format-4
+step graph reads and writes its cache buffers in place through the beams' history and translates as PyTorch does
+while the buffers grow, a format-3 step graph gives only the step's own keys and values and takes the
+cross-attention cache once per sentence (no cache copy left in the graph), and exports of the earlier forms
+(formats 2 and 3) still translate as PyTorch does."""
 
 from __future__ import annotations
 
@@ -20,11 +22,16 @@ onnx = pytest.importorskip("onnx")
 import test_export  # noqa: E402
 from test_generation_consistency import build  # noqa: E402
 
-from xlpe.export import exporter  # noqa: E402
+from xlpe.export import exporter, runtime  # noqa: E402
 from xlpe.export.graphs import DECODER_WITH_PAST_FILE  # noqa: E402
 from xlpe.export.manifest import MANIFEST_FILE  # noqa: E402
 from xlpe.export.runtime import OnnxTranslator, reordered_cache  # noqa: E402
-from xlpe.export.step_caches import shared_attention, split_attention  # noqa: E402
+from xlpe.export.step_caches import (  # noqa: E402
+    IndirectSelfAttention,
+    indirect_self_attention,
+    shared_attention,
+    split_attention,
+)
 
 stack_tokenizer = test_export.stack_tokenizer  # the fixture, reused
 assert_same_generation = test_export.assert_same_generation
@@ -117,12 +124,20 @@ def cache_copies(path) -> list[str]:
     return [n.name for n in graph.node if n.op_type == "Concat" and cache_inputs & set(n.input)]
 
 
-def test_step_graph_copies_no_cache(stack_tokenizer, tmp_path):
-    """A stock-attention family: the step graph's outputs are the step's own keys/values, no node reads a cache
-    input into a `Concat`, and the cross-attention cache inputs have their own row axis ("sentences")."""
-    model, _ = build("xlpe-combination")
+def format_3(monkeypatch):
+    """Exports written as format 3 (appended keys, no indirect cache), as the previous release wrote them."""
+    real_layout = exporter.graph_layout
+    monkeypatch.setattr(exporter, "graph_layout", lambda m: dataclasses.replace(real_layout(m), indirect_cache=False))
+    monkeypatch.setattr(exporter, "FORMAT_VERSION", 3)
+
+
+def test_step_graph_copies_no_cache(stack_tokenizer, tmp_path, monkeypatch):
+    """Format 3, a stock-attention family: the step graph's outputs are the step's own keys/values, no node reads a
+    cache input into a `Concat`, and the cross-attention cache inputs have their own row axis ("sentences")."""
+    format_3(monkeypatch)
+    model, source = build("xlpe-combination")
     manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
-    assert manifest["format_version"] == 3
+    assert manifest["format_version"] == 3 and not manifest["layout"]["indirect_cache"]
     assert manifest["layout"]["appended_cache"] and manifest["layout"]["cross_cache_per_sentence"]
     assert not cache_copies(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)
     graph = onnx.load(str(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)).graph
@@ -143,6 +158,7 @@ def test_step_graph_copies_no_cache(stack_tokenizer, tmp_path):
     logits, *present = translator._run(translator.decoder_with_past, feeds)
     assert logits.shape[0] == 6
     assert [p.shape for p in present] == [(6, layout.decoder_heads, 1, layout.head_dim)] * len(present)
+    assert_same_generation(model, translator, source)
 
 
 @pytest.mark.parametrize("name", ["xlpe-combination", "mvpe_pos-decoder-tags-learned"])
@@ -153,7 +169,9 @@ def test_format_2_exports_still_translate_as_pytorch(name, stack_tokenizer, tmp_
     monkeypatch.setattr(
         exporter,
         "graph_layout",
-        lambda model: dataclasses.replace(real_layout(model), appended_cache=False, cross_cache_per_sentence=False),
+        lambda model: dataclasses.replace(
+            real_layout(model), appended_cache=False, cross_cache_per_sentence=False, indirect_cache=False
+        ),
     )
     monkeypatch.setattr(exporter, "FORMAT_VERSION", 2)
     model, source = build(name)
@@ -180,3 +198,139 @@ def test_format_2_exports_still_translate_as_pytorch(name, stack_tokenizer, tmp_
     )
     assert present[0].shape[2] == 4  # the grown cache: 3 cached + 1 new
     assert_same_generation(model, translator, source)
+
+
+# --- format 4: the indirect cache ------------------------------------------------------------------------------
+
+
+def explicit_history_attention(query, new_keys, new_values, key_buffer, value_buffer, indirection, scaling):
+    """The indirect form spelled out: each hypothesis's keys gathered position by position from the beam rows its
+    history names, joined with its own new key, then plain attention."""
+    rows, heads, _, width = query.shape
+    sentences, beams, length = indirection.shape
+    outputs = []
+    for row in range(rows):
+        sentence, beam = divmod(row, beams)
+        history = [sentence * beams + int(indirection[sentence, beam, t]) for t in range(length)]
+        keys = torch.stack([key_buffer[h, :, t] for t, h in enumerate(history)] + [new_keys[row, :, 0]], dim=1)
+        values = torch.stack([value_buffer[h, :, t] for t, h in enumerate(history)] + [new_values[row, :, 0]], dim=1)
+        outputs.append(plain_attention(query[row : row + 1], keys[None], values[None], None, scaling))
+    return torch.cat(outputs)
+
+
+indirect_shapes = st.tuples(
+    st.integers(1, 3),  # sentences
+    st.integers(1, 4),  # beams
+    st.integers(1, 3),  # heads
+    st.integers(0, 5),  # cached positions
+    st.integers(1, 3),  # room left in the buffer
+    st.sampled_from([1, 4, 8]),  # head width
+)
+
+
+def indirect_case(shape, seed):
+    sentences, beams, heads, length, room, width = shape
+    generator = torch.Generator().manual_seed(seed)
+    rows = sentences * beams
+    query, new_keys, new_values = (torch.randn(rows, heads, 1, width, generator=generator) for _ in range(3))
+    key_buffer, value_buffer = (torch.randn(rows, heads, length + room, width, generator=generator) for _ in range(2))
+    indirection = torch.randint(0, beams, (sentences, beams, length), generator=generator)
+    return query, new_keys, new_values, key_buffer, value_buffer, indirection, width**-0.5
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=indirect_shapes, seed=st.integers(0, 2**16))
+def test_indirect_attention_reads_each_position_from_the_beam_its_history_names(shape, seed):
+    case = indirect_case(shape, seed)
+    output, present_keys, present_values = indirect_self_attention(*case)
+    expected = explicit_history_attention(*case)
+    assert output.shape == expected.shape and torch.allclose(output, expected, atol=1e-5)
+    _, new_keys, new_values, key_buffer, value_buffer, indirection, _ = case
+    length = indirection.shape[-1]
+    for present, buffer, new in ((present_keys, key_buffer, new_keys), (present_values, value_buffer, new_values)):
+        assert torch.equal(present[:, :, length], new[:, :, 0])  # the step's keys at `length`, in every row
+        assert torch.equal(present[:, :, :length], buffer[:, :, :length])  # nothing else moved
+        assert torch.equal(present[:, :, length + 1 :], buffer[:, :, length + 1 :])
+
+
+class _IndirectModule(torch.nn.Module):
+    def __init__(self, scaling: float):
+        super().__init__()
+        self.scaling = scaling
+
+    def forward(self, query, new_keys, new_values, key_buffer, value_buffer, indirection):
+        return IndirectSelfAttention.apply(
+            query, new_keys, new_values, key_buffer, value_buffer, indirection, self.scaling
+        )
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 2, 4, 2, 8), (1, 1, 1, 0, 1, 4), (3, 4, 2, 6, 3, 4)])
+def test_the_exported_kernel_matches_its_torch_reference_in_place(shape, tmp_path):
+    """`IndirectSelfAttention` exported (one onnxruntime `DecoderMaskedMultiHeadAttention`), run with its buffers
+    bound as input and output: the reference's output, and the step's keys written into the caller's buffers."""
+    import onnxruntime as ort
+
+    case = indirect_case(shape, seed=sum(shape))
+    names = ["query", "new_keys", "new_values", "key_buffer", "value_buffer", "indirection"]
+    path = tmp_path / "indirect.onnx"
+    torch.onnx.export(
+        _IndirectModule(case[6]),
+        case[:6],
+        str(path),
+        input_names=names,
+        output_names=["output", "present_keys", "present_values"],
+        dynamic_axes={"indirection": {2: "length"}, "key_buffer": {2: "capacity"}, "value_buffer": {2: "capacity"}},
+        opset_version=17,
+        dynamo=False,
+        custom_opsets={"com.microsoft": 1},
+    )
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    buffers = [case[3].numpy().copy(), case[4].numpy().copy()]
+    values = [ort.OrtValue.ortvalue_from_numpy(buffer) for buffer in buffers]
+    binding = session.io_binding()
+    for name, tensor in zip(names[:3], case[:3]):
+        binding.bind_cpu_input(name, tensor.numpy())
+    binding.bind_cpu_input("indirection", case[5].numpy())
+    binding.bind_output("output")  # outputs come back in the order they were bound
+    for name, output, value in zip(("key_buffer", "value_buffer"), ("present_keys", "present_values"), values):
+        binding.bind_ortvalue_input(name, value)
+        binding.bind_ortvalue_output(output, value)
+    session.run_with_iobinding(binding)
+    expected, present_keys, present_values = indirect_self_attention(*case)
+    assert np.allclose(binding.get_outputs()[0].numpy(), expected.numpy(), atol=1e-5)
+    assert np.array_equal(buffers[0], present_keys.numpy()) and np.array_equal(buffers[1], present_values.numpy())
+
+
+def test_format_4_step_graph_reads_and_writes_its_buffers(stack_tokenizer, tmp_path):
+    """The default export of a stock-attention family: one indirect-attention kernel per decoder layer, no node
+    copies a self-attention cache input, the self-attention outputs are the buffers (the capacity axis)."""
+    model, _ = build("xlpe-combination")
+    manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
+    assert manifest["format_version"] == 4 and manifest["layout"]["indirect_cache"]
+    graph = onnx.load(str(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)).graph
+    kernels = [n for n in graph.node if n.op_type == "DecoderMaskedMultiHeadAttention"]
+    assert len(kernels) == model.config.decoder_layers
+    assert not cache_copies(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)
+    for value in [*graph.input, *graph.output]:
+        if ".decoder." in value.name:
+            assert value.type.tensor_type.shape.dim[2].dim_param == "capacity", value.name
+    assert [i.name for i in graph.input][-1] == "cache_indirection"
+
+
+@pytest.mark.parametrize("name", ["xlpe-combination", "dpe", "mvpe_pos-decoder-tags-learned", "dpe+rotary-decoder"])
+def test_format_4_translates_as_pytorch_while_its_buffers_grow(name, stack_tokenizer, tmp_path, monkeypatch):
+    """Buffers of two positions at first, so every call doubles them several times: still PyTorch's tokens,
+    greedy and beam. A family whose attention carries its own terms (relative positions) is written as format 3."""
+    monkeypatch.setattr(runtime, "INITIAL_CACHE_CAPACITY", 2)
+    model, source = build(name)
+    manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
+    assert manifest["layout"]["indirect_cache"]
+    assert_same_generation(model, OnnxTranslator(tmp_path / "onnx", threads=1), source)
+
+
+def test_attention_with_its_own_terms_is_written_as_format_3(stack_tokenizer, tmp_path):
+    model, _ = build("xlpe-combination+relative-decoder-only")
+    manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
+    assert manifest["format_version"] == 4 and not manifest["layout"]["indirect_cache"]
+    graph = onnx.load(str(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)).graph
+    assert not [n for n in graph.node if n.op_type == "DecoderMaskedMultiHeadAttention"]

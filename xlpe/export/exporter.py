@@ -179,6 +179,7 @@ def quantize_graph(source: Path, target: Path, scheme: str = DEFAULT_INT8_SCHEME
     """One graph's dynamic int8 copy under `scheme` (INT8_SCHEMES); returns the node names kept in fp32."""
     import logging
 
+    from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     settings = INT8_SCHEMES[check_int8_scheme(scheme)]
@@ -195,6 +196,8 @@ def quantize_graph(source: Path, target: Path, scheme: str = DEFAULT_INT8_SCHEME
             per_channel=settings["per_channel"],
             reduce_range=settings["reduce_range"],
             op_types_to_quantize=settings["op_types"],
+            # format 4's com.microsoft attention has no ONNX shape inference: what follows it is float32
+            extra_options={"DefaultTensorType": TensorProto.FLOAT},
         )
     finally:
         root.setLevel(level)

@@ -17,6 +17,10 @@ Three graphs per model (the layout optimum and transformers.js use for Marian, p
   caller appends to the cache as it reorders it (step_caches.py: no copy of the cache inside the graph; an
   export from before it, `GraphLayout.appended_cache` false, gives the grown cache). The cross-attention cache
   never changes; the caller keeps it.
+  Format 4 (`GraphLayout.indirect_cache`): the self-attention caches are buffers [batch, heads, capacity,
+  head_dim] in and out (`past_key_values.<layer>.decoder.*` / `present.<layer>.decoder.*`, written in place by
+  onnxruntime when the caller binds both to one buffer), and `cache_indirection` [sentences, beams, length] says
+  which beam row holds each earlier position (step_caches.py).
 
 mvPE+POS with decoder tags: both decoder graphs also take `tagger_input_ids` [batch, window - 1 + target], the
 last tokens of the running hypothesis left-filled with the pad id, and run the hypothesis tagger on them inside
@@ -34,7 +38,16 @@ import torch
 from torch import nn
 
 from .onnx_fixes import exportable_attention, fix_graph, register_symbolics
-from .step_caches import AppendedKeysLayer, appended_cache_attention, appended_tensors, held_layer
+from .step_caches import (
+    AppendedKeysLayer,
+    BufferedKeysLayer,
+    appended_cache_attention,
+    appended_tensors,
+    buffered_tensors,
+    held_layer,
+    indirect_attention_available,
+    indirect_cache_supported,
+)
 
 ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE = (
     "encoder_model.onnx",
@@ -59,6 +72,7 @@ class GraphLayout:
     head_dim: int
     appended_cache: bool = False  # the step graph gives the new tokens' keys/values, not the grown cache
     cross_cache_per_sentence: bool = False  # the step graph takes the cross-attention cache once per sentence
+    indirect_cache: bool = False  # self-attention caches: buffers written in place, read via `cache_indirection`
 
     @property
     def encoder_inputs(self) -> list[str]:
@@ -84,7 +98,8 @@ class GraphLayout:
 
 
 def graph_layout(model) -> GraphLayout:
-    """The `GraphLayout` of a loaded model (an xlpe family or stock MarianMT)."""
+    """The `GraphLayout` of a loaded model (an xlpe family or stock MarianMT): format 4's indirect cache where the
+    model's attention allows it and the installed onnxruntime has the kernel (step_caches.py), else format 3's."""
     config = model.config
     family = config.model_type
     uses = getattr(config, "uses_extra_input", lambda name: False)
@@ -101,6 +116,7 @@ def graph_layout(model) -> GraphLayout:
         head_dim=int(config.d_model) // int(config.decoder_attention_heads),
         appended_cache=True,  # what export_graphs writes (step_caches.py)
         cross_cache_per_sentence=True,
+        indirect_cache=indirect_cache_supported(model) and indirect_attention_available(),
     )
 
 
@@ -146,12 +162,18 @@ class DecoderGraph(nn.Module):
         kwargs = {}
         if tagger_input_ids is not None:
             kwargs["decoder_input_pos_tag_ids"] = self.tags(tagger_input_ids, decoder_input_ids.shape[1])
+        indirect = self.with_past and self.layout.indirect_cache
+        if indirect:  # format 4: the last input is the beams' history (step_caches.py)
+            past, indirection = past[:-1], past[-1]
         if self.with_past:
             cache = EncoderDecoderCache([tuple(past[4 * i : 4 * i + 4]) for i in range(self.layout.decoder_layers)])
             if self.layout.appended_cache:  # the given tensors held as they are (step_caches.py)
                 own, cross = cache.self_attention_cache.layers, cache.cross_attention_cache.layers
                 for i in range(self.layout.decoder_layers):
-                    own[i] = AppendedKeysLayer(past[4 * i], past[4 * i + 1])
+                    if indirect:
+                        own[i] = BufferedKeysLayer(past[4 * i], past[4 * i + 1], indirection)
+                    else:
+                        own[i] = AppendedKeysLayer(past[4 * i], past[4 * i + 1])
                     cross[i] = held_layer(past[4 * i + 2], past[4 * i + 3], self.layout.cross_cache_per_sentence)
         else:
             cache = None
@@ -165,6 +187,8 @@ class DecoderGraph(nn.Module):
             **kwargs,
         )
         cache = outputs.past_key_values if hasattr(outputs, "past_key_values") else outputs.cache
+        if indirect:
+            return (outputs.logits[:, -1, :], *buffered_tensors(cache))
         if self.with_past and self.layout.appended_cache:
             return (outputs.logits[:, -1, :], *appended_tensors(cache))
         present = []
@@ -212,9 +236,12 @@ def example_inputs(model, layout: GraphLayout, batch: int = 2, source: int = 7, 
         first.append(target_ids(batch, layout.tagger_window - 1 + target))
         step.append(target_ids(batch, layout.tagger_window))
     shape = (batch, layout.decoder_heads, None, layout.head_dim)
+    own = target + 2 if layout.indirect_cache else target  # format 4: a buffer with room beyond the cached length
     for _ in range(layout.decoder_layers):
-        for length in (target, target, source, source):
+        for length in (own, own, source, source):
             step.append(torch.randn(*shape[:2], length, shape[3], generator=generator))
+    if layout.indirect_cache:  # one beam a sentence: each reads its own row
+        step.append(torch.zeros(batch, 1, target, dtype=torch.int64))
     return encoder, first, step
 
 
@@ -224,7 +251,10 @@ def _dynamic_axes(names: list[str], layout: GraphLayout) -> dict:
         if name.startswith(("past_key_values", "present")):
             per_sentence = layout.cross_cache_per_sentence and name.startswith("past_key_values.")
             rows = "sentences" if per_sentence and ".encoder." in name else "batch"
-            axes[name] = {0: rows, 2: "cache" if ".decoder." in name else "source"}
+            own = "capacity" if layout.indirect_cache and ".decoder." in name else "cache"
+            axes[name] = {0: rows, 2: own if ".decoder." in name else "source"}
+        elif name == "cache_indirection":
+            axes[name] = {0: "sentences", 1: "beams", 2: "cache"}
         elif name in ("encoder_hidden_states", "last_hidden_state", "reorder_positions"):
             axes[name] = {0: "batch", 1: "source"}
         elif name == "logits":
@@ -265,6 +295,7 @@ def export_graphs(model, layout: GraphLayout, directory, opset: int = DEFAULT_OP
                 "encoder_attention_mask",
                 *tagger,
                 *layout.cache_names("past_key_values"),
+                *(["cache_indirection"] if layout.indirect_cache else []),
             ],
             ["logits", *layout.cache_names("present", sides=("decoder",))],
         ),
@@ -296,6 +327,10 @@ def _export_all(specs: dict, directory, opset: int, written: dict, layout: Graph
                 opset_version=opset,
                 dynamo=False,
                 do_constant_folding=True,
+                # format 4's step graph: onnxruntime's attention kernel (step_caches.py)
+                custom_opsets={"com.microsoft": 1}
+                if layout.indirect_cache and file_name == DECODER_WITH_PAST_FILE
+                else None,
             )
             fix_graph(directory / file_name)
             written[file_name] = {"inputs": input_names, "outputs": output_names}

@@ -32,8 +32,8 @@ from pathlib import Path
 
 MANIFEST_FILE = "export_manifest.json"
 FORMAT = "xlpe-onnx-export"
-FORMAT_VERSION = 3  # 3: the step graph's appended / per-sentence caches (GraphLayout); 2: `files`, `seal`
-READABLE_FORMAT_VERSIONS = (2, 3)  # 2 is read as written (a grown cache); 1 (graphs only) is refused: export again
+FORMAT_VERSION = 4  # 4: `GraphLayout.indirect_cache`; 3: the step graph's appended / per-sentence caches; 2: `seal`
+READABLE_FORMAT_VERSIONS = (2, 3, 4)  # 2 and 3 are read as written; 1 (graphs only) is refused: export again
 SEAL_FIELD = "seal"
 VOLATILE_CONFIG_FIELDS = (
     "_name_or_path",

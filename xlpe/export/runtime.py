@@ -23,9 +23,12 @@ The front end (what runs outside the graphs), reused from the model package rath
   span lengths that has no efficient ONNX form. XL PE's built-in predictor runs inside the encoder graph.
 
 Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs. The
-cache lives in numpy between steps; beam search reorders the self-attention cache by the rows `search` names, in
-the same copy that appends the step graph's new keys and values to it (`reordered_cache`; step_caches.py); the
-search's log_softmax over each step's scores runs in a one-node onnxruntime graph (`log_softmax_session`).
+cache lives in numpy between steps. A format-4 export (`GraphLayout.indirect_cache`) never copies it:
+`IndirectCache` keeps one buffer per self-attention cache that the step graph writes in place (bound as both its
+input and its output), and follows the rows `search` names in the beams' history alone (step_caches.py). Earlier
+exports are read as written: beam search reorders the self-attention cache by those rows, in the same copy that
+appends the step graph's new keys and values to it (`reordered_cache`). The search's log_softmax over each step's
+scores runs in a one-node onnxruntime graph (`log_softmax_session`).
 Raw-text batches follow `XLPETranslationPipeline`: whitespace-normalised lines, sources cut at the model's
 position limit (the tokenizer's `model_max_length` is set to it), and the length rule of
 xlpe/models/length_rule.py: when neither `max_new_tokens` nor `max_length` is given, each sentence gets at most
@@ -50,6 +53,7 @@ from .search import SearchSettings, search
 from .streams import check_streams, threads_per_stream
 
 PRECISIONS = ("fp32", "int8")
+INITIAL_CACHE_CAPACITY = 64  # format 4: positions a self-attention buffer holds before it first doubles
 logger = logging.getLogger(__name__)
 
 
@@ -68,7 +72,7 @@ def session_options(threads: int | None, spin_wait: bool = True):
 
 def log_softmax_session(options):
     """onnxruntime's LogSoftmax over the last axis of float32 [rows, vocab] scores, as `search`'s `normalize`: a
-    one-node graph built here (no file), run with the translator's session options. On one beam step's scores
+    one-node graph built here (no file), run with the given session options. On one beam step's scores
     (64 hypotheses x 8,000 tokens, one thread) it takes ~0.6 ms against numpy's ~2.1 ms (vectorised exp); it is the
     search's one pass over a step's whole scores (search.py, `SearchSettings.beam_log_probs`)."""
     import onnxruntime as ort
@@ -100,6 +104,59 @@ def reordered_cache(past: np.ndarray, new: np.ndarray | None, rows: np.ndarray) 
     cache[:, :, :length] = past[rows]
     cache[:, :, length:] = new[rows]
     return cache
+
+
+class IndirectCache:
+    """Format 4's self-attention caches for one `generate` call (step_caches.py): a buffer [rows, heads, capacity,
+    head_dim] per cache input, written in place by the step graph at position `length`, and each row's history, the
+    beam (row of its sentence, rows sentence-major) that holds each earlier position. Following the beams rewrites
+    the history (ints), never the buffers; the capacity doubles (one copy) when the length reaches it, up to
+    `limit` positions."""
+
+    def __init__(self, present: dict[str, np.ndarray], beams: int, limit: int, capacity: int | None = None):
+        import onnxruntime as ort
+
+        self._ort = ort
+        rows, _, self.length, _ = next(iter(present.values())).shape
+        self.beams, self.limit = beams, max(int(limit), self.length + 1)
+        self.own_beam = np.arange(rows, dtype=np.int64) % beams
+        capacity = min(max(capacity or INITIAL_CACHE_CAPACITY, self.length + 1), self.limit)
+        self.buffers = {}
+        for name, value in present.items():
+            self.buffers[name] = np.empty((*value.shape[:2], capacity, value.shape[3]), dtype=value.dtype)
+            self.buffers[name][:, :, : self.length] = value
+        self.history = np.empty((rows, capacity), dtype=np.int64)
+        self.history[:, : self.length] = self.own_beam[:, None]  # the prompt: every row its own
+        self._bind()
+
+    def _bind(self):
+        self.values = {name: self._ort.OrtValue.ortvalue_from_numpy(b) for name, b in self.buffers.items()}
+
+    @property
+    def capacity(self) -> int:
+        return self.history.shape[1]
+
+    def follow(self, rows: np.ndarray) -> None:
+        """The hypotheses continue those at `rows` (search's reorder): their histories, not their caches."""
+        self.history[:, : self.length] = self.history[rows, : self.length]
+        if self.length >= self.capacity:  # room for the step's keys: double, at most `limit`
+            capacity = min(2 * self.capacity, self.limit)
+            if capacity <= self.length:
+                raise ValueError(f"the decoder cache is full ({self.length} positions, the search's limit)")
+            grow = [(0, 0), (0, 0), (0, capacity - self.capacity), (0, 0)]
+            self.buffers = {name: np.pad(b, grow) for name, b in self.buffers.items()}
+            self.history = np.pad(self.history, [(0, 0), (0, capacity - self.capacity)])
+            self._bind()
+
+    def indirection(self) -> np.ndarray:
+        """`cache_indirection` [sentences, beams, length] for the next step."""
+        rows = self.history.shape[0]
+        return np.ascontiguousarray(self.history[:, : self.length]).reshape(rows // self.beams, self.beams, -1)
+
+    def advance(self) -> None:
+        """After a step: each row wrote its keys at `length` in its own buffer row."""
+        self.history[:, self.length] = self.own_beam
+        self.length += 1
 
 
 class OnnxTranslator:
@@ -159,7 +216,10 @@ class OnnxTranslator:
             session: {i.name for i in session.get_inputs()}
             for session in (self.encoder, self.decoder, self.decoder_with_past)
         }
-        self._normalize = log_softmax_session(options)  # the search's log_softmax (onnxruntime's, not numpy's)
+        # the search's log_softmax (onnxruntime's, not numpy's), on the calling thread: a pool of its own would spin
+        # beside the graphs' after each call (with two intra-op threads that made whole translations 1.2x slower)
+        self._normalize = log_softmax_session(session_options(1))
+        self._ort = ort
         self._reorderer = self._tagger = None
 
     # --- the front end ------------------------------------------------------------------------------------
@@ -272,6 +332,7 @@ class OnnxTranslator:
             )
         hidden = self._run(self.encoder, feeds)[0]
         beams, mask = settings.num_beams, feeds["attention_mask"]
+        sentences = {"encoder_hidden_states": hidden, "encoder_attention_mask": mask}  # one row a sentence
         if beams > 1:
             hidden, mask = np.repeat(hidden, beams, axis=0), np.repeat(mask, beams, axis=0)
         state = {"encoder_hidden_states": hidden, "encoder_attention_mask": mask}
@@ -279,18 +340,14 @@ class OnnxTranslator:
         own = [name for name in names if ".decoder." in name]  # self-attention: grows and follows the beams
         cross = [name for name in names if ".encoder." in name]  # cross-attention: fixed within a sentence
         appended = {}  # the last step's own keys/values (appended-cache graphs), not yet in `state`
+        if self.layout.indirect_cache:
+            return self._generate_indirect(feeds, settings, budgets, state, sentences, own, cross, beams)
 
         def next_logits(sequences: np.ndarray, reorder):
             step = dict(state)
             if reorder is None:  # first step: the whole prompt, no cache
-                step["decoder_input_ids"] = sequences
-                if self.layout.tagger_window:
-                    step["tagger_input_ids"] = self._tagger_ids(sequences, sequences.shape[1])
-                logits, *present = self._run(self.decoder, step)
-                state.update(zip(names, present))
-                if self.layout.cross_cache_per_sentence:  # rows are sentence-major: keep each sentence's first
-                    for name in cross:
-                        state[name] = np.ascontiguousarray(state[name][::beams])
+                logits, outputs = self._first_step(sequences, sentences, beams)
+                state.update(outputs)
                 return logits
             for name in own:  # cross-attention rows never change within a sentence
                 step[name] = state[name] = reordered_cache(state[name], appended.get(name), reorder)
@@ -300,6 +357,59 @@ class OnnxTranslator:
             logits, *present = self._run(self.decoder_with_past, step)
             (appended if self.layout.appended_cache else state).update(zip(own, present))
             return logits
+
+        return search(next_logits, feeds["input_ids"].shape[0], settings, budgets, self._normalize)
+
+    def _first_step(self, sequences: np.ndarray, sentences: dict, beams: int) -> tuple[np.ndarray, dict]:
+        """The first step's logits [rows, vocab] and caches {input name: array}, run once per sentence: at the first
+        step a sentence's beams are the same prompt over the same source, so the graph runs on each sentence's first
+        row (rows are sentence-major) and its results are repeated for the beams (the cross-attention keys and
+        values: 1/beams of the work; kept once per sentence where the step graph takes them so)."""
+        step = dict(sentences, decoder_input_ids=sequences[::beams])
+        if self.layout.tagger_window:
+            step["tagger_input_ids"] = self._tagger_ids(step["decoder_input_ids"], sequences.shape[1])
+        logits, *present = self._run(self.decoder, step)
+        outputs = {}
+        for name, value in zip(self.layout.cache_names("past_key_values"), present):
+            per_sentence = self.layout.cross_cache_per_sentence and ".encoder." in name
+            outputs[name] = value if per_sentence or beams == 1 else np.repeat(value, beams, axis=0)
+        return (np.repeat(logits, beams, axis=0) if beams > 1 else logits), outputs
+
+    def _generate_indirect(self, feeds, settings, budgets, state, sentences, own, cross, beams) -> np.ndarray:
+        """`generate`'s search over a format-4 export: the step graph reads and writes the `IndirectCache` buffers
+        in place (onnxruntime IO binding: one buffer bound as a cache input and its `present` output)."""
+        presents = {name: name.replace("past_key_values.", "present.", 1) for name in own}
+        step_inputs = self.inputs[self.decoder_with_past]
+        run = {}  # this call's cache, binding and logits buffer, made at the first step
+
+        def next_logits(sequences: np.ndarray, reorder):
+            if reorder is None:  # first step: the whole prompt, no cache
+                logits, outputs = self._first_step(sequences, sentences, beams)
+                for name in cross:
+                    state[name] = outputs[name]
+                run["cache"] = IndirectCache({name: outputs[name] for name in own}, beams, settings.max_length)
+                run["binding"] = binding = self.decoder_with_past.io_binding()
+                for name in (*cross, "encoder_hidden_states", "encoder_attention_mask"):
+                    if name in step_inputs:
+                        binding.bind_cpu_input(name, state[name])
+                run["logits"] = np.empty_like(logits)
+                binding.bind_ortvalue_output("logits", self._ort.OrtValue.ortvalue_from_numpy(run["logits"]))
+                return logits
+            cache, binding = run["cache"], run["binding"]
+            cache.follow(reorder)
+            for name in own:  # (re)bound: the buffers move only when they grow
+                binding.bind_ortvalue_input(name, cache.values[name])
+                binding.bind_ortvalue_output(presents[name], cache.values[name])
+            fed = {"decoder_input_ids": np.ascontiguousarray(sequences[:, -1:])}
+            fed["cache_indirection"] = cache.indirection()
+            if self.layout.tagger_window:
+                fed["tagger_input_ids"] = self._tagger_ids(sequences, 1)
+            for name, value in fed.items():
+                binding.bind_cpu_input(name, value)
+            run["fed"] = fed  # bound arrays stay alive until the run (the binding may read them in place)
+            self.decoder_with_past.run_with_iobinding(binding)
+            cache.advance()
+            return run["logits"]
 
         return search(next_logits, feeds["input_ids"].shape[0], settings, budgets, self._normalize)
 
@@ -346,4 +456,4 @@ class OnnxTranslator:
         return translations, too_long, at_limit
 
 
-__all__ = ["PRECISIONS", "OnnxTranslator"]
+__all__ = ["INITIAL_CACHE_CAPACITY", "PRECISIONS", "IndirectCache", "OnnxTranslator"]

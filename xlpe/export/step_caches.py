@@ -30,6 +30,23 @@ path) keeps its in-graph concatenation: the graph is still right, only not faste
 sentence's first row of its cross-attention part (runtime.py). `GraphLayout.appended_cache` and
 `cross_cache_per_sentence` record the form in the manifest (format 3); a format-2 export (grown cache, cross-attention
 cache per beam) is read as it was written.
+
+**Format 4: a cache that is never copied** (`GraphLayout.indirect_cache`). Appending still left the caller one copy
+of every self-attention cache a step to reorder it for the beams (memory-bound: a tenth of an int8 step at OPUS-MT
+size). onnxruntime's `DecoderMaskedMultiHeadAttention` (com.microsoft; CPU kernel) reads the cache *through* the
+beams' history instead, as FasterTransformer does: each self-attention layer keeps a buffer [rows, heads, capacity,
+head_dim] that the kernel writes the step's keys and values into in place (at position `length`, buffer rows never
+move), and `cache_indirection` [sentences, beams, length] says, for each hypothesis and each earlier position, which
+beam row of its sentence holds that position's keys:
+
+    K_r[t] = buffer[s * b + indirection[s, j, t], :, t]   (r = s * b + j, t < length),   K_r[length] = the step's key
+
+The caller updates only the indirection (ints, a few KB: runtime.py). `BufferedKeysLayer` holds a buffer and the
+indirection while the step graph is traced; its length is the indirection's last axis (what the decoders read as
+the cache's length: positions, masks); `indirect_self_attention` is the torch reference of the kernel and
+`IndirectSelfAttention` emits the kernel into the graph. Only attentions the models call through transformers'
+attention functions, without a bias of their own (relative or directional terms), can take this form
+(`indirect_cache_supported`); the exporter writes format 3 for the others.
 """
 
 from __future__ import annotations
@@ -134,6 +151,14 @@ def shared_attention(query, keys, values, attention_mask, scaling):
 
 def _splitting(original):
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+        buffered = _BUFFERED.get(id(key))
+        if buffered is not None and buffered[0] is key and not dropout:  # format 4: the mask is causal only (one
+            layer = buffered[1]  # query, the last position, no target padding: it masks nothing)
+            scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+            output, layer.present_keys, layer.present_values = IndirectSelfAttention.apply(
+                query, *layer.appended, layer.key_buffer, layer.value_buffer, layer.indirection, float(scaling)
+            )
+            return output, None
         keys, values = _parts(key), _parts(value)
         if not dropout and _PER_SENTENCE.get(id(key)) is key and _PER_SENTENCE.get(id(value)) is value:
             return shared_attention(query, key, value, attention_mask, scaling), None
@@ -174,6 +199,175 @@ def appended_cache_attention():
                 local.pop(name, None)
         _JOINED.clear()
         _PER_SENTENCE.clear()
+        _BUFFERED.clear()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Format 4: buffers written in place, read through the beams' history (module docstring)
+# ---------------------------------------------------------------------------------------------------------
+
+# id(keys a BufferedKeysLayer returned) -> (those keys, the layer), filled while tracing
+_BUFFERED: dict[int, tuple[torch.Tensor, BufferedKeysLayer]] = {}
+
+
+class BufferedKeysLayer(DynamicLayer):
+    """A self-attention cache layer over a buffer [rows, heads, capacity, head_dim] whose first `length` positions
+    are read through `indirection` [sentences, beams, length]. Its length (`get_seq_length`) is the indirection's
+    last axis, so the decoder places the step's token at `length`; `update` keeps the step's keys and values and
+    returns a stand-in that `appended_cache_attention`'s attention functions recognise (and that no graph node
+    reads); the kernel's outputs, the written buffers, land in `present_keys` / `present_values`."""
+
+    def __init__(self, key_buffer: torch.Tensor, value_buffer: torch.Tensor, indirection: torch.Tensor):
+        super().__init__()
+        self.lazy_initialization(key_buffer, value_buffer)
+        self.key_buffer, self.value_buffer, self.indirection = key_buffer, value_buffer, indirection
+        self.keys, self.values = key_buffer, value_buffer
+        self.appended: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.present_keys = self.present_values = None
+
+    def get_seq_length(self, *args) -> int:
+        return self.indirection.shape[-1]
+
+    def get_mask_sizes(self, query_length: int, *args) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.appended = (key_states, value_states)
+        stand_in = key_states.expand(-1, -1, -1, -1)  # a view: attention functions see it, the graph drops it
+        _BUFFERED[id(stand_in)] = (stand_in, self)
+        return stand_in, value_states
+
+
+def indirect_self_attention(query, new_keys, new_values, key_buffer, value_buffer, indirection, scaling):
+    """What `DecoderMaskedMultiHeadAttention` computes (torch, the module docstring's K_r): attention of `query`
+    (B, H, 1, d; B = sentences x beams, sentence-major) over the buffered positions t < length, row
+    s * b + indirection[s, j, t], and the step's own key; output (B, 1, H, d) as transformers' attention functions
+    give it, and the buffers with the step's keys and values written at position `length`."""
+    rows, heads, _, width = query.shape
+    sentences, beams, length = indirection.shape
+    sources = (torch.arange(sentences, device=query.device)[:, None, None] * beams + indirection).reshape(rows, length)
+    positions = torch.arange(length, device=query.device)[None, :]
+    keys = torch.cat([key_buffer[sources, :, positions].transpose(1, 2), new_keys], dim=2)  # (B, H, length + 1, d)
+    values = torch.cat([value_buffer[sources, :, positions].transpose(1, 2), new_values], dim=2)
+    weights = torch.softmax(torch.matmul(query, keys.transpose(-1, -2)) * scaling, dim=-1)
+    output = torch.matmul(weights, values).transpose(1, 2).contiguous()
+    present_keys, present_values = key_buffer.clone(), value_buffer.clone()
+    present_keys[:, :, length] = new_keys[:, :, 0]
+    present_values[:, :, length] = new_values[:, :, 0]
+    return output, present_keys, present_values
+
+
+class IndirectSelfAttention(torch.autograd.Function):
+    """`indirect_self_attention` in PyTorch; one com.microsoft `DecoderMaskedMultiHeadAttention` node (buffers
+    shared between past and present, `cache_indirection` padded to the buffer's capacity) in the exported graph."""
+
+    @staticmethod
+    def forward(ctx, query, new_keys, new_values, key_buffer, value_buffer, indirection, scaling):
+        return indirect_self_attention(query, new_keys, new_values, key_buffer, value_buffer, indirection, scaling)
+
+    @staticmethod
+    def symbolic(g, query, new_keys, new_values, key_buffer, value_buffer, indirection, scaling):
+        # the widths are the model's (static); the buffers' head axes give them
+        heads, width = (int(size) for size in key_buffer.type().varyingSizes()[1::2])
+
+        def const(values):
+            return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
+
+        def packed(x):  # (B, H, 1, d) -> (B, 1, H x d), the kernel's layout
+            return g.op("Reshape", g.op("Transpose", x, perm_i=[0, 2, 1, 3]), const([0, 0, -1]))
+
+        def dim(tensor, axis):  # int64 [1]
+            return g.op("Slice", g.op("Shape", tensor), const([axis]), const([axis + 1]))
+
+        length, beams, capacity = dim(indirection, 2), dim(indirection, 1), dim(key_buffer, 2)
+        pads = g.op("Concat", const([0, 0, 0, 0, 0]), g.op("Sub", capacity, length), axis_i=0)
+        int32 = torch.onnx.TensorProtoDataType.INT32
+        full = g.op("Pad", g.op("Cast", indirection, to_i=int32), pads)
+        none = g.op("prim::Constant")
+        none.setType(torch._C.OptionalType.ofTensor())
+        output, present_keys, present_values = g.op(
+            "com.microsoft::DecoderMaskedMultiHeadAttention",
+            packed(query),
+            packed(new_keys),
+            packed(new_values),
+            none,  # mask_index: none (the step's causal mask masks nothing)
+            none,  # attention_bias
+            key_buffer,
+            value_buffer,
+            g.op("Cast", length, to_i=int32),
+            g.op("Cast", beams, to_i=int32),
+            full,
+            num_heads_i=heads,
+            past_present_share_buffer_i=1,
+            scale_f=scaling,
+            outputs=3,
+        )
+        # typed here: ONNX shape inference knows no com.microsoft op, and the quantizer needs every tensor's type
+        output.setType(key_buffer.type().with_sizes([None, 1, heads * width]))
+        present_keys.setType(key_buffer.type())
+        present_values.setType(value_buffer.type())
+        output = g.op("Reshape", output, const([0, 0, heads, width]))
+        output.setType(key_buffer.type().with_sizes([None, 1, heads, width]))
+        return output, present_keys, present_values
+
+
+def buffered_tensors(cache) -> list[torch.Tensor]:
+    """The written buffers of every self-attention layer of `cache` (`BufferedKeysLayer`s), in the graph's output
+    order."""
+    tensors = []
+    for layer in cache.self_attention_cache.layers:
+        if layer.present_keys is None:
+            raise RuntimeError(
+                f"a decoder self-attention of {type(layer).__name__} did not take the indirect-cache form: "
+                "its attention does not go through transformers' attention functions (export format 3 instead)"
+            )
+        tensors += [layer.present_keys, layer.present_values]
+    return tensors
+
+
+def indirect_cache_supported(model) -> bool:
+    """Whether every decoder self-attention of `model` can take format 4's form: stock attention (transformers'
+    attention functions), no relative or directional terms of its own."""
+    decoder = model.get_decoder()
+    for layer in decoder.layers:
+        attention = layer.self_attn
+        if getattr(attention, "relative", None) is not None or getattr(attention, "directional", False):
+            return False
+    return True
+
+
+def indirect_attention_available() -> bool:
+    """Whether the installed onnxruntime runs `DecoderMaskedMultiHeadAttention` on the CPU (format 4's graphs)."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return False
+    tensor = helper.make_tensor_value_info
+    names = ["q", "k", "v", "", "", "pk", "pv", "length", "beams", "indirection"]
+    node = helper.make_node(
+        "DecoderMaskedMultiHeadAttention",
+        names,
+        ["y", "present_k", "present_v"],
+        domain="com.microsoft",
+        num_heads=1,
+        past_present_share_buffer=1,
+    )
+    inputs = [tensor(name, TensorProto.FLOAT, [1, 1, 2]) for name in "qkv"]
+    inputs += [tensor(name, TensorProto.FLOAT, [1, 1, 2, 2]) for name in ("pk", "pv")]
+    inputs += [tensor("length", TensorProto.INT32, [1]), tensor("beams", TensorProto.INT32, [1])]
+    inputs += [tensor("indirection", TensorProto.INT32, [1, 1, 2])]
+    outputs = [tensor("y", TensorProto.FLOAT, [1, 1, 2])]
+    outputs += [tensor(name, TensorProto.FLOAT, [1, 1, 2, 2]) for name in ("present_k", "present_v")]
+    graph = helper.make_graph([node], "probe", inputs, outputs)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:  # an onnxruntime without the kernel: its error types differ between releases
+        return False
+    return True
 
 
 def appended_tensors(cache) -> list[torch.Tensor]:
@@ -187,6 +381,12 @@ def appended_tensors(cache) -> list[torch.Tensor]:
 
 __all__ = [
     "AppendedKeysLayer",
+    "BufferedKeysLayer",
+    "IndirectSelfAttention",
+    "buffered_tensors",
+    "indirect_attention_available",
+    "indirect_cache_supported",
+    "indirect_self_attention",
     "held_layer",
     "shared_attention",
     "appended_cache_attention",
