@@ -57,6 +57,11 @@ INITIAL_CACHE_CAPACITY = 64  # format 4: positions a self-attention buffer holds
 logger = logging.getLogger(__name__)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Sessions, the search's log_softmax, and the self-attention caches between steps
+# ---------------------------------------------------------------------------------------------------------
+
+
 def session_options(threads: int | None, spin_wait: bool = True):
     import onnxruntime as ort
 
@@ -157,6 +162,11 @@ class IndirectCache:
         """After a step: each row wrote its keys at `length` in its own buffer row."""
         self.history[:, self.length] = self.own_beam
         self.length += 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The translator
+# ---------------------------------------------------------------------------------------------------------
 
 
 class OnnxTranslator:
