@@ -334,3 +334,23 @@ def test_attention_with_its_own_terms_is_written_as_format_3(stack_tokenizer, tm
     assert manifest["format_version"] == 4 and not manifest["layout"]["indirect_cache"]
     graph = onnx.load(str(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)).graph
     assert not [n for n in graph.node if n.op_type == "DecoderMaskedMultiHeadAttention"]
+
+
+def test_an_onnxruntime_without_the_kernel_gets_format_3_and_a_format_4_export_is_refused_by_name(
+    stack_tokenizer, tmp_path, monkeypatch
+):
+    """`indirect_attention_available` (checked numerically: the kernel must read the history) decides the format;
+    an export of format 4 loaded where the kernel is missing is a one-line ValueError, not onnxruntime's error."""
+    from xlpe.export import graphs
+    from xlpe.export.step_caches import indirect_attention_available
+
+    assert indirect_attention_available()  # the pinned onnxruntime has it
+    model, source = build("dpe")
+    exporter.export_model(model, stack_tokenizer, tmp_path / "format4")
+    monkeypatch.setattr(graphs, "indirect_attention_available", lambda: False)
+    manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "format3")
+    assert not manifest["layout"]["indirect_cache"]
+    assert_same_generation(model, OnnxTranslator(tmp_path / "format3", threads=1), source, beams=(3,))
+    monkeypatch.setattr(runtime, "indirect_attention_available", lambda: False)
+    with pytest.raises(ValueError, match="format-4 export .* upgrade onnxruntime, or export the model again"):
+        OnnxTranslator(tmp_path / "format4", threads=1)

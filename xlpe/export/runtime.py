@@ -50,6 +50,7 @@ from .exporter import int8_name
 from .graphs import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout
 from .manifest import export_facts, read_manifest, verify_files
 from .search import SearchSettings, search
+from .step_caches import indirect_attention_available
 from .streams import check_streams, threads_per_stream
 
 PRECISIONS = ("fp32", "int8")
@@ -208,6 +209,12 @@ class OnnxTranslator:
         if self.position_limit:  # the model's limit, not a smaller tokenizer's
             self.tokenizer.model_max_length = self.source_limit()
         self.layout = GraphLayout(**self.manifest["layout"])
+        if self.layout.indirect_cache and not indirect_attention_available():
+            raise ValueError(
+                f"{self.directory}: a format-4 export (indirect cache) needs an onnxruntime whose CPU "
+                f"DecoderMaskedMultiHeadAttention reads `cache_indirection` (1.32 does), not {ort.__version__}: "
+                "upgrade onnxruntime, or export the model again with this one (it then writes format 3)"
+            )
         self.generation_config = facts["generation_config"]
         SearchSettings.from_generation_config(self.generation_config)
         options = session_options(threads_per_stream(threads, self.streams), spin_wait)
