@@ -6,8 +6,9 @@ vocabulary (`xlpe-export --int8_scheme channel-all`) buys in speed and costs in 
 
 * **step**: the export's fp32 `decoder_with_past_model.onnx` quantized by every scheme asked for (`--schemes`,
   default `channel,channel-all`); one decoder step of `--rows` rows (batch x beams) with a cache of `--cache`
-  tokens, random inputs, one thread. Interleaved rounds give each graph's median and minimum ms a step; one
-  profiled pass gives each operator type's share of the kernel time.
+  tokens, random inputs, one thread (a format-4 graph through `session.run`: its cache buffers come back as new
+  outputs, a copy the runtime's IO binding avoids; the same for every scheme). Interleaved rounds give each
+  graph's median and minimum ms a step; one profiled pass gives each operator type's share of the kernel time.
 * **quality**: each trained model (`--model NAME=DIR`, a `xlpe-train` run whose `test_translations.txt` holds its
   test sources and references) exported once per scheme; the test sources translated (beam 4, length-sorted batches
   of 16, one thread) in fp32 and in int8; corpus BLEU and chrF (sacrebleu), the sentences identical to fp32, and a
@@ -58,11 +59,15 @@ def step_feeds(session, rows: int, cache: int, source: int, beams: int = 4) -> d
 
     if rows % beams:
         raise ValueError(f"--rows must be a multiple of --beams ({beams}), got {rows}")
-    sizes = {"batch": rows, "sentences": rows // beams, "target": 1, "cache": cache, "source": source}
+    # format 4 (indirect cache): buffers one position longer than the cache, the beams' history within range
+    sizes = {"batch": rows, "sentences": rows // beams, "beams": beams, "target": 1, "cache": cache, "source": source}
+    sizes["capacity"] = cache + 1
     rng, feeds = np.random.default_rng(0), {}
     for spec in session.get_inputs():
         shape = [d if isinstance(d, int) else sizes.get(d, source) for d in spec.shape]
-        if "int64" in spec.type:
+        if spec.name == "cache_indirection":
+            feeds[spec.name] = rng.integers(0, beams, shape)
+        elif "int64" in spec.type:
             feeds[spec.name] = np.ones(shape, np.int64) if "mask" in spec.name else rng.integers(3, 50, shape)
         else:
             feeds[spec.name] = (rng.standard_normal(shape) * 0.1).astype(np.float32)
