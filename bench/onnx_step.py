@@ -107,11 +107,7 @@ class Step:
 
         if self.binding is not None:  # the same step each call: the history follows, the length stays
             self.cache.follow(self.order)
-            for name in self.own:
-                self.binding.bind_ortvalue_input(name, self.cache.values[name])
-                self.binding.bind_ortvalue_output(
-                    name.replace("past_key_values.", "present.", 1), self.cache.values[name]
-                )
+            self.cache.bind(self.binding)
             self.indirection = self.cache.indirection()  # alive until the run
             self.binding.bind_cpu_input("cache_indirection", self.indirection)
             return self.session.run_with_iobinding(self.binding)

@@ -154,6 +154,13 @@ class IndirectCache:
             self.history = np.pad(self.history, [(0, 0), (0, capacity - self.capacity)])
             self._bind()
 
+    def bind(self, binding) -> None:
+        """Bind each buffer as its cache input and as the matching `present` output (written in place); again after
+        a growth moved the buffers."""
+        for name, value in self.values.items():
+            binding.bind_ortvalue_input(name, value)
+            binding.bind_ortvalue_output(name.replace("past_key_values.", "present.", 1), value)
+
     def indirection(self) -> np.ndarray:
         """`cache_indirection` [sentences, beams, length] for the next step."""
         rows = self.history.shape[0]
@@ -395,7 +402,6 @@ class OnnxTranslator:
     def _generate_indirect(self, feeds, settings, budgets, state, sentences, own, cross, beams) -> np.ndarray:
         """`generate`'s search over a format-4 export: the step graph reads and writes the `IndirectCache` buffers
         in place (onnxruntime IO binding: one buffer bound as a cache input and its `present` output)."""
-        presents = {name: name.replace("past_key_values.", "present.", 1) for name in own}
         step_inputs = self.inputs[self.decoder_with_past]
         run = {}  # this call's cache, binding and logits buffer, made at the first step
 
@@ -414,9 +420,7 @@ class OnnxTranslator:
                 return logits
             cache, binding = run["cache"], run["binding"]
             cache.follow(reorder)
-            for name in own:  # (re)bound: the buffers move only when they grow
-                binding.bind_ortvalue_input(name, cache.values[name])
-                binding.bind_ortvalue_output(presents[name], cache.values[name])
+            cache.bind(binding)  # the buffers move only when they grow
             fed = {"decoder_input_ids": np.ascontiguousarray(sequences[:, -1:])}
             fed["cache_indirection"] = cache.indirection()
             if self.layout.tagger_window:
