@@ -119,14 +119,14 @@ class IndirectCache:
     the history (ints), never the buffers; the capacity doubles (one copy) when the length reaches it, up to
     `limit` positions."""
 
-    def __init__(self, present: dict[str, np.ndarray], beams: int, limit: int, capacity: int | None = None):
+    def __init__(self, present: dict[str, np.ndarray], beams: int, limit: int):
         import onnxruntime as ort
 
         self._ort = ort
         rows, _, self.length, _ = next(iter(present.values())).shape
         self.beams, self.limit = beams, max(int(limit), self.length + 1)
         self.own_beam = np.arange(rows, dtype=np.int64) % beams
-        capacity = min(max(capacity or INITIAL_CACHE_CAPACITY, self.length + 1), self.limit)
+        capacity = min(max(INITIAL_CACHE_CAPACITY, self.length + 1), self.limit)
         self.buffers = {}
         for name, value in present.items():
             self.buffers[name] = np.empty((*value.shape[:2], capacity, value.shape[3]), dtype=value.dtype)
@@ -420,7 +420,7 @@ class OnnxTranslator:
                 return logits
             cache, binding = run["cache"], run["binding"]
             cache.follow(reorder)
-            cache.bind(binding)  # the buffers move only when they grow
+            cache.bind(binding)  # each step (a few bind calls): after a growth the buffers are new arrays
             fed = {"decoder_input_ids": np.ascontiguousarray(sequences[:, -1:])}
             fed["cache_indirection"] = cache.indirection()
             if self.layout.tagger_window:
