@@ -13,6 +13,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from xlpe.evaluation.verdict import verdict_of  # the seed rule: one copy, in the library
+
 from .data import REPO
 from .reproduction import COMPONENTS, GROUPS, MODES, STUDY_DATA, group_runs, read_results
 from .tables import mean_std, replace_section_with_results, run_dates
@@ -87,19 +89,6 @@ def rows_by_pair(records: list[dict], names: list[str]):
 def pair_label(name: str, pair: str, several_pairs: bool) -> str:
     """A column or row label: the run's name, with its pair when the table shows several."""
     return f"{name} ({pair})" if several_pairs else name
-
-
-def verdict_of(deltas: list[float], pvalues: list[float]) -> str:
-    """Our rule: a difference is real only when it is significant (p < 0.05) in every seed, with one sign."""
-    significant = sum(p < 0.05 for p in pvalues)
-    same_sign = all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
-    direction = "better" if deltas and statistics.mean(deltas) > 0 else "worse"
-    verdict = (
-        f"{direction} (significant in {significant}/{len(pvalues)} seeds, p<0.05)"
-        if pvalues and significant == len(pvalues) and same_sign
-        else f"within noise (significant in {significant}/{len(pvalues)} seeds)"
-    )
-    return verdict + ("; one seed: indicative only" if len(pvalues) == 1 else "")
 
 
 def paired_against(rows: list[dict], parts: list[dict], work: Path) -> tuple[list[float], list[float]]:
