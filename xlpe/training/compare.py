@@ -260,6 +260,23 @@ def request_record(request: CompareRequest) -> dict:
     }
 
 
+def flag_difference(old: Sequence[str], new: Sequence[str]) -> str:
+    """The first flag whose value differs between two flag lists: "--learning_rate (not given) -> 1e-3"."""
+    flags = dict.fromkeys(item.split("=", 1)[0] for item in [*old, *new] if item.startswith("--"))
+    for flag in flags:
+        before, after = flag_value(old, flag), flag_value(new, flag)
+        present = (
+            flag in old or any(i.startswith(flag + "=") for i in old),
+            flag in new or any(i.startswith(flag + "=") for i in new),
+        )
+        if before != after or present[0] != present[1]:
+            shown = [
+                ("(not given)" if not there else repr(value or "")) for there, value in zip(present, (before, after))
+            ]
+            return f"{flag} {shown[0]} -> {shown[1]}"
+    return f"{shlex.join(old)!r} -> {shlex.join(new)!r}"
+
+
 def check_record(old: dict, new: dict, folder: Path) -> list[str]:
     """Refuse (CompareError naming it) what differs between the folder's record `old` and the request `new`;
     returns what is added (new variants, more seeds), which a rerun may do."""
@@ -277,9 +294,10 @@ def check_record(old: dict, new: dict, folder: Path) -> list[str]:
                         f"({old['data'].get(flag)} -> {new['data'].get(flag)}); {again}"
                     )
         elif old.get(key) != new[key]:
+            difference = flag_difference(old.get(key) or [], new[key])
             raise CompareError(
-                f"--output_dir {folder} was run with {key} {shlex.join(old.get(key) or [])!r}, now "
-                f"{shlex.join(new[key])!r}; every run must be trained the same way: {again}"
+                f"--output_dir {folder}: {key} differs from its first run ({difference}); every run must be "
+                f"trained the same way: {again}"
             )
     added = []
     for name, flags in new["variants"].items():
@@ -471,7 +489,7 @@ def run_all(tasks: list[tuple[str, str, list[str], Path]], runner: Runner, jobs:
         label, program, argv, log = task
         slot = slots.pop(0)
         try:
-            echo(f"xlpe-compare: {label}: started (log {log})")
+            echo(f"xlpe-compare: {label}: started" + (f" (log {log})" if runner is subprocess_runner else ""))
             status = runner(program, argv, log, job_environment(slot, jobs, gpus))
         finally:
             slots.append(slot)
@@ -563,34 +581,34 @@ def plan_text(request: CompareRequest, states: dict, jobs: int, estimates: dict 
     if request.needs_reorderer():
         lines.append(f"  reorderer: xlpe-reorder train into {request.reorderer} (its own plan and estimate), attached")
     for variant in request.variants:
-        lines.append(f"  variant {variant.spec()}")
+        lines.append(f"  variant {variant.name}: {shlex.join(variant_flags(request, variant))}")
     counts = {
         state: sum(1 for s in states.values() if s == state) for state in ("finished", "resume", "restart", "new")
     }
     lines.append("  runs: " + ", ".join(f"{count} {state}" for state, count in counts.items() if count))
-    todo = [key for key, state in states.items() if state != "finished"]
-    if estimates is None:
-        lines.append(
-            "  time: estimated before the runs start (after the data is prepared), from "
-            + (
-                f"{request.probe_steps} timed steps of each variant"
-                if request.probe_steps
-                else "nothing (--probe_steps 0)"
-            )
-        )
-    elif todo:
-        per_run = {name: value["total"] for name, value in estimates.items() if value}
-        if len(per_run) == len(request.variants):
-            seconds = sum(per_run[name.rsplit("-seed", 1)[0]] for name in todo)
-            parts = ", ".join(
-                f"{name} {duration(value)} ({estimates[name]['steps']:,} steps)" for name, value in per_run.items()
-            )
-            lines.append(
-                f"  time: about {duration(seconds / jobs)} for the {len(todo)} runs left on this machine "
-                f"({parts} a run, from the probes; early stopping may end runs sooner, an untrained model's "
-                "decoding makes the test part an upper bound)"
-            )
+    lines.append("  " + estimate_text(request, states, jobs, estimates))
     return "\n".join(lines)
+
+
+def estimate_text(request: CompareRequest, states: dict, jobs: int, estimates: dict | None) -> str:
+    """The plan's time line: the runs left, from the probes' estimates per run of each variant."""
+    todo = [name for name, state in states.items() if state != "finished"]
+    if not todo:
+        return "time: nothing to train (every run is finished; the report is made again)"
+    if not estimates or not all(estimates.values()):
+        probe = (
+            f"{request.probe_steps} timed steps of each variant" if request.probe_steps else "nothing (--probe_steps 0)"
+        )
+        return f"time: estimated before the runs start (after the data is prepared), from {probe}"
+    seconds = sum(estimates[name.rsplit("-seed", 1)[0]]["total"] for name in todo)
+    parts = ", ".join(
+        f"{name} {duration(value['total'])} ({value['steps']:,} steps)" for name, value in estimates.items()
+    )
+    return (
+        f"time: about {duration(seconds / jobs)} for the {len(todo)} runs left on this machine, {jobs} at a time "
+        f"(a run: {parts}; from the probes: early stopping may end runs sooner, and an untrained model's decoding "
+        "makes the test part an upper bound)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -676,7 +694,8 @@ def run_compare(
         ]
         if run_all(probes, runner, jobs, gpus, echo):
             raise CompareError(f"a timing probe failed: see {logs}/probe-*.log (the variant's flags do not train)")
-        echo(plan_text(request, states, jobs, {v.name: probe_estimate(request, v, sizes) for v in request.variants}))
+        estimates = {v.name: probe_estimate(request, v, sizes) for v in request.variants}
+        echo("xlpe-compare: estimate: " + estimate_text(request, states, jobs, estimates).split(": ", 1)[1])
     if request.needs_reorderer() and any(v.is_xlpe for v, _ in todo):
         step("reorderer", "xlpe-reorder", reorder_argv(request), logs / "reorderer.log", runner, echo)
     tasks = [

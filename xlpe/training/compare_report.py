@@ -20,6 +20,7 @@ from pathlib import Path
 from ..evaluation.metrics import corpus_bleu_chrf, paired_significance
 from ..evaluation.verdict import ALPHA, seed_rule
 from ..features.text_files import read_text_lines, write_bytes_atomic, write_text_atomic
+from .compare import duration
 
 RULE = (
     f"a variant is better or worse than the baseline only when the paired bootstrap (same seed, test split) finds "
@@ -185,7 +186,7 @@ def markdown(report: dict) -> str:
             o = r.get("oracle")
             oracle = f"{o['bleu']:.2f} ({o['bleu_gap']:+.2f}, {o['p_value']:.3f})" if o else "-"
             dev = [f"{r[k]:.2f}" if isinstance(r.get(k), (int, float)) else "-" for k in ("dev_bleu", "dev_chrf")]
-            seconds = f"{r['seconds'] / 60:.1f} min" if r.get("seconds") else "-"
+            seconds = duration(r["seconds"]) if r.get("seconds") else "-"
             lines.append(
                 f"| `{v['name']}` | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {dev[0]} | {dev[1]} | "
                 f"{sig[0]} | {sig[1]} | {oracle} | {seconds} |"
@@ -250,6 +251,8 @@ def plot(report: dict, path: Path) -> Path:
         labels.append(f"{v['name']}\n({verdict})")
     axes.set_xticks(range(len(variants)), labels, fontsize=9)
     axes.set_xlim(-0.6, len(variants) - 0.4)
+    highest = max(max(r["bleu"] for r in v["runs"]) + v["bleu"]["std"] for v in variants)
+    axes.set_ylim(0, max(highest * 1.15, 1.0))  # BLEU is never negative
     axes.set(
         ylabel="test BLEU", title=f"test BLEU over {report['seeds']} seed(s), {report['test_sentences']:,} sentences"
     )
