@@ -1,6 +1,7 @@
 """README's "Your own data" walkthrough, run line by line as written on a Multi30k slice (120/12/12 pairs): each
 command through its console-script entry point, with only size flags appended (a tiny model, a few steps), the
-push against a local Hub endpoint, and the received folder translated in a process that cannot import xlpe."""
+push against a local Hub endpoint, and the received folder translated in a process that cannot import xlpe. The
+section's closing `xlpe-compare` line runs the same way: 2 variants x 2 seeds, then again (every run reused)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import subprocess
 import sys
 import warnings
 
+import pytest
 from conftest import REPO_ROOT, TINY_MODEL_ARGS, write_multi30k_slice
 from local_hub import FRESH_PROCESS_SCRIPT, local_hub_endpoint
 
-from xlpe.cli import evaluate, prepare, push, reorder, train, translate
+from xlpe.cli import compare, evaluate, prepare, push, reorder, train, translate
 
 ENTRY_POINTS = {
     "xlpe-prepare": prepare.main,
@@ -116,3 +118,56 @@ def test_readme_walkthrough_from_raw_text_to_a_shared_model(tmp_path, monkeypatc
     )
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert json.loads(fresh.stdout.strip().splitlines()[-1])["result"][0]["translation_text"] is not None
+
+
+def compare_line() -> list[str]:
+    """The README's `xlpe-compare` command: the last bash block of the "Your own data" section."""
+    section = (REPO_ROOT / "README.md").read_text(encoding="utf-8").split("## Your own data", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)[-1].replace("\\\n", " ")
+    (line,) = [line for line in block.splitlines() if line.strip()]
+    return shlex.split(line.split("  #")[0])
+
+
+COMPARE_SIZE_FLAGS = [  # sizes only: the README's data, languages and default variants
+    "--seeds",
+    "2",
+    "--train_args",
+    shlex.join(SIZE_FLAGS["xlpe-train"]),
+    "--reorder_args",
+    shlex.join(SIZE_FLAGS["xlpe-reorder train"]),
+]
+
+
+@pytest.mark.parametrize("probe_steps", [0, pytest.param(3, marks=pytest.mark.slow)])
+def test_readme_compare_line_on_a_slice(tmp_path, monkeypatch, capsys, probe_steps):
+    argv = compare_line()
+    assert argv[0] == "xlpe-compare" and "--output_dir" in argv
+    write_multi30k_slice(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    flags = argv[1:] + COMPARE_SIZE_FLAGS + ["--probe_steps", str(probe_steps)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tokenizer trainer warns: 8000 pieces asked of 120 pairs
+        assert compare.main(flags + ["--dry_run"]) == 0
+        assert not (tmp_path / "runs" / "compare").exists()  # a dry run writes nothing
+        assert compare.main(flags) == 0, capsys.readouterr().err[-2000:]
+        out = capsys.readouterr().out
+        folder = tmp_path / "runs" / "compare"
+        report = json.loads((folder / "report.json").read_text())
+        assert [v["name"] for v in report["variants"]] == ["vanilla", "xlpe-combination"]
+        vanilla, xl = report["variants"]
+        assert [r["seed"] for r in xl["runs"]] == [1, 2] and report["test_sentences"] == 12
+        assert all("against_baseline" in r and "oracle" in r for r in xl["runs"])  # XL PE: oracle positions too
+        assert xl["verdict_bleu"]["seeds"] == 2 and "nrefs:1" in report["signatures"]["bleu"]
+        config = json.loads((folder / "runs" / "xlpe-combination-seed1" / "config.json").read_text())
+        assert config["reorderer_config"]["model_type"] == "xlpe_reorderer"  # the comparison's reorderer, attached
+        assert "xlpe_reorderer" not in (folder / "runs" / "vanilla-seed1" / "config.json").read_text()
+        assert (folder / "report.png").read_bytes().startswith(b"\x89PNG") and "| `vanilla` |" in (
+            folder / "report.md"
+        ).read_text()
+        assert ("time: about" in out) == bool(probe_steps)  # the estimate comes from the probes
+        if probe_steps:  # an interrupted run: resumed from its checkpoint, the others reused
+            (folder / "runs" / "vanilla-seed2" / "test_scores.json").unlink()
+        assert compare.main(flags) == 0, capsys.readouterr().err[-2000:]
+        out = capsys.readouterr().out
+    assert ("runs: 3 finished, 1 resume" if probe_steps else "runs: 4 finished") in out
+    assert "xlpe-compare: xlpe-combination vs vanilla: BLEU" in out
