@@ -212,6 +212,7 @@ def test_every_console_script_points_at_a_cli_function():
         "xlpe-reorder",
         "xlpe-tagger",
         "xlpe-export",
+        "xlpe-compare",
     }
     for name, target in scripts.items():
         module, _, function = target.partition(":")

@@ -164,7 +164,7 @@ def test_readme_compare_line_on_a_slice(tmp_path, monkeypatch, capsys, probe_ste
         assert (folder / "report.png").read_bytes().startswith(b"\x89PNG") and "| `vanilla` |" in (
             folder / "report.md"
         ).read_text()
-        assert ("time: about" in out) == bool(probe_steps)  # the estimate comes from the probes
+        assert ("xlpe-compare: estimate: about" in out) == bool(probe_steps)  # the estimate comes from the probes
         if probe_steps:  # an interrupted run: resumed from its checkpoint, the others reused
             (folder / "runs" / "vanilla-seed2" / "test_scores.json").unlink()
         assert compare.main(flags) == 0, capsys.readouterr().err[-2000:]

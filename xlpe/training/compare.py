@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..features.text_files import write_text_atomic
+from .compare_report import build_report, duration, write_report
 from .errors import UsageError
 
 RECORD_FILE = "compare.json"
@@ -559,12 +560,6 @@ def probe_estimate(request: CompareRequest, variant: Variant, sizes: dict) -> di
     return estimate_run(shape, train["train_seconds_training"] / steps_run, None, sentence) | {"steps": steps}
 
 
-def duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
 def plan_text(request: CompareRequest, states: dict, jobs: int, estimates: dict | None) -> str:
     """The plan in a few lines: the data step, the reorderer, every run and its state, and the time estimate."""
     lines = [
@@ -647,8 +642,6 @@ def run_compare(
     written). `runner` runs every command (default: `subprocess_runner`; `in_process` instead when one job runs at
     a time). CompareError (one line) for a request that cannot be carried out, before any work where it can be
     found then."""
-    from . import compare_report
-
     out = request.output_dir
     if out.exists() and not out.is_dir():
         raise CompareError(f"--output_dir {out}: is a file, expected a directory")
@@ -713,8 +706,8 @@ def run_compare(
             f"{len(failed)} of {len(tasks)} runs failed ({', '.join(failed)}; logs in {logs}); "
             "rerun the same command to resume them"
         )
-    report = compare_report.build_report(request)
-    compare_report.write_report(report, out, echo)
+    report = build_report(request)
+    write_report(report, out, echo)
     return report
 
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from ..evaluation.metrics import corpus_bleu_chrf, paired_significance
 from ..evaluation.verdict import ALPHA, seed_rule
 from ..features.text_files import read_text_lines, write_bytes_atomic, write_text_atomic
-from .compare import duration
 
 RULE = (
     f"a variant is better or worse than the baseline only when the paired bootstrap (same seed, test split) finds "
@@ -142,6 +141,12 @@ def build_report(request) -> dict:
         else None,
         "train_args": list(request.train_args),
     }
+
+
+def duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _pm(stats: dict) -> str:
