@@ -258,3 +258,84 @@ def test_cli_refuses_missing_data_before_any_work(tmp_path, capsys):
     status = compare_cli.main([*args, "--output_dir", str(tmp_path / "out")])
     assert status == 2 and "train.de: no such file" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The orchestration, with a runner that stands in for the commands
+# ---------------------------------------------------------------------------------------------------------
+
+
+class FakeCommands:
+    """Records every command; `xlpe-train` "trains" by copying a finished run's files from `source` (the
+    fake comparison's folders), `fail` names runs whose command exits 1."""
+
+    def __init__(self, finished: dict, fail=()):
+        self.calls, self.finished, self.fail = [], finished, set(fail)
+
+    def __call__(self, program, argv, log, env):
+        from pathlib import Path
+
+        self.calls.append((program, list(argv)))
+        if program != "xlpe-train":
+            return 0
+        out = Path(argv[argv.index("--output_dir") + 1])
+        if out.name in self.fail:
+            return 1
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in self.finished[out.name].items():
+            (out / name).write_text(text)
+        options = {"--seed": int(argv[argv.index("--seed") + 1])}
+        (out / "xlpe_artefact.json").write_text(json.dumps({"kind": "training-run", "options": options}))
+        for name in ("test_scores.json", "all_results.json"):
+            (out / name).write_text("{}")
+        return 0
+
+
+def test_run_compare_trains_reuses_resumes_and_adds(tmp_path):
+    from xlpe.training.compare import RunFailed, run_compare
+
+    req = fake_comparison(tmp_path, seeds=3)
+    (req.prepared / "tokenizer").mkdir()
+    finished = {}
+    for variant, seed in req.runs():  # the fake folders become what the fake xlpe-train writes
+        folder = req.run_dir(variant, seed)
+        finished[folder.name] = {p.name: p.read_text() for p in folder.iterdir()}
+        for path in folder.iterdir():
+            path.unlink()
+        folder.rmdir()
+    (req.output_dir / "runs").rmdir()
+    (req.output_dir).rmdir()
+    two = CompareRequest(output_dir=req.output_dir, variants=req.variants, prepared_dataset=req.prepared, seeds=2)
+    two.probe_steps = 0
+    lines = []
+    commands = FakeCommands(finished, fail={"xlpe-combination-seed2"})
+    with pytest.raises(RunFailed, match=r"1 of 4 runs failed \(xlpe-combination-seed2\)"):
+        run_compare(two, runner=commands, echo=lines.append)
+    assert [program for program, _ in commands.calls] == ["xlpe-reorder"] + ["xlpe-train"] * 4
+    assert json.loads((req.output_dir / "compare.json").read_text())["seeds"] == 2
+
+    # the failed run left a checkpoint: resumed; the three finished ones are reused; seed 3 is added
+    (req.run_dir(req.variants[1], 2) / "checkpoint-2").mkdir(parents=True)
+    (req.run_dir(req.variants[1], 2) / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    three = CompareRequest(output_dir=req.output_dir, variants=req.variants, prepared_dataset=req.prepared, seeds=3)
+    three.probe_steps = 0
+    commands = FakeCommands(finished)
+    report = run_compare(three, runner=commands, echo=lines.append)
+    trained = {
+        argv[argv.index("--output_dir") + 1].rsplit("/", 1)[1]: argv for p, argv in commands.calls if p == "xlpe-train"
+    }
+    assert sorted(trained) == ["vanilla-seed3", "xlpe-combination-seed2", "xlpe-combination-seed3"]
+    assert trained["xlpe-combination-seed2"][-2:] == ["--resume_from_checkpoint", "last"]
+    assert "--resume_from_checkpoint" not in trained["vanilla-seed3"]
+    assert "xlpe-compare: adding to" in "\n".join(lines) and "seeds 3-3" in "\n".join(lines)
+    assert [len(v["runs"]) for v in report["variants"]] == [3, 3] and report["variants"][1]["verdict_bleu"][
+        "seeds"
+    ] == 3
+
+    # a finished run whose record disagrees is refused by name, before any work
+    record = req.run_dir(req.variants[0], 1) / "xlpe_artefact.json"
+    record.write_text(json.dumps({"kind": "training-run", "options": {"--seed": 7}}))
+    commands = FakeCommands(finished)
+    with pytest.raises(CompareError, match="a finished run with --seed 7, but this comparison trains it with '1'"):
+        run_compare(three, runner=commands, echo=lines.append)
+    assert commands.calls == []

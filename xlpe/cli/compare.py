@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 
 from . import CommandLineError, canonical_flags, user_error
@@ -80,6 +81,9 @@ def in_process_runner():
             return entry_points[program](list(argv))
         except SystemExit as stop:  # argparse's exit inside a command
             return stop.code if isinstance(stop.code, int) else 1
+        except Exception:  # a command that crashed: its traceback, and the run counts as failed (as a subprocess)
+            traceback.print_exc()
+            return 1
 
     return runner
 
@@ -88,7 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        from ..training.compare import CompareRequest, parse_variants, run_compare, split_args, split_flags
+        from ..training.compare import (
+            CompareRequest,
+            RunFailed,
+            parse_variants,
+            run_compare,
+            split_args,
+            split_flags,
+        )
 
         data = {
             name: getattr(args, name)
@@ -109,7 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             jobs=args.jobs,
             probe_steps=args.probe_steps,
         )
-        run_compare(request, in_process=in_process_runner(), dry_run=args.dry_run)
+        try:
+            run_compare(request, in_process=in_process_runner(), dry_run=args.dry_run)
+        except RunFailed as failure:  # not a user error: the same command resumes
+            print(f"{PROG}: {failure}", file=sys.stderr)
+            return 1
     except (CommandLineError, ValueError) as error:
         return user_error(PROG, error)
     return 0

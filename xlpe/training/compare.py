@@ -80,6 +80,15 @@ class CompareError(UsageError):
     """A request `xlpe-compare` cannot carry out as given: one line, exit status 2."""
 
 
+class RunFailed(RuntimeError):
+    """A command of the comparison failed (its own message is above, or in its log): one line, exit status 1; the
+    same command resumes."""
+
+
+def _where(log: Path) -> str:
+    return f"; log {log}" if log.is_file() else " (its message is above)"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Variants: "NAME: xlpe-train flags"
 # ---------------------------------------------------------------------------------------------------------
@@ -494,7 +503,7 @@ def run_all(tasks: list[tuple[str, str, list[str], Path]], runner: Runner, jobs:
             status = runner(program, argv, log, job_environment(slot, jobs, gpus))
         finally:
             slots.append(slot)
-        echo(f"xlpe-compare: {label}: {'done' if status == 0 else f'failed with status {status} (log {log})'}")
+        echo(f"xlpe-compare: {label}: {'done' if status == 0 else f'failed with status {status}{_where(log)}'}")
         if status != 0:
             failed.append(label)
 
@@ -507,7 +516,7 @@ def step(label: str, program: str, argv: list[str], log: Path, runner: Runner, e
     echo(f"xlpe-compare: {label}: {program} {shlex.join(argv)}")
     status = runner(program, argv, log, {})
     if status != 0:
-        raise CompareError(f"{label} failed ({program} exited with status {status}; log {log})")
+        raise RunFailed(f"{label} failed ({program} exited with status {status}{_where(log)})")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -686,7 +695,7 @@ def run_compare(
             if probe_estimate(request, v, sizes) is None
         ]
         if run_all(probes, runner, jobs, gpus, echo):
-            raise CompareError(f"a timing probe failed: see {logs}/probe-*.log (the variant's flags do not train)")
+            raise RunFailed("a timing probe failed (above, or in logs/probe-*.log): the variant's flags do not train")
         estimates = {v.name: probe_estimate(request, v, sizes) for v in request.variants}
         echo("xlpe-compare: estimate: " + estimate_text(request, states, jobs, estimates).split(": ", 1)[1])
     if request.needs_reorderer() and any(v.is_xlpe for v, _ in todo):
@@ -702,9 +711,8 @@ def run_compare(
     ]
     failed = run_all(tasks, runner, jobs, gpus, echo)
     if failed:
-        raise CompareError(
-            f"{len(failed)} of {len(tasks)} runs failed ({', '.join(failed)}; logs in {logs}); "
-            "rerun the same command to resume them"
+        raise RunFailed(
+            f"{len(failed)} of {len(tasks)} runs failed ({', '.join(failed)}); rerun the same command to resume them"
         )
     report = build_report(request)
     write_report(report, out, echo)
@@ -715,6 +723,7 @@ __all__ = [
     "DEFAULT_VARIANTS",
     "CompareError",
     "CompareRequest",
+    "RunFailed",
     "Variant",
     "default_jobs",
     "parse_variant",
