@@ -55,7 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jobs", type=int, help="runs at a time (default: one per GPU; on CPU one per 4 cores, at least 1)"
     )
-    parser.add_argument("--train_args", default="", help="xlpe-train flags for every run, e.g. '--max_steps 2000'")
+    parser.add_argument(
+        "--train_args",
+        default="",
+        help="xlpe-train flags for every run, e.g. '--max_steps 2000' (one flag alone: --train_args=--fp16)",
+    )
     parser.add_argument(
         "--prepare_args", default="", help="more xlpe-prepare flags, e.g. '--tokenizer_vocab_size 8000'"
     )

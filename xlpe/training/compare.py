@@ -599,11 +599,10 @@ def estimate_text(request: CompareRequest, states: dict, jobs: int, estimates: d
     todo = [name for name, state in states.items() if state != "finished"]
     if not todo:
         return "time: nothing to train (every run is finished; the report is made again)"
+    if not request.probe_steps:
+        return "time: not estimated (--probe_steps 0)"
     if not estimates or not all(estimates.values()):
-        probe = (
-            f"{request.probe_steps} timed steps of each variant" if request.probe_steps else "nothing (--probe_steps 0)"
-        )
-        return f"time: estimated before the runs start (after the data is prepared), from {probe}"
+        return f"time: estimated before the runs start, from {request.probe_steps} timed steps of each variant"
     seconds = sum(estimates[name.rsplit("-seed", 1)[0]]["total"] for name in todo)
     parts = ", ".join(
         f"{name} {duration(value['total'])} ({value['steps']:,} steps)" for name, value in estimates.items()
