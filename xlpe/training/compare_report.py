@@ -248,7 +248,7 @@ def plot(report: dict, path: Path) -> Path:
             zorder=4,
             label="mean ± std" if index == 0 else None,
         )
-        axes.annotate(f"{v['bleu']['mean']:.2f}", (index + 0.18, v["bleu"]["mean"]), va="center", fontsize=9)
+        axes.annotate(_pm(v["bleu"]), (index + 0.18, v["bleu"]["mean"]), va="center", fontsize=9)
     axes.axhline(variants[0]["bleu"]["mean"], color="gray", linestyle="--", linewidth=1, label="baseline mean")
     labels = []
     for v in variants:
