@@ -66,9 +66,32 @@ def test_advice_names_the_way_out_for_the_data():
 def test_repeats_ngram_examples():
     assert repeats_ngram("It is not to be able to be able to be able to be")
     assert not repeats_ngram("Two dogs play in the snow near two dogs")
-    assert repeats_ngram("我们的我们的我们的")  # no spaces: characters
+    assert repeats_ngram("我们的我们的我们的我们的")  # no spaces: grams of 6 characters
+    assert repeats_ngram("abcabcabcabc")  # one long word: its characters
     assert repetition_rate([]) == 0.0
     assert repetition_rate(["a b c a b c a b c", "a b c"]) == 0.5
+
+
+def test_a_looping_line_is_caught_in_every_script_and_mix():
+    """A loop in Japanese is caught with a stray space or a Latin word in it (whitespace words would miss it:
+    three identical "words" hold no 3-gram three times)."""
+    loop = "彼女はその先生が好きです。"
+    for line in (loop * 4, loop * 2 + " " + loop * 2, " ".join([loop] * 4), ("iPhoneの画面が割れた " * 4).strip()):
+        assert repeats_ngram(line), line
+    assert repeats_ngram("ภาษาไทยง่าย" * 4) and repeats_ngram("안녕하세요 반갑습니다 " * 4)  # Thai, Korean
+    # natural sentences whose short character sequences recur are not loops
+    assert not repeats_ngram("彼は走っている、彼女は歌っている、子供は泣いている、犬は寝ている。")
+    assert not repeats_ngram("我们的国家，我们的人民，我们的未来。")
+
+
+@given(st.text(alphabet="私は学生です画面が割れた。", min_size=1, max_size=12), st.integers(4, 6), st.data())
+def test_spaces_inside_a_japanese_loop_do_not_hide_it(phrase, k, data):
+    line = phrase * k
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(line)), max_size=3)))
+    spaced = "".join(line[a:b] + " " for a, b in zip([0, *cuts], [*cuts, len(line)]))
+    assert repeats_ngram(spaced) == repeats_ngram(line)
+    if (k - 2) * len(phrase) >= 6:  # then the line's first 6-character gram recurs at phrase lengths 1 and 2
+        assert repeats_ngram(line)
 
 
 @given(st.lists(st.text(alphabet="abcdef ", max_size=40), max_size=8))

@@ -249,9 +249,12 @@ def reorderer_quality(reorderer_config: Mapping, folder: str | Path | None = Non
 
 
 def first_source_sentence(lines: Sequence[str] | None) -> str | None:
-    """The first non-empty line of at most EXAMPLE_WORDS words (else the first non-empty one), stripped."""
+    """The first non-empty line of at most EXAMPLE_WORDS words (else the first non-empty one), stripped; words
+    are text units (`xlpe.features.text_units`: a character counts as one in Chinese, Japanese, Thai, ...)."""
+    from ..features.text_units import unit_count
+
     found = [" ".join(str(line).split()) for line in lines or () if str(line).strip()]
-    short = [line for line in found if len(line.split()) <= EXAMPLE_WORDS]
+    short = [line for line in found if unit_count(line) <= EXAMPLE_WORDS]
     return (short or found or [None])[0]
 
 
