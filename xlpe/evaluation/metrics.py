@@ -107,6 +107,70 @@ def check_bleu_tokenizer(target_language: str | None = None, tokenize: str | Non
     return name
 
 
+# sacrebleu's warnings about tokenisation, each said once per process as one line of ours that says what to do
+_STANDARD_TOKENIZER = {"Chinese": "zh", "Japanese": "ja-mecab", "Korean": "ko-mecab"}
+_advised: set[tuple] = set()  # (warning, tokenizer) already said
+logger = logging.getLogger("xlpe.evaluation")
+
+
+class _SacrebleuWarnings(logging.Filter):
+    """Keeps sacrebleu's tokenisation warnings (records of the `sacrebleu` logger) off the console, noting which."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "tokenized period" in message or "detokenize" in message or "`force` parameter" in message:
+            self.seen.add("detokenize")
+            return False
+        language = next((n for n in _STANDARD_TOKENIZER if message.rstrip(".").endswith(f"for {n}")), None)
+        if message.startswith("Consider using the '") and language:
+            self.seen.add(language)
+            return False
+        return True
+
+
+def tokenisation_advice(seen: Iterable[str], hypotheses: Sequence[str] = (), tokenizer: str | None = None) -> list:
+    """Our line for each sacrebleu tokenisation warning in `seen` ("detokenize", or the language whose standard
+    tokenizer was not used), for `hypotheses` scored with the BLEU `tokenizer`."""
+    lines = []
+    for what in sorted(seen):
+        if what == "detokenize" and tokenizer != "none":  # with 'none' the tokens are scored as they are, by choice
+            ending = sum(h.endswith(" .") for h in hypotheses)
+            lines.append(
+                f"BLEU: {ending:,} of {len(hypotheses):,} outputs end in a split-off period (' .'): the text looks "
+                f"tokenised, and BLEU's {tokenizer or '13a'!r} tokenisation of tokenised text is not comparable with "
+                "published scores; detokenise outputs and references (e.g. sacremoses), or score the tokens as "
+                "they are with --bleu_tokenize none"
+            )
+        elif what in _STANDARD_TOKENIZER:
+            lines.append(
+                f"BLEU: {what} output scored with the {tokenizer!r} tokenizer; sacrebleu's standard for {what} is "
+                f"{_STANDARD_TOKENIZER[what]!r} (leave out --bleu_tokenize to use it): scores under different "
+                "tokenizers are not comparable (the signature names the tokenizer)"
+            )
+    return lines
+
+
+@contextlib.contextmanager
+def sacrebleu_advice(hypotheses: Sequence[str] = (), tokenizer: str | None = None):
+    """Within it sacrebleu's tokenisation warnings are held back; after it, each is one line of ours on the
+    `xlpe.evaluation` logger (`tokenisation_advice`), said once per process (a training run's evaluations
+    would repeat it). Other sacrebleu messages pass unchanged."""
+    sacrebleu_logger, held = logging.getLogger("sacrebleu"), _SacrebleuWarnings()
+    sacrebleu_logger.addFilter(held)
+    try:
+        yield
+    finally:
+        sacrebleu_logger.removeFilter(held)
+    for what in sorted(held.seen - {said for said, with_tokenizer in _advised if with_tokenizer == tokenizer}):
+        _advised.add((what, tokenizer))
+        for line in tokenisation_advice([what], hypotheses, tokenizer):
+            logger.warning(line)
+
+
 def _bleu_metric(
     target_language: str | None = None, tokenize: str | None = None, lowercase: bool = False, max_ngram_order: int = 4
 ):
@@ -133,8 +197,9 @@ def bleu_chrf_signatures(
     and `references` reference streams (sacrebleu knows the count only after scoring: a one-line corpus is
     scored for it). For scores logged without their signature, e.g. the validation BLEU of a training run."""
     streams = [["a b ."]] * references
-    bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
-    bleu.corpus_score(["a b ."], streams), chrf.corpus_score(["a b ."], streams)
+    with sacrebleu_advice((), check_bleu_tokenizer(target_language, tokenize)):
+        bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
+        bleu.corpus_score(["a b ."], streams), chrf.corpus_score(["a b ."], streams)
     return {"bleu": bleu.get_signature().format(), "chrf": chrf.get_signature().format()}
 
 
@@ -152,9 +217,10 @@ def corpus_bleu_chrf(
     "chrf": {score, signature}, "sentences": N}; scores are on sacrebleu's 0-100 scale.
     """
     streams = _reference_streams(references, len(hypotheses))
-    bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
-    bleu_score = bleu.corpus_score(list(hypotheses), streams)
-    chrf_score = chrf.corpus_score(list(hypotheses), streams)
+    with sacrebleu_advice(hypotheses, check_bleu_tokenizer(target_language, tokenize)):
+        bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
+        bleu_score = bleu.corpus_score(list(hypotheses), streams)
+        chrf_score = chrf.corpus_score(list(hypotheses), streams)
     return {
         "bleu": {
             "score": bleu_score.score,
@@ -202,16 +268,17 @@ def paired_significance(
     if len(system) != len(baseline):
         raise ValueError(f"system has {len(system)} lines but the baseline has {len(baseline)}")
     streams = _reference_streams(references, len(system))
-    metrics = {"BLEU": _bleu_metric(target_language, tokenize), "chrF": _chrf_metric()}
-    paired = PairedTest(
-        [("baseline", list(baseline)), ("system", list(system))],
-        metrics,
-        streams,
-        test_type=test,
-        n_samples=n_samples,
-        n_jobs=1,
-    )
-    signatures, table = paired()
+    with sacrebleu_advice(system, check_bleu_tokenizer(target_language, tokenize)):
+        metrics = {"BLEU": _bleu_metric(target_language, tokenize), "chrF": _chrf_metric()}
+        paired = PairedTest(
+            [("baseline", list(baseline)), ("system", list(system))],
+            metrics,
+            streams,
+            test_type=test,
+            n_samples=n_samples,
+            n_jobs=1,
+        )
+        signatures, table = paired()
     results = {}
     for name, (baseline_result, system_result) in ((k, v) for k, v in table.items() if k != "System"):
         delta = float(system_result.score - baseline_result.score)
@@ -244,12 +311,13 @@ def bleu_1_to_4(
     nlg-eval convention of the mvPE paper's Table III), on a 0-1 scale, with the sacrebleu signature of each."""
     streams = _reference_streams(references, len(hypotheses))
     results = {}
-    for n in range(1, 5):
-        metric = _bleu_metric(target_language, tokenize, max_ngram_order=n)
-        results[f"bleu-{n}"] = {
-            "score": metric.corpus_score(list(hypotheses), streams).score / 100.0,
-            "signature": metric.get_signature().format(),
-        }
+    with sacrebleu_advice(hypotheses, check_bleu_tokenizer(target_language, tokenize)):
+        for n in range(1, 5):
+            metric = _bleu_metric(target_language, tokenize, max_ngram_order=n)
+            results[f"bleu-{n}"] = {
+                "score": metric.corpus_score(list(hypotheses), streams).score / 100.0,
+                "signature": metric.get_signature().format(),
+            }
     return results
 
 
