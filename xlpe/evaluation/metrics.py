@@ -1,6 +1,8 @@
 """Translation quality: the metrics the XL PE and mvPE+POS papers report, each computed by the standard tool.
 
-* BLEU and chrF with their sacrebleu signatures (`corpus_bleu_chrf`);
+* BLEU and chrF with their sacrebleu signatures (`corpus_bleu_chrf`); sacrebleu's tokenisation warnings
+  turned into one line that says what to do (`sacrebleu_advice`); the same outputs scored against shuffled
+  references (`shuffled_reference_scores`: what output unrelated to its source would score);
 * significance against a baseline system: sacrebleu's paired bootstrap resampling (Koehn 2004) and paired
   approximate randomization (Riezler & Maxwell 2005), `paired_significance` (XL PE Tables 1-2 mark p < 0.01);
 * the mvPE+POS paper's metrics (Sec. IV, Tables III-V): cumulative BLEU-1..4, ROUGE-1/2/L F/P/R
@@ -233,6 +235,36 @@ def corpus_bleu_chrf(
         "chrf": {"score": chrf_score.score, "signature": chrf.get_signature().format()},
         "sentences": len(hypotheses),
     }
+
+
+def derangement(n: int, seed: int = 0) -> list[int]:
+    """A permutation of range(n) that moves every index (n >= 2), the same for the same `seed`: a seeded
+    shuffle read as one cycle (each index goes to the next one in the shuffled order)."""
+    import numpy as np
+
+    if n < 2:
+        raise ValueError(f"a derangement needs at least 2 items, got n={n}")
+    order = np.random.default_rng(seed).permutation(n)
+    moved = np.empty(n, dtype=np.int64)
+    moved[order] = np.roll(order, -1)
+    return moved.tolist()
+
+
+def shuffled_reference_scores(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    target_language: str | None = None,
+    tokenize: str | None = None,
+    seed: int = 0,
+) -> dict:
+    """{"bleu", "chrf"} of `hypotheses` scored against `references` in a fixed deranged order (`derangement`):
+    each output against the reference of another line. Output unrelated to its source scores the same as
+    against the true references, so the true score minus this one is what the output owes to its source."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    order = derangement(len(references), seed)
+    scores = corpus_bleu_chrf(hypotheses, [references[k] for k in order], target_language, tokenize)
+    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"]}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -560,11 +592,14 @@ __all__ = [
     "bleu_1_to_4",
     "compare_mt_report",
     "corpus_bleu_chrf",
+    "derangement",
     "length_ratio",
     "mvpe_metrics",
     "paired_significance",
     "perplexity",
     "read_lines",
     "rouge_scores",
+    "sacrebleu_advice",
+    "shuffled_reference_scores",
     "text_batches",
 ]

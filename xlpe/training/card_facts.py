@@ -160,14 +160,18 @@ def recorded_options(record) -> list[tuple[str, str]]:
 
 
 def learning_check(folder: str | Path) -> dict | None:
-    """The learning check's verdict in `folder/learning_check.json` ({"ok", "message", "checks", "step"}), or None
-    when the file is missing; a file of another shape is a ValueError naming it."""
+    """The learning check's verdict in `folder/learning_check.json` ({"ok", "message", "checks", "step"}; "ok" is
+    None for a check that could not run, `"ran": false`), or None when the file is missing; a file of another
+    shape is a ValueError naming it."""
     path = Path(folder) / LEARNING_CHECK
     verdict = read_json(path, "the learning check")
     if verdict is None:
         return None
-    if not isinstance(verdict, Mapping) or not isinstance(verdict.get("ok"), bool):
-        raise ValueError(f"{path}: a learning check needs a JSON object with ok (true or false)")
+    not_run = isinstance(verdict, Mapping) and verdict.get("ok") is None and verdict.get("ran") is False
+    if not isinstance(verdict, Mapping) or not (isinstance(verdict.get("ok"), bool) or not_run):
+        raise ValueError(
+            f"{path}: a learning check needs a JSON object with ok (true or false, or null with ran false)"
+        )
     message = verdict.get("message")
     return {
         "ok": verdict["ok"],
