@@ -616,9 +616,9 @@ def make_compute_metrics(
 ):
     """`compute_metrics` for the trainer: BLEU, chrF, mean generation length, the share of looping outputs, and
     BLEU and chrF of the same outputs against shuffled references (`bleu_shuffled`, `chrf_shuffled`: what the
-    learning check compares the scores with); the sacrebleu signatures go
-    to `trainer.metric_signatures` (strings do not belong in logged metrics). `trainer_ref` is a one-element
-    list filled with the trainer after it is built."""
+    learning check compares the scores with); the sacrebleu signatures go to `trainer.metric_signatures`
+    (strings do not belong in logged metrics). `trainer_ref` is a one-element list filled with the trainer
+    after it is built."""
 
     from ..evaluation.metrics import repetition_rate, shuffled_reference_scores
 
