@@ -54,3 +54,11 @@ def test_a_space_inside_an_unspaced_run_changes_nothing(run, data):
 def test_a_word_inside_an_unspaced_run_is_one_unit(run, word):
     assert text_units(run + word + run) == [*run, word, *run]
     assert text_units(f"{run} {word} {run}") == [*run, word, *run]
+
+
+def test_the_cards_short_example_is_short_in_every_script():
+    from xlpe.training.card_facts import EXAMPLE_WORDS, first_source_sentence
+
+    long_japanese = "彼女は" + "とても" * EXAMPLE_WORDS + "先生が好きです。"  # one whitespace "word"
+    assert first_source_sentence([long_japanese, "先生が好きです。"]) == "先生が好きです。"
+    assert first_source_sentence([long_japanese]) == long_japanese  # none short: the first one
