@@ -6,6 +6,7 @@ from __future__ import annotations
 import configparser
 import importlib.util
 import json
+import logging
 
 import pytest
 from conftest import REPO_ROOT
@@ -71,3 +72,42 @@ def test_signatures_without_scores_match_a_scored_run():
     scored = ev.corpus_bleu_chrf(["a b c d"], ["a b c e"], "zh")
     signatures = ev.bleu_chrf_signatures("zh")
     assert signatures == {"bleu": scored["bleu"]["signature"], "chrf": scored["chrf"]["signature"]}
+
+
+@pytest.fixture
+def fresh_advice(monkeypatch):
+    """Each test sees sacrebleu's warnings as if for the first time in the process."""
+    monkeypatch.setattr(ev, "_advised", set())
+
+
+def test_tokenised_output_gets_one_line_saying_what_to_do(fresh_advice, caplog, capsys):
+    tokenised = [f"this is sentence {k} ." for k in range(120)]
+    with caplog.at_level(logging.WARNING):
+        ev.corpus_bleu_chrf(tokenised, tokenised)
+        ev.corpus_bleu_chrf(tokenised, tokenised)  # a second scoring (the next evaluation of a run): not repeated
+    ours = [r.getMessage() for r in caplog.records if r.name == "xlpe.evaluation"]
+    assert len(ours) == 1 and "120 of 120 outputs end in a split-off period" in ours[0]
+    assert "detokenise" in ours[0] and "--bleu_tokenize none" in ours[0]
+    assert not [r for r in caplog.records if r.name == "sacrebleu"]  # sacrebleu's three lines are held back
+    assert "detokenize" not in capsys.readouterr().err
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        ev.corpus_bleu_chrf(tokenised, tokenised, tokenize="none")  # the advice taken: nothing more to say
+        ev.corpus_bleu_chrf([line[:-2] for line in tokenised], tokenised)  # detokenised: nothing to say
+    assert not caplog.records
+
+
+@pytest.mark.parametrize("code, tokenizer, standard", [("zh", "13a", "zh"), ("ja", "char", "ja-mecab")])
+def test_a_tokenizer_other_than_the_languages_standard_is_named_once(fresh_advice, caplog, code, tokenizer, standard):
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            ev.corpus_bleu_chrf(["我们的国家很大"], ["我们的国家很大"], target_language=code, tokenize=tokenizer)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("BLEU: ") and f"{tokenizer!r} tokenizer" in lines[0]
+    assert f"is {standard!r} (leave out --bleu_tokenize to use it)" in lines[0]
+
+
+def test_other_sacrebleu_messages_pass_through(fresh_advice, caplog):
+    with caplog.at_level(logging.WARNING), ev.sacrebleu_advice(["a ."], "13a"):
+        logging.getLogger("sacrebleu").warning("something else")
+    assert [r.getMessage() for r in caplog.records] == ["something else"]

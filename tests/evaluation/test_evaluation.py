@@ -124,6 +124,9 @@ def test_rouge_on_hand_examples_and_non_ascii_words():
 
 def test_length_ratio_counts_tokens():
     assert ev.length_ratio(["a b", "c"], ["a b c", "d"]) == {"ratio": 0.75, "out": 3, "ref": 4}
+    # Chinese and Japanese in characters, segmented or not; a Latin word in them is one unit
+    assert ev.length_ratio(["我们的 国家"], ["我们的国家很大"]) == {"ratio": 5 / 7, "out": 5, "ref": 7}
+    assert ev.length_ratio(["iPhoneを買った"], ["新しいiPhoneを買った"])["ref"] == 8
 
 
 def test_perplexity_is_exp_of_mean_token_nll(tiny_model, toy_tokenizer):

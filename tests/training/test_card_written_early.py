@@ -150,6 +150,10 @@ def test_a_failed_learning_check_marks_the_card(interrupted, tmp_path):
     (folder / "learning_check.json").write_text(json.dumps({**check, "ok": True}))
     assert push.main([str(folder), "me/m", "--dry_run"]) == 0
     assert "did not learn" not in (folder / "README.md").read_text(encoding="utf-8")
+    not_run = {"ok": None, "ran": False, "message": "the learning check did not run: the warm-up ...", "step": 2}
+    (folder / "learning_check.json").write_text(json.dumps(not_run))  # a check that could not run: no warning
+    assert push.main([str(folder), "me/m", "--dry_run"]) == 0
+    assert "did not learn" not in (folder / "README.md").read_text(encoding="utf-8")
     (folder / "learning_check.json").write_text("{not json")
     assert push.main([str(folder), "me/m", "--dry_run"]) == 2  # damaged: one line, not a card without it
 

@@ -1,6 +1,8 @@
 """Translation quality: the metrics the XL PE and mvPE+POS papers report, each computed by the standard tool.
 
-* BLEU and chrF with their sacrebleu signatures (`corpus_bleu_chrf`);
+* BLEU and chrF with their sacrebleu signatures (`corpus_bleu_chrf`); sacrebleu's tokenisation warnings
+  turned into one line that says what to do (`sacrebleu_advice`); the same outputs scored against shuffled
+  references (`shuffled_reference_scores`: what output unrelated to its source would score);
 * significance against a baseline system: sacrebleu's paired bootstrap resampling (Koehn 2004) and paired
   approximate randomization (Riezler & Maxwell 2005), `paired_significance` (XL PE Tables 1-2 mark p < 0.01);
 * the mvPE+POS paper's metrics (Sec. IV, Tables III-V): cumulative BLEU-1..4, ROUGE-1/2/L F/P/R
@@ -19,6 +21,7 @@ import functools
 import io
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,6 +109,70 @@ def check_bleu_tokenizer(target_language: str | None = None, tokenize: str | Non
     return name
 
 
+# sacrebleu's warnings about tokenisation, each said once per process as one line of ours that says what to do
+_STANDARD_TOKENIZER = {"Chinese": "zh", "Japanese": "ja-mecab", "Korean": "ko-mecab"}
+_advised: set[tuple] = set()  # (warning, tokenizer) already said
+logger = logging.getLogger("xlpe.evaluation")
+
+
+class _SacrebleuWarnings(logging.Filter):
+    """Keeps sacrebleu's tokenisation warnings (records of the `sacrebleu` logger) off the console, noting which."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "tokenized period" in message or "detokenize" in message or "`force` parameter" in message:
+            self.seen.add("detokenize")
+            return False
+        language = next((n for n in _STANDARD_TOKENIZER if message.rstrip(".").endswith(f"for {n}")), None)
+        if message.startswith("Consider using the '") and language:
+            self.seen.add(language)
+            return False
+        return True
+
+
+def tokenisation_advice(seen: Iterable[str], hypotheses: Sequence[str] = (), tokenizer: str | None = None) -> list:
+    """Our line for each sacrebleu tokenisation warning in `seen` ("detokenize", or the language whose standard
+    tokenizer was not used), for `hypotheses` scored with the BLEU `tokenizer`."""
+    lines = []
+    for what in sorted(seen):
+        if what == "detokenize" and tokenizer != "none":  # with 'none' the tokens are scored as they are, by choice
+            ending = sum(h.endswith(" .") for h in hypotheses)
+            lines.append(
+                f"BLEU: {ending:,} of {len(hypotheses):,} outputs end in a split-off period (' .'): the text looks "
+                f"tokenised, and BLEU's {tokenizer or '13a'!r} tokenisation of tokenised text is not comparable with "
+                "published scores; detokenise outputs and references (e.g. sacremoses), or score the tokens as "
+                "they are with --bleu_tokenize none"
+            )
+        elif what in _STANDARD_TOKENIZER:
+            lines.append(
+                f"BLEU: {what} output scored with the {tokenizer!r} tokenizer; sacrebleu's standard for {what} is "
+                f"{_STANDARD_TOKENIZER[what]!r} (leave out --bleu_tokenize to use it): scores under different "
+                "tokenizers are not comparable (the signature names the tokenizer)"
+            )
+    return lines
+
+
+@contextlib.contextmanager
+def sacrebleu_advice(hypotheses: Sequence[str] = (), tokenizer: str | None = None):
+    """Within it sacrebleu's tokenisation warnings are held back; after it, each is one line of ours on the
+    `xlpe.evaluation` logger (`tokenisation_advice`), said once per process (a training run's evaluations
+    would repeat it). Other sacrebleu messages pass unchanged."""
+    sacrebleu_logger, held = logging.getLogger("sacrebleu"), _SacrebleuWarnings()
+    sacrebleu_logger.addFilter(held)
+    try:
+        yield
+    finally:
+        sacrebleu_logger.removeFilter(held)
+    for what in sorted(held.seen - {said for said, with_tokenizer in _advised if with_tokenizer == tokenizer}):
+        _advised.add((what, tokenizer))
+        for line in tokenisation_advice([what], hypotheses, tokenizer):
+            logger.warning(line)
+
+
 def _bleu_metric(
     target_language: str | None = None, tokenize: str | None = None, lowercase: bool = False, max_ngram_order: int = 4
 ):
@@ -132,8 +199,9 @@ def bleu_chrf_signatures(
     and `references` reference streams (sacrebleu knows the count only after scoring: a one-line corpus is
     scored for it). For scores logged without their signature, e.g. the validation BLEU of a training run."""
     streams = [["a b ."]] * references
-    bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
-    bleu.corpus_score(["a b ."], streams), chrf.corpus_score(["a b ."], streams)
+    with sacrebleu_advice((), check_bleu_tokenizer(target_language, tokenize)):
+        bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
+        bleu.corpus_score(["a b ."], streams), chrf.corpus_score(["a b ."], streams)
     return {"bleu": bleu.get_signature().format(), "chrf": chrf.get_signature().format()}
 
 
@@ -151,9 +219,10 @@ def corpus_bleu_chrf(
     "chrf": {score, signature}, "sentences": N}; scores are on sacrebleu's 0-100 scale.
     """
     streams = _reference_streams(references, len(hypotheses))
-    bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
-    bleu_score = bleu.corpus_score(list(hypotheses), streams)
-    chrf_score = chrf.corpus_score(list(hypotheses), streams)
+    with sacrebleu_advice(hypotheses, check_bleu_tokenizer(target_language, tokenize)):
+        bleu, chrf = _bleu_metric(target_language, tokenize, lowercase), _chrf_metric(lowercase)
+        bleu_score = bleu.corpus_score(list(hypotheses), streams)
+        chrf_score = chrf.corpus_score(list(hypotheses), streams)
     return {
         "bleu": {
             "score": bleu_score.score,
@@ -166,6 +235,36 @@ def corpus_bleu_chrf(
         "chrf": {"score": chrf_score.score, "signature": chrf.get_signature().format()},
         "sentences": len(hypotheses),
     }
+
+
+def derangement(n: int, seed: int = 0) -> list[int]:
+    """A permutation of range(n) that moves every index (n >= 2), the same for the same `seed`: a seeded
+    shuffle read as one cycle (each index goes to the next one in the shuffled order)."""
+    import numpy as np
+
+    if n < 2:
+        raise ValueError(f"a derangement needs at least 2 items, got n={n}")
+    order = np.random.default_rng(seed).permutation(n)
+    moved = np.empty(n, dtype=np.int64)
+    moved[order] = np.roll(order, -1)
+    return moved.tolist()
+
+
+def shuffled_reference_scores(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    target_language: str | None = None,
+    tokenize: str | None = None,
+    seed: int = 0,
+) -> dict:
+    """{"bleu", "chrf"} of `hypotheses` scored against `references` in a fixed deranged order (`derangement`):
+    each output against the reference of another line. Output unrelated to its source scores the same as
+    against the true references, so the true score minus this one is what the output owes to its source."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    order = derangement(len(references), seed)
+    scores = corpus_bleu_chrf(hypotheses, [references[k] for k in order], target_language, tokenize)
+    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"]}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -201,16 +300,17 @@ def paired_significance(
     if len(system) != len(baseline):
         raise ValueError(f"system has {len(system)} lines but the baseline has {len(baseline)}")
     streams = _reference_streams(references, len(system))
-    metrics = {"BLEU": _bleu_metric(target_language, tokenize), "chrF": _chrf_metric()}
-    paired = PairedTest(
-        [("baseline", list(baseline)), ("system", list(system))],
-        metrics,
-        streams,
-        test_type=test,
-        n_samples=n_samples,
-        n_jobs=1,
-    )
-    signatures, table = paired()
+    with sacrebleu_advice(system, check_bleu_tokenizer(target_language, tokenize)):
+        metrics = {"BLEU": _bleu_metric(target_language, tokenize), "chrF": _chrf_metric()}
+        paired = PairedTest(
+            [("baseline", list(baseline)), ("system", list(system))],
+            metrics,
+            streams,
+            test_type=test,
+            n_samples=n_samples,
+            n_jobs=1,
+        )
+        signatures, table = paired()
     results = {}
     for name, (baseline_result, system_result) in ((k, v) for k, v in table.items() if k != "System"):
         delta = float(system_result.score - baseline_result.score)
@@ -243,12 +343,13 @@ def bleu_1_to_4(
     nlg-eval convention of the mvPE paper's Table III), on a 0-1 scale, with the sacrebleu signature of each."""
     streams = _reference_streams(references, len(hypotheses))
     results = {}
-    for n in range(1, 5):
-        metric = _bleu_metric(target_language, tokenize, max_ngram_order=n)
-        results[f"bleu-{n}"] = {
-            "score": metric.corpus_score(list(hypotheses), streams).score / 100.0,
-            "signature": metric.get_signature().format(),
-        }
+    with sacrebleu_advice(hypotheses, check_bleu_tokenizer(target_language, tokenize)):
+        for n in range(1, 5):
+            metric = _bleu_metric(target_language, tokenize, max_ngram_order=n)
+            results[f"bleu-{n}"] = {
+                "score": metric.corpus_score(list(hypotheses), streams).score / 100.0,
+                "signature": metric.get_signature().format(),
+            }
     return results
 
 
@@ -283,26 +384,37 @@ def rouge_scores(hypotheses: Sequence[str], references: Sequence[str], lowercase
 
 
 def length_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
-    """Total output length / total reference length in whitespace tokens (mvPE paper Table V)."""
-    out = sum(len(h.split()) for h in hypotheses)
-    ref = sum(len(r.split()) for r in references)
+    """Total output length / total reference length (mvPE paper Table V) in text units
+    (`xlpe.features.text_units`): whitespace words, and characters in Chinese, Japanese, Thai and the other
+    scripts written without spaces (whose whitespace "words" are whole clauses)."""
+    from ..features.text_units import unit_count
+
+    out = sum(map(unit_count, hypotheses))
+    ref = sum(map(unit_count, references))
     return {"ratio": out / ref if ref else float("nan"), "out": out, "ref": ref}
+
+
+CHARACTER_NGRAM_FACTOR = 2  # an n-gram of characters of an unspaced script spans this many times n characters
 
 
 def repeats_ngram(text: str, n: int = 3, times: int = 3) -> bool:
     """Whether one n-gram of `text` occurs `times` times or more: the output of a model looping on itself
-    ("able to be able to be able to ..."). Whitespace tokens; characters for a line without spaces (Chinese,
-    Japanese)."""
-    tokens = text.split()
-    if len(tokens) <= 1:
-        tokens = [c for c in text if not c.isspace()]
-    counts: dict[tuple, int] = {}
-    for start in range(len(tokens) - n + 1):
-        gram = tuple(tokens[start : start + n])
-        counts[gram] = counts.get(gram, 0) + 1
-        if counts[gram] >= times:
-            return True
-    return False
+    ("able to be able to be able to ..."). The grams are of text units (`xlpe.features.text_units`), so a
+    mixed-script line is read in each script's units. A line whose units are mostly characters of an unspaced
+    script (Chinese, Japanese, Thai, ...), and a line of one long word, is read in grams of
+    `CHARACTER_NGRAM_FACTOR * n` characters: a word 3-gram is about six such characters (a 6-character gram
+    repeats 3 times in 0-0.6 % of the WMT zh/ja news references, a word 3-gram in 0-2 % of the en/de ones,
+    a 3-character gram in 1-6 %)."""
+    from ..features.text_units import text_units, unspaced_share
+
+    units = text_units(text)
+    if len(units) == 1 or unspaced_share(units) > 0.5:
+        units = list(units[0]) if len(units) == 1 else units
+        n *= CHARACTER_NGRAM_FACTOR
+    if len(units) < n + times - 1:  # the shortest text holding `times` (overlapping) occurrences
+        return False
+    counts = Counter(zip(*(units[k:] for k in range(n))))
+    return max(counts.values()) >= times
 
 
 def repetition_rate(hypotheses: Sequence[str], n: int = 3, times: int = 3) -> float:
@@ -480,11 +592,14 @@ __all__ = [
     "bleu_1_to_4",
     "compare_mt_report",
     "corpus_bleu_chrf",
+    "derangement",
     "length_ratio",
     "mvpe_metrics",
     "paired_significance",
     "perplexity",
     "read_lines",
     "rouge_scores",
+    "sacrebleu_advice",
+    "shuffled_reference_scores",
     "text_batches",
 ]

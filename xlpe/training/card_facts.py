@@ -160,14 +160,18 @@ def recorded_options(record) -> list[tuple[str, str]]:
 
 
 def learning_check(folder: str | Path) -> dict | None:
-    """The learning check's verdict in `folder/learning_check.json` ({"ok", "message", "checks", "step"}), or None
-    when the file is missing; a file of another shape is a ValueError naming it."""
+    """The learning check's verdict in `folder/learning_check.json` ({"ok", "message", "checks", "step"}; "ok" is
+    None for a check that could not run, `"ran": false`), or None when the file is missing; a file of another
+    shape is a ValueError naming it."""
     path = Path(folder) / LEARNING_CHECK
     verdict = read_json(path, "the learning check")
     if verdict is None:
         return None
-    if not isinstance(verdict, Mapping) or not isinstance(verdict.get("ok"), bool):
-        raise ValueError(f"{path}: a learning check needs a JSON object with ok (true or false)")
+    not_run = isinstance(verdict, Mapping) and verdict.get("ok") is None and verdict.get("ran") is False
+    if not isinstance(verdict, Mapping) or not (isinstance(verdict.get("ok"), bool) or not_run):
+        raise ValueError(
+            f"{path}: a learning check needs a JSON object with ok (true or false, or null with ran false)"
+        )
     message = verdict.get("message")
     return {
         "ok": verdict["ok"],
@@ -249,9 +253,12 @@ def reorderer_quality(reorderer_config: Mapping, folder: str | Path | None = Non
 
 
 def first_source_sentence(lines: Sequence[str] | None) -> str | None:
-    """The first non-empty line of at most EXAMPLE_WORDS words (else the first non-empty one), stripped."""
+    """The first non-empty line of at most EXAMPLE_WORDS words (else the first non-empty one), stripped; words
+    are text units (`xlpe.features.text_units`: a character counts as one in Chinese, Japanese, Thai, ...)."""
+    from ..features.text_units import unit_count
+
     found = [" ".join(str(line).split()) for line in lines or () if str(line).strip()]
-    short = [line for line in found if len(line.split()) <= EXAMPLE_WORDS]
+    short = [line for line in found if unit_count(line) <= EXAMPLE_WORDS]
     return (short or found or [None])[0]
 
 

@@ -349,7 +349,7 @@ def build_model_card(
         translations_file=translations_file,
         options=[(flag, str(value).replace("|", "\\|")) for flag, value in (options or [])],
         pending=", ".join(pending) if pending else None,
-        learning_check=check if check and not check["ok"] else None,
+        learning_check=check if check and check["ok"] is False else None,
     )
 
 

@@ -614,11 +614,13 @@ def generated_lengths(ids, tokenizer) -> np.ndarray:
 def make_compute_metrics(
     tokenizer, trainer_ref: list, target_lang: str | None = None, bleu_tokenize: str | None = None
 ):
-    """`compute_metrics` for the trainer: BLEU, chrF and mean generation length; the sacrebleu signatures go
-    to `trainer.metric_signatures` (strings do not belong in logged metrics). `trainer_ref` is a one-element
-    list filled with the trainer after it is built."""
+    """`compute_metrics` for the trainer: BLEU, chrF, mean generation length, the share of looping outputs, and
+    BLEU and chrF of the same outputs against shuffled references (`bleu_shuffled`, `chrf_shuffled`: what the
+    learning check compares the scores with); the sacrebleu signatures go to `trainer.metric_signatures`
+    (strings do not belong in logged metrics). `trainer_ref` is a one-element list filled with the trainer
+    after it is built."""
 
-    from ..evaluation.metrics import repetition_rate
+    from ..evaluation.metrics import repetition_rate, shuffled_reference_scores
 
     def compute_metrics(prediction) -> dict[str, float]:
         predictions = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
@@ -626,11 +628,15 @@ def make_compute_metrics(
         scores = score_translations(hypotheses, references, target_lang, bleu_tokenize)
         if trainer_ref:
             trainer_ref[0].metric_signatures = {"bleu": scores["bleu_signature"], "chrf": scores["chrf_signature"]}
-        return {
+        metrics = {
             "bleu": round(scores["bleu"], 2),
             "chrf": round(scores["chrf"], 2),
             "gen_len": round(float(generated_lengths(predictions, tokenizer).mean()), 2),
             "repetition": round(repetition_rate(hypotheses), 4),  # looping outputs: the learning check reads it
         }
+        if len(hypotheses) >= 2:  # the same outputs against other lines' references: the learning check's control
+            shuffled = shuffled_reference_scores(hypotheses, references, target_lang, bleu_tokenize)
+            metrics.update(bleu_shuffled=round(shuffled["bleu"], 2), chrf_shuffled=round(shuffled["chrf"], 2))
+        return metrics
 
     return compute_metrics
