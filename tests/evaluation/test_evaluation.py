@@ -17,7 +17,7 @@ from xlpe.cli.evaluate import main as evaluate_main
 from xlpe.evaluation import alignment_quality as aq
 from xlpe.evaluation import metrics as ev
 from xlpe.evaluation import plots
-from xlpe.features.reordering import kendall_tau
+from xlpe.features.reordering import SOURCE_ORDER_MARGIN, fuzzy_reordering_score, kendall_tau
 
 TINY = dict(
     d_model=32,
@@ -277,6 +277,24 @@ def test_reordering_quality_scores():
     assert both["kendall_tau"] == 0.0 and both["sentences_left_out"] == 1
 
 
+def test_reordering_quality_reports_the_monotone_baseline():
+    # the identity order against a reversed oracle: every pair discordant (tau -1); against "0 2 1": one pair of
+    # three discordant (tau 1/3); the one-word sentence is left out (min_items 2) for both
+    oracle = [[3, 2, 1, 0], [0, 2, 1], [0]]
+    scored = aq.reordering_quality(oracle, oracle, min_items=2, monotone_baseline=True)
+    baseline = scored["monotone_baseline"]
+    assert baseline["kendall_tau"] == pytest.approx((-1 + 1 / 3) / 2)
+    assert baseline["kendall_tau_normalized"] == pytest.approx((baseline["kendall_tau"] + 1) / 2)
+    assert baseline["fuzzy_reordering_score"] == pytest.approx(
+        (fuzzy_reordering_score([0, 1, 2, 3], [3, 2, 1, 0]) + fuzzy_reordering_score([0, 1, 2], [0, 2, 1])) / 2
+    )
+    assert baseline["exact_match"] == 0.0 and scored["kendall_tau"] == 1.0 and scored["beats_source_order"] is True
+    identity = aq.reordering_quality([[0, 1, 2, 3], [0, 1, 2]], oracle[:2], monotone_baseline=True)
+    assert identity["kendall_tau"] == identity["monotone_baseline"]["kendall_tau"]  # the baseline is the identity
+    assert identity["beats_source_order"] is False
+    assert "monotone_baseline" not in aq.reordering_quality(oracle, oracle)  # only when asked
+
+
 def test_model_reorderings_against_oracle(tiny_model, toy_tokenizer):
     sources = [s.split() for s in SOURCES]
     monotone = [[(i, i) for i in range(len(s))] for s in sources]
@@ -363,6 +381,14 @@ def test_cli_bleu_alignment_reordering_plot(tmp_path, capsys, shared_dir):
     (tmp_path / "oracle.txt").write_text("0 1 2 3\n0 1 2\n")
     order = run_cli(capsys, "reordering", "--pred", tmp_path / "pred.txt", "--oracle", tmp_path / "oracle.txt")
     assert order["sentences"] == 2 and order["exact_match"] == 0.5
+    # beside every score, the source order's: here the identity is the oracle itself (tau 1), so it is not beaten
+    assert order["kendall_tau"] == pytest.approx((1 + 1 / 3) / 2) and order["beats_source_order"] is False
+    assert order["monotone_baseline"] == {
+        "kendall_tau": 1.0,
+        "kendall_tau_normalized": 1.0,
+        "fuzzy_reordering_score": 1.0,
+        "exact_match": 1.0,
+    }
 
     (tmp_path / "tau.json").write_text(json.dumps({"0": 27.0, "4": 27.6, "8": 27.2}))
     plot = run_cli(capsys, "plot", "tau", "--input", tmp_path / "tau.json", "--output", tmp_path / "tau.png")
@@ -418,3 +444,5 @@ def test_cli_with_a_saved_model(tiny_model, toy_tokenizer, tmp_path, capsys, sha
         tmp_path / "links.txt",
     )
     assert order["sentences"] == 3 and -1.0 <= order["kendall_tau"] <= 1.0
+    assert order["monotone_baseline"]["kendall_tau"] == 1.0  # monotone links: the source order is the oracle's
+    assert order["beats_source_order"] is (order["kendall_tau"] >= 1.0 + SOURCE_ORDER_MARGIN)

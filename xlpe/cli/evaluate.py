@@ -7,7 +7,8 @@
     perplexity     exp(mean token NLL) of a model on source/reference files
     compare-mt     compare-mt HTML + text report (word F1 by frequency, sentence BLEU by length)
     alignment      AER / precision / recall of attention alignments (or of a links file) against talp gold
-    reordering     Kendall's tau / fuzzy reordering score of predicted vs oracle reorderings
+    reordering     Kendall's tau / fuzzy reordering score of predicted vs oracle reorderings, beside the monotone
+                   (source order) baseline's
     plot           PNG of a tau sweep, a noise curve or perplexity per epoch from JSON
 """
 
@@ -239,7 +240,7 @@ def run_reordering(args) -> dict:
             _read_positions(args.oracle, "--oracle"),
         )
         _parallel(("--pred", args.pred, predicted), ("--oracle", args.oracle, oracle))
-        return aq.reordering_quality(predicted, oracle)
+        return aq.reordering_quality(predicted, oracle, monotone_baseline=True)
     if not (args.model and args.source and args.links):
         raise CommandLineError("reordering: give --pred and --oracle, or --model, --source and --links")
     sources = [line.strip(" ").split(" ") for line in _read(args.source, "--source")]
@@ -248,7 +249,8 @@ def run_reordering(args) -> dict:
     aq.check_links_inside(links, args.links, [len(words) for words in sources], one_based=args.one_based)
     model, tokenizer = _load_model(args)  # (after the files: their errors come first, and fast)
     predicted, oracle = aq.predicted_and_oracle_reorderings(model, tokenizer, sources, links, args.batch_size)
-    return {"level": "sub-word tokens (special tokens excluded)", **aq.reordering_quality(predicted, oracle)}
+    quality = aq.reordering_quality(predicted, oracle, monotone_baseline=True)
+    return {"level": "sub-word tokens (special tokens excluded)", **quality}
 
 
 def run_plot(args) -> dict:
@@ -357,7 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--limit", type=int, help="only the first N sentence pairs")
     sub.add_argument("--write_links", help="write the predicted links (0-based Pharaoh) here")
 
-    sub = command("reordering", run_reordering, "Kendall's tau / FRS of predicted vs oracle reorderings")
+    sub = command(
+        "reordering", run_reordering, "Kendall's tau / FRS of predicted vs oracle reorderings (and of the source order)"
+    )
     sub.add_argument("--pred", help="predicted positions, one sentence per line")
     sub.add_argument("--oracle", help="oracle positions, one sentence per line")
     model_args(sub)

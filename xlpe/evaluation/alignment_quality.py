@@ -1,5 +1,6 @@
 """What the model learned about word correspondence and order: attention alignments scored with AER
-(XL PE Sec. 4.3, Table 3) and predicted reorderings scored with Kendall's tau / fuzzy reordering score.
+(XL PE Sec. 4.3, Table 3) and predicted reorderings scored with Kendall's tau / fuzzy reordering score, beside
+the monotone (source order) baseline.
 
 Gold alignments (`../shared/data/word_alignment_gold/<pair>/`, see its PROVENANCE.md): `<p>.src-tgt` holds
 `SOURCE ||| TARGET` pre-tokenized on ASCII space; `<p>.gold` is talp: 1-based `i-j` sure, `ipj` possible
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from ..features.reordering import (
+    beats_source_order,
     fuzzy_reordering_score,
     kendall_tau,
     oracle_xl_positions,
@@ -343,14 +345,21 @@ def _dense_ranks(values: Sequence[int]) -> np.ndarray:
 
 
 def reordering_quality(
-    predicted: Sequence[Sequence[int]], oracle: Sequence[Sequence[int]], min_items: int = 1, per_sentence: bool = False
+    predicted: Sequence[Sequence[int]],
+    oracle: Sequence[Sequence[int]],
+    min_items: int = 1,
+    per_sentence: bool = False,
+    monotone_baseline: bool = False,
 ) -> dict:
     """Mean Kendall's tau (in [-1, 1] and normalised (tau+1)/2 as lader reports), mean fuzzy reordering
     score and the exact-match rate of predicted vs oracle orders (element i = position of item i; any
     integers, compared by rank). Sentences with fewer than `min_items` items are left out (2: the ones whose
     order can be wrong) and counted in "sentences_left_out". `per_sentence`: also the lists behind the means
     ("per_sentence": {"kendall_tau": [...], "fuzzy_reordering_score": [...], "exact_match": [0/1 ...]}), for paired
-    significance tests."""
+    significance tests. `monotone_baseline`: also "monotone_baseline", the same scores of the source order (the
+    identity order, each item where it is) against the oracle on the same sentences, and "beats_source_order"
+    (`xlpe.features.reordering.beats_source_order`: tau at least the baseline's plus its margin; None when no
+    sentence was scored): what a predicted order must beat to carry more than the source order itself."""
     if len(predicted) != len(oracle):
         raise ValueError(f"{len(predicted)} predicted reorderings but {len(oracle)} oracle ones")
     taus, scores, matches = [], [], []
@@ -374,6 +383,13 @@ def reordering_quality(
     }
     if per_sentence:
         result["per_sentence"] = {"kendall_tau": taus, "fuzzy_reordering_score": scores, "exact_match": matches}
+    if monotone_baseline:
+        source_order = [list(range(len(ref))) for ref in oracle]
+        baseline = reordering_quality(source_order, oracle, min_items=min_items)
+        result["monotone_baseline"] = {key: value for key, value in baseline.items() if not key.startswith("sentences")}
+        result["beats_source_order"] = (
+            beats_source_order(result["kendall_tau"], baseline["kendall_tau"]) if taus else None
+        )
     return result
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from ..models.hub_support import add_translation_pipeline
 from ..models.pipeline_translation import XLPETranslationPipeline
 
 CONFIG_NAME = "two_pass.json"
@@ -147,6 +148,7 @@ def _run(pipe: XLPETranslationPipeline, texts: list[str], **generate_kwargs) -> 
 def _save_stage(directory: Path, name: str, pipe: XLPETranslationPipeline) -> None:
     pipe.model.save_pretrained(directory / name)
     pipe.tokenizer.save_pretrained(directory / name)
+    add_translation_pipeline(directory / name)  # each stage alone: pipeline("translation", ...), stock models too
 
 
 def _load_stage(directory: Path, name: str, **model_kwargs):

@@ -16,6 +16,8 @@ from that one class only (the generation model also from `GenerationMixin`), as 
 * `save_pretrained` writes what `pipeline("translation", model=dir, trust_remote_code=True)` needs: the
   `custom_pipelines` entry in config.json, and (through the relative import below, which
   `custom_object_save` follows) the file `pipeline_translation.py` next to the modeling files.
+  `add_translation_pipeline(folder)` writes the same into a saved folder of a *stock* model (plain MarianMT,
+  BART, an OPUS-MT checkpoint: no custom model code), so that call works for it too.
 * `save_pretrained` leaves the weight files with the permissions of the user's umask: safetensors writes
   them through a private temporary file and renames it, which leaves `model.safetensors` at mode 0600
   (unreadable to the group, e.g. a shared model folder), unlike every other file of the save.
@@ -36,7 +38,9 @@ Flat file, single-dot imports only, so it travels as Hub custom code.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -63,6 +67,83 @@ def apply_umask_to_weights(directory) -> None:
     for path in Path(directory).glob("*.safetensors"):
         if path.is_file() and path.stat().st_mode & 0o777 == 0o600 and mode != 0o600:
             path.chmod(mode)
+
+
+def _pipeline_code_files() -> list[Path]:
+    """`pipeline_translation.py` and the sibling files it imports (`length_rule.py`), as this package has them."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    module = Path(__file__).with_name("pipeline_translation.py")
+    return [module, *sorted(Path(path) for path in get_relative_import_files(str(module)))]
+
+
+def check_translation_pipeline_folder(folder) -> bool:
+    """Can `add_translation_pipeline` write into `folder`? Reads only; returns whether config.json already names
+    this package's translation pipeline. ValueError naming the folder: no config.json; a model
+    `AutoModelForSeq2SeqLM` does not load (neither a transformers sequence-to-sequence model type nor an `auto_map`
+    entry for it); no tokenizer files; another "translation" pipeline in config.json; a code file of that name
+    there with other contents (and no translation entry that it belongs to)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{folder}: no config.json (a folder written by model.save_pretrained is expected)")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    model_type = config.get("model_type")
+    if model_type not in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES and "AutoModelForSeq2SeqLM" not in (
+        config.get("auto_map") or {}
+    ):
+        raise ValueError(
+            f"{folder}: model_type {model_type!r} is not a sequence-to-sequence model AutoModelForSeq2SeqLM loads "
+            "(a transformers seq2seq model type, or an auto_map entry for it): the translation pipeline needs one"
+        )
+    if not any((folder / name).is_file() for name in ("tokenizer_config.json", "tokenizer.json")):
+        raise ValueError(
+            f"{folder}: no tokenizer (tokenizer_config.json or tokenizer.json): the pipeline loads it from the "
+            "folder; save it there with tokenizer.save_pretrained(folder)"
+        )
+    held = (config.get("custom_pipelines") or {}).get("translation")
+    if held is not None and (not isinstance(held, dict) or held.get("impl") != TRANSLATION_PIPELINE_ENTRY["impl"]):
+        raise ValueError(
+            f"{folder}: config.json already has another translation pipeline in custom_pipelines ({held!r}); "
+            "it is not replaced"
+        )
+    for source in _pipeline_code_files():
+        target = folder / source.name
+        if held is None and target.is_file() and target.read_bytes() != source.read_bytes():
+            raise ValueError(
+                f"{folder}: holds a {source.name} other than this package's; it is not replaced (a folder with "
+                "its own code of that name: add the pipeline by hand)"
+            )
+    return held is not None
+
+
+def add_translation_pipeline(folder) -> bool:
+    """Make the saved seq2seq model in `folder` (config.json, weights, tokenizer) load with
+    `pipeline("translation", model=folder, trust_remote_code=True)` also where xlpe is not installed: write the
+    pipeline's code files (`pipeline_translation.py`, `length_rule.py`) beside the weights and the
+    `custom_pipelines["translation"]` entry (`XLPETranslationPipeline` over `AutoModelForSeq2SeqLM`, with the
+    length rule) into config.json. Changes `folder` in place (refusals: `check_translation_pipeline_folder`);
+    returns False when it already carries both (a family's `save_pretrained` writes them), True when something
+    was written. A code file already there is kept."""
+    folder = Path(folder)
+    named = check_translation_pipeline_folder(folder)
+    written = False
+    for source in _pipeline_code_files():
+        if not (folder / source.name).is_file():
+            shutil.copyfile(source, folder / source.name)
+            written = True
+    if not named:
+        config_file = folder / "config.json"
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        pipelines = {**(config.get("custom_pipelines") or {}), "translation": dict(TRANSLATION_PIPELINE_ENTRY)}
+        temporary = config_file.with_name(f".{config_file.name}.partial")
+        temporary.write_text(
+            json.dumps({**config, "custom_pipelines": pipelines}, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        os.replace(temporary, config_file)
+        written = True
+    return written
 
 
 class HubModelMixin(SourceTagsPipelineMixin, InitOwnParametersMixin):

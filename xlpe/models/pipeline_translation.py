@@ -8,7 +8,11 @@ Three ways to get one:
 * in memory: `XLPETranslationPipeline(model=model, tokenizer=tokenizer)`, or `pipeline("xlpe-translation", ...)`
   once `xlpe` is imported;
 * from a saved directory (this file is copied there by `save_pretrained`):
-  `pipeline("translation", model=dir, trust_remote_code=True)`, also where `xlpe` is not installed.
+  `pipeline("translation", model=dir, trust_remote_code=True)`, also where `xlpe` is not installed. transformers 5
+  has no "translation" task of its own: the name works through config.json's `custom_pipelines` entry. A stock
+  model's folder (MarianMT, BART, OPUS-MT) gets this file and the entry from
+  `hub_support.add_translation_pipeline(dir)` (`xlpe-train` calls it), or a copy from
+  `python -m xlpe.cli.add_pipeline SOURCE DESTINATION`.
 
 This file imports only transformers and torch: it travels as Hub custom code.
 """

@@ -3,7 +3,8 @@
 What goes up is what `pipeline("translation", model=repo_id, trust_remote_code=True)` needs, checked before
 anything is sent (`check_upload_folder`):
 
-* `config.json` with `auto_map` (config + model classes) and `custom_pipelines["translation"]`;
+* `config.json` with `auto_map` (config + model classes; not for a stock transformers model type such as a
+  `--model_type vanilla` MarianMT run, which loads without custom code) and `custom_pipelines["translation"]`;
 * the weights (`model.safetensors`, or shards + index) and `generation_config.json`;
 * the tokenizer (`tokenizer_config.json` plus `tokenizer.json` or sentencepiece files);
 * a trained POS tagger's file when the config names one (`pos_tagger="perceptron:pos_tagger.json"`);
@@ -88,6 +89,13 @@ def code_files(folder: str | Path) -> list[str]:
     return sorted(files)
 
 
+def _is_stock(config: Mapping) -> bool:
+    """A transformers sequence-to-sequence model type (MarianMT, BART, ...) without custom model code."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+
+    return config.get("model_type") in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES and not config.get("auto_map")
+
+
 def check_upload_folder(folder: str | Path) -> list[str]:
     """Problems that would make the uploaded repository unusable (empty list: ready to upload)."""
     folder = Path(folder)
@@ -96,7 +104,7 @@ def check_upload_folder(folder: str | Path) -> list[str]:
     problems = []
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     auto_map = config.get("auto_map") or {}
-    for key in ("AutoConfig", "AutoModelForSeq2SeqLM"):
+    for key in ("AutoConfig", "AutoModelForSeq2SeqLM") if not _is_stock(config) else ():
         if key not in auto_map:
             problems.append(f"config.json: auto_map has no {key}")
     if "translation" not in (config.get("custom_pipelines") or {}):
@@ -130,11 +138,16 @@ def prepare_upload_folder(
     folder = Path(folder)
     problems = check_upload_folder(folder)
     if any("auto_map" in p or "custom_pipelines" in p or p.endswith(".py is missing") for p in problems):
-        from transformers import (
-            AutoModelForSeq2SeqLM,  # the xlpe families are registered on package import
-        )
+        if _is_stock(json.loads((folder / "config.json").read_text(encoding="utf-8"))):
+            from ..models.hub_support import add_translation_pipeline
 
-        AutoModelForSeq2SeqLM.from_pretrained(folder).save_pretrained(folder)  # writes config entries + code files
+            add_translation_pipeline(folder)  # a stock model: only the pipeline's entry and code files
+        else:
+            from transformers import (
+                AutoModelForSeq2SeqLM,  # the xlpe families are registered on package import
+            )
+
+            AutoModelForSeq2SeqLM.from_pretrained(folder).save_pretrained(folder)  # config entries + code files
     # a card xlpe-train wrote is rendered again from what it recorded, with the Hub id (unless edited since)
     # a folder without that record: the same facts gathered from what the folder holds (run record, preparation
     # report, results), with the push's arguments over them

@@ -38,7 +38,7 @@ from transformers import set_seed
 
 from ..features.artefacts import record_path
 from ..features.text_files import write_text_atomic
-from ..models.hub_support import apply_umask_to_weights
+from ..models.hub_support import add_translation_pipeline, apply_umask_to_weights
 from .callbacks import RunClock, RunOutcome, ValidationEarlyStopping
 from .checkpoint_averaging import (
     last_checkpoints,
@@ -297,6 +297,11 @@ def train_and_save(run: RunConfig, trainer, clock: RunClock, prepared: dict, che
     trainer.log_metrics("train", metrics), trainer.save_metrics("train", metrics), trainer.save_state()
     if training_args.average_last_checkpoints:
         average_into(trainer, training_args)
+    if trainer.is_world_process_zero():  # a stock model too: pipeline("translation", model=dir, trust_remote_code=True)
+        try:
+            add_translation_pipeline(training_args.output_dir)
+        except ValueError as error:  # e.g. a checkpoint with its own translation pipeline: kept, said
+            logger.warning("the saved model does not get xlpe's translation pipeline: %s", error)
     return metrics, facts
 
 
