@@ -7,6 +7,10 @@ A page marks each table with `<!-- table: TOPIC/NAME -->` ... `<!-- end table --
 rendered from docs/benchmarks/results/TOPIC.json ("tables" -> "TOPIC/NAME": header, alignments, rows). The results
 files hold the numbers; the prose around the tables stays prose. `bench/reproduce.py --report --benchmarks PAGE`
 writes its tables the same way (markers in the page, rows in results/<page>.json beside it).
+
+A results file's "history" holds the sections that left a page (superseded runs, probes, the full notes of a study):
+each entry's "page" and "section", its "text" (markers in place) and the "tables" no page shows any more. History is
+not rendered; every table under "tables" must be shown on some page.
 """
 
 from __future__ import annotations

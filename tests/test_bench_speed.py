@@ -128,7 +128,7 @@ def test_gpu_session_dry_run_lists_every_stage(tmp_path):
 
 
 def test_xlpe_step_ratio_check_reports_both_clocks_and_the_checks_off_ratio():
-    """bench/studies/xlpe_step_ratio.py (issue 38's regression check) at tiny dims: one batch of the asked shape,
+    """bench/studies/xlpe_step_ratio.py (the XL PE step-ratio check) at tiny dims: one batch of the asked shape,
     ratios of
     medians on both clocks, with and without the input checks. Timings are not asserted (shared machine)."""
     check = load_bench("xlpe_step_ratio")

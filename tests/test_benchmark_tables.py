@@ -87,11 +87,28 @@ def test_links_into_the_benchmark_pages_resolve():
     assert broken_links(docs, only=lambda target: "BENCHMARKS.md" in target or "benchmarks/" in target) == []
 
 
-def test_no_issue_numbers_and_the_results_page_stays_short():
+def test_no_issue_numbers_and_every_page_stays_short():
+    """BENCHMARKS.md and every docs/benchmarks page is what a user reads (the result, its command, its caveats): at
+    most 300 lines each. Superseded runs and study notes go to the results file's "history" (bench/render_tables.py)."""
     for page in load_renderer().pages():
         text = page.read_text(encoding="utf-8")
         assert not re.search(r"\bissues? \d+", text, flags=re.I), page
-    assert len((REPO_ROOT / "BENCHMARKS.md").read_text(encoding="utf-8").splitlines()) <= 300
+        lines = len(text.splitlines())
+        assert lines <= 300, f"{page.relative_to(REPO_ROOT)}: {lines} lines; move its history to its results file"
+
+
+def test_history_sections_hold_their_tables():
+    """A results file's "history" entries name the page and section they left, and every table their text marks is
+    held by the entry itself or still shown on a page (so a table never disappears with its section)."""
+    renderer = load_renderer()
+    shown = set()
+    for page in renderer.pages():
+        shown |= {m for m in re.findall(r"^<!-- table: (.*) -->$", page.read_text(encoding="utf-8"), flags=re.M)}
+    for path in sorted((REPO_ROOT / "docs" / "benchmarks" / "results").glob("*.json")):
+        for entry in json.loads(path.read_text(encoding="utf-8")).get("history", []):
+            assert (REPO_ROOT / entry["page"]).is_file() and entry["section"] and entry["text"], (path.name, entry)
+            for name in re.findall(r"^<!-- table: (.*) -->$", entry["text"], flags=re.M):
+                assert name in entry["tables"] or name in shown, (path.name, entry["section"], name)
 
 
 def test_tables_round_trip_through_results():

@@ -1,4 +1,4 @@
-"""Issue 39, item 2: every timing or result the README and docs quote between `<!-- timing:NAME -->` markers is the
+"""Every timing or result the README and docs quote between `<!-- timing:NAME -->` markers is the
 range `bench/doc_timings.py` recorded (bench/doc_timings.json, with the machine): `bench/check_records.py` (CI's own
 step) fails when the docs drift from the record (rerun `python bench/doc_timings.py measure` and `update-docs`);
 here the record's shape, the check itself and the old single-run claims being gone."""

@@ -1,4 +1,4 @@
-"""Issue 39, item 5: the README and docs spell every flag of an xlpe command as its `--help` shows it
+"""The README and docs spell every flag of an xlpe command as its `--help` shows it
 (underscores: `--source_lang`, not `--source-lang`; the dash spelling is accepted as an alias but not written), and
 name no flag the command does not have. Checked on every command line in a code block that runs an xlpe
 command (continuation lines joined), and on inline code that starts with one."""

@@ -162,7 +162,7 @@ def test_module_docstring_and_size(name):
     text = path.read_text(encoding="utf-8")
     assert ast.get_docstring(ast.parse(text)), f"{path} has no module docstring saying what it owns"
     lines = text.count("\n")
-    if lines > 450:  # issue 40: "no module over ~450 lines unless sectioned"
+    if lines > 450:  # no module over ~450 lines unless sectioned
         assert text.count(SECTION_BANNER) >= 3, f"{path}: {lines} lines and no sections"
 
 

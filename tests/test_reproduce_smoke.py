@@ -549,7 +549,7 @@ def test_dpe_paper_group_builds_the_published_settings():
 
 
 def test_xl_forms_group_builds_xl_relative_and_rotary_models_beside_their_parts():
-    """`xl-forms` (issue 41): every XL run is a real XL PE config in relative or rotary form (tau heads of layer 1,
+    """`xl-forms`: every XL run is a real XL PE config in relative or rotary form (tau heads of layer 1,
     or every layer), compared with its non-XL counterpart; the reorderer rows take the pair's reorderer."""
     from xlpe.models import XLPEMarianConfig, XLPEMarianMTModel
     from xlpe.training.model_setup import parse_config_overrides
@@ -879,7 +879,7 @@ def test_reorderer_calibration_bench_redecodes_the_runs(tmp_path, shared_dir, mo
 
 @pytest.mark.slow  # a whole bench driver; the driver's core path: test_reproduce_smoke_vanilla_vs_combination
 def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path, shared_dir, monkeypatch):
-    """Issue 17 item 5: the `train-positions` group trains Combination on the oracle, on k-fold predicted (jackknifed)
+    """The `train-positions` group trains Combination on the oracle, on k-fold predicted (jackknifed)
     positions, and on a mix, every one decoded with the pair reorderer. The jackknifed split keeps the oracle beside the
     predicted positions; the mixed split takes each row from one of the two, about half from each."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -977,7 +977,7 @@ def test_train_positions_group_trains_on_jackknifed_and_mixed_positions(tmp_path
 
 
 def test_finetune_group_fine_tunes_the_pretrained_checkpoint_and_tests_out_of_domain():
-    """Issue 57's study: every trained run starts from the pair's pretrained stock checkpoint on the fine-tuning
+    """The fine-tuning study: every trained run starts from the pair's pretrained stock checkpoint on the fine-tuning
     data and is compared with continued stock fine-tuning; each is decoded again on the out-of-domain test set
     against that baseline's own decoding; the checkpoint itself is a row on both; pairs without news refuse."""
     reproduction = load_driver().reproduction

@@ -1,5 +1,5 @@
-"""Issue 14, the command-line half: every bad input gets a clear error (one line, exit 2, naming the argument, file
-or line) or a counted, visible decision; nothing is lost, nothing silently changed. One test per case of the issue,
+"""Bad input on the command line: every bad input gets a clear error (one line, exit 2, naming the argument, file
+or line) or a counted, visible decision; nothing is lost, nothing silently changed. One test per case,
 driven through the console scripts' `main` (in process) or the public API."""
 
 from __future__ import annotations

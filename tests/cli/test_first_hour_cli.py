@@ -1,4 +1,4 @@
-"""Issue 39, item 5: fast feedback. `xlpe-train --help` is served from the shipped snapshot on a fresh install
+"""Fast feedback. `xlpe-train --help` is served from the shipped snapshot on a fresh install
 (no cache, no torch), the snapshot matches what the real parser prints, and a mistyped flag gets "did you mean"
 from every command, xlpe-train included, before torch is imported."""
 

@@ -1,4 +1,4 @@
-"""Issue 39, item 4: language codes are checked against langcodes' registry (with a "did you mean") by every
+"""Language codes are checked against langcodes' registry (with a "did you mean") by every
 command that takes one, before any work; the end-of-run line says what really ended training."""
 
 from __future__ import annotations

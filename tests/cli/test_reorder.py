@@ -1,5 +1,5 @@
 """xlpe-reorder end to end on a tiny corpus: train (eflomal or given alignments, resumable), predict, evaluate,
-and the bad inputs of issue 17 (empty lines, over-long lines, mismatched alignment files)."""
+and its bad inputs (empty lines, over-long lines, mismatched alignment files)."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def test_predict_one_order_line_per_input_line(reorderer, tmp_path):
             ]
         )
         == 0
-    )  # an existing output: issue 14
+    )  # an existing output is refused without --overwrite
     assert output.read_text(encoding="utf-8").split("\n")[0] == "0 1 2 3 4"  # the prior outweighs the model
 
 

@@ -1,4 +1,4 @@
-"""Issue 37 for xlpe-reorder: a rerun, a resume or a reused artefact never gives a silently wrong result. Each test
+"""xlpe-reorder reruns and reuse: a rerun, a resume or a reused artefact never gives a silently wrong result. Each test
 plays a user's sequence through `main([...])` and checks the exit code, the one-line message and that nothing the
 user had was lost or overwritten (docs/command_line.md, "Reruns, resumes and reused artefacts")."""
 

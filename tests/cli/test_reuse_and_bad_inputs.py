@@ -1,4 +1,4 @@
-"""Issue 37, the model-side commands: a reused model folder, links file, order file, tagger input or Hub push never
+"""The model-side commands: a reused model folder, links file, order file, tagger input or Hub push never
 gives a silently wrong result. Each test plays the user's sequence through the console script's `main` (in
 process) or the public API and asserts one error line and exit status 2, or the correct result, with nothing
 lost or changed."""

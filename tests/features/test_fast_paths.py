@@ -1,4 +1,4 @@
-"""The corpus-scale fast paths (issue 16) give exactly what the plain code gives:
+"""The corpus-scale fast paths give exactly what the plain code gives:
 
 * `tokenize_batch`'s word-piece cache (each distinct word tokenised once) vs one tokenizer call per batch;
 * `eflomal_files.write_text` (Arrow) vs eflomal's own `to_eflomal_text_file`: byte-identical binary input;

@@ -1,4 +1,4 @@
-"""Reruns and reused artefacts of `xlpe-prepare` never give silently wrong results (issue 37): input files edited
+"""Reruns and reused artefacts of `xlpe-prepare` never give silently wrong results: input files edited
 after planning are refused at every stage, a damaged shard is made anew by the command the error advises, a
 damaged plan.json is one line naming file and line, cache keys are digests of unambiguous encodings, and the
 word-piece cache gives the ids the tokenizer call gives."""

@@ -1,7 +1,7 @@
-"""The built-in taggers tag as they did before the tagger registry (issue 40): preparation (`get_tagger`: pre-split
+"""The built-in taggers tag as the recorded expected values say: preparation (`get_tagger`: pre-split
 words and `tag_sentence`) and a saved model's pipeline (`load_tagger`: raw text -> character spans). The expected
-values were recorded with the code before the refactoring and are kept as a regression guard; so are config dicts
-saved by that code (old_source_tag_configs.json, commit f5f5496), which load and save as before."""
+values are recorded outputs, kept as a regression guard; so are config dicts saved by an earlier release
+(old_source_tag_configs.json, commit f5f5496), which load and save unchanged."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CUDA checks of issue 21 for every family and its stock baseline (marker `gpu`: skipped without a CUDA device,
+"""CUDA checks for every family and its stock baseline (marker `gpu`: deselected without a CUDA device,
 see tests/conftest.py; CI never has one). Tiny models of the bench's specs (`bench/benchlib/speed_models.py`: the
 same builders and inputs as `bench/speed.py`) on batches of real sentence lengths:
 

@@ -1,4 +1,4 @@
-"""Issue 14, the model side: every bad config or input gets a ValueError that names the field or argument (no
+"""The model side of bad input: every bad config or input gets a ValueError that names the field or argument (no
 IndexError from an embedding, no reshape error, no NaN), on every construction path; a property test feeds random
 tensors to every family's forward and accepts only a finite output or the documented ValueError."""
 

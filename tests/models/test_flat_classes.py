@@ -1,4 +1,4 @@
-"""The families' class shape (issue 40): one pre-trained base per family, flat base and generation models, one
+"""The families' class shape: one pre-trained base per family, flat base and generation models, one
 generation head, and the old names of generic pieces importable with a DeprecationWarning.
 
 transformers keeps one flat class per role (`MarianMTModel(MarianPreTrainedModel, GenerationMixin)`); so do the

@@ -1,4 +1,4 @@
-"""Issue 57, item 2: which options upgrade a trained sinusoidal MarianMT checkpoint function-preservingly.
+"""Which options upgrade a trained sinusoidal MarianMT checkpoint function-preservingly.
 
 Each row of the table in docs/training.md ("Upgrade paths from a stock checkpoint") is measured here: a stock
 Marian with trained-looking (random, non-zero) weights and `final_logits_bias` is saved, loaded into the family with

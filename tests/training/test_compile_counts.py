@@ -1,4 +1,4 @@
-"""`torch.compile` under the Trainer (issue 38): the compiled training step of every family over token batches of
+"""`torch.compile` under the Trainer: the compiled training step of every family over token batches of
 changing shapes compiles no more often than the stock model it is compared with: once.
 
 `xlpe-train --torch_compile` (a CUDA default) compiles the model through accelerate. Left alone, dynamo traces
@@ -188,8 +188,8 @@ def stock_graphs(tmp_path_factory):
 def test_compiled_training_step_compiles_no_more_than_stock(name, stock, stock_graphs, tmp_path):
     graphs, seen = compiled_training_graphs(name, tmp_path)
     assert seen == [((b, s), (b, t)) for b, s, t in SHAPES]  # the step trained on every designed shape
-    # (XL PE wrote a dict inside the compiled forward, `_fixed_ids_cache`, until issue 38: its guard failed after
-    # the first step and forced one more full trace whatever the shapes; TORCH_LOGS=recompiles names the culprit)
+    # (state written inside the compiled forward, such as a dict cache, fails its guard after the first step and
+    # forces one more full trace whatever the shapes; TORCH_LOGS=recompiles names the culprit)
     assert graphs <= stock_graphs[stock], (name, graphs, stock_graphs)
     assert graphs <= MAX_GRAPHS, (name, graphs)
 

@@ -1,4 +1,4 @@
-"""Fast `xlpe-train` on CUDA (issue 21): the defaults decided from a (fake) device description, explicit flags
+"""Fast `xlpe-train` on CUDA: the defaults decided from a (fake) device description, explicit flags
 winning, the decision going through the argument parser, and the throughput fields (target tokens/s; MFU only
 where a GPU's peak is known) in the training log and the run report. All on CPU."""
 

@@ -1,4 +1,4 @@
-"""A recipe fitted to the GPU (issue 38): the token batch and, for `small`, the width chosen from the device's
+"""A recipe fitted to the GPU: the token batch and, for `small`, the width chosen from the device's
 peak, SMs and memory (fake device descriptions, on CPU), and persistent dataloader workers whenever there are
 workers."""
 

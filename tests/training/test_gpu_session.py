@@ -1,4 +1,4 @@
-"""bench/gpu_session.sh (issue 38): the dry run executes the GPU run's command lines with only the sizes changed,
+"""bench/gpu_session.sh: the dry run executes the GPU run's command lines with only the sizes changed,
 setup fails loudly when a wheel does not install or the intended transformers is not the one imported, and (slow,
 RUN_SLOW=1) the whole dry run passes end to end on the CPU with a JSON line per finished run or row."""
 
@@ -144,7 +144,7 @@ def test_the_whole_session_dry_run_passes_end_to_end(tmp_path):
 
 
 def test_the_news_stage_runs_the_walkthrough_recipe_then_more_passes(tmp_path):
-    """Issue 55's GPU run: `xlpe-train` on the prepared news walk-through, the recipe as a user gets it first, then
+    """The news stage: `xlpe-train` on the prepared news walk-through, the recipe as a user gets it first, then
     more passes; the dry run gives the same command lines at tiny sizes."""
     gpu = commands(session("--print", "news", env={"OUT": str(tmp_path / "gpu")}).stdout)
     dry = commands(session("--print", "news", env={"OUT": str(tmp_path / "dry"), "PRINT_AS": "dry"}).stdout)

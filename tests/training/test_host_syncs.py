@@ -1,4 +1,4 @@
-"""No host sync in a compiled training step or a compiled cached decode step of any family (issue 38).
+"""No host sync in a compiled training step or a compiled cached decode step of any family.
 
 The families check their inputs in eager mode (ids in the vocabulary, right padding, positions, tag ranges: one
 host sync each) and skip those checks under `torch.compile` (`torch.compiler.is_compiling()` in

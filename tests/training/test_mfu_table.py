@@ -1,4 +1,4 @@
-"""The MFU peak table (issue 38): exact device names (no substring matches), MIG slices scaled by their SMs or
+"""The MFU peak table: exact device names (no substring matches), MIG slices scaled by their SMs or
 left without a peak, and the peak of the run's math mode (bf16/fp16, tf32, fp32) — with fake device names and
 properties, on CPU."""
 

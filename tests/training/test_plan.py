@@ -1,4 +1,4 @@
-"""Issue 39, item 1: xlpe-train states its plan (steps, evaluations and their size) before training, estimates the
+"""xlpe-train states its plan (steps, evaluations and their size) before training, estimates the
 run's wall time from the first measured steps and again after the first evaluation, and the periodic evaluation is
 bounded (`--eval_subset`, recipe small: 200 sentences) while the final evaluation scores the whole split."""
 
@@ -109,7 +109,7 @@ def test_a_run_prints_its_plan_and_estimates_and_the_final_evaluation_scores_the
 
 
 def test_the_first_estimate_counts_the_evaluations_from_a_timed_decode():
-    """Issue 55: before any evaluation has run, a timed greedy decode (seconds a sentence) stands in for the
+    """Before any evaluation has run, a timed greedy decode (seconds a sentence) stands in for the
     evaluations, so the first estimate is not the training alone."""
     shape = RunShape(1200, 6, 200, 1, 1014, 1000, 4, test_passes=2)
     probed = estimate_run(shape, 1.0, None, seconds_per_sentence=0.05)

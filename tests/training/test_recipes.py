@@ -229,7 +229,7 @@ def test_early_stopping_on_bleu_and_the_final_model_is_the_average_of_the_last_c
 
 
 def test_a_run_that_max_steps_ends_is_not_reported_as_early_stopping(tmp_path, caplog, capsys):
-    """Issue 39: --max_steps ended a run (early stopping armed, patience not used up); the log must not say
+    """--max_steps ended a run (early stopping armed, patience not used up); the log must not say
     "early stopping", and the end-of-run line names --max_steps."""
     with caplog.at_level(logging.INFO, logger="xlpe.train"):
         main(
@@ -259,7 +259,7 @@ def test_a_run_that_max_steps_ends_is_not_reported_as_early_stopping(tmp_path, c
 
 
 def test_the_small_recipe_trains_epochs_sized_to_the_corpus():
-    """Issue 55: `small` trains a budget of sentence passes in epochs, more of them the smaller the corpus; without a
+    """`small` trains a budget of sentence passes in epochs, more of them the smaller the corpus; without a
     known size it keeps its fixed steps."""
     from xlpe.training.recipes import SMALL_SENTENCE_PASSES, small_epochs
 
@@ -283,7 +283,7 @@ def test_the_small_recipe_trains_epochs_sized_to_the_corpus():
 
 
 def test_the_tiny_recipe_is_a_smaller_model_for_more_passes_on_chrf():
-    """Issue 55: on a CPU a corpus under TINY_DATA_PAIRS gets `tiny` (d 128, 2+2, rate 2e-3), 480,000 sentence passes
+    """On a CPU a corpus under TINY_DATA_PAIRS gets `tiny` (d 128, 2+2, rate 2e-3), 480,000 sentence passes
     in 10 to 40 epochs, early stopping on validation chrF; a checkpoint keeps its own architecture."""
     from xlpe.training.recipes import TINY_SENTENCE_PASSES, sized_epochs
 

@@ -1,4 +1,4 @@
-"""Issue 39, item 3: the card of an xlpe-train run says what was trained on what. A Multi30k slice prepared with
+"""The card of an xlpe-train run says what was trained on what. A Multi30k slice prepared with
 `xlpe-prepare --name`, trained from the prepared data with token batches and --max_steps, interrupted after 2 steps
 and resumed to 4, scored on 5 of its 12 test sentences: every figure on the card is checked against the run, and
 `xlpe-push` renders the card again with the Hub id."""

@@ -1,4 +1,4 @@
-"""run_translation's data/tokenizer/generation flags accepted by `xlpe-train`, each with its meaning (issue 13):
+"""run_translation's data/tokenizer/generation flags accepted by `xlpe-train`, each with its meaning:
 `--source_prefix`, `--overwrite_cache`, `--pad_to_max_length`, `--ignore_pad_token_for_loss`,
 `--forced_bos_token`, `--use_fast_tokenizer`."""
 

@@ -743,7 +743,7 @@ def test_command_destroys_the_process_group_before_exit(tmp_path):
     ids=["flag", "config_overrides"],
 )
 def test_source_tags_stack_on_xl_pe_from_a_flag_or_the_config(tmp_path, request_tags, shared_dir):
-    """XL PE + POS (issue 15): the tagger named either way tags the data, its tag set goes into the config, the
+    """XL PE + POS: the tagger named either way tags the data, its tag set goes into the config, the
     batches carry pos_tag_ids, and the saved model's pipeline tags raw text itself."""
     from xlpe import XLPETranslationPipeline
 

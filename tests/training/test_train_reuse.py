@@ -1,4 +1,4 @@
-"""`xlpe-train` never silently reuses or loses a run (issue 37): each test plays a user's sequence (resume with
+"""`xlpe-train` never silently reuses or loses a run: each test plays a user's sequence (resume with
 changed flags, rerun into a finished directory, a checkpoint with a missing or truncated file, a damaged
 arguments file / config / prepared dataset, a bogus device, two runs into one directory) and checks the exit
 status, the one-line error and that the first run's files are intact. Tiny models, 2-4 steps."""

@@ -1,4 +1,4 @@
-"""Trainer options that used to give wrong numbers without a word (issue 20):
+"""What the Trainer's options give, checked option by option:
 
 * every auxiliary loss (XL PE reorder predictor, DPE order loss, mvPE+POS hypothesis tagger) is computed, logged
   and trains its module under label smoothing, gradient accumulation, `average_tokens_across_devices` and
@@ -444,7 +444,7 @@ def test_gradient_accumulation_trains_like_one_big_batch(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Evaluation in the training dtype (issue 38)
+# Evaluation in the training dtype
 # ---------------------------------------------------------------------------------------------------------
 
 
