@@ -527,11 +527,23 @@ def test_the_runtime_reads_its_facts_from_the_checked_files(reordered_export, tm
         reseal(forged, lambda m, field=field, value=value: m[field[0]].__setitem__(field[1], value))
         with pytest.raises(ValueError, match=f"field '{field[0]}(.{field[1]})?'"):
             OnnxTranslator(forged, threads=1)
-    old = copy_of(export, tmp_path, "old")
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4, "5"])
+def test_an_export_of_another_format_is_refused_in_one_line(version, reordered_export, tmp_path):
+    """Only the current format is read: an older export (graphs only, the grown cache, the appended cache recorded
+    as a format of its own, the layout's booleans) is refused naming the folder and the format found."""
+    _, export = reordered_export
+    old = copy_of(export, tmp_path, f"old-{version}")
     manifest = json.loads((old / MANIFEST_FILE).read_text())
-    (old / MANIFEST_FILE).write_text(json.dumps({**manifest, "format_version": 1}))
-    with pytest.raises(ValueError, match=r"format version 1, expected one of \(2, 3, 4\) .* export the model again"):
-        OnnxTranslator(old)
+    assert manifest["format_version"] == 5
+    (old / MANIFEST_FILE).write_text(json.dumps({**manifest, "format_version": version}))
+    expected = f"{old}: an export of format {version!r}; this xlpe reads format 5 only: export again with xlpe-export"
+    with pytest.raises(ValueError) as refused:
+        OnnxTranslator(old, verify=False)
+    assert str(refused.value) == expected
+    status, said = verify_cli(old)
+    assert status == 2 and said.strip() == f"xlpe-export: error: {expected}", said
 
 
 def test_a_changed_generation_config_is_named(reordered_export, tmp_path):
