@@ -1,17 +1,17 @@
 """One decoding step of exported models, side by side: milliseconds of `decoder_with_past_model.onnx` plus the
 runtime's own cache copy of that step (reordering the self-attention cache for the beams, appending the step's keys
 where the graph gives only those), for two or more export directories, interleaved; optionally onnxruntime's
-per-operator profile of each. Used to compare graph forms of one model (e.g. a format-2 export's grown cache
-against format 3's appended cache, or format 4's buffers read through the beams' history, for which the runtime's
-per-step work is updating that history: xlpe/export/step_caches.py).
+per-operator profile of each. Used to compare the step graph's two forms of one model (the appended self-attention
+cache, and the indirect one: buffers read through the beams' history, for which the runtime's per-step work is
+updating that history: xlpe/export/step_caches.py).
 
     python bench/onnx_step.py --export old=/tmp/old-export --export new=/tmp/new-export --precision int8 \\
         --rows 64 --beams 4 --cache 24 --source 20 --threads 1 --rounds 9 --profile --output bench/onnx_step.json
 
 Inputs are random (the step's cost does not depend on the values): `rows` = sentences x beams hypotheses, each
-with `cache` cached target tokens and `source` source tokens; the cross-attention cache is given per sentence or
-per beam, as each export's layout takes it. Reported: the median over `rounds` interleaved rounds (A B ... then
-... B A) of the mean of `steps` steps, and each export's ratio to the first.
+with `cache` cached target tokens and `source` source tokens; the cross-attention cache is given once per sentence.
+Reported: the median over `rounds` interleaved rounds (A B ... then ... B A) of the mean of `steps` steps, and each
+export's ratio to the first.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Step:
             self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         rng = np.random.default_rng(0)
         layout, rows, heads, width = self.layout, args.rows, self.layout.decoder_heads, self.layout.head_dim
-        sentences = rows // args.beams if layout.cross_cache_per_sentence else rows
+        sentences = rows // args.beams
         d_model = heads * width
         self.feeds = {
             "decoder_input_ids": np.full((rows, 1), 5, dtype=np.int64),
@@ -79,17 +79,15 @@ class Step:
         if layout.tagger_window:
             self.feeds["tagger_input_ids"] = np.full((rows, layout.tagger_window), 5, dtype=np.int64)
         self.own = [n for n in layout.cache_names("past_key_values") if ".decoder." in n]
-        cached = args.cache - 1 if layout.appended_cache else args.cache  # + the last step's appended token
+        cached = args.cache - 1  # + the last step's appended token
         for name in layout.cache_names("past_key_values"):
             shape = (rows, heads, cached, width) if name in self.own else (sentences, heads, args.source, width)
             self.feeds[name] = rng.standard_normal(shape, dtype=np.float32)
         self.appended = {n: rng.standard_normal((rows, heads, 1, width), dtype=np.float32) for n in self.own}
-        if not layout.appended_cache:
-            self.appended = {}
         self.order = rng.integers(0, rows, rows)
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.binding = None
-        if layout.indirect_cache:  # format 4: buffers written in place, the beams followed in their history alone
+        if layout.indirect_cache:  # buffers written in place, the beams followed in their history alone
             from xlpe.export.runtime import IndirectCache
 
             sentence_of_row = np.arange(rows) // args.beams
@@ -154,9 +152,7 @@ def main(argv=None) -> int:
             {
                 "export": name,
                 "directory": exports[name],
-                "appended_cache": layout.appended_cache,
-                "cross_cache_per_sentence": layout.cross_cache_per_sentence,
-                "indirect_cache": layout.indirect_cache,
+                "self_attention_cache": layout.self_attention_cache,
                 "ms_per_step": round(statistics.median(times[name]), 2),
                 "rounds_ms": [round(t, 2) for t in times[name]],
                 f"speed_vs_{first}": round(statistics.median(ratios), 3),

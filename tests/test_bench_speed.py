@@ -326,62 +326,57 @@ def test_onnx_speed_side_by_side_with_ctranslate2_and_memory(tmp_path, capsys):
     assert engines["onnx-fp32"]["identical_to_pytorch"] == 1.0 == engines["ctranslate2-fp32"]["identical_to_pytorch"]
 
 
-def test_onnx_step_times_three_export_formats_of_one_model_with_profiles(toy_tokenizer, tmp_path):
-    """bench/onnx_step.py: one decoder step of a format-4 export (indirect cache, IO binding) and of the same model
-    exported as formats 3 and 2, random inputs shaped by each layout (cross cache per sentence or per beam),
-    operator profiles, a JSON record."""
+def test_onnx_step_times_both_cache_forms_of_one_model_with_profiles(toy_tokenizer, tmp_path):
+    """bench/onnx_step.py: one decoder step of an export with the indirect self-attention cache (IO binding) and of
+    the same model exported with the appended one, random inputs shaped by each layout, operator profiles, a JSON
+    record."""
     pytest.importorskip("onnxruntime")
     from conftest import save_tiny_xlpe_model
 
     from xlpe.export import exporter
 
     run = save_tiny_xlpe_model(toy_tokenizer, tmp_path / "run")
-    exporter.export_directory(run, tmp_path / "format4", quantize="int8")
+    exporter.export_directory(run, tmp_path / "indirect", quantize="int8")
     real_layout = exporter.graph_layout
-    earlier = {  # the earlier step graphs (tests/export/test_step_caches.py)
-        3: {"indirect_cache": False},
-        2: {"indirect_cache": False, "appended_cache": False, "cross_cache_per_sentence": False},
-    }
-    for version, fields in earlier.items():
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(
-                exporter, "graph_layout", lambda model, f=fields: dataclasses.replace(real_layout(model), **f)
-            )
-            patch.setattr(exporter, "FORMAT_VERSION", version)
-            exporter.export_directory(run, tmp_path / f"format{version}", quantize="int8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            exporter, "graph_layout", lambda m: dataclasses.replace(real_layout(m), self_attention_cache="appended")
+        )
+        exporter.export_directory(run, tmp_path / "appended", quantize="int8")
     spec = importlib.util.spec_from_file_location("onnx_step", REPO_ROOT / "bench" / "onnx_step.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     output = tmp_path / "step.json"
-    argv = [arg for v in (2, 3, 4) for arg in ("--export", f"f{v}={tmp_path / f'format{v}'}")]
+    argv = [arg for form in ("appended", "indirect") for arg in ("--export", f"{form}={tmp_path / form}")]
     argv += ["--rows", "4", "--beams", "2", "--cache", "3", "--source", "5", "--rounds", "1", "--steps", "2"]
     assert bench.main([*argv, "--profile", "--output", str(output)]) == 0
     record = json.loads(output.read_text())
     rows = {row["export"]: row for row in record["results"]}
-    assert (rows["f2"]["appended_cache"], rows["f3"]["appended_cache"]) == (False, True)
-    assert rows["f3"]["cross_cache_per_sentence"] and not rows["f2"]["cross_cache_per_sentence"]
-    assert rows["f4"]["indirect_cache"] and not rows["f3"]["indirect_cache"]
-    assert "DecoderMaskedMultiHeadAttention" in rows["f4"]["operators_ms"]
+    assert {name: row["self_attention_cache"] for name, row in rows.items()} == {name: name for name in rows}
+    assert "DecoderMaskedMultiHeadAttention" in rows["indirect"]["operators_ms"]
+    assert "DecoderMaskedMultiHeadAttention" not in rows["appended"]["operators_ms"]
     for row in rows.values():
-        assert row["ms_per_step"] > 0 and row["operators_ms"] and "speed_vs_f2" in row
+        assert row["ms_per_step"] > 0 and row["operators_ms"] and "speed_vs_appended" in row
         assert any("Quantize" in op or "Integer" in op for op in row["operators_ms"])  # the int8 graphs ran
     assert "int8/fp32 kernels" in record["cpu"]
 
 
 def test_io_binding_study_runs_both_allocators_with_identical_outputs(toy_tokenizer, tmp_path):
-    """bench/studies/onnx_io_binding.py on a tiny format-3 export: both allocator settings, each in a process of its
-    own, `session.run` against IO binding, identical outputs, a JSON record; a format-4 export is refused by name."""
+    """bench/studies/onnx_io_binding.py on a tiny export with the appended self-attention cache: both allocator
+    settings, each in a process of its own, `session.run` against IO binding, identical outputs, a JSON record; an
+    export with the indirect cache is refused by name."""
     pytest.importorskip("onnxruntime")
     from conftest import save_tiny_xlpe_model
 
     from xlpe.export import exporter
 
     run = save_tiny_xlpe_model(toy_tokenizer, tmp_path / "run")
-    exporter.export_directory(run, tmp_path / "format4", quantize="int8")
+    exporter.export_directory(run, tmp_path / "indirect", quantize="int8")
     real_layout = exporter.graph_layout
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(exporter, "graph_layout", lambda m: dataclasses.replace(real_layout(m), indirect_cache=False))
-        patch.setattr(exporter, "FORMAT_VERSION", 3)
+        patch.setattr(
+            exporter, "graph_layout", lambda m: dataclasses.replace(real_layout(m), self_attention_cache="appended")
+        )
         exporter.export_directory(run, tmp_path / "export", quantize="int8")
     spec = importlib.util.spec_from_file_location(
         "onnx_io_binding", REPO_ROOT / "bench" / "studies" / "onnx_io_binding.py"
@@ -396,6 +391,7 @@ def test_io_binding_study_runs_both_allocators_with_identical_outputs(toy_tokeni
     for row in record["rows"]:
         assert row["identical_outputs"] and row["run"] > 0 and row["io_binding"] > 0 and row["io_binding_speedup"] > 0
     child = [sys.executable, str(REPO_ROOT / "bench" / "studies" / "onnx_io_binding.py"), "--allocator", "default"]
-    child += ["--export", str(tmp_path / "format4"), *argv[2:]]
+    child += ["--export", str(tmp_path / "indirect"), *argv[2:]]
     refused = subprocess.run(child, capture_output=True, text=True)
-    assert refused.returncode != 0 and "format-4 export" in refused.stderr and "Traceback" not in refused.stderr
+    assert refused.returncode != 0 and "indirect self-attention cache" in refused.stderr
+    assert "Traceback" not in refused.stderr

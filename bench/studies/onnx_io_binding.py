@@ -3,8 +3,8 @@ as bench/onnx_step.py shapes them, the runtime's cache copy included) run (a) as
 `session.run`, which allocates every output anew, and (b) with its outputs bound to buffers allocated once
 (`io_binding`, `bind_output` on reused numpy memory), interleaved; both with and without the host allocator setting
 that `xlpe-export --translate` uses (glibc keeps freed memory: `xlpe.training.host_memory`), each in a process of its
-own. Outputs are checked identical. Page: docs/benchmarks/onnx.md ("IO binding"). For exports of format 2 or 3
-(a format-4 export binds its buffers in place already: xlpe/export/step_caches.py).
+own. Outputs are checked identical. Page: docs/benchmarks/onnx.md ("IO binding"). For exports with the appended
+self-attention cache (the indirect one binds its buffers in place already: xlpe/export/step_caches.py).
 
     python bench/studies/onnx_io_binding.py --export <export dir> --precision int8 \\
         --output bench/studies/onnx_io_binding.json
@@ -56,8 +56,8 @@ def measure(args) -> dict:
     step = Step(args.export, step_args(["--export", f"x={args.export}", *shape]))
     if step.layout.indirect_cache:
         raise SystemExit(
-            f"{args.export}: a format-4 export (indirect cache) runs its steps with IO binding already "
-            "(xlpe/export/runtime.py); this study compares the two ways of running a format-2 or 3 step graph"
+            f"{args.export}: an export with the indirect self-attention cache runs its steps with IO binding already "
+            "(xlpe/export/runtime.py); this study compares the two ways of running an appended-cache step graph"
         )
     session, names = step.session, [o.name for o in step.session.get_outputs()]
     buffers = [np.empty_like(o) for o in step()]

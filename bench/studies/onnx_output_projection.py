@@ -6,7 +6,7 @@ vocabulary (`xlpe-export --int8_scheme channel-all`) buys in speed and costs in 
 
 * **step**: the export's fp32 `decoder_with_past_model.onnx` quantized by every scheme asked for (`--schemes`,
   default `channel,channel-all`); one decoder step of `--rows` rows (batch x beams) with a cache of `--cache`
-  tokens, random inputs, one thread (a format-4 graph through `session.run`: its cache buffers come back as new
+  tokens, random inputs, one thread (an indirect-cache graph through `session.run`: its cache buffers come back as new
   outputs, a copy the runtime's IO binding avoids; the same for every scheme). Interleaved rounds give each
   graph's median and minimum ms a step; one profiled pass gives each operator type's share of the kernel time.
 * **quality**: each trained model (`--model NAME=DIR`, a `xlpe-train` run whose `test_translations.txt` holds its
@@ -36,9 +36,7 @@ def parse_args(argv=None):
     parser.add_argument("--model", action="append", default=[], help="NAME=DIR of a trained run (repeatable)")
     parser.add_argument("--schemes", default="channel,channel-all", help="comma-separated int8 schemes")
     parser.add_argument("--rows", type=int, default=64, help="decoder rows of a step (batch x beams)")
-    parser.add_argument(
-        "--beams", type=int, default=4, help="beams a sentence (a format-3 graph's cross cache is per sentence)"
-    )
+    parser.add_argument("--beams", type=int, default=4, help="beams a sentence (the cross cache is per sentence)")
     parser.add_argument("--cache", type=int, default=16, help="cached target tokens of a step")
     parser.add_argument("--source", type=int, default=24, help="source tokens of a step")
     parser.add_argument("--rounds", type=int, default=12, help="interleaved timing rounds")
@@ -59,7 +57,7 @@ def step_feeds(session, rows: int, cache: int, source: int, beams: int = 4) -> d
 
     if rows % beams:
         raise ValueError(f"--rows must be a multiple of --beams ({beams}), got {rows}")
-    # format 4 (indirect cache): buffers one position longer than the cache, the beams' history within range
+    # the indirect cache: buffers one position longer than the cache, the beams' history within range
     sizes = {"batch": rows, "sentences": rows // beams, "beams": beams, "target": 1, "cache": cache, "source": source}
     sizes["capacity"] = cache + 1
     rng, feeds = np.random.default_rng(0), {}

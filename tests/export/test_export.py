@@ -527,11 +527,23 @@ def test_the_runtime_reads_its_facts_from_the_checked_files(reordered_export, tm
         reseal(forged, lambda m, field=field, value=value: m[field[0]].__setitem__(field[1], value))
         with pytest.raises(ValueError, match=f"field '{field[0]}(.{field[1]})?'"):
             OnnxTranslator(forged, threads=1)
-    old = copy_of(export, tmp_path, "old")
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4, "5"])
+def test_an_export_of_another_format_is_refused_in_one_line(version, reordered_export, tmp_path):
+    """Only the current format is read: an older export (graphs only, the grown cache, the appended cache recorded
+    as a format of its own, the layout's booleans) is refused naming the folder and the format found."""
+    _, export = reordered_export
+    old = copy_of(export, tmp_path, f"old-{version}")
     manifest = json.loads((old / MANIFEST_FILE).read_text())
-    (old / MANIFEST_FILE).write_text(json.dumps({**manifest, "format_version": 1}))
-    with pytest.raises(ValueError, match=r"format version 1, expected one of \(2, 3, 4\) .* export the model again"):
-        OnnxTranslator(old)
+    assert manifest["format_version"] == 5
+    (old / MANIFEST_FILE).write_text(json.dumps({**manifest, "format_version": version}))
+    expected = f"{old}: an export of format {version!r}; this xlpe reads format 5 only: export again with xlpe-export"
+    with pytest.raises(ValueError) as refused:
+        OnnxTranslator(old, verify=False)
+    assert str(refused.value) == expected
+    status, said = verify_cli(old)
+    assert status == 2 and said.strip() == f"xlpe-export: error: {expected}", said
 
 
 def test_a_changed_generation_config_is_named(reordered_export, tmp_path):
@@ -721,3 +733,60 @@ def test_without_onnx_one_line_names_the_extra(package, monkeypatch, capsys, tmp
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("xlpe-export: error: ") and 'pip install "xlpe[onnx]"' in err and err.count("\n") == 1
+
+
+def test_ctranslate2_export_of_a_stock_model_with_pad_first_gives_pytorch_tokens(toy_tokenizer, tmp_path, capsys):
+    """A stock MarianMTModel as `xlpe-train --model_type vanilla` makes it (`<pad>` id 0, not OPUS-MT's last id):
+    `--format ctranslate2` converts it with `<pad>` moved last (the converter's layout), and CTranslate2 gives
+    PyTorch `generate`'s tokens, greedy and beam, raw text through `--verify` too."""
+    pytest.importorskip("ctranslate2")
+    from conftest import TOY_SENTENCES
+    from transformers import MarianConfig, MarianMTModel
+
+    from xlpe.cli.export import main
+    from xlpe.export.ctranslate2_export import CTranslate2Translator
+
+    tokenizer = toy_tokenizer
+    assert tokenizer.pad_token_id == 0 != len(tokenizer) - 1
+    torch.manual_seed(0)
+    config = MarianConfig(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id,
+        init_std=0.3,
+    )
+    model = MarianMTModel(config).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    assert main(["--model", str(tmp_path / "model"), "--output", str(tmp_path / "ct2"), "--format", "ctranslate2"]) == 0
+    assert main(["--verify", str(tmp_path / "ct2"), "--model", str(tmp_path / "model")]) == 0
+    assert "(1-beam 100 %, 4-beam 100 % identical)" in capsys.readouterr().out
+    engine = CTranslate2Translator(tmp_path / "ct2").translator
+    sources = TOY_SENTENCES[:12]
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    special = set(tokenizer.all_special_ids)
+    compared = 0
+    for beams in (1, 4):
+        with torch.no_grad():
+            generated = model.generate(**batch, num_beams=beams, max_new_tokens=12)
+        results = engine.translate_batch(
+            [tokenizer.convert_ids_to_tokens(row) for row in tokenizer(sources)["input_ids"]],
+            beam_size=beams,
+            max_decoding_length=11,  # the new tokens before </s>: max_new_tokens counts it
+            return_end_token=False,
+        )
+        for row, result in zip(generated.tolist(), results):
+            expected = tokenizer.convert_ids_to_tokens([i for i in row[1:] if i not in special])
+            assert result.hypotheses[0] == expected
+            compared += len(expected)
+    assert compared > 12 * 2 * 3  # real sequences, not empty ones

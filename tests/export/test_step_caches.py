@@ -1,14 +1,13 @@
 """The step graph's caches (xlpe/export/step_caches.py): the split, per-sentence and indirect attention forms equal
-plain attention (property tests; the indirect form's onnxruntime kernel against its torch reference too), a format-4
-step graph reads and writes its cache buffers in place through the beams' history and translates as PyTorch does
-while the buffers grow, a format-3 step graph gives only the step's own keys and values and takes the
-cross-attention cache once per sentence (no cache copy left in the graph), and exports of the earlier forms
-(formats 2 and 3) still translate as PyTorch does."""
+plain attention (property tests; the indirect form's onnxruntime kernel against its torch reference too); the
+indirect step graph reads and writes its cache buffers in place through the beams' history and translates as PyTorch
+does while the buffers grow; the appended step graph gives only the step's own keys and values and takes the
+cross-attention cache once per sentence (no cache copy left in the graph); the manifest records which form an export
+has, under the one format version; the tracing state is the export call's own."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
@@ -24,7 +23,6 @@ from test_generation_consistency import build  # noqa: E402
 
 from xlpe.export import exporter, runtime  # noqa: E402
 from xlpe.export.graphs import DECODER_WITH_PAST_FILE  # noqa: E402
-from xlpe.export.manifest import MANIFEST_FILE  # noqa: E402
 from xlpe.export.runtime import OnnxTranslator, reordered_cache  # noqa: E402
 from xlpe.export.step_caches import (  # noqa: E402
     IndirectSelfAttention,
@@ -124,21 +122,21 @@ def cache_copies(path) -> list[str]:
     return [n.name for n in graph.node if n.op_type == "Concat" and cache_inputs & set(n.input)]
 
 
-def format_3(monkeypatch):
-    """Exports written as format 3 (appended keys, no indirect cache), as the previous release wrote them."""
+def appended_form(monkeypatch):
+    """Exports written with the appended self-attention cache where the model would take the indirect one."""
     real_layout = exporter.graph_layout
-    monkeypatch.setattr(exporter, "graph_layout", lambda m: dataclasses.replace(real_layout(m), indirect_cache=False))
-    monkeypatch.setattr(exporter, "FORMAT_VERSION", 3)
+    monkeypatch.setattr(
+        exporter, "graph_layout", lambda m: dataclasses.replace(real_layout(m), self_attention_cache="appended")
+    )
 
 
 def test_step_graph_copies_no_cache(stack_tokenizer, tmp_path, monkeypatch):
-    """Format 3, a stock-attention family: the step graph's outputs are the step's own keys/values, no node reads a
-    cache input into a `Concat`, and the cross-attention cache inputs have their own row axis ("sentences")."""
-    format_3(monkeypatch)
+    """The appended form, a stock-attention family: the step graph's outputs are the step's own keys/values, no node
+    reads a cache input into a `Concat`, and the cross-attention cache inputs have their own row axis ("sentences")."""
+    appended_form(monkeypatch)
     model, source = build("xlpe-combination")
     manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
-    assert manifest["format_version"] == 3 and not manifest["layout"]["indirect_cache"]
-    assert manifest["layout"]["appended_cache"] and manifest["layout"]["cross_cache_per_sentence"]
+    assert manifest["format_version"] == 5 and manifest["layout"]["self_attention_cache"] == "appended"
     assert not cache_copies(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)
     graph = onnx.load(str(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)).graph
     for value in [*graph.input, *graph.output]:
@@ -161,46 +159,38 @@ def test_step_graph_copies_no_cache(stack_tokenizer, tmp_path, monkeypatch):
     assert_same_generation(model, translator, source)
 
 
-@pytest.mark.parametrize("name", ["xlpe-combination", "mvpe_pos-decoder-tags-learned"])
-def test_format_2_exports_still_translate_as_pytorch(name, stack_tokenizer, tmp_path, monkeypatch):
-    """The earlier step graphs (grown cache out, cross-attention cache per beam in; manifest format 2), as an
-    earlier release wrote them, are read as written."""
-    real_layout = exporter.graph_layout
-    monkeypatch.setattr(
-        exporter,
-        "graph_layout",
-        lambda model: dataclasses.replace(
-            real_layout(model), appended_cache=False, cross_cache_per_sentence=False, indirect_cache=False
-        ),
-    )
-    monkeypatch.setattr(exporter, "FORMAT_VERSION", 2)
-    model, source = build(name)
-    exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
-    manifest = json.loads((tmp_path / "onnx" / MANIFEST_FILE).read_text())
-    assert manifest["format_version"] == 2 and not manifest["layout"]["appended_cache"]
-    assert cache_copies(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)  # what format 3 removed
-    translator = OnnxTranslator(tmp_path / "onnx", threads=1)
-    _, *present = translator._run(
-        translator.decoder_with_past,
-        {
-            "decoder_input_ids": np.full((2, 1), 5, dtype=np.int64),
-            "encoder_attention_mask": np.ones((2, 4), dtype=np.int64),
-            "encoder_hidden_states": np.zeros((2, 4, model.config.d_model), dtype=np.float32),
-            "tagger_input_ids": np.full((2, translator.layout.tagger_window or 1), 5, dtype=np.int64),
-            **{
-                name: np.ones(
-                    (2, translator.layout.decoder_heads, 4 if ".encoder." in name else 3, translator.layout.head_dim),
-                    np.float32,
-                )
-                for name in translator.layout.cache_names("past_key_values")
-            },
-        },
-    )
-    assert present[0].shape[2] == 4  # the grown cache: 3 cached + 1 new
-    assert_same_generation(model, translator, source)
+def test_the_tracing_state_is_the_export_calls_own(stack_tokenizer, tmp_path):
+    """Two exports, one after the other: each call's cache records live in its own `TracedCaches` (filled while
+    the step graph is traced, not kept by the module), and transformers' attention functions are as before."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from xlpe.export import step_caches
+
+    before = {name: ALL_ATTENTION_FUNCTIONS.get(name) for name in ("sdpa", "eager")}
+    made = []
+    real = step_caches.TracedCaches
+
+    class Recorded(real):
+        def __init__(self):
+            super().__init__()
+            made.append(self)
+
+    model, _ = build("xlpe-combination")
+    with pytest.MonkeyPatch.context() as patch:
+        from xlpe.export import graphs
+
+        patch.setattr(graphs, "TracedCaches", Recorded)
+        for name in ("a", "b"):
+            exporter.export_model(model, stack_tokenizer, tmp_path / name)
+    assert len(made) == 2 and made[0] is not made[1]
+    layers = model.config.decoder_layers
+    for traced in made:  # the step graph's: one buffered stand-in per layer, its cross keys and values per sentence
+        assert len(traced.buffered) == layers and len(traced.per_sentence) == 2 * layers
+    assert {name: ALL_ATTENTION_FUNCTIONS.get(name) for name in ("sdpa", "eager")} == before
+    assert not [name for name in vars(step_caches) if name.isupper() and isinstance(getattr(step_caches, name), dict)]
 
 
-# --- format 4: the indirect cache ------------------------------------------------------------------------------
+# --- the indirect cache ------------------------------------------------------------------------------
 
 
 def explicit_history_attention(query, new_keys, new_values, key_buffer, value_buffer, indirection, scaling):
@@ -306,7 +296,7 @@ def test_format_4_step_graph_reads_and_writes_its_buffers(stack_tokenizer, tmp_p
     copies a self-attention cache input, the self-attention outputs are the buffers (the capacity axis)."""
     model, _ = build("xlpe-combination")
     manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
-    assert manifest["format_version"] == 4 and manifest["layout"]["indirect_cache"]
+    assert manifest["format_version"] == 5 and manifest["layout"]["self_attention_cache"] == "indirect"
     graph = onnx.load(str(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)).graph
     kernels = [n for n in graph.node if n.op_type == "DecoderMaskedMultiHeadAttention"]
     assert len(kernels) == model.config.decoder_layers
@@ -320,37 +310,38 @@ def test_format_4_step_graph_reads_and_writes_its_buffers(stack_tokenizer, tmp_p
 @pytest.mark.parametrize("name", ["xlpe-combination", "dpe", "mvpe_pos-decoder-tags-learned", "dpe+rotary-decoder"])
 def test_format_4_translates_as_pytorch_while_its_buffers_grow(name, stack_tokenizer, tmp_path, monkeypatch):
     """Buffers of two positions at first, so every call doubles them several times: still PyTorch's tokens,
-    greedy and beam. A family whose attention carries its own terms (relative positions) is written as format 3."""
+    greedy and beam."""
     monkeypatch.setattr(runtime, "INITIAL_CACHE_CAPACITY", 2)
     model, source = build(name)
     manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
-    assert manifest["layout"]["indirect_cache"]
+    assert manifest["layout"]["self_attention_cache"] == "indirect"
     assert_same_generation(model, OnnxTranslator(tmp_path / "onnx", threads=1), source)
 
 
-def test_attention_with_its_own_terms_is_written_as_format_3(stack_tokenizer, tmp_path):
+def test_attention_with_its_own_terms_is_written_with_the_appended_cache(stack_tokenizer, tmp_path):
+    """Relative-position self-attention has no indirect form: the same format version, the layout says so."""
     model, _ = build("xlpe-combination+relative-decoder-only")
     manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "onnx")
-    assert manifest["format_version"] == 4 and not manifest["layout"]["indirect_cache"]
+    assert manifest["format_version"] == 5 and manifest["layout"]["self_attention_cache"] == "appended"
     graph = onnx.load(str(tmp_path / "onnx" / DECODER_WITH_PAST_FILE)).graph
     assert not [n for n in graph.node if n.op_type == "DecoderMaskedMultiHeadAttention"]
 
 
-def test_an_onnxruntime_without_the_kernel_gets_format_3_and_a_format_4_export_is_refused_by_name(
+def test_an_onnxruntime_without_the_kernel_gets_the_appended_cache_and_an_indirect_export_is_refused_by_name(
     stack_tokenizer, tmp_path, monkeypatch
 ):
     """`indirect_attention_available` (checked numerically: the kernel must read the history) decides the format;
-    an export of format 4 loaded where the kernel is missing is a one-line ValueError, not onnxruntime's error."""
+    an indirect export loaded where the kernel is missing is a one-line ValueError, not onnxruntime's error."""
     from xlpe.export import graphs
     from xlpe.export.step_caches import indirect_attention_available
 
     assert indirect_attention_available()  # the pinned onnxruntime has it
     model, source = build("dpe")
-    exporter.export_model(model, stack_tokenizer, tmp_path / "format4")
+    exporter.export_model(model, stack_tokenizer, tmp_path / "indirect")
     monkeypatch.setattr(graphs, "indirect_attention_available", lambda: False)
-    manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "format3")
-    assert not manifest["layout"]["indirect_cache"]
-    assert_same_generation(model, OnnxTranslator(tmp_path / "format3", threads=1), source, beams=(3,))
+    manifest = exporter.export_model(model, stack_tokenizer, tmp_path / "appended")
+    assert manifest["layout"]["self_attention_cache"] == "appended"
+    assert_same_generation(model, OnnxTranslator(tmp_path / "appended", threads=1), source, beams=(3,))
     monkeypatch.setattr(runtime, "indirect_attention_available", lambda: False)
-    with pytest.raises(ValueError, match="format-4 export .* upgrade onnxruntime, or export the model again"):
-        OnnxTranslator(tmp_path / "format4", threads=1)
+    with pytest.raises(ValueError, match="indirect self-attention cache .* upgrade onnxruntime, or export the model"):
+        OnnxTranslator(tmp_path / "indirect", threads=1)

@@ -4,7 +4,11 @@ CTranslate2 is the engine most OPUS-MT users serve with. It converts stock confi
 per-token position input, so it represents exactly a **stock `MarianMTModel`**: an OPUS-MT checkpoint, or
 `xlpe-train --model_type vanilla`. Every xlpe family (XL PE, DPE, mvPE+POS, the position options) needs the ONNX
 export; `check_convertible` says so in one line. The conversion is CTranslate2's own converter
-(`ctranslate2.converters.TransformersConverter`): a real engine rather than a hand-written one.
+(`ctranslate2.converters.TransformersConverter`): a real engine rather than a hand-written one. Its Marian loader
+takes OPUS-MT's layout, `<pad>` the last id (it drops that id's row and vocabulary entry: CTranslate2 starts the
+decoder from a zero embedding instead); a model trained here has `<pad>` 0, so `pad_last_converter` hands the
+converter the model and vocabulary with `<pad>` moved to the end (the same function: only the ids' order changes,
+and CTranslate2 reads and writes pieces, not ids).
 
 * `export_ctranslate2`: the model directory -> CTranslate2's `model.bin` (fp32, or int8 weights with
   `quantize="int8"`), the model's tokenizer and generation files copied beside it, and `ctranslate2_manifest.json`
@@ -107,7 +111,17 @@ def export_ctranslate2(model_dir, output, quantize: str | None = None, overwrite
     if output.exists() and overwrite:
         shutil.rmtree(output)
     copied = [name for name in COPIED_FILES if (model_dir / name).is_file()]
-    converter = ctranslate2.converters.TransformersConverter(str(model_dir), copy_files=copied)
+    separate = (model_dir / "target_vocab.json").is_file()
+    pad, last = int(config["pad_token_id"]), int(config["vocab_size"]) - 1
+    if pad != last and (separate or config.get("share_encoder_decoder_embeddings") is False):
+        raise ValueError(
+            f"--format ctranslate2: {model_dir} has separate source and target vocabularies with <pad> at id {pad}, "
+            f"not the last ({last}), which CTranslate2's Marian converter needs; use the ONNX export (--format onnx)"
+        )
+    converter_class = ctranslate2.converters.TransformersConverter
+    if pad != last:
+        converter_class = pad_last_converter(converter_class, pad)
+    converter = converter_class(str(model_dir), copy_files=copied)
     converter.convert(str(output), quantization=QUANTIZATIONS[quantize], force=False)
     if (model_dir / "target_vocab.json").is_file():
         write_separate_vocabularies(model_dir, output)
@@ -125,6 +139,61 @@ def export_ctranslate2(model_dir, output, quantize: str | None = None, overwrite
     }
     (output / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def pad_last_order(vocab_size: int, pad: int) -> list[int]:
+    """Old ids in their new order: every id but `pad` as it was, then `pad`."""
+    return [i for i in range(vocab_size) if i != pad] + [pad]
+
+
+def move_pad_last(model, pad: int):
+    """`model` (a MarianMTModel, shared vocabulary) with `<pad>` moved to the last id: the rows of every embedding
+    and of the output projection and the entries of `final_logits_bias` in `pad_last_order`, `pad_token_id` and
+    `decoder_start_token_id` following it. Each tensor is permuted from its own rows (tied ones come out equal)."""
+    import torch
+
+    order = torch.tensor(pad_last_order(model.config.vocab_size, pad))
+    modules = [model.model.shared, model.model.encoder.embed_tokens, model.model.decoder.embed_tokens, model.lm_head]
+    with torch.no_grad():
+        for module in modules:
+            module.weight = torch.nn.Parameter(module.weight[order].clone(), requires_grad=False)
+        if getattr(model, "final_logits_bias", None) is not None:
+            model.final_logits_bias = model.final_logits_bias[:, order].clone()
+    new_id = {old: new for new, old in enumerate(order.tolist())}
+    for name in ("pad_token_id", "decoder_start_token_id", "eos_token_id", "bos_token_id"):
+        if isinstance(getattr(model.config, name, None), int):
+            setattr(model.config, name, new_id[getattr(model.config, name)])
+    return model
+
+
+class _PadLastVocabulary:
+    """A tokenizer as CTranslate2's Marian loader reads it (`get_vocab`, the special tokens), its ids in
+    `pad_last_order`."""
+
+    def __init__(self, tokenizer, pad: int):
+        self._tokenizer = tokenizer
+        pieces = tokenizer.convert_ids_to_tokens(pad_last_order(len(tokenizer), pad))
+        self._vocabulary = {piece: i for i, piece in enumerate(pieces)}
+
+    def get_vocab(self) -> dict:
+        return dict(self._vocabulary)
+
+    def __getattr__(self, name: str):
+        return getattr(self._tokenizer, name)
+
+
+def pad_last_converter(converter_class, pad: int):
+    """`converter_class` (CTranslate2's `TransformersConverter`) loading the model and tokenizer with `<pad>` (id
+    `pad`) moved to the last id (`move_pad_last`), as its Marian loader expects (module docstring)."""
+
+    class PadLastConverter(converter_class):
+        def load_model(self, *args, **kwargs):
+            return move_pad_last(super().load_model(*args, **kwargs), pad)
+
+        def load_tokenizer(self, *args, **kwargs):
+            return _PadLastVocabulary(super().load_tokenizer(*args, **kwargs), pad)
+
+    return PadLastConverter
 
 
 def write_separate_vocabularies(model_dir: Path, output: Path) -> None:

@@ -196,7 +196,7 @@ def quantize_graph(source: Path, target: Path, scheme: str = DEFAULT_INT8_SCHEME
             per_channel=settings["per_channel"],
             reduce_range=settings["reduce_range"],
             op_types_to_quantize=settings["op_types"],
-            # format 4's com.microsoft attention has no ONNX shape inference: what follows it is float32
+            # the indirect step graph's com.microsoft attention has no ONNX shape inference: what follows is float32
             extra_options={"DefaultTensorType": TensorProto.FLOAT},
         )
     finally:

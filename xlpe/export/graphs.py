@@ -11,16 +11,17 @@ Three graphs per model (the layout optimum and transformers.js use for Marian, p
 * `decoder_model.onnx` (the first step, no cache): `decoder_input_ids` [batch, target], `encoder_hidden_states`,
   `encoder_attention_mask` -> `logits` of the last position [batch, vocab] and the cache
   (`present.<layer>.decoder.key|value`, `present.<layer>.encoder.key|value`).
-* `decoder_with_past_model.onnx` (every later step): `decoder_input_ids` [batch, 1], `encoder_attention_mask`
-  and `past_key_values.<layer>.decoder|encoder.key|value` -> `logits` [batch, vocab] and the self-attention keys
-  and values of the step's own tokens (`present.<layer>.decoder.key|value`, [batch, heads, 1, head_dim]), which the
-  caller appends to the cache as it reorders it (step_caches.py: no copy of the cache inside the graph; an
-  export from before it, `GraphLayout.appended_cache` false, gives the grown cache). The cross-attention cache
-  never changes; the caller keeps it.
-  Format 4 (`GraphLayout.indirect_cache`): the self-attention caches are buffers [batch, heads, capacity,
-  head_dim] in and out (`past_key_values.<layer>.decoder.*` / `present.<layer>.decoder.*`, written in place by
-  onnxruntime when the caller binds both to one buffer), and `cache_indirection` [sentences, beams, length] says
-  which beam row holds each earlier position (step_caches.py).
+* `decoder_with_past_model.onnx` (every later step): `decoder_input_ids` [batch, 1], `encoder_attention_mask`,
+  `past_key_values.<layer>.decoder|encoder.key|value` (the cross-attention ones [sentences, ...]: once per
+  sentence, not per beam) -> `logits` [batch, vocab] and `present.<layer>.decoder.key|value`. The cross-attention
+  cache never changes; the caller keeps it. The self-attention cache takes one of two forms, recorded as
+  `GraphLayout.self_attention_cache` (step_caches.py):
+  - "indirect" (wherever the decoder's attention and the installed onnxruntime allow it): buffers [batch, heads,
+    capacity, head_dim] in and out, written in place by onnxruntime when the caller binds both to one buffer, and
+    `cache_indirection` [sentences, beams, length] saying which beam row holds each earlier position;
+  - "appended" (a self-attention with relative or directional terms, or an onnxruntime without the kernel): the
+    past in, the keys and values of the step's own token out ([batch, heads, 1, head_dim]), which the caller
+    appends to the cache as it reorders it (no copy of the cache inside the graph).
 
 mvPE+POS with decoder tags: both decoder graphs also take `tagger_input_ids` [batch, window - 1 + target], the
 last tokens of the running hypothesis left-filled with the pad id, and run the hypothesis tagger on them inside
@@ -41,6 +42,7 @@ from .onnx_fixes import exportable_attention, fix_graph, register_symbolics
 from .step_caches import (
     AppendedKeysLayer,
     BufferedKeysLayer,
+    TracedCaches,
     appended_cache_attention,
     appended_tensors,
     buffered_tensors,
@@ -56,6 +58,7 @@ ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE = (
 )
 GRAPH_FILES = (ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE)
 DEFAULT_OPSET = 17
+SELF_ATTENTION_CACHES = ("indirect", "appended")  # the step graph's two forms (module docstring)
 
 
 @dataclass(frozen=True)
@@ -70,9 +73,18 @@ class GraphLayout:
     decoder_layers: int
     decoder_heads: int
     head_dim: int
-    appended_cache: bool = False  # the step graph gives the new tokens' keys/values, not the grown cache
-    cross_cache_per_sentence: bool = False  # the step graph takes the cross-attention cache once per sentence
-    indirect_cache: bool = False  # self-attention caches: buffers written in place, read via `cache_indirection`
+    self_attention_cache: str  # one of SELF_ATTENTION_CACHES (module docstring)
+
+    def __post_init__(self):
+        if self.self_attention_cache not in SELF_ATTENTION_CACHES:
+            raise ValueError(
+                f"self_attention_cache must be one of {SELF_ATTENTION_CACHES}, got {self.self_attention_cache!r}"
+            )
+
+    @property
+    def indirect_cache(self) -> bool:
+        """The step graph reads buffers through `cache_indirection` (else it gives the step's keys to append)."""
+        return self.self_attention_cache == "indirect"
 
     @property
     def encoder_inputs(self) -> list[str]:
@@ -98,8 +110,9 @@ class GraphLayout:
 
 
 def graph_layout(model) -> GraphLayout:
-    """The `GraphLayout` of a loaded model (an xlpe family or stock MarianMT): format 4's indirect cache where the
-    model's attention allows it and the installed onnxruntime has the kernel (step_caches.py), else format 3's."""
+    """The `GraphLayout` of a loaded model (an xlpe family or stock MarianMT): the "indirect" self-attention cache
+    where the model's attention allows it and the installed onnxruntime has the kernel (step_caches.py), else the
+    "appended" one."""
     config = model.config
     family = config.model_type
     uses = getattr(config, "uses_extra_input", lambda name: False)
@@ -114,9 +127,9 @@ def graph_layout(model) -> GraphLayout:
         decoder_layers=int(config.decoder_layers),
         decoder_heads=int(config.decoder_attention_heads),
         head_dim=int(config.d_model) // int(config.decoder_attention_heads),
-        appended_cache=True,  # what export_graphs writes (step_caches.py)
-        cross_cache_per_sentence=True,
-        indirect_cache=indirect_cache_supported(model) and indirect_attention_available(),
+        self_attention_cache="indirect"
+        if indirect_cache_supported(model) and indirect_attention_available()
+        else "appended",
     )
 
 
@@ -142,11 +155,14 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """One decoder call with an explicit cache: the first step (`with_past=False`) or a later one."""
+    """One decoder call with an explicit cache: the first step (`with_past=False`) or a later one, whose cache
+    layers record what they return in `traced` (the export call's `TracedCaches`, read by its attention functions)."""
 
-    def __init__(self, model, layout: GraphLayout, with_past: bool):
+    def __init__(self, model, layout: GraphLayout, with_past: bool, traced: TracedCaches | None = None):
         super().__init__()
-        self.model, self.layout, self.with_past = model, layout, with_past
+        if with_past and traced is None:
+            raise ValueError("traced: a later step's graph records its cache layers in the export call's TracedCaches")
+        self.model, self.layout, self.with_past, self.traced = model, layout, with_past, traced
         self.eval()
 
     def tags(self, tagger_input_ids, new_tokens: int):
@@ -163,20 +179,18 @@ class DecoderGraph(nn.Module):
         if tagger_input_ids is not None:
             kwargs["decoder_input_pos_tag_ids"] = self.tags(tagger_input_ids, decoder_input_ids.shape[1])
         indirect = self.with_past and self.layout.indirect_cache
-        if indirect:  # format 4: the last input is the beams' history (step_caches.py)
+        if indirect:  # the last input is the beams' history (step_caches.py)
             past, indirection = past[:-1], past[-1]
-        if self.with_past:
+        cache = None
+        if self.with_past:  # the given tensors held as they are, recorded in `traced` (step_caches.py)
             cache = EncoderDecoderCache([tuple(past[4 * i : 4 * i + 4]) for i in range(self.layout.decoder_layers)])
-            if self.layout.appended_cache:  # the given tensors held as they are (step_caches.py)
-                own, cross = cache.self_attention_cache.layers, cache.cross_attention_cache.layers
-                for i in range(self.layout.decoder_layers):
-                    if indirect:
-                        own[i] = BufferedKeysLayer(past[4 * i], past[4 * i + 1], indirection)
-                    else:
-                        own[i] = AppendedKeysLayer(past[4 * i], past[4 * i + 1])
-                    cross[i] = held_layer(past[4 * i + 2], past[4 * i + 3], self.layout.cross_cache_per_sentence)
-        else:
-            cache = None
+            own, cross = cache.self_attention_cache.layers, cache.cross_attention_cache.layers
+            for i in range(self.layout.decoder_layers):
+                if indirect:
+                    own[i] = BufferedKeysLayer(past[4 * i], past[4 * i + 1], indirection, self.traced)
+                else:
+                    own[i] = AppendedKeysLayer(past[4 * i], past[4 * i + 1], self.traced)
+                cross[i] = held_layer(past[4 * i + 2], past[4 * i + 3], self.traced)
         outputs = self.model(
             encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
             attention_mask=encoder_attention_mask,
@@ -189,12 +203,12 @@ class DecoderGraph(nn.Module):
         cache = outputs.past_key_values if hasattr(outputs, "past_key_values") else outputs.cache
         if indirect:
             return (outputs.logits[:, -1, :], *buffered_tensors(cache))
-        if self.with_past and self.layout.appended_cache:
+        if self.with_past:
             return (outputs.logits[:, -1, :], *appended_tensors(cache))
         present = []
         for i in range(self.layout.decoder_layers):
             own, cross = cache.self_attention_cache.layers[i], cache.cross_attention_cache.layers[i]
-            present += [own.keys, own.values] + ([] if self.with_past else [cross.keys, cross.values])
+            present += [own.keys, own.values, cross.keys, cross.values]
         return (outputs.logits[:, -1, :], *present)
 
 
@@ -236,7 +250,7 @@ def example_inputs(model, layout: GraphLayout, batch: int = 2, source: int = 7, 
         first.append(target_ids(batch, layout.tagger_window - 1 + target))
         step.append(target_ids(batch, layout.tagger_window))
     shape = (batch, layout.decoder_heads, None, layout.head_dim)
-    own = target + 2 if layout.indirect_cache else target  # format 4: a buffer with room beyond the cached length
+    own = target + 2 if layout.indirect_cache else target  # indirect: a buffer with room beyond the cached length
     for _ in range(layout.decoder_layers):
         for length in (own, own, source, source):
             step.append(torch.randn(*shape[:2], length, shape[3], generator=generator))
@@ -249,8 +263,8 @@ def _dynamic_axes(names: list[str], layout: GraphLayout) -> dict:
     axes = {}
     for name in names:
         if name.startswith(("past_key_values", "present")):
-            per_sentence = layout.cross_cache_per_sentence and name.startswith("past_key_values.")
-            rows = "sentences" if per_sentence and ".encoder." in name else "batch"
+            per_sentence = name.startswith("past_key_values.") and ".encoder." in name
+            rows = "sentences" if per_sentence else "batch"
             own = "capacity" if layout.indirect_cache and ".decoder." in name else "cache"
             axes[name] = {0: rows, 2: own if ".decoder." in name else "source"}
         elif name == "cache_indirection":
@@ -277,6 +291,7 @@ def export_graphs(model, layout: GraphLayout, directory, opset: int = DEFAULT_OP
         raise ValueError(f"opset must be between 14 and 20, got {opset}")
     directory = Path(directory)
     encoder_inputs, first_inputs, step_inputs = example_inputs(model, layout)
+    traced = TracedCaches()  # this call's: the step graph's cache layers and attention functions share it
     tagger = ["tagger_input_ids"] if layout.tagger_window else []
     specs = {
         ENCODER_FILE: (EncoderGraph(model, layout), encoder_inputs, layout.encoder_inputs, layout.encoder_outputs),
@@ -287,7 +302,7 @@ def export_graphs(model, layout: GraphLayout, directory, opset: int = DEFAULT_OP
             ["logits", *layout.cache_names("present")],
         ),
         DECODER_WITH_PAST_FILE: (
-            DecoderGraph(model, layout, with_past=True),
+            DecoderGraph(model, layout, with_past=True, traced=traced),
             step_inputs,
             [
                 "decoder_input_ids",
@@ -304,7 +319,7 @@ def export_graphs(model, layout: GraphLayout, directory, opset: int = DEFAULT_OP
     written, fastpath = {}, torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # nn.TransformerEncoder's fused op has no ONNX form
     try:
-        with exportable_attention(model), appended_cache_attention():
+        with exportable_attention(model), appended_cache_attention(traced):
             _export_all(specs, directory, opset, written, layout)
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
@@ -327,7 +342,7 @@ def _export_all(specs: dict, directory, opset: int, written: dict, layout: Graph
                 opset_version=opset,
                 dynamo=False,
                 do_constant_folding=True,
-                # format 4's step graph: onnxruntime's attention kernel (step_caches.py)
+                # the indirect step graph: onnxruntime's attention kernel (step_caches.py)
                 custom_opsets={"com.microsoft": 1}
                 if layout.indirect_cache and file_name == DECODER_WITH_PAST_FILE
                 else None,
@@ -345,6 +360,7 @@ __all__ = [
     "DecoderGraph",
     "EncoderGraph",
     "GraphLayout",
+    "SELF_ATTENTION_CACHES",
     "export_graphs",
     "graph_layout",
 ]

@@ -32,8 +32,9 @@ from pathlib import Path
 
 MANIFEST_FILE = "export_manifest.json"
 FORMAT = "xlpe-onnx-export"
-FORMAT_VERSION = 4  # 4: `GraphLayout.indirect_cache`; 3: the step graph's appended / per-sentence caches; 2: `seal`
-READABLE_FORMAT_VERSIONS = (2, 3, 4)  # 2 and 3 are read as written; 1 (graphs only) is refused: export again
+FORMAT_VERSION = (
+    5  # the one format read: the layout names its self-attention cache (`GraphLayout`); older: export again
+)
 SEAL_FIELD = "seal"
 VOLATILE_CONFIG_FIELDS = (
     "_name_or_path",
@@ -134,8 +135,9 @@ def write_manifest(directory: Path, manifest: dict) -> Path:
 
 
 def read_manifest(directory) -> dict:
-    """The manifest of an export directory, its seal checked; ValueError when it is missing, not one, of an older
-    format or edited (naming the field)."""
+    """The manifest of an export directory, its seal checked; ValueError when it is missing, not one, of another
+    format version than `FORMAT_VERSION` (one line naming the directory and the version found) or edited (naming the
+    field)."""
     path = Path(directory) / MANIFEST_FILE
     if not path.is_file():
         raise ValueError(f"{directory}: no {MANIFEST_FILE}: not a directory written by xlpe-export")
@@ -145,14 +147,11 @@ def read_manifest(directory) -> dict:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{path}: not an xlpe-export manifest (format {FORMAT!r} expected)")
-    if manifest.get("format_version") not in READABLE_FORMAT_VERSIONS:
+    found = manifest.get("format_version")
+    if found != FORMAT_VERSION:
         raise ValueError(
-            f"{path}: format version {manifest.get('format_version')!r}, expected one of {READABLE_FORMAT_VERSIONS}"
-            + (
-                " (version 1 records no digests of the tokenizer, config and front-end files): export the model again"
-                if manifest.get("format_version") == 1
-                else ""
-            )
+            f"{directory}: an export of format {found!r}; this xlpe reads format {FORMAT_VERSION} only: export again "
+            "with xlpe-export"
         )
     check_seal(manifest, path)
     return manifest

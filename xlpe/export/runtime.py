@@ -23,12 +23,12 @@ The front end (what runs outside the graphs), reused from the model package rath
   span lengths that has no efficient ONNX form. XL PE's built-in predictor runs inside the encoder graph.
 
 Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs. The
-cache lives in numpy between steps. A format-4 export (`GraphLayout.indirect_cache`) never copies it:
-`IndirectCache` keeps one buffer per self-attention cache that the step graph writes in place (bound as both its
-input and its output), and follows the rows `search` names in the beams' history alone (step_caches.py). Earlier
-exports are read as written: beam search reorders the self-attention cache by those rows, in the same copy that
-appends the step graph's new keys and values to it (`reordered_cache`). The search's log_softmax over each step's
-scores runs in a one-node onnxruntime graph (`log_softmax_session`).
+cache lives in numpy between steps. The "indirect" self-attention cache (`GraphLayout.self_attention_cache`) is
+never copied: `IndirectCache` keeps one buffer per self-attention cache that the step graph writes in place (bound
+as both its input and its output), and follows the rows `search` names in the beams' history alone
+(step_caches.py). With the "appended" one, beam search reorders the self-attention cache by those rows, in the same
+copy that appends the step graph's new keys and values to it (`reordered_cache`). The search's log_softmax over
+each step's scores runs in a one-node onnxruntime graph (`log_softmax_session`).
 Raw-text batches follow `XLPETranslationPipeline`: whitespace-normalised lines, sources cut at the model's
 position limit (the tokenizer's `model_max_length` is set to it), and the length rule of
 xlpe/models/length_rule.py: when neither `max_new_tokens` nor `max_length` is given, each sentence gets at most
@@ -54,7 +54,7 @@ from .step_caches import indirect_attention_available
 from .streams import check_streams, threads_per_stream
 
 PRECISIONS = ("fp32", "int8")
-INITIAL_CACHE_CAPACITY = 64  # format 4: positions a self-attention buffer holds before it first doubles
+INITIAL_CACHE_CAPACITY = 64  # the indirect cache: positions a self-attention buffer holds before it first doubles
 logger = logging.getLogger(__name__)
 
 
@@ -101,8 +101,8 @@ def log_softmax_session(options):
 
 def reordered_cache(past: np.ndarray, new: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
     """A self-attention cache [rows, heads, length, head_dim] for the next step: `past` with the step's own keys or
-    values `new` [rows, heads, tokens, head_dim] appended (appended-cache graphs; None: `past` is already whole),
-    its rows taken in the beams' new order `rows`."""
+    values `new` [rows, heads, tokens, head_dim] appended (None: none yet, after the first step), its rows taken in
+    the beams' new order `rows`."""
     if new is None:
         return past[rows]
     length = past.shape[2]
@@ -113,7 +113,7 @@ def reordered_cache(past: np.ndarray, new: np.ndarray | None, rows: np.ndarray) 
 
 
 class IndirectCache:
-    """Format 4's self-attention caches for one `generate` call (step_caches.py): a buffer [rows, heads, capacity,
+    """The indirect self-attention caches for one `generate` call (step_caches.py): a buffer [rows, heads, capacity,
     head_dim] per cache input, written in place by the step graph at position `length`, and each row's history, the
     beam (row of its sentence, rows sentence-major) that holds each earlier position. Following the beams rewrites
     the history (ints), never the buffers; the capacity doubles (one copy) when the length reaches it, up to
@@ -218,9 +218,9 @@ class OnnxTranslator:
         self.layout = GraphLayout(**self.manifest["layout"])
         if self.layout.indirect_cache and not indirect_attention_available():
             raise ValueError(
-                f"{self.directory}: a format-4 export (indirect cache) needs an onnxruntime whose CPU "
+                f"{self.directory}: an export with the indirect self-attention cache needs an onnxruntime whose CPU "
                 f"DecoderMaskedMultiHeadAttention reads `cache_indirection` (1.32 does), not {ort.__version__}: "
-                "upgrade onnxruntime, or export the model again with this one (it then writes format 3)"
+                "upgrade onnxruntime, or export the model again with this one (it then writes the appended cache)"
             )
         self.generation_config = facts["generation_config"]
         SearchSettings.from_generation_config(self.generation_config)
@@ -363,7 +363,7 @@ class OnnxTranslator:
         names = self.layout.cache_names("past_key_values")
         own = [name for name in names if ".decoder." in name]  # self-attention: grows and follows the beams
         cross = [name for name in names if ".encoder." in name]  # cross-attention: fixed within a sentence
-        appended = {}  # the last step's own keys/values (appended-cache graphs), not yet in `state`
+        appended = {}  # the last step's own keys/values, not yet in `state`
         if self.layout.indirect_cache:
             return self._generate_indirect(feeds, settings, budgets, state, sentences, own, cross, beams)
 
@@ -379,7 +379,7 @@ class OnnxTranslator:
             if self.layout.tagger_window:
                 step["tagger_input_ids"] = self._tagger_ids(sequences, 1)
             logits, *present = self._run(self.decoder_with_past, step)
-            (appended if self.layout.appended_cache else state).update(zip(own, present))
+            appended.update(zip(own, present))
             return logits
 
         return search(next_logits, feeds["input_ids"].shape[0], settings, budgets, self._normalize)
@@ -388,20 +388,21 @@ class OnnxTranslator:
         """The first step's logits [rows, vocab] and caches {input name: array}, run once per sentence: at the first
         step a sentence's beams are the same prompt over the same source, so the graph runs on each sentence's first
         row (rows are sentence-major) and its results are repeated for the beams (the cross-attention keys and
-        values: 1/beams of the work; kept once per sentence where the step graph takes them so)."""
+        values: 1/beams of the work; kept once per sentence, as the step graph takes them)."""
         step = dict(sentences, decoder_input_ids=sequences[::beams])
         if self.layout.tagger_window:
             step["tagger_input_ids"] = self._tagger_ids(step["decoder_input_ids"], sequences.shape[1])
         logits, *present = self._run(self.decoder, step)
         outputs = {}
         for name, value in zip(self.layout.cache_names("past_key_values"), present):
-            per_sentence = self.layout.cross_cache_per_sentence and ".encoder." in name
+            per_sentence = ".encoder." in name
             outputs[name] = value if per_sentence or beams == 1 else np.repeat(value, beams, axis=0)
         return (np.repeat(logits, beams, axis=0) if beams > 1 else logits), outputs
 
     def _generate_indirect(self, feeds, settings, budgets, state, sentences, own, cross, beams) -> np.ndarray:
-        """`generate`'s search over a format-4 export: the step graph reads and writes the `IndirectCache` buffers
-        in place (onnxruntime IO binding: one buffer bound as a cache input and its `present` output)."""
+        """`generate`'s search with the indirect self-attention cache: the step graph reads and writes the
+        `IndirectCache` buffers in place (onnxruntime IO binding: one buffer bound as a cache input and its `present`
+        output)."""
         step_inputs = self.inputs[self.decoder_with_past]
         run = {}  # this call's cache, binding and logits buffer, made at the first step
 

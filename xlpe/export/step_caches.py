@@ -16,9 +16,11 @@ queries of one sentence attend to its keys and values in one product, [q_1; ...;
 traces the step graph:
 
 * `AppendedKeysLayer`, a transformers `DynamicLayer` that still returns the concatenation (the models' code is
-  unchanged) and remembers which past and new tensors each returned tensor joins; `held_layer` holds the
-  cross-attention keys and values as given (per sentence);
-* `appended_cache_attention()` lets the attention functions that the models call (transformers'
+  unchanged) and records which past and new tensors each returned tensor joins; `held_layer` holds the
+  cross-attention keys and values as given (per sentence) and records them so. The records live in the export
+  call's `TracedCaches`, passed to the layers and to the attention functions, matched by identity (`is`) and
+  dropped with the call;
+* `appended_cache_attention(traced)` lets the attention functions that the models call (transformers'
   `ALL_ATTENTION_FUNCTIONS` "sdpa" and "eager") compute `split_attention` when their keys and values are such a
   concatenation, `shared_attention` when they are held per sentence, and the plain form otherwise. The
   concatenation then feeds nothing and is dropped from the graph; the numbers are the same up to float rounding
@@ -27,17 +29,16 @@ traces the step graph:
 An attention that reads the joined keys itself (relative position values: `PositionAwareSelfAttention`'s eager
 path) keeps its in-graph concatenation: the graph is still right, only not faster. The first step's graph
 (`decoder_model.onnx`) gives the whole cache of its prompt as before, one row per beam; the caller keeps each
-sentence's first row of its cross-attention part (runtime.py). `GraphLayout.appended_cache` and
-`cross_cache_per_sentence` record the form in the manifest (format 3); a format-2 export (grown cache, cross-attention
-cache per beam) is read as it was written.
+sentence's first row of its cross-attention part (runtime.py). The manifest records this form as
+`GraphLayout.self_attention_cache` "appended".
 
-**Format 4: a cache that is never copied** (`GraphLayout.indirect_cache`). Appending still left the caller one copy
-of every self-attention cache a step to reorder it for the beams (memory-bound: a tenth of an int8 step at OPUS-MT
-size). onnxruntime's `DecoderMaskedMultiHeadAttention` (com.microsoft; CPU kernel) reads the cache *through* the
-beams' history instead, as FasterTransformer does: each self-attention layer keeps a buffer [rows, heads, capacity,
-head_dim] that the kernel writes the step's keys and values into in place (at position `length`, buffer rows never
-move), and `cache_indirection` [sentences, beams, length] says, for each hypothesis and each earlier position, which
-beam row of its sentence holds that position's keys:
+**The indirect cache: never copied** (`GraphLayout.self_attention_cache` "indirect"). Appending still left the
+caller one copy of every self-attention cache a step to reorder it for the beams (memory-bound: a tenth of an int8
+step at OPUS-MT size). onnxruntime's `DecoderMaskedMultiHeadAttention` (com.microsoft; CPU kernel) reads the cache
+*through* the beams' history instead, as FasterTransformer does: each self-attention layer keeps a buffer [rows,
+heads, capacity, head_dim] that the kernel writes the step's keys and values into in place (at position `length`,
+buffer rows never move), and `cache_indirection` [sentences, beams, length] says, for each hypothesis and each
+earlier position, which beam row of its sentence holds that position's keys:
 
     K_r[t] = buffer[s * b + indirection[s, j, t], :, t]   (r = s * b + j, t < length),   K_r[length] = the step's key
 
@@ -46,7 +47,7 @@ indirection while the step graph is traced; its length is the indirection's last
 the cache's length: positions, masks); `indirect_self_attention` is the torch reference of the kernel and
 `IndirectSelfAttention` emits the kernel into the graph. Only attentions the models call through transformers'
 attention functions, without a bias of their own (relative or directional terms), can take this form
-(`indirect_cache_supported`); the exporter writes format 3 for the others.
+(`indirect_cache_supported`); the exporter writes the appended form for the others.
 """
 
 from __future__ import annotations
@@ -57,47 +58,57 @@ from contextlib import contextmanager
 import torch
 from transformers.cache_utils import DynamicLayer
 
-# id(joined tensor) -> (joined, past, new), filled while tracing inside `appended_cache_attention`
-_JOINED: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-# id(tensor) -> tensor: cross-attention keys/values held one row per sentence (`held_layer(..., per_sentence=True)`)
-_PER_SENTENCE: dict[int, torch.Tensor] = {}
+
+class TracedCaches:
+    """What the step graph's cache layers returned while one export call traces it, for the attention functions of
+    `appended_cache_attention(traced)`: which keys/values join a past and a new part (`AppendedKeysLayer`), which
+    are held once per sentence (`held_layer`), which stand for a `BufferedKeysLayer`. Tensors are found by identity
+    (`is`), among the few dozen a trace records."""
+
+    def __init__(self):
+        self.joined: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (joined, past, new)
+        self.per_sentence: list[torch.Tensor] = []
+        self.buffered: list[tuple[torch.Tensor, BufferedKeysLayer]] = []  # (stand-in keys, their layer)
+
+    def parts(self, tensor: torch.Tensor):
+        """(past, new) of a joined tensor, else None."""
+        return next((entry[1:] for entry in self.joined if entry[0] is tensor), None)
+
+    def held_per_sentence(self, tensor: torch.Tensor) -> bool:
+        return any(held is tensor for held in self.per_sentence)
+
+    def buffered_layer(self, tensor: torch.Tensor) -> BufferedKeysLayer | None:
+        return next((layer for stand_in, layer in self.buffered if stand_in is tensor), None)
 
 
-def held_layer(keys: torch.Tensor, values: torch.Tensor, per_sentence: bool = False) -> DynamicLayer:
+def held_layer(keys: torch.Tensor, values: torch.Tensor, traced: TracedCaches) -> DynamicLayer:
     """A `DynamicLayer` holding `keys` and `values` as given. (Built from tensors, transformers' caches `update` an
-    empty layer, which traces as a one-input `Concat`: a copy of the cross-attention cache in every step.)
-    `per_sentence`: cross-attention keys and values with one row per sentence, shared by its beams (the queries'
-    rows are sentence-major: sentence 0's beams first), attended by `shared_attention`."""
+    empty layer, which traces as a one-input `Concat`: a copy of the cross-attention cache in every step.) They are
+    cross-attention keys and values with one row per sentence, shared by its beams (the queries' rows are
+    sentence-major: sentence 0's beams first), attended by `shared_attention` (recorded in `traced`)."""
     layer = DynamicLayer()
     layer.lazy_initialization(keys, values)
     layer.keys, layer.values = keys, values
-    if per_sentence:
-        _PER_SENTENCE[id(keys)], _PER_SENTENCE[id(values)] = keys, values
+    traced.per_sentence += [keys, values]
     return layer
 
 
 class AppendedKeysLayer(DynamicLayer):
     """A self-attention cache layer holding the given past; `update` joins the step's keys and values to it as
-    `DynamicLayer` does, records the parts of what it returns, and keeps the step's own in `appended`."""
+    `DynamicLayer` does, records the parts of what it returns in `traced`, and keeps the step's own in `appended`."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, traced: TracedCaches):
         super().__init__()
         self.lazy_initialization(keys, values)
-        self.keys, self.values = keys, values
+        self.keys, self.values, self.traced = keys, values, traced
         self.appended: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(self, key_states, value_states, *args, **kwargs):
         past_keys, past_values = self.keys, self.values
         keys, values = super().update(key_states, value_states, *args, **kwargs)
         self.appended = (key_states, value_states)
-        _JOINED[id(keys)] = (keys, past_keys, key_states)
-        _JOINED[id(values)] = (values, past_values, value_states)
+        self.traced.joined += [(keys, past_keys, key_states), (values, past_values, value_states)]
         return keys, values
-
-
-def _parts(tensor: torch.Tensor):
-    entry = _JOINED.get(id(tensor))
-    return entry[1:] if entry is not None and entry[0] is tensor else None
 
 
 def split_attention(query, past_keys, new_keys, past_values, new_values, attention_mask, scaling, causal):
@@ -150,18 +161,18 @@ def shared_attention(query, keys, values, attention_mask, scaling):
     return output.reshape(-1, length, heads, width)
 
 
-def _splitting(original):
+def _splitting(original, traced: TracedCaches):
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-        buffered = _BUFFERED.get(id(key))
-        if buffered is not None and buffered[0] is key and not dropout:  # format 4: the mask is causal only (one
-            layer = buffered[1]  # query, the last position, no target padding: it masks nothing)
+        layer = None if dropout else traced.buffered_layer(key)
+        if layer is not None:  # indirect: the mask is causal only (one query, the last position, no target
+            # padding: it masks nothing)
             scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
             output, layer.present_keys, layer.present_values = IndirectSelfAttention.apply(
                 query, *layer.appended, layer.key_buffer, layer.value_buffer, layer.indirection, float(scaling)
             )
             return output, None
-        keys, values = _parts(key), _parts(value)
-        if not dropout and _PER_SENTENCE.get(id(key)) is key and _PER_SENTENCE.get(id(value)) is value:
+        keys, values = traced.parts(key), traced.parts(value)
+        if not dropout and traced.held_per_sentence(key) and traced.held_per_sentence(value):
             return shared_attention(query, key, value, attention_mask, scaling), None
         if keys is None or values is None or dropout:
             if is_causal is not None:
@@ -175,53 +186,46 @@ def _splitting(original):
 
 
 @contextmanager
-def appended_cache_attention():
-    """While tracing: the "sdpa" and "eager" attention functions compute the split form for keys and values that
-    an `AppendedKeysLayer` joined (module docstring); restored on exit."""
+def appended_cache_attention(traced: TracedCaches):
+    """While tracing: the "sdpa" and "eager" attention functions compute the split, per-sentence and indirect forms
+    for keys and values that the cache layers recorded in `traced` (module docstring); restored on exit. Through
+    `ALL_ATTENTION_FUNCTIONS`' mapping interface only: setting a name overrides it for this mapping, deleting it
+    drops that override and shows the library-wide registration again (`GeneralInterface`, checked against
+    transformers 5.23.0 and 5.24.0); "eager" is registered nowhere (each model falls back to its own file's)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.marian.modeling_marian import eager_attention_forward
 
-    local = ALL_ATTENTION_FUNCTIONS._local_mapping
-    saved = {name: local[name] for name in ("sdpa", "eager") if name in local}
-    originals = {
-        "sdpa": saved.get("sdpa", sdpa_attention_forward),
-        "eager": saved.get("eager", eager_attention_forward),
-    }
+    before = {name: ALL_ATTENTION_FUNCTIONS.get(name) for name in ("sdpa", "eager")}
+    fallbacks = {"sdpa": sdpa_attention_forward, "eager": eager_attention_forward}
     try:
-        for name, original in originals.items():
-            ALL_ATTENTION_FUNCTIONS[name] = _splitting(original)
+        for name, found in before.items():
+            ALL_ATTENTION_FUNCTIONS[name] = _splitting(found or fallbacks[name], traced)
         yield
     finally:
-        for name in originals:
-            if name in saved:
-                local[name] = saved[name]
-            else:
-                local.pop(name, None)
-        _JOINED.clear()
-        _PER_SENTENCE.clear()
-        _BUFFERED.clear()
+        for name, found in before.items():
+            del ALL_ATTENTION_FUNCTIONS[name]
+            if found is not None and ALL_ATTENTION_FUNCTIONS.get(name) is not found:  # an override of its own
+                ALL_ATTENTION_FUNCTIONS[name] = found
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Format 4: buffers written in place, read through the beams' history (module docstring)
+# The indirect cache: buffers written in place, read through the beams' history (module docstring)
 # ---------------------------------------------------------------------------------------------------------
-
-# id(keys a BufferedKeysLayer returned) -> (those keys, the layer), filled while tracing
-_BUFFERED: dict[int, tuple[torch.Tensor, BufferedKeysLayer]] = {}
 
 
 class BufferedKeysLayer(DynamicLayer):
     """A self-attention cache layer over a buffer [rows, heads, capacity, head_dim] whose first `length` positions
     are read through `indirection` [sentences, beams, length]. Its length (`get_seq_length`) is the indirection's
     last axis, so the decoder places the step's token at `length`; `update` keeps the step's keys and values and
-    returns a stand-in that `appended_cache_attention`'s attention functions recognise (and that no graph node
-    reads); the kernel's outputs, the written buffers, land in `present_keys` / `present_values`."""
+    returns a stand-in, recorded in `traced`, that `appended_cache_attention`'s attention functions recognise (and
+    that no graph node reads); the kernel's outputs, the written buffers, land in `present_keys` / `present_values`."""
 
-    def __init__(self, key_buffer: torch.Tensor, value_buffer: torch.Tensor, indirection: torch.Tensor):
+    def __init__(self, key_buffer, value_buffer, indirection: torch.Tensor, traced: TracedCaches):
         super().__init__()
         self.lazy_initialization(key_buffer, value_buffer)
         self.key_buffer, self.value_buffer, self.indirection = key_buffer, value_buffer, indirection
+        self.traced = traced
         self.keys, self.values = key_buffer, value_buffer
         self.appended: tuple[torch.Tensor, torch.Tensor] | None = None
         self.present_keys = self.present_values = None
@@ -235,7 +239,7 @@ class BufferedKeysLayer(DynamicLayer):
     def update(self, key_states, value_states, *args, **kwargs):
         self.appended = (key_states, value_states)
         stand_in = key_states.expand(-1, -1, -1, -1)  # a view: attention functions see it, the graph drops it
-        _BUFFERED[id(stand_in)] = (stand_in, self)
+        self.traced.buffered.append((stand_in, self))
         return stand_in, value_states
 
 
@@ -320,14 +324,14 @@ def buffered_tensors(cache) -> list[torch.Tensor]:
         if layer.present_keys is None:
             raise RuntimeError(
                 f"a decoder self-attention of {type(layer).__name__} did not take the indirect-cache form: "
-                "its attention does not go through transformers' attention functions (export format 3 instead)"
+                "its attention does not go through transformers' attention functions (export the appended form instead)"
             )
         tensors += [layer.present_keys, layer.present_values]
     return tensors
 
 
 def indirect_cache_supported(model) -> bool:
-    """Whether every decoder self-attention of `model` can take format 4's form: stock attention (transformers'
+    """Whether every decoder self-attention of `model` can take the indirect form: stock attention (transformers'
     attention functions), no relative or directional terms of its own."""
     decoder = model.get_decoder()
     for layer in decoder.layers:
@@ -340,7 +344,7 @@ def indirect_cache_supported(model) -> bool:
 @functools.lru_cache(maxsize=1)
 def indirect_attention_available() -> bool:
     """Whether the installed onnxruntime runs `DecoderMaskedMultiHeadAttention` on the CPU *and* reads the cache
-    through `cache_indirection` (format 4's graphs): a two-beam case whose beams read each other's rows, checked
+    through `cache_indirection` (the indirect step graph): a two-beam case whose beams read each other's rows, checked
     against `indirect_self_attention` (a kernel that ignored the history would give other numbers)."""
     try:
         import numpy as np
@@ -400,6 +404,7 @@ __all__ = [
     "AppendedKeysLayer",
     "BufferedKeysLayer",
     "IndirectSelfAttention",
+    "TracedCaches",
     "buffered_tensors",
     "indirect_attention_available",
     "indirect_cache_supported",
