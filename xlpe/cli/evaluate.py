@@ -29,8 +29,10 @@ from ..features.text_files import write_text_atomic  # (standard library only)
 from . import (
     CommandLineError,
     canonical_flags,
+    check_device,
     check_input_file,
     check_model_path,
+    console_script,
     user_error,
 )
 
@@ -51,6 +53,7 @@ def _load_model(args):
     from ..evaluation.model_loading import load_model_and_tokenizer
 
     check_model_path(args.model, "--model")
+    check_device(args.device)
     model, tokenizer = load_model_and_tokenizer(args.model, ignore_tokenizer_mismatch=args.ignore_tokenizer_mismatch)
     return model.to(args.device), tokenizer
 
@@ -395,6 +398,7 @@ def _input_paths(args) -> dict:
     return inputs
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -403,6 +407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("bleu", "significance", "mvpe-metrics"):  # the BLEU tokenizer must run: say so first
             ev.check_bleu_tokenizer(args.lang, getattr(args, "tokenize", None))
         _check_input_files(args)
+        if getattr(args, "model", None):  # a device this machine lacks: said before any file is read
+            check_device(args.device)
         inputs = _input_paths(args)
         for flag in ("output", "write_links", "output_dir"):  # (output_dir: compare-mt's report directory)
             if getattr(args, flag, None):  # never over an input, even with --overwrite_output (xlpe.features.outputs)

@@ -36,6 +36,7 @@ from . import (
     canonical_flags,
     check_input_file,
     check_model_path,
+    console_script,
     user_error,
 )
 
@@ -196,6 +197,7 @@ def missing_onnx() -> str | None:
     return None
 
 
+@console_script(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

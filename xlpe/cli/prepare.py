@@ -16,7 +16,7 @@ from pathlib import Path
 from ..features.alignment import SYMMETRIZATIONS  # (light: numpy only)
 from ..models.registry import extra_input_names  # (light: the registry imports no model module)
 from ..models.taggers import tagger_help  # (light: the tagger registry, standard library only)
-from . import canonical_flags, did_you_mean_directory
+from . import canonical_flags, console_script, did_you_mean_directory
 
 # xlpe.features.prepare imports torch and transformers: imported when the command runs (fast --help); the
 # --features choices are the registry's extra inputs (light: no model module is imported)
@@ -582,6 +582,7 @@ def _print_summary(output, reports: dict, tokenizer_origin: str, seconds: float 
         )
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `xlpe-prepare`: prepare every split, then write `--output` (`save_prepared`). A user
     error (bad flag combination, missing or malformed file) prints one line and exits with status 2."""

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import CommandLineError, canonical_flags, check_input_file, did_you_mean_directory, user_error
+from . import CommandLineError, canonical_flags, check_input_file, console_script, did_you_mean_directory, user_error
 
 PROG = "xlpe-push"
 
@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     return canonical_flags(parser)
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
