@@ -151,6 +151,18 @@ def looks_like_local_path(value: str) -> bool:
     return "/" in value and Path(head).is_dir()
 
 
+def hub_load_failure(value: str, flag: str, error: BaseException) -> CommandLineError:
+    """The one line for `value` that is no local path and that `from_pretrained` could not get from the Hub either:
+    says both, with the closest local directory when there is one (a mistyped folder name without a slash looks
+    like a Hub id), and the first line of the loader's own message."""
+    if Path(value).expanduser().exists():
+        return CommandLineError(f"{flag} {value}: {_first_line(error)}")
+    return CommandLineError(
+        f"{flag} {value}: no such local directory{did_you_mean_directory(value)}, and the Hub did not serve it "
+        f"({_first_line(error)})"
+    )
+
+
 def did_you_mean_directory(value: str) -> str:
     """ " (did you mean runs/de-en?)" when the parent of the missing path `value` exists and holds a directory of a
     close name (difflib), spelled as the user spelled the parent; else ""."""
@@ -169,15 +181,16 @@ def did_you_mean_directory(value: str) -> str:
     return f" (did you mean {text[: len(text) - len(path.name)]}{close[0]}?)"
 
 
-def check_model_path(value: str, flag: str) -> None:
+def check_model_path(value: str, flag: str, expected: str = "a model directory") -> None:
     """CommandLineError when `value` is neither a local directory nor something the Hub could serve: a
     missing local path is reported as missing locally (not as a failed connection to huggingface.co), with the
-    closest directory beside it when there is one (`did_you_mean_directory`)."""
+    closest directory beside it when there is one (`did_you_mean_directory`). Every command checks its model and
+    tokenizer paths with it (`expected` names what a file there should have been)."""
     path = Path(value).expanduser()
     if path.is_dir():
         return
     if path.exists():
-        raise CommandLineError(f"{flag} {value}: is a file, expected a model directory or a Hub id")
+        raise CommandLineError(f"{flag} {value}: is a file, expected {expected} or a Hub id")
     if looks_like_local_path(value):
         raise CommandLineError(f"{flag} {value}: no such local directory{did_you_mean_directory(value)}")
     if hub_is_offline():
@@ -392,6 +405,7 @@ __all__ = [
     "check_model_path",
     "did_you_mean_directory",
     "hub_is_offline",
+    "hub_load_failure",
     "looks_like_local_path",
     "suggest_option",
     "unknown_flags_message",

@@ -238,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
             path = getattr(args, flag)
             if path is not None:
                 check_model_path(path, f"--{flag}")
+        from ..features.tokenization import check_tokenizer_files  # a cut-short tokenizer.json: file and line
+
+        for flag in ("model", "verify", "translate"):
+            if getattr(args, flag) is not None:
+                check_tokenizer_files(getattr(args, flag), f"--{flag} {getattr(args, flag)}")
         if args.translate is not None:
             check_input_file(args.input, "--input")
             return translate(args)
