@@ -348,6 +348,10 @@ def report_exception(prog: str, error: BaseException, argv=None) -> int:
         return user_error(prog, error)
     if isinstance(error, OSError) and os_error_line(error) is not None:
         return user_error(prog, os_error_line(error))
+    from ..features.text_files import is_disk_full
+
+    if is_disk_full(error):  # (the tokenizers library's plain Exception for one)
+        return user_error(prog, f"{_first_line(error)} (free some space, or write to another place)")
     path = write_traceback(prog, error, argv)
     where = f"its traceback is in {path}" if path else "its traceback could not be written to a file"
     print(
