@@ -130,6 +130,20 @@ def check_input_file(path: str | None, flag: str) -> None:
         raise CommandLineError(f"{flag} {path}: no such file")
 
 
+def read_json_input(path: str, flag: str):
+    """The JSON value of input file `path`; CommandLineError naming `flag`, the file and the line when it is not
+    UTF-8 JSON (a bare JSONDecodeError names neither)."""
+    import json
+
+    check_input_file(path, flag)
+    try:
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise CommandLineError(f"{flag} {path}: not UTF-8 text (byte offset {error.start})") from None
+    except json.JSONDecodeError as error:
+        raise CommandLineError(f"{flag} {path}:{error.lineno}: not valid JSON ({error.msg})") from None
+
+
 def hub_is_offline() -> bool:
     """True when the Hugging Face libraries are told not to use the network (HF_HUB_OFFLINE /
     TRANSFORMERS_OFFLINE)."""
@@ -411,6 +425,7 @@ __all__ = [
     "hub_is_offline",
     "hub_load_failure",
     "looks_like_local_path",
+    "read_json_input",
     "suggest_option",
     "unknown_flags_message",
     "user_error",

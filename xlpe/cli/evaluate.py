@@ -33,6 +33,7 @@ from . import (
     check_input_file,
     check_model_path,
     console_script,
+    read_json_input,
     user_error,
 )
 
@@ -258,7 +259,7 @@ def run_plot(args) -> dict:
     if args.kind == "perplexity" and args.trainer_state:
         data = {name: plots.perplexity_history(path) for name, path in _named_files(args.trainer_state).items()}
     else:
-        data = json.loads(Path(args.input).read_text(encoding="utf-8"))
+        data = read_json_input(args.input, "--input")
     draw = {"tau": plots.plot_tau_sweep, "noise": plots.plot_noise_curve, "perplexity": plots.plot_perplexity_per_epoch}
     return {"png": str(draw[args.kind](data, args.output))}
 

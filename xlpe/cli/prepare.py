@@ -621,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepared, reports = prepare_splits(splits, tokenizer, **options)
         _label_reports(args, reports, tokenizer_origin)
         output = save_prepared(args.output, prepared, reports, tokenizer, overwrite=args.overwrite_output)
-    except (ValueError, LookupError, ImportError, OSError, TypeError) as error:  # TypeError: bad --eflomal_options
+    except (ValueError, LookupError, ImportError, OSError) as error:
         message = (
             " ".join(str(error).split())
             if not isinstance(error, OSError) or not error.filename
