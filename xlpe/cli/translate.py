@@ -192,12 +192,12 @@ def main(argv: list[str] | None = None) -> int:
 
             check_input_file(args.input, "--input")
             check_model_path(args.model, "--model")
-            args.device = check_device(args.device)  # before the model loads
             if args.output != "-":  # never over --input or --model; the file's lock is held until it is written
                 inputs = {"--input": args.input, "--model": args.model if Path(args.model).exists() else None}
                 check_destination(args.output, "--output", inputs, overwrite=args.overwrite_output)
                 held.enter_context(output_file_lock(args.output, PROG))
             lines = read_input(args.input)
+            args.device = check_device(args.device)  # before the model loads (after stdin is read: torch is slow)
             translator = load_pipeline(args.model, args.device, args.trust_remote_code, args.ignore_tokenizer_mismatch)
         except (CommandLineError, ValueError, OSError) as error:  # OSError: what from_pretrained raises
             return user_error(PROG, error)
