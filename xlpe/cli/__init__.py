@@ -402,6 +402,7 @@ def console_script(prog: str):
                     raise
                 return status
 
+        entry.console_script = prog  # (tests: every console script of setup.cfg goes through here)
         return entry
 
     return decorate
