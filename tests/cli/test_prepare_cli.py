@@ -178,7 +178,7 @@ def test_identical_second_run_hits_the_cache(tmp_path):
         ),
         (
             ["--source", "train.de", "--target", "train.en", "--tokenizer", "tok/"],
-            r"--tokenizer tok/: no such directory \(leave --tokenizer out to train one",
+            r"--tokenizer tok/: no such local directory \(leave --tokenizer out to train one",
         ),
         (["--source", "train.de", "--target", "train.en", "--tokenizer", "./empty"], r"--tokenizer \./empty: "),
         (["--source", "train.de", "--target", "dev.en"], r"train.de has 3 lines, dev.en has 2 lines"),

@@ -12,9 +12,12 @@ Conventions shared by every command (docs/command_line.md), and the helpers that
   accepted everywhere as an alias (`canonical_flags`). Help shows the underscore spelling.
 * **A mistyped flag gets a suggestion**: `unrecognized arguments: --sorce (did you mean --source?)`
   (`suggest_option`; installed on every parser by `canonical_flags`, and used by `xlpe-train` before torch).
-* **User errors** (a missing input file, a model path that does not exist, a bad option combination) print
-  one line `PROG: error: ...` on stderr and exit with status 2, without a traceback (`user_error`,
-  `check_input_file`, `check_model_path`).
+* **One error discipline** (`console_script`, the decorator every entry point goes through; docs/command_line.md,
+  "Errors and exit codes"). A condition the user caused or can fix (a missing or damaged input file, a model path
+  that does not exist, a bad flag value or combination, a device this machine lacks, a full disk) prints one line
+  `PROG: error: ...` naming the flag or file and what to do, exit status 2 (`user_error`, `check_input_file`,
+  `check_model_path`, `check_device`). Ctrl-C or SIGTERM: one line, exit status 130. Anything else is a bug: one
+  line saying so and naming the file its traceback was written to, exit status 1.
 * **What a command may write** (`xlpe.features.outputs.check_destination`, called by every command for each
   output before any work): never one of its inputs, or a folder holding or inside one (even with
   `--overwrite_output`); over an existing directory only when it holds the command's own earlier output; never a
@@ -26,11 +29,17 @@ Conventions shared by every command (docs/command_line.md), and the helpers that
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import functools
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
-from ..training.errors import suggest_option, unknown_flags_message  # (standard library only)
+from ..training.errors import UsageError, suggest_option, unknown_flags_message  # (standard library only)
 
 # ---------------------------------------------------------------------------------------------------------
 # One flag spelling: --under_score, with --dash-spelling accepted as an alias
@@ -121,6 +130,20 @@ def check_input_file(path: str | None, flag: str) -> None:
         raise CommandLineError(f"{flag} {path}: no such file")
 
 
+def read_json_input(path: str, flag: str):
+    """The JSON value of input file `path`; CommandLineError naming `flag`, the file and the line when it is not
+    UTF-8 JSON (a bare JSONDecodeError names neither)."""
+    import json
+
+    check_input_file(path, flag)
+    try:
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise CommandLineError(f"{flag} {path}: not UTF-8 text (byte offset {error.start})") from None
+    except json.JSONDecodeError as error:
+        raise CommandLineError(f"{flag} {path}:{error.lineno}: not valid JSON ({error.msg})") from None
+
+
 def hub_is_offline() -> bool:
     """True when the Hugging Face libraries are told not to use the network (HF_HUB_OFFLINE /
     TRANSFORMERS_OFFLINE)."""
@@ -142,6 +165,18 @@ def looks_like_local_path(value: str) -> bool:
     return "/" in value and Path(head).is_dir()
 
 
+def hub_load_failure(value: str, flag: str, error: BaseException) -> CommandLineError:
+    """The one line for `value` that is no local path and that `from_pretrained` could not get from the Hub either:
+    says both, with the closest local directory when there is one (a mistyped folder name without a slash looks
+    like a Hub id), and the first line of the loader's own message."""
+    if Path(value).expanduser().exists():
+        return CommandLineError(f"{flag} {value}: {_first_line(error)}")
+    return CommandLineError(
+        f"{flag} {value}: no such local directory{did_you_mean_directory(value)}, and the Hub did not serve it "
+        f"({_first_line(error)})"
+    )
+
+
 def did_you_mean_directory(value: str) -> str:
     """ " (did you mean runs/de-en?)" when the parent of the missing path `value` exists and holds a directory of a
     close name (difflib), spelled as the user spelled the parent; else ""."""
@@ -160,15 +195,16 @@ def did_you_mean_directory(value: str) -> str:
     return f" (did you mean {text[: len(text) - len(path.name)]}{close[0]}?)"
 
 
-def check_model_path(value: str, flag: str) -> None:
+def check_model_path(value: str, flag: str, expected: str = "a model directory") -> None:
     """CommandLineError when `value` is neither a local directory nor something the Hub could serve: a
     missing local path is reported as missing locally (not as a failed connection to huggingface.co), with the
-    closest directory beside it when there is one (`did_you_mean_directory`)."""
+    closest directory beside it when there is one (`did_you_mean_directory`). Every command checks its model and
+    tokenizer paths with it (`expected` names what a file there should have been)."""
     path = Path(value).expanduser()
     if path.is_dir():
         return
     if path.exists():
-        raise CommandLineError(f"{flag} {value}: is a file, expected a model directory or a Hub id")
+        raise CommandLineError(f"{flag} {value}: is a file, expected {expected} or a Hub id")
     if looks_like_local_path(value):
         raise CommandLineError(f"{flag} {value}: no such local directory{did_you_mean_directory(value)}")
     if hub_is_offline():
@@ -178,14 +214,219 @@ def check_model_path(value: str, flag: str) -> None:
         )
 
 
+def check_device(value: str | None, flag: str = "--device") -> str:
+    """`value` (None: cuda when available, else cpu) when this machine has that device; else CommandLineError naming
+    `flag`, what is wrong and the devices that are here (`--device bogus`, `--device cuda` on a CPU-only build of
+    torch or a machine without a GPU, `--device cuda:3` with two GPUs)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    here = ", ".join(["cpu", *(["cuda"] + [f"cuda:{i}" for i in range(count)] if cuda else [])])
+    if torch.backends.mps.is_available():
+        here += ", mps"
+    if value is None:
+        return "cuda" if cuda else "cpu"
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError, TypeError):
+        raise CommandLineError(f"{flag} {value}: not a device name (this machine has: {here})") from None
+    if device.type == "cuda":
+        if not cuda:
+            why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise CommandLineError(f"{flag} {value}: {why}; use {flag} cpu (this machine has: {here})")
+        if device.index is not None and device.index >= count:
+            raise CommandLineError(f"{flag} {value}: there are {count} CUDA devices here ({here})")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise CommandLineError(f"{flag} {value}: MPS is not available here (this machine has: {here})")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise CommandLineError(f"{flag} {value}: not supported by this command (this machine has: {here})")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The entry point of every console script: one error discipline
+# ---------------------------------------------------------------------------------------------------------
+
+USER_ERROR_STATUS = 2  # argparse's status for a usage error
+BUG_STATUS = 1
+INTERRUPTED_STATUS = 130  # 128 + SIGINT, for Ctrl-C and SIGTERM alike (= xlpe.training.interrupts.INTERRUPTED_STATUS)
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+# OSErrors about a path the user named: a missing or unreadable file, a directory where a file was expected
+PATH_ERRORS = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EROFS})
+TRACEBACK_DIR_VARIABLE = "XLPE_TRACEBACK_DIR"  # where a bug's traceback is written (default: the temp directory)
+RAISE_VARIABLE = "XLPE_RAISE_ERRORS"  # "1": let a bug's exception propagate (debugging, pdb)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread while a console script runs: handled as Ctrl-C (one line, exit 130)."""
+
+
+def _user_error_types() -> tuple[type, ...]:
+    """The exception types that are user errors by construction: raised by this package where it found a bad input
+    (imported when an exception is being classified, so that `--help` stays fast)."""
+    from ..features.artefacts import ArtefactMismatch, DirectoryInUse
+    from ..features.outputs import OutputRefused
+    from ..features.text_files import OutputExistsError, OutputWriteError, TextFileError
+
+    return (
+        CommandLineError,
+        UsageError,
+        TextFileError,
+        OutputRefused,
+        OutputExistsError,
+        OutputWriteError,
+        ArtefactMismatch,
+        DirectoryInUse,
+    )
+
+
+def os_error_line(error: OSError) -> str | None:
+    """One line for an OSError the user can fix (`DISK_FULL`, `PATH_ERRORS`), naming the path; None for others."""
+    path = f"{error.filename}: " if error.filename else ""
+    if error.errno in DISK_FULL:
+        return f"{path}{error.strerror or 'no space left'} (free some space, or write to another place)"
+    if error.errno in PATH_ERRORS and error.filename:
+        return f"{path}{error.strerror}"
+    return None
+
+
+def write_traceback(prog: str, error: BaseException, argv=None) -> Path | None:
+    """Write the command line, versions and the traceback of `error` to a new file in `$XLPE_TRACEBACK_DIR` (default:
+    the temporary directory); its path, or None when it could not be written."""
+    import platform
+    import tempfile
+    import traceback
+
+    folder = Path(os.environ.get(TRACEBACK_DIR_VARIABLE) or tempfile.gettempdir())
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        from importlib.metadata import version
+
+        installed = version("xlpe")
+    except Exception:  # noqa: BLE001 (not installed: run from a checkout)
+        installed = "not installed (a checkout)"
+    command = " ".join([prog, *map(str, sys.argv[1:] if argv is None else argv)])
+    versions = f"xlpe {installed}, Python {platform.python_version()}, {platform.platform()}"
+    text = f"{command}\n{versions}\n\n" + "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{prog.split()[0]}-{stamp}-{os.getpid()}.traceback.txt"
+        path.write_text(text, encoding="utf-8")
+    except OSError:
+        return None
+    return path
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While the block runs in the main thread, SIGTERM raises `Terminated` (as Ctrl-C raises KeyboardInterrupt),
+    unless a handler is installed already. A forked child (a data-loader worker) gets the default action back."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def report_exception(prog: str, error: BaseException, argv=None) -> int:
+    """Print the one line for `error` escaping command `prog` and return its exit status: 130 for Ctrl-C or SIGTERM;
+    2 for a user error (`_user_error_types`, an OSError of `os_error_line`); 1 for anything else, a bug, whose
+    traceback is written to a file that the line names (`write_traceback`)."""
+    if isinstance(error, KeyboardInterrupt):
+        with contextlib.suppress(Exception):
+            from ..training.interrupts import close_progress_bars
+
+            close_progress_bars()
+        signal_name = "SIGTERM" if isinstance(error, Terminated) else "Ctrl-C"
+        print(f"{prog}: interrupted ({signal_name}); the command stopped before it finished", file=sys.stderr)
+        return INTERRUPTED_STATUS
+    if isinstance(error, _user_error_types()):
+        return user_error(prog, error)
+    if isinstance(error, OSError) and os_error_line(error) is not None:
+        return user_error(prog, os_error_line(error))
+    from ..features.text_files import is_disk_full
+
+    if is_disk_full(error):  # (the tokenizers library's plain Exception for one)
+        return user_error(prog, f"{_first_line(error)} (free some space, or write to another place)")
+    path = write_traceback(prog, error, argv)
+    where = f"its traceback is in {path}" if path else "its traceback could not be written to a file"
+    print(
+        f"{prog}: error: an internal error (a bug in xlpe, not in your input): {type(error).__name__}: "
+        f"{_first_line(error)[:300]}; {where} (please report it)",
+        file=sys.stderr,
+    )
+    if path is None:
+        import traceback
+
+        traceback.print_exception(type(error), error, error.__traceback__)
+    return BUG_STATUS
+
+
+def console_script(prog: str):
+    """Decorator of a console script's entry point `main(argv=None, ...) -> int`: whatever escapes it is reported by
+    `report_exception` (one line; exit status 2, 130 or 1), SIGTERM is handled as Ctrl-C while it runs, and
+    SystemExit (argparse's own errors and --help) passes through. `XLPE_RAISE_ERRORS=1` lets a bug propagate."""
+
+    def decorate(main):
+        @functools.wraps(main)
+        def entry(*args, **kwargs) -> int:
+            try:
+                with _sigterm_as_interrupt():
+                    return main(*args, **kwargs)
+            except SystemExit:
+                raise
+            except BaseException as error:  # noqa: BLE001 (classified: user error, interrupt or bug)
+                if not isinstance(error, Exception | KeyboardInterrupt):
+                    raise  # GeneratorExit and the like
+                argv = args[0] if args and isinstance(args[0], list | tuple) else kwargs.get("argv")
+                status = report_exception(prog, error, argv)
+                if status == BUG_STATUS and os.environ.get(RAISE_VARIABLE) == "1":
+                    raise
+                return status
+
+        entry.console_script = prog  # (tests: every console script of setup.cfg goes through here)
+        return entry
+
+    return decorate
+
+
 __all__ = [
+    "BUG_STATUS",
+    "INTERRUPTED_STATUS",
+    "USER_ERROR_STATUS",
     "CommandLineError",
+    "Terminated",
+    "check_device",
+    "console_script",
+    "os_error_line",
+    "report_exception",
+    "write_traceback",
     "canonical_flags",
     "check_input_file",
     "check_model_path",
     "did_you_mean_directory",
     "hub_is_offline",
+    "hub_load_failure",
     "looks_like_local_path",
+    "read_json_input",
     "suggest_option",
     "unknown_flags_message",
     "user_error",

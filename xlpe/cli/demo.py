@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import canonical_flags
+from . import canonical_flags, console_script
 
 DESCRIPTION = """A one-minute, offline, end-to-end look at XL PE on a built-in toy task: a tiny XL PE model learns to
 translate into a "language" that reverses word order, and translates a few sentences it never saw."""
 
 
+@console_script("xlpe-demo")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xlpe-demo", description=DESCRIPTION)
     parser.add_argument("--steps", type=int, default=300, help="training steps")

@@ -30,8 +30,11 @@ from ..features.text_files import write_text_atomic  # (standard library only)
 from . import (
     CommandLineError,
     canonical_flags,
+    check_device,
     check_input_file,
     check_model_path,
+    console_script,
+    read_json_input,
     user_error,
 )
 
@@ -52,6 +55,7 @@ def _load_model(args):
     from ..evaluation.model_loading import load_model_and_tokenizer
 
     check_model_path(args.model, "--model")
+    check_device(args.device)
     model, tokenizer = load_model_and_tokenizer(args.model, ignore_tokenizer_mismatch=args.ignore_tokenizer_mismatch)
     return model.to(args.device), tokenizer
 
@@ -257,7 +261,7 @@ def run_plot(args) -> dict:
     if args.kind == "perplexity" and args.trainer_state:
         data = {name: plots.perplexity_history(path) for name, path in _named_files(args.trainer_state).items()}
     else:
-        data = json.loads(Path(args.input).read_text(encoding="utf-8"))
+        data = read_json_input(args.input, "--input")
     draw = {"tau": plots.plot_tau_sweep, "noise": plots.plot_noise_curve, "perplexity": plots.plot_perplexity_per_epoch}
     return {"png": str(draw[args.kind](data, args.output))}
 
@@ -399,6 +403,7 @@ def _input_paths(args) -> dict:
     return inputs
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -407,6 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("bleu", "significance", "mvpe-metrics"):  # the BLEU tokenizer must run: say so first
             ev.check_bleu_tokenizer(args.lang, getattr(args, "tokenize", None))
         _check_input_files(args)
+        if getattr(args, "model", None):  # a device this machine lacks: said before any file is read
+            check_device(args.device)
         inputs = _input_paths(args)
         for flag in ("output", "write_links", "output_dir"):  # (output_dir: compare-mt's report directory)
             if getattr(args, flag, None):  # never over an input, even with --overwrite_output (xlpe.features.outputs)

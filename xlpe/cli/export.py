@@ -36,6 +36,7 @@ from . import (
     canonical_flags,
     check_input_file,
     check_model_path,
+    console_script,
     user_error,
 )
 
@@ -196,6 +197,7 @@ def missing_onnx() -> str | None:
     return None
 
 
+@console_script(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -236,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
             path = getattr(args, flag)
             if path is not None:
                 check_model_path(path, f"--{flag}")
+        from ..features.tokenization import check_tokenizer_files  # a cut-short tokenizer.json: file and line
+
+        for flag in ("model", "verify", "translate"):
+            if getattr(args, flag) is not None:
+                check_tokenizer_files(getattr(args, flag), f"--{flag} {getattr(args, flag)}")
         if args.translate is not None:
             check_input_file(args.input, "--input")
             return translate(args)

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..features.alignment import SYMMETRIZATIONS  # (light: numpy only)
 from ..models.registry import extra_input_names  # (light: the registry imports no model module)
 from ..models.taggers import tagger_help  # (light: the tagger registry, standard library only)
-from . import canonical_flags, did_you_mean_directory
+from . import CommandLineError, canonical_flags, check_model_path, console_script, hub_load_failure
 
 # xlpe.features.prepare imports torch and transformers: imported when the command runs (fast --help); the
 # --features choices are the registry's extra inputs (light: no model module is imported)
@@ -368,21 +368,17 @@ def _tokenizer(args, splits):
     if args.tokenizer:
         from transformers import AutoTokenizer
 
-        looks_local = (
-            args.tokenizer.startswith((".", "/", "~")) or args.tokenizer.endswith("/") or args.tokenizer.count("/") > 1
-        )
-        if looks_local and not Path(args.tokenizer).expanduser().is_dir():
-            raise ValueError(
-                f"--tokenizer {args.tokenizer}: no such directory{did_you_mean_directory(args.tokenizer)} (leave "
-                "--tokenizer out to train one on the training text)"
-            )
+        try:  # a missing local path is said as such, not as a failed connection to the Hub (as for --model)
+            check_model_path(args.tokenizer, "--tokenizer", "a tokenizer directory")
+        except CommandLineError as error:
+            raise CommandLineError(f"{error} (leave --tokenizer out to train one on the training text)") from None
         from ..features.tokenization import check_tokenizer_files
 
         check_tokenizer_files(args.tokenizer, f"--tokenizer {args.tokenizer}")  # a damaged JSON file: file and line
         try:
             return AutoTokenizer.from_pretrained(args.tokenizer), args.tokenizer
         except (OSError, ValueError) as error:  # transformers' messages run over several lines: the first says what
-            raise ValueError(f"--tokenizer {args.tokenizer}: {str(error).strip().splitlines()[0]}") from None
+            raise hub_load_failure(args.tokenizer, "--tokenizer", error) from None
     from ..features.prepare import train_tokenizer_for_splits
 
     options = {name: getattr(args, name) or default for name, default in TOKENIZER_TRAINING.items()}
@@ -582,6 +578,7 @@ def _print_summary(output, reports: dict, tokenizer_origin: str, seconds: float 
         )
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `xlpe-prepare`: prepare every split, then write `--output` (`save_prepared`). A user
     error (bad flag combination, missing or malformed file) prints one line and exits with status 2."""
@@ -624,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepared, reports = prepare_splits(splits, tokenizer, **options)
         _label_reports(args, reports, tokenizer_origin)
         output = save_prepared(args.output, prepared, reports, tokenizer, overwrite=args.overwrite_output)
-    except (ValueError, LookupError, ImportError, OSError, TypeError) as error:  # TypeError: bad --eflomal_options
+    except (ValueError, LookupError, ImportError, OSError) as error:
         message = (
             " ".join(str(error).split())
             if not isinstance(error, OSError) or not error.filename

@@ -12,7 +12,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import CommandLineError, canonical_flags, check_input_file, did_you_mean_directory, user_error
+from . import (
+    CommandLineError,
+    canonical_flags,
+    check_input_file,
+    console_script,
+    did_you_mean_directory,
+    read_json_input,
+    user_error,
+)
 
 PROG = "xlpe-push"
 
@@ -51,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     return canonical_flags(parser)
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -70,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "datasets": args.datasets,
             "base_model": args.base_model,
             "example_source": args.example_source,
-            "eval_results": [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.eval_results],
+            "eval_results": [read_json_input(path, "--eval_results") for path in args.eval_results],
         }
         from ..features.artefacts import DirectoryInUse, directory_lock
 

@@ -50,7 +50,7 @@ from pathlib import Path
 from ..features.alignment import AlignmentFormatError  # (light: numpy only)
 from ..features.text_files import check_output, write_text_atomic
 from ..training.flag_facts import APPLIED, DIGEST, PART, PLUMBING, RESUME_APPLY, add_flag, names_where, parser_facts
-from . import canonical_flags, did_you_mean_directory, user_error
+from . import canonical_flags, console_script, did_you_mean_directory, user_error
 
 # = xlpe.models.configuration_reorderer.TRAINING_LOSSES, spelled out: importing xlpe.models loads torch, and
 # --help should not (tests/cli/test_help.py keeps the two equal)
@@ -1092,6 +1092,7 @@ def interrupted_message(args) -> str:
     return f"{command}: interrupted" + ("; no --output written" if getattr(args, "output", None) else "")
 
 
+@console_script("xlpe-reorder")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..models.taggers import tagger_help  # (light: the tagger registry, standard library only)
-from . import canonical_flags, check_input_file, user_error
+from . import canonical_flags, check_input_file, console_script, user_error
 
 TAG_COLUMNS = ("upos", "xpos")  # = xlpe.features.tagger_training.TAG_COLUMNS (kept light: no import at --help)
 
@@ -139,6 +139,7 @@ def check_arguments(args) -> str | None:
     return None
 
 
+@console_script("xlpe-tagger")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..features.language_codes import check_language_code
 from ..training.command_line import GivenFlags, help_parser, read_given, read_schema, schema_json, with_registries
 from ..training.errors import UsageError
-from . import CommandLineError, check_input_file, check_model_path, user_error
+from . import CommandLineError, check_input_file, check_model_path, console_script, user_error
 
 PROG = "xlpe-train"
 # options whose value must name a model, tokenizer or config (a local directory or a Hub id) or an input file;
@@ -174,6 +174,7 @@ def check_output_dir(given: dict[str, str]) -> None:
         raise CommandLineError(str(error)) from None
 
 
+@console_script(PROG)
 def cli(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     """The `xlpe-train` command: `main` returns its metrics (for Python callers); a command exits 0 on success, 2
     on a user error and 130 on Ctrl-C (one line: the step reached and the newest checkpoint to resume from).

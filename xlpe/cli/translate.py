@@ -36,8 +36,10 @@ from pathlib import Path
 from . import (
     CommandLineError,
     canonical_flags,
+    check_device,
     check_input_file,
     check_model_path,
+    console_script,
     user_error,
 )
 
@@ -88,7 +90,7 @@ def load_pipeline(
     from ..evaluation.model_loading import load_model_and_tokenizer
     from ..models.pipeline_translation import XLPETranslationPipeline
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = check_device(device)  # a device this machine lacks: one line naming --device and what is here
     model, tokenizer = load_model_and_tokenizer(model_name, trust_remote_code, ignore_tokenizer_mismatch)
     return XLPETranslationPipeline(model=model, tokenizer=tokenizer, device=torch.device(device))
 
@@ -170,6 +172,7 @@ def read_input(path: str) -> list[str]:
     return decode_text_lines(stream.read() if stream is not None else sys.stdin.read().encode("utf-8"), "<stdin>")
 
 
+@console_script(PROG)
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -194,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                 check_destination(args.output, "--output", inputs, overwrite=args.overwrite_output)
                 held.enter_context(output_file_lock(args.output, PROG))
             lines = read_input(args.input)
+            args.device = check_device(args.device)  # before the model loads (after stdin is read: torch is slow)
             translator = load_pipeline(args.model, args.device, args.trust_remote_code, args.ignore_tokenizer_mismatch)
         except (CommandLineError, ValueError, OSError) as error:  # OSError: what from_pretrained raises
             return user_error(PROG, error)

@@ -351,7 +351,10 @@ def eflomal_links(
         from .eflomal_seed import check_seed
 
         check_seed(seed)
-    aligner = eflomal.Aligner(**eflomal_options)  # its defaults, and a TypeError for an unknown option
+    try:
+        aligner = eflomal.Aligner(**eflomal_options)  # its defaults, and a TypeError for an unknown option
+    except TypeError as error:
+        raise ValueError(f"--eflomal-options {sorted(eflomal_options)}: {error}") from None
     nonempty = np.array(
         [k for k, (s, t) in enumerate(zip(sources, targets)) if s.split() and t.split()], dtype=np.int64
     )

@@ -11,6 +11,8 @@
   without a record, its files are those of that kind (`directory_holds`). A trained model given as an export
   output, a prepared dataset given as a compare-mt report directory, a folder of other files: refused, naming
   what it holds.
+* **A symbolic link is written through.** An output given as a link is checked and written as its target (the
+  target gets the new content, the link stays a link), never replaced by a file.
 * **The destination can be written.** A directory where a file is expected (and the reverse), a missing parent
   directory, a parent that is not writable: refused up front, one line.
 
@@ -31,7 +33,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from .artefacts import LOCK_NAME, RECORD_NAME, ArtefactMismatch, DirectoryInUse, directory_lock, read_record
-from .text_files import OutputExistsError
+from .text_files import OutputExistsError, through_links
 
 # what a directory holds, recognised by its files when it has no artefact record: (kind, files that mark it)
 KIND_MARKERS = (
@@ -227,8 +229,9 @@ def check_destination(
 
 
 def lock_path_for(path: str | os.PathLike) -> Path:
-    """The lock file of an output file: `.<name>.xlpe.lock` beside it."""
-    path = Path(path)
+    """The lock file of an output file: `.<name>.xlpe.lock` beside it (beside its target when it is a symbolic link:
+    the file written, `text_files.through_links`)."""
+    path = through_links(path)
     return path.with_name(f".{path.name}.xlpe.lock")
 
 

@@ -27,7 +27,8 @@ The whole file is read and decoded in bulk (no per-line Python work: a million l
 
 Outputs (`write_text_atomic`, `write_bytes_atomic`, `atomic_output_dir`) are written beside their final name and
 renamed into place when complete, so a reader never sees half a file and two concurrent writers never interleave:
-the last rename wins with a whole file. An OSError while writing (a full disk, a vanished directory) removes the
+the last rename wins with a whole file. An output given as a symbolic link is written through it to its target
+(`through_links`), never replaced by a file. An OSError while writing (a full disk, a vanished directory) removes the
 temporary file and is an `OutputWriteError`: one line naming the output and the error. `check_output` refuses an
 existing output unless the caller allows overwriting it; what else a command may not write over (its inputs,
 another command's artefact, an unwritable place) is `xlpe.features.outputs`. `files_swapped_into` writes new
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import gzip
 import hashlib
 import os
@@ -338,9 +340,17 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """`write_text_atomic` for bytes already encoded (a PNG, say): same temporary file, rename, mode and cleanup."""
+def through_links(path: str | os.PathLike) -> Path:
+    """`path`, or where it points when it is a symbolic link (followed to the end; a dangling link gives the missing
+    target): an output given as a link is written *through* it, to its target, and the link stays a link."""
     path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """`write_text_atomic` for bytes already encoded (a PNG, say): same temporary file, rename, mode and cleanup.
+    A symbolic link is written through (`through_links`): its target gets the new content."""
+    path = through_links(path)
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as error:
@@ -354,18 +364,31 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         if isinstance(error, OSError) and not isinstance(error, OutputWriteError):
+            hint = "; free some space or write elsewhere" if is_disk_full(error) else ""
             raise OutputWriteError(
-                f"cannot write {path}: {error.strerror or error} (nothing was written there)"
+                f"cannot write {path}: {error.strerror or error} (nothing was written there{hint})"
             ) from None
         raise
     return path
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error` says the disk (or the user's quota) is full: an OSError of ENOSPC/EDQUOT, or the plain
+    Exception the Rust `tokenizers` library raises for one ("No space left on device (os error 28)")."""
+    if isinstance(error, OSError):
+        return error.errno in DISK_FULL_ERRNOS
+    return type(error) is Exception and any(f"(os error {code})" in str(error) for code in DISK_FULL_ERRNOS)
 
 
 @contextlib.contextmanager
 def staging_dir(path: str | os.PathLike, create_parent: bool = False) -> Iterator[Path]:
     """Yield a fresh temporary directory beside `path` (creating its parent if asked), with the mode a plain
     `mkdir` would give it under the umask (mkdtemp's 0700 would keep a shared folder from its other users);
-    removed if the block raises. The caller renames it into place."""
+    removed if the block raises (a full disk there: OutputWriteError naming `path`). The caller renames it into
+    place."""
     path = Path(path)
     if create_parent:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -373,8 +396,13 @@ def staging_dir(path: str | os.PathLike, create_parent: bool = False) -> Iterato
     os.chmod(staging, 0o777 & ~_umask())
     try:
         yield staging
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if is_disk_full(error) and not isinstance(error, OutputWriteError):
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else "No space left on device"
+            raise OutputWriteError(
+                f"cannot write {path}: {reason} (nothing was left there; free some space or write elsewhere)"
+            ) from None
         raise
 
 
@@ -383,8 +411,9 @@ def atomic_output_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterat
     """Yield a fresh temporary directory beside `path` (`staging_dir`); when the block finishes, it replaces
     `path` (an existing directory is moved aside first and deleted after the rename, so `path` is always a
     complete directory). On an exception the temporary directory is removed and `path` is left as it was.
-    `overwrite=False`: an existing `path` (say, written by a concurrent run meanwhile) is an OutputExistsError."""
-    path = Path(path)
+    `overwrite=False`: an existing `path` (say, written by a concurrent run meanwhile) is an OutputExistsError. A
+    symbolic link is written through (`through_links`): the directory it points to is replaced, the link stays."""
+    path = through_links(path)
     with staging_dir(path) as staging:
         yield staging
         if path.exists():
@@ -407,8 +436,8 @@ def files_swapped_into(directory: str | os.PathLike, last: Sequence[str] = ("con
     (config.json: a model's commit point, so a kill in between leaves the old config over the new weights, which
     loads as the old model), and `stale(name)` (e.g. old weight shards) removes other entries of `directory`. The
     rest of `directory` (checkpoints, results, its lock) is untouched. An exception, in the block or while
-    swapping, puts back every entry already replaced: `directory` is as it was."""
-    directory = Path(directory)
+    swapping, puts back every entry already replaced: `directory` is as it was. A symbolic link is written through."""
+    directory = through_links(directory)
     with staging_dir(directory) as staging:
         yield staging
         retired = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".old", dir=directory.parent))
@@ -461,11 +490,13 @@ __all__ = [
     "count_text_lines",
     "decode_text_lines",
     "guess_wide_encoding",
+    "is_disk_full",
     "read_text_bytes",
     "read_text_line_range",
     "read_text_lines",
     "scan_text_file",
     "staging_dir",
+    "through_links",
     "write_bytes_atomic",
     "write_text_atomic",
 ]

@@ -5,8 +5,8 @@
 listed in `xlpe.models.extra_inputs.EXTRA_INPUTS` out of the features, lets the stock collator do its job, then pads
 each extra key to the padded length of the side it is aligned with (source → `input_ids`, target → `labels`),
 on the tokenizer's padding side, with the key's pad rule. Length mismatches are reported with the example
-index instead of producing a ragged tensor; so is an extra key present in some examples but not in others
-(every example is read, not only the first).
+index instead of producing a ragged tensor; so is an extra key present in some examples but not in others, or
+None in one (every example is read, not only the first).
 
 `XLPEDataCollator`, the old name of `ExtraInputsDataCollator`, still imports (with a DeprecationWarning) for one
 release.
@@ -45,7 +45,8 @@ class ExtraInputsDataCollator(DataCollatorForSeq2Seq):
     @staticmethod
     def _extra_keys(features: list[dict[str, Any]]) -> list[str]:
         """The extra keys of the batch, read from every example: a key that some examples have and others lack
-        is a ValueError naming it and the first example without it (never silently dropped, never a KeyError)."""
+        is a ValueError naming it and the first example without it (never silently dropped, never a KeyError), and so
+        is a value that is not a sequence (None) in any example."""
         keys = [key for key in EXTRA_INPUTS if any(key in f for f in features)]
         for key in keys:
             missing = next((index for index, f in enumerate(features) if key not in f), None)
@@ -54,6 +55,12 @@ class ExtraInputsDataCollator(DataCollatorForSeq2Seq):
                 raise ValueError(
                     f"example {missing} has no `{key}` but example {having} has: every example of a "
                     "batch needs the same extra inputs (prepare all splits with the same --features)"
+                )
+            bad = next((index for index, f in enumerate(features) if not hasattr(f[key], "__len__")), None)
+            if bad is not None:  # None (a missing value) or a scalar: one value per token is needed
+                raise ValueError(
+                    f"example {bad}: `{key}` is {type(features[bad][key]).__name__}, expected a list of one "
+                    "integer per token (a prepared dataset with a missing value: prepare it again)"
                 )
         return keys
 

@@ -261,16 +261,21 @@ def check_splits(splits: dict[str, ParallelSplit], run, tokenizer_given: bool) -
         f"(--prepared_dataset {data_args.prepared_dataset} has {sorted(splits)}: "
         "xlpe-prepare --validation-source/--test-source ...)"
     )
+
+    def where_split(split: str) -> str:
+        if data_args.prepared_dataset:
+            return where
+        return f"(--{split}_file or --{split}_source_file/--{split}_target_file)"
+
     for flag, split in (("do_eval", "validation"), ("do_predict", "test")):
         if getattr(training_args, flag) and split not in splits:
             if flag in run.explicit_stages:
+                raise UsageError(f"--{flag} needs a {split} split {where_split(split)}")
+            strategy = str(getattr(training_args.eval_strategy, "value", training_args.eval_strategy))
+            if flag == "do_eval" and strategy != "no":  # (the Trainer would refuse it with a traceback)
                 raise UsageError(
-                    f"--{flag} needs a {split} split "
-                    + (
-                        where
-                        if data_args.prepared_dataset
-                        else f"(--{split}_file or --{split}_source_file/--{split}_target_file)"
-                    )
+                    f"--eval_strategy {strategy} evaluates during training but there is no validation split "
+                    f"{where_split(split)}; or pass --eval_strategy no"
                 )
             logger.warning("no %s split: skipping %s", split, flag)
             setattr(training_args, flag, False)
@@ -437,9 +442,26 @@ def prepared_split_names(path) -> list[str]:
 
 
 def _read_reports(path: Path) -> dict:
-    """report.json as {split: report} (a single report of an older single-split output is the train split's)."""
-    report_file = path / "report.json"
-    reports = json.loads(report_file.read_text()) if report_file.is_file() else {}
+    """report.json as {split: report} (a single report of an older single-split output is the train split's).
+    Every xlpe-prepare output has one (the languages and the tokenizer its splits were made with): a directory
+    without it, or with a damaged one, is a UsageError naming the file."""
+    report_file = Path(path) / "report.json"
+    again = "write it again with xlpe-prepare"
+    if not report_file.is_file():
+        raise UsageError(
+            f"--prepared_dataset {path}: no report.json (xlpe-prepare writes it beside the splits: their languages and "
+            f"tokenizer, which this run checks); it is not a whole xlpe-prepare output: {again}"
+        )
+    try:
+        reports = json.loads(report_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"--prepared_dataset {report_file}:{error.lineno}: not valid JSON ({error.msg}): {again}"
+        ) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--prepared_dataset {report_file}: not UTF-8 text: {again}") from None
+    if not isinstance(reports, dict):
+        raise UsageError(f"--prepared_dataset {report_file}: not a JSON object of reports: {again}")
     return {"train": reports} if "pairs_read" in reports else reports
 
 

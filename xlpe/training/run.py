@@ -48,7 +48,7 @@ from .checkpoint_averaging import (
 )
 from .collator import ExtraInputsDataCollator
 from .command_line import GivenFlags
-from .data import check_splits, load_raw_splits, prepare_features, resolve_taggers
+from .data import check_splits, load_raw_splits, prepare_features, prepared_split_names, resolve_taggers
 from .errors import UsageError
 from .host_memory import keep_freed_host_memory
 from .learning_check import LEARNING_CHECK_FILE, LearningCheck
@@ -516,7 +516,9 @@ def apply_recipe(run: RunConfig, splits: dict, checkpoint: str | None) -> RunCon
         return run
     if pairs is None and name in SIZED_RECIPES and training_args.do_train:
         pairs = _training_pairs(splits, data_args)
-    with_validation = "validation" in splits or bool(data_args.prepared_dataset)
+    with_validation = "validation" in (
+        prepared_split_names(data_args.prepared_dataset) if data_args.prepared_dataset else splits
+    )
     if name != training_args.recipe or not with_validation or (name in SIZED_RECIPES and pairs is not None):
         run = run.with_recipe(name, with_validation=with_validation, train_pairs=pairs)
         training_args = run.training  # (the recipe chosen here, or its size depends on the data)
