@@ -31,6 +31,7 @@ ENTRY_POINTS = {  # setup.cfg console_scripts
     "xlpe-push": "xlpe.cli.push:main",
     "xlpe-tagger": "xlpe.cli.tagger:main",
     "xlpe-export": "xlpe.cli.export:main",
+    "xlpe-compare": "xlpe.cli.compare:main",
 }
 
 
@@ -577,6 +578,55 @@ ROWS = [
         2,
         ("{out}/onnx", "No space left"),
         disk_full_while_staging,
+    ),
+    Row(
+        "xlpe-compare",
+        "missing-input",
+        lambda f, out: [
+            *("--source", f["missing"], "--target", f["good_de"], "--test_source", f["good"]),
+            *(
+                "--test_target",
+                f["good_de"],
+                "--source_lang",
+                "en",
+                "--target_lang",
+                "de",
+                "--output_dir",
+                str(out / "c"),
+            ),
+        ],
+        2,
+        ("{missing}",),
+    ),
+    Row(
+        "xlpe-compare",
+        "malformed-flag",
+        lambda f, out: [
+            "--prepared_dataset",
+            f["no-report"],
+            "--variant",
+            "no colon here",
+            "--output_dir",
+            str(out / "c"),
+        ],
+        2,
+        ("--variant",),
+    ),
+    Row(
+        "xlpe-compare",
+        "interrupt",
+        lambda f, out: ["--prepared_dataset", f["no-report"], "--output_dir", str(out / "cmp")],
+        130,
+        (),
+        patched("xlpe.training.compare:run_compare", INTERRUPT),
+    ),
+    Row(
+        "xlpe-compare",
+        "bug",
+        lambda f, out: ["--prepared_dataset", f["no-report"], "--output_dir", str(out / "cmp")],
+        1,
+        (),
+        patched("xlpe.training.compare:run_compare", BUG),
     ),
 ]
 

@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import canonical_flags, user_error
+from . import canonical_flags, console_script, user_error
 
 PROG = "python -m xlpe.cli.add_pipeline"
 
@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     return canonical_flags(parser)
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:

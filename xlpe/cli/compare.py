@@ -17,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from . import CommandLineError, canonical_flags, user_error
+from . import CommandLineError, canonical_flags, console_script, user_error
 
 PROG = "xlpe-compare"
 
@@ -92,6 +92,7 @@ def in_process_runner():
     return runner
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
