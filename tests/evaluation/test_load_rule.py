@@ -65,6 +65,8 @@ def test_an_intact_folder_loads_whole_and_computes_what_was_saved(saved, family)
     original = MODEL_FAMILIES[family].generation_model_class(MODEL_FAMILIES[family].tiny_config()).eval()
     ids = torch.tensor([[5, 6, 7, 2]])
     assert torch.equal(model.generate(ids, max_new_tokens=4), original.generate(ids, max_new_tokens=4))
+    trainable = lambda m: sorted(name for name, p in m.named_parameters() if p.requires_grad)  # noqa: E731
+    assert trainable(model) == trainable(original)  # the sinusoid tables stay frozen (a resume's optimiser)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -244,3 +246,26 @@ def test_xlpe_train_refuses_malformed_config_overrides_in_one_line(tmp_path, cap
     assert cli([*base, "--config_overrides", "dropout"]) == 2
     (line,) = error_lines(capsys, "xlpe-train")
     assert "--config_overrides 'dropout': 'dropout' is not FIELD=VALUE" in line, line
+
+
+def test_xlpe_train_refuses_to_resume_or_start_from_a_folder_whose_config_and_weights_disagree(
+    toy_tokenizer, tmp_path, capsys
+):
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from xlpe.cli.train import cli
+    from xlpe.training.errors import UsageError
+    from xlpe.training.model_setup import build_model
+
+    folder = edit_config(save_tiny_xlpe_model(toy_tokenizer, tmp_path / "model"), encoder_layers=2)
+    hub = SimpleNamespace(cache_dir=None, model_revision=None, token=None, trust_remote_code=False)
+    with pytest.raises(UsageError, match=r"config\.json and the weights disagree: config\.json has encoder_layers 2"):
+        build_model(hub, None, toy_tokenizer, str(folder), {})  # a resume: the checkpoint's config and weights
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    from test_train import tiny
+
+    assert cli(tiny(tmp_path, "--model_name_or_path", str(folder))) == 2
+    (line,) = error_lines(capsys, "xlpe-train")
+    assert f"{folder}: config.json and the weights disagree" in line and "the weights lack 16 tensors" in line, line

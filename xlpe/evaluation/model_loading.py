@@ -39,12 +39,14 @@ first keys and their count, and what to do): tensors the config builds that the 
 initialise them at random: `encoder_layers: 3` over 2-layer weights), tensors of the weights the config does not
 build (transformers would drop them: `encoder_layers: 1` over 2-layer weights, an attached reorderer that
 `reorderer_config` does not name), and tensors of another shape (`ignore_mismatched_sizes` stays False; the
-shapes are named). What the model class itself leaves out is not a disagreement: the tensors transformers skips
+shapes are named). What the model class leaves out by design is no disagreement: the tensors transformers skips
 by the class's `_keys_to_ignore_on_load_missing` / `_keys_to_ignore_on_load_unexpected` (Marian's sinusoid
 tables, rebuilt at load and never saved) and tied weights (one tensor saved once). Upgrading a stock checkpoint
 (`HubModelMixin.stock_model_types`, e.g. MarianMT to XL PE) builds the family's new parts from scratch by design:
-there, only a tensor the stock architecture has is required of the weights. The layout fields of any config,
-a stock one too, are checked first (`xlpe.models.config_checks.check_layout_fields`).
+there, only a tensor the stock architecture has is required of the weights. The layout fields of any config, a
+stock one too, are checked first (`xlpe.models.config_checks.check_layout_fields`). The parameters the class
+builds frozen (the sinusoid tables) stay frozen, as in the model built from its config: a resumed run's
+optimiser holds the same parameters.
 
 Errors are `ModelLoadError` (a ValueError): one line naming the model, the file and the difference.
 """
@@ -358,6 +360,23 @@ def load_whole(model_class, name, **kwargs):
     refusal = weights_disagreement(str(name), config_dict, info, _stock_keys(model_class, config_dict))
     if refusal or model is None:
         raise WeightsConfigMismatch(refusal or f"{name}: config.json and the weights disagree on tensor shapes")
+    return _frozen_as_built(model)
+
+
+def _frozen_as_built(model):
+    """`model` with the parameters its class builds frozen (`requires_grad=False`: Marian's sinusoid tables,
+    never saved) frozen again: transformers makes the tensors a checkpoint does not hold anew, trainable, so a
+    loaded model would otherwise train (and give its optimiser) other parameters than the same model built."""
+    import copy
+
+    import torch
+
+    with torch.device("meta"):
+        built = type(model)(copy.deepcopy(model.config))
+    frozen = {name for name, parameter in built.named_parameters() if not parameter.requires_grad}
+    for name, parameter in model.named_parameters():
+        if name in frozen:
+            parameter.requires_grad_(False)
     return model
 
 
