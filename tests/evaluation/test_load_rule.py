@@ -65,7 +65,10 @@ def test_an_intact_folder_loads_whole_and_computes_what_was_saved(saved, family)
     original = MODEL_FAMILIES[family].generation_model_class(MODEL_FAMILIES[family].tiny_config()).eval()
     ids = torch.tensor([[5, 6, 7, 2]])
     assert torch.equal(model.generate(ids, max_new_tokens=4), original.generate(ids, max_new_tokens=4))
-    trainable = lambda m: sorted(name for name, p in m.named_parameters() if p.requires_grad)  # noqa: E731
+
+    def trainable(m):
+        return sorted(name for name, parameter in m.named_parameters() if parameter.requires_grad)
+
     assert trainable(model) == trainable(original)  # the sinusoid tables stay frozen (a resume's optimiser)
 
 
@@ -126,12 +129,9 @@ def test_weights_holding_a_reorderer_the_config_does_not_name_are_refused(tmp_pa
     family = MODEL_FAMILIES["xlpe"]
     torch.manual_seed(0)
     model = family.generation_model_class(family.tiny_config())
-    reorderer = XLPEReordererModel(
-        XLPEReordererConfig(
-            vocab_size=99, d_model=16, ffn_dim=32, pair_dim=8, attention_heads=2, token_layers=1, word_layers=1,
-            pad_token_id=1, eos_token_id=2, max_source_positions=64, max_words=20,
-        )
-    )  # fmt: skip
+    fields = dict(vocab_size=99, d_model=16, ffn_dim=32, pair_dim=8, attention_heads=2, token_layers=1)
+    fields.update(word_layers=1, pad_token_id=1, eos_token_id=2, max_source_positions=64, max_words=20)
+    reorderer = XLPEReordererModel(XLPEReordererConfig(**fields))
     model.attach_reorderer(reorderer)
     model.save_pretrained(tmp_path / "attached")
     assert isinstance(load_model(str(tmp_path / "attached")).get_encoder().reorderer, XLPEReordererModel)
