@@ -199,8 +199,9 @@ def test_config_override_items_are_field_equals_value_of_the_fields_type():
 
 
 def error_lines(capsys, prog: str) -> list[str]:
+    """The error lines on stderr, after checking that nothing else of the load is there (no table, no bar)."""
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "LOAD REPORT" not in err, err[-3000:]
+    assert "Traceback" not in err and "LOAD REPORT" not in err and "Loading weights" not in err, err[-3000:]
     return [line for line in err.splitlines() if line.startswith(f"{prog}: error:")]
 
 

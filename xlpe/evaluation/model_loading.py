@@ -245,8 +245,8 @@ _LAYER_KEY = re.compile(r"(?:^|\.)(encoder|decoder)\.layers\.(\d+)\.")
 
 @contextmanager
 def _without_load_report():
-    """transformers' LOAD REPORT table (a logged warning) left out while `load_whole` loads: whatever it would
-    list, the refusal says in one line."""
+    """transformers' LOAD REPORT table (a logged warning) and its "Loading weights" bar left out while
+    `load_whole` loads: whatever the table would list, the refusal says in one line, the only one on stderr."""
     from transformers.utils import logging as hf_logging
 
     report_logger = hf_logging.get_logger("transformers.modeling_utils")
@@ -254,11 +254,15 @@ def _without_load_report():
     def keep(record) -> bool:
         return "LOAD REPORT" not in record.getMessage()
 
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     report_logger.addFilter(keep)
     try:
         yield
     finally:
         report_logger.removeFilter(keep)
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
 
 
 def _keys(keys) -> str:
