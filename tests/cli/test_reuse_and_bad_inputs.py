@@ -198,7 +198,7 @@ def test_trust_remote_code_runs_the_folders_own_code(model_dir, tmp_path, monkey
 @pytest.mark.parametrize(
     "field, value, words",
     [
-        ("d_model", -4, "negative dimension"),
+        ("d_model", -4, "d_model must be an integer >= 1, got -4"),
         ("encoder_layers", "two", "expected int"),
         ("xl_strategy", "bogus", "xl_strategy must be one of"),
     ],

@@ -79,6 +79,18 @@ def test_verify_refuses_any_other_difference_in_one_line(tmp_path, change, fact,
     assert caught.value.fact == fact
 
 
+def test_a_refusal_names_every_difference_old_and_new(tmp_path):
+    """A rerun with another --d_model (and other data) names each option that differs, not only the first."""
+    write_record(tmp_path, record(d_model=16))
+    expected = record(d_model=32, epochs=4)
+    with pytest.raises(ArtefactMismatch) as caught:
+        verify_artefact(tmp_path, expected, override="--overwrite")
+    assert "made from other options (option d_model: 16, now 32; option epochs: 3, now 4)" in str(caught.value)
+    expected.inputs = {"source": digest(["x y"])}
+    with pytest.raises(ArtefactMismatch, match=r"made from other data and options \(input source: .*; option d_model"):
+        verify_artefact(tmp_path, expected, override="--overwrite")
+
+
 def test_a_directory_without_or_with_a_damaged_record_is_refused(tmp_path):
     with pytest.raises(ArtefactMismatch, match="no record"):
         verify_artefact(tmp_path, record(), override="--overwrite")

@@ -380,6 +380,7 @@ def _prepared_for_training(args):
 
 
 def _train(args, split, output: Path, given, resume: bool, expected=None) -> dict:
+    from ..evaluation.model_loading import load_whole
     from ..features.artefacts import write_record
     from ..features.prepare import prepare_splits
     from ..models.modeling_reorderer import XLPEReordererModel
@@ -422,7 +423,7 @@ def _train(args, split, output: Path, given, resume: bool, expected=None) -> dic
     )
     checkpoint = newest_whole_checkpoint(output, "xlpe-reorder resume") if resume else None
     if checkpoint:  # same architecture as the interrupted run (the record matched)
-        model = XLPEReordererModel.from_pretrained(checkpoint)
+        model = load_whole(XLPEReordererModel, checkpoint)
     else:
         model = build_reorderer(
             tokenizer,
@@ -543,11 +544,12 @@ def _load_tokenizer(path, flag: str):
 
 
 def _load_reorderer(path: str, order_prior: float | None = None):
+    from ..evaluation.model_loading import load_whole
     from ..models.modeling_reorderer import XLPEReordererModel
     from ..training.reorderer import check_reorderer_dir
 
     check_reorderer_dir(path, "--reorderer")  # a translation model, a fold, an unfinished run: refused by name
-    model = XLPEReordererModel.from_pretrained(path).eval()
+    model = load_whole(XLPEReordererModel, path).eval()
     if order_prior is not None:
         model.config.order_prior = order_prior
     return model, _load_tokenizer(path, "--reorderer")
@@ -599,6 +601,7 @@ def run_attach(args) -> dict:
 def _attach(args, output: Path) -> dict:
     from transformers import AutoModelForSeq2SeqLM
 
+    from ..evaluation.model_loading import WeightsConfigMismatch, load_whole
     from ..features.text_files import files_swapped_into
     from ..training.model_setup import attach_reorderer
     from ..training.reorderer import check_reorderer_dir, copy_training_report, model_type_of
@@ -615,7 +618,9 @@ def _attach(args, output: Path) -> dict:
             "--reorderer swapped?)"
         )
     try:
-        model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(args.model), _load_tokenizer(args.model, "--model")
+        model, tokenizer = load_whole(AutoModelForSeq2SeqLM, args.model), _load_tokenizer(args.model, "--model")
+    except WeightsConfigMismatch as error:
+        raise ValueError(f"--model {error}") from None
     except (ValueError, OSError, KeyError) as error:
         raise ValueError(
             f"--model {args.model}: cannot load a translation model with its tokenizer "

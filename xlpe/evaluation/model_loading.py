@@ -32,6 +32,22 @@ version field: models saved before) hashed only the piece <-> id table and the p
 registered classes over remote code, so the class is fetched with `get_class_from_dynamic_module` and loaded
 directly. Without the flag the installed package's classes load the weights.
 
+**Loading is all-or-nothing** (`load_whole`, which every command that loads a model goes through): a model is
+used only when every tensor its config builds comes from the weights and every tensor of the weights is used, at
+the shape the config gives it. Refused (`WeightsConfigMismatch`, one line naming the folder, what disagrees, the
+first keys and their count, and what to do): tensors the config builds that the weights lack (transformers would
+initialise them at random: `encoder_layers: 3` over 2-layer weights), tensors of the weights the config does not
+build (transformers would drop them: `encoder_layers: 1` over 2-layer weights, an attached reorderer that
+`reorderer_config` does not name), and tensors of another shape (`ignore_mismatched_sizes` stays False; the
+shapes are named). What the model class leaves out by design is no disagreement: the tensors transformers skips
+by the class's `_keys_to_ignore_on_load_missing` / `_keys_to_ignore_on_load_unexpected` (Marian's sinusoid
+tables, rebuilt at load and never saved) and tied weights (one tensor saved once). Upgrading a stock checkpoint
+(`HubModelMixin.stock_model_types`, e.g. MarianMT to XL PE) builds the family's new parts from scratch by design:
+there, only a tensor the stock architecture has is required of the weights. The layout fields of any config, a
+stock one too, are checked first (`xlpe.models.config_checks.check_layout_fields`). The parameters the class
+builds frozen (the sinusoid tables) stay frozen, as in the model built from its config: a resumed run's
+optimiser holds the same parameters.
+
 Errors are `ModelLoadError` (a ValueError): one line naming the model, the file and the difference.
 """
 
@@ -39,6 +55,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..features.predicted_reordering import tokenizer_fingerprint as vocabulary_fingerprint
@@ -56,6 +74,10 @@ LITERAL_PARTS = ("split_special_tokens", "padding_side", "truncation_side")  # r
 
 class ModelLoadError(ValueError):
     """A model and tokenizer that cannot be used together, or a model that cannot be found: one line."""
+
+
+class WeightsConfigMismatch(ModelLoadError):
+    """A model folder whose config.json and weights disagree (`load_whole`): one line."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -213,9 +235,158 @@ def _is_local(name: str) -> bool:
     return Path(name).expanduser().is_dir()
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The load rule: config.json and the weights agree, or nothing is loaded (module docstring)
+# ---------------------------------------------------------------------------------------------------------
+
+SHOWN_KEYS = 3  # keys a refusal names (then the count)
+_LAYER_KEY = re.compile(r"(?:^|\.)(encoder|decoder)\.layers\.(\d+)\.")
+
+
+@contextmanager
+def _without_load_report():
+    """transformers' LOAD REPORT table (a logged warning) and its "Loading weights" bar left out while
+    `load_whole` loads: whatever the table would list, the refusal says in one line, the only one on stderr."""
+    from transformers.utils import logging as hf_logging
+
+    report_logger = hf_logging.get_logger("transformers.modeling_utils")
+
+    def keep(record) -> bool:
+        return "LOAD REPORT" not in record.getMessage()
+
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    report_logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        report_logger.removeFilter(keep)
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
+
+
+def _keys(keys) -> str:
+    keys = sorted(keys)
+    more = f", ... ({len(keys)} in all)" if len(keys) > SHOWN_KEYS else ""
+    return ", ".join(keys[:SHOWN_KEYS]) + more
+
+
+def _shape(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def _layer_hints(config_dict: dict, missing, unexpected) -> list[str]:
+    """'config.json has encoder_layers 1, the weights hold 2 encoder layers' for layer tensors that disagree."""
+    hints = []
+    for side in ("encoder", "decoder"):
+        extra = {int(m[2]) for key in unexpected if (m := _LAYER_KEY.search(key)) and m[1] == side}
+        lacking = {int(m[2]) for key in missing if (m := _LAYER_KEY.search(key)) and m[1] == side}
+        held = max(extra) + 1 if extra else min(lacking) if lacking else None
+        field = f"{side}_layers"
+        if held is not None and config_dict.get(field) is not None and config_dict[field] != held:
+            hints.append(f"config.json has {field} {config_dict[field]}, the weights hold {held} {side} layers")
+    return hints
+
+
+def weights_disagreement(name: str, config_dict: dict, info: dict, required=None) -> str | None:
+    """The one-line refusal for a load whose `info` (from_pretrained's `output_loading_info`) lists tensors that
+    the weights lack (of `required` only, when given: a stock upgrade), tensors of the weights the config does not
+    build, or tensors of another shape; None when the config and the weights agree."""
+    missing = set(info.get("missing_keys") or ())
+    if required is not None:
+        missing &= set(required)
+    unexpected = set(info.get("unexpected_keys") or ())
+    mismatched = sorted(info.get("mismatched_keys") or (), key=lambda item: item[0])
+    if not (missing or unexpected or mismatched):
+        return None
+    said = _layer_hints(config_dict, missing, unexpected)
+    if any(".reorderer." in f".{key}" for key in unexpected) and not config_dict.get("reorderer_config"):
+        said.append("the weights hold an attached reorderer that config.json does not name (no reorderer_config)")
+    if mismatched:
+        shapes = ", ".join(
+            f"{key} {_shape(weights)} in the weights but {_shape(built)} by config.json"
+            for key, weights, built in mismatched[:SHOWN_KEYS]
+        )
+        more = f", ... ({len(mismatched)} in all)" if len(mismatched) > SHOWN_KEYS else ""
+        said.append(f"{len(mismatched)} tensors have other shapes ({shapes}{more})")
+    if missing:
+        said.append(f"the weights lack {len(missing)} tensors config.json builds ({_keys(missing)})")
+    if unexpected:
+        said.append(f"config.json does not build {len(unexpected)} tensors of the weights ({_keys(unexpected)})")
+    return (
+        f"{name}: config.json and the weights disagree: {'; '.join(said)}. Refused rather than run with "
+        "weights dropped or made up: put back the config.json saved with these weights (or the weights saved "
+        "with it), or save the model again"
+    )
+
+
+def _stock_keys(model_class, config_dict: dict) -> set[str] | None:
+    """The tensor names of the stock architecture that `model_class` upgrades from `config_dict` (None: not a
+    stock upgrade): the parts the weights must hold; the family's new parts start from scratch by design."""
+    own_type = getattr(getattr(model_class, "config_class", None), "model_type", None)
+    stock_type = config_dict.get("model_type")
+    if stock_type == own_type or stock_type not in getattr(model_class, "stock_model_types", ()):
+        return None
+    import torch
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    fields = {key: value for key, value in config_dict.items() if key not in ("model_type", "auto_map")}
+    with torch.device("meta"):
+        stock = AutoModelForSeq2SeqLM.from_config(AutoConfig.for_model(stock_type, **fields))
+    return set(stock.state_dict())
+
+
+def load_whole(model_class, name, **kwargs):
+    """`model_class.from_pretrained(name, **kwargs)` (a model class or an Auto class), refused with a one-line
+    `WeightsConfigMismatch` unless config.json and the weights agree (module docstring: the load rule). The
+    layout fields are checked first (`check_layout_fields`); `ignore_mismatched_sizes` is always False."""
+    from transformers import PretrainedConfig
+
+    from .. import models  # noqa: F401  (registers the xlpe families with the Auto classes)
+    from ..models.config_checks import check_layout_fields
+
+    hub = {key: kwargs[key] for key in ("cache_dir", "revision", "token", "subfolder") if kwargs.get(key)}
+    config_dict, _ = PretrainedConfig.get_config_dict(name, **hub)
+    check_layout_fields(config_dict)
+    kwargs = {
+        key: value for key, value in kwargs.items() if key not in ("output_loading_info", "ignore_mismatched_sizes")
+    }
+    with _without_load_report():
+        try:
+            model, info = model_class.from_pretrained(name, output_loading_info=True, **kwargs)
+        except RuntimeError as error:  # tensors of another shape: transformers refuses them, the report names them
+            if "ignore_mismatched_sizes" not in str(error):
+                raise
+            model = None
+            _, info = model_class.from_pretrained(  # (only to name the tensors; this model is dropped)
+                name, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+            )
+    refusal = weights_disagreement(str(name), config_dict, info, _stock_keys(model_class, config_dict))
+    if refusal or model is None:
+        raise WeightsConfigMismatch(refusal or f"{name}: config.json and the weights disagree on tensor shapes")
+    return _frozen_as_built(model)
+
+
+def _frozen_as_built(model):
+    """`model` with the parameters its class builds frozen (`requires_grad=False`: Marian's sinusoid tables,
+    never saved) frozen again: transformers makes the tensors a checkpoint does not hold anew, trainable, so a
+    loaded model would otherwise train (and give its optimiser) other parameters than the same model built."""
+    import copy
+
+    import torch
+
+    with torch.device("meta"):
+        built = type(model)(copy.deepcopy(model.config))
+    frozen = {name for name, parameter in built.named_parameters() if not parameter.requires_grad}
+    for name, parameter in model.named_parameters():
+        if name in frozen:
+            parameter.requires_grad_(False)
+    return model
+
+
 def load_model(name: str, trust_remote_code: bool = False):
-    """The seq2seq model of `name` (a directory or Hub id), in eval mode; with `trust_remote_code`, of the code
-    its `config.auto_map` names (module docstring)."""
+    """The seq2seq model of `name` (a directory or Hub id), in eval mode, loaded whole (`load_whole`); with
+    `trust_remote_code`, of the code its `config.auto_map` names (module docstring)."""
     from transformers import AutoModelForSeq2SeqLM, PretrainedConfig
 
     from .. import models  # noqa: F401  (registers the xlpe families with the Auto classes)
@@ -228,8 +399,8 @@ def load_model(name: str, trust_remote_code: bool = False):
             from transformers.models.auto.auto_factory import add_generation_mixin_to_remote_model
 
             model_class = add_generation_mixin_to_remote_model(get_class_from_dynamic_module(reference, name))
-            return model_class.from_pretrained(name, trust_remote_code=True).eval()
-    return AutoModelForSeq2SeqLM.from_pretrained(name, trust_remote_code=trust_remote_code).eval()
+            return load_whole(model_class, name, trust_remote_code=True).eval()
+    return load_whole(AutoModelForSeq2SeqLM, name, trust_remote_code=trust_remote_code).eval()
 
 
 def _configuration_error(name: str, error: Exception) -> ModelLoadError | None:
@@ -291,6 +462,7 @@ __all__ = [
     "FINGERPRINT_VERSION",
     "ModelLoadError",
     "OVERRIDE_FLAG",
+    "WeightsConfigMismatch",
     "PARTS_FIELD",
     "VERSION_FIELD",
     "check_model_tokenizer",
@@ -299,8 +471,10 @@ __all__ = [
     "fingerprint_of_parts",
     "load_model",
     "load_model_and_tokenizer",
+    "load_whole",
     "record_tokenizer_fingerprint",
     "tokenizer_definition",
     "tokenizer_fingerprint",
     "tokenizer_fingerprint_parts",
+    "weights_disagreement",
 ]

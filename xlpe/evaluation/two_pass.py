@@ -152,7 +152,9 @@ def _save_stage(directory: Path, name: str, pipe: XLPETranslationPipeline) -> No
 
 
 def _load_stage(directory: Path, name: str, **model_kwargs):
-    model = AutoModelForSeq2SeqLM.from_pretrained(directory / name, **model_kwargs).eval()
+    from .model_loading import load_whole
+
+    model = load_whole(AutoModelForSeq2SeqLM, directory / name, **model_kwargs).eval()
     return model, AutoTokenizer.from_pretrained(directory / name)
 
 

@@ -178,6 +178,9 @@ def differences(old: ArtefactRecord, new: ArtefactRecord) -> list[tuple[str, obj
     return found
 
 
+SHOWN_DIFFERENCES = 6  # the differences an ArtefactMismatch names (then how many more)
+
+
 def verify_artefact(
     directory: str | os.PathLike,
     expected: ArtefactRecord,
@@ -189,8 +192,8 @@ def verify_artefact(
     """Check that the artefact in `directory` was made as `expected` says. Returns the differing options listed in
     `changeable` (the caller applies them and says so); any other difference raises ArtefactMismatch:
 
-        runs/reorderer: holds a reorderer made from other data (input source: 3f2a9c1b0d4e, now 91bc07d2e8aa);
-        pass --overwrite to replace it
+        runs/reorderer: holds a reorderer made from other data and options (input source: 3f2a9c1b0d4e, now
+        91bc07d2e8aa; option d_model: 256, now 512); pass --overwrite to replace it
 
     A directory without a record (made by an older version, or by hand) is refused the same way: what it holds
     cannot be checked. `what` names the artefact in the message (default: the directory)."""
@@ -213,10 +216,15 @@ def verify_artefact(
             "kind": f"holds a {old.kind}, not a {expected.kind}",
             "format": f"was made by another version of xlpe (format {before}, now {after})",
         }.get(fact)
-        if reason is None:
-            label = "other data" if fact.startswith("input") else "other options"
-            more = f" and {len(blocking) - 1} more difference(s)" if len(blocking) > 1 else ""
-            reason = f"holds a {old.kind} made from {label} ({fact}: {_short(before)}, now {_short(after)}{more})"
+        if reason is None:  # every difference named (inputs first), old value, now the new one
+            labels = [
+                label
+                for label, prefix in (("data", "input"), ("options", "option"))
+                if any(other.startswith(prefix) for other, _, _ in blocking)
+            ]
+            shown = "; ".join(f"{f}: {_short(b)}, now {_short(a)}" for f, b, a in blocking[:SHOWN_DIFFERENCES])
+            more = f"; and {len(blocking) - SHOWN_DIFFERENCES} more" if len(blocking) > SHOWN_DIFFERENCES else ""
+            reason = f"holds a {old.kind} made from other {' and '.join(labels)} ({shown}{more})"
         raise ArtefactMismatch(f"{name}: {reason}; pass {override} to replace it", str(directory), fact)
     return [(fact.split(" ", 1)[1], before, after) for fact, before, after in allowed]
 

@@ -16,7 +16,11 @@ arguments are merged into the dict *before* the config is built, so derived defa
 keywords. Each family puts its checks in `validate_family_fields` (a `validate_*` method: also run by
 transformers' `config.validate()`, which `save_pretrained` calls); the models call `config.validate()` when
 they are built, which closes 3. Every float-valued field must also be finite: a NaN or infinite dropout,
-step or weight otherwise turns every output into NaN without an error.
+step or weight otherwise turns every output into NaN without an error. The layout fields every family shares
+with its stock base (`LAYOUT_FIELDS`: vocabulary, width, layers, heads, feed-forward widths, position limit) are
+checked from one table, with each width divisible by its heads (`check_layout_fields`, which takes any config or
+config dict, a stock one too): a `max_position_embeddings` of 0 otherwise fails on the first sentence with an
+IndexError.
 
 Flat file, imports only transformers: it travels as Hub custom code next to the configuration files.
 """
@@ -66,6 +70,41 @@ def check_number(
         raise ValueError(f"{name} must be {kind}{' ' + bounds if bounds else ''}, got {value!r}")
 
 
+# (field, smallest value): integers; an encoder-free model (encoder_layers=0) is the paper's Table 4
+LAYOUT_FIELDS = (
+    ("vocab_size", 1),
+    ("d_model", 1),
+    ("encoder_layers", 0),
+    ("decoder_layers", 1),
+    ("encoder_attention_heads", 1),
+    ("decoder_attention_heads", 1),
+    ("encoder_ffn_dim", 1),
+    ("decoder_ffn_dim", 1),
+    ("max_position_embeddings", 1),
+)
+# (width, heads): the heads split the width evenly
+DIVISIBLE_FIELDS = (("d_model", "encoder_attention_heads"), ("d_model", "decoder_attention_heads"))
+
+
+def check_layout_fields(config) -> None:
+    """Raise ValueError naming the first `LAYOUT_FIELDS` field of `config` (a config or its dict) that is not an
+    integer at least its smallest value, or the first width of `DIVISIBLE_FIELDS` its heads do not divide. A
+    field the config does not have is not checked."""
+
+    def value_of(name):
+        return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+
+    for name, low in LAYOUT_FIELDS:
+        if value_of(name) is not None:
+            check_number(name, value_of(name), low, integer=True)
+    for width, heads in DIVISIBLE_FIELDS:
+        if value_of(width) is not None and value_of(heads) and value_of(width) % value_of(heads):
+            raise ValueError(
+                f"{width} must be divisible by {heads}, got {width}={value_of(width)} and {heads}={value_of(heads)} "
+                f"(each head is {width} / {heads} wide)"
+            )
+
+
 class ValidatedConfigMixin:
     """First in a family config's bases. The family defines `validate_family_fields(self)` (raises ValueError)."""
 
@@ -75,9 +114,14 @@ class ValidatedConfigMixin:
     def validate_finite_fields(self) -> None:
         check_finite_fields(self)
 
+    def validate_layout_fields(self) -> None:
+        check_layout_fields(self)
+
     def validate(self) -> None:
-        """transformers' checks (also run by `save_pretrained`), then the family's and the finiteness check."""
+        """transformers' checks (also run by `save_pretrained`), then the layout table, the family's and the
+        finiteness check."""
         super().validate()
+        self.validate_layout_fields()
         self.validate_family_fields()
         self.validate_finite_fields()
 
@@ -103,4 +147,12 @@ class ValidatedConfigMixin:
         return result
 
 
-__all__ = ["ValidatedConfigMixin", "check_choice", "check_finite_fields", "check_number"]
+__all__ = [
+    "DIVISIBLE_FIELDS",
+    "LAYOUT_FIELDS",
+    "ValidatedConfigMixin",
+    "check_choice",
+    "check_finite_fields",
+    "check_layout_fields",
+    "check_number",
+]

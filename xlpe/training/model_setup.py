@@ -5,6 +5,7 @@ training (vocabulary, pad/EOS ids, initialisation options)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import logging
@@ -25,6 +26,11 @@ from .arguments import SIZE_FIELDS
 
 logger = logging.getLogger("xlpe.train")
 TRANSFORMER_BASE = dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The family's classes, and the config fields the command line sets (its flags, --config_overrides)
+# ---------------------------------------------------------------------------------------------------------
 
 
 def __getattr__(name: str):
@@ -54,6 +60,7 @@ def family_overrides(model_args, config_class: type, model_type: str, config_ove
     overrides = {name: getattr(model_args, name) for name in fields if getattr(model_args, name, None) is not None}
     if config_overrides is None:
         config_overrides = parse_config_overrides(model_args.config_overrides)
+    check_override_types(config_class, config_overrides)
     overrides.update(config_overrides)
     for name, (field, _) in fields.items():
         if name in overrides and field.convert is not None:
@@ -64,6 +71,49 @@ def family_overrides(model_args, config_class: type, model_type: str, config_ove
                 f"--{name} does not apply to --model_type {model_type} ({config_class.__name__} has no such field)"
             )
     return overrides
+
+
+def parse_config_overrides(text: str | None) -> dict:
+    """--config_overrides "a=1,b=true,c=text" -> {"a": 1, "b": True, "c": "text"} (JSON values, else strings);
+    an item that is not KEY=VALUE is a UsageError naming it."""
+    from .errors import UsageError
+
+    overrides = {}
+    for item in filter(None, (text or "").split(",")):
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
+            raise UsageError(
+                f"--config_overrides {text!r}: {item.strip()!r} is not FIELD=VALUE (expected e.g. 'dropout=0.1', "
+                "items separated by commas)"
+            )
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def check_override_types(config_class: type, overrides: dict) -> None:
+    """UsageError naming the first --config_overrides item whose value is not of its config field's type (the
+    strict dataclass's own validators: `encoder_layers=1.0` is a float for an int field)."""
+    from .errors import UsageError
+
+    types = {field.name: field.type for field in dataclasses.fields(config_class)}
+    for name, value in overrides.items():
+        for validator in getattr(config_class, "__validators__", {}).get(name, ()):
+            try:
+                validator(value)
+            except (TypeError, ValueError):
+                kind = getattr(types.get(name), "__name__", None) or str(types.get(name))
+                raise UsageError(
+                    f"--config_overrides {name}={json.dumps(value)}: {name} takes {kind}, got {value!r} "
+                    f"({type(value).__name__})"
+                ) from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The tokenizer and the model: trained or loaded, built, upgraded or resumed (loaded whole)
+# ---------------------------------------------------------------------------------------------------------
 
 
 def default_position_limit(data_args) -> int:
@@ -185,20 +235,20 @@ def build_model(model_args, data_args, tokenizer, checkpoint, taggers, config=No
         trust_remote_code=model_args.trust_remote_code,
     )
     loaded = config if config is not None and not isinstance(config, type) else None  # (target_config's instance)
-    if checkpoint:  # weights come from the checkpoint (Trainer loads them); config and tokenizer too
-        return AutoModelForSeq2SeqLM.from_config(loaded or AutoConfig.from_pretrained(checkpoint))
+    if checkpoint:  # resumed: config and weights of the checkpoint, loaded whole (the Trainer's own load only warns)
+        return load_checked(AutoModelForSeq2SeqLM, checkpoint, trust_remote_code=model_args.trust_remote_code)
     model_type = model_args.model_type or ("xlpe" if not model_args.model_name_or_path else None)
     if model_type is None:  # a checkpoint as it is (its own family)
         config_class = type(loaded or AutoConfig.from_pretrained(model_args.model_name_or_path, **hub))
         overrides = family_overrides(model_args, config_class, config_class.model_type, config_overrides)
-        return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, **overrides, **hub)
+        return load_checked(AutoModelForSeq2SeqLM, model_args.model_name_or_path, overrides, **hub)
     config_class, model_class = family_classes(model_type)
     overrides = family_overrides(model_args, config_class, model_type, config_overrides)
     overrides.update(tag_vocabulary_fields(config_class, taggers))
     overrides.update(untrainable_decoder_tags(config_class, taggers, overrides))
     if model_args.model_name_or_path:  # e.g. a stock MarianMT checkpoint upgraded to this family
         refuse_stock_start(model_args.model_name_or_path, model_type, model_class, hub)
-        return model_class.from_pretrained(model_args.model_name_or_path, **overrides, **hub)
+        return load_checked(model_class, model_args.model_name_or_path, overrides, **hub)
     if model_args.init_std is not None:
         overrides["init_std"] = model_args.init_std
     if model_args.config_name:
@@ -226,6 +276,20 @@ def build_model(model_args, data_args, tokenizer, checkpoint, taggers, config=No
     if model_args.embedding_init_std is not None:
         initialise_token_embeddings(model, model_args.embedding_init_std)
     return model
+
+
+def load_checked(model_class, source, overrides: dict | None = None, **kwargs):
+    """`model_class.from_pretrained(source, **overrides, **kwargs)` by the load rule
+    (`xlpe.evaluation.model_loading.load_whole`: config.json and the weights agree, or a UsageError in one line
+    that names the config fields the command line set over config.json, `overrides`)."""
+    from ..evaluation.model_loading import WeightsConfigMismatch, load_whole
+    from .errors import UsageError
+
+    try:
+        return load_whole(model_class, source, **(overrides or {}), **kwargs)
+    except WeightsConfigMismatch as error:
+        given = ", ".join(f"{key}={value!r}" for key, value in (overrides or {}).items())
+        raise UsageError(str(error) + (f" (the command line set {given} over config.json)" if given else "")) from None
 
 
 def check_init_options(model_args, checkpoint) -> None:
@@ -294,6 +358,11 @@ def tag_vocabulary_fields(config_class, taggers) -> dict:
     return fields
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Once the model is there: checks against the tokenizer, its extra inputs, generation settings
+# ---------------------------------------------------------------------------------------------------------
+
+
 def check_vocabulary(tokenizer, model, tokenizer_source: str) -> None:
     """Token ids must index the model's embeddings; pad and EOS must agree (error before training)."""
     config = model.config
@@ -324,18 +393,6 @@ def model_features(model) -> list[str]:
         for feature in extra_input_names()
         if (declared is None or feature in declared) and feature in parameters and uses(feature)
     ]
-
-
-def parse_config_overrides(text: str | None) -> dict:
-    """--config_overrides "a=1,b=true,c=text" -> {"a": 1, "b": True, "c": "text"} (JSON values, else strings)."""
-    overrides = {}
-    for item in filter(None, (text or "").split(",")):
-        key, _, value = item.partition("=")
-        try:
-            overrides[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key.strip()] = value.strip()
-    return overrides
 
 
 def set_word_starts(model, tokenizer) -> None:
@@ -410,7 +467,7 @@ def attach_reorderer(model, reorderer_dir: str, tokenizer) -> None:
         check_reorderer_dir(reorderer_dir, "--reorderer")
     except (ValueError, FileNotFoundError) as error:
         raise UsageError(str(error)) from None
-    reorderer = XLPEReordererModel.from_pretrained(reorderer_dir)
+    reorderer = load_checked(XLPEReordererModel, reorderer_dir)
     try:
         check_tokenizer_match(reorderer.config, tokenizer, "the translation model's tokenizer")
         model.attach_reorderer(reorderer)

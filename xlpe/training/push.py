@@ -137,6 +137,8 @@ def prepare_upload_folder(
     """Make `folder` complete (module docstring) or raise ValueError listing what cannot be fixed here."""
     folder = Path(folder)
     problems = check_upload_folder(folder)
+    if not any(p in ("config.json is missing", "model.safetensors is missing") for p in problems):
+        check_loads_whole(folder)  # before anything is written
     if any("auto_map" in p or "custom_pipelines" in p or p.endswith(".py is missing") for p in problems):
         if _is_stock(json.loads((folder / "config.json").read_text(encoding="utf-8"))):
             from ..models.hub_support import add_translation_pipeline
@@ -147,7 +149,9 @@ def prepare_upload_folder(
                 AutoModelForSeq2SeqLM,  # the xlpe families are registered on package import
             )
 
-            AutoModelForSeq2SeqLM.from_pretrained(folder).save_pretrained(folder)  # config entries + code files
+            from ..evaluation.model_loading import load_whole
+
+            load_whole(AutoModelForSeq2SeqLM, folder).save_pretrained(folder)  # config entries + code files
     # a card xlpe-train wrote is rendered again from what it recorded, with the Hub id (unless edited since)
     # a folder without that record: the same facts gathered from what the folder holds (run record, preparation
     # report, results), with the push's arguments over them
@@ -272,13 +276,25 @@ def check_hub_access(token: str | None = None) -> str:
 
 def check_fixable(folder: str | Path) -> None:
     """ValueError listing what `prepare_upload_folder` could not fix (a missing tokenizer or weights), before it
-    writes anything: only config entries, code files and the card are completed there."""
+        writes anything: only config entries, code files and the card are completed there. The folder's model must
+    load whole (`xlpe.evaluation.model_loading.load_whole`: config.json and the weights agree)."""
     fixable = lambda p: (
         "auto_map" in p or "custom_pipelines" in p or p.endswith(".py is missing") or p.startswith("README.md")
     )
     problems = [p for p in check_upload_folder(folder) if not fixable(p)]
     if problems:
         raise ValueError(f"{folder} cannot be uploaded: " + "; ".join(problems))
+    check_loads_whole(folder)
+
+
+def check_loads_whole(folder: str | Path) -> None:
+    """The load rule (`xlpe.evaluation.model_loading.load_whole`): a folder whose config.json and weights
+    disagree is not uploaded (WeightsConfigMismatch, a ValueError in one line)."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from ..evaluation.model_loading import load_whole
+
+    load_whole(AutoModelForSeq2SeqLM, folder)
 
 
 # ---------------------------------------------------------------------------------------------------------
