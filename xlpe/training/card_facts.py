@@ -146,7 +146,10 @@ def recorded_options(record) -> list[tuple[str, str]]:
     of a run on token batches (`--max_tokens`), the epochs of a run bounded by `--max_steps`."""
     if record is None:
         return []
-    options = record.options
+    from .reuse import NOT_ON_CARD
+
+    options = {flag: value for flag, value in record.options.items() if flag.lstrip("-") not in NOT_ON_CARD}
+    options.pop("--record", None)
     unused = {"--per_device_train_batch_size"} if options.get("--max_tokens") else set()
     if isinstance(options.get("--max_steps"), int) and options["--max_steps"] > 0:
         unused.add("--num_train_epochs")
