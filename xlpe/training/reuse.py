@@ -248,7 +248,7 @@ def resume_differences(saved: ArtefactRecord, expected: ArtefactRecord) -> tuple
         if saved.inputs.get(flag) != expected.inputs.get(flag) and saved.options.get(flag) == expected.options.get(
             flag
         ):
-            refused.append((flag, "its content when the run began", "other content now"))
+            refused.append((flag, None, None))  # the same path, other content
     return changeable, refused
 
 
@@ -298,7 +298,7 @@ def verify_resume(run, checkpoint: str) -> ArtefactRecord:
     except ArtefactMismatch as error:
         raise UsageError(str(error)) from None
     if saved is None or saved.kind != KIND:
-        raise UsageError(f"{what}: {run_dir} holds no record of the run that made it ({RECORD_NAME}); {start_over}")
+        raise UsageError(f"{what}: {run_dir} holds no record of what made it ({RECORD_NAME}); pass {start_over[3:]}")
     if saved.options.get("--record") != ALL_ARGUMENTS:
         raise UsageError(
             f"{what}: {run_dir} was made by an older xlpe-train whose record ({RECORD_NAME}) keeps only some "
@@ -306,10 +306,13 @@ def verify_resume(run, checkpoint: str) -> ArtefactRecord:
         )
     changed, refused = resume_differences(saved, expected)
     if refused:
-        listed = "; ".join(f"{flag} {_shown(before)} -> {_shown(after)}" for flag, before, after in refused)
+        listed = "; ".join(
+            f"{flag} {_shown(before)} -> {_shown(after)}" if before != after else f"{flag}: other content now"
+            for flag, before, after in refused
+        )
         raise UsageError(
-            f"{what}: a resume must continue the same training, and {len(refused)} argument(s) differ from the "
-            f"run's: {listed}; give the run's own values, {start_over}"
+            f"{what}: a resume continues the same training, and {len(refused)} argument(s) differ from the run's "
+            f"({listed}): give the run's own values, {start_over}"
         )
     if changed and training_args.process_index == 0:
         message = "; ".join(f"{flag} {_shown(old)} -> {_shown(new)}" for flag, old, new in changed)

@@ -1,10 +1,9 @@
 """`RunConfig`: one `xlpe-train` run's arguments, parsed once.
 
-The command line is parsed once by `HfArgumentParser` over the argument dataclasses, its defaults suppressed
+The command line is parsed once by `HfArgumentParser` over the argument dataclasses, every default a sentinel
 (`read_given`; or the JSON file of `xlpe-train args.json`), into `given`: the flags the user gave, typed by the
-fields' own types. Everything after that
-builds the three argument groups (run_translation's `ModelArguments`, `DataTrainingArguments` and the training
-arguments) from `given` over the defaults in force — the built-in corpus' recipe, a recipe (`recipes.py`), the
+fields' own types. Everything after that builds the three argument groups (run_translation's `ModelArguments`,
+`DataTrainingArguments` and the training arguments) from `given` over the defaults in force — the built-in corpus' recipe, a recipe (`recipes.py`), the
 CUDA fast switches — with `given` always winning (`parse_dict`). A recipe chosen once the data is read
 (`with_recipe`) rebuilds the groups from the same `given`; the command line is not read again.
 
@@ -18,7 +17,6 @@ import argparse
 import logging
 import os
 import sys
-from argparse import SUPPRESS
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -76,16 +74,17 @@ def _expand_registry_help(parser: argparse.ArgumentParser) -> argparse.ArgumentP
 
 
 _PARSERS: dict[tuple[str, bool], HfArgumentParser] = {}
+NOT_GIVEN = object()  # the default of every flag in the parser of `read_given` (not text: argparse never converts it)
 
 
 def flag_parser(given_only: bool = False) -> HfArgumentParser:
     """The parser of `xlpe-train` for the registries as they are now (built once per registry state). With
-    `given_only`, every default is argparse's SUPPRESS: a parse returns the flags given and nothing else."""
+    `given_only`, every default is `NOT_GIVEN`: a parse tells the flags given from the others (`read_given`)."""
     key = (help_signature(), given_only)
     if key not in _PARSERS:
         parser = _expand_registry_help(_Parser(argument_classes(), prog="xlpe-train"))
         if given_only:
-            parser.set_defaults(**dict.fromkeys((f.name for c in argument_classes() for f in fields(c)), SUPPRESS))
+            parser.set_defaults(**dict.fromkeys((f.name for c in argument_classes() for f in fields(c)), NOT_GIVEN))
         _PARSERS[key] = parser
     return _PARSERS[key]
 
@@ -111,7 +110,7 @@ def read_given(argv: Sequence[str]) -> GivenFlags:
     namespace, unknown = flag_parser(given_only=True).parse_known_args(list(argv))
     if unknown:
         raise CommandLineError(unknown_flags_message(unknown, option_strings()))
-    return GivenFlags(vars(namespace))
+    return GivenFlags({name: value for name, value in vars(namespace).items() if value is not NOT_GIVEN})
 
 
 def _as_field_number(kind, value):
