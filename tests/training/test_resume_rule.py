@@ -43,7 +43,9 @@ def other_value(value):
 
 
 TRAINING_FIELDS = [
-    field.name for field in dataclasses.fields(Seq2SeqTrainingArguments) if field.init and field.name not in RESUME_CHANGEABLE
+    field.name
+    for field in dataclasses.fields(Seq2SeqTrainingArguments)
+    if field.init and field.name not in RESUME_CHANGEABLE
 ]
 
 

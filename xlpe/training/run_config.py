@@ -3,9 +3,10 @@
 The command line is parsed once by `HfArgumentParser` over the argument dataclasses, every default a sentinel
 (`read_given`; or the JSON file of `xlpe-train args.json`), into `given`: the flags the user gave, typed by the
 fields' own types. Everything after that builds the three argument groups (run_translation's `ModelArguments`,
-`DataTrainingArguments` and the training arguments) from `given` over the defaults in force — the built-in corpus' recipe, a recipe (`recipes.py`), the
-CUDA fast switches — with `given` always winning (`parse_dict`). A recipe chosen once the data is read
-(`with_recipe`) rebuilds the groups from the same `given`; the command line is not read again.
+`DataTrainingArguments` and the training arguments) with `parse_dict` from `given` over the defaults in force —
+the built-in corpus' recipe, a recipe (`recipes.json`), the CUDA fast switches — with `given` always winning. A
+recipe chosen once the data is read (`with_recipe`) rebuilds the groups from the same `given`; the command line is
+not read again.
 
 The run record is every argument value of the three groups (`reuse.run_record`); a resume may change only the
 fields `reuse.RESUME_MAY_CHANGE` names.
