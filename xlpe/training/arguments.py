@@ -1,8 +1,8 @@
 """The arguments of `xlpe-train`: run_translation's names (`ModelArguments`, `DataTrainingArguments`,
 `Seq2SeqTrainingArguments`) plus the model family, its fields and this package's data sources.
 
-`builtin_recipe` holds the defaults used when training on the built-in synthetic corpus (a small model, a
-BPE tokenizer, a few CPU minutes), `--recipe small|base|big` those of a recipe (`recipes.py`); any argument
+The built-in synthetic corpus has its own defaults (a small model, a BPE tokenizer, a few CPU minutes),
+`--recipe tiny|small|base|big` those of a recipe (both in `recipes.json`); any argument
 given explicitly on the command line (or in the JSON file) wins over both (`run_config.RunConfig.given`).
 A training flag is one field here (its type, default and help); the run record keeps every field's value and
 a resume may change only the fields `reuse.RESUME_MAY_CHANGE` names.
@@ -54,7 +54,7 @@ class ModelArguments:
     """Which model, tokenizer and family to train (run_translation's names first). The registered families' own
     fields (`ModelFamily.fields`: a family added in a plugin adds flags) are added after these by
     `model_arguments_class`; `{families}` and `{taggers}` in a help text are the registries' names
-    (`command_line.expand_registry_help`)."""
+    (`run_config.flag_parser` fills them in)."""
 
     model_name_or_path: str | None = _help(
         "checkpoint to start from (Hub id or directory); none = from scratch", default=None
@@ -437,7 +437,7 @@ def _json_kinds(hint) -> set | None:
 
 
 def check_argument_types(given: dict, path: Path, text: str) -> dict:
-    """The values of `xlpe-train args.json` (`command_line.read_given`) checked against the arguments' types: an
+    """The values of `xlpe-train args.json` (`command_line.read_arguments_file`) checked against the arguments' types: an
     unknown name or a value of another type is a UsageError naming the file and line."""
     import typing
 
