@@ -437,8 +437,8 @@ def _json_kinds(hint) -> set | None:
 
 
 def check_argument_types(given: dict, path: Path, text: str) -> dict:
-    """The values of `xlpe-train args.json` (`command_line.read_arguments_file`) checked against the arguments' types: an
-    unknown name or a value of another type is a UsageError naming the file and line."""
+    """The values of `xlpe-train args.json` (`command_line.read_arguments_file`) checked against the arguments'
+    types: an unknown name or a value of another type is a UsageError naming the file and line."""
     import typing
 
     hints = {}
