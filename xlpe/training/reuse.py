@@ -110,86 +110,33 @@ def input_digest(value: str, revision: str | None = None) -> str:
 # resume that changes it is refused by name.
 RESUME_MAY_CHANGE: dict[str, tuple[str, ...]] = {
     # where the run writes and what it reports: never read by the training loop
-    "output and reporting": (
-        "output_dir",
-        "overwrite_output_dir",
-        "resume_from_checkpoint",
-        "logging_strategy",
-        "logging_steps",
-        "logging_first_step",
-        "logging_nan_inf_filter",
-        "log_on_each_node",
-        "log_level",
-        "log_level_replica",
-        "disable_tqdm",
-        "report_to",
-        "run_name",
-        "project",
-        "trackio_space_id",
-        "trackio_bucket_id",
-        "trackio_static_space_id",
-        "skip_memory_metrics",
-        "push_to_hub",
-        "hub_model_id",
-        "hub_strategy",
-        "hub_private_repo",
-        "hub_always_push",
-        "hub_revision",
-        "hub_token",
-        "token",
-        "dataset_label",
-        "num_translation_examples",
+    "output and reporting": tuple(
+        """output_dir overwrite_output_dir resume_from_checkpoint logging_strategy logging_steps logging_first_step
+        logging_nan_inf_filter log_on_each_node log_level log_level_replica disable_tqdm report_to run_name
+        project trackio_space_id trackio_bucket_id trackio_static_space_id skip_memory_metrics push_to_hub
+        hub_model_id hub_strategy hub_private_repo hub_always_push hub_revision hub_token token dataset_label
+        num_translation_examples""".split()
     ),
     # how long: a resume extends (or shortens) the run; the steps done are what they were
-    "length": ("max_steps", "num_train_epochs"),
+    "length": tuple("""max_steps num_train_epochs""".split()),
     # how often it saves and evaluates: checkpoints and scores, not the updates between them
-    "save and evaluation cadence": (
-        "save_strategy",
-        "save_steps",
-        "save_total_limit",
-        "save_only_model",
-        "save_on_each_node",
-        "eval_strategy",
-        "eval_steps",
-        "eval_delay",
-        "eval_on_start",
-        "eval_accumulation_steps",
-        "eval_do_concat_batches",
-        "per_device_eval_batch_size",
-        "early_stopping_patience",
+    "save and evaluation cadence": tuple(
+        """save_strategy save_steps save_total_limit save_only_model save_on_each_node eval_strategy eval_steps
+        eval_delay eval_on_start eval_accumulation_steps eval_do_concat_batches per_device_eval_batch_size
+        early_stopping_patience""".split()
     ),
     # what an evaluation measures and how it decodes: scores of the weights, which it does not change
-    "evaluation": (
-        "do_eval",
-        "do_predict",
-        "eval_subset",
-        "eval_with_oracle_positions",
-        "num_beams",
-        "generation_num_beams",
-        "generation_max_length",
-        "val_max_target_length",
-        "max_eval_samples",
-        "max_predict_samples",
-        "bleu_tokenize",
-        "average_last_checkpoints",
+    "evaluation": tuple(
+        """do_eval do_predict eval_subset eval_with_oracle_positions num_beams generation_num_beams
+        generation_max_length val_max_target_length max_eval_samples max_predict_samples bleu_tokenize
+        average_last_checkpoints""".split()
     ),
     # how fast it runs where it runs: the same updates (the precision follows the device a run continues on; its
     # optimizer state is fp32 either way)
-    "speed and device": (
-        "bf16",
-        "fp16",
-        "tf32",
-        "torch_compile",
-        "dataloader_num_workers",
-        "dataloader_pin_memory",
-        "dataloader_persistent_workers",
-        "dataloader_prefetch_factor",
-        "preprocessing_num_workers",
-        "cache_dir",
-        "overwrite_cache",
-        "nltk_data",
-        "local_rank",
-        "ddp_timeout",
+    "speed and device": tuple(
+        """bf16 fp16 tf32 torch_compile dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers
+        dataloader_prefetch_factor preprocessing_num_workers cache_dir overwrite_cache nltk_data local_rank
+        ddp_timeout""".split()
     ),
 }
 RESUME_CHANGEABLE = frozenset(name for names in RESUME_MAY_CHANGE.values() for name in names)
