@@ -24,7 +24,7 @@ import logging
 import math
 import struct
 import zipfile
-from dataclasses import fields
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -173,6 +173,8 @@ def run_record(run) -> ArtefactRecord:
                 value = value is not None
             elif is_input(name) and value and not str(value).startswith("builtin:"):
                 inputs[f"--{name}"] = input_digest(str(value), getattr(run.model, "model_revision", None))
+            elif is_dataclass(value):  # a config object (transformers' AcceleratorConfig): its fields
+                value = asdict(value)
             elif name == "optim":  # the fused AdamW keeps the same state as the plain one (CUDA defaults choose it)
                 value = str(getattr(value, "value", value)).replace("adamw_torch_fused", "adamw_torch")
             options[f"--{name}"] = _json_value(getattr(value, "value", value))

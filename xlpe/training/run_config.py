@@ -75,6 +75,12 @@ def _expand_registry_help(parser: argparse.ArgumentParser) -> argparse.ArgumentP
 
 
 _PARSERS: dict[tuple[str, bool], HfArgumentParser] = {}
+DESCRIPTION = (
+    "Train a translation model (docs/training.md). --recipe fills the arguments not given (values: "
+    "xlpe/training/recipes.json); explicit flags always win. The run records every argument; a resume "
+    "(--resume_from_checkpoint) may change only output and reporting, --max_steps/--num_train_epochs, the save "
+    "and evaluation cadence, evaluation settings and speed switches (xlpe.training.reuse.RESUME_MAY_CHANGE)."
+)
 NOT_GIVEN = object()  # the default of every flag in the parser of `read_given` (not text: argparse never converts it)
 
 
@@ -83,7 +89,7 @@ def flag_parser(given_only: bool = False) -> HfArgumentParser:
     `given_only`, every default is `NOT_GIVEN`: a parse tells the flags given from the others (`read_given`)."""
     key = (help_signature(), given_only)
     if key not in _PARSERS:
-        parser = _expand_registry_help(_Parser(argument_classes(), prog="xlpe-train"))
+        parser = _expand_registry_help(_Parser(argument_classes(), prog="xlpe-train", description=DESCRIPTION))
         if given_only:
             parser.set_defaults(**dict.fromkeys((f.name for c in argument_classes() for f in fields(c)), NOT_GIVEN))
         _PARSERS[key] = parser
