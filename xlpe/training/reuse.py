@@ -24,7 +24,7 @@ import logging
 import math
 import struct
 import zipfile
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import MISSING, asdict, fields, is_dataclass
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -179,6 +179,19 @@ def run_record(run) -> ArtefactRecord:
                 value = str(getattr(value, "value", value)).replace("adamw_torch_fused", "adamw_torch")
             options[f"--{name}"] = _json_value(getattr(value, "value", value))
     return ArtefactRecord(KIND, inputs=inputs, options=options)
+
+
+def inherited_defaults() -> dict:
+    """{"--flag": default} of transformers' `Seq2SeqTrainingArguments`, as the record writes values."""
+    from transformers import Seq2SeqTrainingArguments
+
+    made = {}
+    for field_ in fields(Seq2SeqTrainingArguments):
+        if field_.init and field_.default is not MISSING:
+            made[f"--{field_.name}"] = _json_value(getattr(field_.default, "value", field_.default))
+        elif field_.init and field_.default_factory is not MISSING:
+            made[f"--{field_.name}"] = _json_value(field_.default_factory())
+    return made
 
 
 def resume_differences(saved: ArtefactRecord, expected: ArtefactRecord) -> tuple[list, list]:
