@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..features.language_codes import check_language_code
-from ..training.command_line import GivenFlags, cached_help, unknown_options
+from ..training.command_line import GivenFlags, arguments_file, cached_help, read_arguments_file, unknown_options
 from ..training.errors import UsageError, unknown_flags_message
 from . import CommandLineError, check_input_file, check_model_path, user_error
 
@@ -57,6 +57,27 @@ def help_text() -> str:
 # ---------------------------------------------------------------------------------------------------------
 # User errors found before any work
 # ---------------------------------------------------------------------------------------------------------
+
+
+def early_values(argv: list[str]) -> dict:
+    """The values of the path and language flags (`check_paths`) as spelled in `argv` (`--name value`,
+    `--name=value`, dashes or underscores), or the JSON arguments file's: checked before torch is imported. The
+    run reads the one parse (`run_config.read_given`), which checks them again (abbreviations included)."""
+    path = arguments_file(argv)
+    if path is not None:
+        return read_arguments_file(path).values
+    values = {}
+    for k, token in enumerate(argv):
+        if not token.startswith("--"):
+            continue
+        name, _, value = token[2:].partition("=")
+        name = name.replace("-", "_")
+        if not value and k + 1 < len(argv) and not argv[k + 1].startswith("--"):
+            value = argv[k + 1]
+        checked = name in (*MODEL_OPTIONS, *LANGUAGE_OPTIONS, "prepared_dataset", "output_dir")
+        if value and (checked or name.endswith(FILE_SUFFIX)):
+            values[name] = value
+    return values
 
 
 def check_paths(values: dict) -> None:
@@ -122,6 +143,7 @@ def cli(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     if unknown:
         return user_error(PROG, CommandLineError(unknown_flags_message(unknown, cached["options"])))
     try:
+        check_paths(early_values(argv))  # the common mistakes, named before torch is imported
         from ..training.run_config import read_given
 
         given = read_given(argv)  # the one parse of the command line (or JSON file)

@@ -100,14 +100,18 @@ def store_help(text: str, options: Sequence[str]) -> dict:
 
 
 def unknown_options(argv: Sequence[str], options: Sequence[str]) -> list[str]:
-    """The `--flag` tokens of `argv` that are no option (`--flag=value` by its flag), for a "did you mean" before
-    the parse; argparse's abbreviations (a unique prefix of one option) count as known, as the parse takes them."""
-    known, unknown = set(options), []
+    """The `--flag` tokens of `argv` that are no option (`--flag=value` by its flag) and the values after them, for
+    a "did you mean" before the parse; argparse's abbreviations (a unique prefix of one option) count as known, as
+    the parse takes them."""
+    known, unknown, after_unknown = set(options), [], False
     for token in argv:
         if not token.startswith("--") or token == "--":
+            if after_unknown:  # its value, as argparse lists it
+                unknown.append(token)
             continue
         name = token.split("=", 1)[0]
-        if name not in known and sum(option.startswith(name) for option in known) != 1:
+        after_unknown = name not in known and sum(option.startswith(name) for option in known) != 1
+        if after_unknown:
             unknown.append(token)
     return unknown
 
