@@ -61,11 +61,8 @@ def help_text() -> str:
 
 def early_values(argv: list[str]) -> dict:
     """The values of the path and language flags (`check_paths`) as spelled in `argv` (`--name value`,
-    `--name=value`, dashes or underscores), or the JSON arguments file's: checked before torch is imported. The
-    run reads the one parse (`run_config.read_given`), which checks them again (abbreviations included)."""
-    path = arguments_file(argv)
-    if path is not None:
-        return read_arguments_file(path).values
+    `--name=value`, dashes or underscores): checked before torch is imported. The run reads the one parse
+    (`run_config.read_given`), whose values are checked again (abbreviations included)."""
     values = {}
     for k, token in enumerate(argv):
         if not token.startswith("--"):
@@ -143,11 +140,16 @@ def cli(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     if unknown:
         return user_error(PROG, CommandLineError(unknown_flags_message(unknown, cached["options"])))
     try:
-        check_paths(early_values(argv))  # the common mistakes, named before torch is imported
-        from ..training.run_config import read_given
+        path = arguments_file(argv)
+        if path is not None:  # `xlpe-train args.json`: read once, checked before torch is imported
+            given = read_arguments_file(path)
+            check_paths(given.values)
+        else:
+            check_paths(early_values(argv))  # the common mistakes, named before torch is imported
+            from ..training.run_config import read_given
 
-        given = read_given(argv)  # the one parse of the command line (or JSON file)
-        check_paths(given.values)
+            given = read_given(argv)  # the one parse of the command line
+            check_paths(given.values)
     except (CommandLineError, UsageError) as error:
         return user_error(PROG, error)
     from ..training.interrupts import INTERRUPTED_STATUS, InterruptWatch, interrupted_line
