@@ -10,11 +10,6 @@ matches the tree, and `.ci/run` runs them as their own step after the tests:
   (`render_tables.py --check`);
 * documentation timings: every `<!-- timing:NAME -->` quote in the README and docs is what `doc_timings.py`
   recorded;
-* the flag schema: `xlpe/cli/train_flags.json`, what a fresh install parses an `xlpe-train` command line with and
-  formats its `--help` from without importing torch (0.3 s instead of ~6 s with transformers' parser), is the
-  parser's, and the help it gives is the text the parser prints. Its key covers the training arguments' sources;
-  the registries' flags are added when it is read, so a family, form or tagger never makes it stale. A stale
-  snapshot is never served (it costs speed, not correctness), which is why it is a record here and not a test.
 """
 
 from __future__ import annotations
@@ -52,39 +47,10 @@ def documentation_timings() -> list[str]:
     return problems
 
 
-def help_snapshot() -> list[str]:
-    import os
-    import tempfile
-
-    from xlpe.cli import train as train_cli
-    from xlpe.training.command_line import read_schema
-    from xlpe.training.run_config import flag_parser
-
-    refresh = '(run `python -c "from xlpe.cli.train import write_help_snapshot; write_help_snapshot()"`)'
-    if read_schema(train_cli.FLAGS_SNAPSHOT, train_cli.snapshot_key()) is None:
-        return [f"xlpe/cli/train_flags.json was made from other sources or releases {refresh}"]
-    with tempfile.TemporaryDirectory() as scratch:
-        fresh = train_cli.write_help_snapshot(Path(scratch) / "train_flags.json").read_text(encoding="utf-8")
-    if fresh != train_cli.FLAGS_SNAPSHOT.read_text(encoding="utf-8"):
-        return [f"xlpe/cli/train_flags.json is not the parser's flag schema {refresh}"]
-    saved, os.environ["COLUMNS"] = os.environ.get("COLUMNS"), "100"
-    try:
-        parser = flag_parser()
-        program, parser.prog = parser.prog, train_cli.PROG
-        printed, served = parser.format_help(), train_cli.help_text()
-        parser.prog = program
-    finally:
-        os.environ.pop("COLUMNS") if saved is None else os.environ.__setitem__("COLUMNS", saved)
-    if printed != served:
-        return ["xlpe-train --help from train_flags.json differs from what the parser prints (command_line.py)"]
-    return []
-
-
 CHECKS = {
     "speed rows measured on this code": speed_rows,
     "benchmark tables rendered from their results": benchmark_tables,
     "documentation timings quote their record": documentation_timings,
-    "the flag schema and its help are the parser's": help_snapshot,
 }
 
 

@@ -33,6 +33,7 @@ from xlpe.models.registry import (
     unregister_strategy,
 )
 from xlpe.models.strategies import INPUT_FUSION, XL_HEADS
+from xlpe.training.command_line import help_key
 
 TINY = dict(
     d_model=16,
@@ -121,9 +122,9 @@ def test_the_command_lines_list_them(registered):
     from xlpe.cli import prepare as prepare_cli
     from xlpe.cli import train as train_cli
     from xlpe.training.arguments import model_arguments_class
-    from xlpe.training.run_config import flag_parser, parse_arguments
+    from xlpe.training.run_config import flag_parser, parse_arguments, read_given
 
-    text = train_cli.help_text()  # (what `xlpe-train --help` prints, without torch: the schema + the registries)
+    text = train_cli.help_text()  # (what `xlpe-train --help` prints: the parser's text, cached per registry state)
     parser = flag_parser()
     program, parser.prog = parser.prog, "xlpe-train"
     try:
@@ -136,10 +137,10 @@ def test_the_command_lines_list_them(registered):
     assert "dummy_ids" in prepare_cli.FEATURE_CHOICES
     features = next(a for a in prepare_cli._parser()._actions if a.dest == "features")
     assert "dummy_ids" in features.choices
-    # the shipped flag schema stays current: the registries' flags are added when it is read
-    assert train_cli.snapshot_key() == _unregistered_snapshot_key()
-    parsed = train_cli.read_given(["--dummy_scale", "2"], train_cli.with_registries(train_cli.flag_schema()))
-    assert parsed.values == {"dummy_scale": "2"}  # the console script's parse knows the plugin's flag
+    # the help cache is keyed by the registries: a plugin family never gets a stale help
+    assert help_key() != _unregistered_help_key()
+    parsed = read_given(["--dummy_scale", "2"])
+    assert parsed.values == {"dummy_scale": 2.0}  # the console script's parse knows the plugin's flag
     model_args, _, _ = parse_arguments(
         ["--output_dir", "unused", "--model_type", "dummy_pe", "--dummy_scale", "2", "--xl_strategy", "dummy_heads"]
     )
@@ -147,12 +148,10 @@ def test_the_command_lines_list_them(registered):
     assert (model_args.dummy_scale, model_args.xl_strategy) == (2.0, "dummy_heads")
 
 
-def _unregistered_snapshot_key() -> str:
-    from xlpe.cli.train import snapshot_key
-
+def _unregistered_help_key() -> str:
     saved = MODEL_FAMILIES.pop(DUMMY_FAMILY.name)
     try:
-        return snapshot_key()
+        return help_key()
     finally:
         MODEL_FAMILIES[saved.name] = saved
 

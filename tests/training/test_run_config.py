@@ -1,6 +1,5 @@
-"""`RunConfig`: the command line parsed once into the flags given, the argument groups built from them, and each
-flag's facts (recorded, changeable on resume, on the card) read by the record, the resume check, the card and
-`--help` from one declaration."""
+"""`RunConfig`: the command line parsed once (plain `HfArgumentParser`, defaults suppressed) into the flags given,
+the argument groups built from them over the recipes' defaults; the run record is every argument."""
 
 from __future__ import annotations
 
@@ -9,9 +8,9 @@ import json
 
 import pytest
 
-from xlpe.training import arguments, command_line, flag_facts, run_config
+from xlpe.training import arguments, flag_facts, run_config
 from xlpe.training.errors import UsageError
-from xlpe.training.reuse import resume_changeable, run_record
+from xlpe.training.reuse import RESUME_CHANGEABLE, run_record
 from xlpe.training.run_card import card_flags
 
 FILES = ["--train_source_file", "a.de", "--train_target_file", "a.en", "--source_lang", "de", "--target_lang", "en"]
@@ -41,10 +40,10 @@ def test_the_flags_given_are_what_the_one_parse_saw_typed_by_their_fields(tmp_pa
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--max_steps", "abc"], "--max_steps: invalid value 'abc'"),
+        (["--max_steps", "abc"], "--max_steps/--max-steps: invalid int value: 'abc'"),
         (["--lr_scheduler_type", "cosin"], "invalid choice: 'cosin'"),
         (["--warmup_stepz", "3"], "unrecognized arguments: --warmup_stepz 3 (did you mean --warmup_steps?)"),
-        (["--do_train", "maybe"], "--do_train: invalid value 'maybe'"),
+        (["--do_train", "maybe"], "--do_train/--do-train: Truthy value expected: got maybe"),
         (["--max_steps"], "expected one argument"),
     ],
 )
@@ -62,8 +61,8 @@ def test_a_whole_run_parses_its_command_line_once(tmp_path, monkeypatch):
     from xlpe.cli import train as train_cli
 
     parses = []
-    real = command_line.parse_command_line
-    monkeypatch.setattr(command_line, "parse_command_line", lambda *a: parses.append(a) or real(*a))
+    real = run_config.read_given
+    monkeypatch.setattr(run_config, "read_given", lambda *a: parses.append(a) or real(*a))
     monkeypatch.setattr(HfArgumentParser, "parse_args_into_dataclasses", lambda *a, **k: pytest.fail("argv re-read"))
     rebuilt = []
     real_build = run_config.build_run_config
@@ -93,41 +92,56 @@ def test_a_flag_a_pending_recipe_gives_meaning_to_is_not_refused_before_the_reci
         run_config.parse_run_config([*FILES, "--output_dir", "x", "--early_stopping_patience", "6", "--recipe", "none"])
 
 
-def test_the_record_the_resume_check_and_the_card_read_the_flags_facts(tmp_path, monkeypatch):
-    facts = arguments.run_flag_facts()
-    config = run_config.parse_run_config(["--output_dir", str(tmp_path), "--recipe", "small"])
+def test_the_record_holds_every_argument_and_the_inputs_by_digest(tmp_path):
+    config = run_config.parse_run_config(["--output_dir", str(tmp_path), "--recipe", "small", "--hub_token", "secret"])
     record = run_record(config)
-    recorded = {name for name, fact in facts.items() if fact.record == flag_facts.RECORD_VALUE}
-    digests = {name for name, fact in facts.items() if fact.record == flag_facts.RECORD_DIGEST}
-    assert {key[2:] for key in record.options} - {"dataset_name"} == recorded  # (the built-in corpus: by name)
-    assert {key[2:] for key in record.inputs} <= digests
-    assert "cache_dir" not in facts or facts["cache_dir"].record == flag_facts.NOT_RECORDED
-    assert set(resume_changeable()) == {name for name, fact in facts.items() if fact.resume == "apply"}
+    every = {field.name for group in config.groups() for field in dataclasses.fields(group) if field.init}
+    assert {key[2:] for key in record.options} == every | {"record"}  # inherited transformers fields included
+    assert {"neftune_noise_alpha", "dataloader_drop_last", "ignore_data_skip", "auto_find_batch_size"} <= every
+    assert record.options["--hub_token"] is True and "secret" not in json.dumps(record.to_json())  # never the value
+    assert record.options["--learning_rate"] == 1e-3 and record.options["--dataset_name"] == "builtin:synthetic"
+    assert RESUME_CHANGEABLE <= every | {"token"}  # the allow-list names real arguments only
     assert "learning_rate" in card_flags()[0] and "num_beams" in card_flags()[1]
-    # one declaration changes every reader: an inherited flag made changeable on resume
-    assert "warmup_steps" not in resume_changeable()
-    monkeypatch.setitem(flag_facts.INHERITED_FACTS, "warmup_steps", flag_facts.APPLIED)
-    assert "warmup_steps" in resume_changeable()
 
 
-def test_help_says_what_each_flag_is():
+def test_adding_a_flag_is_one_field(monkeypatch):
+    """A field added to an argument dataclass is a flag, parsed, in the groups and in the run record."""
+    import dataclasses as dc
+
+    extra = dc.make_dataclass(
+        "Extra",
+        [("my_new_flag", int, dc.field(default=3, metadata={"help": "a new flag"}))],
+        bases=(arguments.DataTrainingArguments,),
+    )
+    model, _, training = arguments.argument_classes()
+    monkeypatch.setattr(run_config, "argument_classes", lambda: (model, extra, training))
+    monkeypatch.setattr(run_config, "_PARSERS", {})
+    config = run_config.parse_run_config(["--output_dir", "x", "--my_new_flag", "5"])
+    assert config.data.my_new_flag == 5 and dict(config.given)["my_new_flag"] == 5
+    assert run_record(config).options["--my_new_flag"] == 5
+    assert "--my_new_flag" in run_config.flag_parser().format_help()
+
+
+def test_help_is_the_parsers_text_served_from_the_cache(tmp_path, monkeypatch):
     from xlpe.cli.train import help_text
+    from xlpe.training import command_line
 
-    text = " ".join(help_text().split())
-    assert "--max_steps MAX_STEPS" in text
-    assert "[a resume may change it]" in text and "[recorded by digest: a resume must name the same]" in text
-    assert "[set by --recipe tiny/small/base/big]" in text
-    section = text[text.index("--max_steps MAX_STEPS, --max-steps") :][:600]
-    assert "[a resume may change it]" in section  # max_steps: a resume may train longer
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert command_line.cached_help() is None
+    text = help_text()  # built by the parser, then cached
+    assert text == run_config.flag_parser().format_help() and "--max_steps MAX_STEPS" in text
+    cached = command_line.cached_help()
+    assert cached["help"] == text and "--neftune_noise_alpha" in cached["options"]
+    argv = ["--max_stepz", "3", "--max_steps=4", "--learning_r", "1"]  # (a unique prefix is argparse's abbreviation)
+    assert command_line.unknown_options(argv, cached["options"]) == ["--max_stepz", "3"]
 
 
-def test_every_flag_has_facts_and_the_facts_are_consistent():
-    facts = arguments.run_flag_facts()
-    assert len(facts) > 150
-    with pytest.raises(ValueError, match="nothing for a resume to apply"):
-        flag_facts.FlagFacts(record=flag_facts.NOT_RECORDED, resume=flag_facts.RESUME_APPLY)
-    own = [field for cls in arguments.argument_classes()[:2] for field in dataclasses.fields(cls)]
-    assert all(flag_facts.FACTS_KEY in field.metadata for field in own)  # the package's flags declare theirs
+def test_every_flag_has_help():
+    own = [field for cls in arguments.argument_classes() for field in dataclasses.fields(cls) if field.init]
+    assert len(own) > 150
+    assert all(
+        field.metadata.get("help") for field in own if field.name in arguments.ModelArguments.__dataclass_fields__
+    )
 
 
 def test_xlpe_reorder_records_its_runs_from_the_same_facts():

@@ -2,28 +2,20 @@
 any work prints one line and exits 2; Ctrl-C prints one line (the step reached, the newest checkpoint and how to
 resume from it) and exits 130; a finished multi-process run tears its process group down cleanly.
 
-The command line is parsed once, here, before torch is imported (`xlpe.training.command_line`), and `--help` is
-answered without torch, both from the parser's *flag schema* (hundreds of options, most of them transformers'
-`Seq2SeqTrainingArguments`, which import torch): it ships with the package (`train_flags.json`, served while its key
-— the Python and transformers versions and the argument sources — matches); otherwise the real parser makes it
-once and it is kept in `$XDG_CACHE_HOME/xlpe/help/` (default `~/.cache/xlpe/help/`). The schema holds the argument
-dataclasses only; the registries' flags and names (families, XL position forms, taggers, in code or in a plugin)
-are added when it is read, so they never make it stale. A mistyped flag gets "did you mean" at once, the paths
-and languages given are checked, and the run gets the flags as parsed (`xlpe.training.run.main(given=...)`).
+The command line is parsed once, by `HfArgumentParser` over the argument dataclasses (`run_config.read_given`),
+and the run gets the flags as parsed (`xlpe.training.run.main(given=...)`); the paths and languages given are
+checked before any work. `--help` and a mistyped flag's "did you mean" are answered without torch from the help
+cache (`xlpe.training.command_line`), which the real parser fills the first time it is built on a machine.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import importlib.metadata
-import os
 import sys
 from pathlib import Path
 
 from ..features.language_codes import check_language_code
-from ..training.command_line import GivenFlags, help_parser, read_given, read_schema, schema_json, with_registries
-from ..training.errors import UsageError
+from ..training.command_line import GivenFlags, arguments_file, cached_help, read_arguments_file, unknown_options
+from ..training.errors import UsageError, unknown_flags_message
 from . import CommandLineError, check_input_file, check_model_path, console_script, user_error
 
 PROG = "xlpe-train"
@@ -51,77 +43,38 @@ def __getattr__(name: str):  # old `xlpe.train` names, imported only when asked 
 # ---------------------------------------------------------------------------------------------------------
 
 
-FLAGS_SNAPSHOT = Path(__file__).with_name("train_flags.json")  # the parser's flag schema as shipped
-# the files whose code shapes the flag schema (the argument dataclasses, the flags' facts and the recipes that set
-# them, the parser and the schema's form)
-HELP_SOURCES = ("arguments.py", "recipes.py", "errors.py", "flag_facts.py", "run_config.py", "command_line.py")
-
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
-        return "?"
-
-
-def snapshot_key() -> str:
-    """What the shipped flag schema must have been made from to be served: Python's minor version (argparse's
-    layout), the transformers release (its training arguments) and the sources in `HELP_SOURCES`. The registries
-    are not part of it: their flags and names are added when the schema is read (`command_line.with_registries`)."""
-    digest = hashlib.sha256()
-    training = Path(__file__).resolve().parents[1] / "training"
-    for name in HELP_SOURCES:
-        digest.update(name.encode() + (training / name).read_bytes())
-    python = ".".join(map(str, sys.version_info[:2]))
-    return f"python {python}, transformers {_version('transformers')}, sources {digest.hexdigest()[:16]}"
-
-
-def _schema_cache_file(key: str) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlpe" / "help"
-    return root / f"xlpe-train-{hashlib.sha256(key.encode()).hexdigest()[:20]}.flags.json"
-
-
-def flag_schema() -> dict:
-    """The flag schema of `xlpe-train`'s parser without the registries' flags (`command_line.schema_of`), without
-    torch when it can be: the shipped snapshot when its key is current, else the cache, else (once) from the real
-    parser, then cached."""
-    key = snapshot_key()
-    cache = _schema_cache_file(key)
-    for path in (FLAGS_SNAPSHOT, cache):
-        schema = read_schema(path, key)
-        if schema is not None:
-            return schema
-    from ..training.run_config import flag_schema as parser_schema
-
-    schema = parser_schema()
-    with contextlib.suppress(OSError):  # an unwritable cache only costs speed
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        partial.write_text(schema_json(schema, key), encoding="utf-8")
-        os.replace(partial, cache)
-    return schema
-
-
 def help_text() -> str:
-    """The text of `xlpe-train --help`, formatted from the flag schema with the registries' flags (the real
-    parser's text, at the terminal's width: `bench/check_records.py` compares them)."""
-    return help_parser(with_registries(flag_schema()), PROG).format_help()
+    """The text of `xlpe-train --help`: the cached text of the real parser when the cache is current, else the
+    parser's own (built once, with torch, then cached)."""
+    cached = cached_help()
+    if cached is not None:
+        return cached["help"]
+    from ..training.run_config import help_text as parser_help
 
-
-def write_help_snapshot(path: Path | None = None) -> Path:
-    """Write the shipped flag schema (`FLAGS_SNAPSHOT`, or `path`) with its `snapshot_key`; run after changing the
-    training arguments: `python -c "from xlpe.cli.train import write_help_snapshot; write_help_snapshot()"`
-    (`bench/check_records.py` names a stale one; a registered family, form or tagger never makes it stale)."""
-    from ..training.run_config import flag_schema as parser_schema
-
-    path = FLAGS_SNAPSHOT if path is None else path
-    path.write_text(schema_json(parser_schema(), snapshot_key()), encoding="utf-8")
-    return path
+    return parser_help()
 
 
 # ---------------------------------------------------------------------------------------------------------
 # User errors found before any work
 # ---------------------------------------------------------------------------------------------------------
+
+
+def early_values(argv: list[str]) -> dict:
+    """The values of the path and language flags (`check_paths`) as spelled in `argv` (`--name value`,
+    `--name=value`, dashes or underscores): checked before torch is imported. The run reads the one parse
+    (`run_config.read_given`), whose values are checked again (abbreviations included)."""
+    values = {}
+    for k, token in enumerate(argv):
+        if not token.startswith("--"):
+            continue
+        name, _, value = token[2:].partition("=")
+        name = name.replace("-", "_")
+        if not value and k + 1 < len(argv) and not argv[k + 1].startswith("--"):
+            value = argv[k + 1]
+        checked = name in (*MODEL_OPTIONS, *LANGUAGE_OPTIONS, "prepared_dataset", "output_dir")
+        if value and (checked or name.endswith(FILE_SUFFIX)):
+            values[name] = value
+    return values
 
 
 def check_paths(values: dict) -> None:
@@ -183,9 +136,21 @@ def cli(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     if "-h" in argv or "--help" in argv:
         sys.stdout.write(help_text())
         return 0
+    cached = cached_help()  # a mistyped flag is named before torch is imported, when the cache knows the options
+    unknown = unknown_options(argv, cached["options"]) if cached else []
+    if unknown:
+        return user_error(PROG, CommandLineError(unknown_flags_message(unknown, cached["options"])))
     try:
-        given = read_given(argv, with_registries(flag_schema()))  # the one parse of the command line (or JSON file)
-        check_paths(given.values)
+        path = arguments_file(argv)
+        if path is not None:  # `xlpe-train args.json`: read once, checked before torch is imported
+            given = read_arguments_file(path)
+            check_paths(given.values)
+        else:
+            check_paths(early_values(argv))  # the common mistakes, named before torch is imported
+            from ..training.run_config import read_given
+
+            given = read_given(argv)  # the one parse of the command line
+            check_paths(given.values)
     except (CommandLineError, UsageError) as error:
         return user_error(PROG, error)
     from ..training.interrupts import INTERRUPTED_STATUS, InterruptWatch, interrupted_line

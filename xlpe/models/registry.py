@@ -319,8 +319,7 @@ def family_fields() -> dict[str, tuple[FamilyField, list[ModelFamily]]]:
 
 def family_flags() -> list[tuple[str, type, str, tuple[str, ...]]]:
     """(name, type, help, choices) of every family's `xlpe-train` flag, as the first family declaring it describes
-    it: what the argument dataclass (`training.arguments`) and the console script's flag schema
-    (`training.command_line`) are both made from."""
+    it: what the argument dataclass (`training.arguments.model_arguments_class`) adds to the model arguments."""
     made = []
     for name, (field, families) in family_fields().items():
         made.append((name, field.type, families[0].field_help(field), tuple(families[0].field_choices(field))))

@@ -1,10 +1,11 @@
 """The arguments of `xlpe-train`: run_translation's names (`ModelArguments`, `DataTrainingArguments`,
 `Seq2SeqTrainingArguments`) plus the model family, its fields and this package's data sources.
 
-`builtin_recipe` holds the defaults used when training on the built-in synthetic corpus (a small model, a
-BPE tokenizer, a few CPU minutes), `--recipe small|base|big` those of a recipe (`recipes.py`); any argument
+The built-in synthetic corpus has its own defaults (a small model, a BPE tokenizer, a few CPU minutes),
+`--recipe tiny|small|base|big` those of a recipe (both in `recipes.json`); any argument
 given explicitly on the command line (or in the JSON file) wins over both (`run_config.RunConfig.given`).
-Each flag says what it is (recorded by the run, changeable on resume, on the card: `flag_facts`).
+A training flag is one field here (its type, default and help); the run record keeps every field's value and
+a resume may change only the fields `reuse.RESUME_MAY_CHANGE` names.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from transformers import Seq2SeqTrainingArguments
 
 from ..models.registry import family_fields, family_flags, help_signature
 from .errors import UsageError, key_line
-from .flag_facts import APPLIED, DIGEST, FACTS_KEY, PLUMBING, RECORDED, RESUME_APPLY, FlagFacts, flag_facts
-from .recipes import RECIPE_NAMES
+from .recipes import RECIPE_NAMES, builtin_recipe  # noqa: F401 (builtin_recipe: re-exported)
 
 logger = logging.getLogger("xlpe.train")
 
@@ -44,9 +44,9 @@ SIZE_FIELDS = {
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _help(text: str, facts: FlagFacts | None = None, **kwargs):
-    """A flag: its help text and what it is (`flag_facts`; None: recorded, and a resume must match it)."""
-    return field(metadata={"help": text, FACTS_KEY: facts or RECORDED}, **kwargs)
+def _help(text: str, **kwargs):
+    """A flag: its help text (HfArgumentParser's `help` metadata) and its default."""
+    return field(metadata={"help": text}, **kwargs)
 
 
 @dataclass
@@ -54,10 +54,10 @@ class ModelArguments:
     """Which model, tokenizer and family to train (run_translation's names first). The registered families' own
     fields (`ModelFamily.fields`: a family added in a plugin adds flags) are added after these by
     `model_arguments_class`; `{families}` and `{taggers}` in a help text are the registries' names
-    (`command_line.expand_registry_help`)."""
+    (`run_config.flag_parser` fills them in)."""
 
     model_name_or_path: str | None = _help(
-        "checkpoint to start from (Hub id or directory); none = from scratch", default=None, facts=DIGEST
+        "checkpoint to start from (Hub id or directory); none = from scratch", default=None
     )
     model_type: str | None = _help(
         "vanilla (stock MarianMT) or a registered family: {families}. Default: xlpe from scratch, "
@@ -65,21 +65,16 @@ class ModelArguments:
         "is upgraded function-preservingly",
         default=None,
     )
-    config_name: str | None = _help(
-        "config (directory or Hub id) to build a from-scratch model from", default=None, facts=DIGEST
-    )
+    config_name: str | None = _help("config (directory or Hub id) to build a from-scratch model from", default=None)
     tokenizer_name: str | None = _help(
         "tokenizer (directory or Hub id); none = the checkpoint's, or a new "
         "joint tokenizer trained on the training text",
         default=None,
-        facts=DIGEST,
     )
-    cache_dir: str | None = _help("where downloads and prepared features are cached", default=None, facts=PLUMBING)
+    cache_dir: str | None = _help("where downloads and prepared features are cached", default=None)
     model_revision: str = _help("model version: branch, tag or commit", default="main")
-    token: str | None = _help("Hub token (default: the saved login)", default=None, facts=PLUMBING)
-    trust_remote_code: bool = _help(
-        "allow Hub custom code for checkpoints of other packages", default=False, facts=PLUMBING
-    )
+    token: str | None = _help("Hub token (default: the saved login)", default=None)
+    trust_remote_code: bool = _help("allow Hub custom code for checkpoints of other packages", default=False)
     config_overrides: str | None = _help(
         "more config fields: 'key=value,key=value' (JSON values), e.g. "
         "'relative_attention_max_distance=16,directional_attention=true'",
@@ -89,7 +84,6 @@ class ModelArguments:
         "XL PE: a standalone reorderer (`xlpe-reorder train`, same tokenizer) that supplies "
         "the predicted positions; saved inside the checkpoint",
         default=None,
-        facts=DIGEST,
     )
     # --- size of a model trained from scratch (None: Transformer-base) ---
     d_model: int | None = _help("hidden size", default=None)
@@ -116,7 +110,6 @@ class ModelArguments:
     use_fast_tokenizer: bool = _help(
         "run_translation's flag: transformers 5 always loads the fast tokenizer (false is accepted and warned about)",
         default=True,
-        facts=PLUMBING,
     )
 
 
@@ -125,7 +118,7 @@ def _family_flag_fields() -> list[tuple]:
     field, or one whose choices a registry holds) lists them."""
     made = []
     for name, kind, help_text, choices in family_flags():
-        metadata = {"help": help_text, FACTS_KEY: RECORDED}
+        metadata = {"help": help_text}
         if choices:  # the strategies, or a registry's names (argparse's choices; HfArgumentParser passes metadata on)
             metadata["choices"] = choices
         made.append((name, kind | None, field(default=None, metadata=metadata)))
@@ -152,62 +145,49 @@ def argument_classes() -> tuple[type, type, type]:
     return model_arguments_class(), DataTrainingArguments, XLPETrainingArguments
 
 
-def run_flag_facts() -> dict:
-    """{flag: facts} of every `xlpe-train` flag (`flag_facts`: recorded, changeable on resume, on the card)."""
-    return flag_facts(argument_classes())
-
-
 @dataclass
 class DataTrainingArguments:
     """What data to train and evaluate on (run_translation's names, plus plain text / alignment files)."""
 
     source_lang: str | None = _help("source language key (e.g. en)", default=None)
     target_lang: str | None = _help("target language key (e.g. de)", default=None)
-    dataset_name: str | None = _help(
-        f"Hub dataset id, local datasets directory, or {BUILTIN_DATASET}", default=None, facts=DIGEST
-    )
+    dataset_name: str | None = _help(f"Hub dataset id, local datasets directory, or {BUILTIN_DATASET}", default=None)
     dataset_config_name: str | None = _help("dataset configuration (e.g. de-en)", default=None)
     dataset_label: str | None = _help(
         "what the training data is called in the model card (e.g. 'Multi30k fr-en, "
         "10k pairs'); default: the name xlpe-prepare recorded (--name), the "
         "--dataset_name, or the training files' names",
         default=None,
-        facts=PLUMBING,
     )
     train_file: str | None = _help(
-        'jsonlines {"translation": {src: ..., tgt: ...}} (optional "alignment")', default=None, facts=DIGEST
+        'jsonlines {"translation": {src: ..., tgt: ...}} (optional "alignment")', default=None
     )
-    validation_file: str | None = _help("jsonlines validation file", default=None, facts=DIGEST)
-    test_file: str | None = _help("jsonlines test file", default=None, facts=DIGEST)
-    train_source_file: str | None = _help(
-        "plain text, one source sentence per line (.gz ok)", default=None, facts=DIGEST
-    )
-    train_target_file: str | None = _help("plain text, parallel to --train_source_file", default=None, facts=DIGEST)
+    validation_file: str | None = _help("jsonlines validation file", default=None)
+    test_file: str | None = _help("jsonlines test file", default=None)
+    train_source_file: str | None = _help("plain text, one source sentence per line (.gz ok)", default=None)
+    train_target_file: str | None = _help("plain text, parallel to --train_source_file", default=None)
     train_alignment_file: str | None = _help(
-        "Pharaoh i-j links parallel to the training pairs (default: eflomal)", default=None, facts=DIGEST
+        "Pharaoh i-j links parallel to the training pairs (default: eflomal)", default=None
     )
-    validation_source_file: str | None = _help("plain text validation sources", default=None, facts=DIGEST)
-    validation_target_file: str | None = _help("plain text validation targets", default=None, facts=DIGEST)
-    validation_alignment_file: str | None = _help("Pharaoh links for the validation pairs", default=None, facts=DIGEST)
-    test_source_file: str | None = _help("plain text test sources", default=None, facts=DIGEST)
-    test_target_file: str | None = _help("plain text test targets", default=None, facts=DIGEST)
-    test_alignment_file: str | None = _help("Pharaoh links for the test pairs", default=None, facts=DIGEST)
+    validation_source_file: str | None = _help("plain text validation sources", default=None)
+    validation_target_file: str | None = _help("plain text validation targets", default=None)
+    validation_alignment_file: str | None = _help("Pharaoh links for the validation pairs", default=None)
+    test_source_file: str | None = _help("plain text test sources", default=None)
+    test_target_file: str | None = _help("plain text test targets", default=None)
+    test_alignment_file: str | None = _help("Pharaoh links for the test pairs", default=None)
     prepared_dataset: str | None = _help(
         "a directory written by xlpe-prepare: its splits, and its tokenizer "
         "unless --tokenizer_name is given; no other data flags",
         default=None,
-        facts=DIGEST,
     )
     source_prefix: str | None = _help(
         "text put before every source sentence, in training and evaluation (T5-style "
         "task prefix; recorded in the model card: add it when translating)",
         default=None,
-        facts=FlagFacts(card=True),
     )
     overwrite_cache: bool = _help(
         "recompute the prepared features even when the cache holds them (and replace them)",
         default=False,
-        facts=PLUMBING,
     )
     pad_to_max_length: bool = _help(
         "pad every batch to max(--max_source_length, --max_target_length) (static "
@@ -222,40 +202,33 @@ class DataTrainingArguments:
     forced_bos_token: str | None = _help(
         "token forced as the first generated one (e.g. a target-language tag); must be in the vocabulary", default=None
     )
-    max_source_length: int = _help(
-        "longest source in tokens; longer pairs are skipped (counted)", default=128, facts=FlagFacts(card=True)
-    )
-    max_target_length: int = _help(
-        "longest target in tokens; longer pairs are skipped (counted)", default=128, facts=FlagFacts(card=True)
-    )
+    max_source_length: int = _help("longest source in tokens; longer pairs are skipped (counted)", default=128)
+    max_target_length: int = _help("longest target in tokens; longer pairs are skipped (counted)", default=128)
     val_max_target_length: int | None = _help(
         "generation length cap at evaluation for every sentence (default: the length rule, each sentence "
         "1.5 x its source tokens + 10, at most max_position_embeddings - 1)",
         default=None,
-        facts=APPLIED,
     )
     max_train_samples: int | None = _help("use the first N training pairs", default=None)
-    max_eval_samples: int | None = _help("use the first N validation pairs", default=None, facts=APPLIED)
-    max_predict_samples: int | None = _help("use the first N test pairs", default=None, facts=APPLIED)
+    max_eval_samples: int | None = _help("use the first N validation pairs", default=None)
+    max_predict_samples: int | None = _help("use the first N test pairs", default=None)
     num_beams: int | None = _help(
         "beams at evaluation/prediction (also saved as the model's default)",
         default=None,
-        facts=FlagFacts(resume=RESUME_APPLY, card=True),
     )
-    preprocessing_num_workers: int | None = _help("processes for the feature preparation", default=None, facts=PLUMBING)
+    preprocessing_num_workers: int | None = _help("processes for the feature preparation", default=None)
     source_tagger: str | None = _help(
         "POS tagger of the source (families with tags): {taggers} (xlpe-tagger train)",
         default=None,
     )
     target_tagger: str | None = _help("POS tagger of the target (families with tags)", default=None)
-    nltk_data: str | None = _help("extra nltk_data directory for the nltk-en tagger", default=None, facts=PLUMBING)
-    num_translation_examples: int = _help("test translations printed at the end", default=5, facts=PLUMBING)
+    nltk_data: str | None = _help("extra nltk_data directory for the nltk-en tagger", default=None)
+    num_translation_examples: int = _help("test translations printed at the end", default=5)
     bleu_tokenize: str | None = _help(
         "sacrebleu's BLEU tokenizer: 13a, intl, zh, ja-mecab, ko-mecab, char, none, ... "
         "Default: sacrebleu's choice for --target_lang (zh -> zh, ja -> ja-mecab, "
         "ko -> ko-mecab, else 13a); checked before training",
         default=None,
-        facts=FlagFacts(resume=RESUME_APPLY, card=True),
     )
 
     def uses_builtin_corpus(self) -> bool:
@@ -267,14 +240,13 @@ class DataTrainingArguments:
 class XLPETrainingArguments(Seq2SeqTrainingArguments):
     """Seq2SeqTrainingArguments (generation on by default) plus resume/averaging/evaluation options."""
 
-    predict_with_generate: bool = _help("evaluate with generate() (BLEU, chrF)", default=True, facts=PLUMBING)
+    predict_with_generate: bool = _help("evaluate with generate() (BLEU, chrF)", default=True)
     overwrite_output_dir: bool = _help(
-        "start over in an output_dir that holds checkpoints (they are deleted)", default=False, facts=PLUMBING
+        "start over in an output_dir that holds checkpoints (they are deleted)", default=False
     )
     average_last_checkpoints: int = _help(
         "average the last N checkpoints into the final model (papers: 5)",
         default=0,
-        facts=FlagFacts(resume=RESUME_APPLY, card=True),
     )
     recipe: str | None = _help(
         f"argument defaults: {' | '.join(RECIPE_NAMES)} (architecture, inverse-sqrt schedule, "
@@ -291,20 +263,17 @@ class XLPETrainingArguments(Seq2SeqTrainingArguments):
     early_stopping_patience: int | None = _help(
         "stop after N evaluations without a better --metric_for_best_model (default bleu); needs --eval_strategy steps",
         default=None,
-        facts=FlagFacts(resume=RESUME_APPLY, card=True),
     )
     eval_subset: int | None = _help(
         "periodic evaluations during training score only the first N validation "
         "sentences (bounded cost; early stopping reads them); the final evaluation "
         "scores the whole split. Recipe small: 200",
         default=None,
-        facts=APPLIED,
     )
     eval_with_oracle_positions: bool = _help(
         "validation: give generate() the gold reorderings (an upper bound; default: "
         "predicted). The test split of an XL PE model is scored both ways anyway",
         default=False,
-        facts=APPLIED,
     )
 
 
@@ -391,34 +360,6 @@ def fit_recipe_to_explicit(training_args, explicit: set[str]) -> None:
             training_args.average_last_checkpoints = fitting
 
 
-def builtin_recipe(model_args: ModelArguments) -> dict:
-    """Defaults for the built-in corpus: a small model that learns the SVO -> SOV reordering in a few CPU
-    minutes. Model-size entries apply only to a model trained from scratch."""
-    recipe = dict(
-        source_lang="en",
-        target_lang="sov",
-        num_beams=4,
-        max_source_length=64,
-        max_target_length=64,
-        learning_rate=2e-3,
-        warmup_steps=100,
-        max_steps=800,
-        per_device_train_batch_size=64,
-        per_device_eval_batch_size=100,
-        weight_decay=0.0,
-        logging_steps=50,
-        save_steps=400,
-        save_total_limit=2,
-        eval_strategy="no",
-        tokenizer_model="bpe",
-        tokenizer_vocab_size=1000,
-        lr_scheduler_type="linear",
-    )
-    if model_args.model_name_or_path is None and model_args.config_name is None:
-        recipe.update(d_model=128, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=256, dropout=0.1)
-    return recipe
-
-
 def describe_device(training_args) -> dict | None:
     """{"type": "cuda", "name", "capability", "compile", "cpus"} of the device the run trains on (None: not CUDA),
     the input of `recipes.cuda_fast_defaults`."""
@@ -496,8 +437,8 @@ def _json_kinds(hint) -> set | None:
 
 
 def check_argument_types(given: dict, path: Path, text: str) -> dict:
-    """The values of `xlpe-train args.json` (`command_line.read_given`) checked against the arguments' types: an
-    unknown name or a value of another type is a UsageError naming the file and line."""
+    """The values of `xlpe-train args.json` (`command_line.read_arguments_file`) checked against the arguments'
+    types: an unknown name or a value of another type is a UsageError naming the file and line."""
     import typing
 
     hints = {}

@@ -142,11 +142,20 @@ class _Arguments(SimpleNamespace):
 
 def recorded_options(record) -> list[tuple[str, str]]:
     """(flag, value) of every option the run record holds with a value, then its inputs by digest: the arguments
-    that made the run, as the card lists them. An option the run did not use is left out: the sentence batch size
-    of a run on token batches (`--max_tokens`), the epochs of a run bounded by `--max_steps`."""
+    that made the run, as the card lists them (transformers' own training arguments where they differ from its
+    defaults; output, reporting and speed plumbing left out). An option the run did not use is left out: the
+    sentence batch size of a run on token batches (`--max_tokens`), the epochs of a run bounded by `--max_steps`."""
     if record is None:
         return []
-    options = record.options
+    from .reuse import NOT_ON_CARD, inherited_defaults
+
+    defaults = inherited_defaults()
+    at_default = {flag for flag, value in record.options.items() if flag in defaults and defaults[flag] == value}
+    options = {
+        flag: value
+        for flag, value in record.options.items()
+        if flag.lstrip("-") not in NOT_ON_CARD and flag not in at_default and flag != "--record"
+    }
     unused = {"--per_device_train_batch_size"} if options.get("--max_tokens") else set()
     if isinstance(options.get("--max_steps"), int) and options["--max_steps"] > 0:
         unused.add("--num_train_epochs")

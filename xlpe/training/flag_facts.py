@@ -1,26 +1,13 @@
-"""What each `xlpe-train` flag *is*, declared once beside the flag: whether the run record keeps it (its value, or
-the digest of the input it names), whether a resume may change it, and whether the model card lists it.
-
-Every consumer reads these facts instead of keeping a list of its own:
-
-* the run record and the resume check (`reuse.run_record`, `reuse.verify_resume`): what is recorded, what a resume
-  must match, what it may change (applied and listed in one line);
-* the model card (`run_card.training_settings`): the settings it lists as they were in force;
-* `--help` (`RunConfig`'s parser): each recorded flag's help ends with what a resume may do with it;
-* the recipes' tables (`recipes.RECIPES`) say which flags a recipe sets (`recipes.recipe_flags`); the help shows it.
-
-The package's own flags carry their facts in their dataclass field's metadata (`flag(...)` in `arguments.py`);
-the flags inherited from transformers' `Seq2SeqTrainingArguments` get theirs from `INHERITED_FACTS` (transformers'
-fields cannot carry ours), and a flag in neither is plumbing: not recorded. Standard library only (the console
-script reads the facts before torch is imported)."""
+"""What each flag of `xlpe-reorder train` / `jackknife` *is*, declared beside it with `add_flag`: whether the
+command's record keeps it (its value, or the digest of the input it names), whether a rerun may change it. The
+records and the reruns of those commands read these facts (`xlpe.cli.reorder`). `xlpe-train` needs none: its
+record keeps every argument and its resume rule is one allow-list (`xlpe.training.reuse.RESUME_MAY_CHANGE`).
+Standard library only."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-FACTS_KEY = "xlpe_flag_facts"  # the key of a field's metadata that holds its FlagFacts (never passed to argparse)
 
 RECORD_VALUE = "value"  # the run record keeps the flag's value
 RECORD_DIGEST = "digest"  # the run record keeps the digest of what the flag names (a local file or folder, a Hub id)
@@ -34,7 +21,6 @@ RESUME_APPLY = "apply"  # a resume may give another value: it is applied and lis
 class FlagFacts:
     record: str = RECORD_VALUE  # RECORD_VALUE | RECORD_DIGEST | RECORD_PART | NOT_RECORDED
     resume: str = RESUME_MATCH  # RESUME_MATCH | RESUME_APPLY (only for a recorded flag)
-    card: bool = False  # listed among the card's training settings (when set)
 
     def __post_init__(self):
         if self.record not in (RECORD_VALUE, RECORD_DIGEST, RECORD_PART, NOT_RECORDED):
@@ -59,36 +45,7 @@ RECORDED = FlagFacts()  # recorded; a resume must give the same value (a flag of
 APPLIED = FlagFacts(resume=RESUME_APPLY)  # recorded; a resume may change it
 DIGEST = FlagFacts(record=RECORD_DIGEST)  # names an input: recorded as the digest of what it names
 PART = FlagFacts(record=RECORD_PART)  # recorded inside the record of an input made here
-PLUMBING = FlagFacts(record=NOT_RECORDED)  # not recorded (also: an inherited flag without an INHERITED_FACTS entry)
-ON_CARD = FlagFacts(card=True)  # recorded, and listed on the card
-
-# transformers' training arguments this package records (the optimisation, how long and how often, evaluation,
-# precision); every other inherited flag is output, logging or device plumbing
-INHERITED_FACTS: Mapping[str, FlagFacts] = {
-    **dict.fromkeys(("data_seed", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2"), RECORDED),
-    **dict.fromkeys(("adam_epsilon", "optim", "optim_args", "group_by_length", "train_sampling_strategy"), RECORDED),
-    **dict.fromkeys(("per_device_train_batch_size", "gradient_accumulation_steps"), RECORDED),  # (the card: batches)
-    **dict.fromkeys(("learning_rate", "lr_scheduler_type", "warmup_steps", "label_smoothing_factor"), ON_CARD),
-    **dict.fromkeys(("weight_decay", "max_grad_norm", "seed"), ON_CARD),
-    **dict.fromkeys(("max_steps", "num_train_epochs"), APPLIED),  # (the card lists whichever bounded the run)
-    **dict.fromkeys(("logging_steps", "eval_steps", "save_steps", "save_total_limit"), APPLIED),
-    **dict.fromkeys(("eval_strategy", "save_strategy", "logging_strategy", "per_device_eval_batch_size"), APPLIED),
-    **dict.fromkeys(("generation_max_length", "generation_num_beams", "torch_compile"), APPLIED),
-    **dict.fromkeys(("bf16", "fp16", "tf32"), APPLIED),  # (the card says the precision in words)
-}
-
-
-def facts_of(field: dataclasses.Field) -> FlagFacts:
-    """The facts of a dataclass field: its own (`FACTS_KEY` in its metadata), else `INHERITED_FACTS`, else plumbing."""
-    own = field.metadata.get(FACTS_KEY)
-    if own is not None:
-        return own
-    return INHERITED_FACTS.get(field.name, PLUMBING)
-
-
-def flag_facts(classes: Iterable[type]) -> dict[str, FlagFacts]:
-    """{flag name: facts} over the fields of `classes` (the argument dataclasses), in field order."""
-    return {field.name: facts_of(field) for cls in classes for field in dataclasses.fields(cls)}
+PLUMBING = FlagFacts(record=NOT_RECORDED)  # not recorded
 
 
 def names_where(facts: Mapping[str, FlagFacts], **wanted) -> tuple[str, ...]:
@@ -97,13 +54,13 @@ def names_where(facts: Mapping[str, FlagFacts], **wanted) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Flags of an argparse command (`xlpe-reorder train`): the same facts, kept on the parser
+# The flags of an argparse command: their facts kept on the parser
 # ---------------------------------------------------------------------------------------------------------
 
 
 def add_flag(parser, *names: str, facts: FlagFacts = RECORDED, **kwargs):
     """`parser.add_argument(*names, **kwargs)` for a flag of a command whose run is recorded: its facts are kept on
-    the parser (`parser_facts`) and noted in its help, as `xlpe-train`'s are."""
+    the parser (`parser_facts`) and noted in its help."""
     note = facts.help_note()
     if note and kwargs.get("help"):
         kwargs["help"] = f"{kwargs['help']} {note}"

@@ -18,12 +18,13 @@ docs/training.md, "Recipes".
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from pathlib import Path
 
 logger = logging.getLogger("xlpe.train")
 
-RECIPE_NAMES = ("tiny", "small", "base", "big")
 NO_RECIPE = "none"  # `--recipe none`: no recipe at all (transformers' defaults + explicit flags; the benches' choice)
 SMALL_DATA_PAIRS = 100_000  # on a GPU, fewer training pairs than this get `small` (Multi30k-size corpora)
 # `small` trains a budget of sentence passes, in epochs: about SMALL_SENTENCE_PASSES sentences seen,
@@ -53,121 +54,28 @@ BIG_DATA_PAIRS = 5_000_000  # on a GPU, this many pairs or more get `big` (WMT14
 CPU_EVAL_BATCH = 16
 GPU_EVAL_BATCH = 64
 
-# every recipe: the papers' optimiser, schedule and regularisation; evaluation/early stopping/averaging
-_COMMON = dict(
-    lr_scheduler_type="inverse_sqrt",
-    label_smoothing_factor=0.1,
-    weight_decay=0.0,
-    adam_beta1=0.9,
-    adam_beta2=0.98,
-    adam_epsilon=1e-9,
-    eval_strategy="steps",
-    save_strategy="steps",
-    metric_for_best_model="bleu",
-    greater_is_better=True,
-    num_beams=4,
-    per_device_eval_batch_size=CPU_EVAL_BATCH,
-)
-
+# the recipes' values (`recipes.json`, package data): "common" to every recipe (the papers' optimiser, schedule and
+# regularisation; evaluation, early stopping, averaging), and per recipe its "model" (architecture and tokenizer,
+# from scratch only) and "training" defaults. `small` evaluates 200 greedy sentences (~80 s on 2 cores against ~20
+# min for the 200 steps between evaluations, fr-en, measured); `tiny` is `small` at half its width and two thirds of
+# its depth, twice its rate, sized to more passes, with early stopping on chrF (on a hard small corpus early BLEU is
+# noise near zero: 0.1-0.7 on the news run, where early stopping on it ended `small` while chrF still rose). "builtin"
+# holds the built-in synthetic corpus' defaults ("builtin_model": from scratch only)
+RECIPE_FILE = Path(__file__).with_name("recipes.json")
+_TABLES = json.loads(RECIPE_FILE.read_text(encoding="utf-8"))
+_COMMON: dict = _TABLES["common"]
 # name -> (model + tokenizer defaults: from scratch only, training defaults)
 RECIPES: dict[str, tuple[dict, dict]] = {
-    "small": (
-        dict(
-            d_model=256,
-            encoder_layers=3,
-            decoder_layers=3,
-            attention_heads=4,
-            ffn_dim=1024,
-            dropout=0.1,
-            tokenizer_model="bpe",
-            tokenizer_vocab_size=6000,
-        ),
-        dict(
-            learning_rate=1e-3,
-            warmup_steps=400,
-            max_tokens=2048,
-            max_steps=1200,
-            logging_steps=50,
-            eval_steps=200,
-            save_steps=200,
-            save_total_limit=3,
-            average_last_checkpoints=3,
-            early_stopping_patience=3,
-            generation_num_beams=1,
-            eval_subset=200,
-            # 200 greedy sentences: ~80 s on 2 cores against ~20 min for the 200 steps between evaluations (~6%;
-            # fr-en, measured)
-        ),
-    ),
-    "base": (
-        dict(
-            d_model=512,
-            encoder_layers=6,
-            decoder_layers=6,
-            attention_heads=8,
-            ffn_dim=2048,
-            dropout=0.1,
-            tokenizer_model="bpe",
-            tokenizer_vocab_size=16000,
-        ),
-        dict(
-            learning_rate=7e-4,
-            warmup_steps=4000,
-            max_tokens=4096,
-            max_steps=100_000,
-            logging_steps=100,
-            eval_steps=2000,
-            save_steps=2000,
-            save_total_limit=5,
-            average_last_checkpoints=5,
-            early_stopping_patience=10,
-            generation_num_beams=4,
-        ),
-    ),
-    "big": (
-        dict(
-            d_model=1024,
-            encoder_layers=6,
-            decoder_layers=6,
-            attention_heads=16,
-            ffn_dim=4096,
-            dropout=0.3,
-            tokenizer_model="bpe",
-            tokenizer_vocab_size=32000,
-        ),
-        dict(
-            learning_rate=5e-4,
-            warmup_steps=4000,
-            max_tokens=4096,
-            max_steps=300_000,
-            logging_steps=100,
-            eval_steps=2000,
-            save_steps=2000,
-            save_total_limit=5,
-            average_last_checkpoints=5,
-            early_stopping_patience=10,
-            generation_num_beams=4,
-        ),
-    ),
+    name: (recipe["model"], recipe["training"]) for name, recipe in _TABLES["recipes"].items()
 }
-# `tiny` is `small` at half its width and two thirds of its depth, twice its rate, sized to more passes, with early
-# stopping on chrF: on a hard small corpus early BLEU is noise near zero (0.1-0.7 on the news run, where early
-# stopping on it ended `small` while chrF still rose), hence chrF and 5 evaluations of patience
-RECIPES = {
-    "tiny": (
-        {**RECIPES["small"][0], "d_model": 128, "encoder_layers": 2, "decoder_layers": 2, "ffn_dim": 256},
-        {
-            **RECIPES["small"][1],
-            "learning_rate": 2e-3,
-            "max_steps": 4000,  # when the training-set size is unknown; otherwise epochs (sized_epochs)
-            "eval_steps": 700,
-            "save_steps": 700,
-            "metric_for_best_model": "chrf",
-            "early_stopping_patience": 5,
-        },
-    ),
-    **RECIPES,
-}
+RECIPE_NAMES = tuple(RECIPES)  # tiny, small, base, big
+
+
+def builtin_recipe(from_scratch: bool) -> dict:
+    """Defaults for the built-in corpus: a small model that learns the SVO -> SOV reordering in a few CPU
+    minutes. Model-size entries apply only to a model trained from scratch."""
+    return {**_TABLES["builtin"], **(_TABLES["builtin_model"] if from_scratch else {})}
+
 
 EVALUATION_KEYS = (
     "eval_strategy",
@@ -178,15 +86,6 @@ EVALUATION_KEYS = (
     "generation_num_beams",
     "eval_subset",
 )
-
-
-def recipe_flags() -> dict[str, tuple[str, ...]]:
-    """{flag: the recipes that set it}, read off the recipes' tables (`--help` shows it beside the flag)."""
-    made: dict[str, list[str]] = {}
-    for name, (model, training) in RECIPES.items():
-        for flag in (*model, *_COMMON, *training):
-            made.setdefault(flag, []).append(name)
-    return {flag: tuple(names) for flag, names in made.items()}
 
 
 def sized_epochs(name: str, train_pairs: int) -> float:

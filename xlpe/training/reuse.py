@@ -2,13 +2,13 @@
 
 * **The output directory.** Held locked for the whole run (`.xlpe.lock`, global rank 0 only: every rank locking
   the same directory would deadlock a multi-process run); a second run into it stops at once. A training run
-  records what made it (`xlpe_artefact.json`, kind "training-run": digests of the data, tokenizer, model and
-  config it read; the options that shape the model, the data and the optimisation). A plain rerun into a
+  records what made it (`xlpe_artefact.json`, kind "training-run": every argument's value, and the digests of the
+  data, tokenizer, model and config it read). A plain rerun into a
   directory that holds results (checkpoints, a model, train results) is refused unless --overwrite_output_dir.
-* **A resume** (`--resume_from_checkpoint`) is verified against the record of the run that made the checkpoint:
-  another model, data or optimisation option is refused, naming the flag; the flags whose facts say a resume may
-  change them (`flag_facts`: how long to train, how often to log/evaluate/save, evaluation and generation
-  settings, precision) are applied and listed in one line (`resuming: applying changed --max_steps 300 -> 600`).
+* **A resume** (`--resume_from_checkpoint`) is one comparison of the run's whole record (every argument) with the
+  saved one: the arguments `RESUME_MAY_CHANGE` names (output and reporting, how long, save/evaluation cadence,
+  evaluation settings, speed and device) are applied and listed in one line (`resuming: applying changed
+  --max_steps 300 -> 600`); any other difference is refused, naming each argument.
 * **The checkpoint's files** are checked before the Trainer loads them: trainer_state.json, the weights, the
   optimizer, scheduler and RNG states must be there and whole (a missing one would silently restart the
   schedule or the data order; a truncated one would be a traceback deep in torch).
@@ -24,12 +24,13 @@ import logging
 import math
 import struct
 import zipfile
-from dataclasses import fields
+from dataclasses import MISSING, asdict, fields, is_dataclass
 from pathlib import Path
 
 from transformers import TrainerCallback
 
 from ..features.artefacts import (
+    RECORD_NAME,
     ArtefactMismatch,
     ArtefactRecord,
     DirectoryInUse,
@@ -37,11 +38,9 @@ from ..features.artefacts import (
     directory_lock,
     file_digest,
     read_record,
-    verify_artefact,
     write_record,
 )
 from .errors import UsageError, key_line
-from .flag_facts import NOT_RECORDED, RECORD_DIGEST, RESUME_APPLY, names_where
 
 logger = logging.getLogger("xlpe.train")
 KIND = "training-run"
@@ -106,34 +105,113 @@ def input_digest(value: str, revision: str | None = None) -> str:
     return digest(f"hub:{value}@{revision or 'main'}")
 
 
+# The arguments a resume may change, each group with why the resumed run stays the run it was: every other
+# argument (inherited transformers ones included) shapes the model, the data, the optimisation or its order, and a
+# resume that changes it is refused by name.
+RESUME_MAY_CHANGE: dict[str, tuple[str, ...]] = {
+    # where the run writes and what it reports: never read by the training loop
+    "output and reporting": tuple(
+        """output_dir overwrite_output_dir resume_from_checkpoint logging_strategy logging_steps logging_first_step
+        logging_nan_inf_filter log_on_each_node log_level log_level_replica disable_tqdm report_to run_name
+        project trackio_space_id trackio_bucket_id trackio_static_space_id skip_memory_metrics push_to_hub
+        hub_model_id hub_strategy hub_private_repo hub_always_push hub_revision hub_token token dataset_label
+        num_translation_examples""".split()
+    ),
+    # how long: a resume extends (or shortens) the run; the steps done are what they were
+    "length": tuple("""max_steps num_train_epochs""".split()),
+    # how often it saves and evaluates: checkpoints and scores, not the updates between them
+    "save and evaluation cadence": tuple(
+        """save_strategy save_steps save_total_limit save_only_model save_on_each_node eval_strategy eval_steps
+        eval_delay eval_on_start eval_accumulation_steps eval_do_concat_batches per_device_eval_batch_size
+        early_stopping_patience""".split()
+    ),
+    # what an evaluation measures and how it decodes: scores of the weights, which it does not change
+    "evaluation": tuple(
+        """do_eval do_predict eval_subset eval_with_oracle_positions num_beams generation_num_beams
+        generation_max_length val_max_target_length max_eval_samples max_predict_samples bleu_tokenize
+        average_last_checkpoints""".split()
+    ),
+    # how fast it runs where it runs: the same updates (the precision follows the device a run continues on; its
+    # optimizer state is fp32 either way)
+    "speed and device": tuple(
+        """bf16 fp16 tf32 torch_compile dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers
+        dataloader_prefetch_factor preprocessing_num_workers cache_dir overwrite_cache nltk_data local_rank
+        ddp_timeout""".split()
+    ),
+}
+RESUME_CHANGEABLE = frozenset(name for names in RESUME_MAY_CHANGE.values() for name in names)
+# the arguments that name an input: recorded as their value and as the digest of what they name (`inputs`); a
+# resume must read the same content, by whatever path
+INPUT_ARGUMENTS = (
+    "model_name_or_path",
+    "config_name",
+    "tokenizer_name",
+    "reorderer",
+    "dataset_name",
+    "prepared_dataset",
+)
+SECRETS = ("token", "hub_token")  # recorded as whether they were set, never their value
+NOT_ON_CARD = RESUME_MAY_CHANGE["output and reporting"] + RESUME_MAY_CHANGE["speed and device"]
+ALL_ARGUMENTS = "every argument"  # the record's "--record" option: it holds every argument (older ones: some)
+
+
+def is_input(name: str) -> bool:
+    return name in INPUT_ARGUMENTS or name.endswith("_file")
+
+
 def run_record(run) -> ArtefactRecord:
     """The record a training run with the arguments of `run` (a `RunConfig`) writes, and a resume must match: every
-    flag its facts say is recorded (`flag_facts`), by value or by the digest of the input it names."""
-    from .arguments import run_flag_facts
-
-    inputs, options = {}, {}
-    groups = {field.name: group for group in run.groups() for field in fields(group)}
-    for name, facts in run_flag_facts().items():
-        if facts.record == NOT_RECORDED or name not in groups:
-            continue
-        value = getattr(groups[name], name)
-        if facts.record == RECORD_DIGEST:
-            if value and value.startswith("builtin:"):
-                options[f"--{name}"] = value
-            elif value:
-                inputs[f"--{name}"] = input_digest(value, getattr(run.model, "model_revision", None))
-            continue
-        if name == "optim":  # the fused AdamW keeps the same state as the plain one (CUDA defaults choose it)
-            value = str(getattr(value, "value", value)).replace("adamw_torch_fused", "adamw_torch")
-        options[f"--{name}"] = _json_value(getattr(value, "value", value))
+    argument of the three groups (`dataclasses.fields`, transformers' inherited ones included), and the digest of
+    each input an argument names."""
+    inputs, options = {}, {"--record": ALL_ARGUMENTS}
+    for group in run.groups():
+        for field_ in fields(group):
+            if not field_.init:
+                continue
+            name, value = field_.name, getattr(group, field_.name)
+            if name in SECRETS:
+                value = value is not None
+            elif is_input(name) and value and not str(value).startswith("builtin:"):
+                inputs[f"--{name}"] = input_digest(str(value), getattr(run.model, "model_revision", None))
+            elif is_dataclass(value):  # a config object (transformers' AcceleratorConfig): its fields
+                value = asdict(value)
+            elif name == "optim":  # the fused AdamW keeps the same state as the plain one (CUDA defaults choose it)
+                value = str(getattr(value, "value", value)).replace("adamw_torch_fused", "adamw_torch")
+            options[f"--{name}"] = _json_value(getattr(value, "value", value))
     return ArtefactRecord(KIND, inputs=inputs, options=options)
 
 
-def resume_changeable() -> tuple[str, ...]:
-    """The flags a resume may change (applied and listed): recorded ones whose facts say so (`flag_facts`)."""
-    from .arguments import run_flag_facts
+def inherited_defaults() -> dict:
+    """{"--flag": default} of transformers' `Seq2SeqTrainingArguments`, as the record writes values."""
+    from transformers import Seq2SeqTrainingArguments
 
-    return names_where(run_flag_facts(), resume=RESUME_APPLY)
+    made = {}
+    for field_ in fields(Seq2SeqTrainingArguments):
+        if field_.init and field_.default is not MISSING:
+            made[f"--{field_.name}"] = _json_value(getattr(field_.default, "value", field_.default))
+        elif field_.init and field_.default_factory is not MISSING:
+            made[f"--{field_.name}"] = _json_value(field_.default_factory())
+    return made
+
+
+def resume_differences(saved: ArtefactRecord, expected: ArtefactRecord) -> tuple[list, list]:
+    """(changeable, refused): the (flag, saved, now) of every argument whose value differs between the saved
+    record and this run's, split by `RESUME_CHANGEABLE`; an input's path may change when what it names has not."""
+    changeable, refused = [], []
+    for flag in sorted(set(saved.options) | set(expected.options)):
+        before, after = saved.options.get(flag), expected.options.get(flag)
+        name = flag.lstrip("-")
+        if before == after or (
+            is_input(name) and flag in expected.inputs and saved.inputs.get(flag) == expected.inputs[flag]
+        ):
+            continue
+        (changeable if name in RESUME_CHANGEABLE else refused).append((flag, before, after))
+    for flag in sorted(set(saved.inputs) | set(expected.inputs)):
+        if saved.inputs.get(flag) != expected.inputs.get(flag) and saved.options.get(flag) == expected.options.get(
+            flag
+        ):
+            refused.append((flag, None, None))  # the same path, other content
+    return changeable, refused
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -168,29 +246,44 @@ def held_results(output_dir: Path) -> list[str]:
 
 
 def verify_resume(run, checkpoint: str) -> ArtefactRecord:
-    """Check the resumed run's record (in the checkpoint's run directory) against the arguments of `run`: returns
-    the record to keep, with the changed flags a resume may change applied (and logged in one line)."""
+    """Check the resumed run's record (in the checkpoint's run directory) against the arguments of `run`: one
+    comparison of every argument; those `RESUME_MAY_CHANGE` names are applied (and listed in one line), any other
+    difference is a UsageError naming each. A record written by an older xlpe-train, which kept only some
+    arguments, is refused: what the others were cannot be checked. Returns the record to keep."""
     training_args = run.training
     expected = run_record(run)
     run_dir = Path(checkpoint).resolve().parent
-    override = (
-        "the run's own values to resume it, or --overwrite_output_dir without --resume_from_checkpoint "
-        "(or another --output_dir)"
-    )
+    what = f"--resume_from_checkpoint {training_args.resume_from_checkpoint}"
+    start_over = "or --overwrite_output_dir without --resume_from_checkpoint (or another --output_dir) to start anew"
     try:
-        changed = verify_artefact(
-            run_dir,
-            expected,
-            override=override,
-            changeable=[f"--{n}" for n in resume_changeable()],
-            what=f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: {run_dir}",
-        )
+        saved = read_record(run_dir)
     except ArtefactMismatch as error:
         raise UsageError(str(error)) from None
+    if saved is None or saved.kind != KIND:
+        raise UsageError(f"{what}: {run_dir} holds no record of what made it ({RECORD_NAME}); pass {start_over[3:]}")
+    if saved.options.get("--record") != ALL_ARGUMENTS:
+        raise UsageError(
+            f"{what}: {run_dir} was made by an older xlpe-train whose record ({RECORD_NAME}) keeps only some "
+            f"arguments, so a resume cannot be checked: resume it with the xlpe version that made it, {start_over}"
+        )
+    changed, refused = resume_differences(saved, expected)
+    if refused:
+        listed = "; ".join(
+            f"{flag} {_shown(before)} -> {_shown(after)}" if before != after else f"{flag}: other content now"
+            for flag, before, after in refused
+        )
+        raise UsageError(
+            f"{what}: a resume continues the same training, and {len(refused)} argument(s) differ from the run's "
+            f"({listed}): give the run's own values, {start_over}"
+        )
     if changed and training_args.process_index == 0:
-        message = "; ".join(f"{flag} {json.dumps(old)} -> {json.dumps(new)}" for flag, old, new in changed)
+        message = "; ".join(f"{flag} {_shown(old)} -> {_shown(new)}" for flag, old, new in changed)
         print(f"xlpe-train: resuming: applying changed {message}", flush=True)
     return expected
+
+
+def _shown(value) -> str:
+    return value if isinstance(value, str) and " " in value else json.dumps(value)
 
 
 def write_run_record(training_args, record: ArtefactRecord) -> None:
@@ -374,7 +467,8 @@ def check_prepared_dataset(path) -> None:
 
 __all__ = [
     "ApplyResumedFrequencies",
-    "resume_changeable",
+    "RESUME_MAY_CHANGE",
+    "resume_differences",
     "check_checkpoint",
     "check_config_file",
     "check_prepared_dataset",

@@ -18,7 +18,7 @@ train / evaluate / predict -> model card. Same argument names as transformers'
   training batches carried (`padding_waste` in the logs, `train_padding_waste` in train_results.json).
 
 `run_training` below is the run, step by step. Where each part lives: the flags parsed once and the argument
-groups built from them `run_config.py` (the dataclasses `arguments.py`, what each flag is `flag_facts.py`), raw
+groups built from them `run_config.py` (the dataclasses `arguments.py`, the recipes `recipes.json`), raw
 splits and features `data.py`, tokenizer and model `model_setup.py`, the Trainer `trainer.py`, the final evaluation,
 test and card `run_evaluation.py`, the console script `xlpe.cli.train`. See docs/training.md.
 """
@@ -510,12 +510,12 @@ def apply_recipe(run: RunConfig, splits: dict, checkpoint: str | None) -> RunCon
         if checkpoint and recorded.is_file():
             name, reason = json.loads(recorded.read_text())["recipe"], f"the recipe of the run resumed ({recorded})"
         else:
-            pairs = _training_pairs(splits, data_args)
+            pairs = _training_pairs(splits, data_args, training_args.process_index == 0)
             name, reason = choose_recipe(pairs, training_args.device.type == "cuda")
     if name is None or name == NO_RECIPE:
         return run
     if pairs is None and name in SIZED_RECIPES and training_args.do_train:
-        pairs = _training_pairs(splits, data_args)
+        pairs = _training_pairs(splits, data_args, training_args.process_index == 0)
     with_validation = "validation" in (
         prepared_split_names(data_args.prepared_dataset) if data_args.prepared_dataset else splits
     )
@@ -548,10 +548,21 @@ def sized_recipe_note(name: str, pairs: int | None) -> str:
     )
 
 
-def _training_pairs(splits: dict, data_args) -> int | None:
-    """Training pairs read (None when unknown: a prepared dataset that cannot be opened here)."""
+def _training_pairs(splits: dict, data_args, announce: bool = True) -> int | None:
+    """Training pairs the run trains on, as the recipe choice and sizing count them: the pairs read less those the
+    feature preparation drops for an empty side (`features.corpus.filter_pairs`); the dropped ones are printed
+    when `announce` (None when unknown: a prepared dataset that cannot be opened here; xlpe-prepare cleaned it)."""
     if "train" in splits:
-        return len(splits["train"].sources)
+        train = splits["train"]
+        pairs = sum(1 for source, target in zip(train.sources, train.targets) if source.split() and target.split())
+        dropped = len(train.sources) - pairs
+        if dropped and announce:
+            print(
+                f"xlpe-train: {pairs:,} training pairs of {len(train.sources):,} read ({dropped:,} with an empty "
+                "side are dropped before training)",
+                flush=True,
+            )
+        return pairs
     if data_args.prepared_dataset:
         try:
             import datasets

@@ -99,14 +99,25 @@ def _precision(training_args) -> str:
     return "fp32"
 
 
-def card_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(training flags, data flags) the card lists as they were in force: those whose facts say so (`flag_facts`);
-    the batches, the steps or epochs, the optimizer and the precision are described in words instead."""
-    from .arguments import argument_classes
-    from .flag_facts import flag_facts, names_where
+# the settings the card lists as they were in force (the batches, the steps or epochs, the optimizer and the
+# precision are described in words instead)
+CARD_TRAINING_FLAGS = (
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+    "max_grad_norm",
+    "label_smoothing_factor",
+    "seed",
+    "average_last_checkpoints",
+    "early_stopping_patience",
+)
+CARD_DATA_FLAGS = ("source_prefix", "max_source_length", "max_target_length", "num_beams", "bleu_tokenize")
 
-    _, data_class, training_class = argument_classes()
-    return names_where(flag_facts([training_class]), card=True), names_where(flag_facts([data_class]), card=True)
+
+def card_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(training flags, data flags) the card lists as they were in force."""
+    return CARD_TRAINING_FLAGS, CARD_DATA_FLAGS
 
 
 def training_settings(training_args, data_args, facts: Mapping) -> dict:

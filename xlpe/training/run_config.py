@@ -1,26 +1,25 @@
 """`RunConfig`: one `xlpe-train` run's arguments, parsed once.
 
-The command line is parsed once (`command_line.parse_command_line`, or the JSON file of `xlpe-train args.json`)
-into `given`: the flags the user gave, typed by the argument dataclasses' own field types. Everything after that
-builds the three argument groups (run_translation's `ModelArguments`, `DataTrainingArguments` and the training
-arguments) from `given` over the defaults in force — the built-in corpus' recipe, a recipe (`recipes.py`), the
-CUDA fast switches — with `given` always winning. A recipe chosen once the data is read (`with_recipe`) rebuilds
-the groups from the same `given`; the command line is not read again.
+The command line is parsed once by `HfArgumentParser` over the argument dataclasses, every default a sentinel
+(`read_given`; or the JSON file of `xlpe-train args.json`), into `given`: the flags the user gave, typed by the
+fields' own types. Everything after that builds the three argument groups (run_translation's `ModelArguments`,
+`DataTrainingArguments` and the training arguments) with `parse_dict` from `given` over the defaults in force —
+the built-in corpus' recipe, a recipe (`recipes.json`), the CUDA fast switches — with `given` always winning. A
+recipe chosen once the data is read (`with_recipe`) rebuilds the groups from the same `given`; the command line is
+not read again.
 
-What each flag is (recorded by the run, may a resume change it, on the card) is declared beside it
-(`flag_facts`); `FlagParser` keeps those facts out of argparse and shows them, and the recipes that set a flag, in
-`--help`.
+The run record is every argument value of the three groups (`reuse.run_record`); a resume may change only the
+fields `reuse.RESUME_MAY_CHANGE` names.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -35,7 +34,6 @@ from .arguments import (
     DataTrainingArguments,
     XLPETrainingArguments,
     argument_classes,
-    builtin_recipe,
     check_argument_types,
     check_batching,
     check_data_sources,
@@ -44,103 +42,88 @@ from .arguments import (
     describe_device,
     fit_recipe_to_explicit,
 )
-from .command_line import GivenFlags, expand_registry_help, read_given, schema_of, with_registries
-from .errors import UsageError
-from .flag_facts import FACTS_KEY, facts_of
+from .command_line import CommandLineError, GivenFlags, arguments_file, read_arguments_file, store_help
+from .errors import UsageError, unknown_flags_message
 from .model_setup import parse_config_overrides
-from .recipes import NO_RECIPE, cuda_fast_defaults, recipe_flags, recipe_settings
+from .recipes import NO_RECIPE, builtin_recipe, cuda_fast_defaults, recipe_settings
 
 logger = logging.getLogger("xlpe.train")
 STAGES = ("do_train", "do_eval", "do_predict")
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The parser: the argument dataclasses, each flag's facts in its help
+# The parser: HfArgumentParser over the argument dataclasses
 # ---------------------------------------------------------------------------------------------------------
 
 
-class FlagParser(HfArgumentParser):
-    """`HfArgumentParser` over the argument dataclasses whose fields carry `flag_facts` in their metadata: the facts
-    are kept out of argparse (which takes the rest of the metadata as `add_argument` keywords), each flag's help
-    ends with what a resume may do with it and which recipes set it, and the registries' names fill a help's
-    `{families}` / `{taggers}` (the template is kept on the action for the flag schema: `help_template`)."""
-
-    @staticmethod
-    def _parse_dataclass_field(parser, field_: dataclasses.Field):
-        facts, recipes = facts_of(field_), recipe_flags().get(field_.name)
-        notes = [note for note in (facts.help_note(),) if note]
-        if recipes:
-            notes.append(f"[set by --recipe {'/'.join(recipes)}]")
-        metadata = {key: value for key, value in field_.metadata.items() if key != FACTS_KEY}
-        template = metadata.get("help")
-        if template:
-            template = " ".join([template, *notes])
-            metadata["help"] = expand_registry_help(template)
-        if metadata != dict(field_.metadata):
-            field_ = _copy_field(field_, metadata)
-        known = len(parser._actions)
-        HfArgumentParser._parse_dataclass_field(parser, field_)
-        for action in parser._actions[known:]:  # the flag (and a boolean's `--no_` complement)
-            if action.help == metadata.get("help"):
-                action.help_template = template
+class _Parser(HfArgumentParser):
+    def error(self, message):  # one line, raised (argparse would print the usage and exit)
+        raise CommandLineError(message)
 
 
-def _copy_field(field_: dataclasses.Field, metadata: dict) -> dataclasses.Field:
-    """A copy of `field_` with other metadata (HfArgumentParser may rewrite its type; the class keeps its own)."""
-    made = dataclasses.field(default=field_.default, default_factory=field_.default_factory, metadata=metadata)
-    made.name, made.type = field_.name, field_.type
-    return made
+def _expand_registry_help(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The registries' names in place of `{families}` / `{taggers}` in the help texts."""
+    from ..models.registry import MODEL_FAMILIES
+    from ..models.taggers import tagger_help
+
+    names = {"{families}": ", ".join(MODEL_FAMILIES), "{taggers}": tagger_help()}
+    for action in parser._actions:
+        for placeholder, text in names.items():
+            if action.help and placeholder in action.help:
+                action.help = action.help.replace(placeholder, text)
+    return parser
 
 
-_PARSERS: dict[str, FlagParser] = {}
+_PARSERS: dict[tuple[str, bool], HfArgumentParser] = {}
+DESCRIPTION = (
+    "Train a translation model (docs/training.md). --recipe fills the arguments not given (values: "
+    "xlpe/training/recipes.json); explicit flags always win. The run records every argument; a resume "
+    "(--resume_from_checkpoint) may change only output and reporting, --max_steps/--num_train_epochs, the save "
+    "and evaluation cadence, evaluation settings and speed switches (xlpe.training.reuse.RESUME_MAY_CHANGE)."
+)
+NOT_GIVEN = object()  # the default of every flag in the parser of `read_given` (not text: argparse never converts it)
 
 
-def flag_parser() -> FlagParser:
-    """The parser of `xlpe-train` for the registries as they are now (built once per registry state)."""
-    key = help_signature()
+def flag_parser(given_only: bool = False) -> HfArgumentParser:
+    """The parser of `xlpe-train` for the registries as they are now (built once per registry state). With
+    `given_only`, every default is `NOT_GIVEN`: a parse tells the flags given from the others (`read_given`)."""
+    key = (help_signature(), given_only)
     if key not in _PARSERS:
-        _PARSERS[key] = FlagParser(argument_classes())
+        parser = _expand_registry_help(_Parser(argument_classes(), prog="xlpe-train", description=DESCRIPTION))
+        if given_only:
+            parser.set_defaults(**dict.fromkeys((f.name for c in argument_classes() for f in fields(c)), NOT_GIVEN))
+        _PARSERS[key] = parser
     return _PARSERS[key]
 
 
-def flag_schema() -> dict:
-    """What the one command-line parse and `--help` need of each option, the registries' flags left out
-    (`command_line.schema_of`; `command_line.with_registries` puts them back)."""
-    from ..models.registry import family_fields
-
-    return schema_of(flag_parser(), family_fields())
+def option_strings() -> list[str]:
+    return [option for action in flag_parser()._actions for option in action.option_strings]
 
 
-def _store_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {
-        action.dest: action
-        for action in parser._actions
-        if action.option_strings and not isinstance(action, (argparse._StoreFalseAction, argparse._HelpAction))
-    }
+def help_text() -> str:
+    """`xlpe-train --help`: the parser's own text, cached with the option spellings (`command_line.store_help`)."""
+    text = flag_parser().format_help()
+    store_help(text, option_strings())
+    return text
 
 
-def typed_values(given: Mapping[str, Any], parser: argparse.ArgumentParser | None = None) -> dict:
-    """The command line's text values converted by their fields' types (the argparse `type` each field has), as a
-    parse would; a value that does not convert is a UsageError naming the flag."""
-    actions, typed = _store_actions(parser or flag_parser()), {}
-    for name, value in given.items():
-        convert = getattr(actions.get(name), "type", None)
-        try:
-            if convert is None or convert is str:
-                typed[name] = value
-            elif isinstance(value, list):
-                typed[name] = [convert(item) if isinstance(item, str) else item for item in value]
-            else:
-                typed[name] = convert(value) if isinstance(value, str) else value
-        except (TypeError, ValueError, argparse.ArgumentTypeError) as error:
-            raise UsageError(f"--{name}: invalid value {value!r} ({error})") from None
-    return typed
+def read_given(argv: Sequence[str]) -> GivenFlags:
+    """The one parse of `argv`: {flag: value} of the flags given, typed by the fields' types (an unknown flag, a
+    missing value or a value that does not convert is a CommandLineError of one line, with "did you mean"), or the
+    values of the JSON arguments file it names (`command_line.read_arguments_file`)."""
+    path = arguments_file(argv)
+    if path is not None:
+        return read_arguments_file(path)
+    namespace, unknown = flag_parser(given_only=True).parse_known_args(list(argv))
+    if unknown:
+        raise CommandLineError(unknown_flags_message(unknown, option_strings()))
+    return GivenFlags({name: value for name, value in vars(namespace).items() if value is not NOT_GIVEN})
 
 
-def _as_field_number(action: argparse.Action | None, value):
+def _as_field_number(kind, value):
     """A default's number as its field's type makes it (a recipe's `warmup_steps=400` is 400.0 in a float field, as
     a command line's `--warmup_steps 400` is)."""
-    if getattr(action, "type", None) is float and type(value) is int:
+    if kind is float and type(value) is int:
         return float(value)
     return value
 
@@ -184,11 +167,10 @@ class RunConfig:
 
 
 def typed_given(given: GivenFlags) -> dict:
-    """The flags given, typed: a command line's text converted by the fields' types, a file's JSON values checked
-    against them."""
+    """The flags given, typed: a command line's as parsed, a file's JSON values checked against the fields' types."""
     if given.file is not None:
         return check_argument_types(dict(given.values), given.file, given.text or "")
-    return typed_values(given.values)
+    return dict(given.values)
 
 
 def parse_run_config(
@@ -204,7 +186,7 @@ def parse_run_config(
     not given; `with_validation=False` leaves out a recipe's periodic evaluation and early stopping; `train_pairs`
     sizes the `small` recipe to the data. Every inconsistency is a `UsageError`."""
     if given is None:  # (read_given and typed_given raise UsageError; build_run_config turns ValueError into one)
-        given = read_given(list(sys.argv[1:] if argv is None else argv), with_registries(flag_schema()))  # one parse
+        given = read_given(list(sys.argv[1:] if argv is None else argv))  # the one parse
     return build_run_config(typed_given(given), recipe=recipe, with_validation=with_validation, train_pairs=train_pairs)
 
 
@@ -226,10 +208,10 @@ def build_run_config(
 
 def _build(given: dict, recipe: str | None, with_validation: bool, train_pairs: int | None) -> RunConfig:
     parser, explicit = flag_parser(), set(given)
-    actions = _store_actions(parser)
+    kinds = {action.dest: action.type for action in parser._actions if action.option_strings}
 
     def groups(defaults: dict) -> tuple:
-        defaults = {key: _as_field_number(actions.get(key), value) for key, value in defaults.items()}
+        defaults = {key: _as_field_number(kinds.get(key), value) for key, value in defaults.items()}
         return parser.parse_dict({**defaults, **given})
 
     model_args, data_args, training_args = groups({})
@@ -239,7 +221,9 @@ def _build(given: dict, recipe: str | None, with_validation: bool, train_pairs: 
     for name in ("source_lang", "target_lang"):  # `french` or `ffr` would pick tokenizers by a wrong code
         check_language_code(getattr(data_args, name), f"--{name}")
     defaults = (
-        {"dataset_name": BUILTIN_DATASET, **builtin_recipe(model_args)} if data_args.uses_builtin_corpus() else {}
+        {"dataset_name": BUILTIN_DATASET, **builtin_recipe(_from_scratch(model_args))}
+        if data_args.uses_builtin_corpus()
+        else {}
     )
     recipe = recipe or training_args.recipe
     device = describe_device(training_args)
@@ -288,6 +272,10 @@ def _build(given: dict, recipe: str | None, with_validation: bool, train_pairs: 
         recipe_pending=pending,
         config_overrides=MappingProxyType(overrides),
     )
+
+
+def _from_scratch(model_args) -> bool:
+    return model_args.model_name_or_path is None and model_args.config_name is None
 
 
 def _choose_stages(training_args, explicit: set[str]) -> None:
