@@ -98,7 +98,7 @@ from ..models.length_rule import (
     with_cap,
 )
 from ..models.length_rule import generated_lengths as rule_generated_lengths
-from .callbacks import Throughput, TokenBatchEpoch
+from .callbacks import TokenBatchEpoch
 from .sampling import (
     ShuffledLengthGroupedSampler,
     TokenBatchSampler,
@@ -106,6 +106,7 @@ from .sampling import (
     example_lengths,
     example_side_lengths,
 )
+from .throughput import TrainingReport
 
 SOURCE_INPUTS = ("input_ids", "attention_mask")
 EXAMPLE_INDEX = "example_index"  # position of an evaluation/test example in its dataset (restores input order)
@@ -159,10 +160,9 @@ class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
         self._example_indices: list[torch.Tensor] = []
         self._indexed_views: dict[int, tuple] = {}  # id(dataset) -> (dataset, the same with example_index)
         self.token_sampler: TokenBatchSampler | None = None  # --max_tokens: built with the training dataloader
-        self._padding = {"interval": None, "total": None}  # ((real, real target) tokens on device, padded tokens: int)
         self.add_callback(TokenBatchEpoch(self))
-        self.throughput = Throughput(getattr(unwrapped, "config", None))  # target tokens/s and MFU in the logs
-        self.add_callback(self.throughput)
+        self.report = TrainingReport(getattr(unwrapped, "config", None))  # padding, target tokens/s and MFU
+        self.add_callback(self.report)
         self._route_label_smoothing()
 
     # --- label smoothing ----------------------------------------------------------------------------------
@@ -248,69 +248,6 @@ class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
         )
         return batch_sampler_dataloader(self, dataset, collator, self.token_sampler)
 
-    # --- torch.compile: one graph for every batch shape ---------------------------------------------------------
-    def _prepare_inputs(self, inputs):
-        """The stock preparation (to the device); under `--torch_compile` the batch and length dimensions of every
-        input tensor are also marked dynamic (`torch._dynamo.maybe_mark_dynamic`), so the compiled step is traced
-        once for every shape instead of static first, dynamic at the second shape, and again when another
-        dimension first changes (module docstring). A dimension of size 1 is still specialised by torch (one more
-        graph for a one-sentence batch; `TokenBatchSampler` makes none unless the budget forces it)."""
-        inputs = super()._prepare_inputs(inputs)
-        if self.args.torch_compile:
-            mark_dynamic_dimensions(inputs)
-        return inputs
-
-    # --- padding actually trained on -------------------------------------------------------------------------
-    def _count_padding(self, inputs: dict) -> None:
-        """Adds the real and the padded tokens of a training batch (source and target) to the counters."""
-        real, padded, target = None, 0, None
-        for key, is_real in (("attention_mask", lambda x: x != 0), ("labels", lambda x: x != -100)):
-            value = inputs.get(key)
-            if isinstance(value, torch.Tensor):
-                count = is_real(value).sum()
-                real = count if real is None else real + count
-                padded += value.numel()
-                target = count if key == "labels" else target
-        if real is None:
-            return
-        target = target if target is not None else real * 0
-        # real and target tokens stay on the device (no sync); the padded count is known on the host (shapes): it
-        # stays a Python int, since a tensor made from it would be a blocking host-to-device copy every step
-        counts = torch.stack([real.double(), target.double()])  # built once, added twice
-        for bucket in ("interval", "total"):
-            previous = self._padding[bucket]
-            self._padding[bucket] = (
-                (counts, padded) if previous is None else (previous[0] + counts, previous[1] + padded)
-            )
-
-    def _pop_padding(self, bucket: str) -> tuple[float, float, float]:
-        """(real, padded, real target) tokens since the last call, summed over processes."""
-        counts, self._padding[bucket] = self._padding[bucket], None
-        real, padded, target = 0.0, 0.0, 0.0
-        if counts is not None:  # (real, target) on the device, padded on the host
-            (real, target), padded = counts[0].tolist(), float(counts[1])
-        if self.args.world_size > 1:  # every process reaches this point together
-            gathered = gather_object([(real, padded, target)])
-            real, padded, target = (sum(g[k] for g in gathered) for k in range(3))
-        return real, padded, target
-
-    def padding_metrics(self, train_runtime: float | None = None) -> dict[str, float]:
-        """`train_padding_waste` (share of pad tokens in the trained batches), `train_real_tokens` and, given
-        the runtime, `train_tokens_per_second` (real tokens, both sides, all processes); `train_target_tokens`,
-        `train_target_tokens_per_second` and (GPU of known peak) `train_mfu` over the training time alone."""
-        real, padded, target = self._pop_padding("total")
-        metrics = {
-            "train_padding_waste": round(1 - real / padded, 4) if padded else 0.0,
-            "train_real_tokens": int(real),
-            "train_target_tokens": int(target),
-        }
-        if train_runtime:
-            metrics["train_tokens_per_second"] = round(real / train_runtime, 1)
-        metrics.update(self.throughput.totals(real - target, target, train_runtime))  # training time only
-        if self.token_sampler is not None:  # all processes' batches
-            metrics["train_token_batches_per_epoch"] = len(self.token_sampler.sizes)
-        return metrics
-
     # --- predictions in input order -----------------------------------------------------------------------
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
@@ -382,8 +319,10 @@ class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
     # --- auxiliary losses ---------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs.pop(EXAMPLE_INDEX, None)  # (a training set may carry one too)
+        if self.args.torch_compile:  # after the move to the device (a mark made before is lost with the copy)
+            mark_dynamic_dimensions(inputs)
         if model.training:
-            self._count_padding(inputs)
+            self.report.count_batch(inputs)
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         bucket = "train" if model.training else "eval"
         if isinstance(outputs, dict):
@@ -411,10 +350,7 @@ class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and not any(key.startswith(("eval_", "test_")) for key in logs):
             logs.update(self._pop_loss_parts("train"))
-            real, padded, target = self._pop_padding("interval")
-            if padded:
-                logs["padding_waste"] = round(1 - real / padded, 4)
-            logs.update(self.throughput.interval(real - target, target))
+            logs.update(self.report.log_values())  # padding_waste, target_tokens_per_second, mfu
         super().log(logs, start_time)
 
     def evaluation_loop(
@@ -543,7 +479,7 @@ def mark_dynamic_dimensions(inputs: dict) -> dict:
     """Marks the batch and length dimensions (0 and 1) of every tensor in `inputs` dynamic for `torch.compile`
     (`maybe_mark_dynamic`: no error where torch specialises one, e.g. a size of 1); returns `inputs`. One graph
     then serves batches whose source and target lengths are equal at the first trace and differ later, too
-    (tests/training/test_compile_counts.py; see `ExtraInputsSeq2SeqTrainer._prepare_inputs`)."""
+    (tests/training/test_compile_counts.py; `ExtraInputsSeq2SeqTrainer.compute_loss` marks every forward's inputs)."""
     for value in inputs.values():
         if isinstance(value, torch.Tensor):
             for dim in range(min(value.dim(), 2)):
