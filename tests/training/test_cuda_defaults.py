@@ -13,13 +13,13 @@ from test_train import log_history, tiny
 from transformers import MarianConfig
 
 from xlpe.training import run_config
-from xlpe.training.throughput import TrainingReport, peak_tflops, train_flops_per_token
 from xlpe.training.recipes import (
     CUDA_DEFAULT_MAX_TOKENS,
     cuda_fast_defaults,
     describe_fast_defaults,
 )
 from xlpe.training.run import main
+from xlpe.training.throughput import TrainingReport, peak_tflops, train_flops_per_token
 
 H100 = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "capability": (9, 0), "compile": True, "cpus": 16}
 V100 = {"type": "cuda", "name": "Tesla V100-SXM2-16GB", "capability": (7, 0), "compile": True, "cpus": 8}

@@ -120,8 +120,8 @@ def test_a_check_without_the_compile_guard_would_be_caught(monkeypatch):
 
 
 def test_padding_counters_make_no_tensor_from_a_host_number(monkeypatch, tmp_path):
-    """`TrainingReport.count_batch` adds device counts and a host int: no `torch.tensor`/`new_tensor` of a Python number (on
-    CUDA a blocking host-to-device copy every step); the totals are still right."""
+    """`TrainingReport.count_batch` adds device counts and a host int: no `torch.tensor`/`new_tensor` of a Python
+    number (on CUDA a blocking host-to-device copy every step); the totals are still right."""
     from transformers import Seq2SeqTrainingArguments
 
     from xlpe.training.trainer import ExtraInputsSeq2SeqTrainer
