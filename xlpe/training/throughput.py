@@ -32,12 +32,12 @@ logger = logging.getLogger("xlpe.train")
 # The GPU peaks MFU divides by
 # ---------------------------------------------------------------------------------------------------------
 
-# Dense (no sparsity) peak of one whole GPU in TFLOP/s by math mode, from NVIDIA's data sheets (the specification
-# tables of nvidia.com/en-us/data-center/<part>/: H100, H200, GH200, A100, B200 (DGX B200), L40S, L40, L4, A10;
-# H800/A800 are the export versions of H100/A100 with the same compute figures), keyed by the
-# exact canonical name `canonical_gpu_name` makes of `torch.cuda.get_device_name()` ("NVIDIA L40" is the L40, never
-# the L4); with the part's full SM count, against which a MIG slice (fewer SMs) is scaled. Math modes: "bfloat16"
-# and "float16" (tensor cores), "tf32" (fp32 matmuls on tensor cores: `--tf32 True` /
+# Dense peak of one whole GPU in TFLOP/s by math mode, from NVIDIA's data sheets (the specifications on each part's
+# nvidia.com data-center page: H100, H200, GH200, A100, B200, L40S, L40, L4, A10; their tensor-core figures "with
+# sparsity" halved; H800/A800, the export versions of H100/A100, have the same compute figures). Keyed by the exact
+# canonical name `canonical_gpu_name` makes of `torch.cuda.get_device_name()` ("NVIDIA L40" is the L40, never the
+# L4); `sms`: the part's full SM count, against which a MIG slice (fewer SMs) is scaled. Math modes: "bfloat16" and
+# "float16" (tensor cores), "tf32" (fp32 matmuls on tensor cores: `--tf32 True` /
 # `torch.backends.cuda.matmul.allow_tf32`), "float32" (CUDA cores). None: the data sheet gives no figure.
 GPU_PEAKS: dict[str, dict] = {
     "H100 SXM": dict(bfloat16=989.4, float16=989.4, tf32=494.7, float32=66.9, sms=132),
