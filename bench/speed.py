@@ -36,11 +36,11 @@ Measured per model:
 * clock        CUDA: CUDA events around every step, one synchronize per timed block; host CPU time beside it.
                CPU with one thread (the default): process CPU time (`time.process_time`), which other jobs on a
                shared machine do not inflate; wall clock beside it.
-* FLOPs, MFU   model FLOPs = `xlpe.training.callbacks.train_flops_per_token` x real tokens (6 x weight-matrix
+* FLOPs, MFU   model FLOPs = `xlpe.training.throughput.train_flops_per_token` x real tokens (6 x weight-matrix
                MACs, the formula of `xlpe-train`'s MFU), and counted FLOPs (`torch.utils.flop_counter` over one
                eager forward + backward per batch: every matmul, padding and auxiliary modules included).
                MFU = model FLOPs / step time / peak, with the peak from `--peak-tflops` or the device's dense
-               bf16 figure (`xlpe.training.callbacks.PEAK_DENSE_BF16_TFLOPS`: H100 SXM 989, H200 989, A100 312;
+               bf16 figure (`xlpe.training.throughput.PEAK_DENSE_BF16_TFLOPS`: H100 SXM 989, H200 989, A100 312;
                the report states the figure); none on CPU.
 * peak memory  CPU: tensor allocations of one step recorded by `torch.profiler(profile_memory=True)` plus what
                is resident; CUDA: `torch.cuda.max_memory_allocated`.
@@ -107,7 +107,7 @@ from benchlib.timing import (  # noqa: E402
 )
 
 import xlpe  # noqa: E402
-from xlpe.training.callbacks import peak_tflops as device_peak_tflops  # noqa: E402
+from xlpe.training.throughput import peak_tflops as device_peak_tflops  # noqa: E402
 
 LADDER = [  # (precision, optimizer, compiled): the issue's stock MarianMT ceiling, one row each
     ("autocast", "foreach", False),
@@ -352,7 +352,7 @@ def main(argv=None) -> dict:
     peak_source = (
         "--peak-tflops"
         if args.peak_tflops
-        else f"dense bf16 peak of {device_name} (xlpe.training.callbacks.PEAK_DENSE_BF16_TFLOPS)"
+        else f"dense bf16 peak of {device_name} (xlpe.training.throughput.PEAK_DENSE_BF16_TFLOPS)"
         if table_peak
         else None
     )

@@ -266,11 +266,11 @@ def tensor_bytes(tensors) -> int:
 
 def measure_static(runner: Runner, args) -> None:
     """Parameter count, counted FLOPs per train step (mean over the cycle's batches, eager forward + backward)
-    and per generate call, model FLOPs (`xlpe.training.callbacks.train_flops_per_token`, real tokens), peak memory
+    and per generate call, model FLOPs (`xlpe.training.throughput.train_flops_per_token`, real tokens), peak memory
     (all outside the timed loops)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from xlpe.training.callbacks import train_flops_per_token
+    from xlpe.training.throughput import train_flops_per_token
 
     model, device = runner.model, runner.device
     params = list(model.parameters())

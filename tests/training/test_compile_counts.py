@@ -4,7 +4,7 @@ changing shapes compiles no more often than the stock model it is compared with:
 `xlpe-train --torch_compile` (a CUDA default) compiles the model through accelerate. Left alone, dynamo traces
 the first batch with static shapes, retraces with a dynamic dimension at the first batch where that dimension
 changes (once per dimension that changes later than the others) and specialises dimensions of size 1; at
-Transformer-base every inductor compile costs minutes of GPU time. `ExtraInputsSeq2SeqTrainer._prepare_inputs` marks
+Transformer-base every inductor compile costs minutes of GPU time. `ExtraInputsSeq2SeqTrainer.compute_loss` marks
 the batch and length dimensions dynamic before each step; `TokenBatchSampler` makes no one-sentence batch unless
 the budget forces it. The batches below are built to hit every retrace of the unmarked step: the batch size and
 the lengths change at different steps, and the first batches have source length == target length, later ones not
@@ -213,7 +213,9 @@ def test_inputs_are_marked_dynamic_only_when_the_trainer_compiles(tmp_path):
             torch_compile=compiled,
             torch_compile_backend=BACKEND if compiled else None,
         )
-        prepared = ExtraInputsSeq2SeqTrainer(model=model, args=args)._prepare_inputs(dict(batch))
+        trainer = ExtraInputsSeq2SeqTrainer(model=model, args=args)
+        prepared = trainer._prepare_inputs({key: value.clone() for key, value in batch.items()})
+        trainer.compute_loss(trainer.model, prepared)  # marks the inputs its forward gets
         marked = {key: getattr(value, "_dynamo_weak_dynamic_indices", set()) for key, value in prepared.items()}
         assert marked == ({key: {0, 1} for key in prepared} if compiled else {key: set() for key in prepared}), marked
 

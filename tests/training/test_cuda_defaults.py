@@ -13,13 +13,13 @@ from test_train import log_history, tiny
 from transformers import MarianConfig
 
 from xlpe.training import run_config
-from xlpe.training.callbacks import Throughput, peak_tflops, train_flops_per_token
 from xlpe.training.recipes import (
     CUDA_DEFAULT_MAX_TOKENS,
     cuda_fast_defaults,
     describe_fast_defaults,
 )
 from xlpe.training.run import main
+from xlpe.training.throughput import TrainingReport, peak_tflops, train_flops_per_token
 
 H100 = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "capability": (9, 0), "compile": True, "cpus": 16}
 V100 = {"type": "cuda", "name": "Tesla V100-SXM2-16GB", "capability": (7, 0), "compile": True, "cpus": 8}
@@ -137,7 +137,7 @@ def test_throughput_meter_gives_mfu_only_with_a_peak():
     )
     args = SimpleNamespace(device=torch.device("cpu"), world_size=1)
     for peak, has_mfu in ((None, False), (1e-6, True)):
-        meter = Throughput(config, peak=peak)
+        meter = TrainingReport(config, peak=peak)
         meter.on_train_begin(args, None, None)
         logs = meter.interval(source_tokens=1000, target_tokens=800)
         assert logs["target_tokens_per_second"] > 0 and ("mfu" in logs) is has_mfu

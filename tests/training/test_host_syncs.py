@@ -7,7 +7,7 @@ host sync each) and skip those checks under `torch.compile` (`torch.compiler.is_
 instead. So on CPU: each step compiled with `fullgraph=True` (checks on, the default) traces as one graph, while a
 check without the guard (the control) is caught. Where CUDA exists, the same steps run under
 `torch.cuda.set_sync_debug_mode("error")`, which raises on any synchronising CUDA call (marker `gpu`).
-The trainer's own per-step bookkeeping (`_count_padding`) makes no tensor from a host number.
+The training report's per-step bookkeeping (`TrainingReport.count_batch`) makes no tensor from a host number.
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ def test_a_check_without_the_compile_guard_would_be_caught(monkeypatch):
 
 
 def test_padding_counters_make_no_tensor_from_a_host_number(monkeypatch, tmp_path):
-    """`_count_padding` adds device counts and a host int: no `torch.tensor`/`new_tensor` of a Python number (on
-    CUDA a blocking host-to-device copy every step); the totals are still right."""
+    """`TrainingReport.count_batch` adds device counts and a host int: no `torch.tensor`/`new_tensor` of a Python
+    number (on CUDA a blocking host-to-device copy every step); the totals are still right."""
     from transformers import Seq2SeqTrainingArguments
 
     from xlpe.training.trainer import ExtraInputsSeq2SeqTrainer
@@ -138,14 +138,14 @@ def test_padding_counters_make_no_tensor_from_a_host_number(monkeypatch, tmp_pat
     monkeypatch.setattr(
         torch.Tensor, "new_tensor", lambda self, *a, **k: made.append(a) or original_new_tensor(self, *a, **k)
     )
-    trainer._count_padding(batch)
-    trainer._count_padding(batch)
+    trainer.report.count_batch(batch)
+    trainer.report.count_batch(batch)
     monkeypatch.undo()
     assert made == []
     real = int(batch["attention_mask"].sum() + (batch["labels"] != -100).sum())
     target = int((batch["labels"] != -100).sum())
     padded = batch["attention_mask"].numel() + batch["labels"].numel()
-    assert trainer._pop_padding("interval") == (2 * real, 2 * padded, 2 * target)
+    assert trainer.report.pop_padding("interval") == (2 * real, 2 * padded, 2 * target)
 
 
 @pytest.mark.gpu

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import MarianConfig
 
-from xlpe.training import callbacks
-from xlpe.training.callbacks import GPU_PEAKS, Throughput, canonical_gpu_name, device_peak, math_mode, peak_tflops
+from xlpe.training import throughput
+from xlpe.training.throughput import GPU_PEAKS, TrainingReport, canonical_gpu_name, device_peak, math_mode, peak_tflops
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_l40_is_not_the_l4_and_every_entry_names_itself():
     )
     for part in GPU_PEAKS:  # each key is reachable from a name CUDA could report, and only itself
         assert canonical_gpu_name(f"NVIDIA {part}") == part
-    assert callbacks.PEAK_DENSE_BF16_TFLOPS["H100 SXM"] == 989.4
+    assert throughput.PEAK_DENSE_BF16_TFLOPS["H100 SXM"] == 989.4
 
 
 def test_the_peak_follows_the_math_mode():
@@ -90,7 +90,7 @@ def test_the_throughput_meter_looks_up_the_run_s_mode_and_slice(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     cuda = SimpleNamespace(type="cuda")
     for flags, expected in (({"bf16": True}, 989.4), ({"tf32": False}, 66.9), ({"tf32": True}, 494.7)):
-        meter = Throughput(config)
+        meter = TrainingReport(config)
         meter.on_train_begin(SimpleNamespace(device=cuda, world_size=1, **flags), None, None)
         assert meter.peak == expected
         meter.interval(1000, 800)
@@ -98,11 +98,11 @@ def test_the_throughput_meter_looks_up_the_run_s_mode_and_slice(monkeypatch):
         totals = meter.totals(2000, 1600, fallback_seconds=1.0)
         assert totals["train_mfu_peak_tflops"] == expected and "H100 SXM" in totals["train_mfu_peak"]
     properties.multi_processor_count, properties.name = 16, "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
-    meter = Throughput(config)
+    meter = TrainingReport(config)
     meter.on_train_begin(SimpleNamespace(device=cuda, world_size=1, bf16=True), None, None)
     assert meter.peak == round(989.4 * 16 / 132, 1) and "MIG" in meter.peak_source
     properties.name = "NVIDIA L40"
     properties.multi_processor_count = 142
-    meter = Throughput(config)
+    meter = TrainingReport(config)
     meter.on_train_begin(SimpleNamespace(device=cuda, world_size=1, bf16=True), None, None)
     assert meter.peak == 181.0

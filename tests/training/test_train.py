@@ -358,6 +358,24 @@ def test_builtin_run_logs_auxiliary_losses_scores_and_saves_everything(tmp_path)
     assert torch.allclose(averaged[name], (two[0][name] + two[1][name]) / 2)
 
 
+def test_tensorboard_of_an_evaluation_only_run_is_written_in_its_output_dir(tmp_path, monkeypatch):
+    """The stock `TensorBoardCallback` picks its directory at `on_train_begin`; without training it would write
+    `./runs` of the working directory. xlpe-train gives it `output_dir/runs` for an evaluation-only run too."""
+    main(tiny(tmp_path, "--max_steps", "1", "--do_train", name="trained"))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    evaluated = tmp_path / "evaluated"
+    main(
+        [
+            *("--output_dir", str(evaluated), "--cache_dir", str(tmp_path / "cache")),
+            *("--model_name_or_path", str(tmp_path / "trained"), "--do_eval", "--max_eval_samples", "4"),
+            *("--val_max_target_length", "5", "--report_to", "tensorboard"),
+        ]
+    )
+    assert list((evaluated / "runs").rglob("events.out.tfevents.*"))
+    assert not list((tmp_path / "cwd").iterdir())
+
+
 FAMILIES = sorted({"vanilla", *MODEL_FAMILIES} - {"xlpe"})  # xlpe: the run above
 
 

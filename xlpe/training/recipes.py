@@ -177,9 +177,9 @@ def step_bytes_per_token(d_model: int, ffn_dim: int, layers: int, vocab: int) ->
 def fill_tokens(device: dict, d_model: int, ffn_dim: int) -> tuple[float | None, str]:
     """(tokens, why): the tokens a step needs for its FFN matmul (tokens x d x FFN, 2 FLOPs per MAC) to take
     GPU_FILL_MICROSECONDS at the CUDA `device`'s dense peak ({"name", "capability", "multi_processor_count"};
-    bf16 on compute capability >= 8.0, fp32 below; `callbacks.device_peak`, a MIG slice scaled by its SMs).
+    bf16 on compute capability >= 8.0, fp32 below; `throughput.device_peak`, a MIG slice scaled by its SMs).
     A device of unknown peak: 128 tokens per SM (one tile row each); of unknown SM count too: None."""
-    from .callbacks import device_peak
+    from .throughput import device_peak
 
     mode = "bfloat16" if tuple(device.get("capability") or (0, 0)) >= (8, 0) else "float32"
     sms = device.get("multi_processor_count")

@@ -254,11 +254,12 @@ def make_trainer(run: RunConfig, model, tokenizer, prepared: dict, checkpoint: s
     if plan is not None and training_args.predict_with_generate:  # its first estimate times one greedy decode
         probe_set = trainer.eval_dataset if trainer.eval_dataset is not None else prepared.get("test")
         plan.decode_probe = lambda: trainer.time_greedy_decoding(probe_set)
-    for callback in trainer.callback_handler.callbacks:  # tensorboard: output_dir/runs also for evaluation-only runs
-        if type(callback).__name__ == "TensorBoardCallback" and getattr(callback, "logging_dir", None) is None:
-            from transformers.integrations.integration_utils import default_logdir
+    from transformers.integrations import TensorBoardCallback
+    from transformers.integrations.integration_utils import default_logdir
 
-            callback.logging_dir = str(Path(training_args.output_dir) / default_logdir())
+    tensorboard = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TensorBoardCallback)), None)
+    if tensorboard is not None and tensorboard.logging_dir is None:  # the stock dir is set at on_train_begin only:
+        tensorboard.logging_dir = str(Path(training_args.output_dir) / default_logdir())  # eval-only runs: not ./runs
     return trainer, clock
 
 
@@ -286,7 +287,7 @@ def train_and_save(run: RunConfig, trainer, clock: RunClock, prepared: dict, che
         copy_training_report(model_args.reorderer, training_args.output_dir)
     metrics = {
         **result.metrics,
-        **trainer.padding_metrics(result.metrics.get("train_runtime")),
+        **trainer.report.train_metrics(result.metrics.get("train_runtime"), trainer.token_sampler),
         "train_samples": len(prepared["train"]),
     }
     logger.info(
@@ -577,7 +578,7 @@ def _training_pairs(splits: dict, data_args, announce: bool = True) -> int | Non
 def report_cuda_defaults(run: RunConfig) -> None:
     """Print, once, which fast switches the run got on CUDA (`recipes.cuda_fast_defaults`) and the peak its MFU
     divides by, and keep the decision in `output_dir/cuda_defaults.json` (as `recipe.json` keeps the recipe)."""
-    from .callbacks import device_peak, math_mode
+    from .throughput import device_peak, math_mode
 
     training_args, decision = run.training, dict(run.cuda_defaults)
     device = decision.get("device")

@@ -1,76 +1,53 @@
-"""`ExtraInputsSeq2SeqTrainer`: `Seq2SeqTrainer` that knows about this package's auxiliary losses and extra inputs.
+"""`ExtraInputsSeq2SeqTrainer`: the `Seq2SeqTrainer` of `xlpe-train`, for models with auxiliary losses and extra inputs.
 
-Two things the stock trainer does not do:
+What it changes, by method:
 
-* **Auxiliary losses.** Every family reports the parts of its loss separately (`translation_loss`,
-  `reorder_loss`, `order_loss`, `tag_loss`, ...: any `*_loss` field of the model output). The stock trainer
-  logs only `loss`. Here `compute_loss` accumulates the parts, and they are logged next to `loss`, averaged
-  over the logging interval (training) or the evaluation set (`eval_<name>`), and over processes: plain means
-  of the batches' values, where `loss` weights each batch by its share of target tokens (a multi-process run's
-  parts therefore add up to `loss` only to within that weighting, ~0.1 % in the tests).
-* **Generation sees only what exists at test time.** `Seq2SeqTrainer.prediction_step` passes the whole
-  batch to `generate()`. Here `generate()` gets `input_ids`, `attention_mask` and the source-side extra
-  inputs that a test-time tool also produces (POS tags); gold *oracle* inputs (`reorder_positions`,
-  `target_positions`) and every target-side one are withheld, so the model predicts its reorderings as it
-  must on raw text. `eval_with_oracle_positions=True` passes the oracle positions (an upper bound).
-  The evaluation *loss* is still teacher-forced with every gold input (so `eval_reorder_loss` exists).
-  `generate()` runs in the training dtype (`--bf16`/`--fp16`: autocast around the whole call, encoder included;
-  accelerate's wrapper of `forward` alone leaves generate's encoder call in fp32). It runs eager: the decode step
-  with a growing dynamic cache (and beam reordering) would recompile under `torch.compile` as the cache grows.
-  Its length follows the length rule (xlpe/models/length_rule.py): without an explicit `--generation_max_length`
-  or `--val_max_target_length` each sentence gets min(floor(1.5 x its source tokens) + 10,
-  max_position_embeddings - 1) new tokens, whatever its batch; with one, that cap for every sentence. The
-  evaluation and prediction metrics count `<prefix>_inputs_truncated` (sources longer than the position limit)
-  and `<prefix>_outputs_at_limit` (translations that reached their budget or cap instead of ending).
-* **One compiled graph for every batch shape.** Under `--torch_compile` the batch and length dimensions of the
-  inputs are marked dynamic before each step (`_prepare_inputs`), so the training step is traced once instead
-  of static, then dynamic at the second shape, then again for the next dimension that first changes
-  (tests/training/test_compile_counts.py counts them against stock models). The padding counters of each step
-  stay on the device or on the host (`_count_padding`): no host-device copy or sync per step.
-* **Label smoothing keeps the auxiliary losses.** The stock trainer applies `--label_smoothing_factor` by
-  taking `labels` out of the inputs and smoothing the logits itself; the families compute their auxiliary
-  losses (reorder predictor, DPE order loss, hypothesis tagger) only when `labels` reach `forward`, so they
-  would silently vanish. For a model whose config has `label_smoothing`, the factor goes to the model's own
-  translation loss instead (same formula as `LabelSmoother`) and `labels` go through.
-* **Length-grouped batches in random order.** `--train_sampling_strategy group_by_length` makes
-  length-homogeneous batches and shuffles their order (`sampling.py`), as MT toolkits do; transformers'
-  sampler serves them as sorted sweeps, which cost the built-in demo 5 BLEU.
-* **Token-based batches.** `--max_tokens N` replaces sentence batches by length-bucketed batches of at most N
-  padded tokens (`sampling.TokenBatchSampler`), sharded over processes by the sampler itself (accelerate's
-  wrapper is made a pass-through) and the same after a resume. Every run counts the padding it trains on
-  (any batching): `padding_waste` in the training logs, `train_padding_waste` and `train_tokens_per_second`
-  (real, non-pad tokens of both sides) in the final metrics; the throughput (`callbacks.Throughput`):
-  `target_tokens_per_second` and, on a GPU of known peak, `mfu` in the logs, `train_target_tokens_per_second`
-  and `train_mfu` in the final metrics (training time only: evaluation and saving left out).
-* **DDP without `find_unused_parameters`**: `ddp_find_unused_parameters` defaults to False (an explicit value
-  stays): every parameter of every family gets a gradient at every step (auxiliary modules without supervision
-  add a zero-weighted term, `seq2seq_scaffold.touch_parameters`), which saves DDP a graph traversal per step.
-* **Exact token means over micro-batches and processes.** The families take `num_items_in_batch` (the supervised
-  target tokens of the whole optimizer step, over gradient-accumulation micro-batches and DDP processes) and
-  weight each batch's loss by its share of them (`seq2seq_scaffold.weight_by_global_tokens`): the translation
-  loss of a step is the token mean of one big batch, as in fairseq, however it is split. Stock models (a plain
-  per-batch mean) keep the stock division by the accumulation steps: their `num_items_in_batch` is not used.
-* **Predictions come back in input order**, whatever the evaluation sampler (`group_by_length` sorts
-  evaluation batches by length too in transformers 5): every evaluation/test example carries its index
-  (`example_index`, added here, passed through the collator, gathered like the predictions) and
-  `evaluation_loop` puts `predictions` and `label_ids` back in dataset order.
+* `__init__`: `ddp_find_unused_parameters` defaults to False (an explicit value stays): every parameter of every
+  family gets a gradient at every step (`seq2seq_scaffold.touch_parameters`). The model's `use_cache` survives the
+  stock trainer's `--use_cache` (default False), so checkpoints decode with a cache. `num_items_in_batch` reaches
+  only models whose `accepts_loss_kwargs` is set: the families weight each batch's loss by its share of the
+  optimizer step's target tokens (`seq2seq_scaffold.weight_by_global_tokens`), the token mean of one big batch
+  over accumulation steps and processes, as in fairseq; stock Marian/BART (a per-batch mean) keep the stock
+  division by the accumulation steps. `--label_smoothing_factor` goes to a family model's own translation loss
+  (same formula as `LabelSmoother`) and `labels` reach `forward`: the stock smoother takes them out, and with
+  them the auxiliary losses (reorder predictor, DPE order loss, hypothesis tagger), which need them. Callbacks
+  added: `TokenBatchEpoch` and the training report `throughput.TrainingReport` (padding, tokens/s, MFU).
+* `compute_loss`: under `--torch_compile` marks the batch and length dimensions of the inputs dynamic
+  (`mark_dynamic_dimensions`: one graph for every batch shape, tests/training/test_compile_counts.py); counts
+  the training batch's padding (`TrainingReport.count_batch`); accumulates every `*_loss` field of the model
+  output (`translation_loss`, `reorder_loss`, `order_loss`, `tag_loss`, ...) on the device.
+* `log`: a training log line gets the mean of each loss part since the last line (over processes too; plain
+  means of the batches' values, where `loss` weights batches by their target tokens) and the report's
+  `padding_waste`, `target_tokens_per_second` and `mfu`. (`on_log` is too late for these: the line is already
+  in `state.log_history` and the integrations have seen it.)
+* `prediction_step`: `generate()` sees only what exists at test time (`generation_inputs`): `input_ids`,
+  `attention_mask` and the source-side extra inputs a tool produces (POS tags), never the gold oracle positions
+  (unless `eval_with_oracle_positions`, an upper bound) or target-side inputs; the evaluation loss is still
+  teacher-forced with every gold input. Lengths follow the length rule (xlpe/models/length_rule.py): without
+  `--generation_max_length`/`--val_max_target_length` each sentence gets min(floor(1.5 x its source tokens) +
+  10, max_position_embeddings - 1) new tokens. `generate()` runs eager, under autocast in the training dtype
+  (encoder included) and, for FSDP1, with the whole parameters.
+* `evaluation_loop`: gathers with `gather_for_metrics` (no sample counted twice), adds `<prefix>_<part>_loss`,
+  puts predictions and labels back in dataset order (`group_by_length` sorts evaluation batches too) from
+  the `example_index` that `get_eval_dataloader`/`get_test_dataloader` add, and counts
+  `<prefix>_inputs_truncated` (sources over the position limit) and `<prefix>_outputs_at_limit`.
+* `get_train_dataloader`: `--max_tokens N` gives length-bucketed batches of at most N padded tokens
+  (`sampling.TokenBatchSampler`), sharded by the sampler itself (accelerate's wrapper is a pass-through).
+* `time_greedy_decoding`: the seconds a sentence of greedy decoding costs, for the run plan's first estimate.
+
+Private `Trainer` methods overridden, where no public hook reaches (checked against transformers 5.23):
+
+* `_get_train_sampler`: `group_by_length` as length-homogeneous batches in random order
+  (`sampling.ShuffledLengthGroupedSampler`), not transformers' sorted sweeps (5 BLEU on the built-in demo); the
+  public `get_train_dataloader` would mean copying the stock dataloader construction to change its sampler.
+* `_set_signature_columns_if_needed`: keeps `example_index` through `remove_unused_columns`, which drops every
+  column `forward` does not name; no argument names a column to keep (`remove_unused_columns=False` would pass
+  every column on, to the collator and the model).
+* `_issue_warnings_after_load`: a resume's "missing keys" warning is issued inside the private checkpoint
+  loader, with no hook or callback between; tied weights and rebuilt buffers (`_keys_to_ignore_on_save`) are
+  not missing, so they are filtered out before it.
 
 `make_compute_metrics` scores generations with sacrebleu (BLEU, chrF; signatures kept on the trainer).
-
-Private `Trainer` methods overridden, each because no public hook reaches that point:
-
-* `_prepare_inputs`: the only place between the batch's move to the device and the compiled forward, where the
-  dynamic dimensions must be marked (a mark made before the move is lost with the copy);
-* `_get_train_sampler`: transformers' own sampler hook; the public alternative, `get_train_dataloader`, would
-  copy the stock dataloader construction to change one argument (`--max_tokens` does override it: it replaces
-  the batching altogether);
-* `_set_signature_columns_if_needed`: keeps `example_index` through `remove_unused_columns`, which drops every
-  column the model's `forward` does not name;
-* `_issue_warnings_after_load`: a resume's "missing keys" warning is issued inside the private checkpoint loader;
-  tied weights and rebuilt buffers are not missing, so they are filtered out before it.
-
-Public overrides: `compute_loss`, `prediction_step`, `evaluation_loop`, `get_train_dataloader`,
-`get_eval_dataloader`, `get_test_dataloader`, `log`.
 """
 
 from __future__ import annotations
@@ -98,7 +75,7 @@ from ..models.length_rule import (
     with_cap,
 )
 from ..models.length_rule import generated_lengths as rule_generated_lengths
-from .callbacks import Throughput, TokenBatchEpoch
+from .callbacks import TokenBatchEpoch
 from .sampling import (
     ShuffledLengthGroupedSampler,
     TokenBatchSampler,
@@ -106,6 +83,7 @@ from .sampling import (
     example_lengths,
     example_side_lengths,
 )
+from .throughput import TrainingReport
 
 SOURCE_INPUTS = ("input_ids", "attention_mask")
 EXAMPLE_INDEX = "example_index"  # position of an evaluation/test example in its dataset (restores input order)
@@ -131,8 +109,8 @@ def generation_inputs(inputs: dict, with_oracle_positions: bool = False) -> dict
 
 
 class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
-    """Seq2SeqTrainer + auxiliary losses logged (and kept under label smoothing) + test-time-only inputs to
-    `generate()` + predictions in input order + length-grouped batches in random order (module docstring)."""
+    """`Seq2SeqTrainer` with the families' losses and inputs: what each overridden method changes is listed in the
+    module docstring."""
 
     def __init__(self, *args, eval_with_oracle_positions: bool = False, **kwargs):
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
@@ -159,10 +137,9 @@ class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
         self._example_indices: list[torch.Tensor] = []
         self._indexed_views: dict[int, tuple] = {}  # id(dataset) -> (dataset, the same with example_index)
         self.token_sampler: TokenBatchSampler | None = None  # --max_tokens: built with the training dataloader
-        self._padding = {"interval": None, "total": None}  # ((real, real target) tokens on device, padded tokens: int)
         self.add_callback(TokenBatchEpoch(self))
-        self.throughput = Throughput(getattr(unwrapped, "config", None))  # target tokens/s and MFU in the logs
-        self.add_callback(self.throughput)
+        self.report = TrainingReport(getattr(unwrapped, "config", None))  # padding, target tokens/s and MFU
+        self.add_callback(self.report)
         self._route_label_smoothing()
 
     # --- label smoothing ----------------------------------------------------------------------------------
@@ -248,69 +225,6 @@ class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
         )
         return batch_sampler_dataloader(self, dataset, collator, self.token_sampler)
 
-    # --- torch.compile: one graph for every batch shape ---------------------------------------------------------
-    def _prepare_inputs(self, inputs):
-        """The stock preparation (to the device); under `--torch_compile` the batch and length dimensions of every
-        input tensor are also marked dynamic (`torch._dynamo.maybe_mark_dynamic`), so the compiled step is traced
-        once for every shape instead of static first, dynamic at the second shape, and again when another
-        dimension first changes (module docstring). A dimension of size 1 is still specialised by torch (one more
-        graph for a one-sentence batch; `TokenBatchSampler` makes none unless the budget forces it)."""
-        inputs = super()._prepare_inputs(inputs)
-        if self.args.torch_compile:
-            mark_dynamic_dimensions(inputs)
-        return inputs
-
-    # --- padding actually trained on -------------------------------------------------------------------------
-    def _count_padding(self, inputs: dict) -> None:
-        """Adds the real and the padded tokens of a training batch (source and target) to the counters."""
-        real, padded, target = None, 0, None
-        for key, is_real in (("attention_mask", lambda x: x != 0), ("labels", lambda x: x != -100)):
-            value = inputs.get(key)
-            if isinstance(value, torch.Tensor):
-                count = is_real(value).sum()
-                real = count if real is None else real + count
-                padded += value.numel()
-                target = count if key == "labels" else target
-        if real is None:
-            return
-        target = target if target is not None else real * 0
-        # real and target tokens stay on the device (no sync); the padded count is known on the host (shapes): it
-        # stays a Python int, since a tensor made from it would be a blocking host-to-device copy every step
-        counts = torch.stack([real.double(), target.double()])  # built once, added twice
-        for bucket in ("interval", "total"):
-            previous = self._padding[bucket]
-            self._padding[bucket] = (
-                (counts, padded) if previous is None else (previous[0] + counts, previous[1] + padded)
-            )
-
-    def _pop_padding(self, bucket: str) -> tuple[float, float, float]:
-        """(real, padded, real target) tokens since the last call, summed over processes."""
-        counts, self._padding[bucket] = self._padding[bucket], None
-        real, padded, target = 0.0, 0.0, 0.0
-        if counts is not None:  # (real, target) on the device, padded on the host
-            (real, target), padded = counts[0].tolist(), float(counts[1])
-        if self.args.world_size > 1:  # every process reaches this point together
-            gathered = gather_object([(real, padded, target)])
-            real, padded, target = (sum(g[k] for g in gathered) for k in range(3))
-        return real, padded, target
-
-    def padding_metrics(self, train_runtime: float | None = None) -> dict[str, float]:
-        """`train_padding_waste` (share of pad tokens in the trained batches), `train_real_tokens` and, given
-        the runtime, `train_tokens_per_second` (real tokens, both sides, all processes); `train_target_tokens`,
-        `train_target_tokens_per_second` and (GPU of known peak) `train_mfu` over the training time alone."""
-        real, padded, target = self._pop_padding("total")
-        metrics = {
-            "train_padding_waste": round(1 - real / padded, 4) if padded else 0.0,
-            "train_real_tokens": int(real),
-            "train_target_tokens": int(target),
-        }
-        if train_runtime:
-            metrics["train_tokens_per_second"] = round(real / train_runtime, 1)
-        metrics.update(self.throughput.totals(real - target, target, train_runtime))  # training time only
-        if self.token_sampler is not None:  # all processes' batches
-            metrics["train_token_batches_per_epoch"] = len(self.token_sampler.sizes)
-        return metrics
-
     # --- predictions in input order -----------------------------------------------------------------------
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
@@ -382,8 +296,10 @@ class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
     # --- auxiliary losses ---------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs.pop(EXAMPLE_INDEX, None)  # (a training set may carry one too)
+        if self.args.torch_compile:  # after the move to the device (a mark made before is lost with the copy)
+            mark_dynamic_dimensions(inputs)
         if model.training:
-            self._count_padding(inputs)
+            self.report.count_batch(inputs)
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         bucket = "train" if model.training else "eval"
         if isinstance(outputs, dict):
@@ -411,10 +327,7 @@ class ExtraInputsSeq2SeqTrainer(Seq2SeqTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and not any(key.startswith(("eval_", "test_")) for key in logs):
             logs.update(self._pop_loss_parts("train"))
-            real, padded, target = self._pop_padding("interval")
-            if padded:
-                logs["padding_waste"] = round(1 - real / padded, 4)
-            logs.update(self.throughput.interval(real - target, target))
+            logs.update(self.report.log_values())  # padding_waste, target_tokens_per_second, mfu
         super().log(logs, start_time)
 
     def evaluation_loop(
@@ -543,7 +456,7 @@ def mark_dynamic_dimensions(inputs: dict) -> dict:
     """Marks the batch and length dimensions (0 and 1) of every tensor in `inputs` dynamic for `torch.compile`
     (`maybe_mark_dynamic`: no error where torch specialises one, e.g. a size of 1); returns `inputs`. One graph
     then serves batches whose source and target lengths are equal at the first trace and differ later, too
-    (tests/training/test_compile_counts.py; see `ExtraInputsSeq2SeqTrainer._prepare_inputs`)."""
+    (tests/training/test_compile_counts.py; `ExtraInputsSeq2SeqTrainer.compute_loss` marks every forward's inputs)."""
     for value in inputs.values():
         if isinstance(value, torch.Tensor):
             for dim in range(min(value.dim(), 2)):
