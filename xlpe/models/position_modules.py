@@ -173,7 +173,7 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     """The (H,) head slopes m_h of ALiBi (Press et al., 2022, Sec. 3). For H a power of two, the geometric sequence
     m_h = 2^(-8h/H), h = 1 .. H (H = 8: 1/2, 1/4, ..., 1/256). Otherwise the reference implementation's rule
     (github.com/ofirpress/attention_with_linear_biases; BLOOM's and MPT's too): the slopes of n = 2^floor(log2 H)
-    heads, then every other slope of 2n heads (the ones between them), the first H - n of those."""
+    heads, then every other slope of 2n heads (interleaved with those), the first H - n of them."""
     if not isinstance(num_heads, int) or num_heads < 1:
         raise ValueError(f"ALiBi needs num_heads >= 1, got {num_heads!r}")
 
