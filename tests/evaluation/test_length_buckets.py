@@ -60,6 +60,15 @@ def test_known_bucket_scores_and_signatures():
     )  # chrF2
 
 
+def test_unspaced_scripts_count_characters():
+    """A Chinese source of 12 characters (one whitespace run) is 12 units long: bucket 11-20, not 1-10."""
+    chinese = "我们明天早上八点在车站见面"[:12]
+    result = length_bucket_scores([chinese, "ein kurzer Satz"], ["a b c d", "e f g"], ["a b c d", "x y z"], edges=(10,))
+    assert [b["sentences"] for b in result["buckets"]] == [1, 1]
+    assert result["buckets"][1]["bleu"]["score"] == pytest.approx(100.0)  # the Chinese source's pair, alone
+    assert result["buckets"][0]["bleu"]["score"] == 0.0
+
+
 def test_several_reference_streams_are_split_alike():
     sources, hypotheses, references = made_up()
     other = [line.upper() for line in references]

@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--length_buckets",
         nargs="?",
         const=",".join(map(str, DEFAULT_EDGES)),
-        help="also score each source-length bucket (words): upper edges, default 10,20,30,40,50 -> 1-10, ..., 51+",
+        help="also score each source-length bucket (text units): upper edges, default 10,20,30,40,50 -> 1-10, ..., 51+",
     )
     for name in ("dataset_name", "dataset_type", "dataset_config"):
         sub.add_argument(f"--{name}")

@@ -2,6 +2,7 @@
 
 Relative position forms are reported equal to absolute PE overall but better on sentences longer than any seen in
 training (Rosendahl et al., IWSLT 2019); a corpus score hides that, a score per source-length bucket shows it.
+Lengths are counted in text units (`source_length`: words; characters in Chinese, Japanese, Thai, ...).
 Buckets are named by their range of source lengths: edges (10, 20, 30, 40, 50) give "1-10", "11-20", "21-30",
 "31-40", "41-50" and "51+". Every bucket is reported, an empty one with 0 sentences and no score; sources of
 length 0 (empty lines) belong to no bucket and are counted (`empty_sources`). `xlpe-evaluate bleu --source S
@@ -12,17 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..features.text_units import unit_count
 from .metrics import _reference_streams, corpus_bleu_chrf
 
 DEFAULT_EDGES = (10, 20, 30, 40, 50)
-LENGTH_UNIT = "whitespace-separated words"
+LENGTH_UNIT = "text units: whitespace words, one per character of Chinese, Japanese, Thai, ... (text_units.py)"
 
 
 def source_length(line: str) -> int:
-    """A source sentence's length: its whitespace-separated words. For unsegmented scripts (Chinese, Japanese,
-    Thai) this counts runs between spaces, not characters: the place to switch to characters per script
-    (a text-units helper) is here, one function."""
-    return len(line.split())
+    """A source sentence's length in text units (`xlpe.features.text_units.unit_count`): whitespace words, and one
+    unit per character of a script written without spaces (Chinese, Japanese, Thai, Lao, Khmer, Myanmar)."""
+    return unit_count(line)
 
 
 def parse_edges(text: str | Sequence[int]) -> tuple[int, ...]:
