@@ -102,10 +102,26 @@ def test_attention_is_softmax_of_scores_plus_the_bias(implementation, is_decoder
 
 def tiny_kwargs_plain() -> dict:
     return dict(
-        vocab_size=40, d_model=24, encoder_layers=1, decoder_layers=1, encoder_attention_heads=6,
-        decoder_attention_heads=6, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32,
-        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, dropout=0.0, attention_dropout=0.0,
-    )  # fmt: skip
+        TINY_MARIAN_6_HEADS,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
+
+
+TINY_MARIAN_6_HEADS = dict(  # 6 heads: not a power of two
+    vocab_size=40,
+    d_model=24,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=6,
+    decoder_attention_heads=6,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+    max_position_embeddings=32,
+)
 
 
 @settings(max_examples=25, deadline=None)
