@@ -69,6 +69,29 @@ STACKS = {  # name -> (config class, model class, config fields)
             absolute_positions=False,
         ),
     ),
+    "marian-alibi-only-no-absolute": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(xl_strategy="none", absolute_positions=False, alibi_attention=True),
+    ),
+    "xlpe-xl-alibi-every-layer+alibi-no-absolute": (
+        XLPEMarianConfig,
+        XLPEMarianMTModel,
+        dict(
+            XL,
+            xl_strategy="head",
+            xl_heads=2,
+            xl_position_form="alibi",
+            xl_position_layers="all",
+            alibi_attention=True,
+            absolute_positions=False,
+        ),
+    ),
+    "dpe+alibi-decoder": (
+        DPEMarianConfig,
+        DPEMarianMTModel,
+        dict(dpe_layers=1, alibi_attention=True, alibi_attention_sides="decoder"),
+    ),
     "xlpe-xl-relative-every-layer+relative": (
         XLPEMarianConfig,
         XLPEMarianMTModel,

@@ -250,7 +250,9 @@ _stacked = family_test_case(
     MODEL_FAMILIES["xlpe"], "StackedPositions", relative_attention_max_distance=3, directional_attention=True
 )
 globals()[_stacked.__name__] = _stacked
-del _family, _stacked
+_alibi = family_test_case(MODEL_FAMILIES["xlpe"], "ALiBi", alibi_attention=True)  # beside the sinusoid (Combination)
+globals()[_alibi.__name__] = _alibi
+del _family, _stacked, _alibi
 
 
 @unittest.skipUnless(STOCK_BASELINE, "baseline of the stock model: set XLPE_STOCK_BASELINE=1")

@@ -1,7 +1,8 @@
 """`xlpe-evaluate`: the evaluation command line. Every subcommand prints one JSON object (and writes it to
 `--output` when given); see docs/evaluation.md for examples.
 
-    bleu           BLEU + chrF with sacrebleu signatures (add --dataset_name/--dataset_type for a model card)
+    bleu           BLEU + chrF with sacrebleu signatures (add --dataset_name/--dataset_type for a model card;
+                   --source S --length_buckets: also per source-length bucket)
     significance   paired bootstrap / approximate randomization against a baseline's output
     mvpe-metrics   BLEU-1..4, ROUGE-1/2/L, length ratio (+ perplexity with --model and --source)
     perplexity     exp(mean token NLL) of a model on source/reference files
@@ -24,6 +25,7 @@ from ..evaluation import (
     metrics as ev,  # light: sacrebleu, torch and the rest are imported when used
 )
 from ..evaluation import plots
+from ..evaluation.length_buckets import DEFAULT_EDGES, length_bucket_scores, parse_edges
 from ..features.language_codes import check_language_code
 from ..features.outputs import check_destination  # (standard library only)
 from ..features.text_files import write_text_atomic  # (standard library only)
@@ -108,6 +110,15 @@ def _named_files(items: list[str]) -> dict[str, str]:
 def run_bleu(args) -> dict:
     hypotheses, references = _hypotheses_and_references(args)
     result = ev.corpus_bleu_chrf(hypotheses, references, args.lang, args.tokenize, args.lowercase)
+    if args.length_buckets is not None:  # BLEU/chrF per source-length bucket (evaluation/length_buckets.py)
+        if not args.source:
+            raise CommandLineError("--length_buckets needs --source (the source file the lengths are counted in)")
+        sources = _read(args.source, "--source")
+        _parallel(("--hyp", args.hyp, hypotheses), ("--source", args.source, sources))
+        edges = parse_edges(args.length_buckets)
+        result["length_buckets"] = length_bucket_scores(
+            sources, hypotheses, references, edges, args.lang, args.tokenize, args.lowercase
+        )
     if args.dataset_name:
         result.update(
             dataset_name=args.dataset_name,
@@ -316,6 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
         "sacrebleu's choice for --lang",
     )
     sub.add_argument("--lowercase", action="store_true")
+    sub.add_argument("--source", help="source file, parallel to --hyp (for --length_buckets)")
+    sub.add_argument(
+        "--length_buckets",
+        nargs="?",
+        const=",".join(map(str, DEFAULT_EDGES)),
+        help="also score each source-length bucket (text units): upper edges, default 10,20,30,40,50 -> 1-10, ..., 51+",
+    )
     for name in ("dataset_name", "dataset_type", "dataset_config"):
         sub.add_argument(f"--{name}")
     sub.add_argument("--split", default="test")

@@ -338,6 +338,8 @@ def indirect_cache_supported(model) -> bool:
         attention = layer.self_attn
         if getattr(attention, "relative", None) is not None or getattr(attention, "directional", False):
             return False
+        if getattr(attention, "alibi", None) is not None:  # a score bias of its own, as relative PE
+            return False
     return True
 
 

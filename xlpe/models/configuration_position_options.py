@@ -1,5 +1,5 @@
 """Config fields of the position options every Marian-based family takes (the XL PE paper's Table 1 baselines and
-Table 4 setting, and rotary positions; the modules are in position_attention.py): one declaration, mixed into each
+Table 4 setting, rotary positions and ALiBi; the modules are in position_attention.py): one declaration, mixed into each
 family's config.
 
 This file travels as Hub custom code next to the configuration files: it imports only from transformers' siblings
@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from .config_checks import check_choice, check_number
 
 RELATIVE_ATTENTION_SIDES = ("encoder", "decoder", "both")
+
+
+def sides(value: str) -> set[str]:
+    """The self-attentions a `*_sides` value names."""
+    return {"encoder", "decoder"} if value == "both" else {value}
 
 
 @dataclass
@@ -29,6 +34,9 @@ class PositionOptionsConfigMixin:
     directional_attention: bool = False  # DiSAN-style: half the encoder heads see j <= i, the other half j >= i
     rotary_attention: bool = False  # RoPE (Su et al. 2021, Eq. 34): self-attention Q/K rotated by position angles
     rotary_attention_sides: str = "both"  # which self-attentions rotate: "encoder" | "decoder" | "both"
+    # ALiBi (Press et al. 2022, Sec. 3): self-attention scores biased by -m_h |i - j|, fixed slopes m_h per head
+    alibi_attention: bool = False
+    alibi_attention_sides: str = "both"  # which self-attentions get the bias: "encoder" | "decoder" | "both"
     rotary_base: float = 10000.0  # base of the rotary frequencies w_k = base^(-2k/d_head)
     # > 0: RoPE fades in over this many training forward passes (angles b m w_k, b: 0 -> 1) and, without absolute
     # positions, the sinusoid fades out (x (1 - b)): a function-preserving upgrade of a sinusoidal checkpoint
@@ -42,6 +50,7 @@ class PositionOptionsConfigMixin:
         check_choice("relative_attention_sides", self.relative_attention_sides, RELATIVE_ATTENTION_SIDES)
         check_number("relative_attention_max_distance", self.relative_attention_max_distance, 0, integer=True)
         check_choice("rotary_attention_sides", self.rotary_attention_sides, RELATIVE_ATTENTION_SIDES)
+        check_choice("alibi_attention_sides", self.alibi_attention_sides, RELATIVE_ATTENTION_SIDES)
         check_number("rotary_base", self.rotary_base, 1.0, low_inclusive=False)
         check_number("rotary_warm_start_steps", self.rotary_warm_start_steps, 0, integer=True)
         if self.rotary_warm_start_steps > 0 and not self.rotary_attention:
@@ -53,6 +62,7 @@ class PositionOptionsConfigMixin:
             "relative_attention_values",
             "directional_attention",
             "rotary_attention",
+            "alibi_attention",
             "zero_init_added_tables",
         ):
             if not isinstance(getattr(self, name), bool):
@@ -75,6 +85,18 @@ class PositionOptionsConfigMixin:
             if self.rotary_attention_sides == "encoder" and self.encoder_layers == 0:
                 raise ValueError(
                     "rotary_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention"
+                )
+        if self.alibi_attention:
+            if self.alibi_attention_sides == "encoder" and self.encoder_layers == 0:
+                raise ValueError(
+                    "alibi_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention"
+                )
+            shared = sides(self.alibi_attention_sides) & sides(self.relative_attention_sides)
+            if self.relative_attention_max_distance > 0 and shared:
+                raise ValueError(
+                    f"alibi_attention and relative_attention_max_distance={self.relative_attention_max_distance} "
+                    f"both bias the {' and '.join(sorted(shared))} self-attention scores by distance: choose one "
+                    "(or set alibi_attention_sides / relative_attention_sides to different sides)"
                 )
         if (
             self.relative_attention_max_distance > 0

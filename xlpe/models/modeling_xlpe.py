@@ -138,6 +138,7 @@ class XLHeadAttention(PositionAwareSelfAttention):
             layer_idx=0,
             relative=relative,
             directional=config.directional_attention,
+            alibi=config.alibi_attention and config.alibi_attention_sides in ("encoder", "both"),
         )
         self.xl_heads = config.xl_heads
 

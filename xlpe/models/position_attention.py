@@ -21,6 +21,9 @@
   are (k, k + d_h/2) ("rotate half", as GPT-NeoX and LLaMA; the paper's Eq. 34 pairs neighbours (2k, 2k+1), the
   same function up to a fixed permutation of the head's Q/K columns). Keys are rotated before they enter the
   cache, so a cached decoding rotates each key once. Attention itself is unchanged: SDPA and flash run it.
+* ALiBi (Press et al., 2022, Sec. 3): a fixed score bias -m_h |i - j| per head (slopes m_h = 2^(-8h/H), the
+  reference implementation's rule for other head counts: `alibi_slopes`), added as the relative key term is, so
+  SDPA runs it; in the causal decoder j <= i, the paper's -m_h (i - j). Cross-attention is untouched.
 * Cross-lingual order in an attention form (XL PE, `xl_position_form`; the forms are modules registered in
   xl_position_forms.py): in the first `xl_heads` heads the distances (relative) or angles (rotary) come from each
   token's XL position (its index in the reordered sentence) instead of its source index, scaled by XL PE's gate g
@@ -58,6 +61,7 @@ from transformers.models.marian.modeling_marian import (
 
 from . import position_modules
 from .position_modules import (
+    ALiBiBias,
     FadingSinusoid,
     NoPositions,
     RelativePositionRepresentations,
@@ -104,6 +108,7 @@ class PositionAwareSelfAttention(MarianAttention):
         relative: bool = False,
         directional: bool = False,
         rotary: bool = False,
+        alibi: bool = False,
         xl_heads: int = 0,
         xl_form: str | None = None,
     ):
@@ -127,6 +132,7 @@ class PositionAwareSelfAttention(MarianAttention):
             else None
         )
         self.directional = directional
+        self.alibi = ALiBiBias(num_heads) if alibi else None
         spec = xl_position_form(xl_form) if xl_form is not None else None
         if (spec is not None and not spec.in_attention) or (xl_form is None) != (xl_heads == 0):
             raise ValueError(
@@ -186,7 +192,7 @@ class PositionAwareSelfAttention(MarianAttention):
         if cache is not None:
             key, value = layer_cache.update(key, value, self.layer_idx)
         xl_bias = xl if xl is not None and form.biases else None
-        if self.relative is None and not self.directional and xl_bias is None:
+        if self.relative is None and self.alibi is None and not self.directional and xl_bias is None:
             interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
@@ -224,14 +230,14 @@ class PositionAwareSelfAttention(MarianAttention):
     # --- attention with a position bias ---------------------------------------------------------------------
 
     def attend_with_positions(self, query, key, value, attention_mask, query_positions, xl_bias=None, **kwargs):
-        """Attention with an additive bias: padding/causal mask, relative key term (Shaw Eq. 4), the XL heads'
-        form's score bias (`xl_bias`: the XL inputs, when the form biases), directional masks; the value terms
-        (Shaw Eq. 3, the XL form's) after."""
+        """Attention with an additive bias: padding/causal mask, relative key term (Shaw Eq. 4), ALiBi's
+        -m_h |i - j|, the XL heads' form's score bias (`xl_bias`: the XL inputs, when the form biases), directional
+        masks; the value terms (Shaw Eq. 3, the XL form's) after."""
         implementation = self.config._attn_implementation
         if implementation not in BIAS_ATTENTION_IMPLEMENTATIONS:
             raise ValueError(
                 f"attn_implementation={implementation!r} takes no attention bias, which relative position "
-                f"representations and directional heads need: use one of {BIAS_ATTENTION_IMPLEMENTATIONS}"
+                f"representations, ALiBi and directional heads need: use one of {BIAS_ATTENTION_IMPLEMENTATIONS}"
             )
         dtype = query.dtype
         key_positions = torch.arange(key.shape[2], device=query.device)
@@ -243,6 +249,9 @@ class PositionAwareSelfAttention(MarianAttention):
             buckets = self.relative.buckets(query_positions, key_positions)
             key_term = self.relative.key_bias(query, buckets, self.scaling)
             bias = bias + (key_term if plain_heads is None else key_term * plain_heads)
+        if self.alibi is not None:
+            alibi = self.alibi(query_positions, key_positions, dtype)  # (H, L_q, L_k)
+            bias = bias + (alibi if plain_heads is None else alibi * plain_heads)
         if xl_bias is not None:  # the XL heads' score bias from their XL positions; encoder only (no cache)
             gate = xl_bias["xl_gate"]
             xl_term, xl_state = self.xl_form.attention_bias(
@@ -315,7 +324,8 @@ def apply_position_options(
 ) -> None:
     """Apply the config's position options to an encoder or decoder (Marian layout: `embed_positions`, `layers`):
     `absolute_positions=False` replaces the sinusoid by `NoPositions`; relative representations and rotary
-    positions (on the sides `relative_attention_sides` / `rotary_attention_sides` name) and directional heads
+    positions and ALiBi (on the sides `relative_attention_sides` / `rotary_attention_sides` /
+    `alibi_attention_sides` name) and directional heads
     (encoder only) replace each layer's self-attention by `PositionAwareSelfAttention`; so do XL heads in relative
     or rotary form (`xl_heads` of the layers `xl_layers`, XL PE's encoder). A self-attention that is already
     position-aware (HeadXL) is left alone."""
@@ -327,8 +337,9 @@ def apply_position_options(
     side = "decoder" if is_decoder else "encoder"
     relative = config.relative_attention_max_distance > 0 and config.relative_attention_sides in (side, "both")
     rotary = config.rotary_attention and config.rotary_attention_sides in (side, "both")
+    alibi = getattr(config, "alibi_attention", False) and config.alibi_attention_sides in (side, "both")
     directional = not is_decoder and config.directional_attention
-    if not (relative or rotary or directional or xl_layers):
+    if not (relative or rotary or alibi or directional or xl_layers):
         return
     heads = config.decoder_attention_heads if is_decoder else config.encoder_attention_heads
     for index, layer in enumerate(model_part.layers):
@@ -342,6 +353,7 @@ def apply_position_options(
                 relative=relative,
                 directional=directional,
                 rotary=rotary,
+                alibi=alibi,
                 **xl,
             )
 
@@ -357,6 +369,7 @@ class PositionOptionsMarianDecoder(InitOwnParametersMixin, MarianDecoder):
 
 
 __all__ = [
+    "ALiBiBias",
     "FadingSinusoid",
     "NoPositions",
     "PositionAwareSelfAttention",

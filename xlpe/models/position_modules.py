@@ -10,15 +10,19 @@
   sum_j alpha_ij a^V_ij sums alpha into the 2k+1 buckets first (Shaw Sec. 3.3 does the same reshaping);
 * `directional_bias`: DiSAN-style (Shen et al., 2018) forward and backward heads as additive masks;
 * `RotaryPositions`: RoPE (Su et al., 2021, Eq. 34) in the rotate-half layout;
+* `ALiBiBias`: ALiBi (Press et al., ICLR 2022, Sec. 3): a fixed score bias -m_h |i - j| per head, slopes
+  `alibi_slopes`;
 * `NoPositions`, `FadingSinusoid`, `WarmStartBlend`: absolute positions switched off, or faded out while RoPE is
   faded in from a sinusoidal checkpoint (position_attention.py says how the attention uses them);
-* `XLPositionForm` and the built-in `XLRelativeForm`, `XLRotaryForm`: how XL PE's XL heads see XL positions inside
-  the attention (the table of forms, and what each is: xl_position_forms.py).
+* `XLPositionForm` and the built-in `XLRelativeForm`, `XLRotaryForm`, `XLALiBiForm`: how XL PE's XL heads see XL
+  positions inside the attention (the table of forms, and what each is: xl_position_forms.py).
 
 Flat file, single-dot imports only: it travels as Hub custom code next to the modeling files.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -165,8 +169,50 @@ class RotaryPositions(nn.Module):
         return states * cos + torch.cat([-second, first], dim=-1) * sin
 
 
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """The (H,) head slopes m_h of ALiBi (Press et al., 2022, Sec. 3). For H a power of two, the geometric sequence
+    m_h = 2^(-8h/H), h = 1 .. H (H = 8: 1/2, 1/4, ..., 1/256). Otherwise the reference implementation's rule
+    (github.com/ofirpress/attention_with_linear_biases; BLOOM's and MPT's too): the slopes of n = 2^floor(log2 H)
+    heads, then every other slope of 2n heads (interleaved with those), the first H - n of them."""
+    if not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"ALiBi needs num_heads >= 1, got {num_heads!r}")
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    power = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = geometric(power) + geometric(2 * power)[0::2][: num_heads - power]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+class ALiBiBias(nn.Module):
+    """ALiBi (Press et al., 2022, Eq. in Sec. 3): softmax(q_i K^T / sqrt(d_h) + m_h [-(i-1), ..., -2, -1, 0]), here
+    as a score bias -m_h |i - j| for every key j (the encoder's keys lie on both sides of i; in the causal decoder
+    j <= i, so it is the paper's -m_h (i - j)). No parameters: the slopes are a buffer rebuilt by
+    `init_own_parameters` (not saved)."""
+
+    def __init__(self, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
+
+    @torch.no_grad()
+    def init_own_parameters(self) -> None:
+        hf_init.copy_(self.slopes, alibi_slopes(self.num_heads).to(self.slopes.device))
+
+    def forward(self, query_positions, key_positions, dtype: torch.dtype, heads: int | None = None) -> torch.Tensor:
+        """-m_h |i - j| for the first `heads` heads (all by default): (H, L_q, L_k) from (L_q,) and (L_k,)
+        positions; (B, H, L_q, L_k) from (B, L_q, 1) and (B, 1, L_k) positions (XL positions, one order per row).
+        Distances in fp32, then cast to `dtype`."""
+        if query_positions.dim() == 1:
+            query_positions, key_positions = query_positions[:, None], key_positions[None, :]
+        distance = (key_positions - query_positions).abs().to(torch.float32)  # (L_q, L_k) or (B, L_q, L_k)
+        slopes = self.slopes[:heads] if heads is not None else self.slopes
+        return (-slopes[:, None, None] * distance[..., None, :, :]).to(dtype)
+
+
 # ---------------------------------------------------------------------------------------------------------
-# XL PE's attention forms (xl_position_forms.py is their table): the interface, the built-in two
+# XL PE's attention forms (xl_position_forms.py is their table): the interface, the built-in three
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -223,14 +269,33 @@ class XLRotaryForm(XLPositionForm):
         return xl_positions.to(torch.float32) * gate.to(torch.float32)
 
 
+class XLALiBiForm(ALiBiBias, XLPositionForm):
+    """ALiBi on XL distances, times g: the XL heads' score bias -g m_h |pi(i) - pi(j)| (pi: the XL positions, one
+    order per row). Head h of the XL heads takes the slope head h of a plain ALiBi layer of
+    `encoder_attention_heads` heads takes, so monotone XL positions at g = 1 give plain ALiBi's heads. No
+    parameters, no value term."""
+
+    biases = True
+
+    def __init__(self, config, head_dim: int):
+        super().__init__(config.encoder_attention_heads)
+
+    def attention_bias(self, query, xl_positions, gate, scaling):
+        bias = self(xl_positions[:, :, None], xl_positions[:, None, :], query.dtype, heads=query.shape[1])
+        return bias * gate.to(query.dtype), None
+
+
 __all__ = [
+    "ALiBiBias",
     "FadingSinusoid",
     "NoPositions",
     "RelativePositionRepresentations",
     "RotaryPositions",
     "WarmStartBlend",
+    "XLALiBiForm",
     "XLPositionForm",
     "XLRelativeForm",
     "XLRotaryForm",
+    "alibi_slopes",
     "directional_bias",
 ]

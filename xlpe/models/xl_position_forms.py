@@ -5,6 +5,7 @@
 * "relative": Shaw et al.'s distances (Eq. 4-5) between XL positions instead of source indices: an additive score
   bias (keys) and a value term, both scaled by XL PE's gate g.
 * "rotary": RoPE angles (Su et al., Eq. 34) of g * XL position instead of the source index.
+* "alibi": ALiBi's linear bias (Press et al., 2022, Sec. 3) of XL distances, -g m_h |pi(i) - pi(j)|, as a score bias.
 
 A form that lives inside the attention is one `XLPositionForm` module (position_modules.py, built as
 `module(config, head_dim)`) and one `XLFormSpec` row here (`register_xl_position_form`): the attention asks its form
@@ -73,11 +74,12 @@ def xl_position_form(name: str) -> XLFormSpec:
     return XL_POSITION_FORMS[name]
 
 
-BUILTIN_XL_POSITION_FORMS = ("absolute", "relative", "rotary")
+BUILTIN_XL_POSITION_FORMS = ("absolute", "relative", "rotary", "alibi")
 for _spec in (
     XLFormSpec("absolute", "X + PE_XL into the XL heads' Q/K/V in the first layer (Eq. 9, HeadXL)"),
     XLFormSpec("relative", "Shaw distances of XL positions, times g", "XLRelativeForm", attribute="xl_relative"),
     XLFormSpec("rotary", "RoPE angles of g * XL position", "XLRotaryForm", attribute="xl_rotary", even_head_dim=True),
+    XLFormSpec("alibi", "ALiBi bias -g m_h |pi(i) - pi(j)| of XL positions", "XLALiBiForm", attribute="xl_alibi"),
 ):
     register_xl_position_form(_spec)
 del _spec
