@@ -65,12 +65,44 @@ ARCHITECTURE_FIELDS = (
 # ---------------------------------------------------------------------------------------------------------
 
 
+# stock architectures a card names by their transformers title (a stock run: `--model_type vanilla`, an OPUS-MT or
+# BART checkpoint fine-tuned without --model_type); another stock model_type is named by its model_type
+STOCK_TITLES = {"marian": "MarianMT", "bart": "BART", "mbart": "mBART", "t5": "T5", "mt5": "mT5", "m2m_100": "M2M100"}
+BUILTIN_PREDICTOR = "the built-in reorder predictor"
+
+
 def family_of(config: PretrainedConfig) -> str:
-    """The registered family name of a config (by model_type), e.g. "xlpe"."""
+    """The registered family name of a config (by model_type), e.g. "xlpe"; a ValueError for a stock model type
+    (`is_stock`)."""
     family = family_of_model_type(config.model_type)
     if family is not None:
         return family.name
     raise ValueError(f"model_type {config.model_type!r} is not an xlpe family; known: {sorted(MODEL_FAMILIES)}")
+
+
+def is_stock(config: PretrainedConfig) -> bool:
+    """Whether the config is of a stock transformers architecture (no xlpe family): its card says so."""
+    return family_of_model_type(config.model_type) is None
+
+
+def stock_title(config: PretrainedConfig) -> str:
+    """The stock architecture's name on the card ("MarianMT", "BART"; else the model_type)."""
+    return STOCK_TITLES.get(config.model_type, config.model_type)
+
+
+def positions_source(config: PretrainedConfig) -> str | None:
+    """What supplies the cross-lingual positions of an XL PE model at test time: the attached reorderer (named by
+    the digest of `config.reorderer_config`, so a different one attached later reads differently) or
+    BUILTIN_PREDICTOR; None for a model without predicted positions. The card records it with the scores
+    (`scored_positions`) and says when the shipped model's differs from the scored one's."""
+    if is_stock(config) or family_of(config) != "xlpe":
+        return None
+    reorderer = getattr(config, "reorderer_config", None)
+    if not reorderer:
+        return BUILTIN_PREDICTOR
+    reorderer = reorderer if isinstance(reorderer, Mapping) else reorderer.to_dict()
+    digest = hashlib.sha256(json.dumps(reorderer, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"the attached reorderer (config sha256:{digest})"
 
 
 def variant_settings(config: PretrainedConfig) -> dict:
@@ -106,6 +138,8 @@ def variant_name(config: PretrainedConfig) -> str | None:
     """The model's position variant in one word, for the Hub tag "<family>-<variant>": what its family's `variant`
     says (`ModelFamily.variant`, e.g. "combination" for XL PE's `xl_strategy`), else the value of the first
     declared `*strategy` field, if any."""
+    if is_stock(config):
+        return None
     family = MODEL_FAMILIES[family_of(config)]
     if family.variant is not None:
         return family.variant_of(config)
@@ -228,7 +262,7 @@ def build_model_card(
     model_or_dir,
     repo_id: str | None = None,
     languages: str | Sequence[str] | None = None,
-    license: str = "apache-2.0",
+    license: str | None = None,
     datasets: str | Sequence[str] | None = None,
     base_model: str | None = None,
     eval_results: Mapping | Sequence[Mapping] | None = None,
@@ -242,13 +276,15 @@ def build_model_card(
     translations_file: str | None = None,
     options: Sequence | None = None,
     pending: Sequence[str] = (),
+    scored_positions: str | None = None,
 ) -> ModelCard:
     """The model card of a trained model (a `PreTrainedModel` or the directory it was saved to).
 
     Args:
         repo_id: Hub id used in the card's code snippets and as the model-index name (default: dir name).
         languages: ISO codes, source first (e.g. ["de", "en"]).
-        license: SPDX-style id of the model's license (mind the training data's terms).
+        license: SPDX-style id of the model's license (mind the training data's terms); None: the card states
+            none (no `license` in the metadata).
         datasets: Hub dataset ids or names of the training data.
         base_model: Hub id of the stock checkpoint this model was upgraded from, if any.
         eval_results: one or more evaluation entries (module docstring; `evaluation_entry`).
@@ -262,40 +298,49 @@ def build_model_card(
         translations_file: the file beside the card with the test translations, linked from the evaluation.
         options: (flag, value) of every option that made the run (`card_facts.recorded_options`).
         pending: evaluation stages whose scores are not in yet ("validation", "test"): the card says so.
+        scored_positions: what supplied the positions when the scores were measured (`positions_source`); when the
+            model's own differs (a reorderer attached since), the card says the scores are not the shipped
+            model's and leaves them out of the model-index.
     An evaluation entry's `sentences` (the sentences scored) is shown in its row; so is a data split's
     `sentences_scored`. For a model directory, its learning check (`learning_check.json`) is read: a model that
     did not learn says so at the top.
     """
 
     config = model_or_dir.config if hasattr(model_or_dir, "config") else AutoConfig.from_pretrained(model_or_dir)
-    family = family_of(config)
+    stock = is_stock(config)
+    family = None if stock else family_of(config)
     variant = variant_name(config)
+    shipped_positions = positions_source(config)
+    stale = scored_positions is not None and shipped_positions is not None and scored_positions != shipped_positions
     languages = _as_list(languages)
     datasets = _as_list(datasets)
     entries = [eval_results] if isinstance(eval_results, Mapping) else list(eval_results or [])
-    name = repo_id or (Path(model_or_dir).name if not hasattr(model_or_dir, "config") else f"{family}-model")
+    name = repo_id or (
+            Path(model_or_dir).name if not hasattr(model_or_dir, "config") else f"{family or config.model_type}-model"
+        )
+    custom_code = bool(getattr(config, "auto_map", None) or getattr(config, "custom_pipelines", None))
     tags = list(
         dict.fromkeys(
             [
                 "translation",
                 "xlpe",
-                family,
+                *([family] if family else []),
                 *([f"{family}-{variant}"] if variant else []),
                 config.model_type,
-                "custom_code",
+                *(["custom_code"] if custom_code or not stock else []),
             ]
         )
     )
     card_data = ModelCardData(
         language=languages,
-        license=license,
+        license=license or None,
         datasets=datasets,
         library_name="transformers",
         pipeline_tag="translation",
         tags=tags,
         base_model=base_model,
         model_name=name,
-        eval_results=_eval_results(entries) or None,
+        eval_results=(None if stale else _eval_results(entries)) or None,
     )
     settings = [
         (key, json.dumps(value)) for key, value in variant_settings(config).items() if key != "reorderer_config"
@@ -316,7 +361,7 @@ def build_model_card(
         for entry in entries
         for metric, value, signature in _metric_items(entry)
     ]
-    family_title = MODEL_FAMILIES[family].title
+    family_title = f"stock {stock_title(config)}" if stock else MODEL_FAMILIES[family].title
     check = None if hasattr(model_or_dir, "config") else learning_check(model_or_dir)
     source_language = languages[0] if languages else None
     placeholder = None
@@ -327,8 +372,20 @@ def build_model_card(
         card_data,
         template_path=str(find_template(template_path)),
         title=name,
-        summary=summary or f"A {languages_text} translation model of the {family_title} family, built with `xlpe`.",
-        family=family,
+        summary=summary
+        or (
+            f"A {languages_text} translation model of the stock {stock_title(config)} architecture (no xlpe position "
+            "encoding), trained with `xlpe`."
+            if stock
+            else f"A {languages_text} translation model of the {family_title} family, built with `xlpe`."
+        ),
+        family=family or "stock",
+        stock_title=stock_title(config) if stock else None,
+        custom_code=custom_code,
+        license=license or None,
+        positions=shipped_positions,
+        attached=shipped_positions not in (None, BUILTIN_PREDICTOR),
+        stale_scores={"scored": scored_positions, "shipped": shipped_positions} if stale else None,
         family_title=family_title,
         model_type=config.model_type,
         variant_text=f"`{variant}`" if variant else "the family's default",
