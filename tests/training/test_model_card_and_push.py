@@ -101,7 +101,8 @@ def test_card_metadata_and_sections(model_dir, eval_entry, tmp_path):
     )
     card.save(tmp_path / "README.md")
     data = ModelCard.load(tmp_path / "README.md").data  # fails loudly on a malformed model-index
-    assert data.language == ["en", "de"] and data.license == "apache-2.0"
+    assert data.language == ["en", "de"] and data.license is None  # none given: none stated
+    assert "license:" not in (tmp_path / "README.md").read_text() and "| License |" not in card.text
     assert data.library_name == "transformers" and data.pipeline_tag == "translation"
     assert data.base_model == "Helsinki-NLP/opus-mt-en-de" and data.datasets == ["bentrevett/multi30k"]
     assert {"xlpe", "xlpe-combination", "xlpe_marian", "translation"} <= set(data.tags)
@@ -199,6 +200,8 @@ def uploaded(model_dir, eval_entry, tmp_path_factory):
                     "de",
                     "--dataset",
                     "bentrevett/multi30k",
+                    "--license",
+                    "apache-2.0",
                     "--eval_results",
                     str(work / "bleu.json"),
                 ]
@@ -242,7 +245,7 @@ def test_pushed_card_metadata(uploaded, eval_entry):
     _, _, received = uploaded
     card = ModelCard.load(received / "README.md")
     data = card.data
-    assert data.language == ["en", "de"] and data.license == "apache-2.0"
+    assert data.language == ["en", "de"] and data.license == "apache-2.0"  # (given to xlpe-push)
     assert data.library_name == "transformers" and data.pipeline_tag == "translation"
     assert {"xlpe", "xlpe-combination"} <= set(data.tags) and data.base_model is None
     assert data.model_name == REPO_ID

@@ -316,8 +316,8 @@ def build_model_card(
     datasets = _as_list(datasets)
     entries = [eval_results] if isinstance(eval_results, Mapping) else list(eval_results or [])
     name = repo_id or (
-            Path(model_or_dir).name if not hasattr(model_or_dir, "config") else f"{family or config.model_type}-model"
-        )
+        Path(model_or_dir).name if not hasattr(model_or_dir, "config") else f"{family or config.model_type}-model"
+    )
     custom_code = bool(getattr(config, "auto_map", None) or getattr(config, "custom_pipelines", None))
     tags = list(
         dict.fromkeys(
@@ -492,6 +492,29 @@ def rerender_for_push(folder, card_kwargs: Mapping, regenerate: bool = False) ->
     return True
 
 
+def rerender_in_place(folder, source_folder=None) -> bool:
+    """Render the card of `folder` again from its record (`xlpe_card.json`, else `source_folder`'s: a model written
+    elsewhere from that one, e.g. `xlpe-reorder attach --output_dir`) and the files now there: the config (an
+    attached reorderer: its section, the positions it supplies, the scores measured before it marked as not the
+    shipped model's), the tokenizer, the learning check. Skipped (False) without a record, or when the README was
+    edited since it was rendered; a translations file the folder does not hold is no longer linked."""
+    folder = Path(folder)
+    record_file = folder / CARD_INPUTS
+    if not record_file.is_file() and source_folder is not None:
+        record_file = Path(source_folder) / CARD_INPUTS
+    if not record_file.is_file():
+        return False
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    readme = folder / "README.md"
+    if readme.is_file() and _digest(readme) != record.get("readme_sha256"):
+        return False
+    card = dict(record["card"])
+    if card.get("translations_file") and not (folder / card["translations_file"]).is_file():
+        card["translations_file"] = None
+    render_recorded_card(folder, card)
+    return True
+
+
 __all__ = [
     "build_model_card",
     "data_sizes",
@@ -501,6 +524,7 @@ __all__ = [
     "render_recorded_card",
     "reorderer_summary",
     "rerender_for_push",
+    "rerender_in_place",
     "validation_entry",
     "variant_settings",
     "write_model_card",
