@@ -253,6 +253,8 @@ def test_every_option_row_is_what_ran_for_an_xlpe_run_a_stock_run_and_after_atta
         saved = json.loads((tmp_path / name / "tokenizer.json").read_text())
         assert saved == json.loads((tmp_path / "prepared/tokenizer/tokenizer.json").read_text())  # (as prepared)
     xl_card, stock_card = (ModelCard.load(tmp_path / name / "README.md") for name in ("xl", "stock"))
+    for card in (xl_card, stock_card):  # the summary table is one table (no blank line splits it)
+        assert "|\n\n|" not in card.text.split("## Position encoding", 1)[0]
     assert xl_card.data.license == "cc-by-4.0" and stock_card.data.license is None  # --license, or none stated
     assert "| License | cc-by-4.0 |" in xl_card.text and "| License |" not in stock_card.text
     # the stock run: a card, naming the stock architecture, with the same facts; xlpe-push finds it
