@@ -25,7 +25,9 @@ from xlpe.training.run import main
 def test_periodic_evaluations_are_counted_in_the_steps_left():
     assert periodic_evaluations(0, 1200, 200, True) == 6
     assert periodic_evaluations(400, 1200, 200, True) == 4  # a resume from step 400
-    assert periodic_evaluations(0, 1199, 200, True) == 5 and periodic_evaluations(0, 1200, 200, False) == 0
+    # 5 at multiples of 200, and one at step 1199, where training ends (transformers evaluates there too)
+    assert periodic_evaluations(0, 1199, 200, True) == 6 and periodic_evaluations(0, 1200, 200, False) == 0
+    assert periodic_evaluations(0, 150, 200, True) == 1 and periodic_evaluations(1100, 1150, 200, True) == 1
 
 
 def test_estimate_splits_the_run_and_names_what_dominates():
