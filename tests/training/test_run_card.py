@@ -219,9 +219,9 @@ def _check_every_option_row(folder, built_optimizer) -> dict:
 
 
 def test_every_option_row_is_what_ran_for_an_xlpe_run_a_stock_run_and_after_attach(tmp_path, monkeypatch, capsys):
-    import xlpe.training.run as run_module
     from huggingface_hub import ModelCard
 
+    import xlpe.training.run as run_module
     from xlpe.cli import reorder
 
     write_multi30k_slice(tmp_path)
