@@ -29,6 +29,7 @@ The evaluation entries and the data sizes the card takes are built here too (`ev
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -375,11 +376,30 @@ def example_from_data(folder: str | Path, data_args=None, reports: Mapping | Non
 # ---------------------------------------------------------------------------------------------------------
 
 
+BUILTIN_PREDICTOR = "the built-in reorder predictor"
+
+
+def positions_source(config) -> str | None:
+    """What supplies the cross-lingual positions of an XL PE model at test time: the attached reorderer (named by
+    the digest of `config.reorderer_config`, so a different one attached later reads differently) or
+    BUILTIN_PREDICTOR; None for a model without predicted positions. The card records it with the scores
+    (`scored_positions`) and says when the shipped model's differs from the scored one's."""
+    from ..models.registry import family_of_model_type
+
+    family = family_of_model_type(config.model_type)
+    if family is None or family.name != "xlpe":
+        return None
+    reorderer = getattr(config, "reorderer_config", None)
+    if not reorderer:
+        return BUILTIN_PREDICTOR
+    reorderer = reorderer if isinstance(reorderer, Mapping) else reorderer.to_dict()
+    digest = hashlib.sha256(json.dumps(reorderer, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"the attached reorderer (config sha256:{digest})"
+
+
 def _scored_positions(folder: Path) -> str | None:
     """What supplied the positions of the model in `folder` now, when the run scores it (`positions_source`)."""
     from transformers import AutoConfig
-
-    from .model_card import positions_source
 
     try:
         return positions_source(AutoConfig.from_pretrained(folder))
@@ -481,6 +501,7 @@ def gather_card(
 
 
 __all__ = [
+    "BUILTIN_PREDICTOR",
     "HELD_OUT_KEY",
     "data_sizes",
     "evaluation_entry",
@@ -491,6 +512,7 @@ __all__ = [
     "first_source_sentence",
     "gather_card",
     "learning_check",
+    "positions_source",
     "read_json",
     "recorded_arguments",
     "recorded_options",

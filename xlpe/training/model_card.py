@@ -38,10 +38,12 @@ from transformers import AutoConfig, PretrainedConfig
 
 from ..models.registry import MODEL_FAMILIES, family_of_model_type
 from .card_facts import (
+    BUILTIN_PREDICTOR,
     HELD_OUT_KEY,
     data_sizes,
     evaluation_entry,
     learning_check,
+    positions_source,
     reorderer_quality,
     validation_entry,
 )
@@ -68,7 +70,6 @@ ARCHITECTURE_FIELDS = (
 # stock architectures a card names by their transformers title (a stock run: `--model_type vanilla`, an OPUS-MT or
 # BART checkpoint fine-tuned without --model_type); another stock model_type is named by its model_type
 STOCK_TITLES = {"marian": "MarianMT", "bart": "BART", "mbart": "mBART", "t5": "T5", "mt5": "mT5", "m2m_100": "M2M100"}
-BUILTIN_PREDICTOR = "the built-in reorder predictor"
 
 
 def family_of(config: PretrainedConfig) -> str:
@@ -88,21 +89,6 @@ def is_stock(config: PretrainedConfig) -> bool:
 def stock_title(config: PretrainedConfig) -> str:
     """The stock architecture's name on the card ("MarianMT", "BART"; else the model_type)."""
     return STOCK_TITLES.get(config.model_type, config.model_type)
-
-
-def positions_source(config: PretrainedConfig) -> str | None:
-    """What supplies the cross-lingual positions of an XL PE model at test time: the attached reorderer (named by
-    the digest of `config.reorderer_config`, so a different one attached later reads differently) or
-    BUILTIN_PREDICTOR; None for a model without predicted positions. The card records it with the scores
-    (`scored_positions`) and says when the shipped model's differs from the scored one's."""
-    if is_stock(config) or family_of(config) != "xlpe":
-        return None
-    reorderer = getattr(config, "reorderer_config", None)
-    if not reorderer:
-        return BUILTIN_PREDICTOR
-    reorderer = reorderer if isinstance(reorderer, Mapping) else reorderer.to_dict()
-    digest = hashlib.sha256(json.dumps(reorderer, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return f"the attached reorderer (config sha256:{digest})"
 
 
 def variant_settings(config: PretrainedConfig) -> dict:
