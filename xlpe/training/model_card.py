@@ -1,6 +1,8 @@
 """Model cards for trained xlpe models: `huggingface_hub.ModelCard` from `hub_cards/model_card_template.md`.
 
-The card's metadata (YAML header) carries what the Hub indexes: `language`, `license`, `datasets`,
+Every model gets one: an xlpe family's, or a stock architecture's (`is_stock`: MarianMT, BART, ... named as such, with
+the same data, training and evaluation facts). The card's metadata (YAML header) carries what the Hub indexes:
+`language`, `license` (only one that was given), `datasets`,
 `library_name: transformers`, `pipeline_tag: translation`, `tags` ("xlpe", the family, the family's variant,
 the model type), `base_model` when a stock checkpoint was upgraded, and `model-index` with one result per
 metric and dataset whose `config` is the sacrebleu signature. The text says what the position encoding is
@@ -8,7 +10,9 @@ metric and dataset whose `config` is the sacrebleu signature. The text says what
 layers, d_model), the data, the training recipe, settings and every recorded option, the standalone reorderer
 when the checkpoint carries one (`config.reorderer_config`: its settings, its Kendall tau when recorded there,
 and its held-out tau beside the source order's, with a plain sentence when it does not beat the source order;
-nothing is made up), the scores with their sacrebleu signatures (validation and test) or that they are pending,
+nothing is made up), what supplies an XL PE model's predicted positions (`card_facts.positions_source`), the
+scores with their sacrebleu signatures (validation and test) or that they are pending, or that they were measured
+with other positions than the shipped model's (a reorderer attached since: `rerender_in_place`),
 and shows how to load the model (`trust_remote_code=True` for the model and the tokenizer, and
 `pipeline("translation", ...)`) on a sentence in the source language. A model whose learning check failed
 (`learning_check.json`) says so at the top.
