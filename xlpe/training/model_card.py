@@ -478,6 +478,8 @@ def rerender_for_push(folder, card_kwargs: Mapping, regenerate: bool = False) ->
     if not (regenerate or untouched or not readme.is_file()):
         return False
     given = {key: value for key, value in dict(card_kwargs).items() if value not in (None, [], (), "")}
+    if "eval_results" in given:  # scores given now replace the run's: they are of the model as it is
+        given["scored_positions"] = None
     render_recorded_card(folder, {**record["card"], **given})
     return True
 
