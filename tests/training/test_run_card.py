@@ -189,7 +189,7 @@ def _table(card: str, header: str) -> dict:
     return rows
 
 
-def _check_every_option_row(folder, built_optimizer) -> dict:
+def _check_every_option_row(folder, built_optimizer, run_folder=None) -> dict:
     """Each row of the card's options table against what ran: the record's value, the input's digest, the
     tokenizer saved with the model, the optimizer the trainer built. Returns the rows."""
     from transformers import AutoTokenizer
@@ -199,7 +199,7 @@ def _check_every_option_row(folder, built_optimizer) -> dict:
 
     card = (folder / "README.md").read_text(encoding="utf-8")
     rows = _table(card, "| option | value |")
-    record = read_record(folder)
+    record = read_record(run_folder or folder)  # (the run's record: a folder attach wrote has none of its own)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     backend = tokenizer.backend_tokenizer
     for flag, value in rows.items():
@@ -283,6 +283,14 @@ def test_every_option_row_is_what_ran_for_an_xlpe_run_a_stock_run_and_after_atta
     assert attached.data.eval_results is None  # (the metadata claims no score of a model that was not scored)
     assert attached.data.license == "cc-by-4.0"
     _check_every_option_row(tmp_path / "xl", built[0])
+    # attached into another folder: the card is rendered there from the model's record (no translations file there)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        argv = ["attach", "--reorderer", "reorderer", "--model", "xl", "--output_dir", "shipped"]
+        assert reorder.main(argv) == 0
+    shipped = (tmp_path / "shipped" / "README.md").read_text(encoding="utf-8")
+    assert "**These scores are not the shipped model's**" in shipped and TRANSLATIONS_FILE not in shipped
+    _check_every_option_row(tmp_path / "shipped", built[0], tmp_path / "xl")
     # pushed: rendered again from the record, the same facts
     assert push.main([str(tmp_path / "xl"), "your-name/xlpe-de-en", "--dry_run"]) == 0
     pushed = (tmp_path / "xl" / "README.md").read_text(encoding="utf-8")
