@@ -101,7 +101,8 @@ def test_card_metadata_and_sections(model_dir, eval_entry, tmp_path):
     )
     card.save(tmp_path / "README.md")
     data = ModelCard.load(tmp_path / "README.md").data  # fails loudly on a malformed model-index
-    assert data.language == ["en", "de"] and data.license == "apache-2.0"
+    assert data.language == ["en", "de"] and data.license is None  # none given: none stated
+    assert "license:" not in (tmp_path / "README.md").read_text() and "| License |" not in card.text
     assert data.library_name == "transformers" and data.pipeline_tag == "translation"
     assert data.base_model == "Helsinki-NLP/opus-mt-en-de" and data.datasets == ["bentrevett/multi30k"]
     assert {"xlpe", "xlpe-combination", "xlpe_marian", "translation"} <= set(data.tags)
@@ -199,6 +200,8 @@ def uploaded(model_dir, eval_entry, tmp_path_factory):
                     "de",
                     "--dataset",
                     "bentrevett/multi30k",
+                    "--license",
+                    "apache-2.0",
                     "--eval_results",
                     str(work / "bleu.json"),
                 ]
@@ -242,7 +245,7 @@ def test_pushed_card_metadata(uploaded, eval_entry):
     _, _, received = uploaded
     card = ModelCard.load(received / "README.md")
     data = card.data
-    assert data.language == ["en", "de"] and data.license == "apache-2.0"
+    assert data.language == ["en", "de"] and data.license == "apache-2.0"  # (given to xlpe-push)
     assert data.library_name == "transformers" and data.pipeline_tag == "translation"
     assert {"xlpe", "xlpe-combination"} <= set(data.tags) and data.base_model is None
     assert data.model_name == REPO_ID
@@ -358,3 +361,25 @@ def test_saved_weights_follow_the_umask(toy_tokenizer, tmp_path):
         os.umask(old)
     modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "model").iterdir()}
     assert modes["model.safetensors"] == 0o644 and modes["config.json"] == 0o644
+
+
+@pytest.mark.parametrize("stock", ["marian", "bart"])
+def test_card_of_a_stock_model_names_its_architecture(stock, tmp_path):
+    """A stock MarianMT (an OPUS-MT checkpoint fine-tuned, `--model_type vanilla`) or BART: a card of the stock
+    architecture, with no xlpe family section, no predicted positions, no license nobody gave."""
+    from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
+
+    sizes = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2)
+    sizes.update(decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, vocab_size=40)
+    sizes.update(max_position_embeddings=64, pad_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    model_class, config_class, title = {
+        "marian": (MarianMTModel, MarianConfig, "MarianMT"),
+        "bart": (BartForConditionalGeneration, BartConfig, "BART"),
+    }[stock]
+    model_class(config_class(**sizes)).save_pretrained(tmp_path)
+    card = build_model_card(tmp_path, repo_id="me/stock", languages=["en", "de"], training={"learning_rate": 1e-3})
+    assert f"| Model family | stock {title} architecture (`model_type: {stock}`)" in card.text
+    assert f"The stock {title} architecture of 🤗 Transformers, unchanged" in card.text
+    assert "HeadXL" not in card.text and "Predicted positions" not in card.text and "| License |" not in card.text
+    assert card.data.license is None and stock in card.data.tags and "xlpe_marian" not in card.data.tags
+    assert "| learning_rate | `0.001` |" in card.text

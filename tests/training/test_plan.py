@@ -18,14 +18,16 @@ from xlpe.training.plan import (
     periodic_evaluations,
     plan_line,
 )
-from xlpe.training.recipes import recipe_settings
+from xlpe.training.recipes import recipe_settings, sized_epochs
 from xlpe.training.run import main
 
 
 def test_periodic_evaluations_are_counted_in_the_steps_left():
     assert periodic_evaluations(0, 1200, 200, True) == 6
     assert periodic_evaluations(400, 1200, 200, True) == 4  # a resume from step 400
-    assert periodic_evaluations(0, 1199, 200, True) == 5 and periodic_evaluations(0, 1200, 200, False) == 0
+    # 5 at multiples of 200, and one at step 1199, where training ends (transformers evaluates there too)
+    assert periodic_evaluations(0, 1199, 200, True) == 6 and periodic_evaluations(0, 1200, 200, False) == 0
+    assert periodic_evaluations(0, 150, 200, True) == 1 and periodic_evaluations(1100, 1150, 200, True) == 1
 
 
 def test_estimate_splits_the_run_and_names_what_dominates():
@@ -142,3 +144,25 @@ def test_the_first_printed_estimate_already_counts_evaluations(tmp_path, capsys,
     assert first, out
     assert "(evaluations estimated from a timed greedy decode at the reference length)" in first[1]
     assert "periodic evaluations" in first[1] and "final evaluation + test" in first[1]
+
+
+def test_the_recipe_line_says_the_epochs_that_will_run():
+    from types import SimpleNamespace
+
+    from xlpe.training.run import sized_recipe_note
+
+    sized = sized_epochs("small", 50_000)
+    assert f"; {sized:g} epochs for 50,000 training pairs" in sized_recipe_note(
+        "small", 50_000, SimpleNamespace(max_steps=-1, num_train_epochs=sized)
+    )
+    given = sized_recipe_note("small", 50_000, SimpleNamespace(max_steps=-1, num_train_epochs=2.0))
+    assert given == f"; 2 epochs as given (the recipe sizes {sized:g} for 50,000 training pairs)"
+    bounded = sized_recipe_note("small", 50_000, SimpleNamespace(max_steps=300, num_train_epochs=sized))
+    assert bounded.startswith("; --max_steps 300 bounds the run") and f"{sized:g} epochs, does not apply" in bounded
+
+
+def test_the_evaluation_at_the_last_step_is_in_the_planned_count(tmp_path, capsys):
+    six_step_run(tmp_path, "--eval_steps", "4", "--eval_subset", "3", "--early_stopping_patience", "0")
+    out = capsys.readouterr().out
+    counts = [(int(n), int(m)) for n, m in re.findall(r"after evaluation (\d+) of (\d+)", out)]
+    assert counts == [(1, 2), (2, 2)], out  # at step 4, and at step 6 where training ends

@@ -170,3 +170,128 @@ def test_describe_optimizer_reads_the_built_optimizer():
     )
     text = describe_optimizer(optimizer)
     assert text.startswith("AdamW (") and "fused=False" in text and "betas=(0.9, 0.98)" in text and "eps=1e-09" in text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every option row of a real run's card is the value that ran: an XL PE run and a stock run, and after attach
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _table(card: str, header: str) -> dict:
+    """{first cell: second cell} of the Markdown table under `header` (backticks stripped)."""
+    body = card.split(header, 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    rows = {}
+    for line in body:
+        if not line.startswith("|"):
+            break
+        name, value = line.strip().strip("|").split(" | ", 1)
+        rows[name.strip().strip("`")] = value.strip().strip("|").strip().strip("`").replace("\\|", "|")
+    return rows
+
+
+def _check_every_option_row(folder, built_optimizer, run_folder=None) -> dict:
+    """Each row of the card's options table against what ran: the record's value, the input's digest, the
+    tokenizer saved with the model, the optimizer the trainer built. Returns the rows."""
+    from transformers import AutoTokenizer
+
+    from xlpe.features.artefacts import read_record
+    from xlpe.training.card_facts import OPTIMIZER_ROW, TOKENIZER_ROW
+
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    rows = _table(card, "| option | value |")
+    record = read_record(run_folder or folder)  # (the run's record: a folder attach wrote has none of its own)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    backend = tokenizer.backend_tokenizer
+    for flag, value in rows.items():
+        if flag == OPTIMIZER_ROW:
+            assert value == f"{describe_optimizer(built_optimizer)} (as the trainer built it)", value
+            inner = getattr(built_optimizer, "optimizer", built_optimizer)  # (inside accelerate's wrapper)
+            assert value.startswith(type(inner).__name__ + " (") and f"fused={inner.defaults['fused']}" in value
+        elif flag == TOKENIZER_ROW:
+            kind = type(backend.model).__name__
+            assert value.startswith(f"{kind}, {backend.get_vocab_size(with_added_tokens=False):,} pieces"), value
+        elif value.startswith("sha256:"):
+            assert value.startswith(f"sha256:{record.inputs[flag][:12]}"), (flag, value)
+        else:
+            assert json.loads(value) == record.options[flag], (flag, value, record.options[flag])
+    assert OPTIMIZER_ROW in rows and TOKENIZER_ROW in rows
+    return rows
+
+
+def test_every_option_row_is_what_ran_for_an_xlpe_run_a_stock_run_and_after_attach(tmp_path, monkeypatch, capsys):
+    from huggingface_hub import ModelCard
+
+    import xlpe.training.run as run_module
+    from xlpe.cli import reorder
+
+    write_multi30k_slice(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    built = []
+
+    def recording(optimizer):
+        built.append(optimizer)
+        return describe_optimizer(optimizer)
+
+    monkeypatch.setattr(run_module, "describe_optimizer", recording)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        argv = ["--source", "train.de", "--target", "train.en", "--validation_source", "dev.de"]
+        argv += ["--validation_target", "dev.en", "--test_source", "test.de", "--test_target", "test.en"]
+        argv += ["--source_lang", "de", "--target_lang", "en", "--tokenizer-vocab-size", "150", "--output", "prepared"]
+        assert prepare.main(argv) == 0
+        # the nominal tokenizer flags a recipe would set: the prepared tokenizer is the one used
+        nominal = ["--tokenizer_model", "bpe", "--tokenizer_vocab_size", "6000", "--max_steps", "2"]
+        xl = ["--prepared_dataset", "prepared", "--output_dir", "xl", *TRAIN, *nominal, "--license", "cc-by-4.0"]
+        assert train.cli(xl) == 0
+        stock = ["--prepared_dataset", "prepared", "--output_dir", "stock", *TRAIN, *nominal]
+        stock[stock.index("xlpe")] = "vanilla"
+        assert train.cli(stock) == 0
+    assert len(built) == 2
+    for name, optimizer in (("xl", built[0]), ("stock", built[1])):
+        rows = _check_every_option_row(tmp_path / name, optimizer)
+        assert "--tokenizer_model" not in rows and "--tokenizer_vocab_size" not in rows
+        saved = json.loads((tmp_path / name / "tokenizer.json").read_text())
+        assert saved == json.loads((tmp_path / "prepared/tokenizer/tokenizer.json").read_text())  # (as prepared)
+    xl_card, stock_card = (ModelCard.load(tmp_path / name / "README.md") for name in ("xl", "stock"))
+    for card in (xl_card, stock_card):  # the summary table is one table (no blank line splits it)
+        assert "|\n\n|" not in card.text.split("## Position encoding", 1)[0]
+    assert xl_card.data.license == "cc-by-4.0" and stock_card.data.license is None  # --license, or none stated
+    assert "| License | cc-by-4.0 |" in xl_card.text and "| License |" not in stock_card.text
+    # the stock run: a card, naming the stock architecture, with the same facts; xlpe-push finds it
+    assert "stock MarianMT architecture (`model_type: marian`)" in stock_card.text
+    assert "xlpe_marian" not in stock_card.data.tags and "HeadXL" not in stock_card.text
+    assert {r.metric_type for r in stock_card.data.eval_results} == {"bleu", "chrf"}
+    assert _table(stock_card.text, "| setting | value |")["steps run"] == "2"
+    capsys.readouterr()
+    assert push.main([str(tmp_path / "stock"), "your-name/marian-de-en", "--dry_run"]) == 0
+    assert json.loads(capsys.readouterr().out)["ready"]
+    # the XL PE run before attach: the built-in predictor supplies the positions, its scores are the model's
+    assert "| Predicted positions | supplied by the built-in reorder predictor |" in xl_card.text
+    assert {r.metric_type for r in xl_card.data.eval_results} == {"bleu", "chrf"}
+    # attach a reorderer (trained on the prepared data, its tokenizer): the card is rendered again
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        argv = ["train", "--prepared", "prepared", "--output_dir", "reorderer", "--epochs", "1"]
+        argv += ["--d-model", "16", "--token-layers", "1", "--word-layers", "1"]
+        assert reorder.main(argv) == 0
+        assert reorder.main(["attach", "--reorderer", "reorderer", "--model", "xl"]) == 0
+    attached = ModelCard.load(tmp_path / "xl" / "README.md")
+    assert "| Predicted positions | supplied by the attached reorderer (config sha256:" in attached.text
+    assert "not the encoder's built-in predictor" in attached.text and "## Test-time reorderer" in attached.text
+    assert "**These scores are not the shipped model's**" in attached.text
+    assert "measured with the built-in reorder predictor supplying the" in attached.text
+    assert attached.data.eval_results is None  # (the metadata claims no score of a model that was not scored)
+    assert attached.data.license == "cc-by-4.0"
+    _check_every_option_row(tmp_path / "xl", built[0])
+    # attached into another folder: the card is rendered there from the model's record (no translations file there)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        argv = ["attach", "--reorderer", "reorderer", "--model", "xl", "--output_dir", "shipped"]
+        assert reorder.main(argv) == 0
+    shipped = (tmp_path / "shipped" / "README.md").read_text(encoding="utf-8")
+    assert "**These scores are not the shipped model's**" in shipped and TRANSLATIONS_FILE not in shipped
+    _check_every_option_row(tmp_path / "shipped", built[0], tmp_path / "xl")
+    # pushed: rendered again from the record, the same facts
+    assert push.main([str(tmp_path / "xl"), "your-name/xlpe-de-en", "--dry_run"]) == 0
+    pushed = (tmp_path / "xl" / "README.md").read_text(encoding="utf-8")
+    assert "**These scores are not the shipped model's**" in pushed and "license: cc-by-4.0" in pushed

@@ -41,7 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     card.add_argument("--regenerate_card", action="store_true")
     card.add_argument("--language", nargs="+", dest="languages", help="ISO codes, source first: de en")
-    card.add_argument("--license", default="apache-2.0")
+    card.add_argument(
+        "--license",
+        help="the model's license on the card (SPDX id, e.g. apache-2.0); default: xlpe-train's --license, else none",
+    )
     card.add_argument("--dataset", nargs="+", dest="datasets", help="training data (Hub ids or names)")
     card.add_argument("--base_model", help="Hub id of the checkpoint the model was initialised from")
     card.add_argument(

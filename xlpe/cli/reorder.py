@@ -638,7 +638,15 @@ def _attach(args, output: Path) -> dict:
         tokenizer.save_pretrained(staging)
         report = copy_training_report(args.reorderer, staging)  # OUTPUT/reorderer/reorderer_training.json
     report = output / report.relative_to(staging) if report else None
-    return {"model": str(output), "reorderer": args.reorderer, "reorderer_report": str(report) if report else None}
+    from ..training.model_card import rerender_in_place
+
+    card = rerender_in_place(output, args.model)  # the card says what supplies the positions now
+    return {
+        "model": str(output),
+        "reorderer": args.reorderer,
+        "reorderer_report": str(report) if report else None,
+        "model_card": str(output / "README.md") if card else None,
+    }
 
 
 def _old_weight_file(name: str) -> bool:

@@ -159,6 +159,11 @@ class DataTrainingArguments:
         "--dataset_name, or the training files' names",
         default=None,
     )
+    license: str | None = _help(
+        "the model's license on its card (an SPDX id such as apache-2.0; mind the training data's terms); "
+        "default: none stated",
+        default=None,
+    )
     train_file: str | None = _help(
         'jsonlines {"translation": {src: ..., tgt: ...}} (optional "alignment")', default=None
     )

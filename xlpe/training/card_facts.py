@@ -29,6 +29,7 @@ The evaluation entries and the data sizes the card takes are built here too (`ev
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -140,11 +141,48 @@ class _Arguments(SimpleNamespace):
         return None
 
 
-def recorded_options(record) -> list[tuple[str, str]]:
+# what the record writes for `--optim` when AdamW ran, fused or not (`reuse.run_record`): it cannot tell them apart
+RECORDED_ADAMW = "adamw_torch"
+TOKENIZER_TRAINED_HERE = ("--tokenizer_model", "--tokenizer_vocab_size")  # read only when no tokenizer was given
+TOKENIZER_ROW = "tokenizer (as saved with the model)"
+OPTIMIZER_ROW = "--optim"
+
+
+def describe_saved_tokenizer(folder: str | Path | None) -> str | None:
+    """The tokenizer saved in `folder`, as the run used it: its sub-word model and vocabulary size from
+    `tokenizer.json` (e.g. "Unigram, 7,530 pieces"; added special tokens counted apart), else its class and
+    sentencepiece files from `tokenizer_config.json`; None when the folder holds no tokenizer."""
+    if folder is None:
+        return None
+    folder = Path(folder)
+    saved = read_json(folder / "tokenizer.json", "the saved tokenizer")
+    config = read_json(folder / "tokenizer_config.json", "the saved tokenizer's config") or {}
+    cls = config.get("tokenizer_class") if isinstance(config, Mapping) else None
+    if isinstance(saved, Mapping) and isinstance(saved.get("model"), Mapping):
+        model = saved["model"]
+        vocab = model.get("vocab")
+        pieces = len(vocab) if isinstance(vocab, (list, dict)) else None
+        added = [t for t in saved.get("added_tokens") or () if isinstance(t, Mapping)]
+        extra = sum(1 for t in added if not (isinstance(vocab, dict) and t.get("content") in vocab))
+        text = str(model.get("type") or "tokenizer") + (f", {pieces:,} pieces" if pieces is not None else "")
+        text += f" + {extra} added tokens" if extra else ""
+        return text + (f" ({cls})" if cls else "")
+    files = sorted(p.name for p in folder.glob("*.spm")) + sorted(p.name for p in folder.glob("*.model"))
+    if cls or files:
+        return " ".join(filter(None, [cls, f"sentencepiece {' + '.join(files)}" if files else None]))
+    return None
+
+
+def recorded_options(record, folder: str | Path | None = None, optimizer: str | None = None) -> list[tuple[str, str]]:
     """(flag, value) of every option the run record holds with a value, then its inputs by digest: the arguments
     that made the run, as the card lists them (transformers' own training arguments where they differ from its
     defaults; output, reporting and speed plumbing left out). An option the run did not use is left out: the
-    sentence batch size of a run on token batches (`--max_tokens`), the epochs of a run bounded by `--max_steps`."""
+    sentence batch size of a run on token batches (`--max_tokens`), the epochs of a run bounded by `--max_steps`,
+    the kind and size of a tokenizer trained here when one was given (`--tokenizer_name`, which a
+    `--prepared_dataset` sets to the tokenizer it was prepared with, or `--model_name_or_path`). Rows that show
+    what ran rather than what was asked: the tokenizer as saved in `folder` (`describe_saved_tokenizer`), and
+    `--optim` as the trainer built it (`optimizer`, `run_card.describe_optimizer`; without it, a recorded AdamW
+    says the record does not tell the fused form from the plain one)."""
     if record is None:
         return []
     from .reuse import NOT_ON_CARD, inherited_defaults
@@ -159,11 +197,27 @@ def recorded_options(record) -> list[tuple[str, str]]:
     unused = {"--per_device_train_batch_size"} if options.get("--max_tokens") else set()
     if isinstance(options.get("--max_steps"), int) and options["--max_steps"] > 0:
         unused.add("--num_train_epochs")
+    given_tokenizer = any(
+        record.options.get(flag) or flag in record.inputs for flag in ("--tokenizer_name", "--model_name_or_path")
+    )
+    if given_tokenizer:
+        unused.update(TOKENIZER_TRAINED_HERE)
+    options.pop(OPTIMIZER_ROW, None)  # (shown as it ran, below)
     rows = [
         (flag, json.dumps(value, ensure_ascii=False))
         for flag, value in sorted(options.items())
         if value is not None and value != [] and flag not in unused
     ]
+    recorded_optim = record.options.get(OPTIMIZER_ROW)
+    if optimizer:
+        rows.append((OPTIMIZER_ROW, f"{optimizer} (as the trainer built it)"))
+    elif recorded_optim == RECORDED_ADAMW:
+        rows.append((OPTIMIZER_ROW, f"{RECORDED_ADAMW} (AdamW, fused or not: the record does not tell)"))
+    elif recorded_optim is not None:
+        rows.append((OPTIMIZER_ROW, json.dumps(recorded_optim)))
+    tokenizer = describe_saved_tokenizer(folder)
+    if tokenizer:
+        rows.append((TOKENIZER_ROW, tokenizer + ("" if given_tokenizer else " (trained by this run)")))
     rows += [(flag, f"sha256:{digest[:12]}… (input)") for flag, digest in sorted(record.inputs.items())]
     return rows
 
@@ -322,6 +376,37 @@ def example_from_data(folder: str | Path, data_args=None, reports: Mapping | Non
 # ---------------------------------------------------------------------------------------------------------
 
 
+BUILTIN_PREDICTOR = "the built-in reorder predictor"
+
+
+def positions_source(config) -> str | None:
+    """What supplies the cross-lingual positions of an XL PE model at test time: the attached reorderer (named by
+    the digest of `config.reorderer_config`, so a different one attached later reads differently) or
+    BUILTIN_PREDICTOR; None for a model without predicted positions. The card records it with the scores
+    (`scored_positions`) and says when the shipped model's differs from the scored one's."""
+    from ..models.registry import family_of_model_type
+
+    family = family_of_model_type(config.model_type)
+    if family is None or family.name != "xlpe":
+        return None
+    reorderer = getattr(config, "reorderer_config", None)
+    if not reorderer:
+        return BUILTIN_PREDICTOR
+    reorderer = reorderer if isinstance(reorderer, Mapping) else reorderer.to_dict()
+    digest = hashlib.sha256(json.dumps(reorderer, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"the attached reorderer (config sha256:{digest})"
+
+
+def _scored_positions(folder: Path) -> str | None:
+    """What supplied the positions of the model in `folder` now, when the run scores it (`positions_source`)."""
+    from transformers import AutoConfig
+
+    try:
+        return positions_source(AutoConfig.from_pretrained(folder))
+    except (OSError, ValueError):
+        return None
+
+
 def _facts_from_folder(folder: Path) -> dict:
     state = read_json(folder / "trainer_state.json", "the trainer state") or {}
     results = read_json(folder / "train_results.json", "the train results") or {}
@@ -402,7 +487,9 @@ def gather_card(
         data=data,
         recipe=recipe,
         training=training_settings(training_args, data_args, facts),
-        options=recorded_options(record),
+        options=recorded_options(record, folder, (facts or {}).get("optimizer")),
+        license=getattr(data_args, "license", None),
+        scored_positions=_scored_positions(folder),
         base_model=base_model,
         preprocessing=preprocessing_text(prepared or report, data_args),
         example_source=example_from_data(folder, data_args, prepared or report),
@@ -414,6 +501,7 @@ def gather_card(
 
 
 __all__ = [
+    "BUILTIN_PREDICTOR",
     "HELD_OUT_KEY",
     "data_sizes",
     "evaluation_entry",
@@ -424,6 +512,7 @@ __all__ = [
     "first_source_sentence",
     "gather_card",
     "learning_check",
+    "positions_source",
     "read_json",
     "recorded_arguments",
     "recorded_options",

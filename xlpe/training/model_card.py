@@ -1,6 +1,8 @@
 """Model cards for trained xlpe models: `huggingface_hub.ModelCard` from `hub_cards/model_card_template.md`.
 
-The card's metadata (YAML header) carries what the Hub indexes: `language`, `license`, `datasets`,
+Every model gets one: an xlpe family's, or a stock architecture's (`is_stock`: MarianMT, BART, ... named as such, with
+the same data, training and evaluation facts). The card's metadata (YAML header) carries what the Hub indexes:
+`language`, `license` (only one that was given), `datasets`,
 `library_name: transformers`, `pipeline_tag: translation`, `tags` ("xlpe", the family, the family's variant,
 the model type), `base_model` when a stock checkpoint was upgraded, and `model-index` with one result per
 metric and dataset whose `config` is the sacrebleu signature. The text says what the position encoding is
@@ -8,7 +10,9 @@ metric and dataset whose `config` is the sacrebleu signature. The text says what
 layers, d_model), the data, the training recipe, settings and every recorded option, the standalone reorderer
 when the checkpoint carries one (`config.reorderer_config`: its settings, its Kendall tau when recorded there,
 and its held-out tau beside the source order's, with a plain sentence when it does not beat the source order;
-nothing is made up), the scores with their sacrebleu signatures (validation and test) or that they are pending,
+nothing is made up), what supplies an XL PE model's predicted positions (`card_facts.positions_source`), the
+scores with their sacrebleu signatures (validation and test) or that they are pending, or that they were measured
+with other positions than the shipped model's (a reorderer attached since: `rerender_in_place`),
 and shows how to load the model (`trust_remote_code=True` for the model and the tokenizer, and
 `pipeline("translation", ...)`) on a sentence in the source language. A model whose learning check failed
 (`learning_check.json`) says so at the top.
@@ -38,10 +42,12 @@ from transformers import AutoConfig, PretrainedConfig
 
 from ..models.registry import MODEL_FAMILIES, family_of_model_type
 from .card_facts import (
+    BUILTIN_PREDICTOR,
     HELD_OUT_KEY,
     data_sizes,
     evaluation_entry,
     learning_check,
+    positions_source,
     reorderer_quality,
     validation_entry,
 )
@@ -65,12 +71,28 @@ ARCHITECTURE_FIELDS = (
 # ---------------------------------------------------------------------------------------------------------
 
 
+# stock architectures a card names by their transformers title (a stock run: `--model_type vanilla`, an OPUS-MT or
+# BART checkpoint fine-tuned without --model_type); another stock model_type is named by its model_type
+STOCK_TITLES = {"marian": "MarianMT", "bart": "BART", "mbart": "mBART", "t5": "T5", "mt5": "mT5", "m2m_100": "M2M100"}
+
+
 def family_of(config: PretrainedConfig) -> str:
-    """The registered family name of a config (by model_type), e.g. "xlpe"."""
+    """The registered family name of a config (by model_type), e.g. "xlpe"; a ValueError for a stock model type
+    (`is_stock`)."""
     family = family_of_model_type(config.model_type)
     if family is not None:
         return family.name
     raise ValueError(f"model_type {config.model_type!r} is not an xlpe family; known: {sorted(MODEL_FAMILIES)}")
+
+
+def is_stock(config: PretrainedConfig) -> bool:
+    """Whether the config is of a stock transformers architecture (no xlpe family): its card says so."""
+    return family_of_model_type(config.model_type) is None
+
+
+def stock_title(config: PretrainedConfig) -> str:
+    """The stock architecture's name on the card ("MarianMT", "BART"; else the model_type)."""
+    return STOCK_TITLES.get(config.model_type, config.model_type)
 
 
 def variant_settings(config: PretrainedConfig) -> dict:
@@ -106,6 +128,8 @@ def variant_name(config: PretrainedConfig) -> str | None:
     """The model's position variant in one word, for the Hub tag "<family>-<variant>": what its family's `variant`
     says (`ModelFamily.variant`, e.g. "combination" for XL PE's `xl_strategy`), else the value of the first
     declared `*strategy` field, if any."""
+    if is_stock(config):
+        return None
     family = MODEL_FAMILIES[family_of(config)]
     if family.variant is not None:
         return family.variant_of(config)
@@ -228,7 +252,7 @@ def build_model_card(
     model_or_dir,
     repo_id: str | None = None,
     languages: str | Sequence[str] | None = None,
-    license: str = "apache-2.0",
+    license: str | None = None,
     datasets: str | Sequence[str] | None = None,
     base_model: str | None = None,
     eval_results: Mapping | Sequence[Mapping] | None = None,
@@ -242,13 +266,15 @@ def build_model_card(
     translations_file: str | None = None,
     options: Sequence | None = None,
     pending: Sequence[str] = (),
+    scored_positions: str | None = None,
 ) -> ModelCard:
     """The model card of a trained model (a `PreTrainedModel` or the directory it was saved to).
 
     Args:
         repo_id: Hub id used in the card's code snippets and as the model-index name (default: dir name).
         languages: ISO codes, source first (e.g. ["de", "en"]).
-        license: SPDX-style id of the model's license (mind the training data's terms).
+        license: SPDX-style id of the model's license (mind the training data's terms); None: the card states
+            none (no `license` in the metadata).
         datasets: Hub dataset ids or names of the training data.
         base_model: Hub id of the stock checkpoint this model was upgraded from, if any.
         eval_results: one or more evaluation entries (module docstring; `evaluation_entry`).
@@ -262,40 +288,49 @@ def build_model_card(
         translations_file: the file beside the card with the test translations, linked from the evaluation.
         options: (flag, value) of every option that made the run (`card_facts.recorded_options`).
         pending: evaluation stages whose scores are not in yet ("validation", "test"): the card says so.
+        scored_positions: what supplied the positions when the scores were measured (`positions_source`); when the
+            model's own differs (a reorderer attached since), the card says the scores are not the shipped
+            model's and leaves them out of the model-index.
     An evaluation entry's `sentences` (the sentences scored) is shown in its row; so is a data split's
     `sentences_scored`. For a model directory, its learning check (`learning_check.json`) is read: a model that
     did not learn says so at the top.
     """
 
     config = model_or_dir.config if hasattr(model_or_dir, "config") else AutoConfig.from_pretrained(model_or_dir)
-    family = family_of(config)
+    stock = is_stock(config)
+    family = None if stock else family_of(config)
     variant = variant_name(config)
+    shipped_positions = positions_source(config)
+    stale = scored_positions is not None and shipped_positions is not None and scored_positions != shipped_positions
     languages = _as_list(languages)
     datasets = _as_list(datasets)
     entries = [eval_results] if isinstance(eval_results, Mapping) else list(eval_results or [])
-    name = repo_id or (Path(model_or_dir).name if not hasattr(model_or_dir, "config") else f"{family}-model")
+    name = repo_id or (
+        Path(model_or_dir).name if not hasattr(model_or_dir, "config") else f"{family or config.model_type}-model"
+    )
+    custom_code = bool(getattr(config, "auto_map", None) or getattr(config, "custom_pipelines", None))
     tags = list(
         dict.fromkeys(
             [
                 "translation",
                 "xlpe",
-                family,
+                *([family] if family else []),
                 *([f"{family}-{variant}"] if variant else []),
                 config.model_type,
-                "custom_code",
+                *(["custom_code"] if custom_code or not stock else []),
             ]
         )
     )
     card_data = ModelCardData(
         language=languages,
-        license=license,
+        license=license or None,
         datasets=datasets,
         library_name="transformers",
         pipeline_tag="translation",
         tags=tags,
         base_model=base_model,
         model_name=name,
-        eval_results=_eval_results(entries) or None,
+        eval_results=(None if stale else _eval_results(entries)) or None,
     )
     settings = [
         (key, json.dumps(value)) for key, value in variant_settings(config).items() if key != "reorderer_config"
@@ -316,7 +351,7 @@ def build_model_card(
         for entry in entries
         for metric, value, signature in _metric_items(entry)
     ]
-    family_title = MODEL_FAMILIES[family].title
+    family_title = f"stock {stock_title(config)}" if stock else MODEL_FAMILIES[family].title
     check = None if hasattr(model_or_dir, "config") else learning_check(model_or_dir)
     source_language = languages[0] if languages else None
     placeholder = None
@@ -327,8 +362,20 @@ def build_model_card(
         card_data,
         template_path=str(find_template(template_path)),
         title=name,
-        summary=summary or f"A {languages_text} translation model of the {family_title} family, built with `xlpe`.",
-        family=family,
+        summary=summary
+        or (
+            f"A {languages_text} translation model of the stock {stock_title(config)} architecture (no xlpe position "
+            "encoding), trained with `xlpe`."
+            if stock
+            else f"A {languages_text} translation model of the {family_title} family, built with `xlpe`."
+        ),
+        family=family or "stock",
+        stock_title=stock_title(config) if stock else None,
+        custom_code=custom_code,
+        license=license or None,
+        positions=shipped_positions,
+        attached=shipped_positions not in (None, BUILTIN_PREDICTOR),
+        stale_scores={"scored": scored_positions, "shipped": shipped_positions} if stale else None,
         family_title=family_title,
         model_type=config.model_type,
         variant_text=f"`{variant}`" if variant else "the family's default",
@@ -431,7 +478,32 @@ def rerender_for_push(folder, card_kwargs: Mapping, regenerate: bool = False) ->
     if not (regenerate or untouched or not readme.is_file()):
         return False
     given = {key: value for key, value in dict(card_kwargs).items() if value not in (None, [], (), "")}
+    if "eval_results" in given:  # scores given now replace the run's: they are of the model as it is
+        given["scored_positions"] = None
     render_recorded_card(folder, {**record["card"], **given})
+    return True
+
+
+def rerender_in_place(folder, source_folder=None) -> bool:
+    """Render the card of `folder` again from its record (`xlpe_card.json`, else `source_folder`'s: a model written
+    elsewhere from that one, e.g. `xlpe-reorder attach --output_dir`) and the files now there: the config (an
+    attached reorderer: its section, the positions it supplies, the scores measured before it marked as not the
+    shipped model's), the tokenizer, the learning check. Skipped (False) without a record, or when the README was
+    edited since it was rendered; a translations file the folder does not hold is no longer linked."""
+    folder = Path(folder)
+    record_file = folder / CARD_INPUTS
+    if not record_file.is_file() and source_folder is not None:
+        record_file = Path(source_folder) / CARD_INPUTS
+    if not record_file.is_file():
+        return False
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    readme = folder / "README.md"
+    if readme.is_file() and _digest(readme) != record.get("readme_sha256"):
+        return False
+    card = dict(record["card"])
+    if card.get("translations_file") and not (folder / card["translations_file"]).is_file():
+        card["translations_file"] = None
+    render_recorded_card(folder, card)
     return True
 
 
@@ -444,6 +516,7 @@ __all__ = [
     "render_recorded_card",
     "reorderer_summary",
     "rerender_for_push",
+    "rerender_in_place",
     "validation_entry",
     "variant_settings",
     "write_model_card",

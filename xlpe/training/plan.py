@@ -42,10 +42,11 @@ def beam_factor(beams: int | None) -> float:
 
 
 def periodic_evaluations(start_step: int, max_steps: int, eval_steps: int | None, evaluating: bool) -> int:
-    """How many periodic evaluations fall in steps (start_step, max_steps] (every `eval_steps` steps)."""
+    """How many periodic evaluations fall in steps (start_step, max_steps]: every `eval_steps` steps, and at the
+    last step when it is not one of those (transformers' `DefaultFlowCallback` evaluates at the end of training)."""
     if not evaluating or not eval_steps or max_steps <= start_step:
         return 0
-    return max_steps // eval_steps - start_step // eval_steps
+    return max_steps // eval_steps - start_step // eval_steps + (1 if max_steps % eval_steps else 0)
 
 
 @dataclass

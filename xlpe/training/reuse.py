@@ -114,7 +114,7 @@ RESUME_MAY_CHANGE: dict[str, tuple[str, ...]] = {
         """output_dir overwrite_output_dir resume_from_checkpoint logging_strategy logging_steps logging_first_step
         logging_nan_inf_filter log_on_each_node log_level log_level_replica disable_tqdm report_to run_name
         project trackio_space_id trackio_bucket_id trackio_static_space_id skip_memory_metrics push_to_hub
-        hub_model_id hub_strategy hub_private_repo hub_always_push hub_revision hub_token token dataset_label
+        hub_model_id hub_strategy hub_private_repo hub_always_push hub_revision hub_token token dataset_label license
         num_translation_examples""".split()
     ),
     # how long: a resume extends (or shortens) the run; the steps done are what they were

@@ -527,7 +527,7 @@ def apply_recipe(run: RunConfig, splits: dict, checkpoint: str | None) -> RunCon
         print(
             f"xlpe-train: recipe {name} ({reason})"
             + ("" if with_validation else ", without periodic evaluation and early stopping (no validation split)")
-            + sized_recipe_note(name, pairs)
+            + sized_recipe_note(name, pairs, training_args)
             + "; explicit arguments override it",
             flush=True,
         )
@@ -539,12 +539,21 @@ def apply_recipe(run: RunConfig, splits: dict, checkpoint: str | None) -> RunCon
     return run
 
 
-def sized_recipe_note(name: str, pairs: int | None) -> str:
-    """What the training-set size changed in recipe `name` (recipes.sized_epochs), as a clause."""
+def sized_recipe_note(name: str, pairs: int | None, training_args=None) -> str:
+    """What the training-set size changed in recipe `name` (recipes.sized_epochs), as a clause, with the epochs
+    that will run (`training_args`, the arguments in force): a given --num_train_epochs or --max_steps over the
+    recipe's sizing is said as such."""
     if name not in SIZED_RECIPES or pairs is None:
         return ""
+    sized = sized_epochs(name, pairs)
+    max_steps = getattr(training_args, "max_steps", -1) or -1
+    epochs = getattr(training_args, "num_train_epochs", sized)
+    if max_steps > 0:
+        return f"; --max_steps {max_steps} bounds the run (the recipe's sizing, {sized:g} epochs, does not apply)"
+    if epochs is not None and float(epochs) != sized:
+        return f"; {float(epochs):g} epochs as given (the recipe sizes {sized:g} for {pairs:,} training pairs)"
     return (
-        f"; {sized_epochs(name, pairs):g} epochs for {pairs:,} training pairs (about {SIZED_RECIPES[name][0]:,} "
+        f"; {sized:g} epochs for {pairs:,} training pairs (about {SIZED_RECIPES[name][0]:,} "
         "sentences seen, the fewer the pairs the more passes)"
     )
 

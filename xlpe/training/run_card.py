@@ -146,9 +146,11 @@ def training_settings(training_args, data_args, facts: Mapping) -> dict:
         value = getattr(training_args, name, None)
         if value is not None and (value not in ("", 0) or name in ("learning_rate", "seed")):
             settings[name] = getattr(value, "value", value)
-    settings["optimizer"] = facts.get("optimizer") or getattr(
-        getattr(training_args, "optim", None), "value", getattr(training_args, "optim", None)
-    )
+    optim = getattr(training_args, "optim", None)
+    optim = getattr(optim, "value", optim)
+    if not facts.get("optimizer") and optim in ("adamw_torch", "adamw_torch_fused"):  # (the record writes the first)
+        optim = "AdamW (fused or not: not recorded)"
+    settings["optimizer"] = facts.get("optimizer") or optim
     settings["precision"] = _precision(training_args)
     if facts.get("device"):
         settings["device"] = facts["device"]
