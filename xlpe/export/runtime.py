@@ -28,7 +28,7 @@ never copied: `IndirectCache` keeps one buffer per self-attention cache that the
 as both its input and its output), and follows the rows `search` names in the beams' history alone
 (step_caches.py). With the "appended" one, beam search reorders the self-attention cache by those rows, in the same
 copy that appends the step graph's new keys and values to it (`reordered_cache`). The search's log_softmax over
-each step's scores runs in a one-node onnxruntime graph (`log_softmax_session`).
+each step's scores runs in a one-node onnxruntime graph (`log_softmax_session`, small_graphs.py).
 Raw-text batches follow `XLPETranslationPipeline`: whitespace-normalised lines, sources cut at the model's
 position limit (the tokenizer's `model_max_length` is set to it), and the length rule of
 xlpe/models/length_rule.py: when neither `max_new_tokens` nor `max_length` is given, each sentence gets at most
@@ -46,11 +46,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .exporter import int8_name
-from .graphs import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout
+from .layout import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout, int8_name
 from .manifest import export_facts, read_manifest, verify_files
 from .search import SearchSettings, search
-from .step_caches import indirect_attention_available
+from .small_graphs import indirect_attention_available, log_softmax_session
 from .streams import check_streams, threads_per_stream
 
 PRECISIONS = ("fp32", "int8")
@@ -74,29 +73,6 @@ def session_options(threads: int | None, spin_wait: bool = True):
     if not spin_wait:  # idle threads sleep instead of spinning: much faster on a machine shared with other work
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
-
-
-def log_softmax_session(options):
-    """onnxruntime's LogSoftmax over the last axis of float32 [rows, vocab] scores, as `search`'s `normalize`: a
-    one-node graph built here (no file), run with the given session options. On one beam step's scores
-    (64 hypotheses x 8,000 tokens, one thread) it takes ~0.6 ms against numpy's ~2.1 ms (vectorised exp); it is the
-    search's one pass over a step's whole scores (search.py, `SearchSettings.beam_log_probs`)."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["rows", "vocab"])
-    log_probs = helper.make_tensor_value_info("log_probs", TensorProto.FLOAT, ["rows", "vocab"])
-    node = helper.make_node("LogSoftmax", ["scores"], ["log_probs"], axis=-1)
-    model = helper.make_model(
-        helper.make_graph([node], "log_softmax", [scores], [log_probs]), opset_imports=[helper.make_opsetid("", 13)]
-    )
-    model.ir_version = 8  # any onnxruntime the package accepts reads it
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-    def normalize(values: np.ndarray) -> np.ndarray:
-        return session.run(None, {"scores": values})[0]
-
-    return normalize
 
 
 def reordered_cache(past: np.ndarray, new: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
