@@ -40,6 +40,7 @@ row's budget, as `LengthBudgetLogitsProcessor` does in PyTorch), so a translatio
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from pathlib import Path
@@ -51,10 +52,21 @@ from .manifest import export_facts, read_manifest, verify_files
 from .search import SearchSettings, search
 from .small_graphs import indirect_attention_available, log_softmax_session
 from .streams import check_streams, threads_per_stream
+from .tokenizer_file import load_tokenizer
 
 PRECISIONS = ("fp32", "int8")
 INITIAL_CACHE_CAPACITY = 64  # the indirect cache: positions a self-attention buffer holds before it first doubles
 logger = logging.getLogger(__name__)
+# the one front end that needs PyTorch (module docstring); every other export translates with onnxruntime, tokenizers
+# and numpy alone (docs/deployment.md, "Serving without PyTorch")
+NEEDS_TORCH = "an attached standalone reorderer decodes its positions in PyTorch (BTG chart: no ONNX form)"
+
+
+def torch_installed() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -171,7 +183,6 @@ class OnnxTranslator:
         streams: int = 1,
     ):
         import onnxruntime as ort
-        from transformers import AutoTokenizer
 
         from ..evaluation.model_loading import check_padding_side
 
@@ -183,7 +194,7 @@ class OnnxTranslator:
         self.manifest = read_manifest(self.directory)
         if precision == "int8" and not self.manifest.get("int8_graphs"):
             raise ValueError(f"precision='int8': {self.directory} has no int8 graphs (export with --quantize int8)")
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
+        self.tokenizer = load_tokenizer(self.directory)
         check_padding_side(self.tokenizer, str(self.directory))
         if verify:
             verify_files(self.directory, self.manifest, self.tokenizer)
@@ -192,6 +203,8 @@ class OnnxTranslator:
         if self.position_limit:  # the model's limit, not a smaller tokenizer's
             self.tokenizer.model_max_length = self.source_limit()
         self.layout = GraphLayout(**self.manifest["layout"])
+        if self.layout.reorder_positions and not torch_installed():
+            raise ValueError(f"{self.directory}: {NEEDS_TORCH}, which is not installed: pip install xlpe")
         if self.layout.indirect_cache and not indirect_attention_available():
             raise ValueError(
                 f"{self.directory}: an export with the indirect self-attention cache needs an onnxruntime whose CPU "
@@ -268,13 +281,11 @@ class OnnxTranslator:
             "attention_mask": encoded["attention_mask"].astype(np.int64),
         }
         if self.layout.source_tags:
-            inputs["pos_tag_ids"] = self.tagger().token_tag_ids(list(texts), encoded).numpy()
+            inputs["pos_tag_ids"] = np.array(self.tagger().token_tag_rows(list(texts), encoded), dtype=np.int64)
         return inputs
 
     def source_inputs(self, input_ids, attention_mask, pos_tag_ids=None, reorder_positions=None) -> dict:
         """The encoder graph's feeds; `reorder_positions` of an attached reorderer are decoded here when not given."""
-        import torch
-
         feeds = {
             "input_ids": np.asarray(input_ids, dtype=np.int64),
             "attention_mask": np.asarray(attention_mask, dtype=np.int64),
@@ -287,6 +298,8 @@ class OnnxTranslator:
             feeds["pos_tag_ids"] = np.asarray(pos_tag_ids, dtype=np.int64)
         if self.layout.reorder_positions:
             if reorder_positions is None:
+                import torch
+
                 with torch.no_grad():
                     reorder_positions = (
                         self.reorderer()
