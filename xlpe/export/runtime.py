@@ -427,7 +427,7 @@ class OnnxTranslator:
     def translate(self, texts: list[str], **generate_kwargs) -> list[str]:
         """Translations of raw `texts` (one batch; pipeline conventions, module docstring); a warning counts the
         sources cut at the model's limit and the translations that reached their length budget or cap."""
-        from ..models.length_rule import limit_warnings
+        from ..models.length_limits import limit_warnings
 
         translations, too_long, at_limit = self.translate_with_report(texts, **generate_kwargs)
         numbered = ([i + 1 for i in too_long], [i + 1 for i in at_limit])
@@ -438,7 +438,7 @@ class OnnxTranslator:
     def translate_with_report(self, texts: list[str], **generate_kwargs) -> tuple[list[str], list[int], list[int]]:
         """(translations of raw `texts`, indices of the texts longer than the model's limit (cut to it), indices of
         the translations that reached their length budget or cap): `translate` without the warnings."""
-        from ..models.length_rule import explicit_length, generated_lengths, length_budgets, reached_limit
+        from ..models.length_limits import explicit_length, generated_lengths, length_budgets, reached_limit
 
         if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
             raise ValueError(f"texts must be a list of strings, got {type(texts).__name__}")
