@@ -265,9 +265,12 @@ class OnnxTranslator:
             from ..models.pos_tagging_hub import RawTextTagger
 
             spec = self.manifest["front_end"]["source_tagger"]
-            self._tagger = RawTextTagger(
-                spec["pos_tagger"], spec["pos_tags"], spec.get("nltk_data"), model_dir=str(self.directory)
-            )
+            try:
+                self._tagger = RawTextTagger(
+                    spec["pos_tagger"], spec["pos_tags"], spec.get("nltk_data"), model_dir=str(self.directory)
+                )
+            except ImportError as error:  # its package (nltk, jieba, spaCy) is missing: one line naming it
+                raise ValueError(f"{self.directory}: the source POS tagger {spec['pos_tagger']!r}: {error}") from None
         return self._tagger
 
     def encode_text(self, texts: list[str]) -> dict:
