@@ -30,8 +30,8 @@ import shutil
 from pathlib import Path
 
 from ..models.registry import MODEL_FAMILIES
+from .graph_names import int8_name
 from .graphs import DEFAULT_OPSET, GRAPH_FILES, export_graphs, graph_layout
-from .layout import int8_name
 from .manifest import (
     FORMAT,
     FORMAT_VERSION,

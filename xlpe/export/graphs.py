@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .layout import (  # noqa: F401  (the graphs' names and layout: re-exported)
+from .graph_names import (  # noqa: F401  (the graphs' names and layout: re-exported)
     DECODER_FILE,
     DECODER_WITH_PAST_FILE,
     DEFAULT_OPSET,

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .layout import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout, int8_name
+from .graph_names import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout, int8_name
 from .manifest import export_facts, read_manifest, verify_files
 from .search import SearchSettings, search
 from .small_graphs import indirect_attention_available, log_softmax_session
