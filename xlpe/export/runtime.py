@@ -14,7 +14,8 @@ the manifest itself gives only the graph layout and the front end's file names, 
 
 The front end (what runs outside the graphs), reused from the model package rather than copied:
 
-* the tokenizer saved beside the graphs (right padding, as the models expect);
+* the tokenizer saved beside the graphs (right padding, as the models expect), read with the `tokenizers` library
+  (tokenizer_file.py; transformers' `AutoTokenizer` for a tokenizer with code of its own, e.g. OPUS-MT's);
 * source POS tags (XL PE + POS, DPE + POS, mvPE+POS on the encoder side): `RawTextTagger` of
   `xlpe/models/pos_tagging_hub.py` with the model's tagger (a trained "perceptron:" tagger travels in the
   export; NLTK's English tagger needs its data installed, as for the PyTorch model);
@@ -22,7 +23,9 @@ The front end (what runs outside the graphs), reused from the model package rath
   (`XLPEReordererModel.predict_positions`, the code the PyTorch model calls): the chart is a Python loop over
   span lengths that has no efficient ONNX form. XL PE's built-in predictor runs inside the encoder graph.
 
-Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs. The
+Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs, and
+only the attached reorderer needs torch (`NEEDS_TORCH`, refused in one line where it is not installed): nothing
+here imports torch or transformers otherwise (docs/deployment.md, "Serving without PyTorch"). The
 cache lives in numpy between steps. The "indirect" self-attention cache (`GraphLayout.self_attention_cache`) is
 never copied: `IndirectCache` keeps one buffer per self-attention cache that the step graph writes in place (bound
 as both its input and its output), and follows the rows `search` names in the beams' history alone
