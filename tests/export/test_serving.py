@@ -1,8 +1,9 @@
 """Serving without PyTorch (docs/deployment.md): `xlpe-export --translate` of an export, in a process where importing
-torch or transformers fails, gives the lines the normal process gives, and imports neither; an export whose front end
-needs PyTorch (an attached reorderer) is refused in one line. The export's tokenizer read with `tokenizers` alone
-(`TokenizerFile`) gives transformers' ids, padding, truncation, decoded text and fingerprint; the runtime's two
-one-node graphs, kept as bytes, are what `onnx.helper` builds."""
+torch, transformers or onnx fails, gives the lines the normal process gives and imports none of them; an export whose
+front end needs PyTorch (an attached reorderer) is refused in one line. The export's tokenizer read with `tokenizers`
+alone (`TokenizerFile`) gives transformers' ids, padding, truncation, decoded text and fingerprint; the generation
+config reads as `GenerationConfig` reads it; the runtime's two one-node graphs, kept as bytes, are what `onnx.helper`
+builds."""
 
 from __future__ import annotations
 
@@ -20,17 +21,17 @@ from test_export import tiny_reorderer  # noqa: E402
 
 from xlpe.export.exporter import export_directory  # noqa: E402
 
-# run in the child before anything else: every import of torch or transformers (or their submodules) fails
+# run in the child before anything else: every import of torch, transformers or onnx (or their submodules) fails
 BLOCKER = """
 import importlib.abc, sys
 class Blocked(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in ("torch", "transformers"):
+        if name.partition(".")[0] in ("torch", "transformers", "onnx"):
             raise ImportError(f"{name} is blocked (serving without PyTorch)")
 sys.meta_path.insert(0, Blocked())
 from xlpe.cli.export import main
 status = main(sys.argv[1:])
-loaded = sorted({name.partition(".")[0] for name in sys.modules} & {"torch", "transformers"})
+loaded = sorted({name.partition(".")[0] for name in sys.modules} & {"torch", "transformers", "onnx"})
 print("LOADED", ",".join(loaded), file=sys.stderr)
 sys.exit(status)
 """
@@ -79,7 +80,7 @@ def test_translate_without_torch_or_transformers_gives_the_normal_lines(exports,
         result = blocked_translate(exports["builtin"], source, *flags)
         assert result.returncode == 0, result.stderr
         assert result.stdout == expected
-        assert "LOADED \n" in result.stderr, result.stderr  # neither torch nor transformers was imported
+        assert "LOADED \n" in result.stderr, result.stderr  # none of them was imported
 
 
 def test_an_attached_reorderer_without_torch_is_one_line(exports, tmp_path):
