@@ -21,7 +21,9 @@ names the first file that differs (and what differs in it), then the graph layou
 difference is one line, exit status 2, as every refusal of this command.
 
 Each mode takes its own flags (`MODE_FLAGS`, docs/command_line.md); a flag of another mode is a usage error naming
-the flag and the mode, not silently ignored. Without onnx/onnxruntime: one line naming `pip install "xlpe[onnx]"`.
+the flag and the mode, not silently ignored. Without onnx/onnxruntime: one line naming `pip install "xlpe[onnx]"`
+(`--translate` of an ONNX export needs onnxruntime, tokenizers and numpy alone: no torch, no transformers, except
+the one front end `xlpe.export.runtime.NEEDS_TORCH` names; docs/deployment.md, "Serving without PyTorch").
 """
 
 from __future__ import annotations
@@ -186,9 +188,9 @@ def check_mode_flags(args) -> None:
             setattr(args, name, value)
 
 
-def missing_onnx() -> str | None:
-    """The first of onnx, onnxruntime that cannot be imported, or None."""
-    for name in ONNX_PACKAGES:
+def missing_onnx(packages: tuple[str, ...] = ONNX_PACKAGES) -> str | None:
+    """The first of `packages` (onnx, onnxruntime) that cannot be imported, or None."""
+    for name in packages:
         try:
             if importlib.util.find_spec(name) is None:
                 return name
@@ -227,18 +229,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.format == "ctranslate2" and args.int8_scheme is not None:
             raise CommandLineError("--int8_scheme applies to ONNX exports (CTranslate2 quantizes its own way)")
-        missing = None if ctranslate2 else missing_onnx()
+        # translating needs onnxruntime alone (docs/deployment.md, "Serving without PyTorch"); exporting needs onnx too
+        missing = None if ctranslate2 else missing_onnx(("onnxruntime",) if args.translate else ONNX_PACKAGES)
         if missing is not None:
-            raise CommandLineError(
-                f'{missing} is not installed: xlpe-export needs onnx and onnxruntime: pip install "xlpe[onnx]"'
-            )
+            needs = "onnxruntime" if args.translate else "onnx and onnxruntime"
+            raise CommandLineError(f'{missing} is not installed: xlpe-export needs {needs}: pip install "xlpe[onnx]"')
         if args.model is not None:
             check_model_path(args.model, "--model")
         for flag in ("verify", "translate"):
             path = getattr(args, flag)
             if path is not None:
                 check_model_path(path, f"--{flag}")
-        from ..features.tokenization import check_tokenizer_files  # a cut-short tokenizer.json: file and line
+        from ..features.tokenizer_files import check_tokenizer_files  # a cut-short tokenizer.json: file and line
 
         for flag in ("model", "verify", "translate"):
             if getattr(args, flag) is not None:

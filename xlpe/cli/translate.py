@@ -125,7 +125,7 @@ def over_limit_lines(translator, words: list[str]) -> tuple[int, list[int]]:
 def limit_warnings(prog: str, limit: int, too_long: list[int], at_limit: list[int], total: int) -> list[str]:
     """The warnings of one translated file (`xlpe-translate`, `xlpe-export --translate`): `length_rule.limit_warnings`
     as `<prog>: warning: ...` lines."""
-    from ..models.length_rule import limit_warnings as warnings
+    from ..models.length_limits import limit_warnings as warnings
 
     return [f"{prog}: warning: {text}" for text in warnings(limit, too_long, at_limit, total)]
 

@@ -59,8 +59,6 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..features.predicted_reordering import tokenizer_fingerprint as vocabulary_fingerprint
-
 FINGERPRINT_FIELD = "tokenizer_fingerprint"
 VERSION_FIELD = "tokenizer_fingerprint_version"
 PARTS_FIELD = "tokenizer_fingerprint_parts"
@@ -70,6 +68,14 @@ BACKEND_PARTS = ("normalizer", "pre_tokenizer", "model", "post_processor", "adde
 SLOW_OPTIONS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "legacy")
 SLOW_OPTIONS += ("add_bos_token", "add_eos_token", "separate_vocabs", "source_lang", "target_lang")
 LITERAL_PARTS = ("split_special_tokens", "padding_side", "truncation_side")  # recorded as themselves
+
+
+def vocabulary_fingerprint(tokenizer) -> str:
+    """The version-1 fingerprint (`xlpe.features.predicted_reordering.tokenizer_fingerprint`), imported on use: that
+    module needs torch, and this one is imported where only onnxruntime is installed (`xlpe.export.runtime`)."""
+    from ..features.predicted_reordering import tokenizer_fingerprint
+
+    return tokenizer_fingerprint(tokenizer)
 
 
 class ModelLoadError(ValueError):

@@ -10,6 +10,8 @@
 * `step_caches`: the attention forms traced into the step graph (the cache appended outside it, the cross-attention
   cache once per sentence);
 * `runtime`: `OnnxTranslator`, raw text -> translations with onnxruntime and the Python front end;
+* `graph_names`, `small_graphs`, `tokenizer_file`: what the runtime needs without torch, transformers or onnx (the
+  graphs' names and `GraphLayout`; its two one-node graphs as bytes; the tokenizer read with `tokenizers`);
 * `ctranslate2_export`: a stock Marian through CTranslate2's own converter, and `CTranslate2Translator`;
 * `streams`: `translate_batches`, several batches decoded at once (how a translation of a file uses more cores).
 

@@ -30,6 +30,7 @@ import shutil
 from pathlib import Path
 
 from ..models.registry import MODEL_FAMILIES
+from .graph_names import int8_name
 from .graphs import DEFAULT_OPSET, GRAPH_FILES, export_graphs, graph_layout
 from .manifest import (
     FORMAT,
@@ -60,10 +61,6 @@ def exportable_types() -> tuple[str, ...]:
 
 QUANTIZATIONS = ("int8",)
 REORDERER_DIR = "reorderer"
-
-
-def int8_name(file_name: str) -> str:
-    return file_name.replace(".onnx", "_int8.onnx")
 
 
 def check_output(output: Path, overwrite: bool) -> None:

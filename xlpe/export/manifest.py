@@ -222,11 +222,16 @@ def _comparable(data: dict) -> dict:
 
 
 def read_generation_config(directory) -> dict:
-    """`generation_config.json` of `directory` as the search reads it (GenerationConfig's dict; None, the search's
-    "generate's default", left out)."""
-    from transformers import GenerationConfig
-
-    settings = GenerationConfig.from_pretrained(str(directory)).to_dict()
+    """`generation_config.json` of `directory` as the search reads it: its fields as `GenerationConfig.from_pretrained`
+    gives them in `to_dict()` (whose defaults are all None; tests/export/test_serving.py compares), None, the search's
+    "generate's default", left out. Read as JSON, so that translating needs no transformers."""
+    path = Path(directory) / "generation_config.json"
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: cannot be read ({error})") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(settings).__name__}")
     return {key: value for key, value in _comparable(settings).items() if value is not None}
 
 

@@ -14,7 +14,8 @@ the manifest itself gives only the graph layout and the front end's file names, 
 
 The front end (what runs outside the graphs), reused from the model package rather than copied:
 
-* the tokenizer saved beside the graphs (right padding, as the models expect);
+* the tokenizer saved beside the graphs (right padding, as the models expect), read with the `tokenizers` library
+  (tokenizer_file.py; transformers' `AutoTokenizer` for a tokenizer with code of its own, e.g. OPUS-MT's);
 * source POS tags (XL PE + POS, DPE + POS, mvPE+POS on the encoder side): `RawTextTagger` of
   `xlpe/models/pos_tagging_hub.py` with the model's tagger (a trained "perceptron:" tagger travels in the
   export; NLTK's English tagger needs its data installed, as for the PyTorch model);
@@ -22,13 +23,15 @@ The front end (what runs outside the graphs), reused from the model package rath
   (`XLPEReordererModel.predict_positions`, the code the PyTorch model calls): the chart is a Python loop over
   span lengths that has no efficient ONNX form. XL PE's built-in predictor runs inside the encoder graph.
 
-Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs. The
+Everything else (the encoder, the decoder with its cache, mvPE+POS's hypothesis tagger) is in the graphs, and
+only the attached reorderer needs torch (`NEEDS_TORCH`, refused in one line where it is not installed): nothing
+here imports torch or transformers otherwise (docs/deployment.md, "Serving without PyTorch"). The
 cache lives in numpy between steps. The "indirect" self-attention cache (`GraphLayout.self_attention_cache`) is
 never copied: `IndirectCache` keeps one buffer per self-attention cache that the step graph writes in place (bound
 as both its input and its output), and follows the rows `search` names in the beams' history alone
 (step_caches.py). With the "appended" one, beam search reorders the self-attention cache by those rows, in the same
 copy that appends the step graph's new keys and values to it (`reordered_cache`). The search's log_softmax over
-each step's scores runs in a one-node onnxruntime graph (`log_softmax_session`).
+each step's scores runs in a one-node onnxruntime graph (`log_softmax_session`, small_graphs.py).
 Raw-text batches follow `XLPETranslationPipeline`: whitespace-normalised lines, sources cut at the model's
 position limit (the tokenizer's `model_max_length` is set to it), and the length rule of
 xlpe/models/length_rule.py: when neither `max_new_tokens` nor `max_length` is given, each sentence gets at most
@@ -40,22 +43,33 @@ row's budget, as `LengthBudgetLogitsProcessor` does in PyTorch), so a translatio
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from .exporter import int8_name
-from .graphs import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout
+from .graph_names import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE, GraphLayout, int8_name
 from .manifest import export_facts, read_manifest, verify_files
 from .search import SearchSettings, search
-from .step_caches import indirect_attention_available
+from .small_graphs import indirect_attention_available, log_softmax_session
 from .streams import check_streams, threads_per_stream
+from .tokenizer_file import load_tokenizer
 
 PRECISIONS = ("fp32", "int8")
 INITIAL_CACHE_CAPACITY = 64  # the indirect cache: positions a self-attention buffer holds before it first doubles
 logger = logging.getLogger(__name__)
+# the one front end that needs PyTorch (module docstring); every other export translates with onnxruntime, tokenizers
+# and numpy alone (docs/deployment.md, "Serving without PyTorch")
+NEEDS_TORCH = "an attached standalone reorderer decodes its positions in PyTorch (BTG chart: no ONNX form)"
+
+
+def torch_installed() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -74,29 +88,6 @@ def session_options(threads: int | None, spin_wait: bool = True):
     if not spin_wait:  # idle threads sleep instead of spinning: much faster on a machine shared with other work
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
-
-
-def log_softmax_session(options):
-    """onnxruntime's LogSoftmax over the last axis of float32 [rows, vocab] scores, as `search`'s `normalize`: a
-    one-node graph built here (no file), run with the given session options. On one beam step's scores
-    (64 hypotheses x 8,000 tokens, one thread) it takes ~0.6 ms against numpy's ~2.1 ms (vectorised exp); it is the
-    search's one pass over a step's whole scores (search.py, `SearchSettings.beam_log_probs`)."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["rows", "vocab"])
-    log_probs = helper.make_tensor_value_info("log_probs", TensorProto.FLOAT, ["rows", "vocab"])
-    node = helper.make_node("LogSoftmax", ["scores"], ["log_probs"], axis=-1)
-    model = helper.make_model(
-        helper.make_graph([node], "log_softmax", [scores], [log_probs]), opset_imports=[helper.make_opsetid("", 13)]
-    )
-    model.ir_version = 8  # any onnxruntime the package accepts reads it
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-    def normalize(values: np.ndarray) -> np.ndarray:
-        return session.run(None, {"scores": values})[0]
-
-    return normalize
 
 
 def reordered_cache(past: np.ndarray, new: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
@@ -195,7 +186,6 @@ class OnnxTranslator:
         streams: int = 1,
     ):
         import onnxruntime as ort
-        from transformers import AutoTokenizer
 
         from ..evaluation.model_loading import check_padding_side
 
@@ -207,7 +197,7 @@ class OnnxTranslator:
         self.manifest = read_manifest(self.directory)
         if precision == "int8" and not self.manifest.get("int8_graphs"):
             raise ValueError(f"precision='int8': {self.directory} has no int8 graphs (export with --quantize int8)")
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
+        self.tokenizer = load_tokenizer(self.directory)
         check_padding_side(self.tokenizer, str(self.directory))
         if verify:
             verify_files(self.directory, self.manifest, self.tokenizer)
@@ -216,6 +206,8 @@ class OnnxTranslator:
         if self.position_limit:  # the model's limit, not a smaller tokenizer's
             self.tokenizer.model_max_length = self.source_limit()
         self.layout = GraphLayout(**self.manifest["layout"])
+        if self.layout.reorder_positions and not torch_installed():
+            raise ValueError(f"{self.directory}: {NEEDS_TORCH}, which is not installed: pip install xlpe")
         if self.layout.indirect_cache and not indirect_attention_available():
             raise ValueError(
                 f"{self.directory}: an export with the indirect self-attention cache needs an onnxruntime whose CPU "
@@ -276,9 +268,12 @@ class OnnxTranslator:
             from ..models.pos_tagging_hub import RawTextTagger
 
             spec = self.manifest["front_end"]["source_tagger"]
-            self._tagger = RawTextTagger(
-                spec["pos_tagger"], spec["pos_tags"], spec.get("nltk_data"), model_dir=str(self.directory)
-            )
+            try:
+                self._tagger = RawTextTagger(
+                    spec["pos_tagger"], spec["pos_tags"], spec.get("nltk_data"), model_dir=str(self.directory)
+                )
+            except ImportError as error:  # its package (nltk, jieba, spaCy) is missing: one line naming it
+                raise ValueError(f"{self.directory}: the source POS tagger {spec['pos_tagger']!r}: {error}") from None
         return self._tagger
 
     def encode_text(self, texts: list[str]) -> dict:
@@ -292,13 +287,11 @@ class OnnxTranslator:
             "attention_mask": encoded["attention_mask"].astype(np.int64),
         }
         if self.layout.source_tags:
-            inputs["pos_tag_ids"] = self.tagger().token_tag_ids(list(texts), encoded).numpy()
+            inputs["pos_tag_ids"] = np.array(self.tagger().token_tag_rows(list(texts), encoded), dtype=np.int64)
         return inputs
 
     def source_inputs(self, input_ids, attention_mask, pos_tag_ids=None, reorder_positions=None) -> dict:
         """The encoder graph's feeds; `reorder_positions` of an attached reorderer are decoded here when not given."""
-        import torch
-
         feeds = {
             "input_ids": np.asarray(input_ids, dtype=np.int64),
             "attention_mask": np.asarray(attention_mask, dtype=np.int64),
@@ -311,6 +304,8 @@ class OnnxTranslator:
             feeds["pos_tag_ids"] = np.asarray(pos_tag_ids, dtype=np.int64)
         if self.layout.reorder_positions:
             if reorder_positions is None:
+                import torch
+
                 with torch.no_grad():
                     reorder_positions = (
                         self.reorderer()
@@ -438,7 +433,7 @@ class OnnxTranslator:
     def translate(self, texts: list[str], **generate_kwargs) -> list[str]:
         """Translations of raw `texts` (one batch; pipeline conventions, module docstring); a warning counts the
         sources cut at the model's limit and the translations that reached their length budget or cap."""
-        from ..models.length_rule import limit_warnings
+        from ..models.length_limits import limit_warnings
 
         translations, too_long, at_limit = self.translate_with_report(texts, **generate_kwargs)
         numbered = ([i + 1 for i in too_long], [i + 1 for i in at_limit])
@@ -449,7 +444,7 @@ class OnnxTranslator:
     def translate_with_report(self, texts: list[str], **generate_kwargs) -> tuple[list[str], list[int], list[int]]:
         """(translations of raw `texts`, indices of the texts longer than the model's limit (cut to it), indices of
         the translations that reached their length budget or cap): `translate` without the warnings."""
-        from ..models.length_rule import explicit_length, generated_lengths, length_budgets, reached_limit
+        from ..models.length_limits import explicit_length, generated_lengths, length_budgets, reached_limit
 
         if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
             raise ValueError(f"texts must be a list of strings, got {type(texts).__name__}")

@@ -52,11 +52,12 @@ attention functions, without a bias of their own (relative or directional terms)
 
 from __future__ import annotations
 
-import functools
 from contextlib import contextmanager
 
 import torch
 from transformers.cache_utils import DynamicLayer
+
+from .small_graphs import indirect_attention_available  # noqa: F401  (re-exported; no torch there)
 
 
 class TracedCaches:
@@ -341,56 +342,6 @@ def indirect_cache_supported(model) -> bool:
         if getattr(attention, "alibi", None) is not None:  # a score bias of its own, as relative PE
             return False
     return True
-
-
-@functools.lru_cache(maxsize=1)
-def indirect_attention_available() -> bool:
-    """Whether the installed onnxruntime runs `DecoderMaskedMultiHeadAttention` on the CPU *and* reads the cache
-    through `cache_indirection` (the indirect step graph): a two-beam case whose beams read each other's rows, checked
-    against `indirect_self_attention` (a kernel that ignored the history would give other numbers)."""
-    try:
-        import numpy as np
-        import onnxruntime as ort
-        from onnx import TensorProto, helper
-    except ImportError:
-        return False
-    rows, width, capacity, length = 2, 2, 3, 2
-    tensor = helper.make_tensor_value_info
-    names = ["q", "k", "v", "", "", "pk", "pv", "length", "beams", "indirection"]
-    node = helper.make_node(
-        "DecoderMaskedMultiHeadAttention",
-        names,
-        ["y", "present_k", "present_v"],
-        domain="com.microsoft",
-        num_heads=1,
-        past_present_share_buffer=1,
-    )
-    inputs = [tensor(name, TensorProto.FLOAT, [rows, 1, width]) for name in "qkv"]
-    inputs += [tensor(name, TensorProto.FLOAT, [rows, 1, capacity, width]) for name in ("pk", "pv")]
-    inputs += [tensor("length", TensorProto.INT32, [1]), tensor("beams", TensorProto.INT32, [1])]
-    inputs += [tensor("indirection", TensorProto.INT32, [1, rows, capacity])]
-    outputs = [tensor("y", TensorProto.FLOAT, [rows, 1, width])]
-    outputs += [tensor(name, TensorProto.FLOAT, [rows, 1, capacity, width]) for name in ("present_k", "present_v")]
-    graph = helper.make_graph([node], "probe", inputs, outputs)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    )
-    model.ir_version = 8
-    generator = torch.Generator().manual_seed(0)
-    query, keys, values = (torch.randn(rows, 1, 1, width, generator=generator) for _ in range(3))
-    key_buffer, value_buffer = (torch.randn(rows, 1, capacity, width, generator=generator) for _ in range(2))
-    indirection = torch.tensor([[[0, 1], [1, 0]]])  # each beam reads one position from the other's row
-    expected = indirect_self_attention(query, keys, values, key_buffer, value_buffer, indirection, width**-0.5)[0]
-    feeds = {name: t.reshape(rows, 1, width).numpy() for name, t in zip("qkv", (query, keys, values))}
-    feeds.update(pk=key_buffer.numpy(), pv=value_buffer.numpy(), length=np.array([length], dtype=np.int32))
-    feeds.update(beams=np.array([rows], dtype=np.int32))
-    feeds["indirection"] = np.pad(indirection.numpy().astype(np.int32), [(0, 0), (0, 0), (0, capacity - length)])
-    try:
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        output = session.run(["y"], feeds)[0]
-    except Exception:  # an onnxruntime without the kernel: its error types differ between releases
-        return False
-    return bool(np.allclose(output.reshape(rows, width), expected.reshape(rows, width).numpy(), atol=1e-5))
 
 
 def appended_tensors(cache) -> list[torch.Tensor]:

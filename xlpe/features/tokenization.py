@@ -27,6 +27,8 @@ import pyarrow as pa
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from .tokenizer_files import TOKENIZER_JSON_FILES, check_tokenizer_files  # noqa: F401  (re-exported)
+
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, EOS, UNK]  # ids 0, 1, 2 in every tokenizer trained here
 SCORE_DECIMALS = 5  # Unigram log-probabilities kept to 1e-5: far above the trainer's ~1e-12 run-to-run jitter,
@@ -618,34 +620,3 @@ def word_start_flags(tokenizer) -> list[bool] | None:
     if counts[marker] == 0:
         return None
     return [piece.startswith(marker) for piece in pieces]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# A saved tokenizer's files, checked before loading (a damaged one is named, with the line)
-# ---------------------------------------------------------------------------------------------------------
-
-TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
-
-
-def check_tokenizer_files(folder, what: str | None = None) -> None:
-    """ValueError naming the file and line when a JSON file of the tokenizer saved in the local folder `folder`
-    does not parse (a truncated `tokenizer.json`: transformers reports it without a file name, or as the config's);
-    `what` (e.g. "--model runs/M") opens the message. A Hub id or a missing folder is left to the loader."""
-    from pathlib import Path
-
-    directory = Path(str(folder)).expanduser()
-    if not directory.is_dir():
-        return
-    for name in TOKENIZER_JSON_FILES:
-        path = directory / name
-        if not path.is_file():
-            continue
-        try:
-            json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            problem = f"{path}:{error.lineno}: not valid JSON ({error.msg}; cut short?)"
-        except (UnicodeDecodeError, OSError) as error:
-            problem = f"{path}: cannot be read ({type(error).__name__})"
-        else:
-            continue
-        raise ValueError(f"{what + ': ' if what else ''}the tokenizer cannot be loaded: {problem}")

@@ -26,6 +26,7 @@ The standalone reorderer (XL PE's test-time preorderer; `xlpe-reorder`, can ride
     hub_support.py        save/load plumbing: custom pipeline entry, stock-checkpoint upgrade
     pipeline_translation.py  the "translation" pipeline (raw text in, translations out)
     length_rule.py        the length rule of every decoding path (per-sentence budget, limits, what is reported)
+    length_limits.py      its numbers and reports without torch (the ONNX runtime's; length_rule.py re-exports them)
     registry.py           the registries of families, strategies and extra inputs; light (no torch), not
                           needed by remote code; strategies.py and extra_input_specs.py hold the tables it shares
                           with the remote code

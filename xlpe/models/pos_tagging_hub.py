@@ -15,9 +15,9 @@ of a fast tokenizer, returning the `pos_tag_ids` the model expects (Eq. 11):
   the token's character offsets, so a whitespace piece such as Metaspace's lone "▁" takes the next word's
   tag); tokens with no word (`word_ids()` None: </s>, <s>) get "<special>", padding gets "<pad>".
 
-This file travels as Hub custom code with the modeling files: it imports only the standard library, torch and
-its siblings (taggers.py imports nltk, jieba and spaCy inside functions, so a saved model loads where they are
-missing; only tagging then fails, with an error that says what to install).
+This file travels as Hub custom code with the modeling files: it imports only the standard library, its siblings
+and (inside `token_tag_ids`) torch; taggers.py imports nltk, jieba and spaCy inside functions, so a saved model
+loads where they are missing; only tagging then fails, with an error that says what to install.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ import bisect
 import re
 from collections import Counter
 from collections.abc import Callable
-
-import torch
 
 from .tag_sets import PAD_TAG_ID, SPECIAL_TAG_ID, SPECIAL_TAG_NAMES, UNK_TAG_ID  # noqa: F401
 from .taggers import (  # noqa: F401  (the tagger-file helpers, re-exported: saved models and xlpe import them here)
@@ -88,8 +86,15 @@ class RawTextTagger:
             ids.append(tag_id)
         return ids
 
-    def token_tag_ids(self, texts: list[str], encoded) -> torch.LongTensor:
+    def token_tag_ids(self, texts: list[str], encoded) -> torch.LongTensor:  # noqa: F821
         """`encoded` is the fast tokenizer's BatchEncoding of `texts` (padded to one length)."""
+        import torch
+
+        return torch.tensor(self.token_tag_rows(texts, encoded), dtype=torch.long)
+
+    def token_tag_rows(self, texts: list[str], encoded) -> list[list[int]]:
+        """`token_tag_ids` as lists (no torch: the ONNX runtime's front end); `encoded` has the tokenizers
+        `Encoding` of each text as `encoded.encodings`."""
         encodings = getattr(encoded, "encodings", None)
         if not encodings:
             raise ValueError("POS tagging raw text needs a fast tokenizer (character offsets and word_ids())")
@@ -115,7 +120,7 @@ class RawTextTagger:
                     self.unknown_tags["<untagged>"] += 1
                     row.append(UNK_TAG_ID)
             rows.append(row)
-        return torch.tensor(rows, dtype=torch.long)
+        return rows
 
 
 def padding_flags(encoding) -> list[bool]:
