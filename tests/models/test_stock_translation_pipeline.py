@@ -28,7 +28,7 @@ from xlpe.models.pipeline_translation import TRANSLATION_PIPELINE_ENTRY, XLPETra
 
 SOURCES = ["the cat sees the dog", "a dog chases the small cat in the garden"]
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
-CODE_FILES = ("pipeline_translation.py", "length_rule.py")
+CODE_FILES = ("pipeline_translation.py", "length_rule.py", "length_limits.py")
 
 # A fresh interpreter where `import xlpe` fails: only the folder's own code files can serve the pipeline.
 FRESH_SCRIPT = textwrap.dedent(

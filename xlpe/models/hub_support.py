@@ -70,7 +70,8 @@ def apply_umask_to_weights(directory) -> None:
 
 
 def _pipeline_code_files() -> list[Path]:
-    """`pipeline_translation.py` and the sibling files it imports (`length_rule.py`), as this package has them."""
+    """`pipeline_translation.py` and the sibling files it imports (`length_rule.py`, `length_limits.py`), as this
+    package has them."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
     module = Path(__file__).with_name("pipeline_translation.py")
@@ -121,7 +122,7 @@ def check_translation_pipeline_folder(folder) -> bool:
 def add_translation_pipeline(folder) -> bool:
     """Make the saved seq2seq model in `folder` (config.json, weights, tokenizer) load with
     `pipeline("translation", model=folder, trust_remote_code=True)` also where xlpe is not installed: write the
-    pipeline's code files (`pipeline_translation.py`, `length_rule.py`) beside the weights and the
+    pipeline's code files (`pipeline_translation.py` and the siblings it imports) beside the weights and the
     `custom_pipelines["translation"]` entry (`XLPETranslationPipeline` over `AutoModelForSeq2SeqLM`, with the
     length rule) into config.json. Changes `folder` in place (refusals: `check_translation_pipeline_folder`);
     returns False when it already carries both (a family's `save_pretrained` writes them), True when something
