@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForSeq2SeqLM
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from xlpe.models.configuration_xlpe import XLPEMarianConfig
 from xlpe.models.modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel, XLPESeq2SeqLMOutput
@@ -76,6 +76,15 @@ class DummyPEMTModel(XLPEMarianMTModel):
         return super().forward(
             input_ids=input_ids, attention_mask=attention_mask, reorder_positions=reorder_positions, **kwargs
         )
+
+
+# with the Auto classes and for Hub custom code, where the classes are defined (the bottom of the family's files)
+AutoConfig.register(DummyPEConfig.model_type, DummyPEConfig, exist_ok=True)
+AutoModel.register(DummyPEConfig, DummyPEModel, exist_ok=True)
+AutoModelForSeq2SeqLM.register(DummyPEConfig, DummyPEMTModel, exist_ok=True)
+DummyPEConfig.register_for_auto_class()
+DummyPEModel.register_for_auto_class("AutoModel")
+DummyPEMTModel.register_for_auto_class("AutoModelForSeq2SeqLM")
 
 
 def length_ids(batch) -> list[list[int]]:

@@ -7,9 +7,8 @@ Light: this module imports no torch, no transformers and no model module. A fami
 "module:Class" strings, loaded on first use (`ModelFamily.config_class`, ...), so `xlpe-train --help`, the CLIs'
 argument choices and a user error read the registry at once. The strategy and extra-input tables live in the
 remote-code files `strategies.py` and `extra_input_specs.py` (the configs, the collator and the input checks read
-them where xlpe is not installed); this module re-exports them and adds to them. The Auto registration of the
-classes is `xlpe.models.register_with_transformers` (it runs when transformers is imported, and for a family
-registered later at once).
+them where xlpe is not installed); this module re-exports them and adds to them. A family's classes register
+themselves with the Auto classes where they are defined (the bottom of its configuration and modeling files).
 
 Adding a family, a strategy, an extra input: one `register_*` call (CONTRIBUTING.md); the built-in families are
 the `BUILTIN_FAMILIES` rows below.
@@ -266,21 +265,16 @@ TINY_LAYOUT = dict(
 )
 
 MODEL_FAMILIES: dict[str, ModelFamily] = {}
-_LISTENERS: list[Callable[[ModelFamily], None]] = []  # called for each family registered (the Auto registration)
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
-    """Add `family` (the same family again is a no-op; another one of that name an error). Once the families are
-    registered with transformers (`xlpe.models.register_with_transformers`), this one is too, at once."""
+    """Add `family` (the same family again is a no-op; another one of that name an error)."""
     existing = MODEL_FAMILIES.get(family.name)
     if existing is not None and existing != family:
         raise ValueError(f"model family {family.name!r} is already registered as {existing!r}")
     if existing is None and family.classes_given():
         family.check()
     MODEL_FAMILIES[family.name] = family
-    if existing is None:
-        for listener in list(_LISTENERS):
-            listener(family)
     return family
 
 
@@ -329,13 +323,6 @@ def family_flags() -> list[tuple[str, type, str, tuple[str, ...]]]:
 def declares_field(config_class: type, name: str) -> bool:
     """Does `config_class` (or a base) declare the config field `name`? (a family's own fields, e.g. `pos_tags`)"""
     return any(name in getattr(klass, "__annotations__", {}) for klass in config_class.__mro__)
-
-
-def on_register(listener: Callable[[ModelFamily], None]) -> None:
-    """Call `listener(family)` for every family registered from now on (`xlpe.models` uses it for the Auto
-    classes)."""
-    if listener not in _LISTENERS:
-        _LISTENERS.append(listener)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -525,7 +512,6 @@ __all__ = [
     "generate_inputs",
     "get_family",
     "help_signature",
-    "on_register",
     "oracle_inputs",
     "register_extra_input",
     "register_family",
