@@ -81,6 +81,7 @@ register_family(
         "xlpe.models.configuration_toy:ToyPEConfig",
         "xlpe.models.modeling_toy:ToyPEModel",
         "xlpe.models.modeling_toy:ToyPEMTModel",
+        model_type="toy_pe_marian",
         title="Toy PE (a test family)",
         fields=(FamilyField("toy_scale", float, "Toy PE: a scale of nothing"),),
         strategy_field="xl_strategy",
