@@ -135,7 +135,7 @@ def test_checker_reads_relative_lazy_and_module_imports(tmp_path, monkeypatch):
 
 
 def test_every_module_belongs_to_a_layer():
-    strays = [name for name in all_modules() if layer(name) == TOP and name not in ("xlpe", "xlpe._deprecated")]
+    strays = [name for name in all_modules() if layer(name) == TOP and name != "xlpe"]
     assert not strays, f"modules outside {sorted(LAYERS)}: {strays}"
 
 
@@ -167,26 +167,18 @@ def test_module_docstring_and_size(name):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Old paths and console scripts
+# Console scripts (the 0.1 flat layout's module paths are gone)
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "old, new",
-    [
-        ("xlpe.train_args", "xlpe.training.arguments"),
-        ("xlpe.modeling_dpe", "xlpe.models.modeling_dpe"),
-        ("xlpe.prepare", "xlpe.features.prepare"),
-    ],
-)
-def test_old_module_paths_import_the_same_module_with_a_warning(old, new):
+@pytest.mark.parametrize("old", ["xlpe.train_args", "xlpe.modeling_dpe", "xlpe.prepare"])
+def test_the_old_flat_module_paths_are_gone(old):
     import importlib
     import sys
 
     sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(new)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 def console_scripts() -> dict[str, str]:
@@ -238,17 +230,3 @@ def test_every_console_script_help_runs():
     for name, process in processes.items():
         out, err = process.communicate(timeout=180)
         assert process.returncode == 0 and "usage:" in out, f"{name}: {err[-2000:]}"
-
-
-def test_old_script_module_still_runs_with_python_m():
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "-m", "xlpe.evaluate_cli", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=PACKAGE.parent,
-    )
-    assert result.returncode == 0 and "usage: xlpe-evaluate" in result.stdout, result.stderr[-2000:]

@@ -5,23 +5,20 @@ The package follows the data flow (ARCHITECTURE.md): `features` (text -> model i
 families; what travels to the Hub as remote code), `training`, `evaluation`, and `cli` (the console scripts).
 
 `import xlpe` warns (one line) when the installed transformers release is outside the range the package was tested
-with (README, "Compatibility"), and registers every model family with the Auto classes (`AutoConfig`, `AutoModel`,
-`AutoModelForSeq2SeqLM`), marks the classes for Hub custom code (so `save_pretrained` writes `auto_map`
-and the code files), and registers the in-memory pipeline task "xlpe-translation" (all in `xlpe.models`) —
-as soon as transformers is imported: at once when it already is, otherwise right after the process first imports
-it (`import xlpe` then `from transformers import AutoModelForSeq2SeqLM` works as it always did). Until then
-`import xlpe` stays light (no torch, no transformers), so the console scripts answer `--help` at once. The
-names exported here (`from xlpe import XLPEMarianConfig`, ...) are imported on first use; `xlpe.register()`
-registers explicitly.
+with (README, "Compatibility"). It stays light (no torch, no transformers), so the console scripts answer `--help`
+at once: the names exported here (`from xlpe import XLPEMarianConfig`, ...) are imported on first use (PEP 562).
+
+Each family registers itself with the Auto classes (`AutoConfig`, `AutoModel`, `AutoModelForSeq2SeqLM`) and for Hub
+custom code where its classes are defined (the bottom of its configuration and modeling files).
+`xlpe.register()` imports every family (and registers the pipeline task "xlpe-translation"); it runs on
+`import xlpe` when transformers is already imported, and on the first use of a name exported here. A process that
+imports xlpe *before* transformers and uses only the Auto classes calls `xlpe.register()` (or imports a name of
+xlpe) first.
 """
 
 import importlib
-import importlib.abc
-import importlib.util
 import sys
 import warnings
-
-from . import _deprecated
 
 __version__ = "0.5.0"
 
@@ -109,34 +106,8 @@ _checked_release = False
 _check_release(stacklevel=3)  # `import xlpe` alone says it (xlpe.models.transformers_compat then stays silent)
 
 
-class _RegisterAfterTransformers(importlib.abc.MetaPathFinder):
-    """Runs `register()` right after the process's first `import transformers` has finished (then steps aside)."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "transformers":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            load = spec.loader.exec_module
-
-            def exec_module(module):
-                load(module)
-                try:
-                    register()
-                except Exception as error:  # e.g. no torch: transformers itself stays usable
-                    warnings.warn(
-                        f"xlpe: could not register its model families with transformers: {error}", stacklevel=2
-                    )
-
-            spec.loader.exec_module = exec_module
-        return spec
-
-
 if "transformers" in sys.modules:
     register()
-elif not any(isinstance(finder, _RegisterAfterTransformers) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _RegisterAfterTransformers())
 
 
 def __getattr__(name: str):
@@ -159,8 +130,6 @@ def __getattr__(name: str):
 def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
 
-
-_deprecated.install()
 
 __all__ = [
     "DPEMarianConfig",

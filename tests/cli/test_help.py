@@ -72,9 +72,16 @@ def test_cli_modules_and_parsers_do_not_import_heavy_packages():
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("order", ["xlpe first", "transformers first"])
-def test_import_xlpe_registers_the_families_whenever_transformers_is_imported(order):
-    imports = "import xlpe\nimport transformers\n" if order == "xlpe first" else "import transformers\nimport xlpe\n"
+IMPORTS = {
+    "transformers first": "import transformers\nimport xlpe\n",  # import xlpe registers at once
+    "xlpe first, then register": "import xlpe\nimport transformers\nxlpe.register()\n",
+    "xlpe first, then a name of xlpe": "import xlpe\nimport transformers\nfrom xlpe import XLPEMarianConfig\n",
+}
+
+
+@pytest.mark.parametrize("order", sorted(IMPORTS))
+def test_the_families_are_registered_with_the_auto_classes(order):
+    imports = IMPORTS[order]
     code = (
         "import sys\n" + imports + "from transformers import AutoConfig, AutoModelForSeq2SeqLM\n"
         "names = [type(AutoConfig.for_model(t)).__name__ "

@@ -1,4 +1,4 @@
-"""A family, a strategy and an extra input added through the registry alone (`xlpe.models.registry`), as
+"""A family, a strategy and an extra input added through the tables alone (`xlpe.models.registry`, `strategies`), as
 CONTRIBUTING.md's recipes say: every layer picks them up with no other file touched: `xlpe-train`'s flags, choices
 and help, `xlpe-prepare --features`, the model setup (classes, flags -> config, the features a model reads), the
 feature preparation, the Auto classes and a saved model, and the model card's family, title and variant tag. Each
@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForSeq2SeqLM
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from xlpe.models.configuration_xlpe import XLPEMarianConfig
 from xlpe.models.modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel, XLPESeq2SeqLMOutput
@@ -26,13 +26,9 @@ from xlpe.models.registry import (
     help_signature,
     register_extra_input,
     register_family,
-    register_strategy,
-    strategies_of,
     unregister_extra_input,
-    unregister_family,
-    unregister_strategy,
 )
-from xlpe.models.strategies import INPUT_FUSION, XL_HEADS
+from xlpe.models.strategies import INPUT_FUSION, XL_HEADS, add_strategy, remove_strategy, strategy_names
 from xlpe.training.command_line import help_key
 
 TINY = dict(
@@ -78,6 +74,15 @@ class DummyPEMTModel(XLPEMarianMTModel):
         )
 
 
+# with the Auto classes and for Hub custom code, where the classes are defined (the bottom of the family's files)
+AutoConfig.register(DummyPEConfig.model_type, DummyPEConfig, exist_ok=True)
+AutoModel.register(DummyPEConfig, DummyPEModel, exist_ok=True)
+AutoModelForSeq2SeqLM.register(DummyPEConfig, DummyPEMTModel, exist_ok=True)
+DummyPEConfig.register_for_auto_class()
+DummyPEModel.register_for_auto_class("AutoModel")
+DummyPEMTModel.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+
 def length_ids(batch) -> list[list[int]]:
     """The dummy feature: the index of each source token (what `compute` of a registered extra input returns)."""
     return [list(range(int(n))) for n in batch.source.lengths]
@@ -100,17 +105,17 @@ DUMMY_FAMILY = ModelFamily(
 @pytest.fixture
 def registered():
     """The three registrations (registry calls only), undone afterwards; the registry is then as it was."""
-    before = (help_signature(), dict(MODEL_FAMILIES), extra_input_names(), strategies_of("xlpe"))
+    before = (help_signature(), dict(MODEL_FAMILIES), extra_input_names(), strategy_names("xlpe"))
     register_extra_input(DUMMY_INPUT, compute=f"{__name__}:length_ids")
-    register_strategy(DUMMY_STRATEGY)
+    add_strategy(DUMMY_STRATEGY)
     register_family(DUMMY_FAMILY)
     try:
         yield
     finally:
-        unregister_family(DUMMY_FAMILY.name)
-        unregister_strategy("xlpe", DUMMY_STRATEGY.name)
+        MODEL_FAMILIES.pop(DUMMY_FAMILY.name)
+        remove_strategy("xlpe", DUMMY_STRATEGY.name)
         unregister_extra_input(DUMMY_INPUT.name)
-    assert (help_signature(), dict(MODEL_FAMILIES), extra_input_names(), strategies_of("xlpe")) == before
+    assert (help_signature(), dict(MODEL_FAMILIES), extra_input_names(), strategy_names("xlpe")) == before
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -188,7 +193,7 @@ def test_the_model_reads_a_strategys_traits_not_its_name(traits, same_as):
     """A strategy registered with the traits of a built-in one builds the same modules and computes the same
     output: the modeling file reads traits (INPUT_FUSION, XL_HEADS), so a new strategy needs no code there."""
     strategy = Strategy("dummy_traits", "xlpe", "a built-in strategy's traits under another name", frozenset(traits))
-    register_strategy(strategy)
+    add_strategy(strategy)
     try:
         outputs = []
         for name in (same_as, strategy.name):
@@ -202,7 +207,7 @@ def test_the_model_reads_a_strategys_traits_not_its_name(traits, same_as):
         assert outputs[1] == outputs[3]  # the same parameters
         torch.testing.assert_close(outputs[0], outputs[2], rtol=0, atol=0)
     finally:
-        unregister_strategy("xlpe", strategy.name)
+        remove_strategy("xlpe", strategy.name)
 
 
 def test_the_feature_preparation_computes_the_extra_input(registered, toy_tokenizer):
@@ -264,7 +269,7 @@ def test_registrations_are_checked():
     with pytest.raises(ValueError, match="already registered"):
         register_family(ModelFamily("xlpe", DummyPEConfig, DummyPEModel, DummyPEMTModel))
     with pytest.raises(ValueError, match="already registered"):
-        register_strategy(Strategy("head", "xlpe", "another head"))
+        add_strategy(Strategy("head", "xlpe", "another head"))
     with pytest.raises(ValueError, match="already registered"):
         register_extra_input(ExtraInput("pos_tag_ids", "target", 0, "another"))
     with pytest.raises(ValueError, match="built-in"):

@@ -26,16 +26,25 @@ from conftest import REPO_ROOT
 CONFIGURATION = '''
 """Toy PE: XL PE with a field of its own (a test family)."""
 
+from transformers import AutoConfig
+
 from .configuration_xlpe import XLPEMarianConfig
 
 
 class ToyPEConfig(XLPEMarianConfig):
     model_type = "toy_pe_marian"
     toy_scale: float = 1.0  # the family's own field (`xlpe-train --toy_scale`)
+
+
+ToyPEConfig.register_for_auto_class()
+if not __name__.startswith("transformers_modules."):
+    AutoConfig.register(ToyPEConfig.model_type, ToyPEConfig, exist_ok=True)
 '''
 
 MODELING = '''
 """Toy PE's models: XL PE's, under the toy's config."""
+
+from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration_toy import ToyPEConfig
 from .modeling_xlpe import XLPEMarianModel, XLPEMarianMTModel
@@ -47,6 +56,13 @@ class ToyPEModel(XLPEMarianModel):
 
 class ToyPEMTModel(XLPEMarianMTModel):
     config_class = ToyPEConfig
+
+
+ToyPEModel.register_for_auto_class("AutoModel")
+ToyPEMTModel.register_for_auto_class("AutoModelForSeq2SeqLM")
+if not __name__.startswith("transformers_modules."):
+    AutoModel.register(ToyPEConfig, ToyPEModel, exist_ok=True)
+    AutoModelForSeq2SeqLM.register(ToyPEConfig, ToyPEMTModel, exist_ok=True)
 '''
 
 # the child process: one registration, then every layer (results as JSON on the last line)
@@ -65,6 +81,7 @@ register_family(
         "xlpe.models.configuration_toy:ToyPEConfig",
         "xlpe.models.modeling_toy:ToyPEModel",
         "xlpe.models.modeling_toy:ToyPEMTModel",
+        model_type="toy_pe_marian",
         title="Toy PE (a test family)",
         fields=(FamilyField("toy_scale", float, "Toy PE: a scale of nothing"),),
         strategy_field="xl_strategy",

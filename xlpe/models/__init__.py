@@ -30,16 +30,14 @@ The standalone reorderer (XL PE's test-time preorderer; `xlpe-reorder`, can ride
     registry.py           the registries of families, strategies and extra inputs; light (no torch), not
                           needed by remote code; strategies.py and extra_input_specs.py hold the tables it shares
                           with the remote code
-Importing this package is light: the names below and the families' classes are imported on first use, and the
-Auto registration (`register_with_transformers`) runs when transformers is imported (`xlpe.register`).
+Importing this package is light: the names below and the families' classes are imported on first use (PEP 562).
+Each family registers its classes with the Auto classes at the bottom of its configuration and modeling files
+(in a copy travelling as remote code it leaves that to transformers); `register_with_transformers` imports them all.
 """
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import sys
 
-from .registry import MODEL_FAMILIES, ModelFamily, declares_field, get_family, on_register, register_family
+from .registry import MODEL_FAMILIES, ModelFamily, declares_field, get_family, register_family
 
 # The families are the rows of `registry.BUILTIN_FAMILIES` (see CONTRIBUTING.md, "Adding a position-encoding
 # family"); their classes and the names below are imported on first use (PEP 562), so that the CLIs read the
@@ -77,98 +75,32 @@ def __dir__():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Registration with transformers (Auto classes, Hub custom code, the pipeline task)
+# Registration with transformers: each family's files register its classes where they are defined (the
+# bottom of its configuration and modeling files); this imports them all and adds the pipeline task
 # ---------------------------------------------------------------------------------------------------------
-
-_registered = False
-_running = False
-_pending = False  # asked for while a model module was being imported: done when that import has finished
-_importing = 0  # depth of the xlpe.models submodule imports in progress
-
-
-def _register_family(family: ModelFamily) -> None:
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
-
-    AutoConfig.register(family.config_class.model_type, family.config_class, exist_ok=True)
-    AutoModel.register(family.config_class, family.base_model_class, exist_ok=True)
-    AutoModelForSeq2SeqLM.register(family.config_class, family.generation_model_class, exist_ok=True)
-    family.config_class.register_for_auto_class()
-    family.base_model_class.register_for_auto_class("AutoModel")
-    family.generation_model_class.register_for_auto_class("AutoModelForSeq2SeqLM")
 
 
 def register_with_transformers() -> None:
-    """Every registered family (and the standalone reorderer) with the Auto classes and for Hub custom code, and
-    the in-memory pipeline task "xlpe-translation"; a family registered later is registered at once. Idempotent.
-    `xlpe` calls it as soon as transformers is imported (`xlpe.register`). Asked for while a model module is being
-    imported (that import brought transformers in), it runs right after that import has finished."""
-    global _registered, _pending, _running
-    if _registered or _running:  # done, or under way (the imports below finish here again)
-        return
-    if _importing:
-        _pending = True
-        return
-    _running = True
-    try:
-        _register_all()
-        _registered = True
-    finally:
-        _running = _pending = False
-    on_register(_register_family)
-
-
-def _register_all() -> None:
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+    """Import every registered family's classes (and the standalone reorderer's), which registers them with the
+    Auto classes and for Hub custom code, and register the in-memory pipeline task "xlpe-translation".
+    Idempotent. `xlpe.register()` calls it (so does `import xlpe` when transformers is already imported)."""
+    from transformers import AutoModelForSeq2SeqLM
     from transformers.pipelines import PIPELINE_REGISTRY
 
-    from .configuration_reorderer import XLPEReordererConfig
-    from .modeling_reorderer import XLPEReordererModel
+    from . import modeling_reorderer  # noqa: F401  (the standalone reorderer: AutoConfig / AutoModel load it)
     from .pipeline_translation import XLPETranslationPipeline
 
+    global _registered
     for family in list(MODEL_FAMILIES.values()):
-        _register_family(family)
-    # the standalone reorderer (xlpe-reorder): AutoConfig/AutoModel load it, and its directory carries its code
-    AutoConfig.register(XLPEReordererConfig.model_type, XLPEReordererConfig, exist_ok=True)
-    AutoModel.register(XLPEReordererConfig, XLPEReordererModel, exist_ok=True)
-    XLPEReordererConfig.register_for_auto_class()
-    XLPEReordererModel.register_for_auto_class("AutoModel")
-    PIPELINE_REGISTRY.register_pipeline(
-        "xlpe-translation", pipeline_class=XLPETranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
-    )
+        family.generation_model_class  # noqa: B018  (imports, and so registers, the family's classes)
+    if not _registered:
+        PIPELINE_REGISTRY.register_pipeline(
+            "xlpe-translation", pipeline_class=XLPETranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+        )
+        _registered = True
 
 
-_register_with_transformers = register_with_transformers  # the old private name
-
-
-class _FinishPendingRegistration(importlib.abc.MetaPathFinder):
-    """Counts the imports of this package's submodules in progress and, when the outermost one has finished, runs
-    a registration asked for meanwhile (transformers imported from inside a model module: the model classes
-    cannot be read before their module is complete)."""
-
-    def find_spec(self, name, path=None, target=None):
-        if not name.startswith(f"{__name__}.") or path is None:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        load = spec.loader.exec_module
-
-        def exec_module(module):
-            global _importing
-            _importing += 1
-            try:
-                load(module)
-            finally:
-                _importing -= 1
-            if _pending and not _importing:
-                register_with_transformers()
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-if not any(type(finder).__name__ == "_FinishPendingRegistration" for finder in sys.meta_path):
-    sys.meta_path.insert(0, _FinishPendingRegistration())
+_registered = False
 
 
 __all__ = [

@@ -8,7 +8,7 @@ the package is not installed.
 
 from __future__ import annotations
 
-from transformers import MarianConfig
+from transformers import AutoConfig, MarianConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
 from .configuration_position_options import PositionOptionsConfigMixin
@@ -111,6 +111,11 @@ def table5_preset(name: str, **overrides) -> MarianConfig:
     family, values = TABLE5_PRESETS[name]
     config_class = DPEMarianConfig if family == "dpe" else MarianConfig
     return config_class(**{**values, **overrides})
+
+
+DPEMarianConfig.register_for_auto_class()  # config.json's auto_map names this file (Hub custom code)
+if not __name__.startswith("transformers_modules."):  # remote code leaves the Auto classes to transformers
+    AutoConfig.register(DPEMarianConfig.model_type, DPEMarianConfig, exist_ok=True)
 
 
 __all__ = ["TABLE5_PRESETS", "TRANSFORMER_BASE", "DPEMarianConfig", "table5_preset"]

@@ -23,7 +23,7 @@ import functools
 import math
 
 import torch
-from transformers import BartConfig
+from transformers import AutoConfig, BartConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
 from .configuration_source_tags import SourceTagsConfigMixin
@@ -218,6 +218,11 @@ class MvPEPosConfig(ValidatedConfigMixin, SourceTagsConfigMixin, BartConfig):
     def num_tag_ids(self, side: str) -> int:
         """<pad>, <unk>, <special> and the side's tags."""
         return len(SPECIAL_TAG_NAMES) + len(self.pos_tags if side == "encoder" else self.decoder_pos_tags)
+
+
+MvPEPosConfig.register_for_auto_class()  # config.json's auto_map names this file (Hub custom code)
+if not __name__.startswith("transformers_modules."):  # remote code leaves the Auto classes to transformers
+    AutoConfig.register(MvPEPosConfig.model_type, MvPEPosConfig, exist_ok=True)
 
 
 __all__ = ["JIEBA_TAGS", "PTB_TAGS", "MvPEPosConfig", "choose_pe_step", "mvpe_objective"]

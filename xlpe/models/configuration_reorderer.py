@@ -10,7 +10,7 @@ Imports only transformers: it travels as Hub custom code (flat file).
 
 from __future__ import annotations
 
-from transformers import PreTrainedConfig
+from transformers import AutoConfig, PreTrainedConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
 
@@ -76,6 +76,11 @@ class XLPEReordererConfig(ValidatedConfigMixin, PreTrainedConfig):
             raise ValueError(f"d_model ({self.d_model}) must be divisible by attention_heads ({self.attention_heads})")
         check_number("dropout", self.dropout, 0.0, 1.0, high_inclusive=False)
         check_number("order_prior", self.order_prior)
+
+
+XLPEReordererConfig.register_for_auto_class()  # config.json's auto_map names this file (Hub custom code)
+if not __name__.startswith("transformers_modules."):  # remote code leaves the Auto classes to transformers
+    AutoConfig.register(XLPEReordererConfig.model_type, XLPEReordererConfig, exist_ok=True)
 
 
 __all__ = ["XLPEReordererConfig"]

@@ -8,7 +8,7 @@ the package is not installed.
 
 from __future__ import annotations
 
-from transformers import MarianConfig
+from transformers import AutoConfig, MarianConfig
 
 from .config_checks import ValidatedConfigMixin, check_choice, check_number
 from .configuration_position_options import PositionOptionsConfigMixin
@@ -176,6 +176,11 @@ def __getattr__(name: str):
     if name == "XL_STRATEGIES":  # the old constant: now the strategy table's names (strategies.py), read when asked
         return strategy_names(FAMILY)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+XLPEMarianConfig.register_for_auto_class()  # config.json's auto_map names this file (Hub custom code)
+if not __name__.startswith("transformers_modules."):  # remote code leaves the Auto classes to transformers
+    AutoConfig.register(XLPEMarianConfig.model_type, XLPEMarianConfig, exist_ok=True)
 
 
 __all__ = ["XLPEMarianConfig"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import GenerationMixin
+from transformers import AutoModel, AutoModelForSeq2SeqLM, GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.models.marian.modeling_marian import (
@@ -345,6 +345,14 @@ class DPEMarianMTModel(DPEMarianPreTrainedModel, GenerationMixin):
             auxiliary_losses=self.add_auxiliary_losses,
             **kwargs,
         )
+
+
+# with the Auto classes and for Hub custom code (save_pretrained writes auto_map and copies the code files)
+DPEMarianModel.register_for_auto_class("AutoModel")
+DPEMarianMTModel.register_for_auto_class("AutoModelForSeq2SeqLM")
+if not __name__.startswith("transformers_modules."):  # remote code leaves the Auto classes to transformers
+    AutoModel.register(DPEMarianConfig, DPEMarianModel, exist_ok=True)
+    AutoModelForSeq2SeqLM.register(DPEMarianConfig, DPEMarianMTModel, exist_ok=True)
 
 
 __all__ = ["DPEMarianMTModel", "DPEMarianModel", "DPEMarianPreTrainedModel", "DynamicPositionEncoding", "order_loss"]

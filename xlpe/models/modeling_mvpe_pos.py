@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import GenerationMixin
+from transformers import AutoModel, AutoModelForSeq2SeqLM, GenerationMixin
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import (
@@ -662,6 +662,14 @@ class MvPEPosForConditionalGeneration(MvPEPosPreTrainedModel, GenerationMixin):
                 logits = self.model.decoder.tag_logits(recent.to(self.device), last=new_tokens)
             model_inputs["decoder_input_pos_tag_ids"] = logits.argmax(-1)
         return model_inputs
+
+
+# with the Auto classes and for Hub custom code (save_pretrained writes auto_map and copies the code files)
+MvPEPosModel.register_for_auto_class("AutoModel")
+MvPEPosForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+if not __name__.startswith("transformers_modules."):  # remote code leaves the Auto classes to transformers
+    AutoModel.register(MvPEPosConfig, MvPEPosModel, exist_ok=True)
+    AutoModelForSeq2SeqLM.register(MvPEPosConfig, MvPEPosForConditionalGeneration, exist_ok=True)
 
 
 __all__ = ["MvPEPosForConditionalGeneration", "MvPEPosModel", "MvPEPosPreTrainedModel"]

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import PreTrainedModel
+from transformers import AutoModel, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .btg_chart import btg_decode, btg_log_partition, order_scores
@@ -257,6 +257,12 @@ class XLPEReordererModel(XLPEReordererPreTrainedModel):
         movable, word, _ = self.words(input_ids, attention_mask)
         scores = word_pos.gather(1, word.clamp(min=0)).float()
         return positions_from_scores(scores, movable)
+
+
+# with the Auto classes and for Hub custom code (save_pretrained writes auto_map and copies the code files)
+XLPEReordererModel.register_for_auto_class("AutoModel")
+if not __name__.startswith("transformers_modules."):  # remote code leaves the Auto classes to transformers
+    AutoModel.register(XLPEReordererConfig, XLPEReordererModel, exist_ok=True)
 
 
 __all__ = ["ReordererOutput", "XLPEReordererModel", "XLPEReordererPreTrainedModel", "word_keys"]

@@ -7,22 +7,24 @@ Light: this module imports no torch, no transformers and no model module. A fami
 "module:Class" strings, loaded on first use (`ModelFamily.config_class`, ...), so `xlpe-train --help`, the CLIs'
 argument choices and a user error read the registry at once. The strategy and extra-input tables live in the
 remote-code files `strategies.py` and `extra_input_specs.py` (the configs, the collator and the input checks read
-them where xlpe is not installed); this module re-exports them and adds to them. The Auto registration of the
-classes is `xlpe.models.register_with_transformers` (it runs when transformers is imported, and for a family
-registered later at once).
+them where xlpe is not installed); this module re-exports them and adds to them. A family's classes register
+themselves with the Auto classes where they are defined (the bottom of its configuration and modeling files).
 
-Adding a family, a strategy, an extra input: one `register_*` call (CONTRIBUTING.md); the built-in families are
-the `BUILTIN_FAMILIES` rows below.
+Adding a family: a `ModelFamily` row (the built-in ones are `BUILTIN_FAMILIES` below; a plugin calls
+`register_family`); a strategy: a `Strategy` row of strategies.py (`add_strategy`); an extra input: an
+`ExtraInput` row of extra_input_specs.py, or `register_extra_input` to give its computation (CONTRIBUTING.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from .extra_input_specs import EXAMPLE_KINDS, EXTRA_INPUTS, ExtraInput
-from .strategies import STRATEGIES, Strategy, add_strategy, remove_strategy, strategy_names
+from .strategies import STRATEGIES, Strategy, strategy_names
 
 # ---------------------------------------------------------------------------------------------------------
 # Model families
@@ -51,18 +53,16 @@ def _load(reference):
     return value
 
 
-def _reference(value) -> str:
-    return value if isinstance(value, str) else f"{value.__module__}:{value.__qualname__}"
-
-
+@dataclass(frozen=True)
 class ModelFamily:
-    """One model family: what users type (`--model_type NAME`), its three classes (classes or "module:Class"
-    strings, loaded on first use) and the facts every layer reads:
+    """One row of the family table: what users type (`--model_type NAME`), its three classes (classes or
+    "module:Class" strings, loaded on first use: `config_class`, `base_model_class`, `generation_model_class`) and
+    the facts every layer reads:
 
-    * `model_type`: the config's `model_type` (known without importing it; default: read off the config class);
+    * `model_type`: the config's `model_type` (known without importing it; read off a config given as a class);
     * `title`: the family in words (model cards, docs);
     * `fields`: the config fields `xlpe-train` takes as flags (`FamilyField`s);
-    * `strategy_field`: the config field that picks one of the family's strategies (`register_strategy`), if any;
+    * `strategy_field`: the config field that picks one of the family's strategies (strategies.py), if any;
     * `variant`: the model's variant in one word (the Hub tag "<family>-<variant>"): a config field name or a
       function of the config; default the strategy field;
     * `extra_inputs`: the per-token extra inputs its `forward` may read (None: every registered one it takes);
@@ -73,90 +73,40 @@ class ModelFamily:
     * `exportable`: whether `xlpe-export` (ONNX) takes its models.
 
     What every family must have (`REQUIRED_CONFIG_ATTRIBUTES`, `REQUIRED_OUTPUT_FIELDS`, the extra inputs as
-    `forward` parameters, `HubModelMixin` under the models) is checked when its classes are first loaded
-    (`check`: at registration for classes given as classes; at the registration with transformers, or the first
-    use, for "module:Class" strings), with an error that names what is missing.
+    `forward` parameters, `HubModelMixin` under the models) is checked when its classes are first loaded (`check`;
+    at `register_family` for classes given as classes), with an error that names what is missing.
     """
 
-    def __init__(
-        self,
-        name: str,
-        config_class,
-        base_model_class,
-        generation_model_class,
-        *,
-        model_type: str | None = None,
-        title: str | None = None,
-        fields: tuple[FamilyField, ...] = (),
-        strategy_field: str | None = None,
-        variant: str | Callable | None = None,
-        extra_inputs: tuple[str, ...] | None = None,
-        tiny_fields: dict | None = None,
-        translation_loss_only: dict | None = None,
-        exportable: bool = True,
-    ):
-        self.name = name
-        self._references = (config_class, base_model_class, generation_model_class)
-        self._classes: dict[int, type] = {}
-        self._model_type = model_type
-        self.title = title or name
-        self.fields = tuple(fields)
-        self.strategy_field = strategy_field
-        self.variant = variant if variant is not None else strategy_field
-        self.extra_inputs = tuple(extra_inputs) if extra_inputs is not None else None
-        self.tiny_fields = dict(tiny_fields or {})
-        self.translation_loss_only = dict(translation_loss_only or {})
-        self.exportable = exportable
-        self._checked = False
+    name: str
+    config: type | str
+    base_model: type | str
+    generation_model: type | str
+    model_type: str | None = None
+    title: str | None = None
+    fields: tuple[FamilyField, ...] = ()
+    strategy_field: str | None = None
+    variant: str | Callable | None = None
+    extra_inputs: tuple[str, ...] | None = None
+    tiny_fields: dict = dataclasses.field(default_factory=dict, hash=False)
+    translation_loss_only: dict = dataclasses.field(default_factory=dict, hash=False)
+    exportable: bool = True
 
-    def _class(self, index: int) -> type:
-        if index not in self._classes:  # the three at once, checked together
-            self._classes = {i: _load(reference) for i, reference in enumerate(self._references)}
-            if not self._checked:
-                self.check()
-        return self._classes[index]
+    def __post_init__(self):
+        if self.model_type is None:
+            if isinstance(self.config, str):
+                raise ValueError(f"model family {self.name!r}: model_type is needed with a config given as a string")
+            object.__setattr__(self, "model_type", self.config.model_type)
+        object.__setattr__(self, "title", self.title or self.name)
+        object.__setattr__(self, "variant", self.variant if self.variant is not None else self.strategy_field)
 
-    def classes_given(self) -> bool:
-        """Were the classes given as classes (not "module:Class" strings, loaded on first use)?"""
-        return not any(isinstance(reference, str) for reference in self._references)
+    @cached_property
+    def classes(self) -> tuple[type, type, type]:
+        """(config, base model, generation model) classes, loaded and checked on first use."""
+        return check(self, tuple(map(_load, (self.config, self.base_model, self.generation_model))))
 
-    def check(self) -> None:
-        """Raise a ValueError naming everything the family lacks of what every layer relies on (class doc)."""
-        import inspect
-        import typing
-
-        from .hub_support import HubModelMixin
-
-        self._checked = True
-        config_class, base_class, generation_class = (self._class(i) for i in range(3))
-        missing = [
-            f"config attribute {name!r}" for name in REQUIRED_CONFIG_ATTRIBUTES if not hasattr(config_class, name)
-        ]
-        missing += [
-            f"{model_class.__name__} is not a HubModelMixin (xlpe/models/hub_support.py)"
-            for model_class in (base_class, generation_class)
-            if not issubclass(model_class, HubModelMixin)
-        ]
-        parameters = inspect.signature(generation_class.forward).parameters
-        missing += [
-            f"extra input {name!r} as a parameter of {generation_class.__name__}.forward"
-            for name in self.extra_inputs or ()
-            if name not in parameters
-        ]
-        try:
-            output = typing.get_type_hints(generation_class.forward).get("return")
-        except Exception:  # an annotation that does not resolve is a missing one
-            output = None
-        fields = getattr(output, "__dataclass_fields__", None)
-        if fields is None:
-            missing.append(f"an output dataclass as the return annotation of {generation_class.__name__}.forward")
-        else:
-            missing += [
-                f"output field {name!r} of {output.__name__}" for name in REQUIRED_OUTPUT_FIELDS if name not in fields
-            ]
-        if missing:
-            self._checked, self._classes = False, {}  # every later use is refused too
-            raise ValueError(f"model family {self.name!r} lacks: {'; '.join(missing)} (CONTRIBUTING.md, a new family)")
+    config_class = property(lambda self: self.classes[0], doc="the config class (loaded on first use)")
+    base_model_class = property(lambda self: self.classes[1], doc="the base model class (AutoModel)")
+    generation_model_class = property(lambda self: self.classes[2], doc="the model with the LM head (Seq2SeqLM)")
 
     def tiny_config(self, **overrides):
         """A tiny config of the family (tests, benches): `TINY_LAYOUT`, the family's `tiny_fields`, `overrides`."""
@@ -188,16 +138,8 @@ class ModelFamily:
         )
         return pretrained, generation
 
-    config_class = property(lambda self: self._class(0), doc="the config class (loaded on first use)")
-    base_model_class = property(lambda self: self._class(1), doc="the base model class (AutoModel)")
-    generation_model_class = property(lambda self: self._class(2), doc="the model with the LM head (Seq2SeqLM)")
-
-    @property
-    def model_type(self) -> str:
-        return self._model_type or self.config_class.model_type
-
     def strategies(self) -> tuple[str, ...]:
-        """The names of the family's registered strategies (empty without a strategy field)."""
+        """The names of the family's strategies (empty without a strategy field)."""
         return strategy_names(self.name) if self.strategy_field else ()
 
     def field_choices(self, field: FamilyField) -> tuple[str, ...]:
@@ -219,27 +161,41 @@ class ModelFamily:
         value = getattr(config, self.variant, None)
         return value if isinstance(value, str) else None
 
-    def _key(self):
-        fields = tuple((f.name, f.type, f.help) for f in self.fields)
-        return (
-            self.name,
-            tuple(map(_reference, self._references)),
-            self._model_type,
-            fields,
-            self.strategy_field,
-            tuple(sorted((key, repr(value)) for key, value in self.tiny_fields.items())),
-            tuple(sorted((key, repr(value)) for key, value in self.translation_loss_only.items())),
-            self.exportable,
-        )
 
-    def __eq__(self, other):
-        return isinstance(other, ModelFamily) and self._key() == other._key()
+def check(family: ModelFamily, classes: tuple[type, type, type]) -> tuple[type, type, type]:
+    """`classes` of `family`, or a ValueError naming everything they lack of what every layer relies on."""
+    import inspect
+    import typing
 
-    def __hash__(self):
-        return hash(self._key())
+    from .hub_support import HubModelMixin
 
-    def __repr__(self):
-        return f"ModelFamily({self.name!r}, {', '.join(map(_reference, self._references))})"
+    config_class, base_class, generation_class = classes
+    missing = [f"config attribute {name!r}" for name in REQUIRED_CONFIG_ATTRIBUTES if not hasattr(config_class, name)]
+    missing += [
+        f"{model_class.__name__} is not a HubModelMixin (xlpe/models/hub_support.py)"
+        for model_class in (base_class, generation_class)
+        if not issubclass(model_class, HubModelMixin)
+    ]
+    parameters = inspect.signature(generation_class.forward).parameters
+    missing += [
+        f"extra input {name!r} as a parameter of {generation_class.__name__}.forward"
+        for name in family.extra_inputs or ()
+        if name not in parameters
+    ]
+    try:
+        output = typing.get_type_hints(generation_class.forward).get("return")
+    except Exception:  # an annotation that does not resolve is a missing one
+        output = None
+    fields = getattr(output, "__dataclass_fields__", None)
+    if fields is None:
+        missing.append(f"an output dataclass as the return annotation of {generation_class.__name__}.forward")
+    else:
+        missing += [
+            f"output field {name!r} of {output.__name__}" for name in REQUIRED_OUTPUT_FIELDS if name not in fields
+        ]
+    if missing:
+        raise ValueError(f"model family {family.name!r} lacks: {'; '.join(missing)} (CONTRIBUTING.md, a new family)")
+    return classes
 
 
 # what every family's config has (the trainer sets `label_smoothing`; the Hub pipeline reads `pos_tagger`; the model
@@ -266,38 +222,25 @@ TINY_LAYOUT = dict(
 )
 
 MODEL_FAMILIES: dict[str, ModelFamily] = {}
-_LISTENERS: list[Callable[[ModelFamily], None]] = []  # called for each family registered (the Auto registration)
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
-    """Add `family` (the same family again is a no-op; another one of that name an error). Once the families are
-    registered with transformers (`xlpe.models.register_with_transformers`), this one is too, at once."""
+    """Add `family` (the same family again is a no-op; another one of that name an error)."""
     existing = MODEL_FAMILIES.get(family.name)
     if existing is not None and existing != family:
         raise ValueError(f"model family {family.name!r} is already registered as {existing!r}")
-    if existing is None and family.classes_given():
-        family.check()
+    if existing is None and not any(
+        isinstance(c, str) for c in (family.config, family.base_model, family.generation_model)
+    ):
+        family.classes  # noqa: B018  (checked at once)
     MODEL_FAMILIES[family.name] = family
-    if existing is None:
-        for listener in list(_LISTENERS):
-            listener(family)
     return family
-
-
-def unregister_family(name: str) -> ModelFamily | None:
-    """Remove a family from the registry (tests, plugins). Its classes stay known to the Auto classes of this
-    process (transformers has no way to unregister)."""
-    return MODEL_FAMILIES.pop(name, None)
 
 
 def get_family(name: str) -> ModelFamily:
     if name not in MODEL_FAMILIES:
         raise ValueError(f"unknown model_type {name!r}; known: {sorted(MODEL_FAMILIES)}")
     return MODEL_FAMILIES[name]
-
-
-def family_names() -> tuple[str, ...]:
-    return tuple(MODEL_FAMILIES)
 
 
 def family_of_model_type(model_type: str) -> ModelFamily | None:
@@ -329,32 +272,6 @@ def family_flags() -> list[tuple[str, type, str, tuple[str, ...]]]:
 def declares_field(config_class: type, name: str) -> bool:
     """Does `config_class` (or a base) declare the config field `name`? (a family's own fields, e.g. `pos_tags`)"""
     return any(name in getattr(klass, "__annotations__", {}) for klass in config_class.__mro__)
-
-
-def on_register(listener: Callable[[ModelFamily], None]) -> None:
-    """Call `listener(family)` for every family registered from now on (`xlpe.models` uses it for the Auto
-    classes)."""
-    if listener not in _LISTENERS:
-        _LISTENERS.append(listener)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Strategies (strategies.py holds the table: the configs validate against it)
-# ---------------------------------------------------------------------------------------------------------
-
-
-def register_strategy(strategy: Strategy) -> Strategy:
-    """Add a strategy to its family (the family's config accepts it, `xlpe-train` lists it, the model card tags it).
-    The family need not be registered yet (the built-in tables load in any order)."""
-    return add_strategy(strategy)
-
-
-def unregister_strategy(family: str, name: str) -> None:
-    remove_strategy(family, name)
-
-
-def strategies_of(family: str) -> tuple[str, ...]:
-    return strategy_names(family)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -519,19 +436,13 @@ __all__ = [
     "extra_input_names",
     "family_fields",
     "family_flags",
-    "family_names",
     "family_of_model_type",
     "feature_computer",
     "generate_inputs",
     "get_family",
     "help_signature",
-    "on_register",
     "oracle_inputs",
     "register_extra_input",
     "register_family",
-    "register_strategy",
-    "strategies_of",
     "unregister_extra_input",
-    "unregister_family",
-    "unregister_strategy",
 ]

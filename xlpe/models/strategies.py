@@ -3,7 +3,7 @@
 
 One table and no imports: this file travels as Hub custom code with the configuration files (the config validates
 its strategy field against the table), and `registry.py` reads it without torch or transformers (the CLI lists the
-choices from it). To add a strategy: one `Strategy(...)` row below, or `xlpe.models.registry.register_strategy`
+choices from it). To add a strategy: one `Strategy(...)` row below, or `add_strategy` from a plugin
 (CONTRIBUTING.md, "Adding a strategy / PE variant").
 """
 
