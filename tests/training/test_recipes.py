@@ -337,21 +337,23 @@ def test_a_small_corpus_gets_its_epochs_and_says_so(tmp_path, capsys):
 
 
 def test_the_recipe_is_chosen_by_the_pairs_trained_on_not_the_lines_read(tmp_path, capsys):
-    """19,998 pairs and 4 with an empty side (dropped before training): `tiny` (< 20,000 pairs trained on), its
-    epochs sized to 19,998, and the dropped pairs counted in the output."""
+    """19,998 pairs, 4 with an empty side and 1 with more source words than --max_source_length allows tokens
+    (dropped before training, as the preparation drops them): `tiny` (< 20,000 pairs trained on), its epochs sized
+    to 19,998, and the dropped pairs counted by reason in the output."""
     from types import SimpleNamespace
 
     from xlpe.training.run import apply_recipe
     from xlpe.training.run_config import parse_run_config
 
-    sources = ["the cat sees the dog"] * 19_998 + ["", "a dog", "  ", "the cat"]
-    targets = ["die katze sieht den hund"] * 19_998 + ["ein hund", "", "die katze", " "]
+    sources = ["the cat sees the dog"] * 19_998 + ["", "a dog", "  ", "the cat", "word " * 5000]
+    targets = ["die katze sieht den hund"] * 19_998 + ["ein hund", "", "die katze", " ", "wort"]
     files = ["--train_source_file", "a.en", "--train_target_file", "a.de", "--source_lang", "en", "--target_lang", "de"]
     run = parse_run_config([*files, "--output_dir", str(tmp_path / "run")])
     assert run.recipe_pending
     chosen = apply_recipe(run, {"train": SimpleNamespace(sources=sources, targets=targets)}, None)
     out = capsys.readouterr().out
     assert chosen.recipe == "tiny"
-    assert "19,998 training pairs of 20,002 read (4 with an empty side are dropped before training)" in out, out
+    dropped = "2 empty source, 2 empty target, 1 source too long: dropped before training"
+    assert f"19,998 training pairs of 20,003 read ({dropped})" in out, out
     assert "recipe tiny (no GPU, 19,998 training pairs < 20,000" in out and "for 19,998 training pairs" in out, out
     assert chosen.training.num_train_epochs == sized_epochs("tiny", 19_998)

@@ -560,16 +560,20 @@ def sized_recipe_note(name: str, pairs: int | None, training_args=None) -> str:
 
 def _training_pairs(splits: dict, data_args, announce: bool = True) -> int | None:
     """Training pairs the run trains on, as the recipe choice and sizing count them: the pairs read less those the
-    feature preparation drops for an empty side (`features.corpus.filter_pairs`); the dropped ones are printed
-    when `announce` (None when unknown: a prepared dataset that cannot be opened here; xlpe-prepare cleaned it)."""
+    feature preparation drops before tokenising (`features.corpus.filter_pairs`, with the run's
+    --max_source_length/--max_target_length: an empty side, more words than tokens allowed); the dropped ones are
+    printed, by reason, when `announce` (None when unknown: a prepared dataset that cannot be opened here)."""
     if "train" in splits:
+        from ..features.corpus import filter_pairs
+
         train = splits["train"]
-        pairs = sum(1 for source, target in zip(train.sources, train.targets) if source.split() and target.split())
-        dropped = len(train.sources) - pairs
+        keep, skipped = filter_pairs(train, data_args.max_source_length, data_args.max_target_length)
+        pairs, dropped = len(keep), {reason: count for reason, count in skipped.items() if count}
         if dropped and announce:
+            reasons = ", ".join(f"{count:,} {reason.replace('_', ' ')}" for reason, count in dropped.items())
             print(
-                f"xlpe-train: {pairs:,} training pairs of {len(train.sources):,} read ({dropped:,} with an empty "
-                "side are dropped before training)",
+                f"xlpe-train: {pairs:,} training pairs of {len(train.sources):,} read ({reasons}: dropped before "
+                "training)",
                 flush=True,
             )
         return pairs
