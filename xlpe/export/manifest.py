@@ -30,6 +30,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..features.artefacts import file_digest
+
 MANIFEST_FILE = "export_manifest.json"
 FORMAT = "xlpe-onnx-export"
 FORMAT_VERSION = (
@@ -45,14 +47,6 @@ VOLATILE_CONFIG_FIELDS = (
     "_attn_implementation_autoset",
     "check_inputs",
 )
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def config_digest(config) -> str:

@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..features.artefacts import file_digest
 from ..features.text_files import write_text_atomic
 from .compare_report import build_report, duration, write_report
 from .errors import UsageError
@@ -232,14 +233,6 @@ class CompareRequest:
     def runs(self) -> list[tuple[Variant, int]]:
         """Every (variant, seed), seed by seed: the first seed of every variant comes first."""
         return [(variant, seed) for seed in range(1, self.seeds + 1) for variant in self.variants]
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def prepared_digest(folder: Path) -> str:
