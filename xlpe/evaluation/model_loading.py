@@ -348,7 +348,9 @@ def load_whole(model_class, name, **kwargs):
     layout fields are checked first (`check_layout_fields`); `ignore_mismatched_sizes` is always False."""
     from transformers import PretrainedConfig
 
-    from .. import models  # noqa: F401  (registers the xlpe families with the Auto classes)
+    from ..models import register_with_transformers
+
+    register_with_transformers()  # the xlpe families, with the Auto classes
     from ..models.config_checks import check_layout_fields
 
     hub = {key: kwargs[key] for key in ("cache_dir", "revision", "token", "subfolder") if kwargs.get(key)}
@@ -395,7 +397,9 @@ def load_model(name: str, trust_remote_code: bool = False):
     `trust_remote_code`, of the code its `config.auto_map` names (module docstring)."""
     from transformers import AutoModelForSeq2SeqLM, PretrainedConfig
 
-    from .. import models  # noqa: F401  (registers the xlpe families with the Auto classes)
+    from ..models import register_with_transformers
+
+    register_with_transformers()  # the xlpe families, with the Auto classes
 
     if trust_remote_code:
         config_dict, _ = PretrainedConfig.get_config_dict(name)

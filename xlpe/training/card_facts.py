@@ -401,6 +401,10 @@ def _scored_positions(folder: Path) -> str | None:
     """What supplied the positions of the model in `folder` now, when the run scores it (`positions_source`)."""
     from transformers import AutoConfig
 
+    from ..models import register_with_transformers
+
+    register_with_transformers()
+
     try:
         return positions_source(AutoConfig.from_pretrained(folder))
     except (OSError, ValueError):

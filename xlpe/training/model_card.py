@@ -40,6 +40,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig, PretrainedConfig
 
+from ..models import register_with_transformers
 from ..models.registry import MODEL_FAMILIES, family_of_model_type
 from .card_facts import (
     BUILTIN_PREDICTOR,
@@ -52,6 +53,8 @@ from .card_facts import (
     validation_entry,
 )
 from .run_card import CARD_INPUTS
+
+register_with_transformers()  # the xlpe families with the Auto classes (AutoConfig/AutoModel* below read them)
 
 TEMPLATE_NAME = "model_card_template.md"
 METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER", "aer": "AER"}

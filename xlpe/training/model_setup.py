@@ -14,6 +14,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
+from ..models import register_with_transformers
 from ..models.registry import (
     MODEL_FAMILIES,
     declares_field,
@@ -23,6 +24,8 @@ from ..models.registry import (
     get_family,
 )
 from .arguments import SIZE_FIELDS
+
+register_with_transformers()  # the xlpe families with the Auto classes (AutoConfig/AutoModel* below read them)
 
 logger = logging.getLogger("xlpe.train")
 TRANSFORMER_BASE = dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1)

@@ -11,8 +11,11 @@ from pathlib import Path
 from transformers import AutoConfig
 
 from ..features.text_files import write_text_atomic
+from ..models import register_with_transformers
 from .run_card import write_test_translations
 from .trainer import decode_ids
+
+register_with_transformers()  # the xlpe families with the Auto classes (AutoConfig/AutoModel* below read them)
 
 logger = logging.getLogger("xlpe.train")
 
