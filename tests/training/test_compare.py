@@ -242,12 +242,26 @@ def test_report_refuses_translations_that_do_not_match_the_test_split(tmp_path):
         (["--variant", "x"], "--variant 'x': expected 'NAME: xlpe-train flags'"),
         (["--seeds", "0"], "--seeds 0: expected at least 1"),
         (["--train_args", "--seed 4"], "--train_args '--seed 4': --seed is set by xlpe-compare"),
+        (
+            ["--variant", "a: --model_type vanilla", "--variant", "x: --model_type nonsense"],
+            "--variant x: unknown --model_type 'nonsense'; known: ['dpe', 'mvpe_pos', 'vanilla', 'xlpe']",
+        ),
+        (
+            ["--variant", "a: --model_type vanilla", "--variant", "x: --model_type xlpe --learnig_rate 1e-3"],
+            "--variant x: unrecognized arguments: --learnig_rate 1e-3 (did you mean --learning_rate?)",
+        ),
+        (
+            ["--variant", "a: --model_type vanilla", "--variant", "x: --model_type xlpe --eval_strategy sometimes"],
+            "--variant x: argument --eval_strategy/--eval-strategy: invalid choice: 'sometimes'",
+        ),
+        (["--train_args", "--recipe nope"], "--variant vanilla: --recipe 'nope' is not a recipe"),
     ],
 )
 def test_cli_bad_input_is_one_line(tmp_path, capsys, extra, message):
     status = compare_cli.main(["--prepared_dataset", str(tmp_path), "--output_dir", str(tmp_path / "out"), *extra])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and err.startswith("xlpe-compare: error: ") and message in err
+    assert not (tmp_path / "out").exists()  # refused before anything is prepared or written
 
 
 def test_cli_refuses_missing_data_before_any_work(tmp_path, capsys):

@@ -392,6 +392,27 @@ def probe_argv(request: CompareRequest, variant: Variant) -> list[str]:
     ]
 
 
+def check_variant_flags(request: CompareRequest) -> None:
+    """Each variant's flags (with `--train_args`) parsed by xlpe-train's own parser (`run_config.read_given`,
+    `build_run_config`) and its `--model_type` looked up (`model_setup.family_classes`), before anything is
+    prepared or run: CompareError naming the variant for an unknown flag, a value that does not convert, a recipe
+    that does not exist or flags that contradict each other. The comparison's own flags (data, output, seed, the
+    attached reorderer) are left out: they are checked where they are made."""
+    from .model_setup import family_classes
+    from .run_config import build_run_config, read_given, typed_given
+
+    for variant in request.variants:
+        flags = [*request.train_args, *variant_flags(request, variant)]
+        if flag_value(variant.flags, "--reorderer") is None and variant.is_xlpe:
+            flags = flags[:-2]  # the comparison's reorderer (made later)
+        try:
+            config = build_run_config(typed_given(read_given(flags)))
+            if config.model.model_type is not None:
+                family_classes(config.model.model_type)
+        except (UsageError, ValueError) as error:
+            raise CompareError(f"--variant {variant.name}: {error}") from None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Run folders: finished (checked against their records), resumed, restarted
 # ---------------------------------------------------------------------------------------------------------
@@ -644,6 +665,7 @@ def run_compare(
     a time). CompareError (one line) for a request that cannot be carried out, before any work where it can be
     found then."""
     out = request.output_dir
+    check_variant_flags(request)
     if out.exists() and not out.is_dir():
         raise CompareError(f"--output_dir {out}: is a file, expected a directory")
     if request.prepared_dataset is not None:
