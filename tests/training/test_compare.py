@@ -146,12 +146,15 @@ def test_finished_runs_are_checked_against_their_own_record(tmp_path):
     (folder / "checkpoint-4").mkdir()
     (folder / "checkpoint-4" / "trainer_state.json").write_text("{}")
     assert run_state(folder) == "resume"
-    options = {"--seed": 2, "--max_steps": 40, "--model_type": "xlpe", "--bf16": False}
+    options = {"--seed": 2, "--max_steps": 40, "--model_type": "xlpe", "--bf16": False, "--report_to": []}
     (folder / "xlpe_artefact.json").write_text(json.dumps({"kind": "training-run", "options": options}))
     for name in ("test_scores.json", "generated_predictions.txt", "all_results.json"):
         (folder / name).write_text("{}")
     assert run_state(folder) == "finished"
     check_finished_run(folder, ["--seed", "2", "--max_steps", "40", "--model_type", "xlpe", "--bf16", "false"])
+    check_finished_run(folder, ["--report_to", "none"])  # transformers records `none` as []
+    with pytest.raises(CompareError, match=r"a finished run with --report_to \[\], but .* 'tensorboard'"):
+        check_finished_run(folder, ["--report_to", "tensorboard"])
     with pytest.raises(
         CompareError, match="a finished run with --max_steps 40, but this comparison trains it with '80'"
     ):

@@ -449,6 +449,8 @@ FINISHED_FILES = ("test_scores.json", "generated_predictions.txt", "all_results.
 def _same_value(given: str, recorded) -> bool:
     if isinstance(recorded, bool):
         return given.lower() in (("true", "1") if recorded else ("false", "0"))
+    if isinstance(recorded, list):  # `--report_to none` is recorded as [] (transformers' own reading)
+        return [str(item) for item in recorded] == ([] if given == "none" else given.replace(",", " ").split())
     if isinstance(recorded, (int, float)):
         try:
             return float(given) == float(recorded)
