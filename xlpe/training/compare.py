@@ -628,6 +628,7 @@ def plan_text(request: CompareRequest, states: dict, jobs: int, estimates: dict 
         lines.append(f"  reorderer: xlpe-reorder train into {request.reorderer} (its own plan and estimate), attached")
     for variant in request.variants:
         lines.append(f"  variant {variant.name}: {shlex.join(variant_flags(request, variant))}")
+    lines.append(f"  dev: xlpe-translate of the validation split by every run into {request.output_dir / DEV_FOLDER}")
     counts = {
         state: sum(1 for s in states.values() if s == state) for state in ("finished", "resume", "restart", "new")
     }
