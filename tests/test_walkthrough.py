@@ -157,6 +157,8 @@ def test_readme_compare_line_on_a_slice(tmp_path, monkeypatch, capsys, probe_ste
         vanilla, xl = report["variants"]
         assert [r["seed"] for r in xl["runs"]] == [1, 2] and report["test_sentences"] == 12
         assert all("against_baseline" in r and "oracle" in r for r in xl["runs"])  # XL PE: oracle positions too
+        assert report["dev_sentences"] > 0 and all(r["dev_sentences"] == report["dev_sentences"] for r in xl["runs"])
+        assert all("dev_against_baseline" in r for r in xl["runs"])  # dev translated, scored, bootstrapped too
         assert xl["verdict_bleu"]["seeds"] == 2 and "nrefs:1" in report["signatures"]["bleu"]
         config = json.loads((folder / "runs" / "xlpe-combination-seed1" / "config.json").read_text())
         assert config["reorderer_config"]["model_type"] == "xlpe_reorderer"  # the comparison's reorderer, attached
@@ -170,4 +172,6 @@ def test_readme_compare_line_on_a_slice(tmp_path, monkeypatch, capsys, probe_ste
         assert compare.main(flags) == 0, capsys.readouterr().err[-2000:]
         out = capsys.readouterr().out
     assert ("runs: 3 finished, 1 resume" if probe_steps else "runs: 4 finished") in out
+    translated = [line for line in out.splitlines() if line.startswith("xlpe-compare: dev ") and line.endswith("done")]
+    assert translated == (["xlpe-compare: dev vanilla-seed2: done"] if probe_steps else [])  # only a retrained run's
     assert "xlpe-compare: xlpe-combination vs vanilla: BLEU" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,7 @@ from xlpe.training.compare import (
     run_state,
     train_argv,
 )
+from xlpe.training.compare_report import dev_translations
 
 # ---------------------------------------------------------------------------------------------------------
 # The seed rule
@@ -144,12 +146,15 @@ def test_finished_runs_are_checked_against_their_own_record(tmp_path):
     (folder / "checkpoint-4").mkdir()
     (folder / "checkpoint-4" / "trainer_state.json").write_text("{}")
     assert run_state(folder) == "resume"
-    options = {"--seed": 2, "--max_steps": 40, "--model_type": "xlpe", "--bf16": False}
+    options = {"--seed": 2, "--max_steps": 40, "--model_type": "xlpe", "--bf16": False, "--report_to": []}
     (folder / "xlpe_artefact.json").write_text(json.dumps({"kind": "training-run", "options": options}))
     for name in ("test_scores.json", "generated_predictions.txt", "all_results.json"):
         (folder / name).write_text("{}")
     assert run_state(folder) == "finished"
     check_finished_run(folder, ["--seed", "2", "--max_steps", "40", "--model_type", "xlpe", "--bf16", "false"])
+    check_finished_run(folder, ["--report_to", "none"])  # transformers records `none` as []
+    with pytest.raises(CompareError, match=r"a finished run with --report_to \[\], but .* 'tensorboard'"):
+        check_finished_run(folder, ["--report_to", "tensorboard"])
     with pytest.raises(
         CompareError, match="a finished run with --max_steps 40, but this comparison trains it with '80'"
     ):
@@ -177,7 +182,10 @@ def fake_comparison(tmp_path, seeds: int = 2):
     words = "the a man dog cat runs sees blue red small house tree in on with".split()
     references = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 12))) for _ in range(60)]
     prepared = tmp_path / "prepared"
-    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"target_text": references})}).save_to_disk(str(prepared))
+    splits = {"test": references, "validation": references[:40]}
+    datasets.DatasetDict(
+        {name: datasets.Dataset.from_dict({"target_text": rows, "source_text": rows}) for name, rows in splits.items()}
+    ).save_to_disk(str(prepared))
     (prepared / "report.json").write_text(json.dumps({"train": {"languages": {"source": "de", "target": "en"}}}))
     req = request(tmp_path, seeds=seeds)
 
@@ -192,7 +200,9 @@ def fake_comparison(tmp_path, seeds: int = 2):
         (folder / "generated_predictions.txt").write_text("\n".join(damaged(share, seed)) + "\n")
         if variant.is_xlpe:
             (folder / "generated_predictions_oracle.txt").write_text("\n".join(damaged(0.05, seed)) + "\n")
-        (folder / "eval_results.json").write_text(json.dumps({"eval_bleu": 10.0 + seed, "eval_chrf": 30.0}))
+        dev = dev_translations(req, variant, seed)
+        dev.parent.mkdir(exist_ok=True)
+        dev.write_text("\n".join(damaged(share * 0.8, seed + 10)[:40]) + "\n")
         (folder / "xlpe_elapsed.json").write_text(json.dumps({"seconds": 120.0}))
     return req
 
@@ -211,11 +221,17 @@ def test_report_scores_tests_and_verdicts(tmp_path):
         assert run["oracle"]["bleu"] > run["bleu"] and run["oracle"]["bleu_gap"] > 0
     assert xl["verdict_bleu"]["outcome"] == "better" and xl["verdict_bleu"]["seeds"] == 2
     assert "verdict_bleu" not in vanilla and "oracle" not in vanilla["runs"][0]
-    assert vanilla["runs"][1]["dev_bleu"] == 12.0
+    for run, base in zip(xl["runs"], vanilla["runs"]):  # dev: scored from its translations, paired bootstrap too
+        assert run["dev_sentences"] == 40 and run["dev_bleu"] > base["dev_bleu"]
+        assert run["dev_against_baseline"]["bleu_delta"] == pytest.approx(run["dev_bleu"] - base["dev_bleu"])
+        assert "dev_against_baseline" not in base
+    assert report["dev_sentences"] == 40 and "nrefs:1" in report["dev_bleu_signature"]
+    assert xl["dev_bleu"]["mean"] > vanilla["dev_bleu"]["mean"]
 
     compare_report.write_report(report, req.output_dir, echo=lambda line: None)
     text = (req.output_dir / "report.md").read_text()
     assert "| `xlpe-combination` |" in text and "better (significant in 2/2 seeds, p<0.05)" in text
+    assert f"{xl['runs'][0]['dev_bleu']:.2f}" in text and "(dev: `nrefs:1" in text
     assert (
         json.loads((req.output_dir / "report.json").read_text())["variants"][1]["verdict_bleu"]["outcome"] == "better"
     )
@@ -228,6 +244,9 @@ def test_report_refuses_translations_that_do_not_match_the_test_split(tmp_path):
     folder = req.run_dir(req.variants[1], 1)
     (folder / "generated_predictions.txt").write_text("one line\n")
     with pytest.raises(ValueError, match="generated_predictions.txt: 1 lines, the test split has 60"):
+        compare_report.build_report(req)
+    dev_translations(req, req.variants[0], 1).write_text("one line\n")
+    with pytest.raises(ValueError, match="vanilla-seed1.txt: 1 lines, the validation split has 40"):
         compare_report.build_report(req)
 
 
@@ -242,12 +261,26 @@ def test_report_refuses_translations_that_do_not_match_the_test_split(tmp_path):
         (["--variant", "x"], "--variant 'x': expected 'NAME: xlpe-train flags'"),
         (["--seeds", "0"], "--seeds 0: expected at least 1"),
         (["--train_args", "--seed 4"], "--train_args '--seed 4': --seed is set by xlpe-compare"),
+        (
+            ["--variant", "a: --model_type vanilla", "--variant", "x: --model_type nonsense"],
+            "--variant x: unknown --model_type 'nonsense'; known: ['dpe', 'mvpe_pos', 'vanilla', 'xlpe']",
+        ),
+        (
+            ["--variant", "a: --model_type vanilla", "--variant", "x: --model_type xlpe --learnig_rate 1e-3"],
+            "--variant x: unrecognized arguments: --learnig_rate 1e-3 (did you mean --learning_rate?)",
+        ),
+        (
+            ["--variant", "a: --model_type vanilla", "--variant", "x: --model_type xlpe --eval_strategy sometimes"],
+            "--variant x: argument --eval_strategy/--eval-strategy: invalid choice: 'sometimes'",
+        ),
+        (["--train_args", "--recipe nope"], "--variant vanilla: --recipe 'nope' is not a recipe"),
     ],
 )
 def test_cli_bad_input_is_one_line(tmp_path, capsys, extra, message):
     status = compare_cli.main(["--prepared_dataset", str(tmp_path), "--output_dir", str(tmp_path / "out"), *extra])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and err.startswith("xlpe-compare: error: ") and message in err
+    assert not (tmp_path / "out").exists()  # refused before anything is prepared or written
 
 
 def test_cli_refuses_missing_data_before_any_work(tmp_path, capsys):
@@ -267,7 +300,8 @@ def test_cli_refuses_missing_data_before_any_work(tmp_path, capsys):
 
 class FakeCommands:
     """Records every command; `xlpe-train` "trains" by copying a finished run's files from `source` (the
-    fake comparison's folders), `fail` names runs whose command exits 1."""
+    fake comparison's folders) and `xlpe-translate` writes its dev translations, `fail` names runs whose command
+    exits 1."""
 
     def __init__(self, finished: dict, fail=()):
         self.calls, self.finished, self.fail = [], finished, set(fail)
@@ -276,6 +310,11 @@ class FakeCommands:
         from pathlib import Path
 
         self.calls.append((program, list(argv)))
+        if program == "xlpe-translate":
+            output = Path(argv[argv.index("--output") + 1])
+            assert len(Path(argv[argv.index("--input") + 1]).read_text().splitlines()) == 40  # the dev sources
+            output.write_text(self.finished[f"dev {output.stem}"])
+            return 0
         if program != "xlpe-train":
             return 0
         out = Path(argv[argv.index("--output_dir") + 1])
@@ -303,8 +342,11 @@ def test_run_compare_trains_reuses_resumes_and_adds(tmp_path):
         for path in folder.iterdir():
             path.unlink()
         folder.rmdir()
-    (req.output_dir / "runs").rmdir()
-    (req.output_dir).rmdir()
+        dev = dev_translations(req, variant, seed)
+        finished[f"dev {folder.name}"] = dev.read_text()
+        dev.unlink()
+    for name in ("runs", "dev", ""):
+        (req.output_dir / name).rmdir()
     two = CompareRequest(output_dir=req.output_dir, variants=req.variants, prepared_dataset=req.prepared, seeds=2)
     two.probe_steps = 0
     lines = []
@@ -331,6 +373,18 @@ def test_run_compare_trains_reuses_resumes_and_adds(tmp_path):
     assert [len(v["runs"]) for v in report["variants"]] == [3, 3] and report["variants"][1]["verdict_bleu"][
         "seeds"
     ] == 3
+    translated = sorted(Path(argv[1]).name for p, argv in commands.calls if p == "xlpe-translate")
+    assert translated == ["vanilla-seed1", "vanilla-seed2", "vanilla-seed3", "xlpe-combination-seed1"] + [
+        "xlpe-combination-seed2",
+        "xlpe-combination-seed3",
+    ]  # the first call stopped at the failed run, before any dev translation
+    assert all("dev_bleu" in r for v in report["variants"] for r in v["runs"])
+
+    # a finished run lacking only its dev translations gets only that step, not a retraining
+    dev_translations(req, req.variants[1], 3).unlink()
+    commands = FakeCommands(finished)
+    run_compare(three, runner=commands, echo=lines.append)
+    assert [(p, Path(argv[1]).name) for p, argv in commands.calls] == [("xlpe-translate", "xlpe-combination-seed3")]
 
     # a finished run whose record disagrees is refused by name, before any work
     record = req.run_dir(req.variants[0], 1) / "xlpe_artefact.json"

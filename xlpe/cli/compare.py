@@ -76,9 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def in_process_runner():
     """Runs the package's commands in this process (one run at a time): their output goes to the terminal."""
-    from . import prepare, reorder, train
+    from . import prepare, reorder, train, translate
 
-    entry_points = {"xlpe-prepare": prepare.main, "xlpe-train": train.cli, "xlpe-reorder": reorder.main}
+    entry_points = {
+        "xlpe-prepare": prepare.main,
+        "xlpe-train": train.cli,
+        "xlpe-reorder": reorder.main,
+        "xlpe-translate": translate.main,
+    }
 
     def runner(program, argv, log, env):
         try:

@@ -12,6 +12,8 @@ their public command lines (argv), so every part is what a user would get by han
   made (`xlpe.training.plan.estimate_run`, the arithmetic `xlpe-train`'s own estimate uses);
 * `OUT/runs/VARIANT-seedK`: one `xlpe-train` run per variant and seed (seeds 1..N), the same flags but the
   variant's; it scores dev and test and writes the test translations (with oracle positions too for XL PE);
+* `OUT/dev/VARIANT-seedK.txt`: each run's dev translations, `xlpe-translate` of the prepared validation split's
+  sources (`OUT/dev.source`) with the model as saved (a finished run lacking them gets only this step);
 * `OUT/compare.json`: the request (data digests, variants, seeds, flags). A rerun of the same command reuses the
   finished runs (each checked against its own run record), resumes the interrupted ones (`--resume_from_checkpoint
   last`) or restarts those that saved nothing; a request that differs is refused naming what differs (new
@@ -41,7 +43,7 @@ from pathlib import Path
 
 from ..features.artefacts import file_digest
 from ..features.text_files import write_text_atomic
-from .compare_report import build_report, duration, write_report
+from .compare_report import DEV_FOLDER, build_report, dev_translations, duration, write_report
 from .errors import UsageError
 
 RECORD_FILE = "compare.json"
@@ -70,7 +72,9 @@ MODULES = {
     "xlpe-prepare": "xlpe.cli.prepare",
     "xlpe-train": "xlpe.cli.train",
     "xlpe-reorder": "xlpe.cli.reorder",
+    "xlpe-translate": "xlpe.cli.translate",
 }
+DEV_SOURCE = "dev.source"  # OUT/dev.source: the prepared validation split's sources, one a line
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 # runner(program, argv, log file, environment additions) -> exit status
@@ -392,6 +396,49 @@ def probe_argv(request: CompareRequest, variant: Variant) -> list[str]:
     ]
 
 
+def check_variant_flags(request: CompareRequest) -> None:
+    """Each variant's flags (with `--train_args`) parsed by xlpe-train's own parser (`run_config.read_given`,
+    `build_run_config`) and its `--model_type` looked up (`model_setup.family_classes`), before anything is
+    prepared or run: CompareError naming the variant for an unknown flag, a value that does not convert, a recipe
+    that does not exist or flags that contradict each other. The comparison's own flags (data, output, seed, the
+    attached reorderer) are left out: they are checked where they are made."""
+    from .model_setup import family_classes
+    from .run_config import build_run_config, read_given, typed_given
+
+    for variant in request.variants:
+        flags = [*request.train_args, *variant_flags(request, variant)]
+        if flag_value(variant.flags, "--reorderer") is None and variant.is_xlpe:
+            flags = flags[:-2]  # the comparison's reorderer (made later)
+        try:
+            config = build_run_config(typed_given(read_given(flags)))
+            if config.model.model_type is not None:
+                family_classes(config.model.model_type)
+        except (UsageError, ValueError) as error:
+            raise CompareError(f"--variant {variant.name}: {error}") from None
+
+
+def write_dev_source(request: CompareRequest) -> Path | None:
+    """OUT/dev.source: the sources of the prepared validation split (`source_text`), one a line; None when the
+    prepared dataset has no validation split with its text (then the report has no dev translations)."""
+    import datasets
+
+    dataset = datasets.load_from_disk(str(request.prepared))
+    if "validation" not in dataset or "source_text" not in dataset["validation"].column_names:
+        return None
+    path = request.output_dir / DEV_SOURCE
+    write_text_atomic(path, "".join(f"{line}\n" for line in dataset["validation"]["source_text"]))
+    return path
+
+
+def translate_argv(request: CompareRequest, variant: Variant, seed: int) -> list[str]:
+    """xlpe-translate's argv for one run's dev translations (the model's generation config: the run's beams)."""
+    model, output = request.run_dir(variant, seed), dev_translations(request, variant, seed)
+    return ["--model", str(model), "--input", str(request.output_dir / DEV_SOURCE), "--output", str(output)] + [
+        "--overwrite_output",
+        "--quiet",
+    ]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Run folders: finished (checked against their records), resumed, restarted
 # ---------------------------------------------------------------------------------------------------------
@@ -402,6 +449,8 @@ FINISHED_FILES = ("test_scores.json", "generated_predictions.txt", "all_results.
 def _same_value(given: str, recorded) -> bool:
     if isinstance(recorded, bool):
         return given.lower() in (("true", "1") if recorded else ("false", "0"))
+    if isinstance(recorded, list):  # `--report_to none` is recorded as [] (transformers' own reading)
+        return [str(item) for item in recorded] == ([] if given == "none" else given.replace(",", " ").split())
     if isinstance(recorded, (int, float)):
         try:
             return float(given) == float(recorded)
@@ -579,6 +628,7 @@ def plan_text(request: CompareRequest, states: dict, jobs: int, estimates: dict 
         lines.append(f"  reorderer: xlpe-reorder train into {request.reorderer} (its own plan and estimate), attached")
     for variant in request.variants:
         lines.append(f"  variant {variant.name}: {shlex.join(variant_flags(request, variant))}")
+    lines.append(f"  dev: xlpe-translate of the validation split by every run into {request.output_dir / DEV_FOLDER}")
     counts = {
         state: sum(1 for s in states.values() if s == state) for state in ("finished", "resume", "restart", "new")
     }
@@ -644,6 +694,7 @@ def run_compare(
     a time). CompareError (one line) for a request that cannot be carried out, before any work where it can be
     found then."""
     out = request.output_dir
+    check_variant_flags(request)
     if out.exists() and not out.is_dir():
         raise CompareError(f"--output_dir {out}: is a file, expected a directory")
     if request.prepared_dataset is not None:
@@ -701,11 +752,28 @@ def run_compare(
         )
         for v, s in todo
     ]
+    for variant, seed in todo:  # a run trained again: its dev translations are made again
+        dev_translations(request, variant, seed).unlink(missing_ok=True)
     failed = run_all(tasks, runner, jobs, gpus, echo)
     if failed:
         raise RunFailed(
             f"{len(failed)} of {len(tasks)} runs failed ({', '.join(failed)}); rerun the same command to resume them"
         )
+    missing = [(v, s) for v, s in runs if not dev_translations(request, v, s).is_file()]
+    if missing and write_dev_source(request) is not None:
+        translations = [
+            (
+                f"dev {request.run_dir(v, s).name}",
+                "xlpe-translate",
+                translate_argv(request, v, s),
+                logs / f"dev-{request.run_dir(v, s).name}.log",
+            )
+            for v, s in missing
+        ]
+        (out / DEV_FOLDER).mkdir(exist_ok=True)
+        failed = run_all(translations, runner, jobs, gpus, echo)
+        if failed:
+            raise RunFailed(f"{len(failed)} dev translations failed ({', '.join(failed)}); rerun the same command")
     report = build_report(request)
     write_report(report, out, echo)
     return report

@@ -4,8 +4,9 @@
 (`generated_predictions.txt`, and `generated_predictions_oracle.txt` of an XL PE run: the test split decoded with
 its oracle positions) scored against the prepared test split's references with BLEU and chrF
 (`xlpe.evaluation.metrics.corpus_bleu_chrf`, sacrebleu signatures; the target language picks the BLEU tokenizer),
-its dev scores from its own final evaluation (`eval_results.json`), the paired bootstrap of every run against the
-first variant's run of the same seed (`paired_significance`) and the project's seed rule over the seeds
+its dev translations (`OUT/dev/RUN.txt`: the validation split translated by `xlpe-translate`) scored the same way
+against the validation split's references, the paired bootstrap of every run against the first variant's run of
+the same seed on test and on dev (`paired_significance`) and the project's seed rule over the seeds on test
 (`xlpe.evaluation.verdict.seed_rule`). `write_report` writes `report.json`, `report.md` and `report.png` (BLEU
 per seed with mean ± std per variant, the plot drawn with matplotlib's Agg canvas).
 """
@@ -27,6 +28,14 @@ RULE = (
 )
 
 
+DEV_FOLDER = "dev"  # OUT/dev/RUN.txt: each run's dev translations (xlpe-translate writes nothing inside a model)
+
+
+def dev_translations(request, variant, seed: int) -> Path:
+    """Where the dev translations of `variant`'s run with `seed` go (`xlpe.training.compare.CompareRequest`)."""
+    return request.output_dir / DEV_FOLDER / f"{request.run_dir(variant, seed).name}.txt"
+
+
 def _lines(path: Path) -> list[str]:
     return list(read_text_lines(path))
 
@@ -38,37 +47,68 @@ def _json(path: Path) -> dict:
         return {}
 
 
-def test_split(prepared: Path) -> tuple[list[str], str | None]:
-    """(references of the prepared test split, the target language from the preparation report)."""
+def split_references(prepared: Path) -> tuple[list[str], list[str] | None, str | None]:
+    """(references of the prepared test split, of its validation split (None without one or without its text),
+    the target language from the preparation report)."""
     import datasets
 
-    references = list(datasets.load_from_disk(str(prepared))["test"]["target_text"])
+    dataset = datasets.load_from_disk(str(prepared))
+    test = list(dataset["test"]["target_text"])
+    has_dev = "validation" in dataset and "target_text" in dataset["validation"].column_names
     languages = _json(prepared / "report.json").get("train", {}).get("languages", {})
-    return references, languages.get("target")
+    return test, list(dataset["validation"]["target_text"]) if has_dev else None, languages.get("target")
+
+
+def dev_scores(path: Path, references: list[str] | None, language: str | None) -> dict:
+    """A run's dev translations (`OUT/dev/RUN.txt`, by xlpe-translate) scored like its test translations; {} when
+    there are none (no validation split)."""
+    if references is None or not path.is_file():
+        return {}
+    hypotheses = _lines(path)
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{path}: {len(hypotheses)} lines, the validation split has {len(references)}")
+    scores = corpus_bleu_chrf(hypotheses, references, target_language=language)
+    return {
+        "dev_bleu": scores["bleu"]["score"],
+        "dev_chrf": scores["chrf"]["score"],
+        "dev_sentences": len(references),
+        "dev_bleu_signature": scores["bleu"]["signature"],
+        "dev_hypotheses": hypotheses,
+    }
+
+
+def paired_against(hypotheses: list[str], base: list[str], references: list[str], language: str | None) -> dict:
+    """The paired bootstrap of `hypotheses` against the baseline's `base` (same seed, same references)."""
+    sig = paired_significance(hypotheses, base, references, target_language=language)
+    chrf = next(value for key, value in sig["metrics"].items() if key.startswith("chrF"))
+    return {
+        "bleu_delta": sig["metrics"]["BLEU"]["delta"],
+        "bleu_p": sig["metrics"]["BLEU"]["p_value"],
+        "chrf_delta": chrf["delta"],
+        "chrf_p": chrf["p_value"],
+        "test": sig["test"],
+    }
 
 
 def mean_std(values: list[float]) -> dict:
     return {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
-def run_scores(folder: Path, references: list[str], language: str | None) -> dict:
-    """One finished run: its test scores (and with oracle positions), dev scores, time, hypotheses."""
+def run_scores(folder: Path, references: list[str], language: str | None, dev: dict | None = None) -> dict:
+    """One finished run: its test scores (and with oracle positions), time, hypotheses, and `dev` (`dev_scores`)."""
     hypotheses = _lines(folder / "generated_predictions.txt")
     if len(hypotheses) != len(references):
         raise ValueError(
             f"{folder}/generated_predictions.txt: {len(hypotheses)} lines, the test split has {len(references)}"
         )
     scores = corpus_bleu_chrf(hypotheses, references, target_language=language)
-    dev = _json(folder / "eval_results.json")
     run = {
         "folder": str(folder),
         "bleu": scores["bleu"]["score"],
         "chrf": scores["chrf"]["score"],
         "bleu_signature": scores["bleu"]["signature"],
         "chrf_signature": scores["chrf"]["signature"],
-        "dev_bleu": dev.get("eval_bleu"),
-        "dev_chrf": dev.get("eval_chrf"),
-        "dev_sentences": dev.get("eval_samples"),
+        **(dev or {}),
         "seconds": _json(folder / "xlpe_elapsed.json").get("seconds"),
         "hypotheses": hypotheses,
     }
@@ -88,31 +128,35 @@ def run_scores(folder: Path, references: list[str], language: str | None) -> dic
 
 def build_report(request) -> dict:
     """The report of a comparison whose runs are all finished (`xlpe.training.compare.CompareRequest`)."""
-    references, language = test_split(request.prepared)
+    references, dev_references, language = split_references(request.prepared)
     language = language or request.target_lang
     baseline = request.variants[0]
     variants = []
-    runs = {(v.name, s): run_scores(request.run_dir(v, s), references, language) for v, s in request.runs()}
+    runs = {
+        (v.name, s): run_scores(
+            request.run_dir(v, s),
+            references,
+            language,
+            dev_scores(dev_translations(request, v, s), dev_references, language),
+        )
+        for v, s in request.runs()
+    }
     for variant in request.variants:
         rows = []
         for seed in range(1, request.seeds + 1):
             run = dict(runs[variant.name, seed], seed=seed)
             if variant is not baseline:
                 base = runs[baseline.name, seed]
-                sig = paired_significance(run["hypotheses"], base["hypotheses"], references, target_language=language)
-                chrf = next(value for key, value in sig["metrics"].items() if key.startswith("chrF"))
-                run["against_baseline"] = {
-                    "bleu_delta": sig["metrics"]["BLEU"]["delta"],
-                    "bleu_p": sig["metrics"]["BLEU"]["p_value"],
-                    "chrf_delta": chrf["delta"],
-                    "chrf_p": chrf["p_value"],
-                    "test": sig["test"],
-                }
+                run["against_baseline"] = paired_against(run["hypotheses"], base["hypotheses"], references, language)
+                if "dev_hypotheses" in run and "dev_hypotheses" in base:
+                    run["dev_against_baseline"] = paired_against(
+                        run["dev_hypotheses"], base["dev_hypotheses"], dev_references, language
+                    )
             rows.append(run)
         entry = {
             "name": variant.name,
             "flags": list(variant.flags),
-            "runs": [{k: v for k, v in run.items() if k != "hypotheses"} for run in rows],
+            "runs": [{k: v for k, v in run.items() if k not in ("hypotheses", "dev_hypotheses")} for run in rows],
             "bleu": mean_std([r["bleu"] for r in rows]),
             "chrf": mean_std([r["chrf"] for r in rows]),
         }
@@ -120,6 +164,9 @@ def build_report(request) -> dict:
             against = [r["against_baseline"] for r in rows]
             entry["verdict_bleu"] = seed_rule([a["bleu_delta"] for a in against], [a["bleu_p"] for a in against])
             entry["verdict_chrf"] = seed_rule([a["chrf_delta"] for a in against], [a["chrf_p"] for a in against])
+        if all("dev_bleu" in r for r in rows):
+            entry["dev_bleu"] = mean_std([r["dev_bleu"] for r in rows])
+            entry["dev_chrf"] = mean_std([r["dev_chrf"] for r in rows])
         if all("oracle" in r for r in rows):
             entry["oracle_bleu"] = mean_std([r["oracle"]["bleu"] for r in rows])
         variants.append(entry)
@@ -129,6 +176,8 @@ def build_report(request) -> dict:
         "baseline": baseline.name,
         "seeds": request.seeds,
         "test_sentences": len(references),
+        "dev_sentences": len(dev_references) if dev_references is not None else None,
+        "dev_bleu_signature": first.get("dev_bleu_signature"),
         "target_language": language,
         "signatures": {"bleu": first["bleu_signature"], "chrf": first["chrf_signature"]},
         "rule": RULE,
@@ -176,9 +225,9 @@ def markdown(report: dict) -> str:
         "",
         "## Per seed",
         "",
-        "| variant | seed | test BLEU | test chrF | dev BLEU | dev chrF | ΔBLEU (p) | ΔchrF (p) | "
+        "| variant | seed | test BLEU | test chrF | dev BLEU | dev chrF | ΔBLEU (p) | ΔchrF (p) | dev ΔBLEU (p) | "
         "oracle BLEU (gap, p) | time |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in report["variants"]:
         for r in v["runs"]:
@@ -188,19 +237,23 @@ def markdown(report: dict) -> str:
                 if a
                 else ("-", "-")
             )
+            d = r.get("dev_against_baseline")
+            dev_sig = f"{d['bleu_delta']:+.2f} ({d['bleu_p']:.3f})" if d else "-"
             o = r.get("oracle")
             oracle = f"{o['bleu']:.2f} ({o['bleu_gap']:+.2f}, {o['p_value']:.3f})" if o else "-"
             dev = [f"{r[k]:.2f}" if isinstance(r.get(k), (int, float)) else "-" for k in ("dev_bleu", "dev_chrf")]
             seconds = duration(r["seconds"]) if r.get("seconds") else "-"
             lines.append(
                 f"| `{v['name']}` | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {dev[0]} | {dev[1]} | "
-                f"{sig[0]} | {sig[1]} | {oracle} | {seconds} |"
+                f"{sig[0]} | {sig[1]} | {dev_sig} | {oracle} | {seconds} |"
             )
     lines += [
         "",
         "ΔBLEU/ΔchrF: against the baseline's run of the same seed, paired bootstrap p (sacrebleu). Oracle BLEU (XL "
         "PE): the test split decoded with its oracle positions (from the word alignments), a diagnostic of what the "
-        "test-time positions cost (gap: oracle − predicted); dev: the run's own final evaluation.",
+        "test-time positions cost (gap: oracle − predicted); dev: the validation split translated by xlpe-translate "
+        "(the model as saved, its generation config), scored the same way (signature below), with its own paired "
+        "bootstrap against the baseline (the verdict rests on the test split).",
         "",
     ]
     if report.get("reorderer"):
@@ -214,7 +267,8 @@ def markdown(report: dict) -> str:
                 "",
             ]
     lines += [
-        f"Signatures: `{report['signatures']['bleu']}`; `{report['signatures']['chrf']}`.",
+        f"Signatures: `{report['signatures']['bleu']}`; `{report['signatures']['chrf']}`"
+        + (f" (dev: `{report['dev_bleu_signature']}`)." if report.get("dev_bleu_signature") else "."),
         "",
         "Flags of every run: `" + (" ".join(report["train_args"]) or "(the recipe's)") + "`; variants:",
         "",
