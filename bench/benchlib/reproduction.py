@@ -677,6 +677,12 @@ def study_prepared_dir(work: Path, pair: str, data: str, mode: dict) -> Path:
         datasets.DatasetDict(train=fine["train"], validation=fine["validation"], test=news["test"]).save_to_disk(
             str(path)
         )
+        # its report: the fine-tuning data's, with the news test split's entry (xlpe-train reads it by name)
+        report = json.loads((prepared_dir(work, pair, "finetune", mode) / "report.json").read_text())
+        news_report = json.loads((prepared_dir(work, pair, "pretrain", mode) / "report.json").read_text())
+        if "test" in news_report:
+            report["test"] = news_report["test"]
+        (path / "report.json").write_text(json.dumps(report, indent=2, default=str))
         return path
     if data == "pretrain":
         sizes = (mode["train"] * 4, mode["val"], mode["test"])  # smoke: small; cpu and up: every news pair
