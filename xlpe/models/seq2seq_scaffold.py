@@ -457,7 +457,7 @@ def generation_head_forward(
     if guided:
         probabilities = capture.probabilities(model_inputs.get("attention_mask"), model.config.guided_alignment_head)
         losses["guided_alignment_loss"] = guided_alignment_cost(
-            probabilities, alignment_links, labels, model.config.guided_alignment_cost
+            probabilities, alignment_links, labels, model.config.guided_alignment_cost, model.config.check_inputs
         )
         loss = loss + guided_weight * losses["guided_alignment_loss"]
     loss = weight_by_global_tokens(loss, labels, num_items_in_batch)
