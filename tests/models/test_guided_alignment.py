@@ -161,3 +161,33 @@ def test_a_short_training_teaches_the_head_the_links():
 def test_config_rules(family, overrides, message):
     with pytest.raises(ValueError, match=message):
         tiny(family, **overrides)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_training_prepares_the_links_only_with_a_weight(family):
+    from xlpe.training.model_setup import model_features
+
+    assert "alignment_links" not in model_features(model_of(tiny(family)))
+    assert "alignment_links" in model_features(model_of(tiny(family, guided_alignment_weight=0.1)))
+
+
+def test_the_command_line_sets_the_fields():
+    from types import SimpleNamespace
+
+    from xlpe.training.model_setup import family_classes, family_overrides
+
+    args = SimpleNamespace(
+        guided_alignment_weight=0.3, config_overrides='guided_alignment_layer=0,guided_alignment_cost="mse"'
+    )
+    config_class, _ = family_classes("dpe")
+    overrides = family_overrides(args, config_class, "dpe")
+    assert {
+        k: overrides[k] for k in ("guided_alignment_weight", "guided_alignment_layer", "guided_alignment_cost")
+    } == {
+        "guided_alignment_weight": 0.3,
+        "guided_alignment_layer": 0,
+        "guided_alignment_cost": "mse",
+    }
+    config_class, _ = family_classes("vanilla")
+    with pytest.raises(ValueError, match="--guided_alignment_weight does not apply to --model_type vanilla"):
+        family_overrides(SimpleNamespace(guided_alignment_weight=0.3, config_overrides=None), config_class, "vanilla")

@@ -346,6 +346,9 @@ def _mvpe_variant(config) -> str:
 
 
 _M = __name__.rpartition(".")[0]  # xlpe.models
+_GUIDED_ALIGNMENT = FamilyField(
+    "guided_alignment_weight", float, "weight of the guided alignment cost (Garg et al. 2019; 0 = off)"
+)
 BUILTIN_FAMILIES = (
     ModelFamily(
         "xlpe",
@@ -361,6 +364,7 @@ BUILTIN_FAMILIES = (
             FamilyField(
                 "xl_position_form", str, "XL PE: how the XL heads see the XL positions", choices=_xl_position_forms
             ),
+            _GUIDED_ALIGNMENT,
         ),
         strategy_field="xl_strategy",
         extra_inputs=("reorder_positions", "pos_tag_ids", "alignment_links"),
@@ -376,7 +380,7 @@ BUILTIN_FAMILIES = (
         f"{_M}.modeling_dpe:DPEMarianMTModel",
         model_type="dpe_marian",
         title="DPE (dynamic position encoding)",
-        fields=(FamilyField("order_loss_weight", float, "DPE: lambda of Eq. 2"),),
+        fields=(FamilyField("order_loss_weight", float, "DPE: lambda of Eq. 2"), _GUIDED_ALIGNMENT),
         extra_inputs=("target_positions", "pos_tag_ids", "alignment_links"),
         tiny_fields=dict(dpe_layers=1),
         translation_loss_only=dict(order_loss_weight=1.0),
