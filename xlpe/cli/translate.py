@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="use the tokenizer beside the model "
         "even when it is not the one the model was trained with (config.json tokenizer_fingerprint)",
     )
+    parser.add_argument(
+        "--alignments",
+        default=None,
+        help="also write word alignments of each translation, Pharaoh i-j (source word - output word), one line "
+        "per input line, from the model's guided-alignment head (a model trained with --guided_alignment_weight)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--overwrite_output", action="store_true", help="replace an existing --output file")
     return canonical_flags(parser)
@@ -196,9 +202,18 @@ def main(argv: list[str] | None = None) -> int:
                 inputs = {"--input": args.input, "--model": args.model if Path(args.model).exists() else None}
                 check_destination(args.output, "--output", inputs, overwrite=args.overwrite_output)
                 held.enter_context(output_file_lock(args.output, PROG))
+            if args.alignments is not None:
+                inputs = {"--input": args.input, "--model": args.model if Path(args.model).exists() else None}
+                check_destination(args.alignments, "--alignments", inputs, overwrite=args.overwrite_output)
+                if args.alignments == args.output:
+                    raise CommandLineError(f"--alignments and --output are the same file {args.output!r}")
             lines = read_input(args.input)
             args.device = check_device(args.device)  # before the model loads (after stdin is read: torch is slow)
             translator = load_pipeline(args.model, args.device, args.trust_remote_code, args.ignore_tokenizer_mismatch)
+            if args.alignments is not None:
+                from ..evaluation.guided_word_alignments import check_guided_model
+
+                check_guided_model(translator.model)
         except (CommandLineError, ValueError, OSError) as error:  # OSError: what from_pretrained raises
             return user_error(PROG, error)
         generate_kwargs = {
@@ -206,6 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         translations = translate_lines(translator, lines, args.batch_size, progress=not args.quiet, **generate_kwargs)
         text = "".join(t + "\n" for t in translations)
+        if args.alignments is not None:
+            from ..evaluation.guided_word_alignments import guided_word_alignments
+
+            links = guided_word_alignments(translator.model, translator.tokenizer, lines, translations, args.batch_size)
+            try:
+                write_text_atomic(args.alignments, "".join(line + "\n" for line in links))
+            except OSError as error:
+                return user_error(PROG, f"--alignments {error}")
         if args.output == "-":
             sys.stdout.write(text)
             sys.stdout.flush()
