@@ -143,7 +143,16 @@ def test_trained_perceptron_file_tags_unchanged(tmp_path):
 
 # position-option fields added after these configs were saved, with the default they load with: a saved model is not
 # an upgrade (zero_init_added_tables) and has no RoPE warm start (rotary_warm_start_steps)
-ADDED_SINCE = {"zero_init_added_tables": False, "rotary_warm_start_steps": 0}
+ADDED_SINCE = {
+    "zero_init_added_tables": False,
+    "rotary_warm_start_steps": 0,
+    "alibi_attention": False,
+    "alibi_attention_sides": "both",
+    "guided_alignment_weight": 0.0,
+    "guided_alignment_layer": -1,
+    "guided_alignment_head": None,
+    "guided_alignment_cost": "ce",
+}
 
 
 def test_configs_saved_before_the_registry_load_and_save_as_before():
