@@ -6,6 +6,9 @@ supervised head's argmax agree with the links, and the config rules."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -191,3 +194,16 @@ def test_the_command_line_sets_the_fields():
     config_class, _ = family_classes("vanilla")
     with pytest.raises(ValueError, match="--guided_alignment_weight does not apply to --model_type vanilla"):
         family_overrides(SimpleNamespace(guided_alignment_weight=0.3, config_overrides=None), config_class, "vanilla")
+
+
+def test_xlpe_train_prepares_the_links_and_logs_the_cost(tmp_path):
+    """Two steps of `xlpe-train` (the built-in corpus, tiny model): the links are prepared from the alignments,
+    padded by the collator, and the guided alignment cost is logged beside the family's losses."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "training"))  # test_train's tiny run arguments
+    from test_train import tiny as tiny_run
+
+    from xlpe.cli.train import main
+
+    args = tiny_run(tmp_path, "--model_type", "dpe", "--max_steps", "2", "--do_train", "--do_eval")
+    metrics = main([*args, "--guided_alignment_weight", "0.5"])
+    assert metrics["eval_guided_alignment_loss"] > 0 and "eval_order_loss" in metrics, sorted(metrics)
