@@ -24,6 +24,11 @@ warning counts and lists the translations that reached it instead of ending (xlp
 `--output` is written beside its name and renamed into place when complete; an existing file is replaced
 only with `--overwrite_output`, never when it is `--input` or lies in `--model` (`xlpe.features.outputs`), and
 while one run writes it a second one is refused at once, naming the first (`.<name>.xlpe.lock` beside it).
+
+`--alignments FILE` also writes the word alignments of each translation from the model's guided-alignment head
+(Pharaoh `i-j`, source word - output word, one line per input line; xlpe.evaluation.guided_word_alignments),
+written whole like `--output` (beside it, renamed into place; never over an existing file without
+`--overwrite_output`); a model trained without guided alignment is refused before any line is translated.
 """
 
 from __future__ import annotations
