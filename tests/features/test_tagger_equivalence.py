@@ -148,6 +148,10 @@ ADDED_SINCE = {
     "rotary_warm_start_steps": 0,
     "alibi_attention": False,
     "alibi_attention_sides": "both",
+    "guided_alignment_weight": 0.0,
+    "guided_alignment_layer": -1,
+    "guided_alignment_head": None,
+    "guided_alignment_cost": "ce",
 }
 
 

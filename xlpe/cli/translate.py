@@ -24,6 +24,11 @@ warning counts and lists the translations that reached it instead of ending (xlp
 `--output` is written beside its name and renamed into place when complete; an existing file is replaced
 only with `--overwrite_output`, never when it is `--input` or lies in `--model` (`xlpe.features.outputs`), and
 while one run writes it a second one is refused at once, naming the first (`.<name>.xlpe.lock` beside it).
+
+`--alignments FILE` also writes the word alignments of each translation from the model's guided-alignment head
+(Pharaoh `i-j`, source word - output word, one line per input line; xlpe.evaluation.guided_word_alignments),
+written whole like `--output` (beside it, renamed into place; never over an existing file without
+`--overwrite_output`); a model trained without guided alignment is refused before any line is translated.
 """
 
 from __future__ import annotations
@@ -73,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use the tokenizer beside the model "
         "even when it is not the one the model was trained with (config.json tokenizer_fingerprint)",
+    )
+    parser.add_argument(
+        "--alignments",
+        default=None,
+        help="also write word alignments of each translation, Pharaoh i-j (source word - output word), one line "
+        "per input line, from the model's guided-alignment head (a model trained with --guided_alignment_weight)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--overwrite_output", action="store_true", help="replace an existing --output file")
@@ -196,9 +207,18 @@ def main(argv: list[str] | None = None) -> int:
                 inputs = {"--input": args.input, "--model": args.model if Path(args.model).exists() else None}
                 check_destination(args.output, "--output", inputs, overwrite=args.overwrite_output)
                 held.enter_context(output_file_lock(args.output, PROG))
+            if args.alignments is not None:
+                inputs = {"--input": args.input, "--model": args.model if Path(args.model).exists() else None}
+                check_destination(args.alignments, "--alignments", inputs, overwrite=args.overwrite_output)
+                if args.alignments == args.output:
+                    raise CommandLineError(f"--alignments and --output are the same file {args.output!r}")
             lines = read_input(args.input)
             args.device = check_device(args.device)  # before the model loads (after stdin is read: torch is slow)
             translator = load_pipeline(args.model, args.device, args.trust_remote_code, args.ignore_tokenizer_mismatch)
+            if args.alignments is not None:
+                from ..evaluation.guided_word_alignments import check_guided_model
+
+                check_guided_model(translator.model)
         except (CommandLineError, ValueError, OSError) as error:  # OSError: what from_pretrained raises
             return user_error(PROG, error)
         generate_kwargs = {
@@ -206,6 +226,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         translations = translate_lines(translator, lines, args.batch_size, progress=not args.quiet, **generate_kwargs)
         text = "".join(t + "\n" for t in translations)
+        if args.alignments is not None:
+            from ..evaluation.guided_word_alignments import guided_word_alignments
+
+            links = guided_word_alignments(translator.model, translator.tokenizer, lines, translations, args.batch_size)
+            try:
+                write_text_atomic(args.alignments, "".join(line + "\n" for line in links))
+            except OSError as error:
+                return user_error(PROG, f"--alignments {error}")
         if args.output == "-":
             sys.stdout.write(text)
             sys.stdout.flush()

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from ..models.registry import BUILTIN_FEATURES, EXTRA_INPUTS, extra_input_names, feature_computer
 from ..models.taggers import tagger_help
 from .alignment import SYMMETRIZATIONS
+from .guided_links import subword_links_flat
 from .reordering import (
     check_links_flat,
     dpe_target_positions_flat,
@@ -138,7 +139,7 @@ class PrepareOptions:
 
     @property
     def needs_links(self) -> bool:
-        return "reorder_positions" in self.features or "target_positions" in self.features
+        return any(f in self.features for f in ("reorder_positions", "target_positions", "alignment_links"))
 
     def describe(self) -> dict:
         """The options that change the result, JSON-able (for the report and the cache key)."""
@@ -328,6 +329,19 @@ def _compute_features(batch, tokenizer, options: PrepareOptions, keep_text: bool
                 unaligned=options.dpe_unaligned,
             )
             out["target_positions"] = _list_column(ranks, source.offsets)
+        if "alignment_links" in options.features:
+            values, offsets = subword_links_flat(
+                link_sentence,
+                link_source,
+                link_target,
+                word_offsets,
+                np.r_[0, np.cumsum(target.num_words)],
+                source.word_ids,
+                source.offsets,
+                target.word_ids,
+                target.offsets,
+            )
+            out["alignment_links"] = _list_column(values, offsets)
     for feature, spec, texts, tokens in (
         ("pos_tag_ids", options.source_tagger, sources, source),
         ("decoder_pos_tag_ids", options.target_tagger, targets, target),

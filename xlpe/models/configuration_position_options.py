@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .config_checks import check_choice, check_number
 
 RELATIVE_ATTENTION_SIDES = ("encoder", "decoder", "both")
+GUIDED_ALIGNMENT_COSTS = ("ce", "mse")
 
 
 def sides(value: str) -> set[str]:
@@ -44,6 +45,11 @@ class PositionOptionsConfigMixin:
     # True: the tables an upgrade adds (relative a^K/a^V, the source tag table) start at 0, so a model upgraded from
     # a stock checkpoint computes the stock function at step 0 (set by `from_pretrained` on a stock checkpoint)
     zero_init_added_tables: bool = False
+    # guided alignment (Garg et al. 2019, Sec. 4; guided_alignment.py): one cross-attention supervised by the links
+    guided_alignment_weight: float = 0.0  # loss = L_translation + weight * L_alignment; 0 = off (no extra compute)
+    guided_alignment_layer: int = -1  # decoder layer whose cross-attention is supervised; negative = from the last
+    guided_alignment_head: int | None = None  # the supervised head; None = the average of the layer's heads
+    guided_alignment_cost: str = "ce"  # "ce": -sum A log p / #positions; "mse": sum (p - A)^2 / #positions
 
     def validate_position_options(self) -> None:
         """The rules every family shares (docs/xl_pe.md, "Baselines and stacking")."""
@@ -53,6 +59,7 @@ class PositionOptionsConfigMixin:
         check_choice("alibi_attention_sides", self.alibi_attention_sides, RELATIVE_ATTENTION_SIDES)
         check_number("rotary_base", self.rotary_base, 1.0, low_inclusive=False)
         check_number("rotary_warm_start_steps", self.rotary_warm_start_steps, 0, integer=True)
+        self.validate_guided_alignment()
         if self.rotary_warm_start_steps > 0 and not self.rotary_attention:
             raise ValueError(
                 f"rotary_warm_start_steps={self.rotary_warm_start_steps} fades RoPE in: it needs rotary_attention=True"
@@ -107,5 +114,23 @@ class PositionOptionsConfigMixin:
                 "relative_attention_sides='encoder' with encoder_layers=0: there is no encoder self-attention"
             )
 
+    def validate_guided_alignment(self) -> None:
+        """The guided alignment fields: a weight >= 0, a layer and head that exist, a known cost."""
+        check_number("guided_alignment_weight", self.guided_alignment_weight, 0.0)
+        check_choice("guided_alignment_cost", self.guided_alignment_cost, GUIDED_ALIGNMENT_COSTS)
+        layers, heads = self.decoder_layers, self.decoder_attention_heads
+        layer = self.guided_alignment_layer
+        if isinstance(layer, bool) or not isinstance(layer, int) or not -layers <= layer < layers:
+            raise ValueError(
+                f"guided_alignment_layer must be an integer in [{-layers}, {layers}) (decoder_layers={layers}; "
+                f"-1 = the last), got {layer!r}"
+            )
+        head = self.guided_alignment_head
+        if head is not None and (isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < heads):
+            raise ValueError(
+                f"guided_alignment_head must be None (the average of the heads) or an integer in [0, {heads}) "
+                f"(decoder_attention_heads={heads}), got {head!r}"
+            )
 
-__all__ = ["PositionOptionsConfigMixin", "RELATIVE_ATTENTION_SIDES"]
+
+__all__ = ["GUIDED_ALIGNMENT_COSTS", "PositionOptionsConfigMixin", "RELATIVE_ATTENTION_SIDES"]

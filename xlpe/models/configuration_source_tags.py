@@ -63,7 +63,10 @@ class SourceTagsConfigMixin:
             raise ValueError(f"pos_tags: the reserved {SPECIAL_TAG_NAMES} may only come first, in that order")
 
     def uses_extra_input(self, name: str) -> bool:
-        """Does this model read the per-token input `name` (extra_inputs.py)? Tags only when a tagger is set."""
+        """Does this model read the per-token input `name` (extra_inputs.py)? Tags only when a tagger is set, the
+        guided alignment links only with a guided alignment weight > 0."""
+        if name == "alignment_links":
+            return getattr(self, "guided_alignment_weight", 0.0) > 0
         return name != "pos_tag_ids" or self.pos_tagger is not None
 
     def num_source_tag_ids(self) -> int:

@@ -4,7 +4,8 @@ input checks in `extra_inputs.py` read it), and `registry.py` reads it without t
 choices, the feature preparation, `xlpe-train`'s list of what a model reads).
 
 For each input:
-* `side`: "source" (same length as `input_ids`) or "target" (as `labels`);
+* `side`: "source" (same length as `input_ids`), "target" (as `labels`) or "links" (a flat list of
+  (target token, source token) pairs of its own length, padded to the batch's longest);
 * `pad`: how the collator pads it: a constant, or "identity" (a padded slot i gets value i, so a padded row of
   `reorder_positions` is still a permutation of 0..T-1);
 * `oracle`: a gold training signal read off the references (word alignments) and predicted by the model at
@@ -28,7 +29,7 @@ IGNORE_INDEX = -100  # "no supervision" marker, as in `labels`
 @dataclass(frozen=True)
 class ExtraInput:
     name: str
-    side: str  # "source" (aligned with input_ids) or "target" (aligned with labels)
+    side: str  # "source" (aligned with input_ids), "target" (aligned with labels) or "links" (own length)
     pad: int | str  # constant pad value, or "identity" (pad slot i gets value i)
     doc: str
     oracle: bool = False  # gold at training time, predicted at test time
@@ -63,6 +64,13 @@ EXTRA_INPUTS: dict[str, ExtraInput] = {
             "POS tag id of each target token (mvPE+POS Eq. 11)",
             generate=False,
             example="tag",
+        ),
+        ExtraInput(
+            "alignment_links",
+            "links",
+            IGNORE_INDEX,
+            "(target, source) sub-word links of the word alignment (guided alignment, Garg et al. 2019 Sec. 4)",
+            generate=False,
         ),
     )
 }

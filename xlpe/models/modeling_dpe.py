@@ -129,6 +129,7 @@ class DPESeq2SeqLMOutput(Seq2SeqLMOutput):
     """`loss` = Eq. 2 (weights per config) when `target_positions` are given, else `translation_loss`."""
 
     translation_loss: torch.FloatTensor | None = None
+    guided_alignment_loss: torch.FloatTensor | None = None  # guided_alignment.py, when its weight is > 0
     order_loss: torch.FloatTensor | None = None
     dynamic_positions: torch.FloatTensor | None = None
 
@@ -315,6 +316,7 @@ class DPEMarianMTModel(DPEMarianPreTrainedModel, GenerationMixin):
         use_cache=None,
         target_positions: torch.LongTensor | None = None,
         pos_tag_ids: torch.LongTensor | None = None,
+        alignment_links: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> DPESeq2SeqLMOutput:
         r"""
@@ -324,6 +326,9 @@ class DPEMarianMTModel(DPEMarianPreTrainedModel, GenerationMixin):
             is the translation loss alone. Never needed at inference.
         pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
             POS tag id of each source token, for a model with `config.pos_tagger` (DPE + POS, source_tags.py).
+        alignment_links (`torch.LongTensor` of shape `(batch_size, 2 * links)`, *optional*):
+            Word-alignment links in sub-word tokens, flat (target, source) pairs, -100 = padding: with `labels` and
+            `config.guided_alignment_weight > 0`, `loss` adds the guided alignment cost (guided_alignment.py).
         """
         return generation_head_forward(
             self,
@@ -343,6 +348,7 @@ class DPEMarianMTModel(DPEMarianPreTrainedModel, GenerationMixin):
             compute_order_loss=labels is not None and target_positions is not None,
             pos_tag_ids=pos_tag_ids,
             auxiliary_losses=self.add_auxiliary_losses,
+            alignment_links=alignment_links,
             **kwargs,
         )
 

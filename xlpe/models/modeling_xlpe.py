@@ -213,6 +213,7 @@ class XLPESeq2SeqLMOutput(Seq2SeqLMOutput):
     """`loss` = `translation_loss` + reorder_loss_weight * `reorder_loss`; both parts reported."""
 
     translation_loss: torch.FloatTensor | None = None
+    guided_alignment_loss: torch.FloatTensor | None = None  # guided_alignment.py, when its weight is > 0
     reorder_loss: torch.FloatTensor | None = None
     reorder_positions: torch.LongTensor | None = None
 
@@ -502,6 +503,7 @@ class XLPEMarianMTModel(XLPEMarianPreTrainedModel, GenerationMixin):
         use_cache=None,
         reorder_positions: torch.LongTensor | None = None,
         pos_tag_ids: torch.LongTensor | None = None,
+        alignment_links: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> XLPESeq2SeqLMOutput:
         r"""
@@ -512,6 +514,9 @@ class XLPEMarianMTModel(XLPEMarianPreTrainedModel, GenerationMixin):
         pos_tag_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
             POS tag id of each source token, for a model with `config.pos_tagger` (XL PE + POS, source_tags.py):
             0 pad, 1 unknown, 2 special, 3.. `config.pos_tags`. The translation pipeline tags raw text itself.
+        alignment_links (`torch.LongTensor` of shape `(batch_size, 2 * links)`, *optional*):
+            Word-alignment links in sub-word tokens, flat (target, source) pairs, -100 = padding: with `labels` and
+            `config.guided_alignment_weight > 0`, `loss` adds the guided alignment cost (guided_alignment.py).
         """
         return generation_head_forward(
             self,
@@ -531,6 +536,7 @@ class XLPEMarianMTModel(XLPEMarianPreTrainedModel, GenerationMixin):
             compute_reorder_loss=labels is not None and reorder_positions is not None,
             pos_tag_ids=pos_tag_ids,
             auxiliary_losses=self.add_auxiliary_losses,
+            alignment_links=alignment_links,
             **kwargs,
         )
 

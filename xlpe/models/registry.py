@@ -279,7 +279,7 @@ def declares_field(config_class: type, name: str) -> bool:
 # ---------------------------------------------------------------------------------------------------------
 
 _FEATURE_COMPUTERS: dict[str, Callable | str] = {}  # extra input -> how the preparation computes it (not built in)
-BUILTIN_FEATURES = ("reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids")
+BUILTIN_FEATURES = ("reorder_positions", "target_positions", "pos_tag_ids", "decoder_pos_tag_ids", "alignment_links")
 
 
 def register_extra_input(spec: ExtraInput, compute: Callable | str | None = None) -> ExtraInput:
@@ -346,6 +346,9 @@ def _mvpe_variant(config) -> str:
 
 
 _M = __name__.rpartition(".")[0]  # xlpe.models
+_GUIDED_ALIGNMENT = FamilyField(
+    "guided_alignment_weight", float, "weight of the guided alignment cost (Garg et al. 2019; 0 = off)"
+)
 BUILTIN_FAMILIES = (
     ModelFamily(
         "xlpe",
@@ -361,9 +364,10 @@ BUILTIN_FAMILIES = (
             FamilyField(
                 "xl_position_form", str, "XL PE: how the XL heads see the XL positions", choices=_xl_position_forms
             ),
+            _GUIDED_ALIGNMENT,
         ),
         strategy_field="xl_strategy",
-        extra_inputs=("reorder_positions", "pos_tag_ids"),
+        extra_inputs=("reorder_positions", "pos_tag_ids", "alignment_links"),
         tiny_fields=dict(
             xl_strategy="combination", xl_heads=2, reorder_predictor_hidden_size=8, reorder_predictor_heads=2
         ),
@@ -376,8 +380,8 @@ BUILTIN_FAMILIES = (
         f"{_M}.modeling_dpe:DPEMarianMTModel",
         model_type="dpe_marian",
         title="DPE (dynamic position encoding)",
-        fields=(FamilyField("order_loss_weight", float, "DPE: lambda of Eq. 2"),),
-        extra_inputs=("target_positions", "pos_tag_ids"),
+        fields=(FamilyField("order_loss_weight", float, "DPE: lambda of Eq. 2"), _GUIDED_ALIGNMENT),
+        extra_inputs=("target_positions", "pos_tag_ids", "alignment_links"),
         tiny_fields=dict(dpe_layers=1),
         translation_loss_only=dict(order_loss_weight=1.0),
     ),

@@ -34,6 +34,7 @@ Flat file, imports only torch/transformers and its siblings `extra_inputs.py` (t
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from dataclasses import fields
@@ -53,6 +54,7 @@ from transformers.models.marian.modeling_marian import (
 )
 
 from .extra_inputs import check_source_inputs, check_target_inputs
+from .guided_alignment import CrossAttentionCapture, guided_alignment_cost
 from .transformers_compat import CACHE_FIELD, cache_kwargs, output_cache, take_cache
 
 _MODEL_OUTPUT_FIELDS = {f.name for f in fields(Seq2SeqModelOutput)}
@@ -409,6 +411,7 @@ def generation_head_forward(
     cache=None,
     auxiliary_losses=None,
     check_target_extras=None,
+    alignment_links=None,
     **model_inputs,
 ):
     """The `forward` of every family's generation model, around its base model `model.model`.
@@ -421,7 +424,9 @@ def generation_head_forward(
        when the model has one: mvPE+POS's d_model -> d_w before a tied, narrower lm_head).
     4. With `labels`: loss = `auxiliary_losses(translation_loss, outputs, labels)` (the family's Eq.: the reorder,
        order or tag loss, or a zero-weighted touch of an unsupervised module; `translation_loss` alone when not
-       given), weighted by `num_items_in_batch` (in `model_inputs` when the Trainer passes it).
+       given), plus guided_alignment_weight * the guided alignment cost when the config's weight is > 0 and
+       `alignment_links` are given (guided_alignment.py; the supervised cross-attention is captured then only),
+       weighted by `num_items_in_batch` (in `model_inputs` when the Trainer passes it).
     5. `output_class` (`lm_output`): the base model's fields, the logits, `loss`, `translation_loss`, and every
        other extra field of `output_class` copied from the base model's output by name."""
     num_items_in_batch = model_inputs.pop("num_items_in_batch", None)  # Trainer: supervised tokens of the step
@@ -430,19 +435,30 @@ def generation_head_forward(
     )
     if labels is not None and check_target_extras is not None:
         check_target_extras(labels)
-    outputs = model.model(
-        decoder_input_ids=decoder_input_ids,
-        cache=take_cache(past_key_values, cache),
-        decoder_inputs_embeds=decoder_inputs_embeds,
-        use_cache=use_cache,
-        return_dict=True,
-        **model_inputs,
-    )
+    guided_weight = getattr(model.config, "guided_alignment_weight", 0.0)
+    guided = guided_weight > 0 and labels is not None and alignment_links is not None
+    capture = CrossAttentionCapture(model.model.decoder, model.config.guided_alignment_layer) if guided else None
+    with capture if guided else contextlib.nullcontext():
+        outputs = model.model(
+            decoder_input_ids=decoder_input_ids,
+            cache=take_cache(past_key_values, cache),
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            return_dict=True,
+            **model_inputs,
+        )
     projection = getattr(model, "output_projection", None)
     hidden = outputs[0] if projection is None else projection(outputs[0])
     logits = model.lm_head(hidden) + model.final_logits_bias.to(hidden.device)
     loss = token_loss = translation_loss(logits, labels, model.config.label_smoothing)
     if token_loss is not None and auxiliary_losses is not None:
         loss = auxiliary_losses(token_loss, outputs, labels)
+    losses = {"translation_loss": token_loss}
+    if guided:
+        probabilities = capture.probabilities(model_inputs.get("attention_mask"), model.config.guided_alignment_head)
+        losses["guided_alignment_loss"] = guided_alignment_cost(
+            probabilities, alignment_links, labels, model.config.guided_alignment_cost, model.config.check_inputs
+        )
+        loss = loss + guided_weight * losses["guided_alignment_loss"]
     loss = weight_by_global_tokens(loss, labels, num_items_in_batch)
-    return lm_output(output_class, outputs, logits, loss, translation_loss=token_loss)
+    return lm_output(output_class, outputs, logits, loss, **losses)

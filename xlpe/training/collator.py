@@ -80,6 +80,12 @@ class ExtraInputsDataCollator(DataCollatorForSeq2Seq):
         padding_side = getattr(self.tokenizer, "padding_side", "right")
         for key in extra_keys:
             spec = self._spec(key)
+            if spec.side == "links":  # a row of its own length: padded to the batch's longest with the pad value
+                longest = max(len(values) for values in extras[key])
+                batch[key] = torch.tensor(
+                    [v + pad_value_row(spec, longest, len(v)) for v in extras[key]], dtype=torch.long
+                )
+                continue
             lengths = reference_lengths[spec.side]
             if lengths is None:
                 raise ValueError(f"`{key}` is aligned with `labels`, but the features have no `labels`")
