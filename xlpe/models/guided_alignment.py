@@ -57,10 +57,12 @@ def alignment_matrix(links: torch.Tensor, target_length: int, source_length: int
             f"alignment_links: links must lie in [0, {target_length}) x [0, {source_length}) (target, source), "
             f"got {pairs[bad][:3].tolist()}"
         )
-    matrix = torch.zeros(links.shape[0], target_length, source_length, device=links.device)
-    batch_index = torch.arange(links.shape[0], device=links.device)[:, None].expand_as(target)
-    matrix[batch_index[real], target[real], source[real]] = 1.0
-    return matrix
+    # one scatter over flat (target, source) cells, padding sent to a spare cell that is cut off: no data-dependent
+    # shapes (compile-friendly, no host sync)
+    cells = target_length * source_length
+    flat = torch.where(real, target * source_length + source, torch.full_like(target, cells))
+    matrix = torch.zeros(links.shape[0], cells + 1, device=links.device).scatter_(1, flat, 1.0)
+    return matrix[:, :cells].view(links.shape[0], target_length, source_length)
 
 
 def guided_alignment_cost(probabilities, links, labels, cost: str = "ce", check: bool = True) -> torch.Tensor:
